@@ -1,0 +1,214 @@
+"""``pegasus-cloudio bench small-files``: many small files out to and back from S3 (MinIO).
+
+In one run, on an embedded MinIO behind a counting proxy on loopback:
+
+* ours: ``pegasus-cloudio-transfer --threads T`` stages all N files out, then in;
+* stock: ``pegasus-transfer --threads T`` (pegasus-wms-worker 5.1.3, one ``pegasus-s3``
+  process per file) on two samples (S/4 and S files) per direction, extrapolated linearly
+  to N and labelled as such;
+* s5cmd ``cp`` with its defaults, all N files, both directions (skipped with --no-s5cmd);
+* the start-up cost of ``pegasus-cloudio-transfer`` on an empty input.
+
+Every stage-in result is compared byte for byte with the originals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
+from pegasus_cloudio.testbed.minio import MinioServer
+from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio.testbed.stock import make_stock_home
+from pegasus_cloudio.testbed.tools import ensure_s5cmd
+
+BUCKET = "bench"
+SITE = "minio"
+IDENTITY = f"bench@{SITE}"
+
+
+@dataclass(frozen=True)
+class Params:
+    count: int = 6173
+    size: int = 300
+    threads: int = 5
+    stock_sample: int = 200
+    s5cmd: bool = True
+    rtt_ms: float = 0.0
+
+
+def transfer_spec(pairs: Sequence[tuple], src_label: str, dst_label: str) -> bytes:  # type: ignore[type-arg]
+    return json.dumps([
+        {"type": "transfer", "lfn": os.path.basename(dst), "id": i,
+         "src_urls": [{"site_label": src_label, "url": src}],
+         "dest_urls": [{"site_label": dst_label, "url": dst}]}
+        for i, (src, dst) in enumerate(pairs)]).encode()
+
+
+class Workspace:
+    """Input files, output dirs and the client environments for one benchmark run."""
+
+    def __init__(self, root: str, params: Params, server: MinioServer, proxy: TcpProxy) -> None:
+        self.root = root
+        self.params = params
+        self.names = [f"f{i:05d}.dat" for i in range(params.count)]
+        self.src = os.path.join(root, "src")
+        os.makedirs(self.src)
+        for name in self.names:
+            with open(os.path.join(self.src, name), "wb") as fh:
+                fh.write(os.urandom(params.size))
+        creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE,
+                                                 user="bench", endpoint=proxy.url())
+        stock = make_stock_home(os.path.join(root, "stock"))
+        self.stock_transfer = stock.transfer
+        self.env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
+        self.stock_env = stock.env(self.env)
+        self.s5cmd_env = tool_env({"AWS_ACCESS_KEY_ID": server.access_key,
+                                   "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_REGION": "us-east-1"})
+
+    def object_url(self, prefix: str, name: str) -> str:
+        return f"s3://{IDENTITY}/{BUCKET}/{prefix}/{name}"
+
+    def out_pairs(self, prefix: str, names: Sequence[str]) -> List[tuple]:  # type: ignore[type-arg]
+        return [(f"file://{self.src}/{n}", self.object_url(prefix, n)) for n in names]
+
+    def in_pairs(self, prefix: str, names: Sequence[str], dest: str) -> List[tuple]:  # type: ignore[type-arg]
+        return [(self.object_url(prefix, n), f"file://{dest}/{n}") for n in names]
+
+    def fresh_dir(self, name: str) -> str:
+        path = os.path.join(self.root, name)
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+        return path
+
+
+def ours_argv(threads: int) -> List[str]:
+    return [sys.executable, "-m", "pegasus_cloudio.dropin", "--threads", str(threads)]
+
+
+def run(params: Params, progress: Progress) -> Dict[str, object]:
+    root = tempfile.mkdtemp(prefix="pegasus-cloudio-bench-")
+    try:
+        with MinioServer() as server, TcpProxy((server.host, server.port), delay_ms=params.rtt_ms / 2) as proxy:
+            ws = Workspace(root, params, server, proxy)
+            runs = _run_all(ws, proxy, progress)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return report(params, runs)
+
+
+def _run_all(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[str, object]:
+    p = ws.params
+    ours = ours_argv(p.threads)
+    progress.phase("creating bucket")
+    mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}])
+    measure("ours", "mkdir", 0, ours, ws.env, proxy, stdin=mkdir.encode())
+    runs: Dict[str, object] = {}
+    progress.phase(f"ours: stage-out of {p.count} files")
+    runs["ours_out"] = measure("pegasus-cloudio-transfer", "stage-out", p.count, ours, ws.env, proxy,
+                               stdin=transfer_spec(ws.out_pairs("ours", ws.names), "local", SITE))
+    dest = ws.fresh_dir("in-ours")
+    progress.phase(f"ours: stage-in of {p.count} files")
+    runs["ours_in"] = measure("pegasus-cloudio-transfer", "stage-in", p.count, ours, ws.env, proxy,
+                              stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))
+    runs["ours_in_identical"] = files_identical(ws.src, dest, ws.names)
+    runs["stock_out"], runs["stock_in"] = _stock(ws, proxy, progress)
+    if p.s5cmd:
+        runs["s5cmd_out"], runs["s5cmd_in"] = _s5cmd(ws, proxy, progress)
+    progress.phase("ours: start-up on an empty input (5 runs)")
+    empty = [measure("pegasus-cloudio-transfer", "empty", 0, ours, ws.env, proxy, stdin=b"[]").wall_s
+             for _ in range(5)]
+    runs["empty_input_wall_s"] = statistics.median(empty)
+    progress.done()
+    return runs
+
+
+def _stock(ws: Workspace, proxy: TcpProxy, progress: Progress) -> tuple:  # type: ignore[type-arg]
+    p = ws.params
+    sizes = sorted({max(1, min(p.count, p.stock_sample) // 4), min(p.count, p.stock_sample)})
+    argv = [ws.stock_transfer, "--threads", str(p.threads)]
+    out: List[Measurement] = []
+    into: List[Measurement] = []
+    for size in sizes:
+        names = ws.names[:size]
+        progress.phase(f"stock pegasus-transfer: stage-out sample of {size} files")
+        out.append(measure("stock pegasus-transfer", "stage-out", size, argv, ws.stock_env, proxy,
+                           stdin=transfer_spec(ws.out_pairs(f"stock{size}", names), "local", SITE)))
+        dest = ws.fresh_dir(f"in-stock{size}")
+        progress.phase(f"stock pegasus-transfer: stage-in sample of {size} files")
+        into.append(measure("stock pegasus-transfer", "stage-in", size, argv, ws.stock_env, proxy,
+                            stdin=transfer_spec(ws.in_pairs(f"stock{size}", names, dest), SITE, "local")))
+    return extrapolate(out[0], out[-1], p.count), extrapolate(into[0], into[-1], p.count)
+
+
+def _s5cmd(ws: Workspace, proxy: TcpProxy, progress: Progress) -> tuple:  # type: ignore[type-arg]
+    progress.phase("building/locating s5cmd")
+    s5cmd = str(ensure_s5cmd())
+    p = ws.params
+    base = [s5cmd, "--endpoint-url", proxy.url()]
+    progress.phase(f"s5cmd: stage-out of {p.count} files")
+    out = measure("s5cmd cp", "stage-out", p.count,
+                  base + ["cp", f"{ws.src}/*", f"s3://{BUCKET}/s5cmd/"], ws.s5cmd_env, proxy)
+    dest = ws.fresh_dir("in-s5cmd")
+    progress.phase(f"s5cmd: stage-in of {p.count} files")
+    into = measure("s5cmd cp", "stage-in", p.count,
+                   base + ["cp", f"s3://{BUCKET}/s5cmd/*", dest + "/"], ws.s5cmd_env, proxy)
+    return out, into
+
+
+def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
+    measured = {k: v for k, v in runs.items() if isinstance(v, Measurement)}
+    ours_in, ours_out = measured["ours_in"], measured["ours_out"]
+    ratios: Dict[str, Optional[float]] = {
+        "stage_in_speedup_vs_stock": _ratio(measured["stock_in"].wall_s, ours_in.wall_s),
+        "stage_out_speedup_vs_stock": _ratio(measured["stock_out"].wall_s, ours_out.wall_s),
+    }
+    if "s5cmd_in" in measured:
+        ratios["stage_in_wall_vs_s5cmd"] = _ratio(ours_in.wall_s, measured["s5cmd_in"].wall_s)
+        ratios["stage_out_wall_vs_s5cmd"] = _ratio(ours_out.wall_s, measured["s5cmd_out"].wall_s)
+    targets = {
+        "stage_in_at_least_150x_stock": (ratios["stage_in_speedup_vs_stock"] or 0) >= 150,
+        "stage_in_within_1.5x_s5cmd": (ratios.get("stage_in_wall_vs_s5cmd") or 99) <= 1.5
+        if "s5cmd_in" in measured else None,
+        "cpu_per_get_at_most_0.6ms": ours_in.cpu_ms_per_file <= 0.6,
+        "connections_at_most_threads_plus_2": ours_in.connections <= params.threads + 2
+        and ours_out.connections <= params.threads + 2,
+        "empty_input_under_0.3s": float(runs["empty_input_wall_s"]) < 0.3,  # type: ignore[arg-type]
+        "stage_in_files_identical": bool(runs["ours_in_identical"]),
+    }
+    return {
+        "benchmark": "small-files",
+        "params": params.__dict__,
+        "runs": [m.as_dict() for m in measured.values()],
+        "empty_input_wall_s": round(float(runs["empty_input_wall_s"]), 4),  # type: ignore[arg-type]
+        "ratios": {k: (round(v, 2) if v is not None else None) for k, v in ratios.items()},
+        "targets": targets,
+    }
+
+
+def _ratio(numerator: float, denominator: float) -> Optional[float]:
+    return numerator / denominator if denominator > 0 else None
+
+
+def format_table(result: Dict[str, object]) -> str:
+    rows = [f"{'tool':<26} {'direction':<10} {'files':>6} {'wall s':>9} {'cpu s':>8} {'files/s':>9} "
+            f"{'cpu ms/file':>11} {'requests':>9} {'conns':>6}"]
+    for run in result["runs"]:  # type: ignore[attr-defined]
+        tool = run["tool"] + (f" (sample {run['measured_files']}, extrap.)" if run["extrapolated"] else "")
+        rows.append(f"{tool:<26} {run['direction']:<10} {run['files']:>6} {run['wall_s']:>9.2f} "
+                    f"{run['cpu_s']:>8.2f} {run['files_per_s']:>9.1f} {run['cpu_ms_per_file']:>11.3f} "
+                    f"{run['requests']:>9} {run['connections']:>6}")
+    rows.append("")
+    rows.append(f"empty-input start-up (median of 5): {result['empty_input_wall_s']:.3f} s")
+    for name, value in result["ratios"].items():  # type: ignore[attr-defined]
+        rows.append(f"{name}: {value}")
+    for name, ok in result["targets"].items():  # type: ignore[attr-defined]
+        rows.append(f"target {name}: {'n/a' if ok is None else ('met' if ok else 'NOT MET')}")
+    return "\n".join(rows)

@@ -1,0 +1,1 @@
+"""Drop-in replacement for Pegasus WMS pegasus-transfer: CLI, spec parsing, reporting."""

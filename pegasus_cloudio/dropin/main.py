@@ -1,0 +1,155 @@
+"""``pegasus-cloudio-transfer``: a drop-in for Pegasus's ``pegasus-transfer`` (5.x).
+
+Same options (``-f -m -n -s -d``), same inputs (v1 text or JSON on stdin or ``-f``), same
+exit codes (0 all succeeded, 1 anything failed, 2 usage), same log format and final lines,
+same integrity data and monitoring records. Transfers run in this one process on the
+``transfer`` engine; schemes without a native backend go to the stock tool in one call.
+
+Threads: ``PEGASUS_CLOUDIO_THREADS`` (a site or profile setting) wins over ``--threads``,
+because the planner passes ``--threads 1`` to PegasusLite jobs by default; then
+``--threads``, then ``PEGASUS_TRANSFER_THREADS``, then 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import List, Mapping, Optional, Sequence, TextIO
+
+from pegasus_cloudio.dropin import reporting
+from pegasus_cloudio.dropin.spec import Entry, SpecError, parse_spec
+from pegasus_cloudio.dropin.stock import run_stock
+from transfer import Engine, Result, Session, Settings
+from transfer.credentials import check_private
+from transfer.errors import TransferError
+from transfer.retry import RetryPolicy
+
+log = logging.getLogger("pegasus-transfer")
+LOG_FORMAT = "%(asctime)s %(levelname)7s:  %(message)s"
+SEPARATOR = "-" * 80
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pegasus-transfer", description=__doc__.splitlines()[0])
+    parser.add_argument("-f", "--file", help="read the transfer specification from FILE (default: stdin)")
+    parser.add_argument("-m", "--max-attempts", type=int, default=3, help="attempts per transfer (default 3)")
+    parser.add_argument("-n", "--threads", type=int, default=0, help="concurrent transfers")
+    parser.add_argument("-s", "--symlink", action="store_true", help="symlink local-to-local copies")
+    parser.add_argument("-d", "--debug", action="store_true", help="debug logging")
+    return parser
+
+
+def effective_threads(cli_threads: int, env: Mapping[str, str]) -> int:
+    for value in (env.get("PEGASUS_CLOUDIO_THREADS"), cli_threads or None, env.get("PEGASUS_TRANSFER_THREADS")):
+        if value:
+            try:
+                threads = int(value)
+            except ValueError:
+                log.error("Invalid thread count %r; using 8", value)
+                return 8
+            if threads > 0:
+                return threads
+    return 8
+
+
+def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] = None,
+         stdin: Optional[TextIO] = None) -> int:
+    args = build_parser().parse_args(argv)
+    env = dict(os.environ) if env is None else dict(env)
+    _setup_logging(args.debug)
+    try:
+        return _run(args, env, stdin or sys.stdin)
+    except KeyboardInterrupt:
+        log.critical("Exiting due to signal 2")
+        return 1
+
+
+def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> int:
+    started = time.time()
+    try:
+        if env.get("PEGASUS_CREDENTIALS"):
+            check_private(env["PEGASUS_CREDENTIALS"])
+        entries = _load(args, env, stdin)
+        threads = effective_threads(args.threads, env)
+        settings = Settings.from_env(env).replace(threads=threads, max_attempts=max(1, args.max_attempts))
+    except TransferError as err:
+        log.critical("%s", err)
+        return 1
+    log.info("%d transfers loaded", len(entries))
+    native = [e for e in entries if e.native]
+    delegated = [e for e in entries if not e.native]
+    log.info(SEPARATOR)
+    log.info("Starting transfers - attempt 1")
+    with Session(settings, env) as session:
+        outcome = run_native(native, session, settings)
+    stock_rc = run_stock(delegated, _stock_argv(args, threads), env) if delegated else 0
+    log.info(SEPARATOR)
+    for line in reporting.stats_lines(outcome.records, started):
+        log.info("%s", line)
+    if outcome.failed == 0 and stock_rc == 0:
+        log.info("All transfers completed successfully.")
+        return 0
+    log.critical("Some transfers failed! See above, and possibly stderr.")
+    return 1
+
+
+def _load(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> List[Entry]:
+    if args.file:
+        log.info("Reading transfer specification from %s", args.file)
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as err:
+            raise SpecError(f"cannot read transfer specification: {err.strerror}", url=args.file,
+                            operation="parse") from err
+    else:
+        log.info("Reading URL pairs from stdin")
+        text = stdin.read()
+    return parse_spec(text, symlink=args.symlink, env=env) if text.strip() else []
+
+
+def run_native(entries: Sequence[Entry], session: Session, settings: Settings) -> "reporting.Outcome":
+    """Run entries on the engine, then integrity steps and monitoring; never raises per file."""
+    engine = Engine(session, threads=settings.threads,
+                    retry=RetryPolicy(settings.max_attempts, settings.retry_base_delay,
+                                      settings.retry_max_delay),
+                    on_result=_log_failure)
+    results = engine.run([e.op for e in entries]) if entries else []
+    return reporting.finish(entries, results, engine, session.context.env)
+
+
+def _log_failure(result: Result) -> None:
+    if result.ok:
+        log.debug("done %s (%d bytes, %d attempt(s))", result.op, result.bytes, result.attempts)
+    else:
+        log.error("%s (after %d attempt(s))", result.error, result.attempts)
+
+
+def _stock_argv(args: argparse.Namespace, threads: int) -> List[str]:
+    argv = ["--threads", str(threads), "--max-attempts", str(args.max_attempts)]
+    if args.symlink:
+        argv.append("--symlink")
+    if args.debug:
+        argv.append("--debug")
+    return argv
+
+
+def _setup_logging(debug: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.DEBUG if debug else logging.INFO)
+    log.propagate = False
+
+
+def console_main() -> None:
+    sys.exit(main())

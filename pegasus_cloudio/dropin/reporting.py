@@ -1,0 +1,144 @@
+"""What the drop-in does after the engine ran: integrity data, checksum verification,
+monitoring records, statistics -- the parts of pegasus-transfer's contract that Pegasus
+reads back (see the spec, sections 1.8 and 1.9).
+
+* ``generate_checksum``: once per LFN, the kickstart "fullstat" YAML of the local end
+  (source if it is a local file, else destination) is appended to
+  ``$KICKSTART_INTEGRITY_DATA``.
+* ``verify_checksum_remote``: the destination (pulled back to a temp file when remote) is
+  checked against ``./*.meta``; a mismatch re-runs the transfer, up to the attempt limit,
+  and one ``@@@MONITORING_PAYLOAD`` line per linkage reports the counts.
+* With ``$PEGASUS_MULTIPART_DIR`` set, every attempt is written as ``transfer_attempts``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from pegasus_cloudio.dropin import integrity, monitoring, stats
+from pegasus_cloudio.dropin.spec import Entry
+from transfer import Engine, Result, Transfer, parse_url
+from transfer.ops import Attempt
+
+log = logging.getLogger("pegasus-transfer")
+
+__all__ = ["Outcome", "Result", "finish", "stats_lines"]
+
+
+@dataclass
+class Outcome:
+    records: List[monitoring.AttemptRecord]
+    failed: int
+
+
+def finish(entries: Sequence[Entry], results: List[Result], engine: Engine, env: Mapping[str, str]) -> Outcome:
+    results = list(results)
+    _generate_checksums(entries, results, env)
+    _verify_remote(entries, results, engine)
+    records = [_record(entry, attempt) for entry, result in zip(entries, results)
+               if isinstance(result.op, Transfer) for attempt in result.history]
+    if env.get("PEGASUS_MULTIPART_DIR"):
+        monitoring.write_transfer_attempts(env["PEGASUS_MULTIPART_DIR"], records)
+    return Outcome(records, sum(not r.ok for r in results))
+
+
+def stats_lines(records: Sequence[monitoring.AttemptRecord], started: float) -> List[str]:
+    """The stock summary; its seconds are the whole run's wall time, as in 5.1.3."""
+    return stats.format_stats(records, total_seconds=time.time() - started)
+
+
+def _record(entry: Entry, attempt: Attempt) -> monitoring.AttemptRecord:
+    source = attempt.source
+    return monitoring.AttemptRecord(
+        src_url=str(source) if source else "", src_label=source.site_label if source else None,
+        dst_url=str(attempt.dest), dst_label=attempt.dest.site_label, success=attempt.ok,
+        start=attempt.start, duration=attempt.seconds, lfn=entry.lfn, bytes=attempt.bytes,
+        local_file=bool((source and source.scheme == "file") or attempt.dest.scheme == "file"))
+
+
+def _generate_checksums(entries: Sequence[Entry], results: List[Result], env: Mapping[str, str]) -> None:
+    done: Set[str] = set()
+    for entry, result in zip(entries, results):
+        if not (entry.generate_checksum and result.ok and entry.lfn) or entry.lfn in done:
+            continue
+        path = _local_end(result)
+        if path is None:
+            continue
+        done.add(entry.lfn)
+        try:
+            integrity.append_integrity_data(
+                integrity.fullstat_yaml(entry.lfn, path, output=True), env)
+        except OSError as err:
+            log.error("Unable to generate checksum for %s: %s", entry.lfn, err)
+
+
+def _local_end(result: Result) -> Optional[str]:
+    op = result.op
+    assert isinstance(op, Transfer)
+    if result.source is not None and result.source.scheme == "file":
+        return result.source.path
+    if op.dest.is_local:
+        return op.dest.path
+    return None
+
+
+def _verify_remote(entries: Sequence[Entry], results: List[Result], engine: Engine) -> None:
+    wanted = [i for i, (e, r) in enumerate(zip(entries, results)) if e.verify_checksum_remote and r.ok and e.lfn]
+    if not wanted:
+        return
+    index = integrity.load_meta_index(".")
+    counts: Dict[Optional[str], Tuple[int, int, float]] = {}
+    for position in wanted:
+        entry = entries[position]
+        ok, seconds = _verify_with_retries(entry, engine, results, position, index)
+        good, bad, total = counts.get(entry.linkage, (0, 0, 0.0))
+        counts[entry.linkage] = (good + ok, bad + (not ok), total + seconds)
+    for file_type, (good, bad, total) in counts.items():
+        log.info("%s", monitoring.integrity_payload_line(file_type, good, bad, total))
+
+
+def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], index: int,
+                         meta: "integrity.MetaIndex") -> Tuple[bool, float]:
+    op = entry.op
+    assert isinstance(op, Transfer) and entry.lfn
+    spent = 0.0
+    attempts = results[index].attempts
+    while True:
+        outcome = _verify_once(entry, engine, meta)
+        spent += outcome.seconds
+        if outcome.ok:
+            return True, spent
+        log.error("Integrity check failed for %s: %s", entry.lfn, outcome.message)
+        if attempts >= engine.max_attempts:
+            results[index] = Result(op, False, 0, results[index].seconds, attempts,
+                                    results[index].error, None, results[index].history)
+            return False, spent
+        rerun = engine.run([op])[0]
+        attempts += rerun.attempts
+        results[index] = rerun
+        if not rerun.ok:
+            return False, spent
+
+
+def _verify_once(entry: Entry, engine: Engine, meta: "integrity.MetaIndex") -> "integrity.VerifyOutcome":
+    op = entry.op
+    assert isinstance(op, Transfer) and entry.lfn
+    if op.dest.is_local:
+        return integrity.verify_against_meta(entry.lfn, op.dest.path, index=meta)
+    log.info("Pulling back %s to verify checksum", entry.lfn)
+    fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-verify-")
+    os.close(fd)
+    started = time.monotonic()
+    try:
+        pulled = engine.run([Transfer((op.dest,), parse_url(temp))])[0]
+        if not pulled.ok:
+            return integrity.VerifyOutcome(False, f"pull-back failed: {pulled.error}",
+                                           time.monotonic() - started)
+        return integrity.verify_against_meta(entry.lfn, temp, index=meta)
+    finally:
+        os.unlink(temp)

@@ -1,0 +1,170 @@
+"""The transfer specification pegasus-transfer reads: v1 text or Pegasus 5 JSON.
+
+Input starting with exactly ``# src`` is v1 (4-line groups of ``# src N SITE`` / URL /
+``# dst N SITE`` / URL); anything else is a JSON array of ``transfer``, ``mkdir`` and
+``remove`` objects. Unknown keys (``id``, ``attributes``, ``checkpoint``...) are ignored.
+Mixed lists and several mkdirs are accepted (the 5.1.3 tool crashes on them).
+
+Sources are ordered by ``priority``, highest first; entries without one keep their input
+order after those that have one (5.1.3 draws a random priority, so its order is random).
+Only the first destination is used, as in 5.1.3.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from transfer import backends
+from transfer.errors import InvalidInput
+from transfer.ops import LinkMode, Mkdir, Operation, Remove, Transfer
+from transfer.urls import Url, parse_url
+
+_V1_COMMENT = re.compile(r"^# +\w+ +\w+ +([\w\-_]+)")
+_TRUE = {"yes", "true", "t", "1"}
+_FALSE = {"no", "false", "f", "0"}
+
+
+class SpecError(InvalidInput):
+    """The transfer specification cannot be parsed; the message names the entry or field."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One item of the specification, as an operation plus what Pegasus attached to it.
+
+    ``raw`` is the JSON object (v1 pairs are converted) so that entries this tool does not
+    serve natively can be handed to the stock pegasus-transfer unchanged.
+    """
+
+    op: Operation
+    raw: Dict[str, Any]
+    lfn: Optional[str] = None
+    linkage: Optional[str] = None
+    generate_checksum: bool = False
+    verify_checksum_remote: bool = False
+
+    @property
+    def native(self) -> bool:
+        """True when every URL of the entry has a native backend."""
+        return all(backends.supports(url.scheme) for url in urls_of(self.op))
+
+
+def urls_of(op: Operation) -> Tuple[Url, ...]:
+    if isinstance(op, Transfer):
+        return op.sources + (op.dest,)
+    return (op.target,)
+
+
+def parse_spec(text: str, *, symlink: bool = False, env: Optional[Mapping[str, str]] = None) -> List[Entry]:
+    """Parse v1 or JSON; ``symlink`` (``-s``) turns local-to-local copies into symlinks."""
+    if text[0:5] == "# src":
+        return parse_v1(text, symlink=symlink, env=env)
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise SpecError(f"Error parsing the transfer specification JSON: {err}",
+                        operation="parse") from None
+    if not isinstance(data, list):
+        raise SpecError("Error parsing the transfer specification JSON: top level is not a list",
+                        operation="parse")
+    return [_entry(item, index, symlink, env) for index, item in enumerate(data)]
+
+
+def parse_v1(text: str, *, symlink: bool = False, env: Optional[Mapping[str, str]] = None) -> List[Entry]:
+    """The legacy format; a missing site label on the first pair is an error, later ones reuse it."""
+    lines = [line.rstrip("\r\n") for line in text.splitlines() if len(line.strip()) > 4]
+    entries: List[Entry] = []
+    label: Optional[str] = None
+    src: Optional[Tuple[str, Optional[str]]] = None
+    for number, line in enumerate(lines, 1):
+        if line.startswith("#"):
+            match = _V1_COMMENT.match(line)
+            if match:
+                label = match.group(1)
+            continue
+        if label is None:
+            raise SpecError(f"line {number}: URL before any '# src/dst N SITE' comment", operation="parse")
+        if src is None:
+            src = (line.strip(), label)
+            continue
+        raw = {"type": "transfer", "src_urls": [{"site_label": src[1], "url": src[0]}],
+               "dest_urls": [{"site_label": label, "url": line.strip()}]}
+        entries.append(_entry(raw, len(entries), symlink, env))
+        src = None
+    if src is not None:
+        raise SpecError(f"source URL {src[0]} has no destination", operation="parse")
+    return entries
+
+
+def _entry(item: Any, index: int, symlink: bool, env: Optional[Mapping[str, str]]) -> Entry:
+    if not isinstance(item, dict):
+        raise SpecError(f"Unknown JSON entry: {item!r}", operation="parse")
+    kind = item.get("type")
+    if kind == "transfer":
+        return _transfer(item, index, symlink, env)
+    if kind == "mkdir":
+        return Entry(Mkdir(_url(_field(item, "target", index), index, env)), item)
+    if kind == "remove":
+        target = _field(item, "target", index)
+        recursive = _bool(target.get("recursive", item.get("recursive", False)), "recursive", index)
+        return Entry(Remove(_url(target, index, env), recursive), item)
+    raise SpecError(f"Unknown JSON entry: {json.dumps(item)[:200]}", operation="parse")
+
+
+def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Mapping[str, str]]) -> Entry:
+    sources = _field(item, "src_urls", index)
+    dests = _field(item, "dest_urls", index)
+    if not isinstance(sources, list) or not sources or not isinstance(dests, list) or not dests:
+        raise SpecError(f"entry {index}: src_urls and dest_urls must be non-empty lists", operation="parse")
+    ranked = sorted(enumerate(sources), key=lambda pair: (-_priority(pair[1], index), pair[0]))
+    src_urls = tuple(_url(entry, index, env) for _, entry in ranked)
+    dest = _url(dests[0], index, env)
+    local_pair = dest.scheme == "file" and all(u.scheme == "file" for u in src_urls)
+    return Entry(
+        Transfer(src_urls, dest, lfn=item.get("lfn"),
+                 link=LinkMode.SYMLINK if symlink and local_pair else LinkMode.COPY,
+                 verify_source=_bool(item.get("verify_symlink_source", True), "verify_symlink_source", index)),
+        item,
+        lfn=item.get("lfn"),
+        linkage=item.get("linkage"),
+        generate_checksum=_bool(item.get("generate_checksum", False), "generate_checksum", index),
+        verify_checksum_remote=_bool(item.get("verify_checksum_remote", False), "verify_checksum_remote",
+                                     index),
+    )
+
+
+def _field(item: Dict[str, Any], name: str, index: int) -> Any:
+    if name not in item:
+        raise SpecError(f"entry {index} ({item.get('type')}): missing '{name}'", operation="parse")
+    return item[name]
+
+
+def _url(entry: Any, index: int, env: Optional[Mapping[str, str]]) -> Url:
+    if not isinstance(entry, dict) or "url" not in entry or "site_label" not in entry:
+        raise SpecError(f"entry {index}: a URL entry needs 'site_label' and 'url'", operation="parse")
+    label = entry["site_label"]
+    return parse_url(str(entry["url"]), site_label=label.replace("-", "_") if label else None, env=env)
+
+
+def _priority(entry: Any, index: int) -> int:
+    value = entry.get("priority") if isinstance(entry, dict) else None
+    if value is None:
+        return -1
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"entry {index}: priority {value!r} is not a number", operation="parse") from None
+
+
+def _bool(value: Any, name: str, index: int) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SpecError(f"entry {index}: '{name}' must be a boolean, got {value!r}", operation="parse")

@@ -1,0 +1,868 @@
+"""A threaded TCP relay that counts HTTP/1.1 traffic, adds latency and injects faults.
+
+`TcpProxy` listens on 127.0.0.1 and relays every accepted connection to one
+target. It sits in the benchmark path (counting connections, requests and
+bytes; ``delay_ms`` emulates a WAN round trip) and in fault tests (resets,
+truncated bodies, stalls and error statuses on chosen requests).
+
+Per connection there is one reader thread per direction, plus, when a delay is
+set, one sender thread per direction that delivers time-stamped chunks when
+they are due (so latency is added without limiting throughput).
+
+The client-to-server stream is framed as HTTP/1.1 requests (Content-Length and
+chunked bodies are skipped, never parsed as requests). Clients are assumed not
+to pipeline, so the response bytes that follow a forwarded request belong to
+it. A stream that does not look like HTTP (e.g. TLS) is relayed untouched and
+counted in bytes only.
+"""
+
+from __future__ import annotations
+
+import collections
+import http
+import itertools
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import (
+    Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, Union,
+)
+
+__all__ = ["Fault", "Match", "SLOW_DOWN_BODY", "TcpProxy"]
+
+_RECV_SIZE = 128 * 1024
+_MAX_LINE = 64 * 1024            # longest request head / chunk-size line we parse
+_MAX_QUEUED = 32 * 1024 * 1024   # bytes buffered per direction by a delayed link
+_ACCEPT_POLL_S = 0.2
+_CONNECT_TIMEOUT_S = 10.0
+_JOIN_TIMEOUT_S = 5.0
+
+SLOW_DOWN_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n'
+    b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>"
+    b"<RequestId>pegasus-cloudio-proxy</RequestId><HostId>pegasus-cloudio-proxy</HostId></Error>"
+)
+
+RESET, TRUNCATE, STALL, STATUS = "reset", "truncate", "stall", "status"
+
+
+# --------------------------------------------------------------------------- faults
+
+
+@dataclass(frozen=True)
+class Match:
+    """Which requests a fault applies to; None fields match anything.
+
+    ``method`` is compared case-insensitively; ``path`` is a substring of the
+    request target (path plus query string, as sent on the request line).
+    """
+
+    method: Optional[str] = None
+    path: Optional[str] = None
+
+    def matches(self, method: str, target: str) -> bool:
+        """True if a request with this method and target is selected."""
+        if self.method is not None and self.method.upper() != method.upper():
+            return False
+        return self.path is None or self.path in target
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault, hitting the next ``times`` matching requests.
+
+    Build with the class methods; fields are:
+        kind: ``reset``, ``truncate``, ``stall`` or ``status``.
+        after_bytes: response bytes forwarded before reset/truncate/stall.
+        seconds: stall length.
+        code, body, headers: the synthetic response of a ``status`` fault.
+        times: how many matching requests it hits.
+        match: which requests match.
+    """
+
+    kind: str
+    after_bytes: int = 0
+    seconds: float = 0.0
+    code: int = 503
+    body: bytes = b""
+    headers: Tuple[Tuple[str, str], ...] = ()
+    times: int = 1
+    match: Match = field(default_factory=Match)
+
+    @classmethod
+    def reset(cls, after_bytes: int = 0, *, times: int = 1, method: Optional[str] = None,
+              path: Optional[str] = None) -> "Fault":
+        """After ``after_bytes`` response bytes, abort the client connection with RST."""
+        return cls(RESET, after_bytes=after_bytes, times=times, match=Match(method, path))
+
+    @classmethod
+    def truncate(cls, after_bytes: int = 0, *, times: int = 1, method: Optional[str] = None,
+                 path: Optional[str] = None) -> "Fault":
+        """After ``after_bytes`` response bytes, close the client connection with FIN."""
+        return cls(TRUNCATE, after_bytes=after_bytes, times=times, match=Match(method, path))
+
+    @classmethod
+    def stall(cls, seconds: float, after_bytes: int = 0, *, times: int = 1,
+              method: Optional[str] = None, path: Optional[str] = None) -> "Fault":
+        """After ``after_bytes`` response bytes, forward nothing for ``seconds``, then close."""
+        return cls(STALL, after_bytes=after_bytes, seconds=seconds, times=times,
+                   match=Match(method, path))
+
+    @classmethod
+    def status(cls, code: int = 503, body: bytes = SLOW_DOWN_BODY,
+               headers: Optional[Mapping[str, str]] = None, *, times: int = 1,
+               method: Optional[str] = None, path: Optional[str] = None) -> "Fault":
+        """Answer the request directly with ``code`` and ``body`` (S3 SlowDown by default).
+
+        The request is never forwarded; its body is read and dropped, and the
+        connection stays usable (unless the client sent ``Expect:
+        100-continue``: then it may never send the body, so the answer carries
+        ``Connection: close`` and the connection is closed after it).
+        """
+        pairs = tuple((headers or {"Content-Type": "application/xml"}).items())
+        return cls(STATUS, code=code, body=body, headers=pairs, times=times,
+                   match=Match(method, path))
+
+
+class _FaultBook:
+    """Thread-safe list of pending faults with their remaining hit counts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: List[List[Any]] = []  # [Fault, remaining]
+
+    def replace(self, faults: Iterable[Fault]) -> None:
+        with self._lock:
+            self._pending = [[f, f.times] for f in faults if f.times > 0]
+
+    def take(self, method: str, target: str) -> Optional[Fault]:
+        """The first pending fault matching the request, consuming one hit."""
+        with self._lock:
+            for entry in self._pending:
+                if entry[0].match.matches(method, target):
+                    entry[1] -= 1
+                    if entry[1] == 0:
+                        self._pending.remove(entry)
+                    fault: Fault = entry[0]
+                    return fault
+        return None
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(int(remaining) for _, remaining in self._pending)
+
+
+# --------------------------------------------------------------------------- counters
+
+
+class _Counters:
+    """Traffic counters shared by all connection threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.connections = 0
+            self.requests = 0
+            self.by_method: Dict[str, int] = {}
+            self.bytes_up = 0
+            self.bytes_down = 0
+            self.faults = 0
+
+    def add_connection(self) -> None:
+        with self._lock:
+            self.connections += 1
+
+    def add_request(self, method: str) -> None:
+        with self._lock:
+            self.requests += 1
+            self.by_method[method] = self.by_method.get(method, 0) + 1
+
+    def add_fault(self) -> None:
+        with self._lock:
+            self.faults += 1
+
+    def add_up(self, n: int) -> None:
+        with self._lock:
+            self.bytes_up += n
+
+    def add_down(self, n: int) -> None:
+        with self._lock:
+            self.bytes_down += n
+
+    def snapshot(self) -> Dict[str, Any]:
+        with self._lock:
+            return {
+                "connections": self.connections,
+                "requests": self.requests,
+                "requests_by_method": dict(self.by_method),
+                "bytes_up": self.bytes_up,
+                "bytes_down": self.bytes_down,
+                "faults_triggered": self.faults,
+            }
+
+
+# --------------------------------------------------------------------------- HTTP framing
+
+
+@dataclass(frozen=True)
+class _RequestHead:
+    method: str
+    target: str
+    content_length: int
+    chunked: bool
+    expect_continue: bool
+
+
+_HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _RAW = range(6)
+_TOKEN_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ\r\n")
+
+
+class _RequestFramer:
+    """Splits a client-to-server byte stream into HTTP/1.1 requests.
+
+    `feed` returns the bytes to forward. For each complete request head it
+    calls ``on_head(head)``; a False answer swallows that request (head and
+    body). Head bytes are held back until the head is complete, so a swallowed
+    request never leaks upstream. Anything unparseable switches the framer to
+    raw relaying for the rest of the connection.
+    """
+
+    def __init__(self, on_head: Callable[[_RequestHead], bool]) -> None:
+        self._on_head = on_head
+        self._state = _HEAD
+        self._buf = bytearray()
+        self._left = 0      # body bytes left (_BODY) or chunk bytes + CRLF left (_CHUNK_DATA)
+        self._keep = True   # forward the current request's bytes
+
+    def feed(self, data: bytes) -> bytes:
+        """Consume ``data``; return what should be sent upstream."""
+        state = self._state
+        if state == _BODY and len(data) < self._left:  # fast path: inside a body
+            self._left -= len(data)
+            return data if self._keep else b""
+        if state == _RAW:
+            return data
+        out: List[bytes] = []
+        pos = 0
+        while pos < len(data):
+            pos = self._step(data, pos, out)
+        return b"".join(out)
+
+    def _step(self, data: bytes, pos: int, out: List[bytes]) -> int:
+        state = self._state
+        if state == _HEAD:
+            return self._step_head(data, pos, out)
+        if state == _RAW:
+            out.append(data[pos:])
+            return len(data)
+        if state in (_BODY, _CHUNK_DATA):
+            n = min(self._left, len(data) - pos)
+            self._emit(data[pos:pos + n], out)
+            self._left -= n
+            if self._left == 0:
+                self._state = _HEAD if state == _BODY else _CHUNK_SIZE
+            return pos + n
+        return self._step_line(data, pos, out)
+
+    def _emit(self, chunk: bytes, out: List[bytes]) -> None:
+        if self._keep and chunk:
+            out.append(chunk)
+
+    def _step_head(self, data: bytes, pos: int, out: List[bytes]) -> int:
+        before = len(self._buf)
+        self._buf += data[pos:]
+        if self._buf[0] not in _TOKEN_START:
+            return self._go_raw(out, len(data))
+        end = self._buf.find(b"\r\n\r\n", max(0, before - 3))
+        if end < 0:
+            return len(data) if len(self._buf) <= _MAX_LINE else self._go_raw(out, len(data))
+        raw = bytes(self._buf[:end + 4])
+        self._buf.clear()
+        head = _parse_head(raw)
+        if head is None:
+            out.append(raw)
+            self._state = _RAW
+        else:
+            self._start_request(head, raw, out)
+        return pos + (end + 4 - before)
+
+    def _go_raw(self, out: List[bytes], consumed: int) -> int:
+        out.append(bytes(self._buf))
+        self._buf.clear()
+        self._state = _RAW
+        return consumed
+
+    def _start_request(self, head: _RequestHead, raw: bytes, out: List[bytes]) -> None:
+        self._keep = self._on_head(head)
+        self._emit(raw, out)
+        if head.chunked:
+            self._state = _CHUNK_SIZE
+        elif head.content_length > 0:
+            self._state, self._left = _BODY, head.content_length
+        else:
+            self._state = _HEAD
+
+    def _step_line(self, data: bytes, pos: int, out: List[bytes]) -> int:
+        """Chunk-size lines and trailer lines; forwarded as they arrive."""
+        newline = data.find(b"\n", pos)
+        stop = len(data) if newline < 0 else newline + 1
+        self._emit(data[pos:stop], out)
+        self._buf += data[pos:stop]
+        if newline < 0:
+            if len(self._buf) > _MAX_LINE:
+                self._buf.clear()
+                self._state = _RAW
+            return stop
+        line = bytes(self._buf).strip()
+        self._buf.clear()
+        if self._state == _TRAILER:
+            if not line:
+                self._state = _HEAD
+            return stop
+        try:
+            size = int(line.split(b";", 1)[0], 16)
+        except ValueError:
+            self._state = _RAW
+            return stop
+        if size == 0:
+            self._state = _TRAILER
+        else:
+            self._state, self._left = _CHUNK_DATA, size + 2
+        return stop
+
+
+def _parse_head(raw: bytes) -> Optional[_RequestHead]:
+    """Parse a request head; None if it is not an HTTP/1.x request."""
+    lines = raw.lstrip(b"\r\n").split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+        return None
+    headers: Dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    try:
+        length = int(headers.get(b"content-length", b"0"))
+    except ValueError:
+        return None
+    return _RequestHead(
+        method=parts[0].decode("latin-1"),
+        target=parts[1].decode("latin-1"),
+        content_length=length,
+        chunked=headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"),
+        expect_continue=headers.get(b"expect", b"").lower() == b"100-continue",
+    )
+
+
+def _status_response(fault: Fault, head: _RequestHead, close: bool) -> bytes:
+    try:
+        reason = http.HTTPStatus(fault.code).phrase
+    except ValueError:
+        reason = "Injected"
+    lines = [f"HTTP/1.1 {fault.code} {reason}"]
+    skip = {"content-length", "connection"}
+    lines += [f"{k}: {v}" for k, v in fault.headers if k.lower() not in skip]
+    lines.append(f"Content-Length: {len(fault.body)}")
+    if close:
+        lines.append("Connection: close")
+    head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head_bytes if head.method == "HEAD" else head_bytes + fault.body
+
+
+# --------------------------------------------------------------------------- links
+
+
+_Item = Union[bytes, Callable[[], None], None]
+
+
+class _DirectLink:
+    """Delivers bytes to a socket immediately; actions run in the caller's thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()  # the client side is written by both readers
+
+    def send(self, data: bytes) -> None:
+        with self._lock:
+            self._sock.sendall(data)
+
+    def call(self, action: Callable[[], None]) -> None:
+        action()
+
+    def finish(self) -> None:
+        """No more items will follow."""
+
+    def close(self) -> None:
+        """Drop anything pending (nothing is ever pending here)."""
+
+
+class _DelayedLink:
+    """Delivers bytes and actions to a socket ``delay`` seconds after they are queued.
+
+    A sender thread (started by the owner via ``spawn``) sleeps until each item
+    is due and coalesces data that is due together into one send. Queued bytes
+    are capped at ``_MAX_QUEUED`` so a slow receiver still pushes back.
+    """
+
+    def __init__(self, sock: socket.socket, delay: float,
+                 spawn: Callable[[Callable[[], None], str], None], name: str) -> None:
+        self._sock = sock
+        self._delay = delay
+        self._cv = threading.Condition()
+        self._queue: Deque[Tuple[float, _Item]] = collections.deque()
+        self._queued = 0
+        self._closed = False
+        spawn(self._run, name)
+
+    def send(self, data: bytes) -> None:
+        with self._cv:
+            while self._queued > _MAX_QUEUED and not self._closed:
+                self._cv.wait()
+            self._put(data)
+            self._queued += len(data)
+
+    def call(self, action: Callable[[], None]) -> None:
+        with self._cv:
+            self._put(action)
+
+    def finish(self) -> None:
+        with self._cv:
+            self._put(None)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._queue.clear()
+            self._cv.notify_all()
+
+    def _put(self, item: _Item) -> None:
+        if not self._closed:
+            self._queue.append((time.monotonic() + self._delay, item))
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            item = self._next_due()
+            if item is None:
+                return
+            if callable(item):
+                item()
+                continue
+            self._sock.sendall(item)
+            with self._cv:
+                self._queued -= len(item)
+                self._cv.notify_all()
+
+    def _next_due(self) -> _Item:
+        """Wait for the next item and its due time; None when finished or closed."""
+        with self._cv:
+            while not self._queue and not self._closed:
+                self._cv.wait()
+            if self._closed:
+                return None
+            due, item = self._queue.popleft()
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        if not isinstance(item, bytes):
+            return item
+        return self._coalesce(item)
+
+    def _coalesce(self, first: bytes) -> bytes:
+        parts = [first]
+        now = time.monotonic()
+        with self._cv:
+            while self._queue and self._queue[0][0] <= now and isinstance(self._queue[0][1], bytes):
+                parts.append(self._queue.popleft()[1])  # type: ignore[arg-type]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_Link = Union[_DirectLink, _DelayedLink]
+
+
+# --------------------------------------------------------------------------- connections
+
+
+class _Armed:
+    """A response fault waiting for its byte threshold."""
+
+    def __init__(self, fault: Fault) -> None:
+        self.fault = fault
+        self.left = fault.after_bytes
+
+    def split(self, data: bytes) -> Tuple[bytes, bool]:
+        """(bytes still to forward, whether the fault fires after them)."""
+        if len(data) < self.left:
+            self.left -= len(data)
+            return data, False
+        allowed, self.left = data[:self.left], 0
+        return allowed, True
+
+
+def _quietly(action: Callable[[], Any]) -> None:
+    try:
+        action()
+    except OSError:
+        pass
+
+
+def _nodelay(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Connection:
+    """One relayed client connection and the threads serving it.
+
+    The last thread to exit closes both sockets; `abort` wakes every thread
+    (socket shutdowns plus closing the links) so that happens promptly.
+    """
+
+    def __init__(self, proxy: "TcpProxy", client: socket.socket, number: int) -> None:
+        self._proxy = proxy
+        self._client = client
+        self._upstream: Optional[socket.socket] = None
+        self._name = f"tcpproxy-{proxy.port}-{number}"
+        self._lock = threading.Lock()
+        self._threads: List[threading.Thread] = []
+        self._running = 0
+        self._aborted = False
+        self._armed: Optional[_Armed] = None
+        self._links: List[_Link] = []
+        self._to_upstream: _Link  # set by _run once upstream is connected
+        self._to_client: _Link
+
+    def start(self) -> None:
+        self._spawn(self._run, "setup")
+
+    def threads(self) -> List[threading.Thread]:
+        with self._lock:
+            return list(self._threads)
+
+    def abort(self, rst: bool = False) -> None:
+        """Tear the connection down; with ``rst`` the client gets a TCP reset."""
+        with self._lock:
+            if self._aborted:
+                return
+            self._aborted = True
+            upstream, links = self._upstream, list(self._links)
+        if rst:  # SHUT_RD wakes our reader without sending FIN; the close sends RST
+            linger = struct.pack("ii", 1, 0)
+            _quietly(lambda: self._client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger))
+            _quietly(lambda: self._client.shutdown(socket.SHUT_RD))
+        else:
+            _quietly(lambda: self._client.shutdown(socket.SHUT_RDWR))
+        if upstream is not None:
+            _quietly(lambda: upstream.shutdown(socket.SHUT_RDWR))
+        for link in links:
+            link.close()
+
+    def _spawn(self, target: Callable[[], None], role: str) -> None:
+        thread = threading.Thread(target=self._thread_main, args=(target,),
+                                  name=f"{self._name}-{role}", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+            self._running += 1
+        thread.start()
+
+    def _thread_main(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except OSError:
+            self.abort()
+        finally:
+            self._thread_exit()
+
+    def _thread_exit(self) -> None:
+        with self._lock:
+            self._running -= 1
+            last = self._running == 0
+        if last:
+            self._client.close()
+            if self._upstream is not None:
+                self._upstream.close()
+            self._proxy._forget(self)
+
+    def _run(self) -> None:
+        """Pay the handshake delay, connect upstream, then relay both directions."""
+        delay = self._proxy.delay_ms / 1000.0
+        if delay and self._proxy._stopping.wait(2 * delay):
+            return
+        upstream = socket.create_connection(self._proxy.target, timeout=_CONNECT_TIMEOUT_S)
+        upstream.settimeout(None)
+        _nodelay(upstream)
+        with self._lock:
+            self._upstream = upstream
+            aborted = self._aborted
+        if aborted:
+            return
+        self._to_upstream = self._make_link(upstream, delay, "send-up")
+        self._to_client = self._make_link(self._client, delay, "send-down")
+        self._spawn(self._pump_up, "up")
+        self._pump_down()
+
+    def _make_link(self, sock: socket.socket, delay: float, role: str) -> _Link:
+        link: _Link = _DelayedLink(sock, delay, self._spawn, role) if delay else _DirectLink(sock)
+        with self._lock:
+            self._links.append(link)
+        return link
+
+    def _pump_up(self) -> None:
+        """Client to server: frame requests, apply request faults, forward."""
+        framer = _RequestFramer(self._on_request_head)
+        counters, recv, link = self._proxy._counters, self._client.recv, self._to_upstream
+        while True:
+            data = recv(_RECV_SIZE)
+            if not data:
+                break
+            counters.add_up(len(data))
+            out = framer.feed(data)
+            if out:
+                link.send(out)
+        link.call(self._half_close_upstream)
+        link.finish()
+
+    def _pump_down(self) -> None:
+        """Server to client: forward, firing an armed response fault at its threshold."""
+        counters, recv, link = self._proxy._counters, self._upstream_recv(), self._to_client
+        while True:
+            data = recv(_RECV_SIZE)
+            if not data:
+                break
+            armed = self._armed
+            if armed is not None:
+                data, fire = armed.split(data)
+                if fire:
+                    self._fire(armed.fault, data)
+                    return
+            counters.add_down(len(data))
+            link.send(data)
+        link.call(self._half_close_client)
+        link.finish()
+
+    def _upstream_recv(self) -> Callable[[int], bytes]:
+        assert self._upstream is not None
+        return self._upstream.recv
+
+    def _fire(self, fault: Fault, last: bytes) -> None:
+        """Forward the last allowed bytes, then queue the fault's action."""
+        self._armed = None
+        if last:
+            self._proxy._counters.add_down(len(last))
+            self._to_client.send(last)
+        if fault.kind == RESET:
+            self._to_client.call(lambda: self.abort(rst=True))
+        elif fault.kind == TRUNCATE:
+            self._to_client.call(self.abort)
+        else:
+            self._to_client.call(lambda: self._stall(fault.seconds))
+        self._to_client.finish()
+
+    def _stall(self, seconds: float) -> None:
+        self._proxy._stopping.wait(seconds)
+        self.abort()
+
+    def _on_request_head(self, head: _RequestHead) -> bool:
+        """Count the request and decide its fate; False swallows it."""
+        self._proxy._counters.add_request(head.method)
+        fault = self._proxy._faults.take(head.method, head.target)
+        if fault is None:
+            self._armed = None
+            return True
+        self._proxy._counters.add_fault()
+        if fault.kind != STATUS:
+            self._armed = _Armed(fault)
+            return True
+        self._armed = None
+        close = head.expect_continue
+        response = _status_response(fault, head, close)
+        self._proxy._counters.add_down(len(response))
+        self._to_client.send(response)
+        if close:
+            self._to_client.call(self.abort)
+        return False
+
+    def _half_close_upstream(self) -> None:
+        if self._upstream is not None:
+            _quietly(lambda: self._upstream.shutdown(socket.SHUT_WR))  # type: ignore[union-attr]
+
+    def _half_close_client(self) -> None:
+        _quietly(lambda: self._client.shutdown(socket.SHUT_WR))
+
+
+# --------------------------------------------------------------------------- proxy
+
+
+class TcpProxy:
+    """A TCP relay on ``127.0.0.1:<free port>`` to ``target``.
+
+    Use as a context manager, or call `start` / `stop`. Counters and faults are
+    safe to use from any thread while traffic flows.
+
+    ``delay_ms`` adds that one-way latency to every chunk in both directions
+    (without limiting throughput), plus one round trip before a new connection
+    is relayed, emulating the TCP handshake. ``--rtt-ms 4`` is ``delay_ms=2``.
+    """
+
+    def __init__(self, target: Tuple[str, int], *, delay_ms: float = 0.0,
+                 host: str = "127.0.0.1") -> None:
+        self.target = (target[0], int(target[1]))
+        self.delay_ms = float(delay_ms)
+        self.host = host
+        self.port = 0
+        self._counters = _Counters()
+        self._faults = _FaultBook()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._live: Set[_Connection] = set()
+        self._listener: Optional[socket.socket] = None
+        self._acceptor: Optional[threading.Thread] = None
+
+    # -- lifecycle
+
+    def __enter__(self) -> "TcpProxy":
+        return self.start()
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.stop()
+
+    def start(self) -> "TcpProxy":
+        """Bind the listener and start accepting; returns self."""
+        if self._listener is not None:
+            raise RuntimeError("proxy already started")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((self.host, 0))
+        listener.listen(512)
+        listener.settimeout(_ACCEPT_POLL_S)
+        self._listener, self.port = listener, listener.getsockname()[1]
+        self._acceptor = threading.Thread(target=self._accept_loop,
+                                          name=f"tcpproxy-{self.port}-accept", daemon=True)
+        self._acceptor.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every live connection; join the threads.
+
+        Idempotent. Threads are daemons, so a thread that fails to exit within
+        the join timeout cannot hang the interpreter.
+        """
+        if self._listener is None or self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._acceptor is not None:
+            self._acceptor.join(_JOIN_TIMEOUT_S)
+        self._listener.close()
+        with self._lock:
+            live = list(self._live)
+        for conn in live:
+            conn.abort()
+        deadline = time.monotonic() + _JOIN_TIMEOUT_S
+        for thread in itertools.chain.from_iterable(c.threads() for c in live):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- addresses
+
+    @property
+    def address(self) -> Tuple[str, int]:
+        """``(host, port)`` the proxy listens on."""
+        return (self.host, self.port)
+
+    def url(self, scheme: str = "http") -> str:
+        """``scheme://127.0.0.1:PORT``."""
+        return f"{scheme}://{self.host}:{self.port}"
+
+    # -- counters
+
+    @property
+    def connections(self) -> int:
+        """Client connections accepted."""
+        return int(self._counters.snapshot()["connections"])
+
+    @property
+    def requests(self) -> int:
+        """HTTP request heads seen from clients (including ones a fault answered)."""
+        return int(self._counters.snapshot()["requests"])
+
+    @property
+    def requests_by_method(self) -> Dict[str, int]:
+        """A copy of the per-method request counts."""
+        return dict(self._counters.snapshot()["requests_by_method"])
+
+    @property
+    def bytes_up(self) -> int:
+        """Bytes received from clients."""
+        return int(self._counters.snapshot()["bytes_up"])
+
+    @property
+    def bytes_down(self) -> int:
+        """Bytes handed to clients (relayed plus synthetic fault responses)."""
+        return int(self._counters.snapshot()["bytes_down"])
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections currently being relayed."""
+        with self._lock:
+            return len(self._live)
+
+    def reset_counters(self) -> None:
+        """Zero all counters (faults are unaffected)."""
+        self._counters.reset()
+
+    def snapshot(self) -> Dict[str, Any]:
+        """All counters at one instant: connections, requests,
+        requests_by_method, bytes_up, bytes_down, faults_triggered."""
+        return self._counters.snapshot()
+
+    # -- faults
+
+    def set_faults(self, faults: Iterable[Fault]) -> None:
+        """Replace the pending faults. Each request takes the first pending
+        fault whose match fits it; a fault is dropped after ``times`` hits."""
+        self._faults.replace(faults)
+
+    def clear_faults(self) -> None:
+        """Drop all pending faults."""
+        self._faults.replace(())
+
+    def pending_faults(self) -> int:
+        """Hits left over all pending faults."""
+        return self._faults.pending()
+
+    # -- internals
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        numbers = itertools.count(1)
+        while not self._stopping.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                if self._stopping.wait(0.05):
+                    return
+                continue
+            self._admit(client, next(numbers))
+
+    def _admit(self, client: socket.socket, number: int) -> None:
+        client.settimeout(None)
+        _nodelay(client)
+        self._counters.add_connection()
+        conn = _Connection(self, client, number)
+        with self._lock:
+            if self._stopping.is_set():  # stop() has already taken its snapshot
+                client.close()
+                return
+            self._live.add(conn)
+        conn.start()
+
+    def _forget(self, conn: _Connection) -> None:
+        with self._lock:
+            self._live.discard(conn)

@@ -1,0 +1,172 @@
+"""Side by side with the real pegasus-transfer 5.1.3: the same inputs must give the same
+files and the same exit codes (spec section 8)."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from pegasus_cloudio.testbed.stock import make_stock_home
+
+OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    err: str
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory):
+    return make_stock_home(tmp_path_factory.mktemp("stock"))
+
+
+def run_tool(argv, spec, env, cwd):
+    done = subprocess.run(argv + ["-m", "1"], input=spec, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def both(stock, spec, env, tmp_path, name):
+    """Run stock and ours on ``spec`` (a function of the run's output dir) in twin directories."""
+    runs = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+        work = tmp_path / f"{name}-{tool}"
+        work.mkdir()
+        runs[tool] = (run_tool(argv, spec(work), tool_env, work), work)
+    return runs
+
+
+def tree(directory):
+    found = {}
+    for root, _dirs, files in os.walk(directory):
+        for f in files:
+            path = os.path.join(root, f)
+            rel = os.path.relpath(path, directory)
+            found[rel] = ("link", os.readlink(path)) if os.path.islink(path) else open(path, "rb").read()
+    return found
+
+
+def transfer(src, dst, src_label="local", dst_label="local", **extra):
+    return {"type": "transfer", "lfn": os.path.basename(dst), "id": 1,
+            "src_urls": [{"site_label": src_label, "url": src}],
+            "dest_urls": [{"site_label": dst_label, "url": dst}], **extra}
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    src = tmp_path / "inputs"
+    src.mkdir()
+    for i in range(3):
+        (src / f"f{i}.txt").write_bytes(f"file {i}\n".encode() * (i + 1))
+    return src
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+
+
+def test_json_local_copies_match(stock, inputs, env, tmp_path):
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/f{i}.txt", f"file://{w}/out/deep/f{i}.txt")
+                                 for i in range(3)])
+    runs = both(stock, spec, env, tmp_path, "json")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) != {}
+
+
+def test_v1_format_and_env_var_expansion_match(stock, inputs, env, tmp_path):
+    env = dict(env, OUTROOT=str(tmp_path))
+    spec = lambda w: (f"# src 1 local\nfile://{inputs}/f1.txt\n# dst 1 local\nfile://$OUTROOT/{w.name}/v1/f1.txt\n")
+    runs = both(stock, spec, env, tmp_path, "v1")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"v1/f1.txt": b"file 1\nfile 1\n"}
+
+
+def test_symlink_flag_matches(stock, inputs, env, tmp_path):
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/l/f0.txt")])
+    results = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer, "-s"], stock.env(env)), ("ours", OURS + ["-s"], env)):
+        work = tmp_path / f"sym-{tool}"
+        work.mkdir()
+        results[tool] = (run_tool(argv, spec(work), tool_env, work).rc, tree(work))
+    assert results["stock"] == results["ours"] == (0, {"l/f0.txt": ("link", f"{inputs}/f0.txt")})
+
+
+def test_missing_source_fails_alike_and_leaves_no_file(stock, inputs, env, tmp_path):
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt"),
+                                 transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/f0.txt")])
+    runs = both(stock, spec, env, tmp_path, "missing")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 1
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"out/f0.txt": b"file 0\n"}
+    assert "Some transfers failed!" in runs["ours"][0].err
+
+
+def test_malformed_json_fails_alike(stock, env, tmp_path):
+    runs = both(stock, lambda w: "[{not json", env, tmp_path, "bad")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 1
+    assert "Error parsing the transfer specification JSON" in runs["ours"][0].err
+
+
+def test_usage_error_exit_code_matches(stock, env, tmp_path):
+    stock_rc = subprocess.run([stock.transfer, "--no-such-flag"], env=stock.env(env), capture_output=True).returncode
+    ours_rc = subprocess.run(OURS + ["--no-such-flag"], env=env, capture_output=True).returncode
+    assert stock_rc == ours_rc == 2
+
+
+def test_local_remove_matches(stock, env, tmp_path):
+    def spec(w):
+        (w / "gone.txt").write_bytes(b"x")
+        (w / "kept.txt").write_bytes(b"y")
+        return json.dumps([{"type": "remove", "id": 1,
+                            "target": {"site_label": "local", "url": f"file://{w}/gone.txt", "recursive": "False"}}])
+    runs = both(stock, spec, env, tmp_path, "rm")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"kept.txt": b"y"}
+
+
+def test_s3_round_trip_is_cross_compatible(stock, s3_env, bucket, inputs, tmp_path):
+    """Each tool uploads; the *other* tool downloads; files must match the originals."""
+    env = dict(s3_env, PATH=os.environ["PATH"])
+    tools = {"stock": ([stock.transfer], stock.env(env)), "ours": (OURS, env)}
+    for uploader, downloader in (("stock", "ours"), ("ours", "stock")):
+        up = json.dumps([transfer(f"file://{inputs}/f{i}.txt", f"s3://test@minio/{bucket}/{uploader}/f{i}.txt",
+                                  dst_label="minio") for i in range(3)])
+        assert run_tool(tools[uploader][0], up, tools[uploader][1], tmp_path).rc == 0
+        out = tmp_path / f"from-{uploader}"
+        down = json.dumps([transfer(f"s3://test@minio/{bucket}/{uploader}/f{i}.txt", f"file://{out}/f{i}.txt",
+                                    src_label="minio") for i in range(3)])
+        assert run_tool(tools[downloader][0], down, tools[downloader][1], tmp_path).rc == 0
+        assert tree(out) == tree(inputs)
+
+
+def test_s3_missing_object_fails_alike(stock, s3_env, bucket, tmp_path):
+    env = dict(s3_env, PATH=os.environ["PATH"])
+    spec = lambda w: json.dumps([transfer(f"s3://test@minio/{bucket}/absent", f"file://{w}/absent",
+                                          src_label="minio")])
+    runs = both(stock, spec, env, tmp_path, "s3missing")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 1
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {}
+
+
+def test_s3_mkdir_creates_the_bucket_alike(stock, s3_env, minio, tmp_path):
+    env = dict(s3_env, PATH=os.environ["PATH"])
+    for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+        spec = json.dumps([{"type": "mkdir", "id": 1,
+                            "target": {"site_label": "minio", "url": f"s3://test@minio/mk{tool}/run0001"}}])
+        assert run_tool(argv, spec, tool_env, tmp_path).rc == 0
+        assert run_tool(argv, spec, tool_env, tmp_path).rc == 0  # idempotent (PM-1234)
+        assert minio_bucket_exists(minio, f"mk{tool}")
+
+
+def minio_bucket_exists(minio, name):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    return name in [b["Name"] for b in client.list_buckets()["Buckets"]]

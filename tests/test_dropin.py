@@ -1,0 +1,113 @@
+"""pegasus-cloudio-transfer as PegasusLite and stage-in jobs run it: real processes, real MinIO."""
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+
+from pegasus_cloudio.dropin.main import effective_threads
+
+OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
+
+
+def run(spec, env, cwd, *args):
+    done = subprocess.run(OURS + list(args), input=spec, env=dict(env, PATH=os.environ["PATH"]), cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stderr
+
+
+def transfer(src, dst, lfn, src_label="local", dst_label="minio", **extra):
+    return {"type": "transfer", "lfn": lfn, "id": 1, "src_urls": [{"site_label": src_label, "url": src}],
+            "dest_urls": [{"site_label": dst_label, "url": dst}], **extra}
+
+
+def test_empty_input_succeeds(tmp_path):
+    rc, err = run("[]", {"HOME": str(tmp_path)}, tmp_path)
+    assert rc == 0 and "All transfers completed successfully." in err
+
+
+def test_group_readable_credentials_abort_with_the_fix(tmp_path):
+    creds = tmp_path / "c.conf"
+    creds.write_text("[x]\n")
+    creds.chmod(0o644)
+    rc, err = run("[]", {"HOME": str(tmp_path), "PEGASUS_CREDENTIALS": str(creds)}, tmp_path)
+    assert rc == 1 and f"chmod 600 {creds}" in err
+
+
+def test_thread_precedence():
+    assert effective_threads(1, {"PEGASUS_CLOUDIO_THREADS": "16"}) == 16
+    assert effective_threads(4, {"PEGASUS_TRANSFER_THREADS": "2"}) == 4
+    assert effective_threads(0, {"PEGASUS_TRANSFER_THREADS": "2"}) == 2
+    assert effective_threads(0, {}) == 8
+
+
+def test_stage_in_with_generate_checksum_writes_integrity_data(s3_env, bucket, tmp_path):
+    (tmp_path / "f.a").write_bytes(b"raw input")
+    kickstart = tmp_path / "ks.yml"
+    multipart = tmp_path / "multipart"
+    multipart.mkdir()
+    env = dict(s3_env, KICKSTART_INTEGRITY_DATA=str(kickstart), PEGASUS_MULTIPART_DIR=str(multipart))
+    spec = json.dumps([transfer(f"file://{tmp_path}/f.a", f"s3://test@minio/{bucket}/run/f.a", "f.a",
+                                generate_checksum=True, linkage="input")])
+    rc, err = run(spec, env, tmp_path)
+    assert rc == 0, err
+    text = kickstart.read_text()
+    assert '"f.a":' in text and hashlib.sha256(b"raw input").hexdigest() in text
+    [record] = os.listdir(multipart)
+    assert 'lfn: "f.a"' in (multipart / record).read_text()
+
+
+def test_stage_out_verifies_against_meta_and_reports_the_metric(s3_env, bucket, tmp_path):
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    good = hashlib.sha256(b"job output").hexdigest()
+    put = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"s3://test@minio/{bucket}/out.dat", "out.dat")])
+    assert run(put, s3_env, tmp_path)[0] == 0
+    get = json.dumps([transfer(f"s3://test@minio/{bucket}/out.dat", f"file://{tmp_path}/final/out.dat", "out.dat",
+                               src_label="minio", dst_label="local", verify_checksum_remote=True, linkage="output")])
+    meta = tmp_path / "job.meta"
+    meta.write_text(json.dumps([{"_id": "out.dat", "_type": "file",
+                                 "_attributes": {"checksum.type": "sha256", "checksum.value": good}}]))
+    rc, err = run(get, s3_env, tmp_path)
+    assert rc == 0, err
+    assert '"succeeded": 1' in err and "@@@MONITORING_PAYLOAD - START@@@" in err
+    meta.write_text(json.dumps([{"_id": "out.dat", "_type": "file",
+                                 "_attributes": {"checksum.type": "sha256", "checksum.value": "0" * 64}}]))
+    rc, err = run(get, s3_env, tmp_path, "-m", "2")
+    assert rc == 1 and '"failed": 1' in err
+
+
+def test_unsupported_scheme_without_stock_tool_fails_clearly_but_runs_the_rest(tmp_path):
+    (tmp_path / "a").write_bytes(b"a")
+    spec = json.dumps([transfer(f"file://{tmp_path}/a", f"file://{tmp_path}/b", "a", dst_label="local"),
+                       transfer("gsiftp://host/data/x", f"file://{tmp_path}/x", "x", dst_label="local")])
+    rc, err = run(spec, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, tmp_path)
+    assert rc == 1 and "gsiftp" in err and "PEGASUS_CLOUDIO_STOCK_TRANSFER" in err
+    assert (tmp_path / "b").read_bytes() == b"a"
+
+
+def test_unsupported_entries_go_to_the_stock_tool_in_one_call(tmp_path):
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "stock-transfer"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\ncat \"$2\" >> {log}\nexit 0\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    spec = json.dumps([transfer("gsiftp://host/x", f"file://{tmp_path}/x", "x", dst_label="local"),
+                       transfer("webdavs://host/y", f"file://{tmp_path}/y", "y", dst_label="local")])
+    rc, err = run(spec, {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_STOCK_TRANSFER": str(fake)}, tmp_path,
+                  "--threads", "3")
+    assert rc == 0, err
+    args, payload = log.read_text().split("\n", 1)
+    assert args.startswith("-f ") and "--threads 3" in args
+    assert [e["lfn"] for e in json.loads(payload)] == ["x", "y"]
+
+
+def test_mixed_list_mkdir_transfer_remove(s3_env, bucket, tmp_path):
+    (tmp_path / "in").write_bytes(b"1")
+    spec = json.dumps([
+        {"type": "mkdir", "target": {"site_label": "minio", "url": f"s3://test@minio/{bucket}-new/run"}},
+        transfer(f"file://{tmp_path}/in", f"s3://test@minio/{bucket}-new/run/in", "in"),
+        {"type": "remove", "target": {"site_label": "local", "url": f"file://{tmp_path}/in", "recursive": "False"}}])
+    rc, err = run(spec, s3_env, tmp_path)
+    assert rc == 0, err
+    assert not (tmp_path / "in").exists()

@@ -1,0 +1,129 @@
+"""S3 specifics on a real MinIO: one GET per download, pooled connections, batch deletes,
+multipart, server-side copy, TLS, credentials errors."""
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import boto3
+import pytest
+
+from transfer import AuthError, ConfigError, Engine, Mkdir, RemoteError, Remove, Session, Settings, Transfer, parse_url
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def s3(bucket, key=""):
+    return parse_url(f"s3://test@minio/{bucket}/{key}".rstrip("/"), site_label="minio")
+
+
+def make_files(directory, count, size=300):
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = directory / f"f{i:04d}"
+        path.write_bytes(os.urandom(size))
+        paths.append(path)
+    return paths
+
+
+def test_import_transfer_loads_no_sdk():
+    code = "import sys, transfer; print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3','botocore','google')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+def test_batch_uses_one_pool_one_get_per_file(s3_env, bucket, tmp_path):
+    files = make_files(tmp_path / "src", 120)
+    with Session(Settings(threads=5), s3_env) as session:
+        engine = Engine(session)
+        up = engine.run([Transfer((parse_url(str(p)),), s3(bucket, f"run/{p.name}")) for p in files])
+        assert all(r.ok for r in up)
+        before = session.stats.requests_sent
+        down = engine.run([Transfer((s3(bucket, f"run/{p.name}"),), parse_url(f"file://{tmp_path}/dst/{p.name}"))
+                           for p in files])
+        assert all(r.ok for r in down)
+        assert session.stats.requests_sent - before == len(files)  # no HEAD before GET
+        assert session.stats.connections_opened <= 5 + 2
+    for p in files:
+        assert (tmp_path / "dst" / p.name).read_bytes() == p.read_bytes()
+
+
+def test_recursive_remove_deletes_in_batches_of_1000(s3_env, bucket, tmp_path, minio):
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    for i in range(1050):
+        client.put_object(Bucket=bucket, Key=f"scratch/run1/f{i}", Body=b"x")
+    client.put_object(Bucket=bucket, Key="keep/me", Body=b"x")
+    with Session(Settings(threads=4), s3_env) as session:
+        before = session.stats.requests_sent
+        [result] = Engine(session).run([Remove(s3(bucket, "scratch/run1"), recursive=True)])
+        assert result.ok, result.error
+        sent = session.stats.requests_sent - before
+    assert sent == 2 + 2  # two list pages (1,000 keys each) and two delete batches
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys == ["keep/me"]
+
+
+def test_multipart_upload_above_threshold_round_trips(s3_env, bucket, tmp_path, minio):
+    data = os.urandom(12 << 20)
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    settings = Settings(threads=3, multipart_threshold=5 << 20, multipart_part_size=5 << 20)
+    with Session(settings, s3_env) as session:
+        engine = Engine(session)
+        [up] = engine.run([Transfer((parse_url(str(src)),), s3(bucket, "big.bin"))])
+        assert up.ok, up.error
+        [down] = engine.run([Transfer((s3(bucket, "big.bin"),), parse_url(f"file://{tmp_path}/back.bin"))])
+        assert down.ok, down.error
+    assert hashlib.sha256((tmp_path / "back.bin").read_bytes()).digest() == hashlib.sha256(data).digest()
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    assert client.head_object(Bucket=bucket, Key="big.bin")["ETag"].strip('"').endswith("-3")
+
+
+def test_server_side_copy_between_keys(s3_env, bucket, tmp_path):
+    src = tmp_path / "a"
+    src.write_bytes(b"copy me")
+    with Session(Settings(threads=2), s3_env) as session:
+        engine = Engine(session)
+        assert engine.run([Transfer((parse_url(str(src)),), s3(bucket, "a"))])[0].ok
+        before = session.stats.requests_sent
+        [copied] = engine.run([Transfer((s3(bucket, "a"),), s3(bucket, "b"))])
+        assert copied.ok, copied.error
+        assert session.stats.requests_sent - before == 2  # PUT with x-amz-copy-source, HEAD
+        [back] = engine.run([Transfer((s3(bucket, "b"),), parse_url(f"file://{tmp_path}/b"))])
+    assert back.ok and (tmp_path / "b").read_bytes() == b"copy me"
+
+
+def test_bad_secret_is_an_auth_error_not_retried_and_not_printed(minio, tmp_path, bucket):
+    creds = tmp_path / "bad.conf"
+    creds.write_text(f"[minio]\nendpoint = {minio.endpoint}\n[test@minio]\naccess_key = {minio.access_key}\n"
+                     "secret_key = totally-wrong-secret-value\n")
+    creds.chmod(0o600)
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path)}
+    with Session(Settings(threads=1, max_attempts=3), env) as session:
+        [result] = Engine(session).run([Transfer((s3(bucket, "x"),), parse_url(f"file://{tmp_path}/x"))])
+    assert not result.ok and isinstance(result.error, AuthError)
+    assert result.attempts == 1
+    assert "totally-wrong-secret-value" not in str(result.error)
+    assert not (tmp_path / "x").exists()
+
+
+def test_tls_endpoint_verified_against_the_configured_ca(minio_tls, tmp_path):
+    creds = minio_tls.write_pegasus_credentials(tmp_path / "tls.conf", site="minio", user="test")
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path)}
+    with Session(Settings(threads=2, ca_bundle=str(minio_tls.ca_file)), env) as session:
+        [made] = Engine(session).run([Mkdir(parse_url("s3s://test@minio/tlsbucket", site_label="minio"))])
+        assert made.ok, made.error
+    with Session(Settings(threads=2, max_attempts=1), env) as session:  # system CAs only
+        [refused] = Engine(session).run([Mkdir(parse_url("s3://test@minio/tlsbucket2", site_label="minio"))])
+    assert not refused.ok and isinstance(refused.error, RemoteError)
+    assert "certificate verification failed" in str(refused.error)
+
+
+def test_s3s_refuses_a_plain_http_endpoint(s3_env, bucket):
+    with Session(Settings(threads=1), s3_env) as session:
+        [result] = Engine(session).run([Mkdir(parse_url(f"s3s://test@minio/{bucket}", site_label="minio"))])
+    assert isinstance(result.error, ConfigError)

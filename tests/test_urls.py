@@ -1,0 +1,62 @@
+"""URL parsing follows pegasus-transfer 5.x rules (spec section 1.5)."""
+
+import pytest
+
+from transfer.errors import InvalidInput
+from transfer.urls import expand_vars, parse_url
+
+ENV = {"PWD": "/work/job", "pegasus_lite_work_dir": "/scratch/w"}
+
+
+@pytest.mark.parametrize("text,path", [
+    ("file:///abs/f.a", "/abs/f.a"),
+    ("file://localhost/abs/f.a", "/abs/f.a"),
+    ("file:rel/f.a", "rel/f.a"),
+    ("file://host/abs", "host/abs"),  # the stock tool's quirk, kept
+    ("/plain/path", "/plain/path"),
+    ("file://$PWD/f.a", "/work/job/f.a"),
+    ("file://${pegasus_lite_work_dir}/x", "/scratch/w/x"),
+    ("file://$UNDEFINED_VAR/f", "/f"),
+])
+def test_file_urls_strip_scheme_and_expand_variables(text, path):
+    url = parse_url(text, env=ENV)
+    assert url.scheme == "file"
+    assert url.path == path
+
+
+@pytest.mark.parametrize("text,scheme,path", [
+    ("symlink://$PWD/f.a", "symlink", "/work/job/f.a"),
+    ("symlink:///abs", "symlink", "/abs"),
+    ("moveto://$PWD/out", "moveto", "/work/job/out"),
+])
+def test_symlink_and_moveto(text, scheme, path):
+    url = parse_url(text, env=ENV)
+    assert (url.scheme, url.path, url.is_local) == (scheme, path, True)
+
+
+def test_remote_urls_keep_authority_and_collapse_slashes():
+    url = parse_url("s3://joe@my-minio:9000/bucket//run//f.a", site_label="minio")
+    assert (url.scheme, url.host, url.path, url.site_label) == ("s3", "joe@my-minio:9000", "/bucket/run/f.a", "minio")
+    assert str(url) == "s3://joe@my-minio:9000/bucket/run/f.a"
+
+
+def test_scp_style_authority_with_trailing_colon():
+    url = parse_url("scp://user@host:/home/user/f")
+    assert (url.host, url.path) == ("user@host:", "/home/user/f")
+
+
+def test_password_in_authority_is_hidden_when_printed():
+    url = parse_url("https://joe:s3cret@example.org/data/f")
+    assert "s3cret" not in str(url)
+    assert str(url) == "https://joe:***@example.org/data/f"
+
+
+@pytest.mark.parametrize("text", ["s3:/missing-slash", "not a url: x", "http://bad host/x\t"])
+def test_unparseable_url_names_itself(text):
+    with pytest.raises(InvalidInput) as info:
+        parse_url(text)
+    assert "unable to parse URL" in str(info.value)
+
+
+def test_variable_names_need_two_characters_like_the_stock_tool():
+    assert expand_vars("$a/$ab", {"a": "X", "ab": "Y"}) == "$a/Y"

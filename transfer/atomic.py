@@ -1,0 +1,135 @@
+"""Atomic local outputs: write to a hidden temp name beside the target, verify, rename.
+
+A job never sees a partial file under the final name: until :meth:`AtomicFile.commit`
+succeeds the data lives in ``.<name>.<pid>.<n>.part``, which is removed on any failure.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from typing import BinaryIO, Callable, Optional
+
+from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotFound, TransferError
+
+_counter = itertools.count()  # unique temp names within this process; no other state
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def local_error(err: OSError, path: str, operation: str) -> TransferError:
+    """Translate an OSError on a local path into the exception tree."""
+    text = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NoSpace(f"no space left: {text}", url=path, operation=operation)
+    if isinstance(err, FileNotFoundError):
+        return NotFound("no such file or directory", url=path, operation=operation)
+    if isinstance(err, PermissionError):
+        return AuthError(f"permission denied: {text}", url=path, operation=operation)
+    if isinstance(err, (IsADirectoryError, NotADirectoryError)):
+        return InvalidInput(text, url=path, operation=operation)
+    return LocalIOError(text, url=path, operation=operation)
+
+
+class AtomicFile:
+    """``with AtomicFile(path) as out: out.file.write(...); out.commit(size)``.
+
+    ``commit(expected_size)`` checks the byte count, then renames into place. Leaving the
+    block without committing (or any error) deletes the temp file. Parent directories are
+    created as needed.
+    """
+
+    def __init__(self, path: str, make_parents: bool = True) -> None:
+        self.path = path
+        directory, name = os.path.split(path)
+        if not name:
+            raise InvalidInput("destination is a directory path", url=path, operation="write")
+        self._temp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.part")
+        self._make_parents = make_parents
+        self.file: BinaryIO
+        self._committed = False
+
+    def __enter__(self) -> "AtomicFile":
+        try:
+            fd = self._open()
+        except OSError as err:
+            raise local_error(err, self.path, "write") from err
+        self.file = os.fdopen(fd, "wb", buffering=0)
+        return self
+
+    def _open(self) -> int:
+        try:
+            return os.open(self._temp, _FLAGS, 0o666)
+        except FileNotFoundError:
+            if not self._make_parents:
+                raise
+        os.makedirs(os.path.dirname(self._temp) or ".", exist_ok=True)
+        return os.open(self._temp, _FLAGS, 0o666)
+
+    def commit(self, expected_size: Optional[int] = None) -> int:
+        """Check the size, rename into place, and return the number of bytes written."""
+        try:
+            size = self.file.tell()
+            self.file.close()
+            if expected_size is not None and size != expected_size:
+                raise LocalIOError(f"wrote {size} bytes, expected {expected_size}", url=self.path,
+                                   operation="write")
+            os.replace(self._temp, self.path)
+        except OSError as err:
+            if isinstance(err, TransferError):
+                raise
+            raise local_error(err, self.path, "write") from err
+        self._committed = True
+        return size
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._committed:
+            return
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        try:
+            os.unlink(self._temp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and not isinstance(exc, TransferError):
+            raise local_error(exc, self.path, "write") from exc
+
+
+def atomic_symlink(target: str, link_path: str) -> None:
+    """Point ``link_path`` at ``target``, replacing whatever is there, atomically."""
+    _atomic_link(os.symlink, target, link_path, "symlink")
+
+
+def atomic_hardlink(target: str, link_path: str) -> bool:
+    """Hard-link ``link_path`` to ``target``; False when the filesystem cannot (e.g. EXDEV)."""
+    try:
+        _atomic_link(os.link, target, link_path, "link")
+    except TransferError as err:
+        if isinstance(err.__cause__, OSError) and err.__cause__.errno in (errno.EXDEV, errno.EPERM,
+                                                                          errno.EMLINK):
+            return False
+        raise
+    return True
+
+
+def _atomic_link(make_link: Callable[[str, str], None], target: str, link_path: str,
+                 operation: str) -> None:
+    directory, name = os.path.split(link_path)
+    temp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.link")
+    try:
+        try:
+            make_link(target, temp)
+        except FileNotFoundError:
+            if os.path.isdir(directory or "."):
+                raise
+            os.makedirs(directory or ".", exist_ok=True)
+            make_link(target, temp)
+        os.replace(temp, link_path)
+    except OSError as err:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise local_error(err, link_path, operation) from err

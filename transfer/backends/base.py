@@ -1,0 +1,91 @@
+"""The backend contract: a small, object-store-shaped interface.
+
+A backend speaks one protocol to one endpoint and nothing else: no retries across
+requests, no threads, no caching, no bundling (those live in the engine). It raises only
+:mod:`transfer.errors` exceptions, translated from its protocol's errors.
+
+Optional capabilities are separate protocols, checked with ``isinstance``:
+:class:`MultipartUploads` and :class:`ServerSideCopy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+from transfer.errors import TransferError
+from transfer.http.connection import FileRegion
+from transfer.urls import Url
+
+ByteRange = Tuple[int, int]  # [start, end) in bytes
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What the store says about an object. ``version`` is its ETag/generation, if any."""
+
+    url: Url
+    size: int
+    version: Optional[str] = None
+    mtime: Optional[float] = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Every backend implements these. All methods are safe to call from many threads."""
+
+    def stat(self, url: Url) -> ObjectInfo:
+        """Size and version of one object; NotFound if absent."""
+
+    def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        """Write the object (or ``byte_range`` of it) to ``sink``.
+
+        Verifies the byte count and, where the store provides one, the checksum, raising
+        ChecksumMismatch otherwise. One request per call.
+        """
+
+    def put(self, path: str, url: Url) -> ObjectInfo:
+        """Store the local file ``path`` as ``url``, verified by size and checksum."""
+
+    def list(self, url: Url) -> Iterator[ObjectInfo]:
+        """Every object under ``url`` taken as a directory prefix, recursively."""
+
+    def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
+        """Remove objects (batched where the protocol allows); one entry per URL, None = removed.
+
+        Removing an object that does not exist succeeds.
+        """
+
+    def make_dirs(self, url: Url) -> None:
+        """Create the directory (or the bucket of an object URL) if missing; idempotent."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+@runtime_checkable
+class MultipartUploads(Protocol):
+    """Large uploads in parts; the engine schedules the parts in parallel."""
+
+    multipart_threshold: int
+    part_size: int
+
+    def start_upload(self, url: Url) -> str:
+        """Begin an upload; returns its id."""
+
+    def upload_part(self, url: Url, upload_id: str, number: int, region: FileRegion) -> str:
+        """Send part ``number`` (1-based); returns the part's ETag."""
+
+    def complete_upload(self, url: Url, upload_id: str, etags: Sequence[str]) -> ObjectInfo:
+        """Assemble the parts in order."""
+
+    def abort_upload(self, url: Url, upload_id: str) -> None:
+        """Discard the parts; never raises for an already-finished upload."""
+
+
+@runtime_checkable
+class ServerSideCopy(Protocol):
+    """Copy between two URLs of the same endpoint without moving bytes through the client."""
+
+    def copy(self, source: Url, dest: Url) -> ObjectInfo:
+        """Copy ``source`` to ``dest`` inside the store."""

@@ -1,0 +1,158 @@
+"""HTTP(S) downloads over keep-alive connections, one pool per origin.
+
+Follows up to five redirects (a redirect to another origin uses that origin's pool), adds
+``header.<Name>`` values from the Pegasus credentials file for the URL's host, checks the
+byte count against Content-Length, and verifies TLS unless the URL is plain ``http://``.
+HTTP is a download-only source here: uploads, listings and deletes are refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import BinaryIO, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urljoin, urlsplit
+
+from transfer.backends.base import ByteRange, ObjectInfo
+from transfer.errors import (
+    AuthError,
+    ChecksumMismatch,
+    ConfigError,
+    InvalidInput,
+    NotFound,
+    RemoteError,
+    Throttled,
+    TransferError,
+    TransientError,
+)
+from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.session import Context
+from transfer.urls import Url
+
+_REDIRECTS = (301, 302, 303, 307, 308)
+_MAX_REDIRECTS = 5
+
+
+def endpoint_key(url: Url, context: Context) -> Hashable:
+    return "http"
+
+
+def open_backend(url: Url, context: Context) -> "HttpBackend":
+    return HttpBackend(context)
+
+
+class HttpBackend:
+    """Every HTTP(S) origin of one session; pools are created per origin on first use."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._pools: Dict[str, ConnectionPool] = {}
+        self._lock = threading.Lock()
+
+    def _pool(self, origin: str) -> ConnectionPool:
+        pool = self._pools.get(origin)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(origin)
+                if pool is None:
+                    ssl_context = self._context.ssl_context() if origin.startswith("https:") else None
+                    pool = self._pools[origin] = ConnectionPool(
+                        origin, max_idle=self._context.settings.threads + 2, ssl_context=ssl_context,
+                        timeouts=self._context.timeouts, stats=self._context.stats)
+        return pool
+
+    def _headers(self, url: Url, host: str) -> List[Tuple[str, str]]:
+        env = self._context.env
+        if not (env.get("PEGASUS_CREDENTIALS") or _has_site_credentials(url, env)):
+            return []
+        try:
+            creds = self._context.pegasus_credentials(url.site_label)
+        except ConfigError as err:
+            if "not found" in err.message:
+                return []
+            raise
+        return list(creds.headers_for(url.scheme, host).items())
+
+    def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
+        location = f"{url.scheme}://{url.host}{url.path}"
+        for _ in range(_MAX_REDIRECTS + 1):
+            parts = urlsplit(location)
+            origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            headers = self._headers(url, parts.hostname or "") + extra
+            try:
+                response = self._pool(origin).request(method, target, headers)
+            except TransferError as err:
+                raise type(err)(err.message, url=str(url), operation=method.lower()) from err
+            if response.status not in _REDIRECTS or "location" not in response.headers:
+                return response, location
+            response.discard()
+            location = urljoin(location, response.headers["location"])
+        raise RemoteError("too many redirects", url=str(url), operation=method.lower())
+
+    def stat(self, url: Url) -> ObjectInfo:
+        response, _ = self._open("HEAD", url, [])
+        with response:
+            _check(response, url, "stat")
+            return _info(url, response)
+
+    def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []
+        response, _ = self._open("GET", url, extra)
+        with response:
+            _check(response, url, "get", ok=(206,) if byte_range else (200,))
+            info = _info(url, response)
+            count = response.read_into(sink.write)
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and count != int(declared):
+            raise ChecksumMismatch(f"received {count} of {declared} bytes", url=str(url), operation="get")
+        return ObjectInfo(url, count, info.version, info.mtime)
+
+    def put(self, path: str, url: Url) -> ObjectInfo:
+        raise InvalidInput("uploads over HTTP are not supported", url=str(url), operation="put")
+
+    def list(self, url: Url) -> Iterator[ObjectInfo]:
+        raise InvalidInput("listing over HTTP is not supported", url=str(url), operation="list")
+
+    def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
+        return [InvalidInput("removing over HTTP is not supported", url=str(u), operation="remove")
+                for u in urls]
+
+    def make_dirs(self, url: Url) -> None:
+        raise InvalidInput("mkdir over HTTP is not supported", url=str(url), operation="mkdir")
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+
+def _has_site_credentials(url: Url, env: Mapping[str, str]) -> bool:
+    label = (url.site_label or "").replace("-", "_")
+    return bool(label) and bool(env.get(f"PEGASUS_CREDENTIALS_{label}"))
+
+
+def _info(url: Url, response: PooledResponse) -> ObjectInfo:
+    length = response.headers.get("content-length", "")
+    version = response.headers.get("etag") or response.headers.get("last-modified")
+    return ObjectInfo(url, int(length) if length.isdigit() else -1, version)
+
+
+def _check(response: PooledResponse, url: Url, operation: str, ok: Tuple[int, ...] = (200,)) -> None:
+    status = response.status
+    if status in ok:
+        return
+    response.discard()
+    text = f"HTTP {status} {response.reason}".rstrip()
+    kwargs = {"url": str(url), "operation": operation, "status": status}
+    if status == 404 or status == 410:
+        raise NotFound(text, **kwargs)  # type: ignore[arg-type]
+    if status in (401, 403):
+        raise AuthError(text, **kwargs)  # type: ignore[arg-type]
+    if status == 429 or (status == 503 and "retry-after" in response.headers):
+        raise Throttled(text, **kwargs)  # type: ignore[arg-type]
+    if status >= 500 or status == 408:
+        raise TransientError(text, **kwargs)  # type: ignore[arg-type]
+    raise RemoteError(text, **kwargs)  # type: ignore[arg-type]
+
+

@@ -1,0 +1,408 @@
+"""S3 (and S3-compatible stores) over persistent HTTP connections, signed with SigV4.
+
+URLs: ``s3://USER@SITE/BUCKET/KEY`` (``s3s://`` alike), resolved against the Pegasus
+credentials file of the URL's site label, and AWS-style ``s3://BUCKET/KEY``, resolved by the
+AWS credential chain. TLS is verified; plain HTTP is used only when the configured endpoint
+is ``http://``. ``s3s://`` refuses a plain-HTTP endpoint.
+
+A download is one GET (no HEAD first), checked against Content-Length and, for single-part
+objects, the MD5 ETag. Uploads are one PUT with Content-MD5 below the multipart threshold;
+above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import BinaryIO, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
+from xml.sax.saxutils import escape
+
+from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, SigV4Signer, canonical_query, uri_encode_path
+from transfer.backends.base import ByteRange, ObjectInfo
+from transfer.credentials import S3SiteConfig, aws_s3_config, pegasus_credentials_path, pegasus_s3_config
+from transfer.errors import (
+    AuthError,
+    ChecksumMismatch,
+    ConfigError,
+    InvalidInput,
+    NotFound,
+    RemoteError,
+    Throttled,
+    TransferError,
+    TransientError,
+)
+from transfer.http.connection import Body, FileRegion
+from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.session import Context
+from transfer.urls import Url
+
+_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
+_SMALL_BODY = 1 << 20
+_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+                   "TooManyRequests"}
+_TRANSIENT_CODES = {"RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized"}
+
+
+@dataclass(frozen=True)
+class S3Path:
+    bucket: str
+    key: str
+
+
+def split_url(url: Url) -> S3Path:
+    """Bucket and key of a Pegasus-style or AWS-style S3 URL."""
+    if "@" in url.host:
+        bucket, _, key = url.path.lstrip("/").partition("/")
+    else:
+        bucket, key = url.host, url.path.lstrip("/")
+    if not bucket:
+        raise InvalidInput("S3 URL has no bucket", url=str(url), operation="parse")
+    return S3Path(bucket, key)
+
+
+def _site_config(url: Url, context: Context) -> S3SiteConfig:
+    if "@" in url.host:
+        return pegasus_s3_config(context.pegasus_credentials(url.site_label), url.host)
+    return aws_s3_config(context.env)
+
+
+def endpoint_key(url: Url, context: Context) -> Hashable:
+    if "@" in url.host:
+        return ("pegasus", pegasus_credentials_path(url.site_label, context.env), url.host.lower(),
+                url.scheme)
+    return ("aws", url.scheme)
+
+
+def open_backend(url: Url, context: Context) -> "S3Backend":
+    config = _site_config(url, context)
+    region = config.region or "us-east-1"
+    endpoint = config.endpoint or f"https://s3.{region}.amazonaws.com"
+    if url.scheme == "s3s" and not endpoint.startswith("https://"):
+        raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
+    pool = ConnectionPool(
+        endpoint, max_idle=context.settings.threads + 2,
+        ssl_context=context.ssl_context() if endpoint.startswith("https://") else None,
+        timeouts=context.timeouts, stats=context.stats)
+    return S3Backend(pool, config, region, context)
+
+
+class S3Backend:
+    """One S3 endpoint with one set of credentials. Thread-safe."""
+
+    def __init__(self, pool: ConnectionPool, config: S3SiteConfig, region: str, context: Context):
+        self._pool = pool
+        self._config = config
+        self._signer = SigV4Signer(config.credentials, region) if config.credentials else None
+        self._region = region
+        self._host_header = _host_header(pool)
+        self._virtual_host = pool.host.endswith("amazonaws.com")
+        self.multipart_threshold = context.settings.multipart_threshold
+        self.part_size = context.settings.multipart_part_size
+
+    # -- request plumbing ---------------------------------------------------------------
+
+    def _target(self, path: S3Path) -> Tuple[str, str]:
+        """(host header, encoded path) for path-style or virtual-hosted addressing."""
+        if self._virtual_host and "." not in path.bucket and path.bucket.islower():
+            return f"{path.bucket}.{self._host_header}", uri_encode_path("/" + path.key)
+        key = "/" + path.key if path.key else ""
+        return self._host_header, uri_encode_path(f"/{path.bucket}{key}")
+
+    def _send(self, method: str, path: S3Path, *, query: Optional[Dict[str, str]] = None,
+              headers: Optional[List[Tuple[str, str]]] = None, body: Body = None,
+              payload_hash: str = EMPTY_SHA256, url: str = "") -> PooledResponse:
+        host, encoded = self._target(path)
+        query_text = canonical_query(query) if query else ""
+        extra = list(headers or ())
+        if host != self._host_header:
+            extra.insert(0, ("Host", host))
+        if self._signer is not None:
+            extra = self._signer.sign(method, host, encoded, query_text, payload_hash, extra)
+        target = f"{encoded}?{query_text}" if query_text else encoded
+        try:
+            return self._pool.request(method, target, extra, body)
+        except TransferError as err:
+            raise type(err)(err.message, url=url or None, operation=method.lower(),
+                            status=err.status) from err
+
+    def _check(self, response: PooledResponse, url: str, operation: str,
+               ok: Tuple[int, ...] = (200,)) -> None:
+        if response.status in ok:
+            return
+        body = response.read() if response.status >= 300 else b""
+        raise _s3_error(response.status, body, url, operation)
+
+    # -- Backend ------------------------------------------------------------------------
+
+    def stat(self, url: Url) -> ObjectInfo:
+        path = split_url(url)
+        with self._send("HEAD", path, url=str(url)) as response:
+            self._check(response, str(url), "stat")
+            return _info(url, response)
+
+    def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        path = split_url(url)
+        headers = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else None
+        with self._send("GET", path, headers=headers, url=str(url)) as response:
+            self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
+            info = _info(url, response)
+            md5 = _MD5_ETAG.match(info.version or "") if byte_range is None else None
+            if md5 and not _server_side_encrypted(response.headers):
+                digest = hashlib.md5()
+                write = sink.write
+
+                def tee(data: bytes) -> None:
+                    digest.update(data)
+                    write(data)
+
+                count = response.read_into(tee)
+                if digest.hexdigest() != md5.group(1).lower():
+                    raise ChecksumMismatch("MD5 of received bytes differs from ETag", url=str(url),
+                                           operation="get")
+            else:
+                count = response.read_into(sink.write)
+        expected = byte_range[1] - byte_range[0] if byte_range else info.size
+        if count != expected:
+            raise ChecksumMismatch(f"received {count} bytes, expected {expected}", url=str(url),
+                                   operation="get")
+        return info
+
+    def put(self, path: str, url: Url) -> ObjectInfo:
+        target = split_url(url)
+        if not target.key:
+            raise InvalidInput("S3 URL has no key to upload to", url=str(url), operation="put")
+        size, md5, body = _load_for_upload(path)
+        headers = [("Content-MD5", base64.b64encode(md5).decode())]
+        with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
+                        url=str(url)) as response:
+            self._check(response, str(url), "put")
+            etag = response.headers.get("etag", "")
+        found = _MD5_ETAG.match(etag)
+        if found and found.group(1).lower() != md5.hex() and not _server_side_encrypted(response.headers):
+            raise ChecksumMismatch("ETag of stored object differs from local MD5", url=str(url),
+                                   operation="put")
+        return ObjectInfo(url, size, etag.strip('"') or None)
+
+    def list(self, url: Url) -> Iterator[ObjectInfo]:
+        path = split_url(url)
+        prefix = path.key.rstrip("/") + "/" if path.key else ""
+        token: Optional[str] = None
+        while True:
+            query = {"list-type": "2", "prefix": prefix}
+            if token:
+                query["continuation-token"] = token
+            with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
+                self._check(response, str(url), "list")
+                root = _xml(response.read())
+            for item in root.iter("Contents"):
+                key = item.findtext("Key") or ""
+                yield ObjectInfo(_child_url(url, path.bucket, key), int(item.findtext("Size") or 0),
+                                 (item.findtext("ETag") or "").strip('"') or None)
+            token = root.findtext("NextContinuationToken")
+            if root.findtext("IsTruncated") != "true" or not token:
+                return
+
+    def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
+        results: List[Optional[TransferError]] = [None] * len(urls)
+        by_bucket: Dict[str, List[int]] = {}
+        for index, url in enumerate(urls):
+            by_bucket.setdefault(split_url(url).bucket, []).append(index)
+        size = self._config.batch_delete_size if self._config.batch_delete else 1
+        for bucket, indexes in by_bucket.items():
+            for start in range(0, len(indexes), size):
+                batch = indexes[start:start + size]
+                try:
+                    errors = self._delete_batch(bucket, [split_url(urls[i]).key for i in batch])
+                except TransferError as err:
+                    errors = {split_url(urls[i]).key: err for i in batch}
+                for i in batch:
+                    results[i] = errors.get(split_url(urls[i]).key)
+        return results
+
+    def _delete_batch(self, bucket: str, keys: List[str]) -> Dict[str, TransferError]:
+        objects = "".join(f"<Object><Key>{escape(k)}</Key></Object>" for k in keys)
+        body = f'<?xml version="1.0" encoding="UTF-8"?><Delete><Quiet>true</Quiet>{objects}</Delete>'.encode()
+        headers = [("Content-MD5", base64.b64encode(hashlib.md5(body).digest()).decode()),
+                   ("Content-Type", "application/xml")]
+        url = f"s3 bucket {bucket}"
+        with self._send("POST", S3Path(bucket, ""), query={"delete": ""}, headers=headers, body=body,
+                        payload_hash=hashlib.sha256(body).hexdigest(), url=url) as response:
+            self._check(response, url, "delete")
+            root = _xml(response.read())
+        errors: Dict[str, TransferError] = {}
+        for item in root.iter("Error"):
+            key = item.findtext("Key") or ""
+            errors[key] = _s3_error(403 if item.findtext("Code") == "AccessDenied" else 500, b"",
+                                    key, "delete", code=item.findtext("Code"),
+                                    message=item.findtext("Message"))
+        return errors
+
+    def make_dirs(self, url: Url) -> None:
+        bucket = S3Path(split_url(url).bucket, "")
+        with self._send("HEAD", bucket, url=str(url)) as response:
+            if response.status == 200:
+                return
+        body = b""
+        if self._region != "us-east-1":
+            body = (f"<CreateBucketConfiguration><LocationConstraint>{self._region}"
+                    f"</LocationConstraint></CreateBucketConfiguration>").encode()
+        with self._send("PUT", bucket, body=body, payload_hash=hashlib.sha256(body).hexdigest(),
+                        url=str(url)) as response:
+            if response.status == 409:
+                text = response.read()
+                if b"BucketAlreadyOwnedByYou" in text:
+                    return
+                raise _s3_error(409, text, str(url), "mkdir")
+            self._check(response, str(url), "mkdir")
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- ServerSideCopy -----------------------------------------------------------------
+
+    def copy(self, source: Url, dest: Url) -> ObjectInfo:
+        src, dst = split_url(source), split_url(dest)
+        copy_source = uri_encode_path(f"/{src.bucket}/{src.key}")
+        with self._send("PUT", dst, headers=[("x-amz-copy-source", copy_source)], url=str(dest)) as response:
+            self._check(response, str(dest), "copy")
+            text = response.read()
+        if b"<Error>" in text:  # S3 may report a failed copy inside a 200 response
+            raise _s3_error(500, text, str(dest), "copy")
+        return self.stat(dest)
+
+    # -- MultipartUploads ---------------------------------------------------------------
+
+    def start_upload(self, url: Url) -> str:
+        with self._send("POST", split_url(url), query={"uploads": ""}, url=str(url)) as response:
+            self._check(response, str(url), "put")
+            upload_id = _xml(response.read()).findtext("UploadId")
+        if not upload_id:
+            raise RemoteError("no UploadId in CreateMultipartUpload response", url=str(url),
+                              operation="put")
+        return upload_id
+
+    def upload_part(self, url: Url, upload_id: str, number: int, region: FileRegion) -> str:
+        md5 = _md5_of_region(region)
+        query = {"partNumber": str(number), "uploadId": upload_id}
+        headers = [("Content-MD5", base64.b64encode(md5).decode())]
+        with self._send("PUT", split_url(url), query=query, headers=headers, body=region,
+                        payload_hash=UNSIGNED, url=str(url)) as response:
+            self._check(response, str(url), "put")
+            return response.headers.get("etag", "")
+
+    def complete_upload(self, url: Url, upload_id: str, etags: Sequence[str]) -> ObjectInfo:
+        parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(e)}</ETag></Part>"
+                        for n, e in enumerate(etags, 1))
+        body = f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
+        with self._send("POST", split_url(url), query={"uploadId": upload_id}, body=body,
+                        payload_hash=hashlib.sha256(body).hexdigest(), url=str(url)) as response:
+            self._check(response, str(url), "put")
+            text = response.read()
+        if b"<Error>" in text:
+            raise _s3_error(500, text, str(url), "put")
+        return self.stat(url)
+
+    def abort_upload(self, url: Url, upload_id: str) -> None:
+        try:
+            with self._send("DELETE", split_url(url), query={"uploadId": upload_id}, url=str(url)):
+                pass
+        except TransferError:
+            pass  # the store expires abandoned uploads; nothing more to do here
+
+
+def _host_header(pool: ConnectionPool) -> str:
+    default = 443 if pool.scheme == "https" else 80
+    return pool.host if pool.port == default else f"{pool.host}:{pool.port}"
+
+
+def _info(url: Url, response: PooledResponse) -> ObjectInfo:
+    headers = response.headers
+    size_text = headers.get("content-length", "0")
+    if response.status == 206 and "content-range" in headers:
+        size_text = headers["content-range"].rpartition("/")[2]
+    size = int(size_text) if size_text.isdigit() else 0
+    return ObjectInfo(url, size, headers.get("etag", "").strip('"') or None)
+
+
+def _server_side_encrypted(headers: Dict[str, str]) -> bool:
+    return headers.get("x-amz-server-side-encryption", "AES256") not in ("AES256", "")
+
+
+def _load_for_upload(path: str) -> Tuple[int, bytes, Body]:
+    """(size, md5 digest, body): small files are read into memory, large ones sent from disk."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_SMALL_BODY + 1)
+            if len(data) <= _SMALL_BODY:
+                return len(data), hashlib.md5(data).digest(), data
+            digest = hashlib.md5(data)
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+            size = fh.tell()
+    except OSError as err:
+        raise _local_error(err, path) from err
+    return size, digest.digest(), FileRegion(path, 0, size)
+
+
+def _md5_of_region(region: FileRegion) -> bytes:
+    digest = hashlib.md5()
+    with open(region.path, "rb") as fh:
+        fh.seek(region.offset)
+        left = region.length
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                break
+            digest.update(block)
+            left -= len(block)
+    return digest.digest()
+
+
+def _local_error(err: OSError, path: str) -> TransferError:
+    if isinstance(err, FileNotFoundError):
+        return NotFound("local file not found", url=path, operation="put")
+    return InvalidInput(f"cannot read local file: {err.strerror}", url=path, operation="put")
+
+
+def _child_url(url: Url, bucket: str, key: str) -> Url:
+    if "@" in url.host:
+        return url.with_path(f"/{bucket}/{key}")
+    return url.with_path(f"/{key}")
+
+
+def _xml(data: bytes) -> ET.Element:
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as err:
+        raise TransientError(f"malformed XML from S3: {err}") from None
+    for element in root.iter():
+        if "}" in element.tag:
+            element.tag = element.tag.split("}", 1)[1]
+    return root
+
+
+def _s3_error(status: int, body: bytes, url: str, operation: str, *, code: Optional[str] = None,
+              message: Optional[str] = None) -> TransferError:
+    """Translate an S3 error response into the library's exception tree."""
+    if code is None and body:
+        try:
+            root = _xml(body)
+            code, message = root.findtext("Code"), root.findtext("Message")
+        except TransientError:
+            pass
+    code = code or ""
+    text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
+    kwargs = {"url": url, "operation": operation, "status": status}
+    if status == 429 or code in _THROTTLE_CODES:
+        return Throttled(text, **kwargs)  # type: ignore[arg-type]
+    if status >= 500 or code in _TRANSIENT_CODES:
+        return TransientError(text, **kwargs)  # type: ignore[arg-type]
+    if status == 404 or code in ("NoSuchKey", "NoSuchBucket"):
+        return NotFound(text, **kwargs)  # type: ignore[arg-type]
+    if status in (401, 403):
+        return AuthError(text, **kwargs)  # type: ignore[arg-type]
+    return RemoteError(text, **kwargs)  # type: ignore[arg-type]
+

@@ -1,0 +1,192 @@
+"""Credentials, found exactly where Pegasus and the AWS tools look for them.
+
+Pegasus credentials file (INI, ``pegasus-s3`` format):
+
+* chosen by ``PEGASUS_CREDENTIALS_<site>`` (site label with ``-`` as ``_``), then
+  ``PEGASUS_CREDENTIALS``, then ``~/.pegasus/credentials.conf``;
+* refused when group or other have any permission bit (the message says how to fix it);
+* ``[SITE]`` holds ``endpoint``, ``region``, ``batch_delete``, ``batch_delete_size``;
+  ``[USER@SITE]`` holds ``access_key`` and ``secret_key``;
+  ``[https://host]`` or ``[host]`` hold ``header.<Name>`` values for HTTP downloads.
+
+AWS-style URLs (``s3://BUCKET/KEY``) use the standard AWS chain: ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, then the shared credentials and config
+files for ``AWS_PROFILE``, then (if botocore is installed) botocore's own resolver for
+SSO, instance metadata and the rest.
+
+Secrets are never part of an error message or a ``repr``.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional
+
+from transfer.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """An access key pair; ``repr`` never shows the secret."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: Optional[str] = field(default=None, repr=False)
+
+
+def site_env_suffix(site_label: Optional[str]) -> Optional[str]:
+    """Pegasus's environment-key form of a site label (``my-site`` -> ``my_site``)."""
+    return site_label.replace("-", "_") if site_label else None
+
+
+def pegasus_credentials_path(site_label: Optional[str], env: Mapping[str, str]) -> str:
+    """The credentials file a transfer for ``site_label`` uses (may not exist)."""
+    suffix = site_env_suffix(site_label)
+    if suffix and env.get(f"PEGASUS_CREDENTIALS_{suffix}"):
+        return env[f"PEGASUS_CREDENTIALS_{suffix}"]
+    if env.get("PEGASUS_CREDENTIALS"):
+        return env["PEGASUS_CREDENTIALS"]
+    home = env.get("HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".pegasus", "credentials.conf")
+
+
+def check_private(path: str) -> None:
+    """Raise ConfigError unless ``path`` exists and has no group/other permission bits."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ConfigError("credentials file not found", url=path, operation="credentials") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read credentials file: {err.strerror}", url=path,
+                          operation="credentials") from err
+    if mode & 0o077:
+        raise ConfigError(
+            f"credentials file is accessible by group/others (mode {stat.S_IMODE(mode):04o}); "
+            f"fix with: chmod 600 {path}", url=path, operation="credentials")
+
+
+class PegasusCredentialsFile:
+    """A parsed, permission-checked Pegasus credentials file."""
+
+    def __init__(self, path: str) -> None:
+        check_private(path)
+        parser = configparser.ConfigParser(
+            defaults={"batch_delete": "True", "batch_delete_size": "1000"}, interpolation=None)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                parser.read_file(fh)
+        except (configparser.Error, UnicodeDecodeError) as err:
+            raise ConfigError(f"malformed credentials file: {type(err).__name__}", url=path,
+                              operation="credentials") from None
+        self.path = path
+        self._parser = parser
+
+    def section(self, name: str) -> Optional[Dict[str, str]]:
+        for candidate in (name, name.lower()):
+            if self._parser.has_section(candidate):
+                return dict(self._parser.items(candidate))
+        return None
+
+    def require(self, name: str, what: str) -> Dict[str, str]:
+        found = self.section(name)
+        if found is None:
+            raise ConfigError(f"no section [{name}] for {what}", url=self.path,
+                              operation="credentials")
+        return found
+
+    def headers_for(self, scheme: str, host: str) -> Dict[str, str]:
+        """``header.<Name>`` values of ``[scheme://host]`` or ``[host]``."""
+        found = self.section(f"{scheme}://{host}") or self.section(host) or {}
+        return {k[len("header."):]: v for k, v in found.items() if k.startswith("header.")}
+
+
+@dataclass(frozen=True)
+class S3SiteConfig:
+    """What an ``s3://USER@SITE/...`` URL needs: endpoint, region, keys, delete batching."""
+
+    endpoint: Optional[str]
+    region: Optional[str]
+    credentials: Optional[Credentials]
+    batch_delete: bool = True
+    batch_delete_size: int = 1000
+
+
+def pegasus_s3_config(creds: PegasusCredentialsFile, identity: str) -> S3SiteConfig:
+    """Resolve ``USER@SITE`` against a Pegasus credentials file."""
+    if "@" not in identity:
+        raise ConfigError("S3 URL has no USER@ identity", url=creds.path, operation="credentials")
+    site = identity.split("@", 1)[1].split(":", 1)[0]
+    site_section = creds.require(site, f"site '{site}'")
+    endpoint = site_section.get("endpoint")
+    if not endpoint:
+        raise ConfigError(f"section [{site}] has no endpoint", url=creds.path,
+                          operation="credentials")
+    ident = creds.require(identity, f"identity '{identity}'")
+    if not ident.get("access_key") or not ident.get("secret_key"):
+        raise ConfigError(f"section [{identity}] needs access_key and secret_key", url=creds.path,
+                          operation="credentials")
+    try:
+        batch_size = int(site_section.get("batch_delete_size", "1000"))
+    except ValueError:
+        raise ConfigError(f"[{site}] batch_delete_size is not a number", url=creds.path,
+                          operation="credentials") from None
+    return S3SiteConfig(
+        endpoint=endpoint.rstrip("/"),
+        region=site_section.get("region") or None,
+        credentials=Credentials(ident["access_key"], ident["secret_key"]),
+        batch_delete=site_section.get("batch_delete", "True").lower() in ("1", "true", "yes", "t"),
+        batch_delete_size=max(1, min(1000, batch_size)),
+    )
+
+
+def aws_s3_config(env: Mapping[str, str]) -> S3SiteConfig:
+    """The standard AWS chain for ``s3://BUCKET/KEY`` URLs."""
+    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    home = env.get("HOME") or os.path.expanduser("~")
+    shared = _read_ini(env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials"))
+    config = _read_ini(env.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"))
+    config_section = config.get(profile if profile == "default" else f"profile {profile}", {})
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or config_section.get("region")
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") \
+        or config_section.get("endpoint_url")
+    credentials: Optional[Credentials] = None
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        credentials = Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
+                                  env.get("AWS_SESSION_TOKEN") or None)
+    else:
+        for section in (shared.get(profile, {}), config_section):
+            if section.get("aws_access_key_id") and section.get("aws_secret_access_key"):
+                credentials = Credentials(section["aws_access_key_id"], section["aws_secret_access_key"],
+                                          section.get("aws_session_token") or None)
+                break
+    if credentials is None:
+        credentials = _botocore_credentials(profile)
+    return S3SiteConfig(endpoint=endpoint.rstrip("/") if endpoint else None, region=region,
+                        credentials=credentials)
+
+
+def _read_ini(path: str) -> Dict[str, Dict[str, str]]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except configparser.Error as err:
+        raise ConfigError(f"malformed AWS file: {type(err).__name__}", url=path,
+                          operation="credentials") from None
+    return {name: dict(parser.items(name)) for name in parser.sections()}
+
+
+def _botocore_credentials(profile: str) -> Optional[Credentials]:
+    """SSO, instance metadata, credential_process...: delegated to botocore when installed."""
+    try:
+        import botocore.session  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    session = botocore.session.Session(profile=None if profile == "default" else profile)
+    found = session.get_credentials()
+    if found is None:
+        return None
+    frozen = found.get_frozen_credentials()
+    return Credentials(frozen.access_key, frozen.secret_key, frozen.token)

@@ -1,0 +1,327 @@
+"""The orchestration layer: every byte the library moves goes through :class:`Engine`.
+
+``Engine.run(ops)`` takes transfers, mkdirs and removes and returns one :class:`Result` per
+operation, in input order. It
+
+* runs mkdirs first (duplicates collapsed), then transfers on a bounded pool of
+  ``threads`` workers, then removes grouped per endpoint into batch deletes;
+* tries a transfer's sources in order within an attempt, and retries attempts for
+  retryable errors only, with jittered exponential backoff and a batch-wide retry budget;
+* writes local destinations atomically (temp name, verify, rename) and never leaves a
+  partial file behind;
+* drives multipart uploads for large files and server-side copies between objects of one
+  endpoint, or a two-hop copy through a local temp file between different endpoints.
+
+Backends are obtained from the :class:`~transfer.session.Session`, which keeps one per
+endpoint, so all workers share one connection pool per endpoint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import tempfile
+import threading
+import time
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+
+from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
+from transfer.backends import local
+from transfer.backends.base import Backend, MultipartUploads, ServerSideCopy
+from transfer.errors import TransferError
+from transfer.http.connection import FileRegion
+from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
+from transfer.retry import RetryBudget, RetryPolicy
+from transfer.session import Session
+from transfer.urls import Url
+
+ResultCallback = Callable[[Result], None]
+_Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
+
+
+class InlineExecutor(Executor):
+    """Runs each task at submit time, in the caller's thread (deterministic tests)."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        future: Future = Future()  # type: ignore[type-arg]
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # noqa: B036 - handed to the caller through the future
+            future.set_exception(err)
+        return future
+
+
+class Engine:
+    """Runs batches of operations against the backends of one session."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        threads: Optional[int] = None,
+        retry: Optional[RetryPolicy] = None,
+        executor: Optional[Executor] = None,
+        on_result: Optional[ResultCallback] = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: Optional[random.Random] = None,
+    ) -> None:
+        settings = session.settings
+        self._session = session
+        self._threads = threads or settings.threads
+        self._retry = retry or RetryPolicy(settings.max_attempts, settings.retry_base_delay,
+                                           settings.retry_max_delay)
+        self._executor = executor
+        self._on_result = on_result
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._callback_lock = threading.Lock()
+
+    @property
+    def max_attempts(self) -> int:
+        return self._retry.max_attempts
+
+    # -- batch --------------------------------------------------------------------------
+
+    def run(self, ops: Sequence[Operation]) -> List[Result]:
+        """One result per operation, in order. Never raises for a failed operation."""
+        results: List[Optional[Result]] = [None] * len(ops)
+        budget = RetryBudget(capacity=20 + len(ops) / 10)
+        executor = self._executor or ThreadPoolExecutor(self._threads, thread_name_prefix="transfer")
+        try:
+            self._run_mkdirs(ops, results, budget, executor)
+            self._run_transfers(ops, results, budget, executor)
+            self._run_removes(ops, results, budget)
+        finally:
+            if executor is not self._executor:
+                executor.shutdown(wait=True, cancel_futures=True)
+        return [r for r in results if r is not None]
+
+    def _finish(self, results: List[Optional[Result]], index: int, result: Result) -> None:
+        results[index] = result
+        if self._on_result is not None:
+            with self._callback_lock:
+                self._on_result(result)
+
+    def _run_mkdirs(self, ops: Sequence[Operation], results: List[Optional[Result]],
+                    budget: RetryBudget, executor: Executor) -> None:
+        done: Dict[Tuple[str, str, str], Future] = {}  # type: ignore[type-arg]
+        indexed = [(i, op) for i, op in enumerate(ops) if isinstance(op, Mkdir)]
+        for _, op in indexed:
+            key = (op.target.scheme, op.target.host, op.target.path.rstrip("/"))
+            if key not in done:
+                done[key] = executor.submit(self._mkdir, op, budget)
+        for i, op in indexed:
+            key = (op.target.scheme, op.target.host, op.target.path.rstrip("/"))
+            outcome: Result = done[key].result()
+            self._finish(results, i, Result(op, outcome.ok, 0, outcome.seconds, outcome.attempts,
+                                            outcome.error, None, outcome.history))
+
+    def _run_transfers(self, ops: Sequence[Operation], results: List[Optional[Result]],
+                       budget: RetryBudget, executor: Executor) -> None:
+        futures = [(i, executor.submit(self._transfer, op, budget))
+                   for i, op in enumerate(ops) if isinstance(op, Transfer)]
+        for i, future in futures:
+            self._finish(results, i, future.result())
+
+    def _run_removes(self, ops: Sequence[Operation], results: List[Optional[Result]],
+                     budget: RetryBudget) -> None:
+        groups: Dict[Hashable, List[Tuple[int, Remove]]] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, Remove):
+                try:
+                    backend = self._session.backend(op.target)
+                except TransferError as err:
+                    self._finish(results, i, Result(op, False, attempts=1, error=err))
+                    continue
+                groups.setdefault(id(backend), []).append((i, op))
+        for items in groups.values():
+            backend = self._session.backend(items[0][1].target)
+            for i, result in zip([i for i, _ in items], self._remove_group(backend, [op for _, op in items],
+                                                                            budget)):
+                self._finish(results, i, result)
+
+    # -- retries ------------------------------------------------------------------------
+
+    def _with_retries(self, op: Operation, budget: RetryBudget, action: _Action) -> Result:
+        history: List[Attempt] = []
+        start = time.monotonic()
+        for attempt in itertools.count(1):
+            try:
+                nbytes, source = action(history)
+            except TransferError as err:
+                if self._retry.should_retry(err, attempt) and budget.try_spend():
+                    self._sleep(self._retry.delay(attempt, err, self._rng))
+                    continue
+                err.attempts = attempt
+                return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
+            budget.earn()
+            return Result(op, True, nbytes, time.monotonic() - start, attempt, None, source, tuple(history))
+        raise AssertionError("unreachable")
+
+    def _mkdir(self, op: Mkdir, budget: RetryBudget) -> Result:
+        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+            started, clock = time.time(), time.monotonic()
+            try:
+                self._session.backend(op.target).make_dirs(op.target)
+            except TransferError as err:
+                history.append(Attempt(None, op.target, False, started, time.monotonic() - clock, 0, err))
+                raise
+            history.append(Attempt(None, op.target, True, started, time.monotonic() - clock))
+            return 0, None
+
+        return self._with_retries(op, budget, action)
+
+    def _transfer(self, op: Transfer, budget: RetryBudget) -> Result:
+        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+            errors: List[TransferError] = []
+            for source in op.sources:
+                started, clock = time.time(), time.monotonic()
+                try:
+                    nbytes = self._copy(source, op)
+                except TransferError as err:
+                    history.append(Attempt(source, op.dest, False, started, time.monotonic() - clock, 0, err))
+                    errors.append(err)
+                    continue
+                history.append(Attempt(source, op.dest, True, started, time.monotonic() - clock, nbytes))
+                return nbytes, source
+            raise next((e for e in errors if e.retryable), errors[0])
+
+        return self._with_retries(op, budget, action)
+
+    # -- copies -------------------------------------------------------------------------
+
+    def _copy(self, source: Url, op: Transfer) -> int:
+        dest = op.dest
+        if dest.is_local:
+            if source.is_local:
+                return self._local_copy(source, op)
+            return self._download(source, dest.path)
+        if source.is_local:
+            return self._upload(source.path, dest)
+        return self._remote_copy(source, dest)
+
+    def _local_copy(self, source: Url, op: Transfer) -> int:
+        dest = op.dest.path
+        if op.dest.scheme == "moveto":
+            return local.move(source.path, dest)
+        symlink = op.dest.scheme == "symlink" or op.link is LinkMode.SYMLINK
+        if symlink and not op.verify_source:
+            atomic_symlink(source.path, dest)
+            return 0
+        size = local.verify_readable(source.path)
+        if local.same_file(source.path, dest):
+            return size
+        if symlink:
+            atomic_symlink(source.path, dest)
+            return 0
+        if op.link is LinkMode.HARDLINK and atomic_hardlink(source.path, dest):
+            return size
+        return self._download(source, dest)
+
+    def _download(self, source: Url, dest_path: str) -> int:
+        backend = self._session.backend(source)
+        with AtomicFile(dest_path) as out:
+            backend.get(source, out.file)
+            return out.commit()
+
+    def _upload(self, path: str, dest: Url) -> int:
+        backend = self._session.backend(dest)
+        threshold = getattr(backend, "multipart_threshold", None)
+        if threshold is not None:
+            try:
+                size = os.stat(path).st_size
+            except OSError as err:
+                raise local_error(err, path, "put") from err
+            if size >= threshold and isinstance(backend, MultipartUploads):
+                return self._multipart_upload(backend, path, dest, size)
+        return backend.put(path, dest).size
+
+    def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
+        step = backend.part_size
+        regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
+        upload_id = backend.start_upload(dest)
+        try:
+            # A separate pool: parts must never queue behind the file tasks that wait for them.
+            with ThreadPoolExecutor(min(self._threads, len(regions)), thread_name_prefix="part") as parts:
+                etags = list(parts.map(lambda job: backend.upload_part(dest, upload_id, job[0], job[1]),
+                                       enumerate(regions, 1)))
+            backend.complete_upload(dest, upload_id, etags)
+        except BaseException:
+            backend.abort_upload(dest, upload_id)
+            raise
+        return size
+
+    def _remote_copy(self, source: Url, dest: Url) -> int:
+        source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
+        if source_backend is dest_backend and isinstance(source_backend, ServerSideCopy):
+            return source_backend.copy(source, dest).size
+        fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-", suffix=".data")
+        os.close(fd)
+        try:
+            self._download(source, temp)
+            return self._upload(temp, dest)
+        finally:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+
+    # -- removes ------------------------------------------------------------------------
+
+    def _remove_group(self, backend: Backend, ops: List[Remove], budget: RetryBudget) -> List[Result]:
+        """Removes for one endpoint: recursive ones expand to listings, then batch deletes."""
+        start = time.monotonic()
+        outcomes: List[Optional[TransferError]] = [None] * len(ops)
+        attempts = [0] * len(ops)
+        pending = list(range(len(ops)))
+        for attempt in itertools.count(1):
+            errors = self._remove_once(backend, [ops[i] for i in pending])
+            retry: List[int] = []
+            for i, err in zip(pending, errors):
+                attempts[i] = attempt
+                outcomes[i] = err
+                if err is not None and self._retry.should_retry(err, attempt) and budget.try_spend():
+                    retry.append(i)
+            if not retry:
+                break
+            self._sleep(self._retry.delay(attempt, outcomes[retry[0]], self._rng))
+            pending = retry
+        seconds = time.monotonic() - start
+        results = []
+        for i, op in enumerate(ops):
+            err = outcomes[i]
+            if err is not None:
+                err.attempts = attempts[i]
+            results.append(Result(op, err is None, 0, seconds, attempts[i], err))
+        return results
+
+    def _remove_once(self, backend: Backend, ops: List[Remove]) -> List[Optional[TransferError]]:
+        urls: List[Url] = []
+        owners: List[int] = []
+        errors: List[Optional[TransferError]] = [None] * len(ops)
+        for index, op in enumerate(ops):
+            try:
+                expanded = self._expand_remove(backend, op)
+            except TransferError as err:
+                errors[index] = err
+                continue
+            urls.extend(expanded)
+            owners.extend([index] * len(expanded))
+        if urls:
+            for owner, failure in zip(owners, backend.delete(urls)):
+                if failure is not None and errors[owner] is None:
+                    errors[owner] = failure
+        return errors
+
+    def _expand_remove(self, backend: Backend, op: Remove) -> List[Url]:
+        if not op.recursive:
+            return [op.target]
+        if isinstance(backend, local.LocalBackend):
+            failure = backend.delete_tree(op.target)
+            if failure is not None:
+                raise failure
+            return []
+        prefix = op.target.with_path(op.target.path.rstrip("/").removesuffix("/*"))
+        return [info.url for info in backend.list(prefix)]

@@ -1,0 +1,113 @@
+"""The one exception tree of the transfer library.
+
+::
+
+    TransferError                      every failure the library reports
+    ├── InvalidInput (ValueError)      malformed URL, unknown scheme, bad option value
+    ├── ConfigError (ValueError)       missing/unsafe credentials file, missing section
+    ├── NotFound (FileNotFoundError)   the object or file does not exist       (permanent)
+    ├── AuthError (PermissionError)    rejected credentials or access denied   (permanent)
+    ├── RemoteError (OSError)          any other refusal by the server         (permanent)
+    ├── LocalIOError (OSError)         writing or reading the local side failed (permanent)
+    │   └── NoSpace                    ENOSPC / EDQUOT on the local side
+    ├── ChecksumMismatch (ValueError)  received bytes do not match size or checksum (retried)
+    └── TransientError (ConnectionError)  resets, timeouts, 5xx                 (retried)
+        └── Throttled                  503 SlowDown, 429: retried with a longer wait
+
+Every error carries the URL and operation it concerns and the attempts made so far;
+backends raise them ``from`` the underlying cause. Whether an error is retried is a
+property of its class (:attr:`TransferError.retryable`), never of its message text.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class TransferError(Exception):
+    """Base class. ``url`` and ``operation`` name what failed; ``attempts`` how often."""
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: Optional[str] = None,
+        operation: Optional[str] = None,
+        attempts: int = 0,
+        status: Optional[int] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.url = url
+        self.operation = operation
+        self.attempts = attempts
+        self.status = status
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        kwargs = {
+            "url": self.url,
+            "operation": self.operation,
+            "attempts": self.attempts,
+            "status": self.status,
+        }
+        return (_rebuild, (type(self), self.message, kwargs))
+
+    def __str__(self) -> str:
+        parts = []
+        if self.operation:
+            parts.append(self.operation)
+        if self.url:
+            parts.append(self.url)
+        prefix = " ".join(parts)
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+
+def _rebuild(cls: type, message: str, kwargs: dict) -> TransferError:  # type: ignore[type-arg]
+    err: TransferError = cls(message, **kwargs)
+    return err
+
+
+class InvalidInput(TransferError, ValueError):
+    """Input the library cannot act on: a malformed URL, an unknown scheme, a bad value."""
+
+
+class ConfigError(TransferError, ValueError):
+    """Credentials or configuration missing, malformed or unsafe (e.g. group-readable)."""
+
+
+class NotFound(TransferError, FileNotFoundError):
+    """The source object or file does not exist."""
+
+
+class AuthError(TransferError, PermissionError):
+    """The server rejected the credentials or denied access (401/403)."""
+
+
+class RemoteError(TransferError, OSError):
+    """The server refused the request for a reason that retrying will not change."""
+
+
+class LocalIOError(TransferError, OSError):
+    """Reading or writing a local file failed."""
+
+
+class NoSpace(LocalIOError):
+    """The local filesystem is full (ENOSPC) or over quota (EDQUOT)."""
+
+
+class ChecksumMismatch(TransferError, ValueError):
+    """The bytes received do not match the size or checksum the store reported."""
+
+    retryable = True
+
+
+class TransientError(TransferError, ConnectionError):
+    """A failure that may succeed when tried again: reset, timeout, 5xx."""
+
+    retryable = True
+
+
+class Throttled(TransientError):
+    """The server asked the client to slow down (503 SlowDown, 429)."""

@@ -1,0 +1,344 @@
+"""One persistent HTTP/1.1 connection: send a request, read its response.
+
+Deliberately small: the object-store backends send thousands of tiny requests per job,
+and a general-purpose client spends more CPU per request than the request itself costs.
+Supports Content-Length and chunked bodies, close-delimited bodies, HEAD/204/304, TLS with
+verification, and request bodies from bytes or a region of a file.
+
+Network failures raise :class:`~transfer.errors.TransientError`; a failure to even get a
+status line back on a *reused* connection raises :class:`StaleConnection` (a subclass), which
+the pool answers by retrying once on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Dict, Iterable, Optional, Tuple, Union
+
+from transfer.errors import RemoteError, TransientError
+
+_MAX_LINE = 65536
+_MAX_HEADERS = 200
+_CHUNK = 1 << 18
+
+
+class StaleConnection(TransientError):
+    """A kept-alive connection was closed by the server before it answered."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds to wait for a TCP/TLS connect and between bytes of a response."""
+
+    connect: float = 10.0
+    read: float = 60.0
+
+
+@dataclass(frozen=True)
+class FileRegion:
+    """A request body read from ``length`` bytes of ``path`` starting at ``offset``."""
+
+    path: str
+    offset: int
+    length: int
+
+
+Body = Union[bytes, FileRegion, None]
+HeaderList = Iterable[Tuple[str, str]]
+
+
+class Response:
+    """Status, headers (lower-case names) and a body that must be read or discarded."""
+
+    __slots__ = ("status", "reason", "headers", "_conn", "_remaining", "_chunked", "_done")
+
+    def __init__(self, conn: "Connection", status: int, reason: str, headers: Dict[str, str]):
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self._conn = conn
+        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self._remaining: Optional[int] = None
+        if not self._chunked and length is not None:
+            try:
+                self._remaining = int(length)
+            except ValueError:
+                raise TransientError(f"bad Content-Length {length!r}") from None
+        self._done = False
+
+    @property
+    def will_close(self) -> bool:
+        return self._conn.must_close
+
+    def read(self) -> bytes:
+        """The whole body as bytes."""
+        parts: list[bytes] = []
+        self.read_into(parts.append)
+        return b"".join(parts)
+
+    def read_into(self, write: Callable[[bytes], object]) -> int:
+        """Stream the body to ``write``; return the byte count. Raises TransientError on a cut body."""
+        if self._done:
+            return 0
+        try:
+            if self._chunked:
+                total = self._conn.read_chunked(write)
+            elif self._remaining is not None:
+                total = self._conn.read_exact(self._remaining, write)
+            else:
+                total = self._conn.read_until_close(write)
+        except (OSError, ssl.SSLError) as err:
+            self._conn.close()
+            self._done = True
+            if isinstance(err, TransientError) or not isinstance(err, (socket.timeout, ConnectionError,
+                                                                          ssl.SSLError)):
+                raise
+            raise TransientError(f"body read failed: {err}", url=self._conn.endpoint,
+                                 operation="read") from err
+        except BaseException:
+            self._conn.close()
+            self._done = True
+            raise
+        self._done = True
+        self._conn.response_done()
+        return total
+
+    def discard(self) -> None:
+        """Drop the body (reads it if small so the connection stays reusable)."""
+        if self._done:
+            return
+        if self._remaining is not None and self._remaining <= _CHUNK:
+            self.read_into(_ignore)
+        else:
+            self._conn.close()
+            self._done = True
+
+    @property
+    def complete(self) -> bool:
+        return self._done
+
+
+def _ignore(_data: bytes) -> None:
+    return None
+
+
+class Connection:
+    """A single keep-alive connection to ``host:port``; not thread-safe (the pool hands it out)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
+        timeouts: Timeouts = Timeouts(),
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._ssl_context = ssl_context
+        self._server_hostname = server_hostname or host
+        self._timeouts = timeouts
+        self._sock: Optional[socket.socket] = None
+        self._rfile: Optional[BinaryIO] = None
+        self.must_close = False
+        self.requests_sent = 0
+        self.idle = True
+
+    @property
+    def endpoint(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    def connect(self) -> None:
+        try:
+            sock = socket.create_connection((self.host, self.port), self._timeouts.connect)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl_context is not None:
+                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._server_hostname)
+            sock.settimeout(self._timeouts.read)
+        except ssl.SSLCertVerificationError as err:
+            raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",
+                              url=self.endpoint, operation="connect") from err
+        except (OSError, ssl.SSLError) as err:
+            raise TransientError(f"cannot connect: {err}", url=self.endpoint,
+                                 operation="connect") from err
+        self._sock = sock
+        self._rfile = sock.makefile("rb", buffering=_CHUNK)  # type: ignore[assignment]
+
+    def close(self) -> None:
+        self.must_close = True
+        for closeable in (self._rfile, self._sock):
+            if closeable is not None:
+                try:
+                    closeable.close()
+                except OSError:
+                    pass
+        self._rfile = None
+        self._sock = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._sock is not None and not self.must_close
+
+    def request(self, method: str, target: str, headers: HeaderList, body: Body = None) -> Response:
+        """Send one request and read the response head. The body is left to the caller."""
+        reused = self.requests_sent > 0
+        if self._sock is None:
+            self.connect()
+        self.idle = False
+        self.requests_sent += 1
+        try:
+            self._send(method, target, headers, body)
+            return self._read_head(method)
+        except (socket.timeout, TimeoutError) as err:
+            self.close()
+            raise TransientError("timed out", url=self.endpoint, operation=method) from err
+        except _EmptyStatus as err:
+            self.close()
+            cls = StaleConnection if reused else TransientError
+            raise cls("connection closed before a response", url=self.endpoint,
+                      operation=method) from err
+        except (OSError, ssl.SSLError) as err:
+            self.close()
+            cls = StaleConnection if reused and isinstance(err, (BrokenPipeError, ConnectionResetError)) \
+                else TransientError
+            raise cls(f"connection failed: {err}", url=self.endpoint, operation=method) from err
+
+    def _send(self, method: str, target: str, headers: HeaderList, body: Body) -> None:
+        assert self._sock is not None
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header()}"]
+        lines.extend(f"{name}: {value}" for name, value in headers)
+        if isinstance(body, FileRegion):
+            lines.append(f"Content-Length: {body.length}")
+        elif body is not None or method in ("PUT", "POST"):
+            lines.append(f"Content-Length: {len(body) if body else 0}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if isinstance(body, bytes) and len(body) <= _CHUNK:
+            self._sock.sendall(head + body)
+            return
+        self._sock.sendall(head)
+        if isinstance(body, bytes):
+            self._sock.sendall(body)
+        elif isinstance(body, FileRegion):
+            self._send_file(body)
+
+    def _send_file(self, region: FileRegion) -> None:
+        assert self._sock is not None
+        with open(region.path, "rb") as fh:
+            if self._ssl_context is None:
+                sent = self._sock.sendfile(fh, region.offset, region.length)
+                if sent != region.length:
+                    raise TransientError(f"sent {sent} of {region.length} bytes of {region.path}")
+                return
+            fh.seek(region.offset)
+            left = region.length
+            while left > 0:
+                data = fh.read(min(left, _CHUNK))
+                if not data:
+                    raise TransientError(f"{region.path} shrank while being sent")
+                self._sock.sendall(data)
+                left -= len(data)
+
+    def _host_header(self) -> str:
+        default = 443 if self._ssl_context else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def _read_head(self, method: str) -> Response:
+        rfile = self._rfile
+        assert rfile is not None
+        while True:
+            line = rfile.readline(_MAX_LINE)
+            if not line:
+                raise _EmptyStatus()
+            version, _, rest = line.partition(b" ")
+            code, _, reason = rest.partition(b" ")
+            if not version.startswith(b"HTTP/") or not code.isdigit():
+                raise TransientError(f"bad status line {line[:80]!r}", url=self.endpoint)
+            status = int(code)
+            headers = self._read_headers(rfile)
+            if status != 100:
+                break
+        if version == b"HTTP/1.0" or "close" in headers.get("connection", "").lower():
+            self.must_close = True
+        response = Response(self, status, reason.strip().decode("latin-1"), headers)
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            response._remaining = 0
+            response._chunked = False
+        elif response._remaining is None and not response._chunked:
+            self.must_close = True
+        return response
+
+    def _read_headers(self, rfile: BinaryIO) -> Dict[str, str]:
+        headers: Dict[str, str] = {}
+        for _ in range(_MAX_HEADERS):
+            line = rfile.readline(_MAX_LINE)
+            if line in (b"\r\n", b"\n", b""):
+                return headers
+            name, _, value = line.decode("latin-1").partition(":")
+            key = name.strip().lower()
+            value = value.strip()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        raise TransientError("too many response headers", url=self.endpoint)
+
+    def read_exact(self, length: int, write: Callable[[bytes], object]) -> int:
+        rfile = self._rfile
+        assert rfile is not None
+        left = length
+        while left > 0:
+            data = rfile.read(min(left, _CHUNK))
+            if not data:
+                raise TransientError(f"connection closed after {length - left} of {length} body bytes",
+                                     url=self.endpoint, operation="read")
+            write(data)
+            left -= len(data)
+        return length
+
+    def read_chunked(self, write: Callable[[bytes], object]) -> int:
+        rfile = self._rfile
+        assert rfile is not None
+        total = 0
+        while True:
+            line = rfile.readline(_MAX_LINE)
+            if not line:
+                raise TransientError("connection closed inside a chunked body", url=self.endpoint)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise TransientError(f"bad chunk size line {line[:40]!r}", url=self.endpoint) from None
+            if size == 0:
+                self._read_headers(rfile)  # trailers
+                return total
+            total += self.read_exact(size, write)
+            if rfile.readline(_MAX_LINE) not in (b"\r\n", b"\n"):
+                raise TransientError("chunk not terminated by CRLF", url=self.endpoint)
+
+    def read_until_close(self, write: Callable[[bytes], object]) -> int:
+        rfile = self._rfile
+        assert rfile is not None
+        total = 0
+        while True:
+            data = rfile.read1(_CHUNK)  # type: ignore[attr-defined]
+            if not data:
+                self.close()
+                return total
+            write(data)
+            total += len(data)
+
+    def response_done(self) -> None:
+        self.idle = True
+        if self.must_close:
+            self.close()
+
+
+class _EmptyStatus(Exception):
+    """The server closed the connection instead of sending a status line."""
+
+
+def verifying_ssl_context(ca_file: Optional[str] = None) -> ssl.SSLContext:
+    """A TLS context that verifies the server; ``ca_file`` replaces the system CA store."""
+    return ssl.create_default_context(cafile=ca_file)

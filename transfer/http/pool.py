@@ -1,0 +1,176 @@
+"""A thread-safe pool of keep-alive connections to one endpoint.
+
+Sized to the number of threads that use it: up to ``max_idle`` connections are kept for
+reuse, so a batch run with N threads opens N connections, not one per request. A request
+on a reused connection that the server had already closed is retried once on a fresh
+connection (the only retry at this level; per-file retries live in the engine).
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from typing import Callable, List, Optional
+from urllib.parse import urlsplit
+
+from transfer.errors import InvalidInput
+from transfer.http.connection import (
+    Body,
+    Connection,
+    FileRegion,
+    HeaderList,
+    Response,
+    StaleConnection,
+    Timeouts,
+)
+
+
+class PoolStats:
+    """Counters a benchmark reads: connections opened and requests sent."""
+
+    __slots__ = ("connections_opened", "requests_sent", "_lock")
+
+    def __init__(self) -> None:
+        self.connections_opened = 0
+        self.requests_sent = 0
+        self._lock = threading.Lock()
+
+    def count(self, *, connections: int = 0, requests: int = 0) -> None:
+        with self._lock:
+            self.connections_opened += connections
+            self.requests_sent += requests
+
+
+class ConnectionPool:
+    """Keep-alive connections to ``scheme://host:port`` shared by all threads of a process."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_idle: int,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        timeouts: Timeouts = Timeouts(),
+        stats: Optional[PoolStats] = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
+                               url=base_url, operation="connect")
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        if parts.scheme == "https" and ssl_context is None:
+            ssl_context = ssl.create_default_context()
+        self._ssl_context = ssl_context if parts.scheme == "https" else None
+        self._timeouts = timeouts
+        self._max_idle = max(1, max_idle)
+        self._idle: List[Connection] = []
+        self._lock = threading.Lock()
+        self.stats = stats or PoolStats()
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    def _new_connection(self) -> Connection:
+        conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts)
+        conn.connect()
+        self.stats.count(connections=1)
+        return conn
+
+    def _checkout(self) -> Connection:
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if conn.is_open:
+                    return conn
+        return self._new_connection()
+
+    def _checkin(self, conn: Connection) -> None:
+        if not conn.is_open:
+            return
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def request(
+        self,
+        method: str,
+        target: str,
+        headers: HeaderList = (),
+        body: Body = None,
+    ) -> "PooledResponse":
+        """Send a request; the caller must read or discard the body (``with`` does it)."""
+        header_list = list(headers)
+        conn = self._checkout()
+        try:
+            response = conn.request(method, target, header_list, body)
+        except StaleConnection:
+            conn = self._new_connection()
+            response = conn.request(method, target, header_list, body)
+        finally:
+            self.stats.count(requests=1)
+        return PooledResponse(response, lambda: self._checkin(conn))
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class PooledResponse:
+    """A response that returns its connection to the pool once its body is consumed."""
+
+    __slots__ = ("_response", "_release", "status", "headers")
+
+    def __init__(self, response: Response, release: Callable[[], None]) -> None:
+        self._response = response
+        self._release = release
+        self.status = response.status
+        self.headers = response.headers
+
+    @property
+    def reason(self) -> str:
+        return self._response.reason
+
+    def read(self) -> bytes:
+        try:
+            return self._response.read()
+        finally:
+            self._finish()
+
+    def read_into(self, write: Callable[[bytes], object]) -> int:
+        try:
+            return self._response.read_into(write)
+        finally:
+            self._finish()
+
+    def discard(self) -> None:
+        try:
+            self._response.discard()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        release, self._release = self._release, _noop
+        release()
+
+    def __enter__(self) -> "PooledResponse":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._response.complete:
+            self.discard()
+        else:
+            self._finish()
+
+
+def _noop() -> None:
+    return None
+
+
+__all__ = ["ConnectionPool", "PooledResponse", "PoolStats", "FileRegion", "Timeouts"]

@@ -1,0 +1,60 @@
+"""When to try a file again, and how long to wait first.
+
+The decision is made from the error's class (:attr:`TransferError.retryable`), never its
+text. Waits use full jitter on an exponential schedule; :class:`Throttled` errors wait
+longer. A :class:`RetryBudget` shared by a whole batch stops a failing endpoint from being
+hammered: every retry spends a token, every success earns a fraction back.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+from transfer.errors import Throttled, TransferError
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``max_attempts`` tries per file; waits drawn from [0, min(max_delay, base*2^(n-1))]."""
+
+    max_attempts: int = 3
+    base_delay: float = 0.5
+    max_delay: float = 20.0
+    throttle_factor: float = 4.0
+
+    def should_retry(self, error: Optional[TransferError], attempt: int) -> bool:
+        return error is not None and error.retryable and attempt < self.max_attempts
+
+    def delay(self, attempt: int, error: Optional[TransferError], rng: random.Random) -> float:
+        ceiling = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        if isinstance(error, Throttled):
+            ceiling = min(self.max_delay, ceiling * self.throttle_factor)
+        return rng.uniform(ceiling / 2, ceiling)
+
+
+class RetryBudget:
+    """A token bucket shared by the transfers of one batch.
+
+    Starts with ``capacity`` tokens; a retry takes one, a success returns ``refill``. When
+    the bucket is empty further retries are refused, so a dead endpoint fails fast.
+    """
+
+    def __init__(self, capacity: float = 100.0, refill: float = 0.1) -> None:
+        self._capacity = capacity
+        self._tokens = capacity
+        self._refill = refill
+        self._lock = threading.Lock()
+
+    def try_spend(self) -> bool:
+        with self._lock:
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
+
+    def earn(self) -> None:
+        with self._lock:
+            self._tokens = min(self._capacity, self._tokens + self._refill)
