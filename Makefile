@@ -7,19 +7,24 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+TOOLS  := minio s5cmd fake-gcs-server
+REQS   := $(sort $(wildcard requirements/*.txt))
 
-.PHONY: bench test tools env
+.PHONY: bench test tools env system
 
-$(STAMP): requirements/dev.txt setup.cfg pyproject.toml
+$(STAMP): $(REQS) setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements/dev.txt
+	$(PY) -m pip install --quiet $(addprefix -r ,$(REQS))
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 env: $(STAMP)
 
-tools: $(STAMP)
-	$(PY) -m pegasus_cloudio.testbed.tools minio s5cmd
+system:
+	bash scripts/system-deps.sh
+
+tools: $(STAMP) system
+	$(PY) -m pegasus_cloudio.testbed.tools $(TOOLS)
 
 bench: tools
 	$(VENV)/bin/pegasus-cloudio bench small-files $(ARGS)

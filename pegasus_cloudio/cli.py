@@ -1,52 +1,80 @@
-"""``pegasus-cloudio``: the umbrella command (``bench ...``; later ``sites``, ``cache``)."""
+"""``pegasus-cloudio``: the umbrella command.
+
+``bench <scenario>``: benchmarks against the stock tools in the same run (``--json`` for
+machine-readable output). Other subcommands (``sites``, ``cache``) come from their modules.
+Each bench module provides ``add_arguments(parser)``, ``run_from_args(args) -> dict`` and
+``format_table(result) -> str``; each command module ``add_arguments(parser)`` and
+``main(args) -> int``. Modules are imported only to build the parser.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-from typing import Optional, Sequence
+from types import ModuleType
+from typing import Dict, Optional, Sequence
+
+BENCHES: Dict[str, str] = {
+    "small-files": "pegasus_cloudio.bench.small_files",
+    "mconcatfit": "pegasus_cloudio.bench.mconcatfit",
+    "cache": "pegasus_cloudio.bench.cache",
+    "condor-plugin": "pegasus_cloudio.bench.condor_plugin",
+}
+COMMANDS: Dict[str, str] = {
+    "sites": "pegasus_cloudio.sites.cli",
+    "cache": "pegasus_cloudio.cache.cli",
+}
+
+
+def _load(name: str) -> Optional[ModuleType]:
+    """The module, or None when it does not exist (yet) in this installation."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and name.startswith(err.name):
+            return None
+        raise
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pegasus-cloudio", description=__doc__)
+    parser = argparse.ArgumentParser(prog="pegasus-cloudio", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     bench = commands.add_parser("bench", help="benchmarks against the stock tools")
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    small = scenarios.add_parser("small-files", help="N small files out to and back from S3 (MinIO)")
-    small.add_argument("--count", type=_positive, default=6173, help="number of files (default 6173)")
-    small.add_argument("--size", type=_positive, default=300, help="bytes per file (default 300)")
-    small.add_argument("--threads", type=_positive, default=5, help="transfer threads (default 5)")
-    small.add_argument("--stock-sample", type=_positive, default=200,
-                       help="files the stock pegasus-transfer moves before extrapolating (default 200)")
-    small.add_argument("--rtt-ms", type=float, default=0.0, help="emulated round trip added by the proxy")
-    small.add_argument("--no-s5cmd", action="store_true", help="skip the s5cmd comparison")
-    small.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    for name, module_name in BENCHES.items():
+        module = _load(module_name)
+        if module is not None:
+            sub = scenarios.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
+            module.add_arguments(sub)
+            sub.add_argument("--json", action="store_true", help="print machine-readable JSON")
+            sub.set_defaults(module=module, kind="bench")
+    for name, module_name in COMMANDS.items():
+        module = _load(module_name)
+        if module is not None:
+            sub = commands.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
+            module.add_arguments(sub)
+            sub.set_defaults(module=module, kind="command")
     return parser
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from pegasus_cloudio.bench import small_files
-    from pegasus_cloudio.bench.harness import Progress
-
-    params = small_files.Params(count=args.count, size=args.size, threads=args.threads,
-                                stock_sample=args.stock_sample, s5cmd=not args.no_s5cmd, rtt_ms=args.rtt_ms)
-    result = small_files.run(params, Progress())
+    if args.kind == "command":
+        return int(args.module.main(args))
+    result = args.module.run_from_args(args)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(small_files.format_table(result))
+        print(args.module.format_table(result))
     return 0
 
 
 def console_main() -> None:
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

@@ -18,6 +18,9 @@ import pytest
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
 
+# Fixtures of other server kinds live in their own plugin modules beside this file.
+pytest_plugins = ["fixtures_gcs", "fixtures_ssh", "fixtures_condor"]
+
 # --------------------------------------------------------------------------- servers
 
 
@@ -64,3 +67,17 @@ def proxied(minio: MinioServer, tmp_path) -> Iterator[tuple]:
                                                 endpoint=proxy.url())
         yield proxy, {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path),
                       "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+
+
+# --------------------------------------------------------------------------- contract stores
+# Every backend kind provides ``store_<kind>`` -> (env, base URL) for tests/test_backend_contract.py.
+
+
+@pytest.fixture
+def store_local(tmp_path) -> tuple:
+    return {"HOME": str(tmp_path)}, f"file://{tmp_path}/store"
+
+
+@pytest.fixture
+def store_s3(s3_env: dict, bucket: str) -> tuple:
+    return s3_env, f"s3://test@minio/{bucket}"

@@ -24,13 +24,10 @@ class Store:
         return self.session.backend(self.url("x"))
 
 
-@pytest.fixture(params=["local", "s3"])
-def store(request, tmp_path):
-    if request.param == "local":
-        env, base = {"HOME": str(tmp_path)}, f"file://{tmp_path}/store"
-    else:
-        env, bucket = request.getfixturevalue("s3_env"), request.getfixturevalue("bucket")
-        base = f"s3://test@minio/{bucket}"
+@pytest.fixture(params=["local", "s3", "gcs", "sftp"])
+def store(request):
+    """Each kind's fixture ``store_<kind>`` yields (env, base URL); the tests below are shared."""
+    env, base = request.getfixturevalue(f"store_{request.param}")
     session = Session(Settings(threads=4), env)
     yield Store(session, base)
     session.close()

@@ -1,4 +1,4 @@
-"""``pegasus-cloudio bench small-files``: many small files out to and back from S3 (MinIO).
+"""Many small files staged out to and back in from a store, against the stock tool.
 
 In one run, on an embedded MinIO behind a counting proxy on loopback:
 
@@ -14,6 +14,8 @@ Every stage-in result is compared byte for byte with the originals.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import shutil
@@ -42,6 +44,36 @@ class Params:
     stock_sample: int = 200
     s5cmd: bool = True
     rtt_ms: float = 0.0
+
+
+STORES = {"s3": __name__, "gcs": "pegasus_cloudio.bench.small_files_gcs",
+          "scp": "pegasus_cloudio.bench.small_files_scp"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", choices=sorted(STORES), default="s3", help="staging store (default s3)")
+    parser.add_argument("--count", type=_positive, default=6173, help="number of files (default 6173)")
+    parser.add_argument("--size", type=_positive, default=300, help="bytes per file (default 300)")
+    parser.add_argument("--threads", type=_positive, default=5, help="transfer threads (default 5)")
+    parser.add_argument("--stock-sample", type=_positive, default=200,
+                        help="files the stock tool moves before extrapolating (default 200)")
+    parser.add_argument("--rtt-ms", type=float, default=0.0, help="emulated round trip added by the proxy")
+    parser.add_argument("--no-s5cmd", action="store_true", help="skip the s5cmd comparison (s3 only)")
+
+
+def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
+    params = Params(count=args.count, size=args.size, threads=args.threads, stock_sample=args.stock_sample,
+                    s5cmd=not args.no_s5cmd, rtt_ms=args.rtt_ms)
+    module = importlib.import_module(STORES[args.store])
+    result: Dict[str, object] = module.run(params, Progress())
+    return result
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def transfer_spec(pairs: Sequence[tuple], src_label: str, dst_label: str) -> bytes:  # type: ignore[type-arg]

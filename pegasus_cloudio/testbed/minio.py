@@ -49,7 +49,8 @@ class MinioServer:
         port: the S3 API port.
         endpoint: ``http://127.0.0.1:PORT`` or ``https://127.0.0.1:PORT``.
         access_key, secret_key: root credentials (MINIO_ROOT_USER/PASSWORD).
-        ca_file: CA certificate to verify the server with (None over http).
+        ca_file: CA certificate to verify the server with (None over http;
+            the file lives in the temp dir, so it is gone after `stop`).
         tls: whether the server speaks https.
     """
 

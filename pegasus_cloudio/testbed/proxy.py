@@ -517,6 +517,19 @@ def _nodelay(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """What every connection of one proxy needs from it."""
+
+    target: Tuple[str, int]
+    delay: float                  # one-way delay in seconds
+    counters: _Counters
+    faults: _FaultBook
+    stopping: threading.Event     # set by TcpProxy.stop
+    forget: Callable[["_Connection"], None]
+    name: str                     # thread name prefix
+
+
 class _Connection:
     """One relayed client connection and the threads serving it.
 
@@ -524,11 +537,11 @@ class _Connection:
     (socket shutdowns plus closing the links) so that happens promptly.
     """
 
-    def __init__(self, proxy: "TcpProxy", client: socket.socket, number: int) -> None:
-        self._proxy = proxy
+    def __init__(self, shared: _Shared, client: socket.socket, number: int) -> None:
+        self._shared = shared
         self._client = client
         self._upstream: Optional[socket.socket] = None
-        self._name = f"tcpproxy-{proxy.port}-{number}"
+        self._name = f"{shared.name}-{number}"
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
         self._running = 0
@@ -587,14 +600,14 @@ class _Connection:
             self._client.close()
             if self._upstream is not None:
                 self._upstream.close()
-            self._proxy._forget(self)
+            self._shared.forget(self)
 
     def _run(self) -> None:
         """Pay the handshake delay, connect upstream, then relay both directions."""
-        delay = self._proxy.delay_ms / 1000.0
-        if delay and self._proxy._stopping.wait(2 * delay):
+        delay = self._shared.delay
+        if delay and self._shared.stopping.wait(2 * delay):
             return
-        upstream = socket.create_connection(self._proxy.target, timeout=_CONNECT_TIMEOUT_S)
+        upstream = socket.create_connection(self._shared.target, timeout=_CONNECT_TIMEOUT_S)
         upstream.settimeout(None)
         _nodelay(upstream)
         with self._lock:
@@ -611,12 +624,15 @@ class _Connection:
         link: _Link = _DelayedLink(sock, delay, self._spawn, role) if delay else _DirectLink(sock)
         with self._lock:
             self._links.append(link)
+            aborted = self._aborted
+        if aborted:  # abort() ran before this link existed
+            link.close()
         return link
 
     def _pump_up(self) -> None:
         """Client to server: frame requests, apply request faults, forward."""
         framer = _RequestFramer(self._on_request_head)
-        counters, recv, link = self._proxy._counters, self._client.recv, self._to_upstream
+        counters, recv, link = self._shared.counters, self._client.recv, self._to_upstream
         while True:
             data = recv(_RECV_SIZE)
             if not data:
@@ -630,7 +646,7 @@ class _Connection:
 
     def _pump_down(self) -> None:
         """Server to client: forward, firing an armed response fault at its threshold."""
-        counters, recv, link = self._proxy._counters, self._upstream_recv(), self._to_client
+        counters, recv, link = self._shared.counters, self._upstream_recv(), self._to_client
         while True:
             data = recv(_RECV_SIZE)
             if not data:
@@ -654,7 +670,7 @@ class _Connection:
         """Forward the last allowed bytes, then queue the fault's action."""
         self._armed = None
         if last:
-            self._proxy._counters.add_down(len(last))
+            self._shared.counters.add_down(len(last))
             self._to_client.send(last)
         if fault.kind == RESET:
             self._to_client.call(lambda: self.abort(rst=True))
@@ -665,24 +681,25 @@ class _Connection:
         self._to_client.finish()
 
     def _stall(self, seconds: float) -> None:
-        self._proxy._stopping.wait(seconds)
+        self._shared.stopping.wait(seconds)
         self.abort()
 
     def _on_request_head(self, head: _RequestHead) -> bool:
         """Count the request and decide its fate; False swallows it."""
-        self._proxy._counters.add_request(head.method)
-        fault = self._proxy._faults.take(head.method, head.target)
+        counters = self._shared.counters
+        counters.add_request(head.method)
+        fault = self._shared.faults.take(head.method, head.target)
         if fault is None:
             self._armed = None
             return True
-        self._proxy._counters.add_fault()
+        counters.add_fault()
         if fault.kind != STATUS:
             self._armed = _Armed(fault)
             return True
         self._armed = None
         close = head.expect_continue
         response = _status_response(fault, head, close)
-        self._proxy._counters.add_down(len(response))
+        counters.add_down(len(response))
         self._to_client.send(response)
         if close:
             self._to_client.call(self.abort)
@@ -742,7 +759,12 @@ class TcpProxy:
         listener.listen(512)
         listener.settimeout(_ACCEPT_POLL_S)
         self._listener, self.port = listener, listener.getsockname()[1]
-        self._acceptor = threading.Thread(target=self._accept_loop,
+        shared = _Shared(
+            target=self.target, delay=self.delay_ms / 1000.0, counters=self._counters,
+            faults=self._faults, stopping=self._stopping, forget=self._forget,
+            name=f"tcpproxy-{self.port}",
+        )
+        self._acceptor = threading.Thread(target=self._accept_loop, args=(listener, shared),
                                           name=f"tcpproxy-{self.port}-accept", daemon=True)
         self._acceptor.start()
         return self
@@ -837,25 +859,23 @@ class TcpProxy:
 
     # -- internals
 
-    def _accept_loop(self) -> None:
-        assert self._listener is not None
+    def _accept_loop(self, listener: socket.socket, shared: _Shared) -> None:
         numbers = itertools.count(1)
         while not self._stopping.is_set():
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except socket.timeout:
                 continue
             except OSError:
                 if self._stopping.wait(0.05):
                     return
                 continue
-            self._admit(client, next(numbers))
+            self._admit(_Connection(shared, client, next(numbers)), client)
 
-    def _admit(self, client: socket.socket, number: int) -> None:
+    def _admit(self, conn: _Connection, client: socket.socket) -> None:
         client.settimeout(None)
         _nodelay(client)
         self._counters.add_connection()
-        conn = _Connection(self, client, number)
         with self._lock:
             if self._stopping.is_set():  # stop() has already taken its snapshot
                 client.close()

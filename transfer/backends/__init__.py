@@ -25,6 +25,9 @@ SCHEMES: Dict[str, str] = {
     "s3s": "transfer.backends.s3",
     "http": "transfer.backends.http",
     "https": "transfer.backends.http",
+    "gs": "transfer.backends.gcs",
+    "scp": "transfer.backends.sftp",
+    "sftp": "transfer.backends.sftp",
 }
 
 

@@ -1,0 +1,1 @@
+"""Fixtures for the condor tests (filled in by the condor work)."""

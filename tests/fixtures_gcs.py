@@ -1,0 +1,1 @@
+"""Fixtures for the gcs tests (filled in by the gcs work)."""

@@ -1,0 +1,1 @@
+"""Fixtures for the ssh tests (filled in by the ssh work)."""
