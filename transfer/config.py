@@ -35,6 +35,8 @@ class Settings:
     multipart_threshold: bytes; uploads at or above this use parallel multipart.
     multipart_part_size: bytes per part of a multipart upload.
     ca_bundle:           PEM file of CAs used instead of the system store to verify TLS.
+    gcs_endpoint:        GCS JSON API endpoint (e.g. an emulator); ``STORAGE_EMULATOR_HOST`` also works.
+    ssh_known_hosts:     known_hosts file; when set, SSH host keys must match it (strict checking).
     """
 
     threads: int = 8
@@ -46,6 +48,8 @@ class Settings:
     multipart_threshold: int = 64 << 20
     multipart_part_size: int = 16 << 20
     ca_bundle: Optional[str] = None
+    gcs_endpoint: Optional[str] = None
+    ssh_known_hosts: Optional[str] = None
 
     def replace(self, **changes: object) -> "Settings":
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
