@@ -37,6 +37,11 @@ class Settings:
     ca_bundle:           PEM file of CAs used instead of the system store to verify TLS.
     gcs_endpoint:        GCS JSON API endpoint (e.g. an emulator); ``STORAGE_EMULATOR_HOST`` also works.
     ssh_known_hosts:     known_hosts file; when set, SSH host keys must match it (strict checking).
+    bundle:              pack batches of small uploads into bundles, for every destination site.
+    bundle_sites:        comma-separated destination site labels that get bundles (``bundle`` off).
+    bundle_min_files:    fewest small files going to one directory in one batch worth a bundle.
+    bundle_max_member_size: bytes; larger files are uploaded as plain objects.
+    bundle_max_size:     bytes; a batch larger than this is split into several bundles.
     """
 
     threads: int = 8
@@ -50,6 +55,18 @@ class Settings:
     ca_bundle: Optional[str] = None
     gcs_endpoint: Optional[str] = None
     ssh_known_hosts: Optional[str] = None
+    bundle: bool = False
+    bundle_sites: Optional[str] = None
+    bundle_min_files: int = 8
+    bundle_max_member_size: int = 1 << 20
+    bundle_max_size: int = 64 << 20
+
+    def bundles_for(self, site_label: Optional[str]) -> bool:
+        """Whether uploads to ``site_label`` are bundled."""
+        if self.bundle:
+            return True
+        sites = {s.strip().replace("-", "_") for s in (self.bundle_sites or "").split(",") if s.strip()}
+        return site_label is not None and site_label.replace("-", "_") in sites
 
     def replace(self, **changes: object) -> "Settings":
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -119,7 +136,7 @@ def _convert(name: str, raw: str, default: object) -> object:
         if isinstance(default, bool):
             return raw.strip().lower() in ("1", "true", "yes", "on")
         if isinstance(default, int):
-            return parse_size(raw) if name.endswith(("_THRESHOLD", "_SIZE")) else int(raw)
+            return parse_size(raw) if name.endswith(("_THRESHOLD", "_SIZE", "_BYTES")) else int(raw)
         if isinstance(default, float):
             return float(raw)
         return raw.strip() or None

@@ -30,6 +30,10 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
 from transfer.backends.base import Backend, MultipartUploads, ServerSideCopy
+from transfer.bundles.directory import fetch_members
+from transfer.bundles.format import member_bytes
+from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
+from transfer.errors import NotFound
 from transfer.errors import TransferError
 from transfer.http.connection import FileRegion
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
@@ -77,6 +81,7 @@ class Engine:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._callback_lock = threading.Lock()
+        self._bundles = BundleStager(session)
 
     @property
     def max_attempts(self) -> int:
@@ -120,16 +125,29 @@ class Engine:
 
     def _run_transfers(self, ops: Sequence[Operation], results: List[Optional[Result]],
                        budget: RetryBudget, executor: Executor) -> None:
-        futures = [(i, executor.submit(self._transfer, op, budget))
-                   for i, op in enumerate(ops) if isinstance(op, Transfer)]
+        indexed = [(i, op) for i, op in enumerate(ops) if isinstance(op, Transfer)]
+        groups: List[Future] = []  # type: ignore[type-arg]
+        if self._bundles.enabled:
+            downloads, indexed = self._bundles.plan_downloads(indexed, executor.map)
+            uploads, indexed = self._bundles.plan_uploads(indexed)
+            groups = [executor.submit(self._bundle_download, g, budget) for g in downloads]
+            groups += [executor.submit(self._bundle_upload, g, budget) for g in uploads]
+        futures = [(i, executor.submit(self._transfer, op, budget)) for i, op in indexed]
+        for group in groups:
+            for i, result in group.result():
+                self._finish(results, i, result)
         for i, future in futures:
             self._finish(results, i, future.result())
 
     def _run_removes(self, ops: Sequence[Operation], results: List[Optional[Result]],
                      budget: RetryBudget) -> None:
         groups: Dict[Hashable, List[Tuple[int, Remove]]] = {}
-        for i, op in enumerate(ops):
-            if isinstance(op, Remove):
+        removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
+        failed = self._bundles.remove_members(removes) if self._bundles.enabled and removes else {}
+        for i, err in failed.items():
+            self._finish(results, i, Result(ops[i], False, attempts=1, error=err))
+        for i, op in removes:
+            if i not in failed:
                 try:
                     backend = self._session.backend(op.target)
                 except TransferError as err:
@@ -190,6 +208,56 @@ class Engine:
 
         return self._with_retries(op, budget, action)
 
+    # -- bundles ------------------------------------------------------------------------
+
+    def _bundle_download(self, group: DownloadGroup, budget: RetryBudget) -> List[Tuple[int, Result]]:
+        """Fetch one bundle once for all its wanted members; a vanished bundle falls back per file."""
+        sizes: Dict[int, int] = {}
+        started = time.time()
+
+        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+            sizes.update(self._bundles.fetch_group(group, self._write_bytes))
+            return sum(sizes.values()), None
+
+        outcome = self._with_retries(group.items[0][1], budget, action)
+        if not outcome.ok and isinstance(outcome.error, NotFound):
+            return [(i, self._transfer(op, budget)) for i, op, _ in group.items]
+        return [(i, self._group_result(op, outcome, sizes.get(i, 0), started)) for i, op, _ in group.items]
+
+    def _bundle_upload(self, group: UploadGroup, budget: RetryBudget) -> List[Tuple[int, Result]]:
+        started = time.time()
+
+        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+            self._bundles.upload_group(group, self._upload)
+            return sum(size for _, _, size in group.items), None
+
+        outcome = self._with_retries(group.items[0][1], budget, action)
+        return [(i, self._group_result(op, outcome, size, started)) for i, op, size in group.items]
+
+    @staticmethod
+    def _group_result(op: Transfer, outcome: Result, size: int, started: float) -> Result:
+        source = op.sources[0]
+        attempt = Attempt(source, op.dest, outcome.ok, started, outcome.seconds, size if outcome.ok else 0,
+                          outcome.error)
+        return Result(op, outcome.ok, size if outcome.ok else 0, outcome.seconds, outcome.attempts,
+                      outcome.error, source if outcome.ok else None, (attempt,))
+
+    def _write_bytes(self, path: str, data: bytes) -> None:
+        with AtomicFile(path) as out:
+            out.file.write(data)
+            out.commit(len(data))
+
+    def _download_bundled(self, source: Url, dest_path: str) -> Optional[int]:
+        """A missing plain object may live in a bundle of its directory: fetch just that member."""
+        found = self._bundles.find_member(source)
+        if found is None:
+            return None
+        backend, bundle, member = found
+        data, offset = fetch_members(backend, bundle, [member])
+        blob = member_bytes(bundle.index, member, data, offset)
+        self._write_bytes(dest_path, blob)
+        return len(blob)
+
     # -- copies -------------------------------------------------------------------------
 
     def _copy(self, source: Url, op: Transfer) -> int:
@@ -222,9 +290,15 @@ class Engine:
 
     def _download(self, source: Url, dest_path: str) -> int:
         backend = self._session.backend(source)
-        with AtomicFile(dest_path) as out:
-            backend.get(source, out.file)
-            return out.commit()
+        try:
+            with AtomicFile(dest_path) as out:
+                backend.get(source, out.file)
+                return out.commit()
+        except NotFound:
+            size = self._download_bundled(source, dest_path)
+            if size is None:
+                raise
+            return size
 
     def _upload(self, path: str, dest: Url) -> int:
         backend = self._session.backend(dest)

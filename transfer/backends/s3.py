@@ -164,7 +164,7 @@ class S3Backend:
                                            operation="get")
             else:
                 count = response.read_into(sink.write)
-        expected = byte_range[1] - byte_range[0] if byte_range else info.size
+        expected = _range_length(response.headers, byte_range) if byte_range else info.size
         if count != expected:
             raise ChecksumMismatch(f"received {count} bytes, expected {expected}", url=str(url),
                                    operation="get")
@@ -325,6 +325,16 @@ def _info(url: Url, response: PooledResponse) -> ObjectInfo:
         size_text = headers["content-range"].rpartition("/")[2]
     size = int(size_text) if size_text.isdigit() else 0
     return ObjectInfo(url, size, headers.get("etag", "").strip('"') or None)
+
+
+def _range_length(headers: Dict[str, str], byte_range: ByteRange) -> int:
+    """Bytes a 206 answer must carry: the request's span, cut at the object's end."""
+    span = headers.get("content-range", "")  # "bytes START-END/TOTAL"
+    try:
+        first, last = span.split(" ", 1)[1].split("/", 1)[0].split("-", 1)
+        return int(last) - int(first) + 1
+    except (IndexError, ValueError):
+        return byte_range[1] - byte_range[0]
 
 
 def _server_side_encrypted(headers: Dict[str, str]) -> bool:

@@ -1,0 +1,231 @@
+"""Bundles: the format refuses hostile input, the engine stages through bundles transparently,
+fetches each bundle once, and removes members and bundles correctly (real MinIO)."""
+
+import io
+import json
+import os
+import struct
+
+import boto3
+import pytest
+
+from transfer import Engine, Remove, RetryPolicy, Session, Settings, Transfer, parse_url
+from transfer.bundles import BUNDLE_DIR, BundleFormatError, pack_files, read_index, unbundle
+from transfer.bundles.format import MAGIC, pack, parse_index
+from transfer.errors import ChecksumMismatch, InvalidInput, NotFound
+
+FAST = RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.01)
+
+
+def raw_bundle(rows, data=b""):
+    index = json.dumps({"format": 1, "members": rows}).encode()
+    return MAGIC + struct.pack("<Q", len(index)) + index + data
+
+
+GOOD_SHA = "0" * 64
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../escape", "a/../../b", "a//b", "./a", "a\\b", "a\x00b", "", "a/"])
+def test_unsafe_member_names_are_refused(name):
+    with pytest.raises(BundleFormatError):
+        parse_index(raw_bundle([[name, 0, 0, GOOD_SHA]]))
+
+
+@pytest.mark.parametrize("rows,size", [
+    ([["a", 0, 10, GOOD_SHA]], None),        # needs size to check; then outside
+    ([["a", 0, 1, GOOD_SHA], ["a", 1, 1, GOOD_SHA]], 1000),  # duplicate
+    ([["a", -1, 1, GOOD_SHA]], 1000),
+    ([["a", 0, 1, "short"]], 1000),
+    ([["a", 0, True, GOOD_SHA]], 1000),
+])
+def test_malformed_indexes_are_refused(rows, size):
+    blob = raw_bundle(rows)
+    with pytest.raises(BundleFormatError):
+        parse_index(blob, size if size is not None else len(blob))
+
+
+def test_bad_magic_and_oversized_index_are_refused():
+    with pytest.raises(BundleFormatError):
+        parse_index(b"PK\x03\x04" + b"\x00" * 40)
+    with pytest.raises(BundleFormatError):
+        parse_index(MAGIC + struct.pack("<Q", 1 << 40))
+
+
+def test_pack_and_unbundle_round_trip_only_what_was_asked(tmp_path):
+    (tmp_path / "a").write_bytes(b"alpha")
+    (tmp_path / "b").write_bytes(b"beta" * 100)
+    index = pack_files([("a", str(tmp_path / "a")), ("sub/b", str(tmp_path / "b"))], str(tmp_path / "x.pcb"))
+    assert [m.name for m in index.members] == ["a", "sub/b"]
+    assert read_index(str(tmp_path / "x.pcb")) == index
+    out = tmp_path / "out"
+    written = unbundle(str(tmp_path / "x.pcb"), str(out), names=["sub/b"])
+    assert written == [str(out / "sub" / "b")] and (out / "sub" / "b").read_bytes() == b"beta" * 100
+    assert not (out / "a").exists()
+    with pytest.raises(NotFound):
+        unbundle(str(tmp_path / "x.pcb"), str(out), names=["c"])
+    with pytest.raises(BundleFormatError):
+        unbundle(str(tmp_path / "x.pcb"), str(out), names=["../a"])
+
+
+def test_unbundle_never_writes_through_a_symlinked_directory(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    pack_files([("link/f", str(tmp_path / "f"))], str(tmp_path / "b.pcb"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "link").symlink_to(outside)
+    with pytest.raises(InvalidInput):
+        unbundle(str(tmp_path / "b.pcb"), str(target))
+    assert os.listdir(outside) == []
+
+
+def test_tampered_member_fails_its_checksum(tmp_path):
+    buffer = io.BytesIO()
+    pack([("a", b"hello world")], buffer)
+    blob = bytearray(buffer.getvalue())
+    blob[-1] ^= 0xFF
+    (tmp_path / "t.pcb").write_bytes(bytes(blob))
+    with pytest.raises(BundleFormatError):
+        unbundle(str(tmp_path / "t.pcb"), str(tmp_path / "o"))
+    assert not (tmp_path / "o" / "a").exists()
+
+
+# --------------------------------------------------------------------------- engine + MinIO
+
+
+def s3(bucket, key):
+    return parse_url(f"s3://test@minio/{bucket}/{key}", site_label="minio")
+
+
+def make_files(directory, count, size=300):
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (directory / f"f{i:03d}").write_bytes(os.urandom(size))
+    return sorted(directory.iterdir())
+
+
+def keys(minio, bucket):
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])], client
+
+
+def upload(env, bucket, files, prefix="run", **settings):
+    with Session(Settings(threads=4, **settings), env) as session:
+        results = Engine(session, retry=FAST).run(
+            [Transfer((parse_url(str(p)),), s3(bucket, f"{prefix}/{p.name}")) for p in files])
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+    return results
+
+
+def download(env, bucket, names, dest, prefix="run", **settings):
+    with Session(Settings(threads=4, **settings), env) as session:
+        results = Engine(session, retry=FAST).run(
+            [Transfer((s3(bucket, f"{prefix}/{n}"),), parse_url(f"file://{dest}/{n}")) for n in names])
+    return results
+
+
+def test_bundled_batch_becomes_one_object_and_reads_back_in_two_requests(proxied, bucket, minio, tmp_path):
+    proxy, env = proxied
+    files = make_files(tmp_path / "src", 60)
+    proxy.reset_counters()
+    upload(env, bucket, files, bundle=True)
+    assert proxy.snapshot()["requests"] == 1  # one PUT for 60 files
+    listed, _ = keys(minio, bucket)
+    assert len(listed) == 1 and listed[0].startswith(f"run/{BUNDLE_DIR}/") and listed[0].endswith(".pcb")
+    proxy.reset_counters()
+    results = download(env, bucket, [p.name for p in files], tmp_path / "dst", bundle=True)
+    assert all(r.ok for r in results)
+    assert proxy.snapshot()["requests"] == 2  # LIST of the bundle directory + one GET of the bundle
+    for p in files:
+        assert (tmp_path / "dst" / p.name).read_bytes() == p.read_bytes()
+
+
+def test_reader_without_bundling_finds_members_after_a_404(s3_env, bucket, tmp_path):
+    files = make_files(tmp_path / "src", 10)
+    upload(s3_env, bucket, files, bundle=True)
+    results = download(s3_env, bucket, [files[3].name], tmp_path / "dst")  # bundling off
+    assert results[0].ok and (tmp_path / "dst" / files[3].name).read_bytes() == files[3].read_bytes()
+
+
+def test_plain_objects_and_members_mix_in_one_batch(proxied, bucket, tmp_path):
+    proxy, env = proxied
+    bundled = make_files(tmp_path / "b", 12)
+    upload(env, bucket, bundled, bundle=True)
+    plain = make_files(tmp_path / "p", 3)
+    for p in plain:
+        p.rename(tmp_path / "p" / f"plain-{p.name}")
+    plain = sorted((tmp_path / "p").iterdir())
+    upload(env, bucket, plain)  # too few to bundle even if on, and bundling is off here
+    proxy.reset_counters()
+    names = [p.name for p in bundled] + [p.name for p in plain] + ["absent"]
+    results = download(env, bucket, names, tmp_path / "dst", bundle=True)
+    assert [r.ok for r in results] == [True] * 15 + [False]
+    assert isinstance(results[-1].error, NotFound)
+    assert proxy.snapshot()["requests"] == 1 + 1 + 3 + 1  # LIST, bundle, 3 plain, 1 missing
+
+
+def test_large_bundle_with_few_members_wanted_uses_ranges(proxied, bucket, tmp_path):
+    proxy, env = proxied
+    files = make_files(tmp_path / "src", 40, size=20_000)
+    upload(env, bucket, files, bundle=True)
+    proxy.reset_counters()
+    results = download(env, bucket, [files[5].name, files[30].name], tmp_path / "dst", bundle=True)
+    assert all(r.ok for r in results)
+    counters = proxy.snapshot()
+    assert counters["requests"] == 1 + 1 + 2  # LIST, head (index), two coalesced ranges
+    assert counters["bytes_down"] < 400_000  # the 256 KiB head and two 20 KB ranges, not the 800 KB bundle
+    assert (tmp_path / "dst" / files[30].name).read_bytes() == files[30].read_bytes()
+
+
+def test_corrupt_bundle_is_retried_then_reported_leaving_no_files(s3_env, bucket, minio, tmp_path):
+    files = make_files(tmp_path / "src", 10)
+    upload(s3_env, bucket, files, bundle=True)
+    listed, client = keys(minio, bucket)
+    body = bytearray(client.get_object(Bucket=bucket, Key=listed[0])["Body"].read())
+    body[-5] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=listed[0], Body=bytes(body))
+    results = download(s3_env, bucket, [p.name for p in files], tmp_path / "dst", bundle=True)
+    assert not results[-1].ok and isinstance(results[-1].error, ChecksumMismatch)
+    assert results[-1].attempts == 2
+    assert "SHA-256" in str(results[-1].error)
+    assert not (tmp_path / "dst").exists() or [n for n in os.listdir(tmp_path / "dst")
+                                              if n == files[-1].name] == []
+
+
+def test_removing_members_then_the_last_one_deletes_the_bundle(s3_env, bucket, minio, tmp_path):
+    files = make_files(tmp_path / "src", 10)
+    upload(s3_env, bucket, files, bundle=True)
+    settings = Settings(threads=2, bundle=True)
+    with Session(settings, s3_env) as session:
+        engine = Engine(session, retry=FAST)
+        first = engine.run([Remove(s3(bucket, f"run/{p.name}")) for p in files[:4]])
+        assert all(r.ok for r in first)
+    listed, _ = keys(minio, bucket)
+    assert len(listed) == 2  # the bundle and one removal record
+    gone = download(s3_env, bucket, [files[0].name, files[5].name], tmp_path / "dst", bundle=True)
+    assert [r.ok for r in gone] == [False, True]
+    with Session(settings, s3_env) as session:
+        rest = Engine(session, retry=FAST).run([Remove(s3(bucket, f"run/{p.name}")) for p in files[4:]])
+    assert all(r.ok for r in rest)
+    assert keys(minio, bucket)[0] == []
+
+
+def test_recursive_remove_of_the_directory_deletes_bundles(s3_env, bucket, minio, tmp_path):
+    upload(s3_env, bucket, make_files(tmp_path / "src", 10), bundle=True)
+    with Session(Settings(threads=2), s3_env) as session:
+        [result] = Engine(session).run([Remove(s3(bucket, "run"), recursive=True)])
+    assert result.ok and keys(minio, bucket)[0] == []
+
+
+def test_bundling_only_for_configured_sites_and_min_files(s3_env, bucket, minio, tmp_path):
+    files = make_files(tmp_path / "src", 10)
+    upload(s3_env, bucket, files, prefix="other", bundle_sites="elsewhere")
+    upload(s3_env, bucket, files[:5], prefix="few", bundle=True, bundle_min_files=8)
+    upload(s3_env, bucket, files, prefix="site", bundle_sites="minio")
+    listed, _ = keys(minio, bucket)
+    assert sum(k.startswith("other/f") for k in listed) == 10
+    assert sum(k.startswith("few/f") for k in listed) == 5
+    assert [k.startswith(f"site/{BUNDLE_DIR}/") for k in listed if k.startswith("site/")] == [True]
