@@ -23,3 +23,18 @@ def test_small_files_bench_reports_every_tool_and_checks_its_own_output():
     assert stock["connections"] > ours["connections"]
     assert result["targets"]["stage_in_files_identical"] is True
     assert result["ratios"]["stage_in_speedup_vs_stock"] > 1
+
+
+def test_mconcatfit_bench_compares_per_file_bundled_floor_and_stock():
+    done = subprocess.run(
+        [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "mconcatfit", "--count", "120", "--producers", "4",
+         "--stock-sample", "4", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    runs = {r["tool"]: r for r in result["runs"]}
+    assert runs["ours bundled producers"]["requests"] == 4  # one bundle per producer
+    assert runs["ours bundled consumer"]["requests"] == 1 + 4  # LIST + one GET per bundle
+    assert runs["ours per-file consumer"]["requests"] == 120
+    assert runs["floor (1 GET + local writes)"]["requests"] == 1
+    assert result["targets"]["requests_at_least_50x_fewer"] is False  # 120/5 < 50 at this scale
+    assert result["ratios"]["consumer_request_reduction"] == 24.0

@@ -229,3 +229,18 @@ def test_bundling_only_for_configured_sites_and_min_files(s3_env, bucket, minio,
     assert sum(k.startswith("other/f") for k in listed) == 10
     assert sum(k.startswith("few/f") for k in listed) == 5
     assert [k.startswith(f"site/{BUNDLE_DIR}/") for k in listed if k.startswith("site/")] == [True]
+
+
+def test_custom_engine_example_runs_against_minio(s3_env, bucket, minio, tmp_path):
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                          "bundles_custom_engine.py")
+    done = subprocess.run([sys.executable, script, f"s3://test@minio/{bucket}/run1", str(tmp_path / "w")],
+                          env=dict(s3_env, PATH=os.environ["PATH"]), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "staged 50 files out and back in; 0 failures" in done.stdout
+    assert (tmp_path / "w" / "task2" / "part049.txt").read_text() == "partial result 49\n"
+    assert (tmp_path / "w" / "restored" / "part007.txt").read_text() == "partial result 7\n"
+    assert [k.split("/")[1] for k in keys(minio, bucket)[0]] == [BUNDLE_DIR]

@@ -33,6 +33,7 @@ class Measurement:
     connections: int
     exit_code: int
     extrapolated: bool = False
+    bytes_moved: int = 0  # on the wire, both directions, as counted at the proxy
 
     @property
     def files_per_s(self) -> float:
@@ -107,7 +108,8 @@ def measure(tool: str, direction: str, files: int, argv: Sequence[str], env: Map
         sys.stderr.write(f"  {tool} {direction} exited {completed.returncode}:\n    " + "\n    ".join(tail) + "\n")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Measurement(tool, direction, files, files, wall, cpu, int(counters["requests"]),
-                       int(counters["connections"]), completed.returncode)
+                       int(counters["connections"]), completed.returncode,
+                       bytes_moved=int(counters["bytes_up"]) + int(counters["bytes_down"]))
 
 
 def extrapolate(small: Measurement, large: Measurement, files: int) -> Measurement:
@@ -122,7 +124,8 @@ def extrapolate(small: Measurement, large: Measurement, files: int) -> Measureme
                        scale(small.wall_s, large.wall_s), scale(small.cpu_s, large.cpu_s),
                        round(scale(small.requests, large.requests)),
                        round(scale(small.connections, large.connections)),
-                       max(small.exit_code, large.exit_code), extrapolated=True)
+                       max(small.exit_code, large.exit_code), extrapolated=True,
+                       bytes_moved=round(scale(small.bytes_moved, large.bytes_moved)))
 
 
 def tool_env(extra: Mapping[str, str]) -> Dict[str, str]:
