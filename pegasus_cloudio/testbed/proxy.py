@@ -19,141 +19,29 @@ counted in bytes only.
 from __future__ import annotations
 
 import collections
-import http
 import itertools
 import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import (
-    Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, Union,
+    Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, Type, Union,
 )
+
+from pegasus_cloudio.testbed.faults import (
+    RESET, SLOW_DOWN_BODY, STATUS, TRUNCATE, Fault, FaultBook, Match, status_response,
+)
+from pegasus_cloudio.testbed.httpframe import RequestFramer, RequestHead
 
 __all__ = ["Fault", "Match", "SLOW_DOWN_BODY", "TcpProxy"]
 
 _RECV_SIZE = 128 * 1024
-_MAX_LINE = 64 * 1024            # longest request head / chunk-size line we parse
 _MAX_QUEUED = 32 * 1024 * 1024   # bytes buffered per direction by a delayed link
 _ACCEPT_POLL_S = 0.2
 _CONNECT_TIMEOUT_S = 10.0
 _JOIN_TIMEOUT_S = 5.0
-
-SLOW_DOWN_BODY = (
-    b'<?xml version="1.0" encoding="UTF-8"?>\n'
-    b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>"
-    b"<RequestId>pegasus-cloudio-proxy</RequestId><HostId>pegasus-cloudio-proxy</HostId></Error>"
-)
-
-RESET, TRUNCATE, STALL, STATUS = "reset", "truncate", "stall", "status"
-
-
-# --------------------------------------------------------------------------- faults
-
-
-@dataclass(frozen=True)
-class Match:
-    """Which requests a fault applies to; None fields match anything.
-
-    ``method`` is compared case-insensitively; ``path`` is a substring of the
-    request target (path plus query string, as sent on the request line).
-    """
-
-    method: Optional[str] = None
-    path: Optional[str] = None
-
-    def matches(self, method: str, target: str) -> bool:
-        """True if a request with this method and target is selected."""
-        if self.method is not None and self.method.upper() != method.upper():
-            return False
-        return self.path is None or self.path in target
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault, hitting the next ``times`` matching requests.
-
-    Build with the class methods; fields are:
-        kind: ``reset``, ``truncate``, ``stall`` or ``status``.
-        after_bytes: response bytes forwarded before reset/truncate/stall.
-        seconds: stall length.
-        code, body, headers: the synthetic response of a ``status`` fault.
-        times: how many matching requests it hits.
-        match: which requests match.
-    """
-
-    kind: str
-    after_bytes: int = 0
-    seconds: float = 0.0
-    code: int = 503
-    body: bytes = b""
-    headers: Tuple[Tuple[str, str], ...] = ()
-    times: int = 1
-    match: Match = field(default_factory=Match)
-
-    @classmethod
-    def reset(cls, after_bytes: int = 0, *, times: int = 1, method: Optional[str] = None,
-              path: Optional[str] = None) -> "Fault":
-        """After ``after_bytes`` response bytes, abort the client connection with RST."""
-        return cls(RESET, after_bytes=after_bytes, times=times, match=Match(method, path))
-
-    @classmethod
-    def truncate(cls, after_bytes: int = 0, *, times: int = 1, method: Optional[str] = None,
-                 path: Optional[str] = None) -> "Fault":
-        """After ``after_bytes`` response bytes, close the client connection with FIN."""
-        return cls(TRUNCATE, after_bytes=after_bytes, times=times, match=Match(method, path))
-
-    @classmethod
-    def stall(cls, seconds: float, after_bytes: int = 0, *, times: int = 1,
-              method: Optional[str] = None, path: Optional[str] = None) -> "Fault":
-        """After ``after_bytes`` response bytes, forward nothing for ``seconds``, then close."""
-        return cls(STALL, after_bytes=after_bytes, seconds=seconds, times=times,
-                   match=Match(method, path))
-
-    @classmethod
-    def status(cls, code: int = 503, body: bytes = SLOW_DOWN_BODY,
-               headers: Optional[Mapping[str, str]] = None, *, times: int = 1,
-               method: Optional[str] = None, path: Optional[str] = None) -> "Fault":
-        """Answer the request directly with ``code`` and ``body`` (S3 SlowDown by default).
-
-        The request is never forwarded; its body is read and dropped, and the
-        connection stays usable (unless the client sent ``Expect:
-        100-continue``: then it may never send the body, so the answer carries
-        ``Connection: close`` and the connection is closed after it).
-        """
-        pairs = tuple((headers or {"Content-Type": "application/xml"}).items())
-        return cls(STATUS, code=code, body=body, headers=pairs, times=times,
-                   match=Match(method, path))
-
-
-class _FaultBook:
-    """Thread-safe list of pending faults with their remaining hit counts."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: List[List[Any]] = []  # [Fault, remaining]
-
-    def replace(self, faults: Iterable[Fault]) -> None:
-        with self._lock:
-            self._pending = [[f, f.times] for f in faults if f.times > 0]
-
-    def take(self, method: str, target: str) -> Optional[Fault]:
-        """The first pending fault matching the request, consuming one hit."""
-        with self._lock:
-            for entry in self._pending:
-                if entry[0].match.matches(method, target):
-                    entry[1] -= 1
-                    if entry[1] == 0:
-                        self._pending.remove(entry)
-                    fault: Fault = entry[0]
-                    return fault
-        return None
-
-    def pending(self) -> int:
-        with self._lock:
-            return sum(int(remaining) for _, remaining in self._pending)
-
 
 # --------------------------------------------------------------------------- counters
 
@@ -205,175 +93,6 @@ class _Counters:
                 "bytes_down": self.bytes_down,
                 "faults_triggered": self.faults,
             }
-
-
-# --------------------------------------------------------------------------- HTTP framing
-
-
-@dataclass(frozen=True)
-class _RequestHead:
-    method: str
-    target: str
-    content_length: int
-    chunked: bool
-    expect_continue: bool
-
-
-_HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILER, _RAW = range(6)
-_TOKEN_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ\r\n")
-
-
-class _RequestFramer:
-    """Splits a client-to-server byte stream into HTTP/1.1 requests.
-
-    `feed` returns the bytes to forward. For each complete request head it
-    calls ``on_head(head)``; a False answer swallows that request (head and
-    body). Head bytes are held back until the head is complete, so a swallowed
-    request never leaks upstream. Anything unparseable switches the framer to
-    raw relaying for the rest of the connection.
-    """
-
-    def __init__(self, on_head: Callable[[_RequestHead], bool]) -> None:
-        self._on_head = on_head
-        self._state = _HEAD
-        self._buf = bytearray()
-        self._left = 0      # body bytes left (_BODY) or chunk bytes + CRLF left (_CHUNK_DATA)
-        self._keep = True   # forward the current request's bytes
-
-    def feed(self, data: bytes) -> bytes:
-        """Consume ``data``; return what should be sent upstream."""
-        state = self._state
-        if state == _BODY and len(data) < self._left:  # fast path: inside a body
-            self._left -= len(data)
-            return data if self._keep else b""
-        if state == _RAW:
-            return data
-        out: List[bytes] = []
-        pos = 0
-        while pos < len(data):
-            pos = self._step(data, pos, out)
-        return b"".join(out)
-
-    def _step(self, data: bytes, pos: int, out: List[bytes]) -> int:
-        state = self._state
-        if state == _HEAD:
-            return self._step_head(data, pos, out)
-        if state == _RAW:
-            out.append(data[pos:])
-            return len(data)
-        if state in (_BODY, _CHUNK_DATA):
-            n = min(self._left, len(data) - pos)
-            self._emit(data[pos:pos + n], out)
-            self._left -= n
-            if self._left == 0:
-                self._state = _HEAD if state == _BODY else _CHUNK_SIZE
-            return pos + n
-        return self._step_line(data, pos, out)
-
-    def _emit(self, chunk: bytes, out: List[bytes]) -> None:
-        if self._keep and chunk:
-            out.append(chunk)
-
-    def _step_head(self, data: bytes, pos: int, out: List[bytes]) -> int:
-        before = len(self._buf)
-        self._buf += data[pos:]
-        if self._buf[0] not in _TOKEN_START:
-            return self._go_raw(out, len(data))
-        end = self._buf.find(b"\r\n\r\n", max(0, before - 3))
-        if end < 0:
-            return len(data) if len(self._buf) <= _MAX_LINE else self._go_raw(out, len(data))
-        raw = bytes(self._buf[:end + 4])
-        self._buf.clear()
-        head = _parse_head(raw)
-        if head is None:
-            out.append(raw)
-            self._state = _RAW
-        else:
-            self._start_request(head, raw, out)
-        return pos + (end + 4 - before)
-
-    def _go_raw(self, out: List[bytes], consumed: int) -> int:
-        out.append(bytes(self._buf))
-        self._buf.clear()
-        self._state = _RAW
-        return consumed
-
-    def _start_request(self, head: _RequestHead, raw: bytes, out: List[bytes]) -> None:
-        self._keep = self._on_head(head)
-        self._emit(raw, out)
-        if head.chunked:
-            self._state = _CHUNK_SIZE
-        elif head.content_length > 0:
-            self._state, self._left = _BODY, head.content_length
-        else:
-            self._state = _HEAD
-
-    def _step_line(self, data: bytes, pos: int, out: List[bytes]) -> int:
-        """Chunk-size lines and trailer lines; forwarded as they arrive."""
-        newline = data.find(b"\n", pos)
-        stop = len(data) if newline < 0 else newline + 1
-        self._emit(data[pos:stop], out)
-        self._buf += data[pos:stop]
-        if newline < 0:
-            if len(self._buf) > _MAX_LINE:
-                self._buf.clear()
-                self._state = _RAW
-            return stop
-        line = bytes(self._buf).strip()
-        self._buf.clear()
-        if self._state == _TRAILER:
-            if not line:
-                self._state = _HEAD
-            return stop
-        try:
-            size = int(line.split(b";", 1)[0], 16)
-        except ValueError:
-            self._state = _RAW
-            return stop
-        if size == 0:
-            self._state = _TRAILER
-        else:
-            self._state, self._left = _CHUNK_DATA, size + 2
-        return stop
-
-
-def _parse_head(raw: bytes) -> Optional[_RequestHead]:
-    """Parse a request head; None if it is not an HTTP/1.x request."""
-    lines = raw.lstrip(b"\r\n").split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-        return None
-    headers: Dict[bytes, bytes] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    try:
-        length = int(headers.get(b"content-length", b"0"))
-    except ValueError:
-        return None
-    return _RequestHead(
-        method=parts[0].decode("latin-1"),
-        target=parts[1].decode("latin-1"),
-        content_length=length,
-        chunked=headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"),
-        expect_continue=headers.get(b"expect", b"").lower() == b"100-continue",
-    )
-
-
-def _status_response(fault: Fault, head: _RequestHead, close: bool) -> bytes:
-    try:
-        reason = http.HTTPStatus(fault.code).phrase
-    except ValueError:
-        reason = "Injected"
-    lines = [f"HTTP/1.1 {fault.code} {reason}"]
-    skip = {"content-length", "connection"}
-    lines += [f"{k}: {v}" for k, v in fault.headers if k.lower() not in skip]
-    lines.append(f"Content-Length: {len(fault.body)}")
-    if close:
-        lines.append("Connection: close")
-    head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head_bytes if head.method == "HEAD" else head_bytes + fault.body
 
 
 # --------------------------------------------------------------------------- links
@@ -524,7 +243,7 @@ class _Shared:
     target: Tuple[str, int]
     delay: float                  # one-way delay in seconds
     counters: _Counters
-    faults: _FaultBook
+    faults: FaultBook
     stopping: threading.Event     # set by TcpProxy.stop
     forget: Callable[["_Connection"], None]
     name: str                     # thread name prefix
@@ -631,7 +350,7 @@ class _Connection:
 
     def _pump_up(self) -> None:
         """Client to server: frame requests, apply request faults, forward."""
-        framer = _RequestFramer(self._on_request_head)
+        framer = RequestFramer(self._on_request_head)
         counters, recv, link = self._shared.counters, self._client.recv, self._to_upstream
         while True:
             data = recv(_RECV_SIZE)
@@ -684,7 +403,7 @@ class _Connection:
         self._shared.stopping.wait(seconds)
         self.abort()
 
-    def _on_request_head(self, head: _RequestHead) -> bool:
+    def _on_request_head(self, head: RequestHead) -> bool:
         """Count the request and decide its fate; False swallows it."""
         counters = self._shared.counters
         counters.add_request(head.method)
@@ -698,7 +417,7 @@ class _Connection:
             return True
         self._armed = None
         close = head.expect_continue
-        response = _status_response(fault, head, close)
+        response = status_response(fault, head, close)
         counters.add_down(len(response))
         self._to_client.send(response)
         if close:
@@ -734,7 +453,7 @@ class TcpProxy:
         self.host = host
         self.port = 0
         self._counters = _Counters()
-        self._faults = _FaultBook()
+        self._faults = FaultBook()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._live: Set[_Connection] = set()
@@ -886,3 +605,4 @@ class TcpProxy:
     def _forget(self, conn: _Connection) -> None:
         with self._lock:
             self._live.discard(conn)
+
