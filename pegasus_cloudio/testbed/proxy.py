@@ -18,7 +18,6 @@ counted in bytes only.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import socket
 import struct
@@ -27,184 +26,22 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import (
-    Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, Type, Union,
+    Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Type,
 )
 
 from pegasus_cloudio.testbed.faults import (
     RESET, SLOW_DOWN_BODY, STATUS, TRUNCATE, Fault, FaultBook, Match, status_response,
 )
+from pegasus_cloudio.testbed.counters import Counters
+from pegasus_cloudio.testbed.links import DelayedLink, DirectLink, Link
 from pegasus_cloudio.testbed.httpframe import RequestFramer, RequestHead
 
 __all__ = ["Fault", "Match", "SLOW_DOWN_BODY", "TcpProxy"]
 
 _RECV_SIZE = 128 * 1024
-_MAX_QUEUED = 32 * 1024 * 1024   # bytes buffered per direction by a delayed link
 _ACCEPT_POLL_S = 0.2
 _CONNECT_TIMEOUT_S = 10.0
 _JOIN_TIMEOUT_S = 5.0
-
-# --------------------------------------------------------------------------- counters
-
-
-class _Counters:
-    """Traffic counters shared by all connection threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        with self._lock:
-            self.connections = 0
-            self.requests = 0
-            self.by_method: Dict[str, int] = {}
-            self.bytes_up = 0
-            self.bytes_down = 0
-            self.faults = 0
-
-    def add_connection(self) -> None:
-        with self._lock:
-            self.connections += 1
-
-    def add_request(self, method: str) -> None:
-        with self._lock:
-            self.requests += 1
-            self.by_method[method] = self.by_method.get(method, 0) + 1
-
-    def add_fault(self) -> None:
-        with self._lock:
-            self.faults += 1
-
-    def add_up(self, n: int) -> None:
-        with self._lock:
-            self.bytes_up += n
-
-    def add_down(self, n: int) -> None:
-        with self._lock:
-            self.bytes_down += n
-
-    def snapshot(self) -> Dict[str, Any]:
-        with self._lock:
-            return {
-                "connections": self.connections,
-                "requests": self.requests,
-                "requests_by_method": dict(self.by_method),
-                "bytes_up": self.bytes_up,
-                "bytes_down": self.bytes_down,
-                "faults_triggered": self.faults,
-            }
-
-
-# --------------------------------------------------------------------------- links
-
-
-_Item = Union[bytes, Callable[[], None], None]
-
-
-class _DirectLink:
-    """Delivers bytes to a socket immediately; actions run in the caller's thread."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._lock = threading.Lock()  # the client side is written by both readers
-
-    def send(self, data: bytes) -> None:
-        with self._lock:
-            self._sock.sendall(data)
-
-    def call(self, action: Callable[[], None]) -> None:
-        action()
-
-    def finish(self) -> None:
-        """No more items will follow."""
-
-    def close(self) -> None:
-        """Drop anything pending (nothing is ever pending here)."""
-
-
-class _DelayedLink:
-    """Delivers bytes and actions to a socket ``delay`` seconds after they are queued.
-
-    A sender thread (started by the owner via ``spawn``) sleeps until each item
-    is due and coalesces data that is due together into one send. Queued bytes
-    are capped at ``_MAX_QUEUED`` so a slow receiver still pushes back.
-    """
-
-    def __init__(self, sock: socket.socket, delay: float,
-                 spawn: Callable[[Callable[[], None], str], None], name: str) -> None:
-        self._sock = sock
-        self._delay = delay
-        self._cv = threading.Condition()
-        self._queue: Deque[Tuple[float, _Item]] = collections.deque()
-        self._queued = 0
-        self._closed = False
-        spawn(self._run, name)
-
-    def send(self, data: bytes) -> None:
-        with self._cv:
-            while self._queued > _MAX_QUEUED and not self._closed:
-                self._cv.wait()
-            self._put(data)
-            self._queued += len(data)
-
-    def call(self, action: Callable[[], None]) -> None:
-        with self._cv:
-            self._put(action)
-
-    def finish(self) -> None:
-        with self._cv:
-            self._put(None)
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._queue.clear()
-            self._cv.notify_all()
-
-    def _put(self, item: _Item) -> None:
-        if not self._closed:
-            self._queue.append((time.monotonic() + self._delay, item))
-            self._cv.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            item = self._next_due()
-            if item is None:
-                return
-            if callable(item):
-                item()
-                continue
-            self._sock.sendall(item)
-            with self._cv:
-                self._queued -= len(item)
-                self._cv.notify_all()
-
-    def _next_due(self) -> _Item:
-        """Wait for the next item and its due time; None when finished or closed."""
-        with self._cv:
-            while not self._queue and not self._closed:
-                self._cv.wait()
-            if self._closed:
-                return None
-            due, item = self._queue.popleft()
-        pause = due - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        if not isinstance(item, bytes):
-            return item
-        return self._coalesce(item)
-
-    def _coalesce(self, first: bytes) -> bytes:
-        parts = [first]
-        now = time.monotonic()
-        with self._cv:
-            while self._queue and self._queue[0][0] <= now and isinstance(self._queue[0][1], bytes):
-                parts.append(self._queue.popleft()[1])  # type: ignore[arg-type]
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-_Link = Union[_DirectLink, _DelayedLink]
-
 
 # --------------------------------------------------------------------------- connections
 
@@ -242,7 +79,7 @@ class _Shared:
 
     target: Tuple[str, int]
     delay: float                  # one-way delay in seconds
-    counters: _Counters
+    counters: Counters
     faults: FaultBook
     stopping: threading.Event     # set by TcpProxy.stop
     forget: Callable[["_Connection"], None]
@@ -266,9 +103,9 @@ class _Connection:
         self._running = 0
         self._aborted = False
         self._armed: Optional[_Armed] = None
-        self._links: List[_Link] = []
-        self._to_upstream: _Link  # set by _run once upstream is connected
-        self._to_client: _Link
+        self._links: List[Link] = []
+        self._to_upstream: Link  # set by _run once upstream is connected
+        self._to_client: Link
 
     def start(self) -> None:
         self._spawn(self._run, "setup")
@@ -339,8 +176,8 @@ class _Connection:
         self._spawn(self._pump_up, "up")
         self._pump_down()
 
-    def _make_link(self, sock: socket.socket, delay: float, role: str) -> _Link:
-        link: _Link = _DelayedLink(sock, delay, self._spawn, role) if delay else _DirectLink(sock)
+    def _make_link(self, sock: socket.socket, delay: float, role: str) -> Link:
+        link: Link = DelayedLink(sock, delay, self._spawn, role) if delay else DirectLink(sock)
         with self._lock:
             self._links.append(link)
             aborted = self._aborted
@@ -452,7 +289,7 @@ class TcpProxy:
         self.delay_ms = float(delay_ms)
         self.host = host
         self.port = 0
-        self._counters = _Counters()
+        self._counters = Counters()
         self._faults = FaultBook()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -605,4 +442,5 @@ class TcpProxy:
     def _forget(self, conn: _Connection) -> None:
         with self._lock:
             self._live.discard(conn)
+
 
