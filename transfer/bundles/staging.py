@@ -71,8 +71,15 @@ class BundleStager:
         self._session = session
         self._settings: Settings = session.settings
         self.enabled = bool(self._settings.bundle or self._settings.bundle_sites)
+        self._site_answers: Dict[Optional[str], bool] = {}
         self._directories: Dict[Hashable, BundleDirectory] = {}
         self._lock = threading.Lock()
+
+    def _bundles_for(self, site_label: Optional[str]) -> bool:
+        answer = self._site_answers.get(site_label)
+        if answer is None:
+            answer = self._site_answers[site_label] = self._settings.bundles_for(site_label)
+        return answer
 
     def _directory(self, backend: Backend, directory: Url, map_fn: MapFn = map) -> BundleDirectory:
         key = (id(backend), directory.path)
@@ -94,7 +101,7 @@ class BundleStager:
         for position, op in transfers:
             source = op.sources[0]
             if not (op.dest.is_local and source.scheme in OBJECT_SCHEMES
-                    and self._settings.bundles_for(source.site_label)):
+                    and self._bundles_for(source.site_label)):
                 rest.append((position, op))
                 continue
             backend = self._session.backend(source)
@@ -153,7 +160,7 @@ class BundleStager:
         source = op.sources[0]
         if len(op.sources) != 1 or source.scheme != "file" or op.dest.scheme not in OBJECT_SCHEMES:
             return None
-        if not self._settings.bundles_for(op.dest.site_label):
+        if not self._bundles_for(op.dest.site_label):
             return None
         try:
             size = os.stat(source.path).st_size
@@ -197,7 +204,7 @@ class BundleStager:
         by_bundle: Dict[Tuple[int, str], Tuple[Backend, LoadedBundle, List[Tuple[int, str]]]] = {}
         for position, op in removes:
             target = op.target
-            if op.recursive or target.scheme not in OBJECT_SCHEMES or not self._settings.bundles_for(target.site_label):
+            if op.recursive or target.scheme not in OBJECT_SCHEMES or not self._bundles_for(target.site_label):
                 continue
             try:
                 found = self.find_member(target)
