@@ -84,6 +84,15 @@ class MultipartUploads(Protocol):
 
 
 @runtime_checkable
+class CacheKeys(Protocol):
+    """Backends whose objects may be shared through the node cache."""
+
+    def cache_key(self, url: Url) -> str:
+        """A name for the object that is the same for every job on the node that reads it
+        (endpoint and path; not the credentials file or identity used to reach it)."""
+
+
+@runtime_checkable
 class ServerSideCopy(Protocol):
     """Copy between two URLs of the same endpoint without moving bytes through the client."""
 

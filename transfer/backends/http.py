@@ -120,6 +120,9 @@ class HttpBackend:
     def make_dirs(self, url: Url) -> None:
         raise InvalidInput("mkdir over HTTP is not supported", url=str(url), operation="mkdir")
 
+    def cache_key(self, url: Url) -> str:
+        return f"{url.scheme}://{url.host.rpartition('@')[2]}{url.path}"
+
     def close(self) -> None:
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}

@@ -261,6 +261,10 @@ class S3Backend:
     def close(self) -> None:
         self._pool.close()
 
+    def cache_key(self, url: Url) -> str:
+        path = split_url(url)
+        return f"{self._pool.base_url}/{path.bucket}/{path.key}"
+
     # -- ServerSideCopy -----------------------------------------------------------------
 
     def copy(self, source: Url, dest: Url) -> ObjectInfo:
