@@ -1,1 +1,240 @@
-"""Fixtures for the condor tests (filled in by the condor work)."""
+"""Fixtures for the condor plugin tests: a simulated ``condor_starter`` and an HTTPS server.
+
+:class:`Starter` drives the plugin exactly as ``condor_starter`` does (spec §1-§2): it runs
+the installed console script under the file name ``cloudio_plugin`` (so the job-variable
+prefix is ``CLOUDIO_``), asks ``-classad`` with stderr merged into stdout, writes the file
+ads back to back with no separator into ``<sandbox>/.cloudio_plugin.in``, pre-fills
+``.cloudio_plugin.out`` with 19,264 spaces, runs ``-infile IN -outfile OUT [-upload]`` and
+parses the result ads with ``classad2`` the way the starter does (new format, stopping at
+the first ad that does not parse).
+
+:class:`HttpsFiles` is a real HTTP/1.1 server (TLS from a throw-away CA) keeping objects in
+memory: GET, PUT (checking ``Content-MD5``), and ``/private/...`` paths that require
+``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import os
+import ssl
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import classad2
+import pytest
+
+from pegasus_cloudio.testbed.certs import make_tls_files
+
+PREALLOCATED = 19264  # 16*1204/64 blocks of 64 spaces, as the starter writes them
+PLUGIN_FILE = "cloudio_plugin"
+SCRIPT = Path(sys.executable).parent / "pegasus-cloudio-condor-plugin"
+
+# filterPluginResults() in condor_starter: the attributes that survive, with their types.
+RESULT_TYPES = {
+    "transfersuccess": bool, "transfererror": str, "transferprotocol": str, "transfertype": str,
+    "transferfilename": str, "transferfilebytes": int, "transfertotalbytes": int,
+    "transferstarttime": int, "transferendtime": int, "connectiontimeseconds": float,
+    "transferurl": str, "transfererrordata": list, "developerdata": classad2.ClassAd, "transferdata": list,
+}
+ERROR_DATA_TYPES = {
+    "intermediateservererrortype": str, "intermediateserver": str, "errortype": str, "pluginversion": str,
+    "pluginlaunched": bool, "failedname": str, "failuretype": str, "failedserver": str,
+    "shouldrefresh": bool, "errorcode": int, "errorstring": str, "retryable": int,
+    "developerdata": classad2.ClassAd,
+}
+
+
+def file_ad(url: str, local: str, **extra: object) -> str:
+    """One input file ad as the starter's ClassAdUnParser writes it."""
+    return repr(classad2.ClassAd({"Url": url, "LocalFileName": local, **extra}))
+
+
+@dataclass
+class PluginRun:
+    """What one transfer invocation left behind."""
+
+    returncode: int
+    output: str           # stdout + stderr (the starter merges them)
+    ads: List[classad2.ClassAd]
+    outfile: Path
+
+    def ad_for(self, url: str) -> classad2.ClassAd:
+        found = [ad for ad in self.ads if ad.eval("TransferUrl") == url]
+        assert len(found) == 1, f"{len(found)} result ads for {url}: {self.ads}"
+        return found[0]
+
+
+def parse_results(text: str) -> List[classad2.ClassAd]:
+    """Result ads as the starter reads them (stops at the first unparsable ad)."""
+    ads = []
+    try:
+        for ad in classad2.parseAds(text, classad2.ParserType.New):
+            ads.append(ad)
+    except ValueError:
+        pass
+    return ads
+
+
+@dataclass
+class Starter:
+    """A simulated condor_starter for one job sandbox."""
+
+    plugin: Path
+    sandbox: Path
+    env: Dict[str, str] = field(default_factory=dict)
+
+    def query(self) -> Tuple[int, str, str]:
+        done = subprocess.run([str(self.plugin), "-classad"], env=self.env, capture_output=True, text=True,
+                              timeout=60)
+        return done.returncode, done.stdout, done.stderr
+
+    def prepare(self, ads: Sequence[str]) -> Tuple[Path, Path]:
+        infile, outfile = self.sandbox / f".{PLUGIN_FILE}.in", self.sandbox / f".{PLUGIN_FILE}.out"
+        infile.write_text("".join(ads))
+        outfile.write_text(" " * PREALLOCATED)
+        return infile, outfile
+
+    def argv(self, infile: Path, outfile: Path, upload: bool) -> List[str]:
+        return [str(self.plugin), "-infile", str(infile), "-outfile", str(outfile)] + (["-upload"] if upload else [])
+
+    def run(self, ads: Sequence[str], *, upload: bool = False, env: Optional[Mapping[str, str]] = None) -> PluginRun:
+        infile, outfile = self.prepare(ads)
+        done = subprocess.run(self.argv(infile, outfile, upload), env=dict(env or self.env),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        return PluginRun(done.returncode, done.stdout, parse_results(outfile.read_text()), outfile)
+
+    def start(self, ads: Sequence[str], *, upload: bool = False) -> Tuple["subprocess.Popen[str]", Path]:
+        infile, outfile = self.prepare(ads)
+        proc = subprocess.Popen(self.argv(infile, outfile, upload), env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        return proc, outfile
+
+
+def base_env(home: Path) -> Dict[str, str]:
+    """The starter's environment: nothing of the test runner's credentials, fast retries."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+            "PEGASUS_CLOUDIO_CONFIG": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
+            "PEGASUS_CLOUDIO_RETRY_BASE_DELAY": "0.05", "PEGASUS_CLOUDIO_RETRY_MAX_DELAY": "0.2",
+            "PEGASUS_CLOUDIO_CONNECT_TIMEOUT": "5", "PEGASUS_CLOUDIO_READ_TIMEOUT": "20"}
+
+
+@pytest.fixture(scope="session")
+def condor_plugin(tmp_path_factory) -> Path:
+    """The installed plugin under the file name an administrator gives it (``cloudio_plugin``)."""
+    assert SCRIPT.exists(), f"{SCRIPT} is not installed: run pip install -e ."
+    link = tmp_path_factory.mktemp("libexec") / PLUGIN_FILE
+    link.symlink_to(SCRIPT)
+    return link
+
+
+@pytest.fixture
+def starter(condor_plugin: Path, tmp_path: Path) -> Starter:
+    """A starter with an empty job sandbox and a bare environment."""
+    sandbox = tmp_path / "execute" / "dir_4242"
+    sandbox.mkdir(parents=True)
+    return Starter(condor_plugin, sandbox, base_env(tmp_path))
+
+
+# --------------------------------------------------------------------------- HTTPS server
+
+
+class HttpsFiles:
+    """Objects in memory over HTTP/1.1 (TLS unless ``tls=False``); see the module docstring."""
+
+    def __init__(self, directory: Path, *, tls: bool = True, token: str = "s3cr3t-token") -> None:
+        self.objects: Dict[str, bytes] = {}
+        self.token = token
+        self.auth_seen: List[Optional[str]] = []
+        self.tls = make_tls_files(directory) if tls else None
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert, self.tls.key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def ca_file(self) -> str:
+        assert self.tls is not None
+        return str(self.tls.ca_cert)
+
+    def url(self, path: str, scheme: Optional[str] = None) -> str:
+        scheme = scheme or ("https" if self.tls else "http")
+        return f"{scheme}://127.0.0.1:{self._server.server_address[1]}{path}"
+
+    def __enter__(self) -> "HttpsFiles":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(store: HttpsFiles) -> type:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def _authorized(self) -> bool:
+            header = self.headers.get("Authorization")
+            store.auth_seen.append(header)
+            return not self.path.startswith("/private/") or header == f"Bearer {store.token}"
+
+        def _reply(self, code: int, body: bytes = b"", etag: Optional[str] = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            if etag:
+                self.send_header("ETag", f'"{etag}"')
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            key = self.path.split("?", 1)[0]
+            if not self._authorized():
+                self._reply(401, b"token required")
+            elif key not in store.objects:
+                self._reply(404, b"no such object")
+            else:
+                data = store.objects[key]
+                self._reply(200, data, hashlib.md5(data).hexdigest())
+
+        def do_PUT(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            declared = self.headers.get("Content-MD5")
+            if not self._authorized():
+                self._reply(401, b"token required")
+            elif declared and base64.b64decode(declared) != hashlib.md5(body).digest():
+                self._reply(400, b"BadDigest")
+            else:
+                store.objects[self.path.split("?", 1)[0]] = body
+                self._reply(201, b"", hashlib.md5(body).hexdigest())
+
+    return Handler
+
+
+@pytest.fixture
+def https_files(tmp_path: Path) -> Iterator[HttpsFiles]:
+    with HttpsFiles(tmp_path / "tls") as server:
+        yield server
+
+
+@pytest.fixture
+def condor_creds(tmp_path: Path, https_files: HttpsFiles) -> Path:
+    """A ``$_CONDOR_CREDS`` directory holding ``scitokens.use`` (JSON, mode 0600)."""
+    creds = tmp_path / "creds"
+    creds.mkdir(mode=0o700)
+    token = creds / "scitokens.use"
+    token.write_text('{"access_token": "%s", "expires_in": 1200}\n' % https_files.token)
+    token.chmod(0o600)
+    return creds

@@ -60,3 +60,10 @@ def test_unparseable_url_names_itself(text):
 
 def test_variable_names_need_two_characters_like_the_stock_tool():
     assert expand_vars("$a/$ab", {"a": "X", "ab": "Y"}) == "$a/Y"
+
+
+def test_query_strings_keep_their_slashes_and_are_hidden_in_messages():
+    url = parse_url("https://bucket.example.org/a//b?X-Amz-Signature=abc//def&x=1")
+    assert url.path == "/a/b?X-Amz-Signature=abc//def&x=1"
+    assert "abc" not in str(url) and str(url) == "https://bucket.example.org/a/b?<query hidden>"
+    assert url.full == "https://bucket.example.org/a/b?X-Amz-Signature=abc//def&x=1"

@@ -29,7 +29,7 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
-from transfer.backends.base import Backend, MultipartUploads, ServerSideCopy
+from transfer.backends.base import Backend, MultipartUploads, ServerSideCopy, TreeRemoval
 from transfer.bundles.directory import fetch_members
 from transfer.bundles.format import member_bytes
 from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
@@ -392,7 +392,7 @@ class Engine:
     def _expand_remove(self, backend: Backend, op: Remove) -> List[Url]:
         if not op.recursive:
             return [op.target]
-        if isinstance(backend, local.LocalBackend):
+        if isinstance(backend, TreeRemoval):
             failure = backend.delete_tree(op.target)
             if failure is not None:
                 raise failure

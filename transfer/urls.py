@@ -51,9 +51,18 @@ class Url:
         return replace(self, path=path)
 
     def __str__(self) -> str:
+        """The URL for messages and logs: passwords and query strings (signatures) hidden."""
         if self.is_local:
             return f"{self.scheme}://{self.path}"
-        return f"{self.scheme}://{_redact(self.host)}{self.path}"
+        path, query_mark, _ = self.path.partition("?")
+        return f"{self.scheme}://{_redact(self.host)}{path}{'?<query hidden>' if query_mark else ''}"
+
+    @property
+    def full(self) -> str:
+        """The complete URL, secrets included: for requests, never for messages."""
+        if self.is_local:
+            return f"{self.scheme}://{self.path}"
+        return f"{self.scheme}://{self.host}{self.path}"
 
 
 def _redact(authority: str) -> str:
@@ -98,4 +107,5 @@ def parse_url(
     if not match:
         raise InvalidInput("unable to parse URL", url=text, operation="parse")
     scheme, host, path = match.group(1).lower(), match.group(2), match.group(3) or ""
-    return Url(scheme, host, _SLASHES.sub("/", path), site_label)
+    path, query_mark, query = path.partition("?")
+    return Url(scheme, host, _SLASHES.sub("/", path) + query_mark + query, site_label)

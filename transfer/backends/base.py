@@ -84,6 +84,14 @@ class MultipartUploads(Protocol):
 
 
 @runtime_checkable
+class TreeRemoval(Protocol):
+    """Backends with real directories remove a whole tree themselves (files and directories)."""
+
+    def delete_tree(self, url: Url) -> Optional[TransferError]:
+        """Remove ``url`` and everything below it; a missing tree is success."""
+
+
+@runtime_checkable
 class CacheKeys(Protocol):
     """Backends whose objects may be shared through the node cache."""
 

@@ -73,7 +73,7 @@ class HttpBackend:
         return list(creds.headers_for(url.scheme, host).items())
 
     def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
-        location = f"{url.scheme}://{url.host}{url.path}"
+        location = url.full
         for _ in range(_MAX_REDIRECTS + 1):
             parts = urlsplit(location)
             origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
@@ -92,14 +92,14 @@ class HttpBackend:
     def stat(self, url: Url) -> ObjectInfo:
         response, _ = self._open("HEAD", url, [])
         with response:
-            _check(response, url, "stat")
+            check_response(response, url, "stat")
             return _info(url, response)
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []
         response, _ = self._open("GET", url, extra)
         with response:
-            _check(response, url, "get", ok=(206,) if byte_range else (200,))
+            check_response(response, url, "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response)
             count = response.read_into(sink.write)
         declared = response.headers.get("content-length")
@@ -141,7 +141,8 @@ def _info(url: Url, response: PooledResponse) -> ObjectInfo:
     return ObjectInfo(url, int(length) if length.isdigit() else -1, version)
 
 
-def _check(response: PooledResponse, url: Url, operation: str, ok: Tuple[int, ...] = (200,)) -> None:
+def check_response(response: PooledResponse, url: Url, operation: str, ok: Tuple[int, ...] = (200,)) -> None:
+    """Raise the transfer error that an unexpected HTTP status means (body discarded)."""
     status = response.status
     if status in ok:
         return

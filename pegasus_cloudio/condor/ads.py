@@ -1,0 +1,118 @@
+"""ClassAds in and out, the way ``condor_starter`` writes and reads them.
+
+* Input (``-infile``): new-format ads back to back, parsed with a full ClassAd parser
+  (``classad2``); attribute names in any case, values may be expressions. An ad with
+  neither ``Url`` nor ``LocalFileName`` is a protocol-v4 non-file ad (``PluginData``...) and
+  gets no result ad; an ad with only one of them, or non-string values, is a malformed file
+  ad that gets a failed result ad.
+* Query (``-classad``): old one-line ``Name = expr`` format on stdout.
+* Output (``-outfile``): one new-format ad per line. The starter pre-fills the file with
+  spaces (23.4+) so a plugin that fills the disk can still report; :class:`ResultWriter`
+  therefore opens it without truncating, writes each ad as soon as it is known, flushes,
+  and truncates the leftover only at the end.
+
+``classad2`` is imported on first use; :class:`BindingsMissing` says how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import ModuleType
+from typing import IO, Any, Dict, List, Optional
+
+_STALE_CHECK_LIMIT = 1 << 20
+
+
+class BindingsMissing(RuntimeError):
+    """The HTCondor Python bindings (``classad2``) cannot be imported."""
+
+
+def classad() -> ModuleType:
+    """The ``classad2`` module, or BindingsMissing with a one-line fix."""
+    try:
+        import classad2  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    except ImportError as err:
+        raise BindingsMissing(f"the HTCondor Python bindings are missing ({err}); install them on the "
+                              "execute node with: python3 -m pip install 'htcondor>=25' "
+                              "(module classad2)") from None
+    module: ModuleType = classad2
+    return module
+
+
+@dataclass(frozen=True)
+class FileAd:
+    """One file of the batch: ``url`` and ``local`` verbatim, or ``problem`` if unusable."""
+
+    url: str
+    local: str
+    problem: Optional[str] = None
+
+
+def query_ad_text(fields: Dict[str, Any]) -> str:
+    """The ``-classad`` answer: one ``Name = value`` line per attribute."""
+    text: str = classad().ClassAd(fields).printOld()
+    return text if text.endswith("\n") else text + "\n"
+
+
+def read_file_ads(text: str) -> List[FileAd]:
+    """Every file ad of a concatenated input, in order; ValueError if it does not parse."""
+    module = classad()
+    files = []
+    for ad in module.parseAds(text, module.ParserType.New):
+        has_url, has_local = "Url" in ad, "LocalFileName" in ad
+        if not has_url and not has_local:
+            continue  # a v4 non-file ad (PluginData, <scheme>_PluginData)
+        url = ad.eval("Url") if has_url else None
+        local = ad.eval("LocalFileName") if has_local else None
+        problem = None
+        if not isinstance(url, str) or not url:
+            problem = "the input ad has no string Url"
+        elif not isinstance(local, str) or not local:
+            problem = "the input ad has no string LocalFileName"
+        files.append(FileAd(url if isinstance(url, str) else "", local if isinstance(local, str) else "",
+                            problem))
+    return files
+
+
+def format_result(fields: Dict[str, Any]) -> str:
+    """One result ad on one line (``[ a = 1; ... ]``)."""
+    return repr(classad().ClassAd(fields))
+
+
+class ResultWriter:
+    """Writes result ads to the starter's ``-outfile`` as they become known.
+
+    Keeps the starter's pre-allocation (opened ``r+``, created if missing); stale ads left by
+    an EP older than 23.4 (which reused the file) are cleared first. ``close`` truncates what
+    is left of the padding. ``write`` raises OSError when the file cannot be written.
+    """
+
+    def __init__(self, path: str) -> None:
+        try:
+            self._file: IO[str] = open(path, "r+", encoding="utf-8")
+        except FileNotFoundError:
+            self._file = open(path, "w", encoding="utf-8")
+        self.count = 0
+        self._clear_stale()
+
+    def _clear_stale(self) -> None:
+        size = os.fstat(self._file.fileno()).st_size
+        if size == 0:
+            return
+        if size > _STALE_CHECK_LIMIT or self._file.read(size).strip():
+            self._file.seek(0)
+            self._file.truncate()
+        self._file.seek(0)
+
+    def write(self, fields: Dict[str, Any]) -> None:
+        self._file.write(format_result(fields) + "\n")
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        try:
+            self._file.truncate()
+        except OSError:
+            pass  # leftover spaces are whitespace to the starter's parser
+        self._file.close()

@@ -1,0 +1,165 @@
+"""How settings and credentials reach the plugin on the execute node.
+
+The plugin's effective environment is built from three layers, later ones winning:
+
+1. the node configuration file named by ``PEGASUS_CLOUDIO_CONDOR_CONFIG`` (default
+   ``/etc/pegasus-cloudio/condor-plugin.conf``, used if it exists): ``NAME = value`` lines,
+   ``#`` comments; relative paths are taken from the file's directory;
+2. the plugin's own environment (the starter's, e.g. ``PEGASUS_CREDENTIALS`` set by the
+   administrator);
+3. job environment variables ``<PLUGIN>_<NAME>``, which the starter copies from the job's
+   ``environment`` submit command into the plugin's environment. ``<PLUGIN>`` is derived from
+   the plugin's file name exactly as HTCondor does it (see :func:`plugin_name`): installed as
+   ``cloudio_plugin`` it is ``CLOUDIO``, so ``CLOUDIO_PEGASUS_CREDENTIALS=creds.conf`` sets
+   ``PEGASUS_CREDENTIALS``. Relative paths are taken from the job's sandbox.
+
+Only the names in :data:`ALLOWED` (and the ``PEGASUS_CREDENTIALS_<site>``,
+``GOOGLE_PKCS12_<site>`` and ``PEGASUS_CLOUDIO_*`` families) are taken from layers 1 and 3. Secrets never are: a job's
+environment is visible to anyone who can ``condor_q -l`` it, so keys belong in a credentials
+file (permission-checked by the library); variables refused are reported by name only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple
+
+NODE_CONFIG_VAR = "PEGASUS_CLOUDIO_CONDOR_CONFIG"
+DEFAULT_NODE_CONFIG = "/etc/pegasus-cloudio/condor-plugin.conf"
+METHODS_VAR = "PEGASUS_CLOUDIO_CONDOR_METHODS"
+
+ALLOWED = frozenset({
+    "PEGASUS_CREDENTIALS", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+    "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_PKCS12", "GOOGLE_CLOUD_PROJECT", "STORAGE_EMULATOR_HOST",
+})
+SITE_FAMILIES = ("PEGASUS_CREDENTIALS_", "GOOGLE_PKCS12_")  # <site> keeps its case
+ALLOWED_FAMILIES = SITE_FAMILIES + ("PEGASUS_CLOUDIO_",)
+PATH_VALUED = frozenset({
+    "PEGASUS_CREDENTIALS", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_PKCS12", "PEGASUS_CLOUDIO_CA_BUNDLE", "PEGASUS_CLOUDIO_CONFIG", "PEGASUS_CLOUDIO_SSH_KNOWN_HOSTS",
+})
+
+PLUGIN_ENV = "the plugin's environment"
+
+
+class NodeConfigError(ValueError):
+    """The node configuration file is unreadable or malformed (message names file and line)."""
+
+
+def plugin_name(argv0: str) -> str:
+    """HTCondor's name for a plugin at ``argv0``: basename cut at ``_plugin`` or the extension.
+
+    ``/usr/libexec/condor/cloudio_plugin`` -> ``CLOUDIO``; ``my_plugin.py`` -> ``MY``;
+    ``fetch.py`` -> ``FETCH``. The starter passes job variables ``<name>_*`` to the plugin.
+    """
+    base = os.path.basename(argv0)
+    cut = base.find("_plugin")
+    if cut < 0:
+        dot = base.rfind(".")
+        cut = dot if dot > 0 else len(base)
+    return base[:cut].upper()
+
+
+def accepted_name(name: str) -> Optional[str]:
+    """The canonical variable for ``name`` if the plugin takes it from a config layer, else None.
+
+    Names in :data:`ALLOWED` compare case-insensitively; in ``PEGASUS_CREDENTIALS_<site>`` and
+    ``GOOGLE_PKCS12_<site>`` the site keeps its case (Pegasus site labels are case-sensitive).
+    """
+    upper = name.upper()
+    if upper in ALLOWED:
+        return upper
+    for family in ALLOWED_FAMILIES:
+        if upper.startswith(family) and len(name) > len(family):
+            tail = name[len(family):]
+            return family + (tail if family in SITE_FAMILIES else tail.upper())
+    return None
+
+
+@dataclass
+class PluginEnvironment:
+    """The environment the transfer library sees, and where each taken variable came from."""
+
+    env: Dict[str, str]
+    origins: Dict[str, str] = field(default_factory=dict)
+    refused: List[str] = field(default_factory=list)
+
+    def origin(self, name: str) -> str:
+        """Human-readable source of ``name`` (e.g. "CLOUDIO_PEGASUS_CREDENTIALS in the job environment")."""
+        return self.origins.get(name, PLUGIN_ENV)
+
+
+def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) -> PluginEnvironment:
+    """Merge node file < process environment < ``<PLUGIN>_*`` job variables (see module doc).
+
+    Raises NodeConfigError when the node file exists but cannot be used.
+    """
+    result = PluginEnvironment(env={})
+    config_path = process_env.get(NODE_CONFIG_VAR) or DEFAULT_NODE_CONFIG
+    for name, value in read_node_config(config_path, explicit=bool(process_env.get(NODE_CONFIG_VAR))):
+        result.env[name] = value
+        result.origins[name] = f"node configuration {config_path}"
+    result.env.update(process_env)
+    for name in process_env:
+        result.origins.pop(name, None)
+    prefix = plugin_name(argv0) + "_"
+    for raw, value in sorted(process_env.items()):
+        if not raw.upper().startswith(prefix) or len(raw) == len(prefix):
+            continue
+        target = accepted_name(raw[len(prefix):])
+        if target is None:
+            result.refused.append(raw)
+            continue
+        result.env[target] = _resolve(target, value, sandbox)
+        result.origins[target] = f"{raw} in the job environment"
+    return result
+
+
+def configured_methods(process_env: Mapping[str, str]) -> Optional[str]:
+    """The administrator's ``PEGASUS_CLOUDIO_CONDOR_METHODS``: plugin environment, then node file.
+
+    Never raises (the ``-classad`` query must answer): an unusable node file counts as unset.
+    """
+    if process_env.get(METHODS_VAR):
+        return process_env[METHODS_VAR]
+    path = process_env.get(NODE_CONFIG_VAR) or DEFAULT_NODE_CONFIG
+    try:
+        return dict(read_node_config(path)).get(METHODS_VAR)
+    except NodeConfigError:
+        return None
+
+
+def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]:
+    """``(name, value)`` pairs of a node configuration file; [] if absent and not ``explicit``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except FileNotFoundError:
+        if explicit:
+            raise NodeConfigError(f"node configuration {path} not found (named by {NODE_CONFIG_VAR})") from None
+        return []
+    except OSError as err:
+        raise NodeConfigError(f"cannot read node configuration {path}: {err.strerror}") from err
+    pairs = []
+    base = os.path.dirname(os.path.abspath(path))
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        name, sep, value = text.partition("=")
+        target = accepted_name(name.strip()) if sep else None
+        if target is None:
+            raise NodeConfigError(f"{path} line {number}: expected NAME = value with NAME one of "
+                                  f"PEGASUS_CREDENTIALS[_<site>], PEGASUS_CLOUDIO_*, AWS_REGION, ...")
+        pairs.append((target, _resolve(target, value.strip(), base)))
+    return pairs
+
+
+def _resolve(name: str, value: str, base: str) -> str:
+    """Path-valued variables: relative values are taken from ``base``."""
+    path_valued = name in PATH_VALUED or name.startswith(SITE_FAMILIES)
+    if path_valued and value and not os.path.isabs(value):
+        return os.path.join(base, value)
+    return value

@@ -1,0 +1,206 @@
+"""http(s) for the plugin: single-PUT uploads and downloads with a bearer token.
+
+The library's http backend downloads only and knows no ``$_CONDOR_CREDS`` tokens, but the
+plugin must upload to URLs HTCondor pre-signed for PUT (``output_destination = s3://...`` is
+handed over as ``https://...?X-Amz-Signature=...``) and honour ``<name>+https://`` prefixes as
+curl_plugin does. :class:`PluginHttpBackend` adds exactly that on top of the session's own
+http backend and delegates everything else to it; :class:`PluginSession` hands it out for
+http/https URLs, so the one :class:`~transfer.engine.Engine` still does all threading,
+retries and atomic writes.
+
+* An upload is one PUT with ``Content-Length`` and ``Content-MD5`` (a store that checks it
+  rejects corrupted bodies; left out when a V2-style URL signature would cover it);
+  200/201/204 succeed; 307/308 redirects are followed. When the URL is pre-signed and the
+  returned ETag is an MD5, it must match the local file.
+* A token is re-read for every request and sent only to the URL's own origin: a redirect to
+  another origin drops it. Tokens are never sent over plain http.
+* Error URLs have their query string removed, so signatures never reach messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import threading
+from dataclasses import dataclass
+from typing import BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urljoin, urlsplit
+
+from pegasus_cloudio.condor.credentials import is_presigned, may_add_headers, read_token
+from transfer.atomic import local_error
+from transfer.backends.base import Backend, ByteRange, ObjectInfo
+from transfer.backends.http import check_response as check_status
+from transfer.errors import ChecksumMismatch, InvalidInput, RemoteError, TransferError
+from transfer.http.connection import Body, FileRegion
+from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.session import Context, Session
+from transfer.config import Settings
+from transfer.urls import Url
+
+_GET_REDIRECTS = (301, 302, 303, 307, 308)
+_PUT_REDIRECTS = (307, 308)
+_MAX_REDIRECTS = 5
+_SMALL_BODY = 1 << 20
+_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
+
+Headers = List[Tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class TokenUrl(Url):
+    """An http(s) URL whose requests carry the bearer token ``$_CONDOR_CREDS/<credential>.use``.
+
+    A distinct type, so it never compares equal to the same URL without a credential.
+    """
+
+    credential: str = ""
+
+
+def without_query(url: Url) -> Url:
+    """``url`` with its query string removed (safe to put in messages)."""
+    return url.with_path(url.path.split("?", 1)[0])
+
+
+class PluginHttpBackend:
+    """The session's http backend plus PUT uploads and bearer-token downloads. Thread-safe."""
+
+    def __init__(self, inner: Backend, context: Context) -> None:
+        self._inner = inner
+        self._context = context
+        self._pools: Dict[str, ConnectionPool] = {}
+        self._lock = threading.Lock()
+
+    # -- Backend ------------------------------------------------------------------------
+
+    def stat(self, url: Url) -> ObjectInfo:
+        return self._inner.stat(url)
+
+    def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        """Delegated unless the URL carries a credential prefix; then GET with the token."""
+        if not isinstance(url, TokenUrl):
+            return self._inner.get(url, sink, byte_range)
+        extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []
+        with self._request("GET", url, extra, None, _GET_REDIRECTS) as response:
+            check_status(response, without_query(url), "get", ok=(206,) if byte_range else (200,))
+            count = response.read_into(sink.write)
+            declared = response.headers.get("content-length", "")
+            version = response.headers.get("etag") or response.headers.get("last-modified")
+        if declared.isdigit() and count != int(declared):
+            raise ChecksumMismatch(f"received {count} of {declared} bytes", url=str(without_query(url)),
+                                   operation="get")
+        return ObjectInfo(url, count, version)
+
+    def put(self, path: str, url: Url) -> ObjectInfo:
+        """One PUT of the whole file; verified by Content-MD5 (and the ETag of pre-signed URLs)."""
+        size, md5, body = _load(path)
+        headers = [("Content-MD5", base64.b64encode(md5).decode())] if may_add_headers(url.path) else []
+        with self._request("PUT", url, headers, body, _PUT_REDIRECTS) as response:
+            check_status(response, without_query(url), "put", ok=(200, 201, 204))
+            etag = response.headers.get("etag", "")
+        found = _MD5_ETAG.match(etag)
+        if found and is_presigned(url.path) and found.group(1).lower() != md5.hex():
+            raise ChecksumMismatch("ETag of stored object differs from local MD5",
+                                   url=str(without_query(url)), operation="put")
+        return ObjectInfo(url, size, etag.strip('"') or None)
+
+    def list(self, url: Url) -> Iterator[ObjectInfo]:
+        return self._inner.list(url)
+
+    def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
+        return self._inner.delete(urls)
+
+    def make_dirs(self, url: Url) -> None:
+        self._inner.make_dirs(url)
+
+    def close(self) -> None:
+        """Closes this backend's own pools (the inner backend belongs to the session)."""
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _pool(self, origin: str) -> ConnectionPool:
+        with self._lock:
+            pool = self._pools.get(origin)
+            if pool is None:
+                ssl_context = self._context.ssl_context() if origin.startswith("https:") else None
+                pool = self._pools[origin] = ConnectionPool(
+                    origin, max_idle=self._context.settings.threads + 2, ssl_context=ssl_context,
+                    timeouts=self._context.timeouts, stats=self._context.stats)
+            return pool
+
+    def _auth(self, url: Url, origin: str, first_origin: str) -> Headers:
+        if not isinstance(url, TokenUrl) or origin != first_origin:
+            return []
+        if not origin.startswith("https:"):
+            raise InvalidInput("refusing to send a bearer token over plain http",
+                               url=str(without_query(url)), operation="credentials")
+        return [("Authorization", f"Bearer {read_token(url.credential, self._context.env)}")]
+
+    def _request(self, method: str, url: Url, headers: Headers, body: Body,
+                 follow: Tuple[int, ...]) -> PooledResponse:
+        location = f"{url.scheme}://{url.host}{url.path}"
+        first_origin = _origin(location)
+        safe = str(without_query(url))
+        for _ in range(_MAX_REDIRECTS + 1):
+            parts = urlsplit(location)
+            origin = _origin(location)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            hop = headers + self._auth(url, origin, first_origin)
+            try:
+                response = self._pool(origin).request(method, target, hop, body)
+            except TransferError as err:
+                raise type(err)(err.message, url=safe, operation=method.lower(), status=err.status) from err
+            if response.status not in follow or "location" not in response.headers:
+                return response
+            response.discard()
+            location = urljoin(location, response.headers["location"])
+        raise RemoteError("too many redirects", url=safe, operation=method.lower())
+
+
+def _origin(location: str) -> str:
+    parts = urlsplit(location)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def _load(path: str) -> Tuple[int, bytes, Body]:
+    """(size, md5 digest, body): small files in memory, large ones sent from disk."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_SMALL_BODY + 1)
+            if len(data) <= _SMALL_BODY:
+                return len(data), hashlib.md5(data).digest(), data
+            digest = hashlib.md5(data)
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+            size = fh.tell()
+    except OSError as err:
+        raise local_error(err, path, "put") from err
+    return size, digest.digest(), FileRegion(path, 0, size)
+
+
+class PluginSession(Session):
+    """A :class:`Session` whose http/https URLs go to :class:`PluginHttpBackend`."""
+
+    def __init__(self, settings: Settings, env: Mapping[str, str]) -> None:
+        super().__init__(settings, env)
+        self._http: Optional[PluginHttpBackend] = None
+        self._http_lock = threading.Lock()
+
+    def backend(self, url: Url) -> Backend:
+        if url.scheme not in ("http", "https"):
+            return super().backend(url)
+        with self._http_lock:
+            if self._http is None:
+                self._http = PluginHttpBackend(super().backend(url), self.context)
+            return self._http
+
+    def close(self) -> None:
+        with self._http_lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
+        super().close()

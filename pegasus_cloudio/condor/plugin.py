@@ -1,0 +1,205 @@
+"""``pegasus-cloudio-condor-plugin``: an HTCondor multi-file transfer plugin (protocol v4).
+
+``plugin -classad`` prints the query ad (old ``Name = expr`` lines, nothing on stderr).
+``plugin -infile IN -outfile OUT [-upload]`` (flags in any order, unknown ones ignored)
+reads every file ad of IN, runs all files as one batch on one
+:class:`~transfer.engine.Engine` and :class:`~transfer.session.Session` (one warm
+connection pool per endpoint, ``PEGASUS_CLOUDIO_THREADS`` workers, default 8, retries with
+backoff inside the plugin), and writes one result ad per file to OUT as each file finishes.
+Downloads land atomically at ``LocalFileName``; uploads send ``LocalFileName`` to the URL.
+
+Exit codes are listed in :mod:`pegasus_cloudio.condor.outcome`; configuration and credentials
+in :mod:`pegasus_cloudio.condor.environment` and :mod:`pegasus_cloudio.condor.credentials`;
+docs/condor.md is the administrator's and user's guide. SIGTERM/SIGINT stop the batch: files
+not finished get a failed (transient) ad and no partial file is left under a final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+
+from pegasus_cloudio.condor import PLUGIN_VERSION
+from pegasus_cloudio.condor.ads import BindingsMissing, FileAd, ResultWriter, query_ad_text, read_file_ads
+from pegasus_cloudio.condor.batch import available_methods, build_items
+from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironment, build_environment, configured_methods
+from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
+from pegasus_cloudio.condor.http_transfers import PluginSession
+from pegasus_cloudio.condor.report import Reporter, say
+from transfer.config import Settings
+from transfer.engine import Engine
+from transfer.errors import TransferError, TransientError
+from transfer.ops import Transfer
+
+PROG = "pegasus-cloudio-condor-plugin"
+USAGE = f"usage: {PROG} -classad | -infile IN -outfile OUT [-upload]"
+STARTD_VERSION_ATTR = "PegasusCloudioPluginVersion"
+
+
+@dataclass(frozen=True)
+class Args:
+    classad: bool = False
+    infile: Optional[str] = None
+    outfile: Optional[str] = None
+    upload: bool = False
+
+
+def parse_args(args: Sequence[str]) -> Args:
+    """The starter's flags in any order; unknown arguments are ignored (HTCondor may add some)."""
+    found: Dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        flag = args[i].lower()
+        if flag in ("-infile", "-outfile") and i + 1 < len(args):
+            found[flag[1:]] = args[i + 1]
+            i += 1
+        elif flag in ("-upload", "-classad"):
+            found[flag[1:]] = True
+        i += 1
+    return Args(**found)
+
+
+def query_fields(env: Mapping[str, str]) -> Dict[str, object]:
+    """The ``-classad`` answer; ``PEGASUS_CLOUDIO_CONDOR_METHODS`` (environment or node file)
+    may narrow the schemes, e.g. to leave http/https to curl_plugin."""
+    return {
+        "MultipleFileSupport": True,
+        "PluginType": "FileTransfer",
+        "PluginVersion": PLUGIN_VERSION,
+        "ProtocolVersion": 4,
+        "SupportedMethods": ",".join(available_methods(configured_methods(env))),
+        STARTD_VERSION_ATTR: PLUGIN_VERSION,
+        "StartdAttrs": STARTD_VERSION_ATTR,
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] = None) -> int:
+    """Run the plugin; ``argv`` is the full vector (``argv[0]`` names the plugin, as in HTCondor)."""
+    argv = list(sys.argv if argv is None else argv)
+    environ = dict(os.environ if env is None else env)
+    args = parse_args(argv[1:])
+    try:
+        if args.classad:
+            sys.stdout.write(query_ad_text(query_fields(environ)))
+            sys.stdout.flush()
+            return 0
+        if not (args.infile and args.outfile):
+            say(USAGE)
+            return EXIT_PLUGIN
+        return _run(args, argv[0] if argv else PROG, environ)
+    except BindingsMissing as err:
+        say(str(err))
+        return EXIT_PLUGIN
+
+
+def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
+    assert args.infile and args.outfile
+    sandbox = os.path.dirname(os.path.abspath(args.infile))
+    try:
+        penv = build_environment(environ, argv0, sandbox)
+        with open(args.infile, encoding="utf-8") as fh:
+            files = read_file_ads(fh.read())
+        writer = ResultWriter(args.outfile)
+    except NodeConfigError as err:
+        say(str(err))
+        return EXIT_PLUGIN
+    except OSError as err:
+        say(f"cannot use {err.filename or 'a plugin file'}: {err.strerror or err}")
+        return EXIT_PLUGIN
+    except ValueError as err:
+        say(f"cannot parse the input ads in {args.infile}: {err}")
+        return EXIT_PLUGIN
+    for name in penv.refused:
+        say(f"ignoring job variable {name}: not a setting the plugin takes from the job (secrets "
+            "belong in a credentials file)")
+    try:
+        code = _transfer(files, args.upload, penv, sandbox, writer, environ)
+    finally:
+        writer.close()
+    return code
+
+
+def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbox: str,
+              writer: ResultWriter, environ: Mapping[str, str]) -> int:
+    """Every file ad -> one result ad; returns the exit code."""
+    items = build_items(files, upload, penv.env, sandbox, available_methods(configured_methods(environ)))
+    try:
+        settings = Settings.from_env(penv.env)
+    except TransferError as err:
+        for item in items:
+            item.problem, item.op = item.problem or err, None
+        settings = Settings()
+    reporter = Reporter(writer, items, upload=upload, penv=penv, say=say)
+    for item in items:
+        if item.problem is not None:
+            reporter.problem(item)
+    ops = [item.op for item in items if item.op is not None]
+    if ops:
+        _run_engine(ops, settings, penv, reporter)
+    code = exit_code(reporter.errors)
+    if reporter.write_failed and code == 0:
+        code = EXIT_FAILED
+    say(f"{len(items) - len(reporter.errors)} of {len(items)} files transferred; exit code {code}")
+    return code
+
+
+def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment, reporter: Reporter) -> None:
+    with PluginSession(settings, penv.env) as session:
+        reporter.session = session
+        engine = Engine(session, on_result=reporter.on_result)
+        try:
+            with _stop_on_signals(reporter):
+                engine.run(ops)
+        except _Interrupted as stop:
+            reporter.fail_unreported(lambda item: TransientError(
+                f"interrupted by signal {stop.signum} before the transfer finished", operation="transfer"))
+        except Exception as err:  # noqa: BLE001 - a backend bug must not cost other files their ads
+            name = type(err).__name__
+            reporter.fail_unreported(lambda item: TransferError(f"internal error ({name})", operation="transfer"))
+            say(f"internal error: {name}: {str(err)[:200]}")
+
+
+class _Interrupted(BaseException):
+    """SIGTERM/SIGINT arrived: stop scheduling, report what is left."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals(reporter: Reporter) -> Iterator[None]:
+    """Turn SIGTERM/SIGINT into :class:`_Interrupted`, never in the middle of writing an ad."""
+
+    def interrupt(signum: int) -> None:
+        raise _Interrupted(signum)
+
+    def handler(signum: int, _frame: object) -> None:
+        if reporter.writing:
+            reporter.pending_signal = signum
+            return
+        interrupt(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread (e.g. main() called by a test)
+        return
+    reporter.on_signal = interrupt
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def console_main() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

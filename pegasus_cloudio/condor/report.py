@@ -1,0 +1,168 @@
+"""One result ad per file, written the moment the file's outcome is known.
+
+:class:`Reporter` turns an engine :class:`~transfer.ops.Result` (or a problem found before
+any transfer) into the attributes the starter reads (HTCondor's result filter keeps only
+these names with exactly these types):
+
+``TransferUrl`` s (the input ``Url`` verbatim), ``TransferFileName`` s (the input
+``LocalFileName``), ``TransferType`` s, ``TransferProtocol`` s, ``TransferSuccess`` b,
+``TransferTotalBytes`` i, ``TransferFileBytes`` i, ``TransferStartTime`` i,
+``TransferEndTime`` i, ``ConnectionTimeSeconds`` r (files that were attempted),
+``DeveloperData`` ad, and on failure ``TransferError`` s and ``TransferErrorData`` list.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from urllib.parse import urlsplit
+
+from pegasus_cloudio.condor import PLUGIN_VERSION, outcome
+from pegasus_cloudio.condor.ads import ResultWriter
+from pegasus_cloudio.condor.batch import Item
+from pegasus_cloudio.condor.credentials import describe_source, is_presigned
+from pegasus_cloudio.condor.environment import PluginEnvironment
+from transfer.credentials import pegasus_s3_config
+from transfer.errors import TransferError
+from transfer.ops import Attempt, Result
+from transfer.session import Session
+from transfer.urls import Url
+
+
+class Reporter:
+    """Writes result ads for ``items`` and remembers every failure (for the exit code)."""
+
+    def __init__(self, writer: ResultWriter, items: Sequence[Item], *, upload: bool, penv: PluginEnvironment,
+                 say: Callable[[str], None]) -> None:
+        self._writer = writer
+        self._items = list(items)
+        self._by_op = {id(item.op): item for item in items if item.op is not None}
+        self._reported: Set[int] = set()
+        self._upload = upload
+        self._penv = penv
+        self._say = say
+        self.session: Optional[Session] = None
+        self.errors: List[TransferError] = []
+        self.write_failed = False
+        self.writing = False
+        self.pending_signal: Optional[int] = None
+        self.on_signal: Callable[[int], None] = _ignore_signal
+
+    # -- entry points -------------------------------------------------------------------
+
+    def on_result(self, result: Result) -> None:
+        """Engine callback: the ad of the file ``result`` belongs to."""
+        item = self._by_op[id(result.op)]
+        if result.ok:
+            self._write(item, self._success(item, result))
+        else:
+            assert result.error is not None
+            self._failure(item, result.error, result.history, result.attempts, result.seconds)
+
+    def problem(self, item: Item) -> None:
+        """The ad of a file that was never attempted (malformed ad, unserved scheme...)."""
+        assert item.problem is not None
+        self._failure(item, item.problem, (), 0, None)
+
+    def fail_unreported(self, error: Callable[[Item], TransferError]) -> None:
+        """Failed ads for every file without an ad yet (interrupted or crashed batch)."""
+        for item in self._items:
+            if id(item) not in self._reported:
+                self._failure(item, error(item), (), 0, None)
+
+    # -- ads ----------------------------------------------------------------------------
+
+    def _base(self, item: Item) -> Dict[str, object]:
+        return {"TransferUrl": item.ad.url, "TransferFileName": item.ad.local,
+                "TransferType": "upload" if self._upload else "download",
+                "TransferProtocol": item.protocol}
+
+    def _success(self, item: Item, result: Result) -> Dict[str, object]:
+        start, end = _times(result.history)
+        fields = self._base(item)
+        fields.update(TransferSuccess=True, TransferTotalBytes=int(result.bytes), TransferFileBytes=int(result.bytes),
+                      TransferStartTime=start, TransferEndTime=end, ConnectionTimeSeconds=float(result.seconds),
+                      DeveloperData={"PluginVersion": PLUGIN_VERSION, "Attempts": result.attempts})
+        return fields
+
+    def _failure(self, item: Item, error: TransferError, history: Sequence[Attempt], attempts: int,
+                 seconds: Optional[float]) -> None:
+        self.errors.append(error)
+        start, end = _times(history)
+        local = item.local_path
+        source = self._source(item)
+        text = outcome.error_text(error, upload=self._upload, url=item.ad.url, local=item.ad.local,
+                                  attempts=attempts, source=source)
+        server = self._server(item.url)
+        entries = [outcome.error_entry(e, server, local, item.credential is not None)
+                   for e in outcome.attempt_errors(history, error)]
+        fields = self._base(item)
+        fields.update(TransferSuccess=False, TransferError=text, TransferErrorData=entries,
+                      TransferTotalBytes=0, TransferFileBytes=0, TransferStartTime=start, TransferEndTime=end,
+                      DeveloperData={"PluginVersion": PLUGIN_VERSION, "Attempts": attempts})
+        if seconds is not None:
+            fields["ConnectionTimeSeconds"] = float(seconds)
+        self._say(text)
+        self._write(item, fields)
+
+    def _write(self, item: Item, fields: Dict[str, object]) -> None:
+        self._reported.add(id(item))
+        if self.write_failed:
+            return
+        self.writing = True
+        try:
+            self._writer.write(fields)
+        except OSError as err:
+            self.write_failed = True
+            self._say(f"cannot write the result file: {err.strerror or err}")
+        finally:
+            self.writing = False
+        if self.pending_signal is not None:
+            signum, self.pending_signal = self.pending_signal, None
+            self.on_signal(signum)
+
+    # -- context for messages -----------------------------------------------------------
+
+    def _source(self, item: Item) -> str:
+        if item.url is None:
+            return "none"
+        return describe_source(item.url, item.credential, self._penv, is_presigned(item.ad.url))
+
+    def _server(self, url: Optional[Url]) -> str:
+        """The server a URL's requests went to (``FailedServer``), as ``host[:port]``."""
+        if url is None:
+            return "unknown"
+        env = self._penv.env
+        if url.scheme in ("s3", "s3s") and "@" in url.host and self.session is not None:
+            try:
+                creds = self.session.context.pegasus_credentials(url.site_label)
+                site_endpoint = pegasus_s3_config(creds, url.host).endpoint or ""
+                return urlsplit(site_endpoint).netloc or url.host
+            except TransferError:
+                return url.host.rpartition("@")[2]
+        if url.scheme in ("s3", "s3s"):
+            endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+            return urlsplit(endpoint).netloc if endpoint else f"{url.host}.s3.amazonaws.com"
+        if url.scheme == "gs":
+            return env.get("STORAGE_EMULATOR_HOST") or "storage.googleapis.com"
+        return url.host
+
+
+def _times(history: Sequence[Attempt]) -> Tuple[int, int]:
+    """(start, end) in whole epoch seconds, from the attempts (now, if there were none)."""
+    if not history:
+        now = int(time.time())
+        return now, now
+    last = history[-1]
+    return int(history[0].start), int(last.start + last.seconds)
+
+
+def _ignore_signal(signum: int) -> None:
+    return None
+
+
+def say(text: str) -> None:
+    """One diagnostic line on stderr (the starter logs it to the StarterLog on failure)."""
+    sys.stderr.write(f"pegasus-cloudio-condor-plugin: {text}\n")
+    sys.stderr.flush()
