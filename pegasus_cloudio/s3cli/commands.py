@@ -1,0 +1,258 @@
+"""The pegasus-s3 subcommands, on the transfer library (one Session, one Engine per run).
+
+Data moves through :class:`transfer.Engine` (atomic downloads, multipart uploads, server-side
+copies, batched deletes, retries); single requests (stat, bucket create, listing) go to the
+session's S3 backend. Every method raises :class:`CommandError` or a
+:class:`transfer.errors.TransferError` for the CLI to print; none of them prints errors.
+
+Differences from pegasus-s3 5.1.3 (its defects, spec §7.4): listings and ``rm`` existence
+checks see every key (pagination); ``rm`` expands ``*``, ``?`` and ``[...]`` in keys (so
+pegasus-transfer's recursive cleanup ``prefix/*`` deletes the prefix); ``put FILE URL/``
+stores ``URL/<basename>``; ``s3s://`` requires TLS.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+from datetime import datetime, timezone
+from typing import Dict, Iterator, List, Optional, Sequence, Set, TextIO, Tuple
+
+from pegasus_cloudio.s3cli.bucket_ops import list_buckets
+from pegasus_cloudio.s3cli.uri import WILDCARDS, CommandError, S3Uri, has_wildcards, parse_s3_uri
+from transfer import Engine, Session
+from transfer.backends.base import Backend, ObjectInfo
+from transfer.backends.s3 import split_url
+from transfer.errors import NotFound
+from transfer.ops import Operation, Remove, Transfer
+from transfer.urls import Url, parse_url
+
+log = logging.getLogger("pegasus_cloudio.s3cli")
+
+KB, MB, GB, TB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+
+
+def human_size(size: int) -> str:
+    """pegasus-s3's ``-H`` format."""
+    for unit, name in ((TB, "TB"), (GB, "GB"), (MB, "MB"), (KB, "KB")):
+        if size >= unit:
+            return f"{size / float(unit):6.1f}{name}"
+    return f"{size:6.0f}B"
+
+
+def local_path(text: str) -> str:
+    """A FILE argument: a path or a ``file:`` URL."""
+    return parse_url(text).path if text.startswith("file:") else text
+
+
+class S3Commands:
+    """One CLI run: listing output goes to ``out``; data moves through one engine."""
+
+    def __init__(self, session: Session, out: TextIO, threads: Optional[int] = None) -> None:
+        self._session = session
+        self._out = out
+        self._engine = Engine(session, threads=threads)
+        self._listings: Dict[Tuple[str, str, str], Set[str]] = {}
+
+    def _backend(self, uri: S3Uri) -> Backend:
+        return self._session.backend(uri.to_url())
+
+    # -- ls / mkdir -----------------------------------------------------------------------
+
+    def ls(self, uri: S3Uri, long_format: bool = False, human: bool = False) -> None:
+        """Buckets (no bucket in the URL) or every key starting with the URL's key."""
+        if uri.bucket is None:
+            for name in list_buckets(self._backend(uri)):
+                self._out.write(f"\t{name}\n")
+            return
+        for info in self._list_prefix(uri, uri.key or ""):
+            key = split_url(info.url).key
+            if not long_format:
+                self._out.write(f"\t{key}\n")
+                continue
+            size = human_size(info.size) if human else f"{info.size:13d}"
+            modified = str(datetime.fromtimestamp(info.mtime, timezone.utc)) if info.mtime else "-"
+            self._out.write(f"\t{'-':15s} {size} {modified} {'-':24s} {key}\n")
+
+    def mkdir(self, uri: S3Uri) -> None:
+        """Create the bucket; an existing bucket of this identity is success."""
+        if uri.bucket is None:
+            raise CommandError(f"URL for mkdir must contain a bucket: {uri}")
+        if uri.key is not None:
+            raise CommandError(f"URL for mkdir cannot contain a key: {uri}")
+        self._backend(uri).make_dirs(uri.to_url())
+        log.info("Bucket %s is ready for %s", uri.bucket, uri.ident)
+
+    # -- rm -------------------------------------------------------------------------------
+
+    def rm(self, urls: Sequence[str], force: bool = False) -> None:
+        """Delete keys; wildcard keys are expanded. Without ``force`` every key must exist."""
+        targets: List[S3Uri] = []
+        missing: List[S3Uri] = []
+        for uri in (parse_s3_uri(u) for u in urls):
+            if uri.bucket is None:
+                raise CommandError(f"URL for rm must contain a bucket: {uri}")
+            if uri.key is None:
+                raise CommandError(f"URL for rm must contain a key: {uri}")
+            if has_wildcards(uri.key):
+                matches = self._expand(uri)
+                targets += matches
+                found = bool(matches)
+            else:
+                targets.append(uri)
+                found = force or self._exists(uri)
+            if not found and not force:
+                missing.append(uri)
+        if missing:
+            raise CommandError(f"Some keys to delete do not exist in bucket: {missing[0].bucket}; "
+                               "use --force to ignore non existing keys")
+        unique = {str(t): t for t in targets}
+        log.info("Deleting %d keys", len(unique))
+        self._run([Remove(t.to_url()) for t in unique.values()])
+
+    def _expand(self, uri: S3Uri) -> List[S3Uri]:
+        pattern = uri.key or ""
+        literal = pattern[:min((pattern.index(c) for c in WILDCARDS if c in pattern), default=len(pattern))]
+        return [uri.with_key(split_url(info.url).key) for info in self._list_prefix(uri, literal)
+                if fnmatch.fnmatchcase(split_url(info.url).key, pattern)]
+
+    def _exists(self, uri: S3Uri) -> bool:
+        key = uri.key or ""
+        directory = key.rpartition("/")[0]
+        cache_key = (uri.ident, uri.bucket or "", directory)
+        if cache_key not in self._listings:
+            self._listings[cache_key] = {split_url(i.url).key for i in self._list_prefix(uri, directory)}
+        return key in self._listings[cache_key]
+
+    def _list_prefix(self, uri: S3Uri, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix`` (all pages)."""
+        directory = uri.with_key(prefix.rpartition("/")[0])
+        try:
+            for info in self._backend(uri).list(directory.to_url()):
+                if split_url(info.url).key.startswith(prefix):
+                    yield info
+        except NotFound:
+            raise CommandError(f"Invalid bucket: {uri.bucket}") from None
+
+    # -- put / get / cp -------------------------------------------------------------------
+
+    def put(self, source: str, url: str, *, force: bool = False, create_bucket: bool = False,
+            recursive: bool = False) -> None:
+        """Upload FILE (or, with ``recursive``, a directory tree) to URL."""
+        path = local_path(source)
+        uri = parse_s3_uri(url)
+        if not os.path.exists(path):
+            raise CommandError(f"No such file or directory: {path}")
+        if uri.bucket is None:
+            raise CommandError(f"URL for put must have a bucket: {url}")
+        if os.path.isdir(path) and not recursive:
+            raise CommandError(f"FILE: {path} is a directory. FILE must be a file.")
+        pairs = _tree_pairs(path, uri) if os.path.isdir(path) else [(path, _put_target(path, uri))]
+        if create_bucket:
+            self._backend(uri).make_dirs(uri.to_url())
+        if not force:
+            for _, dest in pairs:
+                if self._stat(dest):
+                    raise CommandError(f"Key: {dest.key} already exists. Try --force to overwrite")
+        self._run([Transfer((Url("file", "", os.path.abspath(p)),), d.to_url()) for p, d in pairs])
+
+    def get(self, url: str, output: Optional[str] = None, *, recursive: bool = False) -> None:
+        """Download URL to FILE (default: the key's basename in the current directory)."""
+        uri = parse_s3_uri(url)
+        if uri.bucket is None:
+            raise CommandError(f"URL must contain a bucket: {url}")
+        if uri.key is None and not recursive:
+            raise CommandError(f"URL must contain a key: {url}")
+        if recursive:
+            pairs = self._download_tree(uri, output)
+        else:
+            name = os.path.basename((uri.key or "").rstrip("/"))
+            target = local_path(output) if output else name
+            if target.endswith("/"):
+                target += name
+            pairs = [(uri, target)]
+        self._run([Transfer((u.to_url(),), Url("file", "", os.path.abspath(p))) for u, p in pairs])
+
+    def _download_tree(self, uri: S3Uri, output: Optional[str]) -> List[Tuple[S3Uri, str]]:
+        key = (uri.key or "").rstrip("/")
+        root = local_path(output) if output else (os.path.basename(key) or uri.bucket or ".")
+        pairs = []
+        for info in self._list_prefix(uri, key):
+            found = split_url(info.url).key
+            if found == key or not key:
+                pairs.append((uri.with_key(found), root if found == key else os.path.join(root, found)))
+            elif found.startswith(key + "/"):
+                pairs.append((uri.with_key(found), os.path.join(root, found[len(key) + 1:])))
+        return pairs
+
+    def cp(self, sources: Sequence[str], dest: str, *, force: bool = False, create: bool = False,
+           recursive: bool = False) -> None:
+        """Server-side copies between keys of one identity."""
+        dst = parse_s3_uri(dest)
+        srcs = [parse_s3_uri(s) for s in sources]
+        if len(srcs) > 1 and dst.key is not None:
+            raise CommandError("Destination must be a bucket if there are multiple sources")
+        if dst.bucket is None:
+            raise CommandError(f"Destination URL does not contain a bucket: {dst}")
+        pairs: List[Tuple[S3Uri, S3Uri]] = []
+        for src in srcs:
+            if src.ident != dst.ident:
+                raise CommandError(f"Identities for source and destination do not match: {src} -> {dst}")
+            if src.key is None and not recursive:
+                raise CommandError(f"Source URL does not contain a key: {src}")
+            pairs += self._copy_pairs(src, dst)
+        if create:
+            self._backend(dst).make_dirs(dst.to_url())
+        if not force:
+            for _, target in pairs:
+                if self._stat(target):
+                    raise CommandError(f"Key: {target.key} already exists in destination bucket: "
+                                       f"{target.bucket}, (see --force)")
+        self._run([Transfer((s.to_url(),), d.to_url()) for s, d in pairs])
+
+    def _copy_pairs(self, src: S3Uri, dst: S3Uri) -> List[Tuple[S3Uri, S3Uri]]:
+        if src.key is None:
+            return [(src.with_key(k), dst.with_key(k)) for k in
+                    (split_url(i.url).key for i in self._list_prefix(src, ""))]
+        key = dst.key or src.key
+        if dst.key and dst.key.endswith("/"):
+            key = dst.key + os.path.basename(src.key)
+        return [(src, dst.with_key(key))]
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _stat(self, uri: S3Uri) -> bool:
+        try:
+            self._backend(uri).stat(uri.to_url())
+        except NotFound:
+            return False
+        return True
+
+    def _run(self, ops: Sequence[Operation]) -> None:
+        failed = [r for r in self._engine.run(ops) if not r.ok]
+        for result in failed:
+            log.error("%s", result.error)
+        if failed:
+            more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+            raise CommandError(f"{failed[0].error}{more}")
+
+
+def _put_target(path: str, uri: S3Uri) -> S3Uri:
+    name = os.path.basename(path)
+    key = uri.key or name
+    return uri.with_key(key + name if key.endswith("/") else key)
+
+
+def _tree_pairs(path: str, uri: S3Uri) -> List[Tuple[str, S3Uri]]:
+    """Files under ``path`` and their keys under URL (4.x ``put -r`` naming)."""
+    base = os.path.basename(os.path.abspath(path))
+    prefix = uri.key or base
+    if prefix.endswith("/"):
+        prefix += base
+    pairs = []
+    for root, _dirs, files in os.walk(path):
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            pairs.append((full, uri.with_key(f"{prefix}/{os.path.relpath(full, path)}")))
+    return pairs

@@ -1,0 +1,192 @@
+"""``pegasus-cloudio-s3``: a drop-in for ``pegasus-s3`` 5.1.3 (spec §3) on the transfer library.
+
+Same subcommands and options (``ls [-l -H]``, ``mkdir``, ``rm [-f] [-F FILE]``,
+``put [-f] [-b]``, ``get``, ``cp [-f] [-c]``; global ``-v -d -C``), the legacy 4.x options
+(``put/get -r -c MB -p N``, ``cp -r``; ``rmdir``, ``lsup``, ``rmup`` are recognised and
+refused with a message), a real ``help``, the same configuration lookup and URL syntax.
+Exit codes: 0 success, 1 any failure (one line on stderr; 5.1.3 printed it on stdout),
+2 usage error; no subcommand prints the usage and exits 0, as 5.1.3 does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
+
+from pegasus_cloudio.s3cli.commands import S3Commands
+from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3_uri
+from transfer import Session, Settings
+from transfer.errors import TransferError
+
+log = logging.getLogger("pegasus_cloudio.s3cli")
+LEGACY = {"rmdir": "URL...", "lsup": "URL", "rmup": "URL [UPLOAD]"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pegasus-cloudio-s3",
+                                     description="Upload, download, list and delete objects in S3 "
+                                                 "(a drop-in for pegasus-s3 5.1.3).")
+    parser.add_argument("-v", "--verbose", action="store_true", help="Enable verbose mode")
+    parser.add_argument("-d", "--debug", action="store_true", help="Enable debug mode")
+    parser.add_argument("-C", "--conf", dest="config", default=None, help="Path to configuration file")
+    sub = parser.add_subparsers(dest="cmd", metavar="{ls,mkdir,rm,put,get,cp,help}")
+    ls = sub.add_parser("ls", help="List the contents of a bucket (or the buckets)")
+    ls.add_argument("url", metavar="URL")
+    ls.add_argument("-l", "--long", dest="long_format", action="store_true", help="Use long listing format")
+    ls.add_argument("-H", "--human-sized", dest="human_sized", action="store_true", help="Human readable sizes")
+    mkdir = sub.add_parser("mkdir", help="Create a bucket")
+    mkdir.add_argument("urls", metavar="URL", nargs="+")
+    rm = sub.add_parser("rm", help="Delete keys (wildcards * ? [...] are expanded)")
+    rm.add_argument("urls", metavar="URL", nargs="*")
+    rm.add_argument("-f", "--force", action="store_true", help="Ignore nonexistent keys")
+    rm.add_argument("-F", "--file", default=None, help="File containing a list of URLs to delete")
+    put = sub.add_parser("put", help="Upload a file to a key (URL/ appends the file name)")
+    put.add_argument("file", metavar="FILE")
+    put.add_argument("url", metavar="URL")
+    put.add_argument("-b", "--create-bucket", dest="create_bucket", action="store_true",
+                     help="Create the destination bucket if it does not already exist")
+    put.add_argument("-f", "--force", action="store_true", help="Overwrite key if it already exists")
+    _add_legacy_transfer_options(put, "upload all files in the directory FILE under URL")
+    get = sub.add_parser("get", help="Download a key to a file")
+    get.add_argument("url", metavar="URL")
+    get.add_argument("file", metavar="FILE", nargs="?", default=None)
+    _add_legacy_transfer_options(get, "download every key equal to URL or under URL/")
+    cp = sub.add_parser("cp", help="Copy keys inside the store")
+    cp.add_argument("srcs", metavar="SRC", nargs="+")
+    cp.add_argument("dest", metavar="DST")
+    cp.add_argument("-c", "--create-dest", dest="create", action="store_true",
+                    help="Create destination bucket if it does not exist")
+    cp.add_argument("-f", "--force", action="store_true", help="If DEST key exists, then overwrite it")
+    cp.add_argument("-r", "--recursive", action="store_true", help="SRC may be a bucket: copy all its keys")
+    helper = sub.add_parser("help", help="Print this message (or the help of COMMAND)")
+    helper.add_argument("topic", metavar="COMMAND", nargs="?")
+    for name, usage in LEGACY.items():
+        legacy = sub.add_parser(name, help=f"(pegasus-s3 4.x; not supported) {usage}")
+        legacy.add_argument("args", nargs="*")
+        legacy.add_argument("-a", "--all", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def _add_legacy_transfer_options(parser: argparse.ArgumentParser, recursive_help: str) -> None:
+    parser.add_argument("-r", "--recursive", action="store_true", help=recursive_help)
+    parser.add_argument("-c", "--chunksize", type=int, default=None, metavar="MB",
+                        help="part size in MB for multipart uploads (4.x option; 0 = default)")
+    parser.add_argument("-p", "--parallel", type=int, default=None, metavar="N",
+                        help="concurrent transfers (4.x option)")
+
+
+def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] = None,
+         stdout: Optional[TextIO] = None) -> int:
+    """Parse, run one subcommand, map failures to a one-line message and exit code 1."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = stdout or sys.stdout
+    _setup_logging(args.verbose, args.debug)
+    if args.cmd is None:
+        parser.print_usage(out)
+        return 0
+    if args.cmd == "help":
+        return _help(parser, args.topic, out)
+    try:
+        _dispatch(args, dict(os.environ) if env is None else dict(env), out)
+    except (CommandError, TransferError, OSError) as err:
+        if args.verbose or args.debug:
+            log.exception("Encountered error:")
+        sys.stderr.write(f"{err}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted\n")
+        return 1
+    return 0
+
+
+def _help(parser: argparse.ArgumentParser, topic: Optional[str], out: TextIO) -> int:
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    chosen: Dict[str, argparse.ArgumentParser] = subparsers.choices
+    if topic is None:
+        out.write(parser.format_help())
+        return 0
+    if topic not in chosen:
+        sys.stderr.write(f"Unknown command: {topic}\n")
+        return 2
+    out.write(chosen[topic].format_help())
+    return 0
+
+
+def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO) -> None:
+    if args.cmd in LEGACY:
+        raise CommandError(f"'{args.cmd}' is a pegasus-s3 4.x subcommand that pegasus-cloudio-s3 does "
+                           "not implement")
+    env["PEGASUS_CREDENTIALS"] = find_config(args.config, env)
+    settings = _settings(env, args)
+    with Session(settings, env) as session:
+        commands = S3Commands(session, out, threads=settings.threads)
+        actions: Dict[str, Callable[[], None]] = {
+            "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
+            "mkdir": lambda: _each(commands.mkdir, args.urls),
+            "rm": lambda: commands.rm(_rm_urls(args), force=args.force),
+            "put": lambda: commands.put(args.file, args.url, force=args.force,
+                                        create_bucket=args.create_bucket, recursive=args.recursive),
+            "get": lambda: commands.get(args.url, args.file, recursive=args.recursive),
+            "cp": lambda: commands.cp(args.srcs, args.dest, force=args.force, create=args.create,
+                                      recursive=args.recursive),
+        }
+        actions[args.cmd]()
+
+
+def _each(action: Callable[[S3Uri], None], urls: Sequence[str]) -> None:
+    for url in urls:
+        action(parse_s3_uri(url))
+
+
+def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
+    """Library settings for one run: legacy ``-p``/``-c`` applied; never bundles (one key per PUT)."""
+    settings = Settings.from_env(env)
+    changes: Dict[str, object] = {}
+    if getattr(args, "parallel", None):
+        changes["threads"] = max(1, args.parallel)
+    if getattr(args, "chunksize", None):
+        changes["multipart_part_size"] = args.chunksize << 20
+        changes["multipart_threshold"] = args.chunksize << 20
+    names = {f.name for f in dataclasses.fields(settings)}
+    changes.update({name: value for name, value in (("bundle", False), ("bundle_sites", None))
+                    if name in names})
+    settings = settings.replace(**changes)
+    settings.validate()
+    return settings
+
+
+def _rm_urls(args: argparse.Namespace) -> List[str]:
+    urls = list(args.urls)
+    if args.file:
+        with open(args.file, encoding="utf-8") as fh:
+            for line in fh:
+                fields = line.split()
+                if not fields or fields[0].startswith("#"):
+                    continue
+                if len(fields) != 1:
+                    raise CommandError(f"Invalid record: {line.strip()}")
+                urls.append(fields[0])
+    if not urls:
+        raise CommandError("Specify URL")
+    return urls
+
+
+def _setup_logging(verbose: bool, debug: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s:%(levelname)s:%(name)s: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING)
+    log.propagate = False
+
+
+def console_main() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

@@ -1,0 +1,200 @@
+"""Build a catalog set with the Pegasus Python API and render it as text, deterministically.
+
+:func:`render` returns ``{relative file name: text}``: ``sites.yml``, ``transformations.yml``,
+``replicas.yml``, ``pegasus.properties`` and the ``bin/pegasus-transfer`` shim. The same
+options always give byte-identical files (the API's ``x-pegasus`` creation stamp is replaced
+by a fixed one), so the templates in ``site-catalogs/`` can be checked for drift.
+
+Every set points ``pegasus::transfer`` (and, so that create-dir and cleanup jobs run it too,
+``pegasus::dirmanager`` and ``pegasus::cleanup``) on ``local`` and the compute site at the
+drop-in by absolute path, and sets the drop-in's knobs as ``env`` profiles (all strings).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Dict, List, Optional, Tuple
+
+from Pegasus import yaml as pegasus_yaml
+from Pegasus.api import (
+    OS,
+    Arch,
+    Directory,
+    FileServer,
+    Namespace,
+    Operation,
+    Properties,
+    ReplicaCatalog,
+    Site,
+    SiteCatalog,
+    Transformation,
+    TransformationCatalog,
+    TransformationSite,
+)
+
+from pegasus_cloudio.sites.options import SetOptions
+
+STAMP = {"apiLang": "python", "createdBy": "pegasus-cloudio sites"}
+SHIM_MARKER = "pegasus-cloudio drop-in"
+TRANSFER_TRANSFORMATIONS = ("transfer", "dirmanager", "cleanup")
+
+
+def data_configuration(opts: SetOptions) -> str:
+    return "sharedfs" if opts.mode == "vm-storage" else "nonsharedfs"
+
+
+def staging_site(opts: SetOptions) -> str:
+    """The site whose scratch holds intermediate files."""
+    return {"cloud-storage": opts.staging, "vm-storage": opts.compute_site, "submit-host": "local"}[opts.mode]
+
+
+def scp_url(user_host: str, port: Optional[int], path: str) -> str:
+    return f"scp://{user_host}{f':{port}' if port else ''}{path}"
+
+
+# -- sites ------------------------------------------------------------------------------------
+
+def local_site(opts: SetOptions) -> Site:
+    scratch, outputs = os.path.join(opts.work_dir, "scratch"), os.path.join(opts.work_dir, "outputs")
+    scratch_url = "file://" + scratch
+    if opts.mode == "submit-host":
+        scratch_url = scp_url(opts.submit_host or "", opts.ssh_port, scratch)
+    site = Site("local", arch=Arch.X86_64, os_type=OS.LINUX).add_directories(
+        Directory(Directory.SHARED_SCRATCH, scratch).add_file_servers(FileServer(scratch_url, Operation.ALL)),
+        Directory(Directory.LOCAL_STORAGE, outputs).add_file_servers(
+            FileServer("file://" + outputs, Operation.ALL)))
+    if opts.mode == "submit-host":
+        site.add_profiles(Namespace.PEGASUS, key="SSH_PRIVATE_KEY", value=opts.ssh_key)
+    site.add_env(**_env(opts, worker=False))
+    return site
+
+
+def compute_site(opts: SetOptions) -> Site:
+    site = Site(opts.compute_site, arch=Arch.X86_64, os_type=OS.LINUX)
+    site.add_pegasus_profile(style="condor")
+    site.add_condor_profile(universe="vanilla")
+    if opts.mode == "vm-storage":
+        url = "file://" + opts.vm_scratch
+        if opts.vm_host:
+            url = scp_url(opts.vm_host, opts.ssh_port, opts.vm_scratch)
+            site.add_profiles(Namespace.PEGASUS, key="SSH_PRIVATE_KEY", value=opts.ssh_key)
+        site.add_directories(Directory(Directory.SHARED_SCRATCH, opts.vm_scratch, shared_file_system=True)
+                             .add_file_servers(FileServer(url, Operation.ALL)))
+        site.add_profiles(Namespace.PEGASUS, key="data.configuration", value="sharedfs")
+        if not opts.vm_host:
+            site.add_profiles(Namespace.PEGASUS, key="auxillary.local", value="true")
+    site.add_env(**_env(opts, worker=True))
+    return site
+
+
+def bucket_site(opts: SetOptions) -> Site:
+    path = f"/{opts.bucket}/{opts.prefix.strip('/')}"
+    if opts.provider == "gcs":
+        url = f"gs://{opts.bucket}/{opts.prefix.strip('/')}"
+    else:
+        url = f"s3://{opts.identity}{path}"
+    site = Site(opts.staging).add_directories(
+        Directory(Directory.SHARED_SCRATCH, path).add_file_servers(FileServer(url, Operation.ALL)))
+    if opts.provider == "gcs":
+        site.add_profiles(Namespace.PEGASUS, key="BOTO_CONFIG", value=opts.boto_config)
+        site.add_profiles(Namespace.PEGASUS, key="GOOGLE_PKCS12", value=opts.gcs_key)
+    else:
+        site.add_profiles(Namespace.PEGASUS, key="pegasus_credentials", value=opts.credentials)
+    return site
+
+
+def _env(opts: SetOptions, *, worker: bool) -> Dict[str, str]:
+    """The drop-in's knobs as env profiles (strings only, as the schema wants).
+
+    With the worker package staged, local jobs that run ``pegasus-transfer`` by name get the
+    shim first on PATH; with Pegasus installed on the workers, PEGASUS_HOME says where.
+    """
+    env = {"PEGASUS_CLOUDIO_THREADS": str(opts.threads)}
+    if opts.bundling:
+        env["PEGASUS_CLOUDIO_BUNDLE"] = "1"
+    if opts.gcs_endpoint:
+        env["PEGASUS_CLOUDIO_GCS_ENDPOINT"] = opts.gcs_endpoint
+    if worker:
+        env["PEGASUS_CLOUDIO_CACHE_DIR"] = opts.cache_dir
+        if opts.worker_package == "installed":
+            env["PEGASUS_HOME"] = opts.worker_pegasus_home
+    elif opts.worker_package == "staged":
+        env["PATH"] = ":".join(dict.fromkeys([opts.shim_dir, opts.pegasus_bin, "/usr/local/bin", "/usr/bin",
+                                              "/bin"]))
+    return env
+
+
+def site_catalog(opts: SetOptions) -> SiteCatalog:
+    catalog = SiteCatalog().add_sites(local_site(opts), compute_site(opts))
+    if opts.mode == "cloud-storage":
+        catalog.add_sites(bucket_site(opts))
+    return catalog
+
+
+# -- transformations, replicas, properties ---------------------------------------------------
+
+def transformation_catalog(opts: SetOptions) -> TransformationCatalog:
+    """``pegasus::transfer`` (no version: the planner looks it up with version null) and friends."""
+    catalog = TransformationCatalog()
+    for name in TRANSFER_TRANSFORMATIONS:
+        transformation = Transformation(name, namespace="pegasus")
+        for site in ("local", opts.compute_site):
+            transformation.add_sites(TransformationSite(site, opts.transfer_tool, is_stageable=False))
+        catalog.add_transformations(transformation)
+    return catalog
+
+
+def properties(opts: SetOptions) -> List[Tuple[str, str]]:
+    """(key, value) pairs, in file order."""
+    pairs = [
+        ("pegasus.catalog.site.file", "sites.yml"),
+        ("pegasus.catalog.transformation.file", "transformations.yml"),
+        ("pegasus.catalog.replica", "YAML"),
+        ("pegasus.catalog.replica.file", "replicas.yml"),
+        ("pegasus.data.configuration", data_configuration(opts)),
+        ("pegasus.transfer.threads", str(opts.threads)),
+        ("pegasus.stagein.clusters", str(opts.stage_clusters)),
+        ("pegasus.stageout.clusters", str(opts.stage_clusters)),
+        ("pegasus.integrity.checking", "full"),
+    ]
+    if opts.worker_package == "installed":
+        pairs.append(("pegasus.transfer.worker.package", "false"))
+    return pairs
+
+
+def _yaml_text(writable: object) -> str:
+    buffer = io.StringIO()
+    writable.write(buffer)  # type: ignore[attr-defined]
+    data = pegasus_yaml.load(buffer.getvalue())
+    data["x-pegasus"] = dict(STAMP)
+    return str(pegasus_yaml.dump(data, sort_keys=False, allow_unicode=True))
+
+
+def _properties_text(opts: SetOptions, header: str) -> str:
+    props = Properties()
+    for key, value in properties(opts):
+        props[key] = value
+    buffer = io.StringIO()
+    props.write(buffer)
+    return header + buffer.getvalue().rstrip("\n") + "\n"
+
+
+def shim_text(opts: SetOptions) -> str:
+    """``pegasus-transfer`` for basename invocations; the marker stops self-delegation."""
+    return ("#!/bin/sh\n"
+            f"# {SHIM_MARKER}: this pegasus-transfer runs pegasus-cloudio-transfer (same options and input).\n"
+            "# Generated by `pegasus-cloudio sites`; keep it first on PATH only where Pegasus runs\n"
+            "# pegasus-transfer by name (create-dir, cleanup and stage-worker jobs, spec section 4.2).\n"
+            f"exec {opts.transfer_tool} \"$@\"\n")
+
+
+def render(opts: SetOptions, properties_header: str = "", replicas_header: str = "") -> Dict[str, str]:
+    """All files of the set, by relative name."""
+    return {
+        "sites.yml": _yaml_text(site_catalog(opts)),
+        "transformations.yml": _yaml_text(transformation_catalog(opts)),
+        "replicas.yml": replicas_header + _yaml_text(ReplicaCatalog()),
+        "pegasus.properties": _properties_text(opts, properties_header),
+        "bin/pegasus-transfer": shim_text(opts),
+    }

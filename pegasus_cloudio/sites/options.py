@@ -1,0 +1,187 @@
+"""What a catalog set is generated from, validated flag by flag.
+
+:class:`SetOptions` is the one input of the builder; :func:`validate` raises
+:class:`UsageError` naming the offending flag (the CLI prints it as one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+MODES = ("cloud-storage", "vm-storage", "submit-host")
+PROVIDERS = ("s3", "gcs")
+WORKER_PACKAGE = ("installed", "staged")
+_SITE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+_USER_HOST = re.compile(r"^[A-Za-z0-9_][\w.\-]*@[A-Za-z0-9][\w.\-]*$")
+_IDENTITY = re.compile(r"^[\w.\-]+@[\w.\-]+$")
+
+
+class UsageError(ValueError):
+    """A bad flag; the message starts with the flag's name."""
+
+
+@dataclass(frozen=True)
+class SetOptions:
+    """Inputs of one catalog set. Paths are absolute paths on the host that uses them.
+
+    mode:            cloud-storage | vm-storage | submit-host.
+    provider:        s3 | gcs (cloud-storage only).
+    work_dir:        submit host: ``scratch/`` and ``outputs/`` of site ``local`` live here.
+    install_bin:     directory holding ``pegasus-cloudio-transfer`` on the submit host and workers.
+    compute_site:    name of the HTCondor pool site.
+    staging_site:    cloud-storage: name of the bucket site.
+    bucket, prefix:  cloud-storage: where intermediate files go.
+    identity:        S3: ``USER@SITE`` of the Pegasus credentials file.
+    endpoint, region: S3: written to ``credentials.conf.example``.
+    credentials:     S3: the Pegasus credentials file (shipped to jobs by the planner).
+    gcs_key, boto_config: GCS: service-account key and boto file (the 5.1.3 planner needs both).
+    gcs_endpoint:    GCS: JSON API endpoint (emulators), set as PEGASUS_CLOUDIO_GCS_ENDPOINT.
+    vm_scratch:      vm-storage: the VM's local-disk scratch directory.
+    vm_host:         vm-storage: ``USER@HOST`` of a VM that is not the submit host (scp access).
+    submit_host:     submit-host: ``USER@HOST`` workers reach the submit host as (scp).
+    ssh_key, ssh_port: private key (shipped to jobs) and port for scp.
+    worker_pegasus_home: Pegasus install on the workers (used when the worker package is not staged).
+    pegasus_bin:     the submit host's Pegasus ``bin`` (PATH of local jobs when the worker package is staged).
+    worker_package:  installed (default: no worker-package staging, every invocation is ours) |
+                     staged (the planner's default; create-dir/cleanup/stage-worker stay stock).
+    threads, cache_dir, bundle: PEGASUS_CLOUDIO_THREADS / _CACHE_DIR / _BUNDLE env profiles.
+    stage_clusters:  pegasus.stagein/stageout.clusters.
+    cluster_size:    recommended horizontal clusters.size for small-file producers.
+    """
+
+    mode: str
+    work_dir: str
+    install_bin: str
+    provider: Optional[str] = None
+    compute_site: str = "condorpool"
+    staging_site: Optional[str] = None
+    bucket: Optional[str] = None
+    prefix: str = "scratch"
+    identity: str = "pegasus@amazon"
+    endpoint: Optional[str] = None
+    region: Optional[str] = None
+    credentials: Optional[str] = None
+    gcs_key: Optional[str] = None
+    boto_config: Optional[str] = None
+    gcs_endpoint: Optional[str] = None
+    vm_scratch: str = "/mnt/data/scratch"
+    vm_host: Optional[str] = None
+    submit_host: Optional[str] = None
+    ssh_key: Optional[str] = None
+    ssh_port: Optional[int] = None
+    worker_pegasus_home: str = "/usr"
+    pegasus_bin: str = "/usr/bin"
+    worker_package: str = "installed"
+    threads: int = 8
+    cache_dir: str = "/var/tmp/pegasus-cloudio-cache"
+    bundle: Optional[bool] = None
+    stage_clusters: int = 4
+    cluster_size: int = 20
+
+    @property
+    def bundling(self) -> bool:
+        """Bundling defaults to on for object stores only."""
+        return self.mode == "cloud-storage" if self.bundle is None else self.bundle
+
+    @property
+    def staging(self) -> str:
+        if self.staging_site:
+            return self.staging_site
+        return f"{self.provider or 's3'}staging"
+
+    @property
+    def transfer_tool(self) -> str:
+        return os.path.join(self.install_bin, "pegasus-cloudio-transfer")
+
+    @property
+    def shim_dir(self) -> str:
+        """Where the generated ``pegasus-transfer`` shim lives (``bin/`` of the set)."""
+        return os.path.join(self.work_dir, "bin")
+
+
+def validate(opts: SetOptions) -> None:
+    """Raise UsageError for the first bad or missing flag."""
+    _choice("--mode", opts.mode, MODES)
+    _choice("--worker-package", opts.worker_package, WORKER_PACKAGE)
+    for flag, value in (("--work-dir", opts.work_dir), ("--install-bin", opts.install_bin),
+                        ("--worker-pegasus-home", opts.worker_pegasus_home), ("--cache-dir", opts.cache_dir),
+                        ("--pegasus-bin", opts.pegasus_bin),
+                        ("--vm-scratch", opts.vm_scratch), ("--credentials", opts.credentials),
+                        ("--gcs-key", opts.gcs_key), ("--boto-config", opts.boto_config),
+                        ("--ssh-key", opts.ssh_key)):
+        if value is not None and not os.path.isabs(value):
+            raise UsageError(f"{flag} must be an absolute path (got {value!r})")
+    for flag, site in (("--compute-site", opts.compute_site), ("--staging-site", opts.staging_site)):
+        if site is not None and (not _SITE.match(site) or site == "local"):
+            raise UsageError(f"{flag} must be a site name of letters, digits and _ other than 'local' "
+                             f"(got {site!r})")
+    for flag, number, low in (("--threads", opts.threads, 1), ("--stage-clusters", opts.stage_clusters, 1),
+                              ("--cluster-size", opts.cluster_size, 1)):
+        if number < low:
+            raise UsageError(f"{flag} must be at least {low} (got {number})")
+    if opts.ssh_port is not None and not 0 < opts.ssh_port < 65536:
+        raise UsageError(f"--ssh-port must be a TCP port (got {opts.ssh_port})")
+    {"cloud-storage": _cloud, "vm-storage": _vm, "submit-host": _submit}[opts.mode](opts)
+
+
+def _choice(flag: str, value: Optional[str], choices: tuple) -> None:  # type: ignore[type-arg]
+    if value not in choices:
+        raise UsageError(f"{flag} must be one of {', '.join(choices)} (got {value!r})")
+
+
+def _only(opts: SetOptions, mode: str, flags: dict) -> None:  # type: ignore[type-arg]
+    for flag, value in flags.items():
+        if value is not None:
+            raise UsageError(f"{flag} applies only to --mode {mode}")
+
+
+def _cloud(opts: SetOptions) -> None:
+    _choice("--provider", opts.provider, PROVIDERS)
+    _only(opts, "vm-storage", {"--vm-host": opts.vm_host})
+    _only(opts, "submit-host", {"--submit-host": opts.submit_host, "--ssh-key": opts.ssh_key})
+    if not opts.bucket:
+        raise UsageError("--bucket is required for --mode cloud-storage")
+    if not _BUCKET.match(opts.bucket) or ".." in opts.bucket:
+        raise UsageError(f"--bucket is not a valid bucket name (got {opts.bucket!r})")
+    if opts.prefix.startswith("/") or not opts.prefix.strip("/"):
+        raise UsageError(f"--prefix must be a relative key prefix such as 'scratch' (got {opts.prefix!r})")
+    if opts.provider == "s3":
+        _only(opts, "cloud-storage --provider gcs", {"--gcs-key": opts.gcs_key, "--boto-config": opts.boto_config,
+                                                     "--gcs-endpoint": opts.gcs_endpoint})
+        if not _IDENTITY.match(opts.identity):
+            raise UsageError(f"--identity must be USER@SITE (got {opts.identity!r})")
+        if not opts.endpoint or not opts.endpoint.startswith(("https://", "http://")):
+            raise UsageError("--endpoint is required for --provider s3 (an https:// URL)")
+        if not opts.credentials:
+            raise UsageError("--credentials is required for --provider s3 (absolute path)")
+    else:
+        _only(opts, "cloud-storage --provider s3", {"--endpoint": opts.endpoint, "--region": opts.region,
+                                                    "--credentials": opts.credentials})
+        if not opts.gcs_key or not opts.boto_config:
+            raise UsageError("--gcs-key and --boto-config are required for --provider gcs (absolute paths)")
+
+
+def _vm(opts: SetOptions) -> None:
+    _only(opts, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
+                                  "--staging-site": opts.staging_site})
+    _only(opts, "submit-host", {"--submit-host": opts.submit_host})
+    if opts.vm_host is not None:
+        if not _USER_HOST.match(opts.vm_host):
+            raise UsageError(f"--vm-host must be USER@HOST (got {opts.vm_host!r})")
+        if not opts.ssh_key:
+            raise UsageError("--ssh-key is required with --vm-host")
+
+
+def _submit(opts: SetOptions) -> None:
+    _only(opts, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
+                                  "--staging-site": opts.staging_site})
+    _only(opts, "vm-storage", {"--vm-host": opts.vm_host})
+    if not opts.submit_host or not _USER_HOST.match(opts.submit_host):
+        raise UsageError("--submit-host USER@HOST is required for --mode submit-host "
+                         "(the planner requires the user part of scp URLs)")
+    if not opts.ssh_key:
+        raise UsageError("--ssh-key is required for --mode submit-host (absolute path)")

@@ -1,0 +1,229 @@
+"""pegasus-cloudio-s3 beside the real pegasus-s3 5.1.3 on MinIO: shared behaviours must match
+(files, listings, exit codes, messages); the 5.1.3 defects (spec §7.4) must be gone."""
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+import pytest
+
+from pegasus_cloudio.testbed.stock import make_stock_home
+
+OURS = [sys.executable, "-m", "pegasus_cloudio.s3cli.main"]
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory):
+    return make_stock_home(tmp_path_factory.mktemp("stock-s3"))
+
+
+@pytest.fixture
+def env(s3_env):
+    return dict(s3_env, PATH=os.environ["PATH"])
+
+
+@pytest.fixture
+def client(minio):
+    return boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                        aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+
+
+def run(argv, env, cwd):
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+def both(stock, args, env, cwd):
+    """{'stock': (rc, out, err), 'ours': (rc, out, err)} for the same arguments."""
+    return {"stock": run([str(stock.s3), *args], env, cwd), "ours": run(OURS + list(args), env, cwd)}
+
+
+def keys(client, bucket):
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def test_put_get_round_trip_is_cross_compatible(stock, env, bucket, tmp_path):
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(3000))
+    for uploader, downloader in (("stock", "ours"), ("ours", "stock")):
+        url = f"s3://test@minio/{bucket}/by-{uploader}/data.bin"
+        argv = {"stock": [str(stock.s3)], "ours": OURS}
+        assert run(argv[uploader] + ["put", "-f", "-b", str(data), url], env, tmp_path)[0] == 0
+        out = tmp_path / f"from-{uploader}.bin"
+        assert run(argv[downloader] + ["get", url, str(out)], env, tmp_path)[0] == 0
+        assert out.read_bytes() == data.read_bytes()
+
+
+def test_listings_match(stock, env, bucket, client, tmp_path):
+    for key in ("a/1.txt", "a/2.txt", "ab.txt", "b/a.txt"):
+        client.put_object(Bucket=bucket, Key=key, Body=b"x")
+    for url in (f"s3://test@minio/{bucket}", f"s3://test@minio/{bucket}/a", f"s3://test@minio/{bucket}/a/"):
+        runs = both(stock, ["ls", url], env, tmp_path)
+        assert runs["stock"][:2] == runs["ours"][:2], url
+    assert both(stock, ["ls", f"s3://test@minio/{bucket}/a"], env, tmp_path)["ours"][1] == \
+        "\ta/1.txt\n\ta/2.txt\n\tab.txt\n"
+    runs = both(stock, ["ls", "s3://test@minio"], env, tmp_path)
+    assert f"\t{bucket}\n" in runs["stock"][1] and f"\t{bucket}\n" in runs["ours"][1]
+    long = run(OURS + ["ls", "-l", "-H", f"s3://test@minio/{bucket}/b"], env, tmp_path)
+    assert long[0] == 0 and long[1].endswith(" b/a.txt\n") and "1B" in long[1]
+
+
+def test_missing_bucket_and_key_fail_alike(stock, env, bucket, tmp_path):
+    runs = both(stock, ["ls", f"s3://test@minio/{bucket}-absent"], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1
+    assert f"Invalid bucket: {bucket}-absent" in runs["stock"][1] and f"Invalid bucket: {bucket}-absent" in runs["ours"][2]
+    runs = both(stock, ["get", f"s3://test@minio/{bucket}/absent", str(tmp_path / "absent")], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1
+    assert not (tmp_path / "absent").exists() and runs["ours"][1] == ""
+
+
+def test_put_refuses_to_overwrite_without_force_alike(stock, env, bucket, tmp_path):
+    src = tmp_path / "f.txt"
+    src.write_text("one")
+    url = f"s3://test@minio/{bucket}/f.txt"
+    assert run(OURS + ["put", str(src), url], env, tmp_path)[0] == 0
+    runs = both(stock, ["put", str(src), url], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1
+    assert "Try --force to overwrite" in runs["ours"][2]
+    src.write_text("two")
+    assert run(OURS + ["put", "-f", f"file://{src}", url], env, tmp_path)[0] == 0
+    assert run(OURS + ["get", url], env, tmp_path)[0] == 0
+    assert (tmp_path / "f.txt").read_text() == "two"
+
+
+def test_put_to_a_directory_url_appends_the_basename(stock, env, bucket, client, tmp_path):
+    src = tmp_path / "g.txt"
+    src.write_text("g")
+    assert run(OURS + ["put", str(src), f"s3://test@minio/{bucket}/ours/"], env, tmp_path)[0] == 0
+    assert run([str(stock.s3), "put", str(src), f"s3://test@minio/{bucket}/stock/"], env, tmp_path)[0] == 0
+    assert keys(client, bucket) == ["ours/g.txt", "stock/"]  # 5.1.3 stores the literal key "stock/"
+
+
+def test_mkdir_is_idempotent_and_takes_dotted_names(stock, env, client, tmp_path, bucket):
+    for tool, argv in (("stock", [str(stock.s3)]), ("ours", OURS)):
+        url = f"s3://test@minio/{bucket}.{tool}"
+        assert run(argv + ["mkdir", url], env, tmp_path)[0] == 0
+        assert run(argv + ["mkdir", url], env, tmp_path)[0] == 0
+        assert f"{bucket}.{tool}" in [b["Name"] for b in client.list_buckets()["Buckets"]]
+    runs = both(stock, ["mkdir", f"s3://test@minio/{bucket}/key"], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1 and "cannot contain a key" in runs["ours"][2]
+
+
+def test_rm_checks_existence_unless_forced_alike(stock, env, bucket, client, tmp_path):
+    client.put_object(Bucket=bucket, Key="k1", Body=b"1")
+    runs = both(stock, ["rm", f"s3://test@minio/{bucket}/nope"], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1 and "Some keys to delete do not exist" in runs["ours"][2]
+    assert run(OURS + ["rm", "-f", f"s3://test@minio/{bucket}/nope"], env, tmp_path)[0] == 0
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# comment\n\ns3://test@minio/{bucket}/k1\n")
+    assert run(OURS + ["rm", "-F", str(listing)], env, tmp_path)[0] == 0
+    assert keys(client, bucket) == []
+
+
+def test_recursive_cleanup_pattern_deletes_past_1000_keys(stock, env, bucket, client, tmp_path):
+    """pegasus-transfer sends ``rm -f -F`` with ``prefix/*``; 5.1.3 deletes nothing."""
+    names = [f"run1/{i:04d}.dat" for i in range(1003)] + ["run1/sub/x.dat", "run10/keep.dat", "top.dat"]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=b"."), names))
+    listed = run(OURS + ["ls", f"s3://test@minio/{bucket}/run1/"], env, tmp_path)[1].splitlines()
+    assert len(listed) == 1004  # 5.1.3 shows the first 1000 only
+    spec = tmp_path / "rm.lst"
+    spec.write_text(f"s3://test@minio/{bucket}/run1/*\n")
+    assert run([str(stock.s3), "rm", "-f", "-F", str(spec)], env, tmp_path)[0] == 0
+    assert len(keys(client, bucket)) == len(names)  # stock: "success", nothing deleted
+    assert run(OURS + ["-v", "rm", "-f", "-F", str(spec)], env, tmp_path)[0] == 0
+    assert keys(client, bucket) == ["run10/keep.dat", "top.dat"]
+    assert run(OURS + ["rm", f"s3://test@minio/{bucket}/t?p.dat"], env, tmp_path)[0] == 0
+    assert keys(client, bucket) == ["run10/keep.dat"]
+
+
+def test_cp_server_side_and_overwrite_rules_alike(stock, env, bucket, client, tmp_path):
+    client.put_object(Bucket=bucket, Key="src/a", Body=b"payload")
+    for tool, argv in (("stock", [str(stock.s3)]), ("ours", OURS)):
+        dest = f"s3://test@minio/{bucket}-{tool}/copy/a"
+        assert run(argv + ["cp", "-c", f"s3://test@minio/{bucket}/src/a", dest], env, tmp_path)[0] == 0
+        assert client.get_object(Bucket=f"{bucket}-{tool}", Key="copy/a")["Body"].read() == b"payload"
+        assert run(argv + ["cp", f"s3://test@minio/{bucket}/src/a", dest], env, tmp_path)[0] == 1
+        assert run(argv + ["cp", "-f", f"s3://test@minio/{bucket}/src/a", dest], env, tmp_path)[0] == 0
+    runs = both(stock, ["cp", f"s3://test@minio/{bucket}/src/a", f"s3://other@minio/{bucket}/b"], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1 and "do not match" in runs["ours"][2]
+
+
+def test_config_lookup_and_permission_checks_alike(stock, env, bucket, minio, tmp_path):
+    creds = tmp_path / "s3cfg"
+    minio.write_pegasus_credentials(creds, site="minio", user="test")
+    bare = {"PATH": env["PATH"], "HOME": str(tmp_path / "home"), "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+    url = f"s3://test@minio/{bucket}"
+    runs = both(stock, ["ls", url], dict(bare, S3CFG=str(creds)), tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 0
+    (tmp_path / "home" / ".pegasus").mkdir(parents=True)
+    os.replace(creds, tmp_path / "home" / ".pegasus" / "s3cfg")
+    assert both(stock, ["ls", url], bare, tmp_path)["ours"][0] == 0
+    runs = both(stock, ["-C", str(tmp_path / "absent.conf"), "ls", url], bare, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1 and "Config file not found" in runs["ours"][2]
+    (tmp_path / "home" / ".pegasus" / "s3cfg").chmod(0o640)
+    runs = both(stock, ["ls", url], bare, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1
+    assert "too liberal" in runs["stock"][1] and "too liberal" in runs["ours"][2]
+    assert minio.secret_key not in runs["ours"][2]
+
+
+def test_identities_with_dashes_and_dots_work(env, bucket, minio, client, tmp_path):
+    creds = tmp_path / "dashed.conf"
+    creds.write_text(f"[my-minio]\nendpoint = {minio.endpoint}\n[joe.smith@my-minio]\n"
+                     f"access_key = {minio.access_key}\nsecret_key = {minio.secret_key}\n")
+    creds.chmod(0o600)
+    src = tmp_path / "d.txt"
+    src.write_text("d")
+    url = f"s3://joe.smith@my-minio/{bucket}/d.txt"
+    assert run(OURS + ["-C", str(creds), "put", str(src), url], env, tmp_path)[0] == 0
+    assert keys(client, bucket) == ["d.txt"]
+
+
+def test_usage_exit_codes_and_help(stock, env, tmp_path):
+    runs = both(stock, [], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 0 and "usage:" in runs["ours"][1]
+    runs = both(stock, ["frobnicate"], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 2
+    runs = both(stock, ["ls", "s3://minio/bucket"], env, tmp_path)
+    assert runs["stock"][0] == runs["ours"][0] == 1 and "User missing from URL" in runs["ours"][2]
+    rc, out, _ = run(OURS + ["help", "rm"], env, tmp_path)
+    assert rc == 0 and "--force" in out and "--file" in out
+    assert run([str(stock.s3), "help"], env, tmp_path)[0] == 2  # documented, never implemented in 5.1.3
+    rc, _, err = run(OURS + ["rmdir", "s3://test@minio/x"], env, tmp_path)
+    assert rc == 1 and "4.x" in err
+
+
+def test_legacy_recursive_put_and_get(env, bucket, client, tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_text("a")
+    (tree / "sub" / "b.txt").write_text("b")
+    url = f"s3://test@minio/{bucket}/up/"
+    assert run(OURS + ["put", "-r", "-p", "4", "-c", "8", str(tree), url], env, tmp_path)[0] == 0
+    assert keys(client, bucket) == ["up/tree/a.txt", "up/tree/sub/b.txt"]
+    assert run(OURS + ["get", "-r", f"s3://test@minio/{bucket}/up/tree", str(tmp_path / "back")],
+               env, tmp_path)[0] == 0
+    assert (tmp_path / "back" / "sub" / "b.txt").read_text() == "b"
+
+
+def test_stock_pegasus_transfer_works_on_top_of_it(env, bucket, client, tmp_path):
+    """Installed as ``$PEGASUS_HOME/bin/pegasus-s3``, the stock tool's S3 calls go through ours."""
+    home = make_stock_home(tmp_path / "home")
+    home.s3.write_text(f"#!/bin/sh\nexec {sys.executable} -m pegasus_cloudio.s3cli.main \"$@\"\n")
+    (tmp_path / "a.txt").write_text("a")
+    up = [{"type": "transfer", "lfn": n, "src_urls": [{"site_label": "local", "url": f"file://{tmp_path}/a.txt"}],
+           "dest_urls": [{"site_label": "minio", "url": f"s3://test@minio/{bucket}/run1/{n}"}]} for n in ("x", "y")]
+    rm = [{"type": "remove", "target": {"site_label": "minio", "url": f"s3://test@minio/{bucket}/run1",
+                                        "recursive": "True"}}]
+    for spec in (up, rm):
+        done = subprocess.run([str(home.transfer), "-m", "1"], input=json.dumps(spec), env=home.env(env), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        if spec is up:
+            assert keys(client, bucket) == ["run1/x", "run1/y"]
+    assert keys(client, bucket) == []  # with 5.1.3's own pegasus-s3 both objects stay

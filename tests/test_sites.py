@@ -1,0 +1,167 @@
+"""`pegasus-cloudio sites`: every mode's set loads through the Pegasus Python API, passes the
+checks, matches the committed templates; bad flags are one line naming the flag (exit 2)."""
+
+import filecmp
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from Pegasus import site_catalog, transformation_catalog
+from Pegasus.api import Properties
+
+from pegasus_cloudio.dropin.stock import find_stock_transfer
+from pegasus_cloudio.sites import cli
+from pegasus_cloudio.sites.check import check_set
+from pegasus_cloudio.sites.templates import TEMPLATES, argv_for
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "pegasus_cloudio.cli", "sites"]
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+def generate(name, out, *extra):
+    """Generate template ``name`` into ``out``; returns (rc, parsed options)."""
+    argv = argv_for(name, str(out)) + list(extra)
+    args = cli._parser().parse_args(argv)
+    return cli.main(args), cli.options_from_args(args)
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_every_mode_loads_through_the_pegasus_api_and_passes_the_checks(name, tmp_path):
+    rc, opts = generate(name, tmp_path)
+    assert rc == 0
+    assert check_set(str(tmp_path), opts) == []
+    with open(tmp_path / "sites.yml") as fh:
+        sites = site_catalog.load(fh)
+    with open(tmp_path / "transformations.yml") as fh:
+        tc = transformation_catalog.load(fh)
+    assert {"local", "condorpool"} <= set(sites.sites)
+    transfer = tc.transformations["pegasus::transfer::None"]
+    assert {s.name: s.pfn for s in transfer.sites.values()} == {
+        "local": "/opt/pegasus-cloudio/bin/pegasus-cloudio-transfer",
+        "condorpool": "/opt/pegasus-cloudio/bin/pegasus-cloudio-transfer"}
+    env = sites.sites["condorpool"].profiles["env"]
+    assert env["PEGASUS_CLOUDIO_THREADS"] == "8" and env["PEGASUS_CLOUDIO_CACHE_DIR"].startswith("/")
+    props = Properties.load(str(tmp_path / "pegasus.properties"))
+    assert props["pegasus.transfer.worker.package"] == "false"
+
+
+def test_modes_put_scratch_where_they_say(tmp_path):
+    layouts = {"s3-cloud-storage": ("s3staging", "s3://pegasus@amazon/my-pegasus-bucket/scratch"),
+               "gcs-cloud-storage": ("gcsstaging", "gs://my-pegasus-bucket/scratch"),
+               "vm-storage": ("condorpool", "file:///mnt/data/scratch"),
+               "submit-host-scp": ("local", "scp://pegasus@submit.example.org/home/user/wf/scratch")}
+    for name, (site, url) in layouts.items():
+        assert generate(name, tmp_path / name)[0] == 0
+        with open(tmp_path / name / "sites.yml") as fh:
+            sites = site_catalog.load(fh)
+        scratch = [d for d in sites.sites[site].directories if d.directory_type == "sharedScratch"]
+        assert [fs.url for fs in scratch[0].file_servers] == [url], name
+    bundled = Properties.load(str(tmp_path / "vm-storage" / "pegasus.properties"))
+    assert bundled["pegasus.data.configuration"] == "sharedfs"
+    assert "PEGASUS_CLOUDIO_BUNDLE: '1'" in (tmp_path / "s3-cloud-storage" / "sites.yml").read_text()
+    assert "PEGASUS_CLOUDIO_BUNDLE" not in (tmp_path / "submit-host-scp" / "sites.yml").read_text()
+
+
+def test_committed_templates_match_the_generator(tmp_path):
+    for name in TEMPLATES:
+        assert generate(name, tmp_path / name)[0] == 0
+        committed = REPO / "site-catalogs" / name
+        for root, _dirs, files in os.walk(tmp_path / name):
+            for f in files:
+                rel = os.path.relpath(os.path.join(root, f), tmp_path / name)
+                assert filecmp.cmp(os.path.join(root, f), committed / rel, shallow=False), f"{name}/{rel} drifted"
+        made = sorted(str(p.relative_to(tmp_path / name)) for p in (tmp_path / name).rglob("*") if p.is_file())
+        kept = sorted(str(p.relative_to(committed)) for p in committed.rglob("*") if p.is_file())
+        assert made == kept
+        assert os.access(committed / "bin" / "pegasus-transfer", os.X_OK)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--mode", "cloud-storage", "--provider", "s3"], "--bucket"),
+    (["--mode", "cloud-storage", "--provider", "azure", "--bucket", "b1b"], "--provider"),
+    (["--mode", "hpc"], "--mode"),
+    (["--mode", "vm-storage", "--provider", "gcs"], "--provider"),
+    (["--mode", "vm-storage", "--threads", "many"], "--threads"),
+    (["--mode", "vm-storage", "--work-dir", "relative/dir"], "--work-dir"),
+    (["--mode", "submit-host", "--ssh-key", "/k"], "--submit-host"),
+    (["--mode", "cloud-storage", "--provider", "s3", "--bucket", "Bad_Bucket!"], "--bucket"),
+    (["--mode", "vm-storage", "--compute-site", "local"], "--compute-site"),
+])
+def test_bad_flags_are_one_line_naming_the_flag(argv, flag, tmp_path, capsys):
+    args = cli._parser().parse_args(argv + ["--out", str(tmp_path / "out")])
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_umbrella_command_wires_sites(tmp_path):
+    done = subprocess.run(CLI + ["--mode", "vm-storage", "--out", str(tmp_path), "--install-bin", VENV_BIN],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "sites.yml").is_file() and str(tmp_path) in (tmp_path / "sites.yml").read_text()
+    again = subprocess.run(CLI + ["--mode", "vm-storage", "--out", str(tmp_path)], capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 2 and "--force" in again.stderr and again.stderr.count("\n") == 1
+    bad = subprocess.run(CLI + ["--mode", "nope", "--out", str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--mode" in bad.stderr
+
+
+def test_checks_catch_broken_sets(tmp_path):
+    rc, opts = generate("s3-cloud-storage", tmp_path)
+    assert rc == 0
+    sites = tmp_path / "sites.yml"
+    sites.write_text(sites.read_text().replace("PEGASUS_CLOUDIO_THREADS: '8'", "PEGASUS_CLOUDIO_THREADS: 8")
+                     .replace("pegasus_credentials:", "other_key:"))
+    tc = tmp_path / "transformations.yml"
+    tc.write_text(tc.read_text().replace("pfn: /opt/pegasus-cloudio/bin/pegasus-cloudio-transfer", "pfn: relative", 1))
+    (tmp_path / "pegasus.properties").write_text("pegasus.data.configuration = condorio\npegasus.no.such = 1\n")
+    shim = tmp_path / "bin" / "pegasus-transfer"
+    shim.write_text("#!/bin/sh\nexec pegasus-transfer \"$@\"\n")
+    problems = "\n".join(check_set(str(tmp_path), opts))
+    for expected in ("is not a string", "pegasus_credentials", "absolute pfn on site 'local'",
+                     "pegasus.data.configuration must be nonsharedfs", "unknown property pegasus.no.such",
+                     "marker line missing"):
+        assert expected in problems
+    (tmp_path / "replicas.yml").write_text("replicas: [{lfn: x}]\n")
+    assert "replicas.yml: Pegasus loader failed" in "\n".join(check_set(str(tmp_path), opts))
+
+
+def test_shim_runs_the_dropin_and_is_never_taken_for_the_stock_tool(tmp_path):
+    rc, _ = generate("vm-storage", tmp_path, "--install-bin", VENV_BIN)
+    assert rc == 0
+    shim = tmp_path / "bin" / "pegasus-transfer"
+    (tmp_path / "a").write_text("a")
+    spec = json.dumps([{"type": "transfer", "lfn": "a", "src_urls": [{"site_label": "local", "url": f"file://{tmp_path}/a"}],
+                        "dest_urls": [{"site_label": "local", "url": f"file://{tmp_path}/copy/a"}]}])
+    done = subprocess.run([str(shim), "--threads", "2"], input=spec, capture_output=True, text=True, timeout=120,
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
+    assert done.returncode == 0 and "All transfers completed successfully." in done.stderr
+    assert (tmp_path / "copy" / "a").read_text() == "a"
+    assert find_stock_transfer({"PATH": f"{tmp_path / 'bin'}:/nonexistent"}) is None
+
+
+def test_vm_storage_on_a_separate_vm_uses_scp_with_a_shipped_key(tmp_path):
+    rc, opts = generate("vm-storage", tmp_path, "--vm-host", "pegasus@vm.example.org", "--ssh-key", "/home/user/.ssh/k",
+                        "--ssh-port", "2222")
+    assert rc == 0 and check_set(str(tmp_path), opts) == []
+    with open(tmp_path / "sites.yml") as fh:
+        vm = site_catalog.load(fh).sites["condorpool"]
+    assert vm.directories[0].file_servers[0].url == "scp://pegasus@vm.example.org:2222/mnt/data/scratch"
+    assert vm.profiles["pegasus"]["SSH_PRIVATE_KEY"] == "/home/user/.ssh/k"
+    assert "auxillary.local" not in vm.profiles["pegasus"]
+
+
+def test_staged_worker_package_puts_the_shim_first_on_local_path(tmp_path):
+    rc, opts = generate("s3-cloud-storage", tmp_path, "--worker-package", "staged")
+    assert rc == 0 and check_set(str(tmp_path), opts) == []
+    with open(tmp_path / "sites.yml") as fh:
+        sites = site_catalog.load(fh).sites
+    assert sites["local"].profiles["env"]["PATH"].startswith("/home/user/wf/bin:/usr/bin")
+    assert "PEGASUS_HOME" not in sites["condorpool"].profiles["env"]
+    assert "pegasus.transfer.worker.package" not in (tmp_path / "pegasus.properties").read_text().split("\n\n", 1)[1]
