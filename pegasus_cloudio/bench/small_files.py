@@ -243,4 +243,6 @@ def format_table(result: Dict[str, object]) -> str:
         rows.append(f"{name}: {value}")
     for name, ok in result["targets"].items():  # type: ignore[attr-defined]
         rows.append(f"target {name}: {'n/a' if ok is None else ('met' if ok else 'NOT MET')}")
+    for note in result.get("notes", []):  # type: ignore[attr-defined]
+        rows.append(f"note: {note}")
     return "\n".join(rows)

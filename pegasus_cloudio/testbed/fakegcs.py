@@ -1,0 +1,193 @@
+"""A real fake-gcs-server (pinned, see `tools.ensure_fake_gcs_server`) on loopback over plain HTTP.
+
+Started as ``-scheme http -host 127.0.0.1 -port N -public-host 127.0.0.1:N -backend memory``;
+ready once ``GET /storage/v1/b`` answers 200. Point clients at `FakeGcsServer.endpoint`
+(``STORAGE_EMULATOR_HOST`` or ``PEGASUS_CLOUDIO_GCS_ENDPOINT``); it accepts any credentials.
+
+What v1.56.1 does, checked against google-cloud-storage 3.17.1 and our backend:
+
+* media downloads: one ``GET /download/storage/v1/b/B/o/K?alt=media``, with
+  ``x-goog-hash: crc32c=…,md5=…``, ``x-goog-generation`` and ``x-goog-stored-content-length``;
+  ranged reads answer 206 with ``Content-Range`` (``x-goog-hash`` there is the whole object's);
+* multipart uploads: a ``crc32c`` in the metadata is verified (400 on mismatch) and the
+  answer carries the stored object's ``crc32c``, ``size`` and ``generation``;
+* resumable uploads (initiate, chunks, final answer with ``crc32c``), ``rewriteTo``,
+  listing with prefixes and pagination, bucket create (409 when it exists).
+
+What it lacks or does differently from GCS:
+
+* **batch requests**: parts without a ``Content-ID`` header are skipped silently, and
+  google-cloud-storage's ``client.batch()`` sends none, so that API gets an empty multipart
+  answer ("Bad response: not multi-part"). Our backend sends Content-IDs (as Google's batch
+  documentation does), which works with both;
+* no authentication or authorization at all: any token, or none, is accepted, so 401/403
+  paths are tested with the proxy's injected statuses and key handling with a token endpoint
+  run by the tests;
+* the ``Location`` of a resumable upload names the server's own address (or
+  ``external_url``), so behind a proxy the chunks bypass it unless ``external_url`` is the
+  proxy's address;
+* no per-request-rate limits (429/503 only through the proxy), no object versioning
+  semantics beyond generation numbers, no requester-pays or IAM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Optional, Type
+
+from .ports import free_port
+from .tools import ensure_fake_gcs_server
+
+__all__ = ["FakeGcsServer"]
+
+READY_PATH = "/storage/v1/b"
+_PORT_IN_USE = "address already in use"
+_PORT_ATTEMPTS = 3
+_STOP_GRACE_S = 10.0
+_POLL_S = 0.05
+
+
+class FakeGcsServer:
+    """A fake-gcs-server process with an in-memory store, deleted on `stop`.
+
+    Use as a context manager or call `start` / `stop`. ``port`` fixes the port (default: a
+    free one); ``external_url`` is what resumable uploads are told to send their chunks to
+    (default: the server itself).
+
+    Attributes (meaningful once started): ``host`` (``127.0.0.1``), ``port``, ``endpoint``
+    (``http://127.0.0.1:PORT``).
+    """
+
+    def __init__(self, *, port: int = 0, external_url: Optional[str] = None,
+                 start_timeout: float = 60.0) -> None:
+        self.host = "127.0.0.1"
+        self.port = port
+        self.external_url = external_url
+        self.start_timeout = start_timeout
+        self._fixed_port = bool(port)
+        self._tmp: Optional[Path] = None
+        self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._log: Optional[IO[bytes]] = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> "FakeGcsServer":
+        return self.start()
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.stop()
+
+    def start(self) -> "FakeGcsServer":
+        """Start the server and wait until it answers; RuntimeError (with the log tail) if not."""
+        if self._proc is not None:
+            raise RuntimeError("fake-gcs-server already started")
+        binary = ensure_fake_gcs_server()
+        self._tmp = Path(tempfile.mkdtemp(prefix="pegasus-cloudio-fakegcs-"))
+        try:
+            self._launch(binary)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Terminate the server (SIGKILL after 10 s) and delete its temp dir. Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _terminate(proc)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        path = self._tmp / "fake-gcs-server.log" if self._tmp is not None else None
+        if path is None or not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def create_bucket(self, name: str) -> None:
+        """Create bucket ``name`` through the JSON API (a test-setup helper, not the code under test)."""
+        request = urllib.request.Request(f"{self.endpoint}/storage/v1/b?project=test", method="POST",
+                                         data=json.dumps({"name": name}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            if response.status != 200:
+                raise RuntimeError(f"creating bucket {name}: HTTP {response.status}")
+
+    def _launch(self, binary: Path) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        for _ in range(_PORT_ATTEMPTS):
+            self._spawn(binary)
+            if self._wait_ready(deadline):
+                return
+            if self._fixed_port or _PORT_IN_USE not in self.log_tail():
+                break
+            self._discard_process()
+        tail = self.log_tail()
+        self.stop()
+        raise RuntimeError(f"fake-gcs-server did not become ready at {self.endpoint}{READY_PATH} "
+                           f"within {self.start_timeout:.0f} s; log tail:\n{tail}")
+
+    def _spawn(self, binary: Path) -> None:
+        assert self._tmp is not None
+        if not self._fixed_port:
+            self.port = free_port()
+        cmd = [str(binary), "-scheme", "http", "-host", self.host, "-port", str(self.port),
+               "-public-host", f"{self.host}:{self.port}", "-backend", "memory",
+               "-log-level", "warn"]
+        if self.external_url:
+            cmd += ["-external-url", self.external_url]
+        self._log = open(self._tmp / "fake-gcs-server.log", "wb")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "STORAGE_EMULATOR"))}
+        self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                      stderr=subprocess.STDOUT, cwd=str(self._tmp))
+
+    def _wait_ready(self, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                return False
+            if _answers_ok(self.endpoint + READY_PATH):
+                return True
+            time.sleep(_POLL_S)
+        return False
+
+    def _discard_process(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _terminate(proc)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _answers_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _terminate(proc: "subprocess.Popen[bytes]") -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
