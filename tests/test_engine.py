@@ -128,3 +128,11 @@ def test_full_disk_is_a_clean_no_space_error_with_no_partial_file(session, tmp_p
     assert not result.ok and isinstance(result.error, NoSpace)
     assert result.attempts == 1  # a full disk is not retried
     assert os.listdir(tiny_fs) == []
+
+
+def test_relinking_an_existing_hardlink_leaves_no_temp_name(session, tmp_path):
+    (tmp_path / "src").write_bytes(b"data")
+    op = Transfer((url(tmp_path / "src"),), url(tmp_path / "out" / "hard"), link=LinkMode.HARDLINK)
+    assert Engine(session).run([op])[0].ok
+    assert Engine(session).run([op])[0].ok  # same inode already there: rename is a no-op
+    assert leftovers(tmp_path / "out") == [] and os.listdir(tmp_path / "out") == ["hard"]

@@ -133,3 +133,7 @@ def _atomic_link(make_link: Callable[[str, str], None], target: str, link_path: 
         except OSError:
             pass
         raise local_error(err, link_path, operation) from err
+    try:  # rename() does nothing when both names are links to one inode: drop the temp name
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass

@@ -33,6 +33,7 @@ from transfer.backends.base import Backend, MultipartUploads, ServerSideCopy, Tr
 from transfer.bundles.directory import fetch_members
 from transfer.bundles.format import member_bytes
 from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
+from transfer.cache import NodeCache
 from transfer.errors import NotFound
 from transfer.errors import TransferError
 from transfer.http.connection import FileRegion
@@ -70,6 +71,7 @@ class Engine:
         on_result: Optional[ResultCallback] = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: Optional[random.Random] = None,
+        cache: Optional[NodeCache] = None,
     ) -> None:
         settings = session.settings
         self._session = session
@@ -82,6 +84,7 @@ class Engine:
         self._rng = rng or random.Random()
         self._callback_lock = threading.Lock()
         self._bundles = BundleStager(session)
+        self._cache = cache
 
     @property
     def max_attempts(self) -> int:
@@ -101,6 +104,8 @@ class Engine:
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
+            if self._cache is not None:
+                self._cache.flush_stats()
         return [r for r in results if r is not None]
 
     def _finish(self, results: List[Optional[Result]], index: int, result: Result) -> None:
@@ -128,7 +133,7 @@ class Engine:
         indexed = [(i, op) for i, op in enumerate(ops) if isinstance(op, Transfer)]
         groups: List[Future] = []  # type: ignore[type-arg]
         if self._bundles.enabled:
-            downloads, indexed = self._bundles.plan_downloads(indexed, executor.map)
+            downloads, indexed = self._bundles.plan_downloads(indexed, executor.map, self._cached)
             uploads, indexed = self._bundles.plan_uploads(indexed)
             groups = [executor.submit(self._bundle_download, g, budget) for g in downloads]
             groups += [executor.submit(self._bundle_upload, g, budget) for g in uploads]
@@ -216,7 +221,7 @@ class Engine:
         started = time.time()
 
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-            sizes.update(self._bundles.fetch_group(group, self._write_bytes))
+            sizes.update(self._bundles.fetch_group(group, self._write_bytes, self._cache_member))
             return sum(sizes.values()), None
 
         outcome = self._with_retries(group.items[0][1], budget, action)
@@ -242,6 +247,24 @@ class Engine:
         return Result(op, outcome.ok, size if outcome.ok else 0, outcome.seconds, outcome.attempts,
                       outcome.error, source if outcome.ok else None, (attempt,))
 
+    # -- node cache ---------------------------------------------------------------------
+
+    def _cache_key(self, url: Url) -> Optional[str]:
+        """The node-cache name of a remote object, or None when it is not cached."""
+        if self._cache is None or url.is_local:
+            return None
+        namer = getattr(self._session.backend(url), "cache_key", None)
+        return namer(url) if namer is not None else None
+
+    def _cached(self, url: Url) -> bool:
+        key = self._cache_key(url)
+        return key is not None and self._cache is not None and self._cache.contains(key)
+
+    def _cache_member(self, url: Url, data: bytes) -> None:
+        key = self._cache_key(url)
+        if key is not None and self._cache is not None and not self._cache.contains(key):
+            self._cache.insert_bytes(key, data)
+
     def _write_bytes(self, path: str, data: bytes) -> None:
         with AtomicFile(path) as out:
             out.file.write(data)
@@ -265,7 +288,7 @@ class Engine:
         if dest.is_local:
             if source.is_local:
                 return self._local_copy(source, op)
-            return self._download(source, dest.path)
+            return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink")
         if source.is_local:
             return self._upload(source.path, dest)
         return self._remote_copy(source, dest)
@@ -288,9 +311,14 @@ class Engine:
             return size
         return self._download(source, dest)
 
-    def _download(self, source: Url, dest_path: str) -> int:
+    def _download(self, source: Url, dest_path: str, symlink: bool = False) -> int:
+        """Fetch a remote object into ``dest_path``: node cache, then backend, then bundles on 404.
+        ``symlink`` links the destination to the cache entry (Pegasus ``--symlink``)."""
         backend = self._session.backend(source)
+        key = self._cache_key(source)
         try:
+            if key is not None and self._cache is not None:
+                return self._cache.fetch(key, dest_path, lambda sink: backend.get(source, sink), symlink=symlink)[0]
             with AtomicFile(dest_path) as out:
                 backend.get(source, out.file)
                 return out.commit()
@@ -309,8 +337,18 @@ class Engine:
             except OSError as err:
                 raise local_error(err, path, "put") from err
             if size >= threshold and isinstance(backend, MultipartUploads):
-                return self._multipart_upload(backend, path, dest, size)
-        return backend.put(path, dest).size
+                size = self._multipart_upload(backend, path, dest, size)
+                self._write_through(dest, path, None)
+                return size
+        info = backend.put(path, dest)
+        self._write_through(dest, path, info.version)
+        return info.size
+
+    def _write_through(self, dest: Url, path: str, version: Optional[str]) -> None:
+        """An uploaded file serves later jobs on this node without a request."""
+        key = self._cache_key(dest)
+        if key is not None and self._cache is not None:
+            self._cache.insert_file(key, path, version)
 
     def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
         step = backend.part_size

@@ -31,6 +31,7 @@ from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironmen
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import PluginSession
 from pegasus_cloudio.condor.report import Reporter, say
+from pegasus_cloudio.dropin.main import open_node_cache
 from transfer.config import Settings
 from transfer.engine import Engine
 from transfer.errors import TransferError, TransientError
@@ -151,7 +152,8 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
 def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment, reporter: Reporter) -> None:
     with PluginSession(settings, penv.env) as session:
         reporter.session = session
-        engine = Engine(session, on_result=reporter.on_result)
+        cache = open_node_cache(penv.env)
+        engine = Engine(session, on_result=reporter.on_result, cache=cache)
         try:
             with _stop_on_signals(reporter):
                 engine.run(ops)
@@ -162,6 +164,9 @@ def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment
             name = type(err).__name__
             reporter.fail_unreported(lambda item: TransferError(f"internal error ({name})", operation="transfer"))
             say(f"internal error: {name}: {str(err)[:200]}")
+        finally:
+            if cache is not None:
+                cache.close()
 
 
 class _Interrupted(BaseException):

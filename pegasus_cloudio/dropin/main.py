@@ -23,6 +23,7 @@ from pegasus_cloudio.dropin import reporting
 from pegasus_cloudio.dropin.spec import Entry, SpecError, parse_spec
 from pegasus_cloudio.dropin.stock import run_stock
 from transfer import Engine, Result, Session, Settings
+from transfer.cache import NodeCache, cache_from_settings
 from transfer.credentials import check_private
 from transfer.errors import TransferError
 from transfer.retry import RetryPolicy
@@ -119,12 +120,26 @@ def _load(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> Li
 
 def run_native(entries: Sequence[Entry], session: Session, settings: Settings) -> "reporting.Outcome":
     """Run entries on the engine, then integrity steps and monitoring; never raises per file."""
+    cache = open_node_cache(session.context.env) if entries else None
     engine = Engine(session, threads=settings.threads,
                     retry=RetryPolicy(settings.max_attempts, settings.retry_base_delay,
                                       settings.retry_max_delay),
-                    on_result=_log_failure)
-    results = engine.run([e.op for e in entries]) if entries else []
-    return reporting.finish(entries, results, engine, session.context.env)
+                    on_result=_log_failure, cache=cache)
+    try:
+        results = engine.run([e.op for e in entries]) if entries else []
+        return reporting.finish(entries, results, engine, session.context.env)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def open_node_cache(env: Mapping[str, str]) -> Optional[NodeCache]:
+    """The node cache, or None when it is off or unusable (a job never fails for its cache)."""
+    try:
+        return cache_from_settings(env)
+    except (TransferError, OSError) as err:
+        log.warning("Node cache disabled: %s", err)
+        return None
 
 
 def _log_failure(result: Result) -> None:

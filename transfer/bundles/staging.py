@@ -19,7 +19,7 @@ import posixpath
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Set, Tuple
 
 from transfer.atomic import local_error
 from transfer.backends.base import Backend
@@ -95,13 +95,16 @@ class BundleStager:
 
     # -- downloads --------------------------------------------------------------------
 
-    def plan_downloads(self, transfers: Indexed, map_fn: MapFn) -> Tuple[List[DownloadGroup], Indexed]:
+    def plan_downloads(self, transfers: Indexed, map_fn: MapFn,
+                       cached: Callable[[Url], bool] = lambda url: False) -> Tuple[List[DownloadGroup], Indexed]:
+        """Group transfers by the bundle holding their source; files the node cache already has
+        (``cached``) and files in no bundle are left to the per-file path."""
         groups: Dict[Tuple[int, str], DownloadGroup] = {}
         rest: Indexed = []
         for position, op in transfers:
             source = op.sources[0]
             if not (op.dest.is_local and source.scheme in OBJECT_SCHEMES
-                    and self._bundles_for(source.site_label)):
+                    and self._bundles_for(source.site_label)) or cached(source):
                 rest.append((position, op))
                 continue
             backend = self._session.backend(source)
@@ -115,15 +118,32 @@ class BundleStager:
             group.items.append((position, op, member))
         return list(groups.values()), rest
 
-    def fetch_group(self, group: DownloadGroup, write: Callable[[str, bytes], None]) -> Dict[int, int]:
-        """Fetch the group's bundle once and write every member; returns bytes per position."""
+    def fetch_group(self, group: DownloadGroup, write: Callable[[str, bytes], None],
+                    keep: Optional[Callable[[Url, bytes], None]] = None) -> Dict[int, int]:
+        """Fetch the group's bundle once and write every wanted member; returns bytes per
+        position. ``keep(url, bytes)`` also receives every other live member the fetched
+        bytes hold (to fill the node cache)."""
         data, offset = fetch_members(group.backend, group.bundle, [m for _, _, m in group.items])
         written: Dict[int, int] = {}
         for position, op, member in group.items:
             blob = member_bytes(group.bundle.index, member, data, offset)
             write(op.dest.path, blob)
             written[position] = len(blob)
+            if keep is not None:
+                keep(op.sources[0], blob)
+        if keep is not None:
+            self._keep_others(group, data, offset, {m.name for _, _, m in group.items}, keep)
         return written
+
+    def _keep_others(self, group: DownloadGroup, data: bytes, offset: int, wanted: Set[str],
+                     keep: Callable[[Url, bytes], None]) -> None:
+        if offset != 0 or len(data) < group.bundle.size:
+            return  # only ranges were fetched: the other members' bytes are not here
+        directory = _split(_split(group.bundle.url)[0])[0]
+        for member in group.bundle.live_members():
+            if member.name not in wanted:
+                blob = member_bytes(group.bundle.index, member, data, offset)
+                keep(directory.with_path(posixpath.join(directory.path, member.name)), blob)
 
     def find_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The bundle member standing in for a missing plain object, if any."""

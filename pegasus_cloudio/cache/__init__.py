@@ -1,0 +1,1 @@
+"""``pegasus-cloudio cache``: inspect and maintain the node cache (see transfer.cache)."""

@@ -1,0 +1,66 @@
+"""The engine asks the node cache first, writes uploads through it, and fills it from bundles."""
+
+import os
+
+from transfer import Engine, Session, Settings, Transfer, parse_url
+from transfer.cache import cache_from_settings
+
+
+def s3(bucket, key):
+    return parse_url(f"s3://test@minio/{bucket}/{key}", site_label="minio")
+
+
+def engine_run(env, ops, cache_dir, **settings):
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+    try:
+        with Session(Settings(threads=3, **settings), env) as session:
+            return Engine(session, cache=cache).run(ops)
+    finally:
+        cache.close()
+
+
+def test_second_job_on_the_node_reads_from_the_cache_without_requests(proxied, bucket, tmp_path):
+    proxy, env = proxied
+    src = tmp_path / "in.dat"
+    src.write_bytes(os.urandom(5000))
+    cache_dir = tmp_path / "cache"
+    [up] = engine_run(env, [Transfer((parse_url(str(src)),), s3(bucket, "in.dat"))], tmp_path / "other-cache")
+    assert up.ok
+    proxy.reset_counters()
+    for job in ("job1", "job2", "job3"):
+        [result] = engine_run(env, [Transfer((s3(bucket, "in.dat"),), parse_url(f"file://{tmp_path}/{job}/in.dat"))],
+                              cache_dir)
+        assert result.ok and (tmp_path / job / "in.dat").read_bytes() == src.read_bytes()
+    assert proxy.snapshot()["requests"] == 1  # job1 fetched; job2 and job3 were served by the cache
+    assert os.stat(tmp_path / "job2" / "in.dat").st_ino == os.stat(tmp_path / "job3" / "in.dat").st_ino
+
+
+def test_uploads_write_through_so_a_later_job_needs_no_request(proxied, bucket, tmp_path):
+    proxy, env = proxied
+    out = tmp_path / "out.dat"
+    out.write_bytes(b"produced here")
+    cache_dir = tmp_path / "cache"
+    assert engine_run(env, [Transfer((parse_url(str(out)),), s3(bucket, "out.dat"))], cache_dir)[0].ok
+    proxy.reset_counters()
+    [result] = engine_run(env, [Transfer((s3(bucket, "out.dat"),), parse_url(f"file://{tmp_path}/next/out.dat"))],
+                          cache_dir)
+    assert result.ok and (tmp_path / "next" / "out.dat").read_bytes() == b"produced here"
+    assert proxy.snapshot()["requests"] == 0
+
+
+def test_a_bundle_fetched_for_some_members_caches_the_others(proxied, bucket, tmp_path):
+    proxy, env = proxied
+    (tmp_path / "src").mkdir()
+    for i in range(12):
+        (tmp_path / "src" / f"f{i:02d}").write_bytes(os.urandom(300))
+    ups = [Transfer((parse_url(f"file://{tmp_path}/src/f{i:02d}"),), s3(bucket, f"run/f{i:02d}")) for i in range(12)]
+    assert all(r.ok for r in engine_run(env, ups, tmp_path / "producer-cache", bundle=True))
+    cache_dir = tmp_path / "cache"
+    first = [Transfer((s3(bucket, f"run/f{i:02d}"),), parse_url(f"file://{tmp_path}/a/f{i:02d}")) for i in range(6)]
+    assert all(r.ok for r in engine_run(env, first, cache_dir, bundle=True))
+    proxy.reset_counters()
+    rest = [Transfer((s3(bucket, f"run/f{i:02d}"),), parse_url(f"file://{tmp_path}/b/f{i:02d}")) for i in range(6, 12)]
+    assert all(r.ok for r in engine_run(env, rest, cache_dir, bundle=True))
+    assert proxy.snapshot()["requests"] == 0  # cache first, before any bundle lookup
+    for i in range(6, 12):
+        assert (tmp_path / "b" / f"f{i:02d}").read_bytes() == (tmp_path / "src" / f"f{i:02d}").read_bytes()

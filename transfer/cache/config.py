@@ -1,0 +1,142 @@
+"""Cache configuration: a frozen value object, read from ``PEGASUS_CLOUDIO_CACHE_*``.
+
+``PEGASUS_CLOUDIO_CACHE_DIR``               directory; ``off`` disables the cache. Default:
+                                            ``$XDG_CACHE_HOME/pegasus-cloudio`` or
+                                            ``~/.cache/pegasus-cloudio``.
+``PEGASUS_CLOUDIO_CACHE_MAX_BYTES``         size cap (``10G`` style sizes allowed). Default: 10 %
+                                            of the filesystem or 10 GiB, whichever is smaller.
+``PEGASUS_CLOUDIO_CACHE_HIGH_WATERMARK``    evict when the cache holds more than this x max.
+``PEGASUS_CLOUDIO_CACHE_LOW_WATERMARK``     ... down to this x max.
+``PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES``    never insert when the filesystem has less free.
+``PEGASUS_CLOUDIO_CACHE_PIN_SECONDS``       entries handed out as symlinks are not evicted for
+                                            this long after their last use.
+``PEGASUS_CLOUDIO_CACHE_HARDLINK``          ``0`` to hand out copies instead of hard links.
+``PEGASUS_CLOUDIO_CACHE_FSYNC``             ``0`` to skip fsync of new entries (faster, but an
+                                            entry may be lost - never wrong - after a power cut).
+
+Values come from the config file named by ``PEGASUS_CLOUDIO_CONFIG`` too, the environment
+winning, exactly as for :class:`transfer.config.Settings`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Dict, Mapping, Optional, TypeVar
+
+from transfer.config import PREFIX, parse_size, read_config_file
+from transfer.errors import InvalidInput
+
+OFF = "off"
+DEFAULT_MAX_BYTES = 10 << 30
+DEFAULT_FS_FRACTION = 0.10
+DEFAULT_MIN_FREE_BYTES = 1 << 30
+_ENV = PREFIX + "CACHE_"
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """How one node cache behaves.
+
+    directory:       where entries live; private to the user (0700).
+    max_bytes:       size cap of the entries.
+    high_watermark:  eviction starts when the entries exceed ``high_watermark * max_bytes``...
+    low_watermark:   ...and removes least recently used entries not in use down to
+                     ``low_watermark * max_bytes``.
+    min_free_bytes:  free space the filesystem must keep; below it nothing is inserted and
+                     transfers go uncached.
+    pin_seconds:     an entry handed out as a symlink is not evicted for this long after its
+                     last use (the job reads it after the transfer process has exited).
+    hardlink:        hand out hard links when on the same filesystem (False: reflink or copy,
+                     for jobs that modify their inputs in place).
+    fsync:           fsync new entries before they become visible.
+    """
+
+    directory: str
+    max_bytes: int
+    high_watermark: float = 0.9
+    low_watermark: float = 0.7
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
+    pin_seconds: float = 3600.0
+    hardlink: bool = True
+    fsync: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.directory:
+            raise InvalidInput(f"{_ENV}DIR must not be empty", operation="config")
+        if self.max_bytes < 1:
+            raise InvalidInput(f"{_ENV}MAX_BYTES must be at least 1", operation="config")
+        if not 0.0 < self.low_watermark <= self.high_watermark <= 1.0:
+            raise InvalidInput(f"cache watermarks must satisfy 0 < low <= high <= 1, got "
+                               f"{self.low_watermark} and {self.high_watermark}", operation="config")
+        if self.min_free_bytes < 0 or self.pin_seconds < 0:
+            raise InvalidInput(f"{_ENV}MIN_FREE_BYTES and {_ENV}PIN_SECONDS must not be negative",
+                               operation="config")
+
+    @property
+    def high_bytes(self) -> int:
+        return int(self.high_watermark * self.max_bytes)
+
+    @property
+    def low_bytes(self) -> int:
+        return int(self.low_watermark * self.max_bytes)
+
+
+def default_directory(env: Mapping[str, str]) -> str:
+    """``$XDG_CACHE_HOME/pegasus-cloudio``, else ``$HOME/.cache/pegasus-cloudio``."""
+    base = env.get("XDG_CACHE_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pegasus-cloudio")
+
+
+def default_max_bytes(directory: str) -> int:
+    """10 % of the filesystem holding ``directory`` (or its nearest existing parent), at most 10 GiB."""
+    probe = os.path.abspath(directory)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        st = os.statvfs(probe)
+    except OSError:
+        return DEFAULT_MAX_BYTES
+    return max(1, min(DEFAULT_MAX_BYTES, int(st.f_blocks * st.f_frsize * DEFAULT_FS_FRACTION)))
+
+
+def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
+    """The configuration ``PEGASUS_CLOUDIO_CACHE_*`` describes, or None when it is ``off``.
+
+    Raises InvalidInput naming the variable for a malformed value.
+    """
+    values: Dict[str, str] = dict(read_config_file(env))
+    values.update({k: v for k, v in env.items() if k.startswith(_ENV)})
+    raw = {k[len(_ENV):]: v.strip() for k, v in values.items() if k.startswith(_ENV) and v.strip()}
+    directory = raw.get("DIR") or default_directory(env)
+    if directory.lower() == OFF:
+        return None
+    directory = os.path.abspath(os.path.expanduser(directory))
+    return CacheConfig(
+        directory=directory,
+        max_bytes=(_number(raw, "MAX_BYTES", parse_size, 0) if "MAX_BYTES" in raw
+                   else default_max_bytes(directory)),
+        high_watermark=_number(raw, "HIGH_WATERMARK", float, 0.9),
+        low_watermark=_number(raw, "LOW_WATERMARK", float, 0.7),
+        min_free_bytes=_number(raw, "MIN_FREE_BYTES", parse_size, DEFAULT_MIN_FREE_BYTES),
+        pin_seconds=_number(raw, "PIN_SECONDS", float, 3600.0),
+        hardlink=_flag(raw, "HARDLINK", True),
+        fsync=_flag(raw, "FSYNC", True),
+    )
+
+
+def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], default: _T) -> _T:
+    if name not in raw:
+        return default
+    try:
+        return convert(raw[name])
+    except ValueError:
+        raise InvalidInput(f"invalid value {raw[name]!r} for {_ENV}{name}", operation="config") from None
+
+
+def _flag(raw: Mapping[str, str], name: str, default: bool) -> bool:
+    if name not in raw:
+        return default
+    return raw[name].lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,204 @@
+"""Scanning the cache, and removing entries: LRU eviction, verification, clearing.
+
+Every removal takes the key's lock exclusively *without waiting*: an entry whose lock is
+held (being filled, or being read into a job's directory) is in use and is skipped. The
+lock file itself is unlinked while held, which :mod:`transfer.cache.locks` tolerates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
+
+from transfer.cache.config import CacheConfig
+from transfer.cache.layout import KeyPaths, Layout, Meta, digest_of, read_meta, remove_quietly
+from transfer.cache.locks import EXCLUSIVE, try_held
+
+_DIGEST_LEN = 64
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """One entry as found on disk. ``last_used`` is a Unix time; ``meta`` only when asked."""
+
+    digest: str
+    path: str
+    size: int
+    last_used: float
+    pinned_until: float
+    links: int
+    meta: Optional[Meta] = None
+
+    @property
+    def key(self) -> str:
+        return self.meta.key if self.meta is not None else self.digest
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one eviction pass did and left."""
+
+    freed: int
+    evicted: int
+    entries: int
+    bytes: int
+
+
+def scan(layout: Layout, config: CacheConfig, *, with_meta: bool = False) -> Iterator[EntryInfo]:
+    """Every entry, shard by shard (cheap: stats only, unless ``with_meta``)."""
+    for shard in layout.shards():
+        try:
+            names = os.listdir(shard)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if len(name) == _DIGEST_LEN and "." not in name:
+                found = _entry(layout.paths_for_digest(name), config, with_meta)
+                if found is not None:
+                    yield found
+
+
+def _entry(paths: KeyPaths, config: CacheConfig, with_meta: bool) -> Optional[EntryInfo]:
+    try:
+        st = os.stat(paths.data)
+    except FileNotFoundError:
+        return None
+    last_used = _mtime(paths.meta) or st.st_mtime
+    pinned = _mtime(paths.pin)
+    return EntryInfo(paths.digest, paths.data, st.st_size, last_used,
+                     pinned + config.pin_seconds if pinned else 0.0, st.st_nlink,
+                     read_meta(paths.meta) if with_meta else None)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def remove_entry(paths: KeyPaths) -> Optional[int]:
+    """Remove the entry and its files; the caller holds the key's lock exclusively.
+
+    Returns the size of the data file removed, None when there was none."""
+    try:
+        size: Optional[int] = os.stat(paths.data).st_size
+    except OSError:
+        size = None
+    if size is not None and not remove_quietly(paths.data):
+        size = None
+    remove_quietly(paths.meta)
+    remove_quietly(paths.pin)
+    for leftover in paths.leftovers():
+        remove_quietly(leftover)
+    return size
+
+
+def try_remove(paths: KeyPaths) -> Optional[int]:
+    """Remove an entry not in use; its size, or None if it is in use or already gone."""
+    with try_held(paths.lock, EXCLUSIVE) as fd:
+        if fd is None:
+            return None
+        size = remove_entry(paths)
+        if size is not None:
+            remove_quietly(paths.lock)
+        return size
+
+
+def collect(layout: Layout, config: CacheConfig, now: Optional[float] = None) -> Collected:
+    """Evict least recently used entries not in use or pinned, if above the high watermark,
+    down to the low watermark; clean crash leftovers. Returns what it did and left."""
+    now = time.time() if now is None else now
+    entries = sorted(scan(layout, config), key=lambda e: e.last_used)
+    total = sum(e.size for e in entries)
+    freed = evicted = 0
+    if total > config.high_bytes:
+        for entry in entries:
+            if total <= config.low_bytes:
+                break
+            if entry.pinned_until > now:
+                continue
+            size = try_remove(layout.paths_for_digest(entry.digest))
+            if size is not None:
+                total, freed, evicted = total - size, freed + size, evicted + 1
+    clean_leftovers(layout)
+    return Collected(freed, evicted, len(entries) - evicted, total)
+
+
+def clean_leftovers(layout: Layout) -> int:
+    """Remove temp files of crashed writers and files of keys without an entry; count them.
+
+    A file is only removed while holding its key's lock, so nobody is writing it."""
+    removed = 0
+    for shard in layout.shards():
+        try:
+            names = os.listdir(shard)
+        except FileNotFoundError:
+            continue
+        stray = {n.split(".", 1)[0] for n in names if "." in n} - {n for n in names if "." not in n}
+        for digest in sorted(stray):
+            removed += _clean_key(layout.paths_for_digest(digest))
+    return removed
+
+
+def _clean_key(paths: KeyPaths) -> int:
+    with try_held(paths.lock, EXCLUSIVE) as fd:
+        if fd is None or os.path.exists(paths.data):
+            return 0
+        removed = sum(remove_quietly(p) for p in [paths.meta, paths.pin, *paths.leftovers()])
+        remove_quietly(paths.lock)
+        return removed
+
+
+def verify(layout: Layout, config: CacheConfig) -> List[str]:
+    """Check every entry not in use fully (size, mtime, SHA-256); remove and name the bad ones."""
+    bad: List[str] = []
+    for entry in list(scan(layout, config)):
+        paths = layout.paths_for_digest(entry.digest)
+        with try_held(paths.lock, EXCLUSIVE) as fd:
+            if fd is None or not os.path.exists(paths.data):
+                continue
+            meta = read_meta(paths.meta)
+            if meta is None or not _intact(paths, meta):
+                bad.append(meta.key if meta is not None else entry.digest)
+                remove_entry(paths)
+                remove_quietly(paths.lock)
+    return bad
+
+
+def _intact(paths: KeyPaths, meta: Meta) -> bool:
+    if digest_of(meta.key) != paths.digest:
+        return False
+    digest = hashlib.sha256()
+    try:
+        with open(paths.data, "rb") as fh:
+            if not meta.matches(os.fstat(fh.fileno())):
+                return False
+            for block in iter(lambda: fh.read(_HASH_CHUNK), b""):
+                digest.update(block)
+    except OSError:
+        return False
+    return digest.hexdigest() == meta.sha256
+
+
+def clear(layout: Layout, config: CacheConfig) -> Tuple[int, int]:
+    """Remove every entry not in use; (entries removed, bytes removed)."""
+    count = size = 0
+    for entry in list(scan(layout, config)):
+        removed = try_remove(layout.paths_for_digest(entry.digest))
+        if removed is not None:
+            count, size = count + 1, size + removed
+    clean_leftovers(layout)
+    return count, size
+
+
+def usage(layout: Layout, config: CacheConfig) -> Tuple[int, int]:
+    """(entries, bytes) by a full scan."""
+    count = size = 0
+    for entry in scan(layout, config):
+        count, size = count + 1, size + entry.size
+    return count, size

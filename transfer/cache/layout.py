@@ -1,0 +1,218 @@
+"""The cache directory on disk: where a key's files live, safety checks, entry metadata.
+
+::
+
+    <root>/                     0700, owned by the user
+      CACHEDIR.TAG              tells backup tools to skip the directory
+      stats.json, stats.lock    persisted counters and the flock guarding them
+      gc.lock                   one evicting process at a time
+      objects/<hh>/             256 shards by the first two hex digits of the digest
+        <digest>                the entry: complete, verified, mode 0444
+        <digest>.meta           JSON: key, size, sha256, mtime_ns, version, source, created
+        <digest>.lock           per-key flock: exclusive to fill or remove, shared to read
+        <digest>.pin            mtime = last hand-out as a symlink
+        <digest>.<pid>.<n>.part data or metadata being written
+
+``<digest>`` is the SHA-256 of the key. An entry exists exactly when its data file does;
+the metadata is renamed into place before the data and removed after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import stat
+from dataclasses import asdict, dataclass
+from typing import Iterator, Optional, Tuple
+
+from transfer.errors import ConfigError
+
+DIR_MODE = 0o700
+ENTRY_MODE = 0o444
+OBJECTS = "objects"
+_TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+        "# pegasus-cloudio node cache; see docs/cache.md\n")
+_counter = itertools.count()  # unique temp names within this process
+
+
+def digest_of(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class KeyPaths:
+    """The files of one key, all in one shard directory (so renames stay atomic)."""
+
+    digest: str
+    shard: str
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.shard, self.digest)
+
+    @property
+    def meta(self) -> str:
+        return self.data + ".meta"
+
+    @property
+    def lock(self) -> str:
+        return self.data + ".lock"
+
+    @property
+    def pin(self) -> str:
+        return self.data + ".pin"
+
+    def new_temp(self) -> str:
+        return f"{self.data}.{os.getpid()}.{next(_counter)}.part"
+
+    def open_temp(self) -> Tuple[int, str]:
+        """A new temp file (fd, path) in the shard, created with it if missing."""
+        path = self.new_temp()
+        try:
+            return os.open(path, _TEMP_FLAGS, 0o666), path
+        except FileNotFoundError:
+            make_private_dirs(self.shard)
+            return os.open(path, _TEMP_FLAGS, 0o666), path
+
+    def leftovers(self) -> Iterator[str]:
+        """Temp files of this key (only ever called under the key's exclusive lock)."""
+        prefix = self.digest + "."
+        try:
+            names = os.listdir(self.shard)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".part"):
+                yield os.path.join(self.shard, name)
+
+
+class Layout:
+    """Paths under one cache root."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.objects = os.path.join(root, OBJECTS)
+        self.stats_file = os.path.join(root, "stats.json")
+        self.stats_lock = os.path.join(root, "stats.lock")
+        self.gc_lock = os.path.join(root, "gc.lock")
+
+    def paths(self, key: str) -> KeyPaths:
+        return self.paths_for_digest(digest_of(key))
+
+    def paths_for_digest(self, digest: str) -> KeyPaths:
+        return KeyPaths(digest, os.path.join(self.objects, digest[:2]))
+
+    def shards(self) -> Iterator[str]:
+        try:
+            names = sorted(os.listdir(self.objects))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if len(name) == 2:
+                yield os.path.join(self.objects, name)
+
+
+def make_private_dirs(path: str) -> None:
+    """``os.makedirs`` with every directory it creates set to 0700 (whatever the umask)."""
+    parent = os.path.dirname(path)
+    if parent and parent != path and not os.path.isdir(parent):
+        make_private_dirs(parent)
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        return
+    os.chmod(path, DIR_MODE)
+
+
+def prepare_root(root: str) -> None:
+    """Create ``root`` (0700) or check that an existing one is safe to use.
+
+    Raises ConfigError with a clear message when it is owned by another user, writable by
+    group or others, not a directory, or cannot be created.
+    """
+    try:
+        make_private_dirs(root)
+        st = os.stat(root)
+    except OSError as err:
+        raise ConfigError(f"cannot create the cache directory: {err.strerror}", url=root,
+                          operation="cache") from err
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError("the cache directory path is not a directory", url=root, operation="cache")
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"refusing a cache directory owned by uid {st.st_uid} (this process runs "
+                          f"as uid {os.geteuid()}); set PEGASUS_CLOUDIO_CACHE_DIR to a directory of "
+                          "your own", url=root, operation="cache")
+    if st.st_mode & 0o022:
+        raise ConfigError(f"refusing a cache directory writable by group or others (mode "
+                          f"{stat.S_IMODE(st.st_mode):04o}); chmod 700 it", url=root, operation="cache")
+    try:
+        make_private_dirs(os.path.join(root, OBJECTS))
+        _write_tag(root)
+    except OSError as err:
+        raise ConfigError(f"cannot write to the cache directory: {err.strerror}", url=root,
+                          operation="cache") from err
+
+
+def _write_tag(root: str) -> None:
+    path = os.path.join(root, "CACHEDIR.TAG")
+    if os.path.exists(path):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # another process wrote it just now
+        return
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(_TAG)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the cache recorded about an entry when it was published."""
+
+    key: str
+    size: int
+    sha256: str
+    mtime_ns: int
+    created: float
+    version: Optional[str] = None
+    source: str = "download"
+
+    def matches(self, st: os.stat_result) -> bool:
+        """The cheap check done on every hit: size and modification time unchanged."""
+        return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
+
+
+def read_meta(path: str) -> Optional[Meta]:
+    """The metadata at ``path``; None when missing or unreadable (the entry is then corrupt)."""
+    try:
+        with open(path, "rb") as fh:
+            fields = json.loads(fh.read())
+        return Meta(key=str(fields["key"]), size=int(fields["size"]), sha256=str(fields["sha256"]),
+                    mtime_ns=int(fields["mtime_ns"]), created=float(fields["created"]),
+                    version=fields.get("version"), source=str(fields.get("source", "download")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_meta(paths: KeyPaths, meta: Meta) -> None:
+    """Write the metadata atomically (temp + rename). Raises OSError."""
+    fd, temp = paths.open_temp()
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(json.dumps(asdict(meta), sort_keys=True).encode())
+        os.replace(temp, paths.meta)
+    except BaseException:
+        remove_quietly(temp)
+        raise
+
+
+def remove_quietly(path: str) -> bool:
+    """Unlink ``path``; True if it was removed, False if it was absent or could not be."""
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True

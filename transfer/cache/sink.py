@@ -1,0 +1,109 @@
+"""The file-like object a download writes into on a cache miss.
+
+It writes to the entry's temp file in the cache and hashes the bytes on the way. If the
+cache's filesystem fails a write (ENOSPC, EDQUOT, EIO, ...), it switches to an
+:class:`~transfer.atomic.AtomicFile` beside the job's destination: the bytes written so
+far are copied over, the cache temp file is deleted, and the download carries on into the
+destination, uncached - without a second request and without failing the job. Errors
+writing the destination itself propagate as :mod:`transfer.errors` exceptions: those are
+the job's own.
+
+``fileno()`` is deliberately unsupported, so a backend that would ``sendfile`` into its
+sink calls ``write`` instead and every byte passes through the hash.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+from typing import Optional, Union
+
+from transfer.atomic import AtomicFile, local_error
+from transfer.cache.layout import remove_quietly
+from transfer.cache.materialise import copy_range
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class CacheSink(io.RawIOBase):
+    """Write-only sink over the cache temp file ``temp``, open as ``fd`` (owned by the sink).
+
+    After the download: ``fallback`` is the committed-or-not AtomicFile when the cache
+    failed, else the temp file holds ``written`` bytes hashing to ``hexdigest()``.
+    Always finish with :meth:`abort` (idempotent, a no-op for what was committed/renamed).
+    """
+
+    def __init__(self, fd: int, temp: str, dest_path: str) -> None:
+        super().__init__()
+        self._fd: Optional[int] = fd
+        self._temp = temp
+        self._dest_path = dest_path
+        self.fallback: Optional[AtomicFile] = None
+        self.written = 0
+        self._hash = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("a cache sink has no file descriptor")
+
+    def write(self, data: Buffer) -> int:  # type: ignore[override]
+        if self.fallback is None:
+            try:
+                _write_all(self.cache_fd(), data)
+            except OSError:
+                self._switch()
+            else:
+                self._hash.update(data)
+                self.written += len(data)
+                return len(data)
+        assert self.fallback is not None
+        try:
+            _write_all(self.fallback.file.fileno(), data)
+        except OSError as err:
+            raise local_error(err, self._dest_path, "write") from err
+        self.written += len(data)
+        return len(data)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+    def cache_fd(self) -> int:
+        """The cache temp file's descriptor (valid until a switch or abort)."""
+        if self._fd is None:
+            raise OSError(errno.EBADF, "cache temp file already closed")
+        return self._fd
+
+    def _switch(self) -> None:
+        """Move the bytes written so far to an AtomicFile beside the destination."""
+        fallback = AtomicFile(self._dest_path).__enter__()
+        self.fallback = fallback
+        try:
+            copied = copy_range(self.cache_fd(), fallback.file.fileno(), self.written)
+            if copied != self.written:
+                raise OSError(errno.EIO, f"cache temp file holds {copied} of {self.written} bytes")
+            fallback.file.seek(copied)
+        except OSError as err:
+            raise local_error(err, self._dest_path, "write") from err
+        self._discard_temp()
+
+    def _discard_temp(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            remove_quietly(self._temp)
+
+    def abort(self) -> None:
+        """Close and delete the cache temp file and any uncommitted fallback file."""
+        self._discard_temp()
+        if self.fallback is not None:
+            self.fallback.__exit__(None, None, None)
+
+
+def _write_all(fd: int, data: Buffer) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

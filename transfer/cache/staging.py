@@ -1,0 +1,86 @@
+"""Staging a local file or bytes as a temp file beside a cache entry, hashed on the way."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Callable, Tuple
+
+from transfer.cache.layout import KeyPaths, remove_quietly
+
+_CHUNK = 1 << 20
+_RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+Staged = Tuple[int, str, str]  # (open fd, temp path, sha256 hex)
+
+
+def stage_file(paths: KeyPaths, path: str, link: bool) -> Staged:
+    """``path`` as a temp file: a hard link when ``link``, the file is this user's and on the
+    cache's filesystem, else a copy. Raises OSError."""
+    if link and os.stat(path).st_uid == os.geteuid():
+        temp = paths.new_temp()
+        try:
+            os.link(path, temp)
+        except OSError:
+            pass  # another filesystem, or links not allowed: copy instead
+        else:
+            return _opened(temp)
+    fd, temp = paths.open_temp()
+    return _filled(fd, temp, lambda: _copy_hashing(path, fd))
+
+
+def stage_bytes(paths: KeyPaths, data: bytes) -> Staged:
+    """``data`` as a temp file. Raises OSError."""
+    fd, temp = paths.open_temp()
+
+    def write() -> str:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        return hashlib.sha256(data).hexdigest()
+
+    return _filled(fd, temp, write)
+
+
+def hash_fd(fd: int) -> str:
+    """SHA-256 of the whole file open as ``fd`` (read with pread: the offset is untouched)."""
+    digest = hashlib.sha256()
+    offset = 0
+    while True:
+        block = os.pread(fd, _CHUNK, offset)
+        if not block:
+            return digest.hexdigest()
+        digest.update(block)
+        offset += len(block)
+
+
+def _copy_hashing(path: str, dst: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as src:
+        while True:
+            block = src.read(_CHUNK)
+            if not block:
+                return digest.hexdigest()
+            digest.update(block)
+            view = memoryview(block)
+            while view:
+                view = view[os.write(dst, view):]
+
+
+def _opened(temp: str) -> Staged:
+    try:
+        fd = os.open(temp, _RDONLY)
+    except BaseException:
+        remove_quietly(temp)
+        raise
+    return _filled(fd, temp, lambda: hash_fd(fd))
+
+
+def _filled(fd: int, temp: str, fill: Callable[[], str]) -> Staged:
+    try:
+        return fd, temp, fill()
+    except BaseException:
+        os.close(fd)
+        remove_quietly(temp)
+        raise
+

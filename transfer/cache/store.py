@@ -1,0 +1,401 @@
+"""NodeCache: a write-once cache of whole objects shared by every process on a node.
+
+Protocol for one key (the lock is ``<digest>.lock``, see :mod:`transfer.cache.locks`):
+
+1. Take the lock *shared*. If a valid entry exists (size and mtime as recorded), link or
+   copy it to the destination while still holding the lock - eviction cannot take an entry
+   whose lock is held - and return a hit.
+2. Otherwise take the lock *exclusive* (this is where N-1 processes wait while one
+   downloads). If a valid entry appeared meanwhile, go back to 1. Else remove what a
+   crashed or corrupt predecessor left, download into a temp file in the cache (hashing on
+   the way), check the size against the store's, fsync, record the metadata, make it 0444
+   and rename it into place; then materialise it, still exclusive, and return a miss.
+
+Whatever goes wrong on the cache's side (full disk, quota, permissions, below the minimum
+free space) turns into an uncached transfer into an atomic temp file beside the
+destination, never into a failed job. Errors of the download and of the destination
+propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from typing import BinaryIO, Callable, Iterator, List, Mapping, Optional, Tuple, cast
+
+from transfer.atomic import AtomicFile
+from transfer.backends.base import ObjectInfo
+from transfer.cache import evict
+from transfer.cache.config import CacheConfig, config_from_env
+from transfer.cache.layout import (
+    ENTRY_MODE, KeyPaths, Layout, Meta, prepare_root, read_meta, remove_quietly, write_meta,
+)
+from transfer.cache.locks import EXCLUSIVE, SHARED, acquire, held
+from transfer.cache.materialise import materialise
+from transfer.cache.sink import CacheSink
+from transfer.cache.staging import Staged, stage_bytes, stage_file
+from transfer.cache.stats import CacheStats, Counters, StatsFile, stats_from
+from transfer.errors import ChecksumMismatch, ConfigError, TransferError
+
+Download = Callable[[BinaryIO], ObjectInfo]
+_log = logging.getLogger(__name__)
+_ROUNDS = 3
+
+
+class _CannotStore(Exception):
+    """The cache cannot take this object now: transfer it uncached."""
+
+
+class _Call:
+    """State of one fetch: once ``download`` has been called, nothing may call it again."""
+
+    downloaded = False
+
+
+class NodeCache:
+    """One cache directory. Thread-safe; any number of processes may share the directory.
+
+    Raises ConfigError when the directory is unsafe (another owner, group/world-writable)
+    or cannot be created. Call :meth:`close` at the end of a batch to persist counters.
+    """
+
+    def __init__(self, config: CacheConfig) -> None:
+        prepare_root(config.directory)
+        self.config = config
+        self._layout = Layout(config.directory)
+        self._stats = StatsFile(self._layout)
+        self._counters = Counters()
+        self._gc_due = False
+        self._seen_bytes = self._stats.read()["bytes"]  # usage at the last read of the file
+
+    @property
+    def directory(self) -> str:
+        return self.config.directory
+
+    # -- fetch ------------------------------------------------------------------------
+
+    def fetch(self, key: str, dest_path: str, download: Download, *,
+              symlink: bool = False) -> Tuple[int, bool]:
+        """Make ``dest_path`` hold the object ``key`` names; returns (bytes, hit?).
+
+        ``download(sink)`` writes the object to ``sink`` and returns its ObjectInfo. It is
+        called at most once per fetch, and by one process at a time per key on the node;
+        its errors propagate unchanged and leave nothing behind.
+        """
+        paths = self._layout.paths(key)
+        call = _Call()
+        try:
+            for _ in range(_ROUNDS):
+                size = self._serve(paths, key, dest_path, symlink)
+                if size is not None:
+                    self._counters.add(hits=1, requests_saved=1, bytes_saved=size)
+                    return size, True
+                with held(paths.lock, EXCLUSIVE):
+                    if self._valid(paths, key) is None:
+                        return self._fill(paths, key, dest_path, download, symlink, call)
+        except _CannotStore:
+            pass
+        except OSError as err:
+            if isinstance(err, TransferError) or call.downloaded:
+                raise
+            _log.warning("cache %s unusable for this transfer: %s", self.directory, err)
+        finally:
+            self._gc_if_due()
+        self._counters.add(misses=1, uncached=1)
+        return _download_to(dest_path, download), False
+
+    def _serve(self, paths: KeyPaths, key: str, dest_path: str, symlink: bool) -> Optional[int]:
+        """A hit, under the shared lock: the entry's size, or None without a valid entry."""
+        with held(paths.lock, SHARED):
+            meta = self._valid(paths, key)
+            if meta is None:
+                return None
+            materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+            _touch(paths, symlink)
+            return meta.size
+
+    def _valid(self, paths: KeyPaths, key: str) -> Optional[Meta]:
+        """The entry's metadata if it exists and passes the cheap check (size, mtime, key)."""
+        try:
+            st = os.stat(paths.data)
+        except FileNotFoundError:
+            return None
+        meta = read_meta(paths.meta)
+        if meta is None or meta.key != key or not meta.matches(st):
+            return None
+        return meta
+
+    def _fill(self, paths: KeyPaths, key: str, dest_path: str, download: Download, symlink: bool,
+              call: _Call) -> Tuple[int, bool]:
+        """A miss, under the exclusive lock: download, publish, materialise."""
+        self._remove_invalid(paths)
+        if not self._has_room(0):
+            raise _CannotStore()
+        try:
+            fd, temp = paths.open_temp()
+        except OSError as err:
+            raise _CannotStore() from err
+        sink = CacheSink(fd, temp, dest_path)
+        try:
+            call.downloaded = True
+            info = download(cast(BinaryIO, sink))
+            if sink.written != info.size:
+                raise ChecksumMismatch(f"received {sink.written} bytes, expected {info.size}",
+                                       url=str(info.url), operation="get")
+            if sink.fallback is not None:  # the cache's disk failed mid-way: delivered uncached
+                self._counters.add(misses=1, uncached=1)
+                return sink.fallback.commit(info.size), False
+            staged = (sink.cache_fd(), temp, sink.hexdigest())
+            if self._publish(paths, key, staged, info.version, "download"):
+                materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+                _touch(paths, symlink)
+                self._counters.add(misses=1)
+            else:
+                materialise(temp, dest_path)  # a hard link (or copy) of the temp file, then it goes
+                self._counters.add(misses=1, uncached=1)
+            return sink.written, False
+        finally:
+            sink.abort()
+
+    # -- inserts ----------------------------------------------------------------------
+
+    def insert_file(self, key: str, path: str, version: Optional[str] = None, *, link: bool = False) -> bool:
+        """Write-through after an upload: store the local file ``path`` as ``key``.
+
+        A copy (reflinked where the filesystem can), so the caller's file keeps its mode;
+        ``link=True`` hard-links instead when ``path`` is this user's and on the cache's
+        filesystem, and the file then becomes read-only: it *is* the entry. False if not stored.
+        """
+        return self._insert(key, version, "upload",
+                            lambda paths: stage_file(paths, path, link and self.config.hardlink))
+
+    def insert_bytes(self, key: str, data: bytes, version: Optional[str] = None) -> bool:
+        """Store ``data`` as ``key`` (bundle members fetched along with a wanted one)."""
+        if len(data) > self.config.max_bytes:
+            return False
+        return self._insert(key, version, "bundle", lambda paths: stage_bytes(paths, data))
+
+    def _insert(self, key: str, version: Optional[str], source: str,
+                stage: Callable[[KeyPaths], Staged]) -> bool:
+        paths = self._layout.paths(key)
+        stored = False
+        try:
+            with held(paths.lock, EXCLUSIVE):
+                if self._valid(paths, key) is not None:
+                    return True
+                self._remove_invalid(paths)
+                if not self._has_room(0):
+                    return False
+                staged = stage(paths)
+                try:
+                    stored = self._publish(paths, key, staged, version, source)
+                finally:
+                    os.close(staged[0])
+                    remove_quietly(staged[1])
+        except OSError as err:
+            _log.warning("cache %s: cannot insert %s: %s", self.directory, key, err)
+            return False
+        finally:
+            self._gc_if_due()
+        if stored:
+            self._counters.add(inserts=1)
+        return stored
+
+    # -- publishing -------------------------------------------------------------------
+
+    def _remove_invalid(self, paths: KeyPaths) -> None:
+        """Under the exclusive lock, before a fill: drop a corrupt entry and crash leftovers."""
+        removed = evict.remove_entry(paths)
+        if removed is not None:
+            self._adjust_usage(-1, -removed)
+
+    def _publish(self, paths: KeyPaths, key: str, staged: Staged, version: Optional[str],
+                 source: str) -> bool:
+        """Make the complete staged temp file the entry: fsync, metadata, 0444, rename.
+
+        False (nothing published) when the cache cannot keep it: larger than the cap,
+        below the free-space floor, or a write fails."""
+        fd, temp, sha = staged
+        try:
+            st = os.fstat(fd)
+            if not (self._has_room(0) and self._within_cap(st.st_size)):
+                return False
+            if self.config.fsync:
+                os.fsync(fd)
+            write_meta(paths, Meta(key, st.st_size, sha, st.st_mtime_ns, time.time(), version, source))
+            os.fchmod(fd, ENTRY_MODE)
+            os.replace(temp, paths.data)
+        except OSError as err:
+            _log.warning("cache %s: cannot publish %s: %s", self.directory, key, err)
+            remove_quietly(paths.meta)
+            return False
+        _touch(paths, False)  # a precise last-use time (file times are only jiffy-accurate)
+        self._adjust_usage(1, st.st_size)
+        return True
+
+    def _adjust_usage(self, entries: int, size: int) -> None:
+        """Count an entry added or removed, in memory; the shared file is only written when
+        this process's estimate crosses the high watermark (then eviction may be due)."""
+        self._counters.add(entries=entries, bytes=size)
+        if self._usage_estimate() > self.config.high_bytes:
+            self.flush_stats()
+
+    def _usage_estimate(self) -> int:
+        return self._seen_bytes + self._counters.peek().get("bytes", 0)
+
+    def _within_cap(self, size: int) -> bool:
+        """True if ``size`` more bytes keep the cache within ``max_bytes``, evicting if needed."""
+        if size > self.config.max_bytes:
+            return False
+        if self._usage_estimate() + size <= self.config.max_bytes:
+            return True
+        self._gc_due = True
+        self.flush_stats()  # the file's usage, and eviction
+        return self._usage_estimate() + size <= self.config.max_bytes
+
+    def _has_room(self, size: int) -> bool:
+        """True if ``size`` more bytes leave at least ``min_free_bytes`` free."""
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize - size >= self.config.min_free_bytes
+
+    # -- queries and maintenance ------------------------------------------------------
+
+    def contains(self, key: str) -> bool:
+        """True if a valid entry for ``key`` exists (cheap check, no lock)."""
+        try:
+            return self._valid(self._layout.paths(key), key) is not None
+        except OSError:
+            return False
+
+    @contextlib.contextmanager
+    def pin(self, key: str) -> Iterator[Optional[str]]:
+        """``with cache.pin(key) as path:`` - the entry's path (None if absent), which
+        eviction leaves alone until the block ends."""
+        paths = self._layout.paths(key)
+        with held(paths.lock, SHARED):
+            yield paths.data if self._valid(paths, key) is not None else None
+
+    def stats(self) -> CacheStats:
+        """Counters of every process that used this directory, plus this one's unflushed ones."""
+        values = self._stats.read()
+        for name, amount in self._counters.peek().items():
+            values[name] = values.get(name, 0) + amount
+        return stats_from(values)
+
+    def entries(self) -> List[evict.EntryInfo]:
+        """Every entry with its metadata, least recently used first."""
+        found = evict.scan(self._layout, self.config, with_meta=True)
+        return sorted(found, key=lambda e: e.last_used)
+
+    def gc(self, wait: bool = True) -> int:
+        """Evict per the watermarks (LRU, never entries in use or pinned); bytes freed.
+
+        With ``wait`` False, returns 0 at once when another process is collecting."""
+        fd = acquire(self._layout.gc_lock, EXCLUSIVE, blocking=wait)
+        if fd is None:
+            return 0
+        try:
+            done = evict.collect(self._layout, self.config)
+            self._set_usage({"evictions": done.evicted, "bytes_evicted": done.freed},
+                            (done.entries, done.bytes))
+        finally:
+            os.close(fd)
+        return done.freed
+
+    def _set_usage(self, delta: Mapping[str, int], usage: Tuple[int, int]) -> None:
+        """Record a full scan's usage; this process's unflushed usage deltas are in it."""
+        pending = self._counters.take()
+        counted = {k: v for k, v in pending.items() if k not in ("entries", "bytes")}
+        for name, amount in delta.items():
+            counted[name] = counted.get(name, 0) + amount
+        try:
+            self._seen_bytes = self._stats.update(counted, usage=usage)["bytes"]
+        except OSError:
+            self._counters.restore(pending)
+            raise
+
+    def verify(self) -> List[str]:
+        """Fully check every entry not in use; the keys of corrupt ones, which are removed."""
+        bad = evict.verify(self._layout, self.config)
+        self._set_usage({}, evict.usage(self._layout, self.config))
+        return bad
+
+    def clear(self) -> None:
+        """Remove every entry not in use (the counters are kept)."""
+        evict.clear(self._layout, self.config)
+        self._set_usage({}, evict.usage(self._layout, self.config))
+
+    def flush_stats(self) -> None:
+        """Merge this process's counters into the shared file (one small locked write)."""
+        pending = self._counters.take()
+        try:
+            values = self._stats.update(pending) if pending else self._stats.read()
+        except OSError as err:
+            self._counters.restore(pending)
+            _log.warning("cache %s: cannot save counters: %s", self.directory, err)
+            return
+        self._seen_bytes = values["bytes"]
+        self._gc_due = self._gc_due or values["bytes"] > self.config.high_bytes
+        self._gc_if_due()
+
+    def close(self) -> None:
+        """End of a batch: persist the counters (and collect if over the high watermark)."""
+        self.flush_stats()
+
+    def __enter__(self) -> "NodeCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _gc_if_due(self) -> None:
+        if not self._gc_due:
+            return
+        self._gc_due = False
+        try:
+            self.gc(wait=False)
+        except OSError as err:
+            _log.warning("cache %s: eviction failed: %s", self.directory, err)
+
+
+def cache_from_settings(env: Mapping[str, str], *, strict: bool = False) -> Optional[NodeCache]:
+    """The cache ``PEGASUS_CLOUDIO_CACHE_*`` in ``env`` describes; None when it is ``off``.
+
+    An unusable directory (foreign owner, group/world-writable, cannot be created) logs a
+    warning and returns None - transfers then go uncached - unless ``strict`` (ConfigError).
+    A malformed value raises InvalidInput.
+    """
+    config = config_from_env(env)
+    if config is None:
+        return None
+    try:
+        return NodeCache(config)
+    except ConfigError as err:
+        if strict:
+            raise
+        _log.warning("node cache disabled: %s", err)
+        return None
+
+
+def _download_to(dest_path: str, download: Download) -> int:
+    """The uncached path: straight into an atomic temp file beside the destination."""
+    with AtomicFile(dest_path) as out:
+        info = download(out.file)
+        return out.commit(info.size)
+
+
+def _touch(paths: KeyPaths, symlink: bool) -> None:
+    """Record a use: the metadata's mtime orders LRU; a symlink hand-out also pins."""
+    now = time.time_ns()
+    try:
+        os.utime(paths.meta, ns=(now, now))
+        if symlink:
+            os.close(os.open(paths.pin, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+            os.utime(paths.pin, ns=(now, now))
+    except OSError:
+        pass
