@@ -137,3 +137,11 @@ def test_relinking_an_existing_hardlink_leaves_no_temp_name(tmp_path):
     assert atomic_hardlink(str(tmp_path / "src"), str(tmp_path / "hard"))
     assert atomic_hardlink(str(tmp_path / "src"), str(tmp_path / "hard"))  # rename() is a no-op here
     assert sorted(os.listdir(tmp_path)) == ["hard", "src"]
+
+
+def test_recursive_remove_of_dir_star_keeps_the_directory(session, tmp_path):
+    (tmp_path / "d/sub").mkdir(parents=True)
+    (tmp_path / "d/a").write_bytes(b"1")
+    (tmp_path / "d/sub/b").write_bytes(b"2")
+    [result] = Engine(session).run([Remove(parse_url(f"file://{tmp_path}/d/*"), recursive=True)])
+    assert result.ok and (tmp_path / "d").is_dir() and os.listdir(tmp_path / "d") == []

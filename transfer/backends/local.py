@@ -72,6 +72,20 @@ class LocalBackend:
         return [_remove(url, recursive=False) for url in urls]
 
     def delete_tree(self, url: Url) -> Optional[TransferError]:
+        """Remove a directory tree; ``DIR/*`` removes DIR's contents and keeps DIR."""
+        if url.path.endswith("/*"):
+            directory = url.path[:-2] or "/"
+            try:
+                names = os.listdir(directory)
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                return local_error(err, directory, "remove")
+            for name in names:
+                failure = _remove(url.with_path(os.path.join(directory, name)), recursive=True)
+                if failure is not None:
+                    return failure
+            return None
         return _remove(url, recursive=True)
 
     def make_dirs(self, url: Url) -> None:
