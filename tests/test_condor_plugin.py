@@ -272,10 +272,11 @@ def test_node_configuration_and_job_override(starter, minio, bucket, tmp_path):
     assert (starter.sandbox / "k.dat").read_bytes() == b"node-wide"
 
     write_credentials(starter.sandbox / "bad.conf", minio, "not-the-secret")
-    run = starter.run([file_ad(url, str(starter.sandbox / "k2.dat"))],
+    other = f"s3://test@minio/{bucket}/other.dat"  # not in the node cache: the bad key must be used
+    run = starter.run([file_ad(other, str(starter.sandbox / "k2.dat"))],
                       env=dict(starter.env, CLOUDIO_PEGASUS_CREDENTIALS="bad.conf"))
     assert run.returncode == 1
-    assert "CLOUDIO_PEGASUS_CREDENTIALS in the job environment" in run.ad_for(url).eval("TransferError")
+    assert "CLOUDIO_PEGASUS_CREDENTIALS in the job environment" in run.ad_for(other).eval("TransferError")
 
 
 # --------------------------------------------------------------------------- a dying server
