@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from pegasus_cloudio.bench.harness import Progress, tool_env
 from pegasus_cloudio.testbed.minio import MinioServer

@@ -133,7 +133,7 @@ def _stock(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -
         progress.phase(f"stock pegasus-transfer: stage-in sample of {size} files")
         dest = ws.fresh_dir(f"in-stock{size}")
         samples.append(measure("stock pegasus-transfer", "stage-in", size,
-                               [ws.stock_transfer, "--threads", str(params.threads)], ws.stock_env, proxy,
+                               [str(ws.stock_transfer), "--threads", str(params.threads)], ws.stock_env, proxy,
                                stdin=transfer_spec(ws.in_pairs("per-file", ws.names[:size], dest), SITE, "local")))
     return extrapolate(samples[0], samples[-1], params.count)
 

@@ -22,7 +22,7 @@ MODULE = "pegasus_cloudio.bench.naive_gcs"  # not __name__, which is "__main__" 
 
 def one(direction: str, bucket: str, key: str, path: str) -> int:
     """Move one file with a fresh client, the way a per-file script would."""
-    from google.cloud import storage  # type: ignore[attr-defined]
+    from google.cloud import storage
 
     blob = storage.Client().bucket(bucket).blob(key)
     if direction == "get":

@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
 from pegasus_cloudio.testbed.minio import MinioServer
@@ -32,6 +32,7 @@ from pegasus_cloudio.testbed.stock import make_stock_home
 from pegasus_cloudio.testbed.tools import ensure_s5cmd
 
 BUCKET = "bench"
+OURS = "pegasus-cloudio-transfer"
 SITE = "minio"
 IDENTITY = f"bench@{SITE}"
 
@@ -136,28 +137,43 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
     return report(params, runs)
 
 
-def _run_all(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[str, object]:
+def measure_ours(ws: Any, counter: Any, progress: Progress, mkdir_url: Optional[str] = None) -> Dict[str, object]:
+    """Ours staging every file out, then in (checked byte for byte), after an optional mkdir.
+
+    ``ws`` is any workspace with ``params, names, src, env, out_pairs, in_pairs, fresh_dir``;
+    ``counter`` the proxy or relay the client talks through."""
     p = ws.params
     ours = ours_argv(p.threads)
-    progress.phase("creating bucket")
-    mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}])
-    measure("ours", "mkdir", 0, ours, ws.env, proxy, stdin=mkdir.encode())
+    if mkdir_url is not None:
+        progress.phase("creating the bucket")
+        mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": mkdir_url}}])
+        measure("ours", "mkdir", 0, ours, ws.env, counter, stdin=mkdir.encode())
     runs: Dict[str, object] = {}
     progress.phase(f"ours: stage-out of {p.count} files")
-    runs["ours_out"] = measure("pegasus-cloudio-transfer", "stage-out", p.count, ours, ws.env, proxy,
+    runs["ours_out"] = measure(OURS, "stage-out", p.count, ours, ws.env, counter,
                                stdin=transfer_spec(ws.out_pairs("ours", ws.names), "local", SITE))
     dest = ws.fresh_dir("in-ours")
     progress.phase(f"ours: stage-in of {p.count} files")
-    runs["ours_in"] = measure("pegasus-cloudio-transfer", "stage-in", p.count, ours, ws.env, proxy,
-                              stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))
-    runs["ours_in_identical"] = files_identical(ws.src, dest, ws.names)
-    runs["stock_out"], runs["stock_in"] = _stock(ws, proxy, progress)
-    if p.s5cmd:
-        runs["s5cmd_out"], runs["s5cmd_in"] = _s5cmd(ws, proxy, progress)
+    ours_in = runs["ours_in"] = measure(OURS, "stage-in", p.count, ours, ws.env, counter,
+                                        stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))
+    runs["ours_in_identical"] = ours_in.exit_code == 0 and files_identical(ws.src, dest, ws.names)
+    return runs
+
+
+def measure_startup(ws: Any, counter: Any, progress: Progress) -> float:
+    """Median wall time of ours on an empty input (what every job pays at least)."""
     progress.phase("ours: start-up on an empty input (5 runs)")
-    empty = [measure("pegasus-cloudio-transfer", "empty", 0, ours, ws.env, proxy, stdin=b"[]").wall_s
+    walls = [measure(OURS, "empty", 0, ours_argv(ws.params.threads), ws.env, counter, stdin=b"[]").wall_s
              for _ in range(5)]
-    runs["empty_input_wall_s"] = statistics.median(empty)
+    return statistics.median(walls)
+
+
+def _run_all(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[str, object]:
+    runs = measure_ours(ws, proxy, progress, mkdir_url=f"s3://{IDENTITY}/{BUCKET}")
+    runs["stock_out"], runs["stock_in"] = _stock(ws, proxy, progress)
+    if ws.params.s5cmd:
+        runs["s5cmd_out"], runs["s5cmd_in"] = _s5cmd(ws, proxy, progress)
+    runs["empty_input_wall_s"] = measure_startup(ws, proxy, progress)
     progress.done()
     return runs
 
@@ -165,7 +181,7 @@ def _run_all(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[str, ob
 def _stock(ws: Workspace, proxy: TcpProxy, progress: Progress) -> tuple:  # type: ignore[type-arg]
     p = ws.params
     sizes = sorted({max(1, min(p.count, p.stock_sample) // 4), min(p.count, p.stock_sample)})
-    argv = [ws.stock_transfer, "--threads", str(p.threads)]
+    argv = [str(ws.stock_transfer), "--threads", str(p.threads)]
     out: List[Measurement] = []
     into: List[Measurement] = []
     for size in sizes:

@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pegasus_cloudio.bench import naive_gcs
 from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
-from pegasus_cloudio.bench.small_files import Params, ours_argv, transfer_spec
+from pegasus_cloudio.bench.small_files import Params, measure_ours, measure_startup
 from pegasus_cloudio.testbed.fakegcs import FakeGcsServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
 
@@ -79,25 +78,9 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
 
 
 def _run_all(ws: GcsWorkspace, proxy: TcpProxy, progress: Progress) -> Dict[str, object]:
-    p = ws.params
-    ours = ours_argv(p.threads)
-    progress.phase("creating bucket")
-    mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"gs://{BUCKET}/ours"}}])
-    measure("ours", "mkdir", 0, ours, ws.env, proxy, stdin=mkdir.encode())
-    runs: Dict[str, object] = {}
-    progress.phase(f"ours: stage-out of {p.count} files")
-    runs["ours_out"] = measure("pegasus-cloudio-transfer", "stage-out", p.count, ours, ws.env, proxy,
-                               stdin=transfer_spec(ws.out_pairs("ours", ws.names), "local", SITE))
-    dest = ws.fresh_dir("in-ours")
-    progress.phase(f"ours: stage-in of {p.count} files")
-    runs["ours_in"] = measure("pegasus-cloudio-transfer", "stage-in", p.count, ours, ws.env, proxy,
-                              stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))
-    runs["ours_in_identical"] = runs["ours_in"].exit_code == 0 and files_identical(ws.src, dest, ws.names)
+    runs = measure_ours(ws, proxy, progress, mkdir_url=f"gs://{BUCKET}/ours")
     runs["naive_out"], runs["naive_in"], runs["naive_in_identical"] = _naive(ws, proxy, progress)
-    progress.phase("ours: start-up on an empty input (5 runs)")
-    empty = [measure("pegasus-cloudio-transfer", "empty", 0, ours, ws.env, proxy, stdin=b"[]").wall_s
-             for _ in range(5)]
-    runs["empty_input_wall_s"] = statistics.median(empty)
+    runs["empty_input_wall_s"] = measure_startup(ws, proxy, progress)
     progress.done()
     return runs
 

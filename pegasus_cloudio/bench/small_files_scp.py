@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
-from pegasus_cloudio.bench.small_files import Params, _ratio, ours_argv, transfer_spec
+from pegasus_cloudio.bench.small_files import Params, _ratio, measure_ours, measure_startup, transfer_spec
 from pegasus_cloudio.testbed.relay import RawRelay
 from pegasus_cloudio.testbed.sshd import SshServer
 from pegasus_cloudio.testbed.stock import make_stock_home
@@ -88,22 +87,9 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
 
 
 def _run_all(ws: ScpWorkspace, relay: RawRelay, progress: Progress) -> Dict[str, object]:
-    p = ws.params
-    ours = ours_argv(p.threads)
-    runs: Dict[str, object] = {}
-    progress.phase(f"ours: stage-out of {p.count} files")
-    runs["ours_out"] = measure(OURS, "stage-out", p.count, ours, ws.env, relay,  # type: ignore[arg-type]
-                               stdin=transfer_spec(ws.out_pairs("ours", ws.names), "local", SITE))
-    dest = ws.fresh_dir("in-ours")
-    progress.phase(f"ours: stage-in of {p.count} files")
-    runs["ours_in"] = measure(OURS, "stage-in", p.count, ours, ws.env, relay,  # type: ignore[arg-type]
-                              stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))
-    runs["ours_in_identical"] = files_identical(ws.src, dest, ws.names)
+    runs = measure_ours(ws, relay, progress)
     runs["stock_out"], runs["stock_in"], runs["stock_in_identical"] = _stock(ws, relay, progress)
-    progress.phase("ours: start-up on an empty input (5 runs)")
-    empty = [measure(OURS, "empty", 0, ours, ws.env, relay, stdin=b"[]").wall_s  # type: ignore[arg-type]
-             for _ in range(5)]
-    runs["empty_input_wall_s"] = statistics.median(empty)
+    runs["empty_input_wall_s"] = measure_startup(ws, relay, progress)
     progress.done()
     return runs
 

@@ -106,5 +106,5 @@ def _uncovered(opts: SetOptions) -> str:
                 "on the compute site).")
     return ("With the worker package staged, create-dir, remove-dir and stage-worker jobs run "
             "`pegasus-transfer` by name. Local jobs get `bin/pegasus-transfer` first on PATH (env profile "
-            f"on `local`); if your Pegasus sets `PEGASUS_BIN_DIR` for local jobs, its `pegasus-transfer` "
+            "on `local`); if your Pegasus sets `PEGASUS_BIN_DIR` for local jobs, its `pegasus-transfer` "
             "wins and those jobs run the stock tool (slower, and 5.1.3's S3 remove-dir deletes nothing).")

@@ -42,6 +42,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from pegasus_cloudio.testbed.process import answers_ok, terminate
 from typing import IO, Optional, Type
 
 from .ports import free_port
@@ -52,7 +53,6 @@ __all__ = ["FakeGcsServer"]
 READY_PATH = "/storage/v1/b"
 _PORT_IN_USE = "address already in use"
 _PORT_ATTEMPTS = 3
-_STOP_GRACE_S = 10.0
 _POLL_S = 0.05
 
 
@@ -106,7 +106,7 @@ class FakeGcsServer:
         """Terminate the server (SIGKILL after 10 s) and delete its temp dir. Idempotent."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            _terminate(proc)
+            terminate(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -161,7 +161,7 @@ class FakeGcsServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 return False
-            if _answers_ok(self.endpoint + READY_PATH):
+            if answers_ok(self.endpoint + READY_PATH):
                 return True
             time.sleep(_POLL_S)
         return False
@@ -169,25 +169,9 @@ class FakeGcsServer:
     def _discard_process(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            _terminate(proc)
+            terminate(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
 
 
-def _answers_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _terminate(proc: "subprocess.Popen[bytes]") -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

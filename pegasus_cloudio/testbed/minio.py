@@ -16,10 +16,9 @@ import ssl
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
+from pegasus_cloudio.testbed.process import answers_ok, terminate
 from typing import IO, Dict, Optional, Type, Union
 
 from .certs import make_tls_files
@@ -31,7 +30,6 @@ __all__ = ["MinioServer"]
 READY_PATH = "/minio/health/cluster"
 _PORT_IN_USE = "port is already in use"
 _PORT_ATTEMPTS = 3
-_STOP_GRACE_S = 10.0
 _POLL_S = 0.05
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -129,7 +127,7 @@ class MinioServer:
         """
         proc, self._proc = self._proc, None
         if proc is not None:
-            _terminate(proc)
+            terminate(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -234,7 +232,7 @@ class MinioServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 return False
-            if _answers_ok(url, context):
+            if answers_ok(url, context):
                 return True
             time.sleep(_POLL_S)
         return False
@@ -242,28 +240,12 @@ class MinioServer:
     def _discard_process(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            _terminate(proc)
+            terminate(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
 
 
-def _answers_ok(url: str, context: Optional[ssl.SSLContext]) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0, context=context) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _terminate(proc: "subprocess.Popen[bytes]") -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _write_private(path: Path, data: bytes) -> None:

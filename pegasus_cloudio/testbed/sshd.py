@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from pegasus_cloudio.testbed.process import terminate
 from typing import IO, Dict, List, Optional, Type
 
 from .ports import free_port
@@ -128,7 +129,7 @@ class SshServer:
         proc, self._proc = self._proc, None
         if proc is not None:
             self._kill_children(proc.pid)
-            _terminate(proc)
+            terminate(proc, _STOP_GRACE_S)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -178,7 +179,7 @@ class SshServer:
                 break
             proc, self._proc = self._proc, None
             if proc is not None:
-                _terminate(proc)
+                terminate(proc, _STOP_GRACE_S)
         tail = self.log_tail()
         raise RuntimeError(f"sshd did not answer on {self.host}:{self.port} within "
                            f"{self.start_timeout:.0f} s; log tail:\n{tail}")
@@ -264,12 +265,3 @@ def _descendants(pid: int) -> List[int]:
         frontier.extend(children)
     return found
 
-
-def _terminate(proc: "subprocess.Popen[bytes]") -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
