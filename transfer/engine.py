@@ -27,7 +27,7 @@ import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
-from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
+from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, atomic_write_bytes, local_error
 from transfer.backends import local
 from transfer.backends.base import Backend, MultipartUploads, ServerSideCopy, TreeRemoval
 from transfer.bundles.directory import fetch_members
@@ -132,17 +132,32 @@ class Engine:
                        budget: RetryBudget, executor: Executor) -> None:
         indexed = [(i, op) for i, op in enumerate(ops) if isinstance(op, Transfer)]
         groups: List[Future] = []  # type: ignore[type-arg]
+        group_pool: Optional[Executor] = None
         if self._bundles.enabled:
             downloads, indexed = self._bundles.plan_downloads(indexed, executor.map, self._cached)
             uploads, indexed = self._bundles.plan_uploads(indexed)
-            groups = [executor.submit(self._bundle_download, g, budget) for g in downloads]
-            groups += [executor.submit(self._bundle_upload, g, budget) for g in uploads]
+            if downloads or uploads:
+                # Unpacking a bundle is local CPU and file-system work: more threads than cores
+                # only fight over the interpreter lock.
+                pool = group_pool = self._group_pool(executor, len(downloads) + len(uploads))
+                groups = [pool.submit(self._bundle_download, g, budget) for g in downloads]
+                groups += [pool.submit(self._bundle_upload, g, budget) for g in uploads]
         futures = [(i, executor.submit(self._transfer, op, budget)) for i, op in indexed]
-        for group in groups:
-            for i, result in group.result():
-                self._finish(results, i, result)
-        for i, future in futures:
-            self._finish(results, i, future.result())
+        try:
+            for group in groups:
+                for i, result in group.result():
+                    self._finish(results, i, result)
+            for i, future in futures:
+                self._finish(results, i, future.result())
+        finally:
+            if group_pool is not None and group_pool is not executor:
+                group_pool.shutdown(wait=True)
+
+    def _group_pool(self, executor: Executor, groups: int) -> Executor:
+        if self._executor is not None:  # an injected executor (tests) runs everything
+            return executor
+        return ThreadPoolExecutor(max(1, min(self._threads, os.cpu_count() or 1, groups)),
+                                  thread_name_prefix="bundle")
 
     def _run_removes(self, ops: Sequence[Operation], results: List[Optional[Result]],
                      budget: RetryBudget) -> None:
@@ -266,9 +281,7 @@ class Engine:
             self._cache.insert_bytes(key, data)
 
     def _write_bytes(self, path: str, data: bytes) -> None:
-        with AtomicFile(path) as out:
-            out.file.write(data)
-            out.commit(len(data))
+        atomic_write_bytes(path, data)
 
     def _download_bundled(self, source: Url, dest_path: str) -> Optional[int]:
         """A missing plain object may live in a bundle of its directory: fetch just that member."""

@@ -11,7 +11,7 @@ import os
 import ssl
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Hashable, Mapping, Optional
+from typing import Dict, Hashable, Mapping, Optional, Tuple
 
 from transfer import backends
 from transfer.backends.base import Backend
@@ -60,6 +60,7 @@ class Session:
         env = dict(os.environ) if env is None else env
         self.context = Context(settings or Settings.from_env(env), env)
         self._backends: Dict[Hashable, Backend] = {}
+        self._by_location: Dict[Tuple[str, str, Optional[str]], Backend] = {}
         self._lock = threading.Lock()
 
     @property
@@ -71,6 +72,15 @@ class Session:
         return self.context.stats
 
     def backend(self, url: Url) -> Backend:
+        """The backend for ``url``'s endpoint. Endpoints depend only on scheme, authority and
+        site label, so repeated lookups for a batch's thousands of URLs are one dict read."""
+        location = (url.scheme, url.host, url.site_label)
+        found = self._by_location.get(location)
+        if found is None:
+            found = self._by_location[location] = self._resolve(url)
+        return found
+
+    def _resolve(self, url: Url) -> Backend:
         module = backends.backend_module(url.scheme)
         key = (module.__name__, module.endpoint_key(url, self.context))
         found = self._backends.get(key)
@@ -85,6 +95,7 @@ class Session:
     def close(self) -> None:
         with self._lock:
             opened, self._backends = list(self._backends.values()), {}
+            self._by_location = {}
         for backend in opened:
             backend.close()
 

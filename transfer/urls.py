@@ -107,5 +107,7 @@ def parse_url(
     if not match:
         raise InvalidInput("unable to parse URL", url=text, operation="parse")
     scheme, host, path = match.group(1).lower(), match.group(2), match.group(3) or ""
-    path, query_mark, query = path.partition("?")
-    return Url(scheme, host, _SLASHES.sub("/", path) + query_mark + query, site_label)
+    if "?" in path:
+        path, query_mark, query = path.partition("?")
+        return Url(scheme, host, _SLASHES.sub("/", path) + query_mark + query, site_label)
+    return Url(scheme, host, _SLASHES.sub("/", path) if "//" in path else path, site_label)

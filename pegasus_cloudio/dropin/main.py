@@ -86,8 +86,10 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> int
         log.critical("%s", err)
         return 1
     log.info("%d transfers loaded", len(entries))
-    native = [e for e in entries if e.native]
-    delegated = [e for e in entries if not e.native]
+    native: List[Entry] = []
+    delegated: List[Entry] = []
+    for entry in entries:
+        (native if entry.native else delegated).append(entry)
     log.info(SEPARATOR)
     log.info("Starting transfers - attempt 1")
     with Session(settings, env) as session:

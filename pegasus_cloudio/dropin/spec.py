@@ -119,8 +119,11 @@ def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Map
     dests = _field(item, "dest_urls", index)
     if not isinstance(sources, list) or not sources or not isinstance(dests, list) or not dests:
         raise SpecError(f"entry {index}: src_urls and dest_urls must be non-empty lists", operation="parse")
-    ranked = sorted(enumerate(sources), key=lambda pair: (-_priority(pair[1], index), pair[0]))
-    src_urls = tuple(_url(entry, index, env) for _, entry in ranked)
+    if len(sources) == 1:
+        src_urls: Tuple[Url, ...] = (_url(sources[0], index, env),)
+    else:
+        ranked = sorted(enumerate(sources), key=lambda pair: (-_priority(pair[1], index), pair[0]))
+        src_urls = tuple(_url(entry, index, env) for _, entry in ranked)
     dest = _url(dests[0], index, env)
     local_pair = dest.scheme == "file" and all(u.scheme == "file" for u in src_urls)
     return Entry(

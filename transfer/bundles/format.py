@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -34,6 +35,7 @@ PREAMBLE = 16
 FORMAT = 1
 MAX_INDEX_BYTES = 64 << 20
 MAX_NAME = 1024
+_UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")  # control characters and backslash
 
 
 class BundleFormatError(ChecksumMismatch):
@@ -67,9 +69,10 @@ def check_name(name: object) -> str:
     """Return ``name`` if it is a safe relative member name, else raise BundleFormatError."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise BundleFormatError(f"bad member name {name!r}")
-    if name.startswith("/") or "\\" in name or any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if name[0] == "/" or _UNSAFE_CHARS.search(name):
         raise BundleFormatError(f"unsafe member name {name!r}")
-    if any(part in ("", ".", "..") for part in name.split("/")):
+    parts = name.split("/")
+    if "" in parts or "." in parts or ".." in parts:
         raise BundleFormatError(f"unsafe member name {name!r}")
     return name
 

@@ -101,6 +101,7 @@ class BundleStager:
         (``cached``) and files in no bundle are left to the per-file path."""
         groups: Dict[Tuple[int, str], DownloadGroup] = {}
         rest: Indexed = []
+        indexes: Dict[Tuple[int, str], BundleDirectory] = {}
         for position, op in transfers:
             source = op.sources[0]
             if not (op.dest.is_local and source.scheme in OBJECT_SCHEMES
@@ -108,8 +109,12 @@ class BundleStager:
                 rest.append((position, op))
                 continue
             backend = self._session.backend(source)
-            directory, name = _split(source)
-            found = self._directory(backend, directory, map_fn).lookup(name)
+            directory_path, name = posixpath.split(source.path)
+            index = indexes.get((id(backend), directory_path))
+            if index is None:
+                index = indexes[(id(backend), directory_path)] = self._directory(
+                    backend, source.with_path(directory_path), map_fn)
+            found = index.lookup(name)
             if found is None:
                 rest.append((position, op))
                 continue
