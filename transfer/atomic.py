@@ -14,6 +14,7 @@ from typing import BinaryIO, Callable, Optional
 from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotFound, TransferError
 
 _counter = itertools.count()  # unique temp names within this process; no other state
+_NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP)  # link impossible here: copy
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -135,8 +136,7 @@ def atomic_hardlink(target: str, link_path: str) -> bool:
     try:
         _atomic_link(os.link, target, link_path, "link")
     except TransferError as err:
-        if isinstance(err.__cause__, OSError) and err.__cause__.errno in (errno.EXDEV, errno.EPERM,
-                                                                          errno.EMLINK):
+        if isinstance(err.__cause__, OSError) and err.__cause__.errno in _NO_LINK:
             return False
         raise
     return True

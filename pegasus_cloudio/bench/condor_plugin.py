@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
+from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
 from pegasus_cloudio.bench.small_files import _positive
 from pegasus_cloudio.condor.ads import classad
 from pegasus_cloudio.testbed.minio import MinioServer
@@ -96,10 +96,7 @@ class Job:
         return plugin_argv() + ["-infile", infile, "-outfile", outfile] + (["-upload"] if upload else [])
 
     def fresh_dir(self, name: str) -> str:
-        path = os.path.join(self.root, name)
-        shutil.rmtree(path, ignore_errors=True)
-        os.makedirs(path)
-        return path
+        return fresh_dir(self.root, name)
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:

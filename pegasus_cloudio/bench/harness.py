@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -135,6 +136,14 @@ def tool_env(extra: Mapping[str, str]) -> Dict[str, str]:
     env["PEGASUS_CLOUDIO_CACHE_DIR"] = "off"
     env.update(extra)
     return env
+
+
+def fresh_dir(root: str, name: str) -> str:
+    """``root/name`` as a new, empty directory."""
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
 
 
 def files_identical(a_dir: str, b_dir: str, names: List[str]) -> bool:

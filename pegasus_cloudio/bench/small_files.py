@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
+from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
 from pegasus_cloudio.testbed.stock import make_stock_home
@@ -116,10 +116,7 @@ class Workspace:
         return [(self.object_url(prefix, n), f"file://{dest}/{n}") for n in names]
 
     def fresh_dir(self, name: str) -> str:
-        path = os.path.join(self.root, name)
-        shutil.rmtree(path, ignore_errors=True)
-        os.makedirs(path)
-        return path
+        return fresh_dir(self.root, name)
 
 
 def ours_argv(threads: int) -> List[str]:

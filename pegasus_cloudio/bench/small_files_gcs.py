@@ -23,7 +23,7 @@ import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pegasus_cloudio.bench import naive_gcs
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
+from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
 from pegasus_cloudio.bench.small_files import Params, measure_ours, measure_startup
 from pegasus_cloudio.testbed.fakegcs import FakeGcsServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
@@ -60,10 +60,7 @@ class GcsWorkspace:
         return [(f"gs://{BUCKET}/{prefix}/{n}", f"file://{dest}/{n}") for n in names]
 
     def fresh_dir(self, name: str) -> str:
-        path = os.path.join(self.root, name)
-        shutil.rmtree(path, ignore_errors=True)
-        os.makedirs(path)
-        return path
+        return fresh_dir(self.root, name)
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:

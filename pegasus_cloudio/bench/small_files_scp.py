@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env
+from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
 from pegasus_cloudio.bench.small_files import Params, _ratio, measure_ours, measure_startup, transfer_spec
 from pegasus_cloudio.testbed.relay import RawRelay
 from pegasus_cloudio.testbed.sshd import SshServer
@@ -68,10 +68,7 @@ class ScpWorkspace:
         return [(f"scp://{self.authority}{self.remote_dir(prefix)}/{n}", f"file://{dest}/{n}") for n in names]
 
     def fresh_dir(self, name: str) -> str:
-        path = os.path.join(self.root, name)
-        shutil.rmtree(path, ignore_errors=True)
-        os.makedirs(path)
-        return path
+        return fresh_dir(self.root, name)
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:

@@ -20,7 +20,6 @@ retries and atomic writes.
 from __future__ import annotations
 
 import base64
-import hashlib
 import re
 import threading
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from transfer.atomic import local_error
 from transfer.backends.base import Backend, ByteRange, ObjectInfo
 from transfer.backends.http import check_response as check_status
 from transfer.errors import ChecksumMismatch, InvalidInput, RemoteError, TransferError
-from transfer.http.connection import Body, FileRegion
+from transfer.http.connection import Body, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.session import Context, Session
 from transfer.config import Settings
@@ -41,7 +40,6 @@ from transfer.urls import Url
 _GET_REDIRECTS = (301, 302, 303, 307, 308)
 _PUT_REDIRECTS = (307, 308)
 _MAX_REDIRECTS = 5
-_SMALL_BODY = 1 << 20
 _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
 
 Headers = List[Tuple[str, str]]
@@ -93,7 +91,10 @@ class PluginHttpBackend:
 
     def put(self, path: str, url: Url) -> ObjectInfo:
         """One PUT of the whole file; verified by Content-MD5 (and the ETag of pre-signed URLs)."""
-        size, md5, body = _load(path)
+        try:
+            size, md5, body = file_body(path)
+        except OSError as err:
+            raise local_error(err, path, "put") from err
         headers = [("Content-MD5", base64.b64encode(md5).decode())] if may_add_headers(url.path) else []
         with self._request("PUT", url, headers, body, _PUT_REDIRECTS) as response:
             check_status(response, without_query(url), "put", ok=(200, 201, 204))
@@ -165,21 +166,6 @@ def _origin(location: str) -> str:
     parts = urlsplit(location)
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
-
-def _load(path: str) -> Tuple[int, bytes, Body]:
-    """(size, md5 digest, body): small files in memory, large ones sent from disk."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(_SMALL_BODY + 1)
-            if len(data) <= _SMALL_BODY:
-                return len(data), hashlib.md5(data).digest(), data
-            digest = hashlib.md5(data)
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-            size = fh.tell()
-    except OSError as err:
-        raise local_error(err, path, "put") from err
-    return size, digest.digest(), FileRegion(path, 0, size)
 
 
 class PluginSession(Session):

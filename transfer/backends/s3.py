@@ -34,13 +34,13 @@ from transfer.errors import (
     TransferError,
     TransientError,
 )
-from transfer.http.connection import Body, FileRegion
+from transfer.atomic import local_error
+from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.session import Context
 from transfer.urls import Url
 
 _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
-_SMALL_BODY = 1 << 20
 _THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
                    "TooManyRequests"}
 _TRANSIENT_CODES = {"RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized"}
@@ -174,7 +174,10 @@ class S3Backend:
         target = split_url(url)
         if not target.key:
             raise InvalidInput("S3 URL has no key to upload to", url=str(url), operation="put")
-        size, md5, body = _load_for_upload(path)
+        try:
+            size, md5, body = file_body(path)
+        except OSError as err:
+            raise local_error(err, path, "put") from err
         headers = [("Content-MD5", base64.b64encode(md5).decode())]
         with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
                         url=str(url)) as response:
@@ -345,22 +348,6 @@ def _server_side_encrypted(headers: Dict[str, str]) -> bool:
     return headers.get("x-amz-server-side-encryption", "AES256") not in ("AES256", "")
 
 
-def _load_for_upload(path: str) -> Tuple[int, bytes, Body]:
-    """(size, md5 digest, body): small files are read into memory, large ones sent from disk."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(_SMALL_BODY + 1)
-            if len(data) <= _SMALL_BODY:
-                return len(data), hashlib.md5(data).digest(), data
-            digest = hashlib.md5(data)
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-            size = fh.tell()
-    except OSError as err:
-        raise _local_error(err, path) from err
-    return size, digest.digest(), FileRegion(path, 0, size)
-
-
 def _md5_of_region(region: FileRegion) -> bytes:
     digest = hashlib.md5()
     with open(region.path, "rb") as fh:
@@ -373,12 +360,6 @@ def _md5_of_region(region: FileRegion) -> bytes:
             digest.update(block)
             left -= len(block)
     return digest.digest()
-
-
-def _local_error(err: OSError, path: str) -> TransferError:
-    if isinstance(err, FileNotFoundError):
-        return NotFound("local file not found", url=path, operation="put")
-    return InvalidInput(f"cannot read local file: {err.strerror}", url=path, operation="put")
 
 
 def _child_url(url: Url, bucket: str, key: str) -> Url:

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import itertools
 import os
-from typing import Callable
 
-from transfer.atomic import AtomicFile, local_error
-from transfer.errors import TransferError
+from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int) from linux/fs.h
 _CHUNK = 1 << 20
-_NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP)
 _NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM,
                    errno.EBADF)
-_counter = itertools.count()
 
 
 def materialise(source: str, dest: str, *, symlink: bool = False, hardlink: bool = True) -> str:
@@ -32,45 +27,11 @@ def materialise(source: str, dest: str, *, symlink: bool = False, hardlink: bool
     Raises a :mod:`transfer.errors` exception (NoSpace, AuthError, ...) for ``dest``.
     """
     if symlink:
-        link_atomically(os.symlink, source, dest, "symlink")
+        atomic_symlink(source, dest)
         return "symlink"
-    if hardlink and hardlink_atomically(source, dest):
+    if hardlink and atomic_hardlink(source, dest):
         return "hardlink"
     return copy_atomically(source, dest)
-
-
-def hardlink_atomically(source: str, dest: str) -> bool:
-    """Hard-link ``dest`` to ``source``; False when the filesystem cannot (EXDEV, ...)."""
-    if _same_file(source, dest):
-        return True
-    try:
-        link_atomically(os.link, source, dest, "link")
-    except TransferError as err:
-        cause = err.__cause__
-        if isinstance(cause, OSError) and cause.errno in _NO_LINK:
-            return False
-        raise
-    return True
-
-
-def link_atomically(make: Callable[[str, str], None], target: str, dest: str, operation: str) -> None:
-    """Create a link under a temp name beside ``dest`` and rename it over ``dest``."""
-    directory, name = os.path.split(dest)
-    temp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.link")
-    try:
-        try:
-            make(target, temp)
-        except FileNotFoundError:
-            if os.path.isdir(directory or "."):
-                raise
-            os.makedirs(directory or ".", exist_ok=True)
-            make(target, temp)
-        os.replace(temp, dest)
-    except OSError as err:
-        _unlink(temp)
-        raise local_error(err, dest, operation) from err
-    # rename() is a no-op when both names are links to one inode: the temp name would stay.
-    _unlink(temp)
 
 
 def copy_atomically(source: str, dest: str) -> str:
@@ -131,17 +92,3 @@ def copy_range(src: int, dst: int, length: int) -> int:
             copied += written
             view = view[written:]
     return copied
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b) and not os.path.islink(b)
-    except OSError:
-        return False
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -12,6 +12,7 @@ the pool answers by retrying once on a fresh connection.
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import ssl
 from dataclasses import dataclass
@@ -46,6 +47,21 @@ class FileRegion:
 
 
 Body = Union[bytes, FileRegion, None]
+_SMALL_FILE = 1 << 20
+
+
+def file_body(path: str) -> Tuple[int, bytes, Body]:
+    """(size, MD5 digest, body) of a local file to upload: small files are read into memory
+    (sent with the request head in one write), larger ones are sent from disk. Raises OSError."""
+    with open(path, "rb") as fh:
+        data = fh.read(_SMALL_FILE + 1)
+        if len(data) <= _SMALL_FILE:
+            return len(data), hashlib.md5(data).digest(), data
+        digest = hashlib.md5(data)
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+        size = fh.tell()
+    return size, digest.digest(), FileRegion(path, 0, size)
 HeaderList = Iterable[Tuple[str, str]]
 
 
