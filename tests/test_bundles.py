@@ -244,3 +244,20 @@ def test_custom_engine_example_runs_against_minio(s3_env, bucket, minio, tmp_pat
     assert (tmp_path / "w" / "task2" / "part049.txt").read_text() == "partial result 49\n"
     assert (tmp_path / "w" / "restored" / "part007.txt").read_text() == "partial result 7\n"
     assert [k.split("/")[1] for k in keys(minio, bucket)[0]] == [BUNDLE_DIR]
+
+
+def test_planning_failures_become_per_file_results_not_a_crash(proxied, bucket, tmp_path):
+    proxy, env = proxied
+    from pegasus_cloudio.testbed.proxy import Fault
+
+    upload(env, bucket, make_files(tmp_path / "src", 10), bundle=True)
+    proxy.set_faults([Fault.status(403, body=b"<Error><Code>AccessDenied</Code></Error>", method="GET",
+                                   path="list-type", times=1)])
+    proxy.reset_counters()
+    names = [f"f{i:03d}" for i in range(10)]
+    results = download(env, bucket, names, tmp_path / "dst", bundle=True)
+    assert len(results) == 10  # the LIST of the bundle directory failed; nothing raised
+    assert all(r.ok for r in results)  # each file then found its bundle member after a 404
+    bad = dict(env, PEGASUS_CREDENTIALS=str(tmp_path / "absent.conf"))
+    results = download(bad, bucket, names[:3], tmp_path / "dst2", bundle=True)
+    assert [type(r.error).__name__ for r in results] == ["ConfigError"] * 3

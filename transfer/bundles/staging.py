@@ -104,24 +104,37 @@ class BundleStager:
         indexes: Dict[Tuple[int, str], BundleDirectory] = {}
         for position, op in transfers:
             source = op.sources[0]
-            if not (op.dest.is_local and source.scheme in OBJECT_SCHEMES
-                    and self._bundles_for(source.site_label)) or cached(source):
-                rest.append((position, op))
-                continue
-            backend = self._session.backend(source)
-            directory_path, name = posixpath.split(source.path)
-            index = indexes.get((id(backend), directory_path))
-            if index is None:
-                index = indexes[(id(backend), directory_path)] = self._directory(
-                    backend, source.with_path(directory_path), map_fn)
-            found = index.lookup(name)
+            try:
+                found = self._bundled(source, op, indexes, map_fn, cached)
+            except TransferError:
+                found = None  # the per-file path meets the same error and reports it per file
             if found is None:
                 rest.append((position, op))
                 continue
-            bundle, member = found
+            backend, bundle, member = found
             group = groups.setdefault((id(backend), bundle.url.path), DownloadGroup(backend, bundle, []))
             group.items.append((position, op, member))
         return list(groups.values()), rest
+
+    def _bundled(self, source: Url, op: Transfer, indexes: Dict[Tuple[int, str], BundleDirectory],
+                 map_fn: MapFn, cached: Callable[[Url], bool]) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
+        """The bundle member that serves ``op``, if bundling applies and one does."""
+        if not (op.dest.is_local and source.scheme in OBJECT_SCHEMES and self._bundles_for(source.site_label)):
+            return None
+        if cached(source):
+            return None
+        backend = self._session.backend(source)
+        directory_path, name = posixpath.split(source.path)
+        index = indexes.get((id(backend), directory_path))
+        if index is None:
+            directory = source.with_path(directory_path)
+            try:
+                index = self._directory(backend, directory, map_fn)
+            except TransferError:  # once per directory per batch; files then go the per-file way
+                index = BundleDirectory(directory, [])
+            indexes[(id(backend), directory_path)] = index
+        found = index.lookup(name)
+        return None if found is None else (backend, found[0], found[1])
 
     def fetch_group(self, group: DownloadGroup, write: Callable[[str, bytes], None],
                     keep: Optional[Callable[[Url, bytes], None]] = None) -> Dict[int, int]:
@@ -166,11 +179,14 @@ class BundleStager:
         candidates: Dict[Tuple[Hashable, str], List[Tuple[int, Transfer, int]]] = {}
         rest: Indexed = []
         for position, op in transfers:
-            size = self._bundleable_size(op)
-            if size is None:
+            try:
+                size = self._bundleable_size(op)
+                key = (id(self._session.backend(op.dest)), _split(op.dest)[0].path) if size is not None else None
+            except TransferError:
+                size = key = None  # reported per file by the ordinary path
+            if size is None or key is None:
                 rest.append((position, op))
                 continue
-            key = (id(self._session.backend(op.dest)), _split(op.dest)[0].path)
             candidates.setdefault(key, []).append((position, op, size))
         groups: List[UploadGroup] = []
         for items in candidates.values():
