@@ -145,3 +145,23 @@ def test_recursive_remove_of_dir_star_keeps_the_directory(session, tmp_path):
     (tmp_path / "d/sub/b").write_bytes(b"2")
     [result] = Engine(session).run([Remove(parse_url(f"file://{tmp_path}/d/*"), recursive=True)])
     assert result.ok and (tmp_path / "d").is_dir() and os.listdir(tmp_path / "d") == []
+
+
+def test_a_bug_in_one_transfer_is_reported_for_that_file_only(session, tmp_path, monkeypatch):
+    (tmp_path / "good").write_bytes(b"ok")
+    (tmp_path / "bad").write_bytes(b"boom")
+    from transfer.backends import local as local_backend
+
+    real = local_backend.LocalBackend.get
+
+    def flaky(self, url, sink, byte_range=None):
+        if url.path.endswith("bad"):
+            raise KeyError("simulated bug")
+        return real(self, url, sink, byte_range)
+
+    monkeypatch.setattr(local_backend.LocalBackend, "get", flaky)
+    bad, good = Engine(session).run([Transfer((url(tmp_path / "bad"),), url(tmp_path / "o/bad")),
+                                     Transfer((url(tmp_path / "good"),), url(tmp_path / "o/good"))])
+    assert good.ok and not bad.ok and bad.attempts == 1
+    assert "internal error: KeyError" in str(bad.error) and isinstance(bad.error.__cause__, KeyError)
+    assert os.listdir(tmp_path / "o") == ["good"]

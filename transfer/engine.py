@@ -46,6 +46,17 @@ ResultCallback = Callable[[Result], None]
 _Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
 
 
+def _contained(action: _Action, history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+    """Run ``action``; an exception outside the tree (a bug) becomes a non-retryable
+    TransferError for this operation instead of aborting the whole batch."""
+    try:
+        return action(history)
+    except TransferError:
+        raise
+    except Exception as err:  # noqa: BLE001 - reported per file, cause kept
+        raise TransferError(f"internal error: {type(err).__name__}: {err}", operation="transfer") from err
+
+
 class InlineExecutor(Executor):
     """Runs each task at submit time, in the caller's thread (deterministic tests)."""
 
@@ -187,7 +198,7 @@ class Engine:
         start = time.monotonic()
         for attempt in itertools.count(1):
             try:
-                nbytes, source = action(history)
+                nbytes, source = _contained(action, history)
             except TransferError as err:
                 if self._retry.should_retry(err, attempt) and budget.try_spend():
                     self._sleep(self._retry.delay(attempt, err, self._rng))
