@@ -165,3 +165,17 @@ def test_a_bug_in_one_transfer_is_reported_for_that_file_only(session, tmp_path,
     assert good.ok and not bad.ok and bad.attempts == 1
     assert "internal error: KeyError" in str(bad.error) and isinstance(bad.error.__cause__, KeyError)
     assert os.listdir(tmp_path / "o") == ["good"]
+
+
+def test_many_threads_linking_into_one_new_directory(tmp_path):
+    """Parents created concurrently by other threads never make a link fail."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transfer.atomic import atomic_hardlink
+
+    (tmp_path / "src").write_bytes(b"x")
+    for round_ in range(20):
+        target = tmp_path / f"new{round_}" / "deeper"
+        with ThreadPoolExecutor(8) as pool:
+            done = list(pool.map(lambda i: atomic_hardlink(str(tmp_path / "src"), str(target / f"f{i}")), range(8)))
+        assert done == [True] * 8 and len(os.listdir(target)) == 8

@@ -150,8 +150,8 @@ def _atomic_link(make_link: Callable[[str, str], None], target: str, link_path: 
         try:
             make_link(target, temp)
         except FileNotFoundError:
-            if os.path.isdir(directory or "."):
-                raise
+            # The parent may be missing (or being created by another thread right now): make
+            # it and try once more; a second miss means the target itself is missing.
             os.makedirs(directory or ".", exist_ok=True)
             make_link(target, temp)
         os.replace(temp, link_path)
