@@ -34,16 +34,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from pegasus_cloudio.testbed.process import answers_ok, terminate
-from typing import IO, Optional, Type
+from pegasus_cloudio.testbed.process import ServerProcess, answers_ok
+from typing import Optional
 
 from .ports import free_port
 from .tools import ensure_fake_gcs_server
@@ -56,7 +52,7 @@ _PORT_ATTEMPTS = 3
 _POLL_S = 0.05
 
 
-class FakeGcsServer:
+class FakeGcsServer(ServerProcess):
     """A fake-gcs-server process with an in-memory store, deleted on `stop`.
 
     Use as a context manager or call `start` / `stop`. ``port`` fixes the port (default: a
@@ -67,6 +63,8 @@ class FakeGcsServer:
     (``http://127.0.0.1:PORT``).
     """
 
+    LOG_NAME = "fake-gcs-server.log"
+
     def __init__(self, *, port: int = 0, external_url: Optional[str] = None,
                  start_timeout: float = 60.0) -> None:
         self.host = "127.0.0.1"
@@ -74,51 +72,22 @@ class FakeGcsServer:
         self.external_url = external_url
         self.start_timeout = start_timeout
         self._fixed_port = bool(port)
-        self._tmp: Optional[Path] = None
-        self._proc: Optional["subprocess.Popen[bytes]"] = None
-        self._log: Optional[IO[bytes]] = None
+        super().__init__()
 
     @property
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def __enter__(self) -> "FakeGcsServer":
-        return self.start()
-
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
-        self.stop()
-
     def start(self) -> "FakeGcsServer":
         """Start the server and wait until it answers; RuntimeError (with the log tail) if not."""
-        if self._proc is not None:
-            raise RuntimeError("fake-gcs-server already started")
         binary = ensure_fake_gcs_server()
-        self._tmp = Path(tempfile.mkdtemp(prefix="pegasus-cloudio-fakegcs-"))
+        self._make_tmp("pegasus-cloudio-fakegcs-")
         try:
             self._launch(binary)
         except BaseException:
             self.stop()
             raise
         return self
-
-    def stop(self) -> None:
-        """Terminate the server (SIGKILL after 10 s) and delete its temp dir. Idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            terminate(proc)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        path = self._tmp / "fake-gcs-server.log" if self._tmp is not None else None
-        if path is None or not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     def create_bucket(self, name: str) -> None:
         """Create bucket ``name`` through the JSON API (a test-setup helper, not the code under test)."""
@@ -144,7 +113,6 @@ class FakeGcsServer:
                            f"within {self.start_timeout:.0f} s; log tail:\n{tail}")
 
     def _spawn(self, binary: Path) -> None:
-        assert self._tmp is not None
         if not self._fixed_port:
             self.port = free_port()
         cmd = [str(binary), "-scheme", "http", "-host", self.host, "-port", str(self.port),
@@ -152,26 +120,12 @@ class FakeGcsServer:
                "-log-level", "warn"]
         if self.external_url:
             cmd += ["-external-url", self.external_url]
-        self._log = open(self._tmp / "fake-gcs-server.log", "wb")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "STORAGE_EMULATOR"))}
-        self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=subprocess.STDOUT, cwd=str(self._tmp))
+        self._spawn_logged(cmd, env)
 
     def _wait_ready(self, deadline: float) -> bool:
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                return False
-            if answers_ok(self.endpoint + READY_PATH):
-                return True
-            time.sleep(_POLL_S)
-        return False
+        return self._wait_until(deadline, lambda: answers_ok(self.endpoint + READY_PATH), _POLL_S)
 
-    def _discard_process(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            terminate(proc)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+
 
 

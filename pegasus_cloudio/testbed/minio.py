@@ -13,13 +13,10 @@ import os
 import secrets
 import shutil
 import ssl
-import subprocess
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from pegasus_cloudio.testbed.process import answers_ok, terminate
-from typing import IO, Dict, Optional, Type, Union
+from pegasus_cloudio.testbed.process import ServerProcess, answers_ok
+from typing import Dict, Optional, Union
 
 from .certs import make_tls_files
 from .ports import free_port
@@ -35,7 +32,7 @@ _POLL_S = 0.05
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class MinioServer:
+class MinioServer(ServerProcess):
     """A single-drive MinIO server with random root credentials.
 
     Use as a context manager (``with MinioServer() as s3:``) or call
@@ -51,6 +48,8 @@ class MinioServer:
             the file lives in the temp dir, so it is gone after `stop`).
         tls: whether the server speaks https.
     """
+
+    LOG_NAME = "minio.log"
 
     def __init__(
         self,
@@ -75,31 +74,13 @@ class MinioServer:
         self.start_timeout = start_timeout
         self._binary = Path(binary) if binary is not None else None
         self._base_dir = base_dir
-        self._tmp: Optional[Path] = None
-        self._proc: Optional["subprocess.Popen[bytes]"] = None
-        self._log: Optional[IO[bytes]] = None
+        super().__init__()
 
     @property
     def endpoint(self) -> str:
         """Base URL of the S3 API."""
         scheme = "https" if self.tls else "http"
         return f"{scheme}://{self.host}:{self.port}"
-
-    @property
-    def log_file(self) -> Optional[Path]:
-        """The server's combined stdout/stderr log while it runs."""
-        return self._tmp / "minio.log" if self._tmp is not None else None
-
-    def __enter__(self) -> "MinioServer":
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.stop()
 
     def start(self) -> "MinioServer":
         """Start the server and wait until it serves S3 requests.
@@ -108,10 +89,8 @@ class MinioServer:
         with the tail of the server log if it exits or is not ready within
         ``start_timeout`` seconds; the server is stopped in that case.
         """
-        if self._proc is not None:
-            raise RuntimeError("MinIO server already started")
         binary = self._binary or ensure_minio()
-        self._tmp = Path(tempfile.mkdtemp(prefix="pegasus-cloudio-minio-", dir=self._base_dir))
+        self._make_tmp("pegasus-cloudio-minio-", self._base_dir)
         try:
             certs_dir = self._prepare_certs()
             self._launch(binary, certs_dir)
@@ -119,28 +98,6 @@ class MinioServer:
             self.stop()
             raise
         return self
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, SIGKILL after 10 s) and delete its temp dir.
-
-        Idempotent; safe to call on a server that never started.
-        """
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            terminate(proc)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the server log ("" if there is none)."""
-        path = self.log_file
-        if path is None or not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     def write_pegasus_credentials(
         self,
@@ -207,11 +164,7 @@ class MinioServer:
             "--console-address", f"{self.host}:{self.console_port}",
             "--certs-dir", str(certs_dir),
         ]
-        self._log = open(self._tmp / "minio.log", "wb")
-        self._proc = subprocess.Popen(
-            cmd, env=self._environment(), stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=subprocess.STDOUT, cwd=str(self._tmp),
-        )
+        self._spawn_logged(cmd, self._environment())
 
     def _environment(self) -> Dict[str, str]:
         """The parent environment without MINIO_* settings, plus ours."""
@@ -229,21 +182,8 @@ class MinioServer:
         """Poll the readiness path; False if the process exits or time runs out."""
         context = ssl.create_default_context(cafile=str(self.ca_file)) if self.tls else None
         url = self.endpoint + READY_PATH
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                return False
-            if answers_ok(url, context):
-                return True
-            time.sleep(_POLL_S)
-        return False
+        return self._wait_until(deadline, lambda: answers_ok(url, context), _POLL_S)
 
-    def _discard_process(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            terminate(proc)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from pegasus_cloudio.testbed.process import terminate
-from typing import IO, Dict, List, Optional, Type
+from pegasus_cloudio.testbed.process import ServerProcess
+from typing import Dict, List, Optional
 
 from .ports import free_port
 
@@ -60,7 +57,7 @@ Subsystem sftp internal-sftp
 """
 
 
-class SshServer:
+class SshServer(ServerProcess):
     """OpenSSH sshd for one test session or benchmark run.
 
     Attributes (meaningful once started):
@@ -75,6 +72,9 @@ class SshServer:
         root: a directory (owned by ``user``) the tests use as remote base path.
     """
 
+    LOG_NAME = "sshd.log"
+    STOP_GRACE = _STOP_GRACE_S
+
     def __init__(self, *, start_timeout: float = 30.0, base_dir: Optional[str] = None) -> None:
         self.host = "127.0.0.1"
         self.port = 0
@@ -87,20 +87,7 @@ class SshServer:
         self.root = Path()
         self._host_public: List[str] = []
         self._base_dir = base_dir
-        self._tmp: Optional[Path] = None
-        self._proc: Optional["subprocess.Popen[bytes]"] = None
-        self._log: Optional[IO[bytes]] = None
-
-    def __enter__(self) -> "SshServer":
-        return self.start()
-
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
-        self.stop()
-
-    @property
-    def log_file(self) -> Optional[Path]:
-        return self._tmp / "sshd.log" if self._tmp is not None else None
+        super().__init__()
 
     def start(self) -> "SshServer":
         """Generate keys and config, start sshd, wait for its banner.
@@ -108,13 +95,11 @@ class SshServer:
         Raises RuntimeError (with the log tail) if sshd is missing, exits, or does not
         answer within ``start_timeout`` seconds; the server is stopped in that case.
         """
-        if self._proc is not None:
-            raise RuntimeError("sshd already started")
         _wait_for_install()
-        self._tmp = Path(tempfile.mkdtemp(prefix="pegasus-cloudio-sshd-", dir=self._base_dir))
+        tmp = self._make_tmp("pegasus-cloudio-sshd-", self._base_dir)
         try:
             self._make_keys()
-            self.root = self._tmp / "root"
+            self.root = tmp / "root"
             self.root.mkdir()
             if os.geteuid() == 0:
                 os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)
@@ -124,18 +109,8 @@ class SshServer:
             raise
         return self
 
-    def stop(self) -> None:
-        """Stop sshd and its connections, delete the temp dir. Idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            self._kill_children(proc.pid)
-            terminate(proc, _STOP_GRACE_S)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+    def _before_stop(self, proc: "subprocess.Popen[bytes]") -> None:
+        self._kill_children(proc.pid)  # per-connection sshd processes outlive the listener
 
     def drop_connections(self) -> int:
         """SIGKILL every per-connection sshd process; the listener keeps serving.
@@ -145,12 +120,6 @@ class SshServer:
         if self._proc is None:
             return 0
         return self._kill_children(self._proc.pid)
-
-    def log_tail(self, lines: int = 40) -> str:
-        path = self.log_file
-        if path is None or not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     # -- internals
 
@@ -177,9 +146,7 @@ class SshServer:
                 return
             if "Address already in use" not in self.log_tail():
                 break
-            proc, self._proc = self._proc, None
-            if proc is not None:
-                terminate(proc, _STOP_GRACE_S)
+            self._discard_process()
         tail = self.log_tail()
         raise RuntimeError(f"sshd did not answer on {self.host}:{self.port} within "
                            f"{self.start_timeout:.0f} s; log tail:\n{tail}")
@@ -191,21 +158,10 @@ class SshServer:
         config.write_text(_CONFIG.format(
             port=self.port, host_key=self._tmp / "ssh_host_ed25519_key",
             authorized_keys=self._tmp / "authorized_keys", user=self.user))
-        if self._log is not None:
-            self._log.close()
-        self._log = open(self._tmp / "sshd.log", "ab")
-        self._proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,
-                                      stdout=self._log, stderr=subprocess.STDOUT, cwd=str(self._tmp),
-                                      env=_clean_env())
+        self._spawn_logged([SSHD, "-D", "-e", "-f", str(config)], _clean_env())
 
     def _wait_ready(self, deadline: float) -> bool:
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                return False
-            if _reads_banner(self.host, self.port):
-                return True
-            time.sleep(_POLL_S)
-        return False
+        return self._wait_until(deadline, lambda: _reads_banner(self.host, self.port), _POLL_S)
 
     def _kill_children(self, pid: int) -> int:
         victims = _descendants(pid)
