@@ -23,23 +23,21 @@ import base64
 import re
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
-from urllib.parse import urljoin, urlsplit
+from typing import BinaryIO, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pegasus_cloudio.condor.credentials import is_presigned, may_add_headers, read_token
 from transfer.atomic import local_error
 from transfer.backends.base import Backend, ByteRange, ObjectInfo
 from transfer.backends.http import check_response as check_status
-from transfer.errors import ChecksumMismatch, InvalidInput, RemoteError, TransferError
+from transfer.errors import ChecksumMismatch, InvalidInput, TransferError
 from transfer.http.connection import Body, file_body
-from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.http.origins import REDIRECTS, OriginPools, origin_of
+from transfer.http.pool import PooledResponse
 from transfer.session import Context, Session
 from transfer.config import Settings
 from transfer.urls import Url
 
-_GET_REDIRECTS = (301, 302, 303, 307, 308)
 _PUT_REDIRECTS = (307, 308)
-_MAX_REDIRECTS = 5
 _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
 
 Headers = List[Tuple[str, str]]
@@ -66,8 +64,8 @@ class PluginHttpBackend:
     def __init__(self, inner: Backend, context: Context) -> None:
         self._inner = inner
         self._context = context
-        self._pools: Dict[str, ConnectionPool] = {}
-        self._lock = threading.Lock()
+        self._origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
+                                    timeouts=context.timeouts, stats=context.stats)
 
     # -- Backend ------------------------------------------------------------------------
 
@@ -79,7 +77,7 @@ class PluginHttpBackend:
         if not isinstance(url, TokenUrl):
             return self._inner.get(url, sink, byte_range)
         extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []
-        with self._request("GET", url, extra, None, _GET_REDIRECTS) as response:
+        with self._request("GET", url, extra, None, REDIRECTS) as response:
             check_status(response, without_query(url), "get", ok=(206,) if byte_range else (200,))
             count = response.read_into(sink.write)
             declared = response.headers.get("content-length", "")
@@ -116,22 +114,9 @@ class PluginHttpBackend:
 
     def close(self) -> None:
         """Closes this backend's own pools (the inner backend belongs to the session)."""
-        with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            pool.close()
+        self._origins.close()
 
     # -- plumbing -----------------------------------------------------------------------
-
-    def _pool(self, origin: str) -> ConnectionPool:
-        with self._lock:
-            pool = self._pools.get(origin)
-            if pool is None:
-                ssl_context = self._context.ssl_context() if origin.startswith("https:") else None
-                pool = self._pools[origin] = ConnectionPool(
-                    origin, max_idle=self._context.settings.threads + 2, ssl_context=ssl_context,
-                    timeouts=self._context.timeouts, stats=self._context.stats)
-            return pool
 
     def _auth(self, url: Url, origin: str, first_origin: str) -> Headers:
         if not isinstance(url, TokenUrl) or origin != first_origin:
@@ -143,28 +128,15 @@ class PluginHttpBackend:
 
     def _request(self, method: str, url: Url, headers: Headers, body: Body,
                  follow: Tuple[int, ...]) -> PooledResponse:
-        location = f"{url.scheme}://{url.host}{url.path}"
-        first_origin = _origin(location)
-        safe = str(without_query(url))
-        for _ in range(_MAX_REDIRECTS + 1):
-            parts = urlsplit(location)
-            origin = _origin(location)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            hop = headers + self._auth(url, origin, first_origin)
-            try:
-                response = self._pool(origin).request(method, target, hop, body)
-            except TransferError as err:
-                raise type(err)(err.message, url=safe, operation=method.lower(), status=err.status) from err
-            if response.status not in follow or "location" not in response.headers:
-                return response
-            response.discard()
-            location = urljoin(location, response.headers["location"])
-        raise RemoteError("too many redirects", url=safe, operation=method.lower())
+        first_origin = origin_of(url.full)
+        try:
+            response, _ = self._origins.request(
+                method, url.full, lambda origin: headers + self._auth(url, origin, first_origin), body, follow)
+        except TransferError as err:
+            raise type(err)(err.message, url=str(without_query(url)), operation=method.lower(),
+                            status=err.status) from err
+        return response
 
-
-def _origin(location: str) -> str:
-    parts = urlsplit(location)
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
 

@@ -8,9 +8,8 @@ HTTP is a download-only source here: uploads, listings and deletes are refused.
 
 from __future__ import annotations
 
-import threading
-from typing import BinaryIO, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
-from urllib.parse import urljoin, urlsplit
+from typing import BinaryIO, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
 
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import (
@@ -24,12 +23,11 @@ from transfer.errors import (
     TransferError,
     TransientError,
 )
-from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.http.origins import OriginPools
+from transfer.http.pool import PooledResponse
 from transfer.session import Context
 from transfer.urls import Url
 
-_REDIRECTS = (301, 302, 303, 307, 308)
-_MAX_REDIRECTS = 5
 
 
 def endpoint_key(url: Url, context: Context) -> Hashable:
@@ -45,20 +43,8 @@ class HttpBackend:
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self._pools: Dict[str, ConnectionPool] = {}
-        self._lock = threading.Lock()
-
-    def _pool(self, origin: str) -> ConnectionPool:
-        pool = self._pools.get(origin)
-        if pool is None:
-            with self._lock:
-                pool = self._pools.get(origin)
-                if pool is None:
-                    ssl_context = self._context.ssl_context() if origin.startswith("https:") else None
-                    pool = self._pools[origin] = ConnectionPool(
-                        origin, max_idle=self._context.settings.threads + 2, ssl_context=ssl_context,
-                        timeouts=self._context.timeouts, stats=self._context.stats)
-        return pool
+        self._origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
+                                    timeouts=context.timeouts, stats=context.stats)
 
     def _headers(self, url: Url, host: str) -> List[Tuple[str, str]]:
         env = self._context.env
@@ -73,21 +59,13 @@ class HttpBackend:
         return list(creds.headers_for(url.scheme, host).items())
 
     def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
-        location = url.full
-        for _ in range(_MAX_REDIRECTS + 1):
-            parts = urlsplit(location)
-            origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            headers = self._headers(url, parts.hostname or "") + extra
-            try:
-                response = self._pool(origin).request(method, target, headers)
-            except TransferError as err:
-                raise type(err)(err.message, url=str(url), operation=method.lower()) from err
-            if response.status not in _REDIRECTS or "location" not in response.headers:
-                return response, location
-            response.discard()
-            location = urljoin(location, response.headers["location"])
-        raise RemoteError("too many redirects", url=str(url), operation=method.lower())
+        def hop_headers(origin: str) -> List[Tuple[str, str]]:
+            return self._headers(url, urlsplit(origin).hostname or "") + extra
+
+        try:
+            return self._origins.request(method, url.full, hop_headers)
+        except TransferError as err:
+            raise type(err)(err.message, url=str(url), operation=method.lower(), status=err.status) from err
 
     def stat(self, url: Url) -> ObjectInfo:
         response, _ = self._open("HEAD", url, [])
@@ -124,10 +102,7 @@ class HttpBackend:
         return f"{url.scheme}://{url.host.rpartition('@')[2]}{url.path}"
 
     def close(self) -> None:
-        with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            pool.close()
+        self._origins.close()
 
 
 def _has_site_credentials(url: Url, env: Mapping[str, str]) -> bool:

@@ -1,0 +1,72 @@
+"""Keep-alive pools for every origin a session talks to, and requests that follow redirects
+across them (a redirect to another origin uses that origin's pool)."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from typing import Callable, Dict, List, Optional, Tuple
+from urllib.parse import urljoin, urlsplit
+
+from transfer.errors import RemoteError
+from transfer.http.connection import Body, Timeouts
+from transfer.http.pool import ConnectionPool, PooledResponse, PoolStats
+
+Headers = List[Tuple[str, str]]
+REDIRECTS = (301, 302, 303, 307, 308)
+MAX_REDIRECTS = 5
+
+
+def origin_of(location: str) -> str:
+    """``scheme://host[:port]`` of a URL, without any user information."""
+    parts = urlsplit(location)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+class OriginPools:
+    """One :class:`ConnectionPool` per origin, created on first use; thread-safe."""
+
+    def __init__(self, *, max_idle: int, ssl_context: Callable[[], ssl.SSLContext], timeouts: Timeouts,
+                 stats: Optional[PoolStats] = None) -> None:
+        self._max_idle = max_idle
+        self._ssl_context = ssl_context
+        self._timeouts = timeouts
+        self._stats = stats
+        self._pools: Dict[str, ConnectionPool] = {}
+        self._lock = threading.Lock()
+
+    def pool(self, origin: str) -> ConnectionPool:
+        pool = self._pools.get(origin)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(origin)
+                if pool is None:
+                    context = self._ssl_context() if origin.startswith("https:") else None
+                    pool = self._pools[origin] = ConnectionPool(
+                        origin, max_idle=self._max_idle, ssl_context=context, timeouts=self._timeouts,
+                        stats=self._stats)
+        return pool
+
+    def request(self, method: str, location: str, headers: Callable[[str], Headers], body: Body = None,
+                follow: Tuple[int, ...] = REDIRECTS) -> Tuple[PooledResponse, str]:
+        """Send ``method`` to ``location``, following redirects with a status in ``follow``.
+
+        ``headers(origin)`` gives each hop's headers (credentials belong to one origin).
+        Returns the final response (body unread) and its URL; transfer errors propagate.
+        """
+        for _ in range(MAX_REDIRECTS + 1):
+            parts = urlsplit(location)
+            origin = origin_of(location)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            response = self.pool(origin).request(method, target, headers(origin), body)
+            if response.status not in follow or "location" not in response.headers:
+                return response, location
+            response.discard()
+            location = urljoin(location, response.headers["location"])
+        raise RemoteError("too many redirects", operation=method.lower())
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
