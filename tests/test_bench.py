@@ -38,3 +38,14 @@ def test_mconcatfit_bench_compares_per_file_bundled_floor_and_stock():
     assert runs["floor (1 GET + local writes)"]["requests"] == 1
     assert result["targets"]["requests_at_least_50x_fewer"] is False  # 120/5 < 50 at this scale
     assert result["ratios"]["consumer_request_reduction"] == 24.0
+
+
+def test_condor_plugin_bench_reports_its_targets():
+    done = subprocess.run(
+        [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "condor-plugin", "--count", "20", "--sample", "4",
+         "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["targets"]["files_identical"] is True
+    assert result["targets"]["connections_at_most_threads_plus_2 (10)"] is True
+    assert result["ratios"]["stage_in_throughput_vs_process_per_file"] > 1

@@ -23,9 +23,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
+from pegasus_cloudio.bench.harness import (
+    Measurement, Progress, extrapolate, files_identical, fresh_dir,
+    make_inputs, measure, ratio, tool_env,
+)
 from pegasus_cloudio.bench.small_files import _positive
 from pegasus_cloudio.condor.ads import classad
 from pegasus_cloudio.testbed.minio import MinioServer
@@ -71,12 +74,7 @@ class Job:
 
     def __init__(self, root: str, params: Params, server: MinioServer, proxy: TcpProxy) -> None:
         self.root, self.params = root, params
-        self.names = [f"f{i:05d}.dat" for i in range(params.count)]
-        self.src = os.path.join(root, "src")
-        os.makedirs(self.src)
-        for name in self.names:
-            with open(os.path.join(self.src, name), "wb") as fh:
-                fh.write(os.urandom(params.size))
+        self.src, self.names = make_inputs(root, params.count, params.size)
         creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site="minio",
                                                  user="bench", endpoint=proxy.url())
         self.env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
@@ -165,25 +163,22 @@ def _total(runs: Sequence[Measurement]) -> Measurement:
 def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
     measured = {k: v for k, v in runs.items() if isinstance(v, Measurement)}
     batch_in, batch_out, single = measured["batch_in"], measured["batch_out"], measured["per_file_in"]
-    ratio = _ratio(batch_in.files_per_s, single.files_per_s)
+    speedup = ratio(batch_in.files_per_s, single.files_per_s)
     limit = params.threads + 2
     return {
         "benchmark": "condor-plugin",
         "params": params.__dict__,
         "runs": [m.as_dict() for m in measured.values()],
-        "ratios": {"stage_in_throughput_vs_process_per_file": round(ratio, 1) if ratio else None},
+        "ratios": {"stage_in_throughput_vs_process_per_file": round(speedup, 1) if speedup else None},
         "targets": {
             f"connections_at_most_threads_plus_2 ({limit})": batch_in.connections <= limit
             and batch_out.connections <= limit,
-            "throughput_at_least_20x_process_per_file": (ratio or 0) >= 20,
+            "throughput_at_least_20x_process_per_file": (speedup or 0) >= 20,
             "all_exit_codes_zero": all(m.exit_code == 0 for m in measured.values()),
             "files_identical": bool(runs["batch_identical"]) and bool(runs["per_file_identical"]),
         },
     }
 
-
-def _ratio(numerator: float, denominator: float) -> Optional[float]:
-    return numerator / denominator if denominator > 0 else None
 
 
 def format_table(result: Dict[str, object]) -> str:

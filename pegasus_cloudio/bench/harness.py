@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pegasus_cloudio.testbed.proxy import TcpProxy
 
@@ -136,6 +136,22 @@ def tool_env(extra: Mapping[str, str]) -> Dict[str, str]:
     env["PEGASUS_CLOUDIO_CACHE_DIR"] = "off"
     env.update(extra)
     return env
+
+
+def make_inputs(root: str, count: int, size: int) -> Tuple[str, List[str]]:
+    """``count`` files of ``size`` random bytes in ``root/src``: (that directory, their names)."""
+    src = os.path.join(root, "src")
+    os.makedirs(src)
+    names = [f"f{i:05d}.dat" for i in range(count)]
+    for name in names:
+        with open(os.path.join(src, name), "wb") as fh:
+            fh.write(os.urandom(size))
+    return src, names
+
+
+def ratio(numerator: float, denominator: float) -> Optional[float]:
+    """numerator / denominator, or None when the denominator is not positive."""
+    return numerator / denominator if denominator > 0 else None
 
 
 def fresh_dir(root: str, name: str) -> str:

@@ -25,7 +25,10 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
+from pegasus_cloudio.bench.harness import (
+    Measurement, Progress, extrapolate, files_identical, fresh_dir,
+    make_inputs, measure, ratio, tool_env,
+)
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
 from pegasus_cloudio.testbed.stock import make_stock_home
@@ -91,12 +94,7 @@ class Workspace:
     def __init__(self, root: str, params: Params, server: MinioServer, proxy: TcpProxy) -> None:
         self.root = root
         self.params = params
-        self.names = [f"f{i:05d}.dat" for i in range(params.count)]
-        self.src = os.path.join(root, "src")
-        os.makedirs(self.src)
-        for name in self.names:
-            with open(os.path.join(self.src, name), "wb") as fh:
-                fh.write(os.urandom(params.size))
+        self.src, self.names = make_inputs(root, params.count, params.size)
         creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE,
                                                  user="bench", endpoint=proxy.url())
         stock = make_stock_home(os.path.join(root, "stock"))
@@ -212,12 +210,12 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
     measured = {k: v for k, v in runs.items() if isinstance(v, Measurement)}
     ours_in, ours_out = measured["ours_in"], measured["ours_out"]
     ratios: Dict[str, Optional[float]] = {
-        "stage_in_speedup_vs_stock": _ratio(measured["stock_in"].wall_s, ours_in.wall_s),
-        "stage_out_speedup_vs_stock": _ratio(measured["stock_out"].wall_s, ours_out.wall_s),
+        "stage_in_speedup_vs_stock": ratio(measured["stock_in"].wall_s, ours_in.wall_s),
+        "stage_out_speedup_vs_stock": ratio(measured["stock_out"].wall_s, ours_out.wall_s),
     }
     if "s5cmd_in" in measured:
-        ratios["stage_in_wall_vs_s5cmd"] = _ratio(ours_in.wall_s, measured["s5cmd_in"].wall_s)
-        ratios["stage_out_wall_vs_s5cmd"] = _ratio(ours_out.wall_s, measured["s5cmd_out"].wall_s)
+        ratios["stage_in_wall_vs_s5cmd"] = ratio(ours_in.wall_s, measured["s5cmd_in"].wall_s)
+        ratios["stage_out_wall_vs_s5cmd"] = ratio(ours_out.wall_s, measured["s5cmd_out"].wall_s)
     targets = {
         "stage_in_at_least_150x_stock": (ratios["stage_in_speedup_vs_stock"] or 0) >= 150,
         "stage_in_within_1.5x_s5cmd": (ratios.get("stage_in_wall_vs_s5cmd") or 99) <= 1.5
@@ -237,9 +235,6 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "targets": targets,
     }
 
-
-def _ratio(numerator: float, denominator: float) -> Optional[float]:
-    return numerator / denominator if denominator > 0 else None
 
 
 def format_table(result: Dict[str, object]) -> str:

@@ -23,7 +23,10 @@ import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pegasus_cloudio.bench import naive_gcs
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
+from pegasus_cloudio.bench.harness import (
+    Measurement, Progress, extrapolate, files_identical, fresh_dir,
+    make_inputs, measure, ratio, tool_env,
+)
 from pegasus_cloudio.bench.small_files import Params, measure_ours, measure_startup
 from pegasus_cloudio.testbed.fakegcs import FakeGcsServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
@@ -44,12 +47,7 @@ class GcsWorkspace:
     def __init__(self, root: str, params: Params, proxy: TcpProxy) -> None:
         self.root = root
         self.params = params
-        self.names = [f"f{i:05d}.dat" for i in range(params.count)]
-        self.src = os.path.join(root, "src")
-        os.makedirs(self.src)
-        for name in self.names:
-            with open(os.path.join(self.src, name), "wb") as fh:
-                fh.write(os.urandom(params.size))
+        self.src, self.names = make_inputs(root, params.count, params.size)
         inherited = {k: v for k, v in tool_env({}).items() if not k.startswith(("GOOGLE_", "STORAGE_"))}
         self.env = dict(inherited, STORAGE_EMULATOR_HOST=proxy.url(), PEGASUS_CLOUDIO_CONFIG=os.devnull)
 
@@ -109,11 +107,11 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
     ours_in, ours_out = measured["ours_in"], measured["ours_out"]
     naive_in, naive_out = measured["naive_in"], measured["naive_out"]
     ratios: Dict[str, Optional[float]] = {
-        "stage_in_speedup_vs_naive": _ratio(naive_in.wall_s, ours_in.wall_s),
-        "stage_out_speedup_vs_naive": _ratio(naive_out.wall_s, ours_out.wall_s),
-        "requests_per_downloaded_file": _ratio(ours_in.requests, ours_in.files),
-        "naive_requests_per_downloaded_file": _ratio(naive_in.requests, naive_in.files),
-        "naive_connections_per_downloaded_file": _ratio(naive_in.connections, naive_in.files),
+        "stage_in_speedup_vs_naive": ratio(naive_in.wall_s, ours_in.wall_s),
+        "stage_out_speedup_vs_naive": ratio(naive_out.wall_s, ours_out.wall_s),
+        "requests_per_downloaded_file": ratio(ours_in.requests, ours_in.files),
+        "naive_requests_per_downloaded_file": ratio(naive_in.requests, naive_in.files),
+        "naive_connections_per_downloaded_file": ratio(naive_in.connections, naive_in.files),
     }
     limit = params.threads + 2
     targets = {
@@ -133,6 +131,3 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "notes": NOTES,
     }
 
-
-def _ratio(numerator: float, denominator: float) -> Optional[float]:
-    return numerator / denominator if denominator > 0 else None

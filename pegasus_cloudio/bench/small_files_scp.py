@@ -24,8 +24,11 @@ import shutil
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure, tool_env, fresh_dir
-from pegasus_cloudio.bench.small_files import Params, _ratio, measure_ours, measure_startup, transfer_spec
+from pegasus_cloudio.bench.harness import (
+    Measurement, Progress, extrapolate, files_identical, fresh_dir,
+    make_inputs, measure, ratio, tool_env,
+)
+from pegasus_cloudio.bench.small_files import Params, measure_ours, measure_startup, transfer_spec
 from pegasus_cloudio.testbed.relay import RawRelay
 from pegasus_cloudio.testbed.sshd import SshServer
 from pegasus_cloudio.testbed.stock import make_stock_home
@@ -43,12 +46,7 @@ class ScpWorkspace:
         self.root = root
         self.params = params
         self.server = server
-        self.names = [f"f{i:05d}.dat" for i in range(params.count)]
-        self.src = os.path.join(root, "src")
-        os.makedirs(self.src)
-        for name in self.names:
-            with open(os.path.join(self.src, name), "wb") as fh:
-                fh.write(os.urandom(params.size))
+        self.src, self.names = make_inputs(root, params.count, params.size)
         home = os.path.join(root, "home")
         os.makedirs(home)
         self.authority = f"{server.user}@{relay.host}:{relay.port}"
@@ -133,8 +131,8 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
     measured = {k: v for k, v in runs.items() if isinstance(v, Measurement)}
     ours_in, ours_out = measured["ours_in"], measured["ours_out"]
     ratios: Dict[str, Optional[float]] = {
-        "stage_in_speedup_vs_stock": _ratio(measured["stock_in"].wall_s, ours_in.wall_s),
-        "stage_out_speedup_vs_stock": _ratio(measured["stock_out"].wall_s, ours_out.wall_s),
+        "stage_in_speedup_vs_stock": ratio(measured["stock_in"].wall_s, ours_in.wall_s),
+        "stage_out_speedup_vs_stock": ratio(measured["stock_out"].wall_s, ours_out.wall_s),
     }
     targets = {
         "stage_in_at_least_20x_stock": (ratios["stage_in_speedup_vs_stock"] or 0) >= 20,
