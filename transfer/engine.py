@@ -9,6 +9,8 @@ operation, in input order. It
   retryable errors only, with jittered exponential backoff and a batch-wide retry budget;
 * writes local destinations atomically (temp name, verify, rename) and never leaves a
   partial file behind;
+* reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
+  from bundles, then from the store, and fills the node cache once;
 * drives multipart uploads for large files and server-side copies between objects of one
   endpoint, or a two-hop copy through a local temp file between different endpoints.
 
@@ -25,11 +27,11 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, atomic_write_bytes, local_error
 from transfer.backends import local
-from transfer.backends.base import Backend, MultipartUploads, ServerSideCopy, TreeRemoval
+from transfer.backends.base import Backend, MultipartUploads, ObjectInfo, ServerSideCopy, TreeRemoval
 from transfer.bundles.directory import fetch_members
 from transfer.bundles.format import member_bytes
 from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
@@ -37,6 +39,7 @@ from transfer.cache import NodeCache
 from transfer.errors import NotFound
 from transfer.errors import TransferError
 from transfer.http.connection import FileRegion
+from transfer.peers import PeerRound, PeerSink, PeerSource, Replica
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
 from transfer.retry import RetryBudget, RetryPolicy
 from transfer.session import Session
@@ -83,7 +86,9 @@ class Engine:
         sleep: Callable[[float], None] = time.sleep,
         rng: Optional[random.Random] = None,
         cache: Optional[NodeCache] = None,
+        peers: Optional[PeerSource] = None,
     ) -> None:
+        """``peers`` is consulted only together with a ``cache`` (peers fill the node cache)."""
         settings = session.settings
         self._session = session
         self._threads = threads or settings.threads
@@ -96,6 +101,7 @@ class Engine:
         self._callback_lock = threading.Lock()
         self._bundles = BundleStager(session)
         self._cache = cache
+        self._peers = peers if cache is not None else None
 
     @property
     def max_attempts(self) -> int:
@@ -108,13 +114,16 @@ class Engine:
         results: List[Optional[Result]] = [None] * len(ops)
         budget = RetryBudget(capacity=20 + len(ops) / 10)
         executor = self._executor or ThreadPoolExecutor(self._threads, thread_name_prefix="transfer")
+        peers = PeerRound(self._peers, self._replica) if self._peers is not None else None
         try:
             self._run_mkdirs(ops, results, budget, executor)
-            self._run_transfers(ops, results, budget, executor)
+            self._run_transfers(ops, results, budget, executor, peers)
             self._run_removes(ops, results, budget)
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
+            if peers is not None:
+                peers.publish()
             if self._cache is not None:
                 self._cache.flush_stats()
         return [r for r in results if r is not None]
@@ -140,20 +149,28 @@ class Engine:
                                             outcome.error, None, outcome.history))
 
     def _run_transfers(self, ops: Sequence[Operation], results: List[Optional[Result]],
-                       budget: RetryBudget, executor: Executor) -> None:
+                       budget: RetryBudget, executor: Executor, peers: Optional[PeerRound]) -> None:
         indexed = [(i, op) for i, op in enumerate(ops) if isinstance(op, Transfer)]
         groups: List[Future] = []  # type: ignore[type-arg]
         group_pool: Optional[Executor] = None
+        if peers is not None:
+            peers.lookup(self._read_keys(op for _, op in indexed))
         if self._bundles.enabled:
-            downloads, indexed = self._bundles.plan_downloads(indexed, executor.map, self._cached)
+            def elsewhere(url: Url) -> bool:  # served by the node cache or a peer: no bundle fetch
+                if self._cached(url):
+                    return True
+                key = self._cache_key(url)
+                return peers is not None and key is not None and peers.holds(key)
+
+            downloads, indexed = self._bundles.plan_downloads(indexed, executor.map, elsewhere)
             uploads, indexed = self._bundles.plan_uploads(indexed)
             if downloads or uploads:
                 # Unpacking a bundle is local CPU and file-system work: more threads than cores
                 # only fight over the interpreter lock.
                 pool = group_pool = self._group_pool(executor, len(downloads) + len(uploads))
-                groups = [pool.submit(self._bundle_download, g, budget) for g in downloads]
-                groups += [pool.submit(self._bundle_upload, g, budget) for g in uploads]
-        futures = [(i, executor.submit(self._transfer, op, budget)) for i, op in indexed]
+                groups = [pool.submit(self._bundle_download, g, budget, peers) for g in downloads]
+                groups += [pool.submit(self._bundle_upload, g, budget, peers) for g in uploads]
+        futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             for group in groups:
                 for i, result in group.result():
@@ -222,13 +239,13 @@ class Engine:
 
         return self._with_retries(op, budget, action)
 
-    def _transfer(self, op: Transfer, budget: RetryBudget) -> Result:
+    def _transfer(self, op: Transfer, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Result:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
             errors: List[TransferError] = []
             for source in op.sources:
                 started, clock = time.time(), time.monotonic()
                 try:
-                    nbytes = self._copy(source, op)
+                    nbytes = self._copy(source, op, peers)
                 except TransferError as err:
                     history.append(Attempt(source, op.dest, False, started, time.monotonic() - clock, 0, err))
                     errors.append(err)
@@ -241,28 +258,39 @@ class Engine:
 
     # -- bundles ------------------------------------------------------------------------
 
-    def _bundle_download(self, group: DownloadGroup, budget: RetryBudget) -> List[Tuple[int, Result]]:
+    def _bundle_download(self, group: DownloadGroup, budget: RetryBudget,
+                         peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
         """Fetch one bundle once for all its wanted members; a vanished bundle falls back per file."""
         sizes: Dict[int, int] = {}
         started = time.time()
 
+        def cache_member(url: Url, data: bytes) -> None:
+            self._cache_member(url, data, peers)
+
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-            sizes.update(self._bundles.fetch_group(group, self._write_bytes, self._cache_member))
+            sizes.update(self._bundles.fetch_group(group, self._write_bytes, cache_member))
             return sum(sizes.values()), None
 
         outcome = self._with_retries(group.items[0][1], budget, action)
         if not outcome.ok and isinstance(outcome.error, NotFound):
-            return [(i, self._transfer(op, budget)) for i, op, _ in group.items]
+            return [(i, self._transfer(op, budget, peers)) for i, op, _ in group.items]
         return [(i, self._group_result(op, outcome, sizes.get(i, 0), started)) for i, op, _ in group.items]
 
-    def _bundle_upload(self, group: UploadGroup, budget: RetryBudget) -> List[Tuple[int, Result]]:
+    def _bundle_upload(self, group: UploadGroup, budget: RetryBudget,
+                       peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
         started = time.time()
 
+        def upload(path: str, dest: Url) -> int:
+            return self._upload(path, dest, peers, write_through=False)
+
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-            self._bundles.upload_group(group, self._upload)
+            self._bundles.upload_group(group, upload)
             return sum(size for _, _, size in group.items), None
 
         outcome = self._with_retries(group.items[0][1], budget, action)
+        if outcome.ok:  # the members, not the bundle, are what later reads ask for
+            for _, op, _ in group.items:
+                self._write_through(op.dest, op.sources[0].path, None, peers)
         return [(i, self._group_result(op, outcome, size, started)) for i, op, size in group.items]
 
     @staticmethod
@@ -286,10 +314,26 @@ class Engine:
         key = self._cache_key(url)
         return key is not None and self._cache is not None and self._cache.contains(key)
 
-    def _cache_member(self, url: Url, data: bytes) -> None:
+    def _cache_member(self, url: Url, data: bytes, peers: Optional[PeerRound] = None) -> None:
         key = self._cache_key(url)
         if key is not None and self._cache is not None and not self._cache.contains(key):
-            self._cache.insert_bytes(key, data)
+            if self._cache.insert_bytes(key, data) and peers is not None:
+                peers.stored(key)
+
+    def _read_keys(self, transfers: Iterable[Transfer]) -> List[str]:
+        """The cache keys of every remote source the batch may read (for one peer lookup)."""
+        keys = []
+        for op in transfers:
+            for source in op.sources:
+                key = self._cache_key(source)
+                if key is not None:
+                    keys.append(key)
+        return list(dict.fromkeys(keys))
+
+    def _replica(self, key: str) -> Optional[Replica]:
+        """What peers may be told about the node cache's entry for ``key``."""
+        meta = self._cache.describe(key) if self._cache is not None else None
+        return Replica(key, meta.size, meta.sha256) if meta is not None else None
 
     def _write_bytes(self, path: str, data: bytes) -> None:
         atomic_write_bytes(path, data)
@@ -307,15 +351,16 @@ class Engine:
 
     # -- copies -------------------------------------------------------------------------
 
-    def _copy(self, source: Url, op: Transfer) -> int:
+    def _copy(self, source: Url, op: Transfer, peers: Optional[PeerRound] = None) -> int:
         dest = op.dest
         if dest.is_local:
             if source.is_local:
                 return self._local_copy(source, op)
-            return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink")
+            return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink",
+                                  peers=peers)
         if source.is_local:
-            return self._upload(source.path, dest)
-        return self._remote_copy(source, dest)
+            return self._upload(source.path, dest, peers)
+        return self._remote_copy(source, dest, peers)
 
     def _local_copy(self, source: Url, op: Transfer) -> int:
         dest = op.dest.path
@@ -335,14 +380,26 @@ class Engine:
             return size
         return self._download(source, dest)
 
-    def _download(self, source: Url, dest_path: str, symlink: bool = False) -> int:
-        """Fetch a remote object into ``dest_path``: node cache, then backend, then bundles on 404.
-        ``symlink`` links the destination to the cache entry (Pegasus ``--symlink``)."""
+    def _download(self, source: Url, dest_path: str, symlink: bool = False,
+                  peers: Optional[PeerRound] = None) -> int:
+        """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
+        then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
+        ``--symlink``)."""
         backend = self._session.backend(source)
         key = self._cache_key(source)
         try:
             if key is not None and self._cache is not None:
-                return self._cache.fetch(key, dest_path, lambda sink: backend.get(source, sink), symlink=symlink)[0]
+                def fill(sink: BinaryIO) -> ObjectInfo:
+                    if peers is not None and isinstance(sink, PeerSink):
+                        got = peers.fetch(key, sink)
+                        if got is not None:
+                            return ObjectInfo(source, got)
+                    return backend.get(source, sink)
+
+                nbytes, hit = self._cache.fetch(key, dest_path, fill, symlink=symlink)
+                if not hit and peers is not None:
+                    peers.stored(key)
+                return nbytes
             with AtomicFile(dest_path) as out:
                 backend.get(source, out.file)
                 return out.commit()
@@ -352,7 +409,8 @@ class Engine:
                 raise
             return size
 
-    def _upload(self, path: str, dest: Url) -> int:
+    def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
+                write_through: bool = True) -> int:
         backend = self._session.backend(dest)
         threshold = getattr(backend, "multipart_threshold", None)
         if threshold is not None:
@@ -362,17 +420,20 @@ class Engine:
                 raise local_error(err, path, "put") from err
             if size >= threshold and isinstance(backend, MultipartUploads):
                 size = self._multipart_upload(backend, path, dest, size)
-                self._write_through(dest, path, None)
+                if write_through:
+                    self._write_through(dest, path, None, peers)
                 return size
         info = backend.put(path, dest)
-        self._write_through(dest, path, info.version)
+        if write_through:
+            self._write_through(dest, path, info.version, peers)
         return info.size
 
-    def _write_through(self, dest: Url, path: str, version: Optional[str]) -> None:
-        """An uploaded file serves later jobs on this node without a request."""
+    def _write_through(self, dest: Url, path: str, version: Optional[str], peers: Optional[PeerRound]) -> None:
+        """An uploaded file serves later jobs on this node (and, with peers, on others)."""
         key = self._cache_key(dest)
         if key is not None and self._cache is not None:
-            self._cache.insert_file(key, path, version)
+            if self._cache.insert_file(key, path, version) and peers is not None:
+                peers.stored(key)
 
     def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
         step = backend.part_size
@@ -389,15 +450,15 @@ class Engine:
             raise
         return size
 
-    def _remote_copy(self, source: Url, dest: Url) -> int:
+    def _remote_copy(self, source: Url, dest: Url, peers: Optional[PeerRound] = None) -> int:
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
         if source_backend is dest_backend and isinstance(source_backend, ServerSideCopy):
             return source_backend.copy(source, dest).size
         fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-", suffix=".data")
         os.close(fd)
         try:
-            self._download(source, temp)
-            return self._upload(temp, dest)
+            self._download(source, temp, peers=peers)
+            return self._upload(temp, dest, peers)
         finally:
             try:
                 os.unlink(temp)

@@ -7,22 +7,37 @@ The engine reads a remote object from the first of these that has it:
 3. bundles: a member of a bundle in the object's directory (``transfer.bundles``);
 4. the store itself.
 
-Whatever step 2-4 delivers fills the node cache once. A :class:`PeerSource` is optional
-(``Engine(..., peers=None)`` runs without peers, exactly as on a single node); an
-implementation lives outside the core (``transfer.p2p``) because it needs an index client.
+Whatever step 2-4 delivers fills the node cache once, so peers need the node cache: an
+engine without one never asks a peer. A :class:`PeerSource` is optional
+(``Engine(..., peers=None)`` runs exactly as on a single node); an implementation lives
+outside the core (``transfer.p2p``) because it needs an index client.
+
+Per batch the engine calls :meth:`PeerSource.lookup` once with the cache keys of every remote
+source it may read, :meth:`PeerSource.holds` (no I/O) to keep peer-held files out of bundle
+fetches, :meth:`PeerSource.fetch` while filling the node cache, and
+:meth:`PeerSource.publish` once with what the batch stored in the node cache, each with the
+SHA-256 the cache computed while writing it (no second read).
 
 Contract for implementations: no method raises for an index, network or peer failure (such
 failures mean "no peer has it" and are reported once through the implementation's own
 warning channel); bytes are verified against the size and SHA-256 the producer registered
-before ``fetch`` returns them as good.
+before ``fetch`` returns them as good. :class:`PeerRound` shields the engine from an
+implementation that breaks the contract anyway: an exception disables peers for the rest of
+the batch, with one warning.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, List, Optional, Protocol, Sequence, TypeVar, Union, runtime_checkable
 
-__all__ = ["PeerSource", "Replica"]
+__all__ = ["PeerRound", "PeerSink", "PeerSource", "Replica"]
+
+_log = logging.getLogger(__name__)
+Buffer = Union[bytes, bytearray, memoryview]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -35,22 +50,93 @@ class Replica:
 
 
 @runtime_checkable
+class PeerSink(Protocol):
+    """Where a peer's bytes go: the node cache's temp file for the entry being filled.
+
+    Nothing written here is visible to a job until the engine publishes it, so a source may
+    stream unverified bytes and :meth:`reset` them when verification fails."""
+
+    def write(self, data: Buffer) -> int:
+        """Append ``data``; returns its length."""
+
+    def reset(self) -> None:
+        """Discard everything written so far (the sink is then empty, as when handed over)."""
+
+
+@runtime_checkable
 class PeerSource(Protocol):
     """Where the engine asks for objects other nodes already hold. Thread-safe."""
 
     def lookup(self, keys: Sequence[str]) -> None:
         """Learn which peers hold which of a batch's cache keys, in one index round trip.
 
-        Called once per batch before any :meth:`fetch`; keys not looked up are fetched
-        from no peer."""
+        Called once per batch before any :meth:`holds` or :meth:`fetch`; keys not looked up
+        are held by no peer."""
 
-    def fetch(self, key: str, sink: BinaryIO) -> Optional[int]:
+    def holds(self, key: str) -> bool:
+        """True if the last lookup found a live peer for ``key``. No I/O."""
+
+    def fetch(self, key: str, sink: PeerSink) -> Optional[int]:
         """Write ``key``'s bytes from a peer into ``sink`` and return their size, or None.
 
-        ``sink`` is a seekable, truncatable temp file positioned at 0. On success the bytes
-        have matched the registered size and SHA-256. On None (no peer holds it, every peer
-        failed, was too slow or sent wrong bytes) ``sink`` is left empty at position 0 and
-        the caller goes on to the next source."""
+        On success the bytes have matched the registered size and SHA-256. On None (no peer
+        holds it, every peer failed, was too slow or sent wrong bytes) ``sink`` is empty
+        (reset) and the caller goes on to the next source."""
 
     def publish(self, replicas: Sequence[Replica]) -> None:
         """Register that this node's cache now holds ``replicas``, in one index round trip."""
+
+
+class PeerRound:
+    """One batch's use of a :class:`PeerSource`: one lookup, fetches, one publish.
+
+    ``describe(key)`` gives the node cache's record of a stored entry (None when the cache
+    did not keep it), read at publish time. Thread-safe."""
+
+    def __init__(self, source: PeerSource, describe: Callable[[str], Optional[Replica]]) -> None:
+        self._source = source
+        self._describe = describe
+        self._lock = threading.Lock()
+        self._stored: List[str] = []
+        self._broken = False
+
+    def lookup(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._guard("lookup", lambda: self._source.lookup(keys))
+
+    def holds(self, key: str) -> bool:
+        return not self._broken and bool(self._guard("holds", lambda: self._source.holds(key)))
+
+    def fetch(self, key: str, sink: PeerSink) -> Optional[int]:
+        """The peer's verified size, or None with ``sink`` empty."""
+        if not self.holds(key):
+            return None
+        size = self._guard("fetch", lambda: self._source.fetch(key, sink))
+        if size is None:
+            sink.reset()  # whatever a failed or broken source left behind
+        return size
+
+    def stored(self, key: str) -> None:
+        """The node cache now holds ``key`` because of this batch: publish it."""
+        with self._lock:
+            self._stored.append(key)
+
+    def publish(self) -> None:
+        with self._lock:
+            keys, self._stored = list(dict.fromkeys(self._stored)), []
+        replicas = [r for r in map(self._describe, keys) if r is not None]
+        if replicas:
+            self._guard("publish", lambda: self._source.publish(replicas))
+
+    def _guard(self, what: str, call: Callable[[], Optional[_T]]) -> Optional[_T]:
+        if self._broken:
+            return None
+        try:
+            return call()
+        except Exception as err:  # noqa: BLE001 - a broken source must not fail transfers
+            with self._lock:
+                first, self._broken = not self._broken, True
+            if first:
+                _log.warning("peer sharing off for this batch: %s failed: %s: %s", what,
+                             type(err).__name__, err)
+            return None

@@ -68,6 +68,24 @@ class CacheSink(io.RawIOBase):
         self.written += len(data)
         return len(data)
 
+    def reset(self) -> None:
+        """Discard everything written so far (a peer's bytes that failed verification)."""
+        self.written = 0
+        self._hash = hashlib.sha256()
+        if self.fallback is None:
+            try:
+                os.lseek(self.cache_fd(), 0, os.SEEK_SET)
+                os.ftruncate(self.cache_fd(), 0)
+                return
+            except OSError:
+                self._switch()  # moves the (now zero) bytes written so far
+        assert self.fallback is not None
+        try:
+            self.fallback.file.seek(0)
+            self.fallback.file.truncate()
+        except OSError as err:
+            raise local_error(err, self._dest_path, "write") from err
+
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
 

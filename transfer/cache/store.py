@@ -272,6 +272,13 @@ class NodeCache:
         except OSError:
             return False
 
+    def describe(self, key: str) -> Optional[Meta]:
+        """The recorded metadata (size, SHA-256, ...) of a valid entry for ``key``, or None."""
+        try:
+            return self._valid(self._layout.paths(key), key)
+        except OSError:
+            return None
+
     @contextlib.contextmanager
     def pin(self, key: str) -> Iterator[Optional[str]]:
         """``with cache.pin(key) as path:`` - the entry's path (None if absent), which
