@@ -1,10 +1,15 @@
 """``pegasus-cloudio``: the umbrella command.
 
 ``bench <scenario>``: benchmarks against the stock tools in the same run (``--json`` for
-machine-readable output). Other subcommands (``sites``, ``cache``) come from their modules.
+machine-readable output); ``sites``, ``cache``: commands.
+
+The tables below name each subcommand's module and one-line help, so ``pegasus-cloudio
+--help`` imports nothing and a run imports only the chosen module: ``sites`` and ``cache``
+work with the core and their extra, the bench and test bed load only when a benchmark runs.
 Each bench module provides ``add_arguments(parser)``, ``run_from_args(args) -> dict`` and
 ``format_table(result) -> str``; each command module ``add_arguments(parser)`` and
-``main(args) -> int``. Modules are imported only to build the parser.
+``main(args) -> int``. A module whose third-party import is missing gives one line naming
+the extra to install (exit 2).
 """
 
 from __future__ import annotations
@@ -14,61 +19,96 @@ import importlib
 import json
 import sys
 from types import ModuleType
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-BENCHES: Dict[str, str] = {
-    "small-files": "pegasus_cloudio.bench.small_files",
-    "mconcatfit": "pegasus_cloudio.bench.mconcatfit",
-    "cache": "pegasus_cloudio.bench.cache",
-    "condor-plugin": "pegasus_cloudio.bench.condor_plugin",
+from pegasus_cloudio.version import plain, version_line
+
+PROG = "pegasus-cloudio"
+
+# name -> (module, one-line help)
+BENCHES: Dict[str, Tuple[str, str]] = {
+    "small-files": ("pegasus_cloudio.bench.small_files",
+                    "many small files staged out and in, against the stock tool"),
+    "mconcatfit": ("pegasus_cloudio.bench.mconcatfit",
+                   "Montage mConcatFit staging: many producers' small files, one consumer"),
+    "cache": ("pegasus_cloudio.bench.cache",
+              "node cache: input reuse by many jobs on one node, with and without the cache"),
+    "condor-plugin": ("pegasus_cloudio.bench.condor_plugin",
+                      "one HTCondor plugin process per job vs one per file"),
 }
-COMMANDS: Dict[str, str] = {
-    "sites": "pegasus_cloudio.sites.cli",
-    "cache": "pegasus_cloudio.cache.cli",
+COMMANDS: Dict[str, Tuple[str, str]] = {
+    "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
+    "cache": ("pegasus_cloudio.cache.cli", "inspect and maintain the node cache"),
+}
+
+# top-level module of a third-party import -> the extra that installs it
+EXTRAS: Dict[str, str] = {
+    "Pegasus": "sites", "boto3": "bench", "botocore": "bench", "cryptography": "bench",
+    "google": "gcs", "google_crc32c": "gcs", "paramiko": "sftp", "htcondor": "condor",
+    "classad2": "condor",
 }
 
 
-def _load(name: str) -> Optional[ModuleType]:
-    """The module, or None when it does not exist (yet) in this installation."""
+class MissingExtra(Exception):
+    """A subcommand's module needs a package this installation lacks; the message names the extra."""
+
+
+def load(module_name: str, command: str) -> ModuleType:
+    """Import one subcommand's module; MissingExtra when a third-party package is missing."""
     try:
-        return importlib.import_module(name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        if err.name and name.startswith(err.name):
-            return None
-        raise
+        top = (err.name or "").split(".")[0]
+        if top in ("", "pegasus_cloudio", "transfer"):
+            raise
+        extra = EXTRAS.get(top, "all")
+        raise MissingExtra(f"{PROG} {command} needs the Python package {top!r}, which is not installed: "
+                           f"pip install 'pegasus-cloudio[{extra}]'") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pegasus-cloudio", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    bench = commands.add_parser("bench", help="benchmarks against the stock tools")
-    scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for name, module_name in BENCHES.items():
-        module = _load(module_name)
-        if module is not None:
-            sub = scenarios.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
-            module.add_arguments(sub)
+def _chosen(argv: Sequence[str]) -> List[str]:
+    """The first two words that are not options: the command (and scenario) being run."""
+    return [word for word in argv if not word.startswith("-")][:2]
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; only the module of the subcommand named in ``argv`` is imported."""
+    chosen = _chosen(argv)
+    parser = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.splitlines()[0]))
+    parser.add_argument("--version", action="version", version=version_line(PROG))
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    bench = commands.add_parser("bench", help="benchmarks against the stock tools in the same run")
+    scenarios = bench.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    for name, (module_name, text) in BENCHES.items():
+        sub = scenarios.add_parser(name, help=text, description=text)
+        if chosen == ["bench", name]:
+            load(module_name, f"bench {name}").add_arguments(sub)
             sub.add_argument("--json", action="store_true", help="print machine-readable JSON")
-            sub.set_defaults(module=module, kind="bench")
-    for name, module_name in COMMANDS.items():
-        module = _load(module_name)
-        if module is not None:
-            sub = commands.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
-            module.add_arguments(sub)
-            sub.set_defaults(module=module, kind="command")
+            sub.set_defaults(module_name=module_name, kind="bench")
+    for name, (module_name, text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=text, description=text)
+        if chosen[:1] == [name]:
+            load(module_name, name).add_arguments(sub)
+            sub.set_defaults(module_name=module_name, kind="command")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except MissingExtra as err:
+        sys.stderr.write(f"{err}\n")
+        return 2
+    module = sys.modules[args.module_name]
     if args.kind == "command":
-        return int(args.module.main(args))
-    result = args.module.run_from_args(args)
+        return int(module.main(args))
+    result = module.run_from_args(args)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(args.module.format_table(result))
+        print(module.format_table(result))
     return 0
 
 

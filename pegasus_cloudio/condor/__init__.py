@@ -10,4 +10,6 @@
 See docs/condor.md for installation and the protocol contract.
 """
 
-PLUGIN_VERSION = "0.1.0"
+from pegasus_cloudio.version import __version__ as PLUGIN_VERSION
+
+__all__ = ["PLUGIN_VERSION"]

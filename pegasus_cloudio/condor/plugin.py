@@ -32,6 +32,7 @@ from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import PluginSession
 from pegasus_cloudio.condor.report import Reporter, say
 from pegasus_cloudio.dropin.main import open_node_cache
+from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
 from transfer.engine import Engine
 from transfer.errors import TransferError, TransientError
@@ -82,6 +83,12 @@ def query_fields(env: Mapping[str, str]) -> Dict[str, object]:
 def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] = None) -> int:
     """Run the plugin; ``argv`` is the full vector (``argv[0]`` names the plugin, as in HTCondor)."""
     argv = list(sys.argv if argv is None else argv)
+    if any(flag in argv[1:2] for flag in ("--version", "-version")):
+        sys.stdout.write(version_line(PROG) + "\n")
+        return 0
+    if any(flag in argv[1:2] for flag in ("--help", "-help", "-h")):
+        sys.stdout.write(f"{USAGE}\n\n{plain(__doc__ or '')}")
+        return 0
     environ = dict(os.environ if env is None else env)
     args = parse_args(argv[1:])
     try:

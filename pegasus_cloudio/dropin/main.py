@@ -22,6 +22,7 @@ from typing import List, Mapping, Optional, Sequence, TextIO
 from pegasus_cloudio.dropin import reporting
 from pegasus_cloudio.dropin.spec import Entry, SpecError, parse_spec
 from pegasus_cloudio.dropin.stock import run_stock
+from pegasus_cloudio.version import plain, version_line
 from transfer import Engine, Result, Session, Settings
 from transfer.cache import NodeCache, cache_from_settings
 from transfer.credentials import check_private
@@ -40,12 +41,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pegasus-transfer", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="pegasus-transfer", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("-f", "--file", help="read the transfer specification from FILE (default: stdin)")
     parser.add_argument("-m", "--max-attempts", type=int, default=3, help="attempts per transfer (default 3)")
     parser.add_argument("-n", "--threads", type=int, default=0, help="concurrent transfers")
     parser.add_argument("-s", "--symlink", action="store_true", help="symlink local-to-local copies")
     parser.add_argument("-d", "--debug", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=version_line("pegasus-cloudio-transfer"))
     return parser
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from pegasus_cloudio.s3cli.commands import S3Commands
 from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3_uri
+from pegasus_cloudio.version import version_line
 from transfer import Session, Settings
 from transfer.errors import TransferError
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="Enable verbose mode")
     parser.add_argument("-d", "--debug", action="store_true", help="Enable debug mode")
     parser.add_argument("-C", "--conf", dest="config", default=None, help="Path to configuration file")
+    parser.add_argument("--version", action="version", version=version_line("pegasus-cloudio-s3"))
     sub = parser.add_subparsers(dest="cmd", metavar="{ls,mkdir,rm,put,get,cp,help}")
     ls = sub.add_parser("ls", help="List the contents of a bucket (or the buckets)")
     ls.add_argument("url", metavar="URL")

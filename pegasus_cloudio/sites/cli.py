@@ -18,6 +18,7 @@ from pegasus_cloudio.sites.build import render
 from pegasus_cloudio.sites.check import check_set
 from pegasus_cloudio.sites.docs import extras, properties_header, readme, replicas_header
 from pegasus_cloudio.sites.options import SetOptions, UsageError, validate
+from pegasus_cloudio.version import plain
 
 EXECUTABLE = {"bin/pegasus-transfer"}
 PRIVATE = {"credentials.conf.example", "boto.example"}
@@ -165,7 +166,7 @@ def _argv_of(args: argparse.Namespace) -> List[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pegasus-cloudio sites", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pegasus-cloudio sites", description=plain(__doc__.splitlines()[0]))
     add_arguments(parser)
     return parser
 
