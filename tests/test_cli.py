@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -63,3 +64,13 @@ def test_plugin_help_is_plain_text() -> None:
     done = _py("-m", "pegasus_cloudio.condor.plugin", "-help")
     assert done.returncode == 0 and done.stdout.startswith("usage: pegasus-cloudio-condor-plugin")
     assert "``" not in done.stdout and ":class:" not in done.stdout
+
+
+def test_invalid_thread_setting_is_one_error_naming_it(tmp_path: object) -> None:
+    for name, value in (("PEGASUS_CLOUDIO_THREADS", "lots"), ("PEGASUS_TRANSFER_THREADS", "0")):
+        done = _py("-m", "pegasus_cloudio.dropin", input="[]", cwd=tmp_path,
+                   env=dict(os.environ, **{name: value}))
+        assert done.returncode == 1
+        [critical] = [line for line in done.stderr.splitlines() if "CRITICAL" in line]
+        assert f"{name} must be a whole number above 0 (got {value!r})" in critical
+        assert "using 8" not in done.stderr

@@ -34,7 +34,7 @@ def classad() -> ModuleType:
         import classad2  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError as err:
         raise BindingsMissing(f"the HTCondor Python bindings are missing ({err}); install them on the "
-                              "execute node with: python3 -m pip install 'htcondor>=25' "
+                              "execute node with: pip install 'pegasus-cloudio[condor]' "
                               "(module classad2)") from None
     module: ModuleType = classad2
     return module

@@ -26,7 +26,7 @@ from pegasus_cloudio.version import plain, version_line
 from transfer import Engine, Result, Session, Settings
 from transfer.cache import NodeCache, cache_from_settings
 from transfer.credentials import check_private
-from transfer.errors import TransferError
+from transfer.errors import ConfigError, TransferError
 from transfer.retry import RetryPolicy
 
 log = logging.getLogger("pegasus-transfer")
@@ -52,15 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def effective_threads(cli_threads: int, env: Mapping[str, str]) -> int:
-    for value in (env.get("PEGASUS_CLOUDIO_THREADS"), cli_threads or None, env.get("PEGASUS_TRANSFER_THREADS")):
-        if value:
-            try:
-                threads = int(value)
-            except ValueError:
-                log.error("Invalid thread count %r; using 8", value)
-                return 8
-            if threads > 0:
-                return threads
+    """The thread count; ConfigError names the environment variable when its value is not a count."""
+    for name in ("PEGASUS_CLOUDIO_THREADS", "--threads", "PEGASUS_TRANSFER_THREADS"):
+        value = str(cli_threads or "") if name == "--threads" else env.get(name, "").strip()
+        if not value:
+            continue
+        try:
+            threads = int(value)
+        except ValueError:
+            threads = 0
+        if threads <= 0:
+            raise ConfigError(f"{name} must be a whole number above 0 (got {value!r})", operation="parse")
+        return threads
     return 8
 
 

@@ -6,7 +6,8 @@ Each backend module provides::
         # equal keys share one backend instance (and its connection pool)
     def open_backend(url: Url, context: Context) -> Backend
 
-Importing this package imports no backend (and so no SDK).
+Importing this package imports no backend (and so no SDK). A backend whose SDK is not
+installed fails with one ConfigError naming the extra that installs it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import importlib
 from types import ModuleType
 from typing import Dict
 
-from transfer.errors import InvalidInput
+from transfer.errors import ConfigError, InvalidInput
 
 SCHEMES: Dict[str, str] = {
     "file": "transfer.backends.local",
@@ -30,6 +31,16 @@ SCHEMES: Dict[str, str] = {
     "sftp": "transfer.backends.sftp",
 }
 
+# scheme -> the pegasus-cloudio extra that installs its SDK (schemes not listed need none)
+EXTRAS: Dict[str, str] = {"gs": "gcs", "scp": "sftp", "sftp": "sftp"}
+
+
+def missing_extra(scheme: str, module: str) -> ConfigError:
+    """The one-line error for a ``scheme://`` URL whose SDK ``module`` cannot be imported."""
+    extra = EXTRAS.get(scheme, "all")
+    return ConfigError(f"{scheme}:// URLs need the Python module {module!r}, which is not installed: "
+                       f"pip install 'pegasus-cloudio[{extra}]'", operation="resolve")
+
 
 def supports(scheme: str) -> bool:
     return scheme in SCHEMES
@@ -43,4 +54,10 @@ def backend_module(scheme: str) -> ModuleType:
         known = ", ".join(sorted(SCHEMES))
         raise InvalidInput(f"unsupported URL scheme '{scheme}' (supported: {known})",
                            operation="resolve") from None
-    return importlib.import_module(name)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        top = (err.name or "").split(".")[0]
+        if top in ("", "transfer"):
+            raise
+        raise missing_extra(scheme, top) from err

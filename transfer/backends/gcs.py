@@ -56,8 +56,8 @@ try:
     _oauth2: Any = google.oauth2
     _crc32c: Any = google_crc32c
 except ImportError as missing:  # the registry hands this to the engine as a clear failure
-    raise ConfigError(f"gs:// URLs need google-cloud-storage and google-crc32c ({missing.name} is not "
-                      "installed): pip install -r requirements/gcs.txt", operation="resolve") from missing
+    from transfer.backends import missing_extra
+    raise missing_extra("gs", missing.name or "google.cloud.storage") from missing
 
 from transfer.atomic import local_error
 from transfer.backends import _gcs_wire as wire
