@@ -1,7 +1,7 @@
 """``pegasus-cloudio``: the umbrella command.
 
 ``bench <scenario>``: benchmarks against the stock tools in the same run (``--json`` for
-machine-readable output); ``sites``, ``cache``: commands.
+machine-readable output); ``sites``, ``cache``, ``worker-bundle``: commands.
 
 The tables below name each subcommand's module and one-line help, so ``pegasus-cloudio
 --help`` imports nothing and a run imports only the chosen module: ``sites`` and ``cache``
@@ -39,6 +39,8 @@ BENCHES: Dict[str, Tuple[str, str]] = {
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
     "cache": ("pegasus_cloudio.cache.cli", "inspect and maintain the node cache"),
+    "worker-bundle": ("pegasus_cloudio.worker_bundle",
+                      "write the drop-in as one executable file for workers (no pip install)"),
 }
 
 # top-level module of a third-party import -> the extra that installs it

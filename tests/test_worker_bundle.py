@@ -1,0 +1,107 @@
+"""`pegasus-cloudio worker-bundle`: one executable file that runs the drop-in under a worker's
+plain system python3 (the oldest >= 3.9 on this machine, isolated mode, outside any venv),
+against MinIO: bundled stage-out and stage-in, a node-cache hit, and one line for what is missing."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from installed import clean_env, run, spec, transfer
+from pegasus_cloudio.version import __version__
+
+MIN = (3, 9)
+
+
+def interpreters() -> List[Tuple[Tuple[int, int], str]]:
+    """(version, path) of every CPython 3 on this machine outside any venv, oldest first."""
+    found = {}
+    for path in sorted(glob.glob("/usr/bin/python3.*") + glob.glob("/root/.pyenv/versions/*/bin/python3.*")):
+        if not re.fullmatch(r"python3\.\d+", os.path.basename(path)):
+            continue
+        done = subprocess.run([path, "-I", "-c", "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=30)
+        if done.returncode == 0:
+            major, minor = map(int, done.stdout.split())
+            found.setdefault((major, minor), path)
+    return sorted(found.items())
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "pegasus-cloudio-transfer.pyz"
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "worker-bundle", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def oldest() -> str:
+    supported = [path for version, path in interpreters() if version >= MIN]
+    assert supported, "no python3 >= 3.9 outside a venv on this machine"
+    return supported[0]
+
+
+def worker(oldest: str, pyz: Path, env: Dict[str, str], cwd: Path, stdin: str = "[]") -> Tuple[int, str]:
+    done = run([oldest, "-I", str(pyz)], clean_env("/usr/bin", env), cwd, stdin=stdin, timeout=120)
+    return done.returncode, done.stderr
+
+
+def test_bundle_is_one_small_executable_file(pyz: Path, oldest: str, tmp_path: Path) -> None:
+    assert pyz.stat().st_mode & 0o111 and pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+    assert pyz.stat().st_size < 400_000
+    done = run([oldest, "-I", str(pyz), "--version"], clean_env("/usr/bin"), tmp_path)
+    assert done.stdout.startswith(f"pegasus-cloudio-transfer {__version__} (Python {oldest.rsplit('python', 1)[1]}")
+
+
+def test_bundled_stage_in_and_cache_hit_under_the_oldest_python(pyz: Path, oldest: str, proxied: tuple,
+                                                                bucket: str, tmp_path: Path) -> None:
+    proxy, env = proxied
+    env = dict(env, PEGASUS_CLOUDIO_BUNDLE="1", PEGASUS_CLOUDIO_CACHE_DIR=str(tmp_path / "cache"))
+    (tmp_path / "src").mkdir()
+    names = [f"f{i:02d}" for i in range(20)]
+    for name in names:
+        (tmp_path / "src" / name).write_bytes(name.encode() * 50)
+    url = f"s3://test@minio/{bucket}/run"
+    out = [transfer(f"file://{tmp_path}/src/{n}", f"{url}/{n}", n) for n in names]
+    proxy.reset_counters()
+    rc, err = worker(oldest, pyz, dict(env, PEGASUS_CLOUDIO_CACHE_DIR="off"), tmp_path, spec(*out))  # another node
+    assert rc == 0, err
+    assert proxy.snapshot()["requests"] == 1  # one bundle PUT for 20 files
+    for round_, dest in enumerate(("in1", "in2")):
+        proxy.reset_counters()
+        rc, err = worker(oldest, pyz, env, tmp_path,
+                         spec(*[transfer(f"{url}/{n}", f"file://{tmp_path}/{dest}/{n}", n) for n in names]))
+        assert rc == 0, err
+        assert all((tmp_path / dest / n).read_bytes() == n.encode() * 50 for n in names)
+        requests = proxy.snapshot()["requests"]
+        assert requests == (2 if round_ == 0 else 0), (dest, requests)  # LIST + bundle GET, then cache
+    stats = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "cache", "stats", "--json", "--dir",
+                            str(tmp_path / "cache")], capture_output=True, text=True, timeout=60)
+    assert json.loads(stats.stdout)["hits"] == len(names), stats.stdout
+
+
+def test_schemes_needing_compiled_sdks_say_what_is_missing(pyz: Path, oldest: str, tmp_path: Path) -> None:
+    (tmp_path / "in").write_bytes(b"x")
+    for url, module in (("gs://bucket/key", "google"), ("scp://user@127.0.0.1/tmp/key", "paramiko")):
+        rc, err = worker(oldest, pyz, {"HOME": str(tmp_path)}, tmp_path,
+                         spec(transfer(f"file://{tmp_path}/in", url, "in")))
+        assert rc == 1
+        [line] = [line for line in err.splitlines() if "URLs need" in line]
+        assert f"the Python module '{module}', which is not installed" in line, line
+
+
+def test_too_old_python_is_one_line(pyz: Path, tmp_path: Path) -> None:
+    old = [path for version, path in interpreters() if (3, 6) <= version < MIN]
+    for path in old:
+        done = run([path, "-I", str(pyz)], clean_env("/usr/bin"), tmp_path)
+        assert done.returncode == 2 and done.stderr.startswith("pegasus-cloudio-transfer needs Python 3.9"), path
