@@ -44,7 +44,8 @@ def test_every_mode_loads_through_the_pegasus_api_and_passes_the_checks(name, tm
         "local": "/opt/pegasus-cloudio/bin/pegasus-cloudio-transfer",
         "condorpool": "/opt/pegasus-cloudio/bin/pegasus-cloudio-transfer"}
     env = sites.sites["condorpool"].profiles["env"]
-    assert env["PEGASUS_CLOUDIO_THREADS"] == "8" and env["PEGASUS_CLOUDIO_CACHE_DIR"].startswith("/")
+    assert env["PEGASUS_CLOUDIO_THREADS"] == "8"
+    assert "PEGASUS_CLOUDIO_CACHE_DIR" not in env  # one cache default: the drop-in's own
     props = Properties.load(str(tmp_path / "pegasus.properties"))
     assert props["pegasus.transfer.worker.package"] == "false"
 
@@ -94,9 +95,27 @@ def test_committed_templates_match_the_generator(tmp_path):
 def test_bad_flags_are_one_line_naming_the_flag(argv, flag, tmp_path, capsys):
     args = cli._parser().parse_args(argv + ["--out", str(tmp_path / "out")])
     assert cli.main(args) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and flag in err
+    lines = capsys.readouterr().err.splitlines()
+    assert all(line.startswith("pegasus-cloudio sites: --") for line in lines)
+    assert any(line.startswith(f"pegasus-cloudio sites: {flag}") for line in lines), lines
     assert not (tmp_path / "out").exists()
+
+
+def test_every_missing_option_is_reported_at_once(capsys):
+    args = cli._parser().parse_args(["--mode", "cloud-storage", "--provider", "s3", "--threads", "x"])
+    assert cli.main(args) == 2
+    flags = [line.split()[2] for line in capsys.readouterr().err.splitlines()]
+    assert flags == ["--out", "--threads", "--bucket", "--endpoint"]
+
+
+def test_submit_host_puts_the_shim_first_on_local_path_and_cache_dir_is_opt_in(tmp_path):
+    assert generate("submit-host-scp", tmp_path / "a", "--cache-dir", "/scratch/cache")[0] == 0
+    with open(tmp_path / "a" / "sites.yml") as fh:
+        sites = site_catalog.load(fh)
+    assert sites.sites["local"].profiles["env"]["PATH"].split(":")[:2] == ["/home/user/wf/bin", "/usr/bin"]
+    assert sites.sites["condorpool"].profiles["env"]["PEGASUS_CLOUDIO_CACHE_DIR"] == "/scratch/cache"
+    readme = (tmp_path / "a" / "README.md").read_text()
+    assert "stage_worker_local_" in readme and "worker-bundle" in readme and "forthcoming" not in readme
 
 
 def test_the_umbrella_command_wires_sites(tmp_path):

@@ -116,10 +116,11 @@ def _env(opts: SetOptions, *, worker: bool) -> Dict[str, str]:
     if opts.gcs_endpoint:
         env["PEGASUS_CLOUDIO_GCS_ENDPOINT"] = opts.gcs_endpoint
     if worker:
-        env["PEGASUS_CLOUDIO_CACHE_DIR"] = opts.cache_dir
+        if opts.cache_dir:
+            env["PEGASUS_CLOUDIO_CACHE_DIR"] = opts.cache_dir
         if opts.worker_package == "installed":
             env["PEGASUS_HOME"] = opts.worker_pegasus_home
-    elif opts.worker_package == "staged":
+    elif opts.shim_on_path:
         env["PATH"] = ":".join(dict.fromkeys([opts.shim_dir, opts.pegasus_bin, "/usr/local/bin", "/usr/bin",
                                               "/bin"]))
     return env

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 from pegasus_cloudio.sites.build import render
 from pegasus_cloudio.sites.check import check_set
 from pegasus_cloudio.sites.docs import extras, properties_header, readme, replicas_header
-from pegasus_cloudio.sites.options import SetOptions, UsageError, validate
+from pegasus_cloudio.sites.options import SetOptions, UsageError, problems
 from pegasus_cloudio.version import plain
 
 EXECUTABLE = {"bin/pegasus-transfer"}
@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--force", action="store_true", help="overwrite an existing set in --out")
     add("--work-dir", help="submit host directory for scratch/ outputs/ bin/ (default: --out)")
     add("--install-bin", help="directory of pegasus-cloudio-transfer on submit host and workers "
-                              "(default: this installation's)")
+                              "(default: this installation's); workers without pip can get the one-file "
+                              "drop-in: pegasus-cloudio worker-bundle DIR/pegasus-cloudio-transfer")
     add("--compute-site", default="condorpool", help="compute site name (default condorpool)")
     add("--staging-site", help="cloud-storage: bucket site name (default s3staging / gcsstaging)")
     add("--bucket", help="cloud-storage: bucket for intermediate files")
@@ -53,19 +54,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ssh-port", help="scp port (default 22)")
     add("--worker-package", default="installed", help="installed (default) | staged")
     add("--worker-pegasus-home", default="/usr", help="Pegasus install on the workers (default /usr)")
-    add("--pegasus-bin", default="/usr/bin", help="the submit host's Pegasus bin (with --worker-package staged)")
+    add("--pegasus-bin", default="/usr/bin", help="the submit host's Pegasus bin, on PATH of local jobs after the "
+                                                  "shim (submit-host mode, --worker-package staged; default /usr/bin)")
     add("--threads", default="8", help="PEGASUS_CLOUDIO_THREADS (default 8)")
-    add("--cache-dir", default="/var/tmp/pegasus-cloudio-cache", help="PEGASUS_CLOUDIO_CACHE_DIR on workers")
-    add("--bundle", dest="bundle", action="store_true", default=None, help="set PEGASUS_CLOUDIO_BUNDLE=1")
+    add("--cache-dir", help="PEGASUS_CLOUDIO_CACHE_DIR on workers (default: not set, so the drop-in's own "
+                            "default, $XDG_CACHE_HOME/pegasus-cloudio else ~/.cache/pegasus-cloudio)")
+    add("--bundle", dest="bundle", action="store_true", default=None,
+        help="set PEGASUS_CLOUDIO_BUNDLE=1 (default: on for cloud-storage, off for the other modes)")
     add("--no-bundle", dest="bundle", action="store_false", help="do not bundle small files")
     add("--stage-clusters", default="4", help="pegasus.stagein/stageout.clusters (default 4)")
     add("--cluster-size", default="20", help="recommended clusters.size for small-file producers")
 
 
 def options_from_args(args: argparse.Namespace) -> SetOptions:
-    """SetOptions from parsed flags (defaults filled in); UsageError names a bad flag."""
-    if not args.out:
-        raise UsageError("--out is required")
+    """SetOptions from parsed flags (defaults filled in); UsageError names every bad flag."""
+    bad = [] if args.out else ["--out is required"]
     home = os.path.expanduser("~")
     values: Dict[str, object] = {}
     for name in _INTS:
@@ -73,11 +76,12 @@ def options_from_args(args: argparse.Namespace) -> SetOptions:
         try:
             values[name] = int(raw) if raw is not None else None
         except ValueError:
-            raise UsageError(f"--{name.replace('_', '-')} must be a whole number (got {raw!r})") from None
+            bad.append(f"--{name.replace('_', '-')} must be a whole number (got {raw!r})")
+            values[name] = getattr(SetOptions, name, None)
     s3 = args.mode == "cloud-storage" and args.provider == "s3"
     gcs = args.mode == "cloud-storage" and args.provider == "gcs"
-    return SetOptions(
-        mode=args.mode, provider=args.provider, work_dir=args.work_dir or os.path.abspath(args.out),
+    opts = SetOptions(
+        mode=args.mode, provider=args.provider, work_dir=args.work_dir or os.path.abspath(args.out or "."),
         install_bin=args.install_bin or _installed_bin(), compute_site=args.compute_site,
         staging_site=args.staging_site, bucket=args.bucket, prefix=args.prefix, identity=args.identity,
         endpoint=args.endpoint, region=args.region,
@@ -88,6 +92,10 @@ def options_from_args(args: argparse.Namespace) -> SetOptions:
         submit_host=args.submit_host, ssh_key=args.ssh_key, worker_pegasus_home=args.worker_pegasus_home,
         pegasus_bin=args.pegasus_bin, worker_package=args.worker_package, cache_dir=args.cache_dir,
         bundle=args.bundle, **values)  # type: ignore[arg-type]
+    found = bad + problems(opts)
+    if found:
+        raise UsageError(*found)
+    return opts
 
 
 def _installed_bin() -> str:
@@ -98,9 +106,8 @@ def _installed_bin() -> str:
 def main(args: argparse.Namespace) -> int:
     try:
         opts = options_from_args(args)
-        validate(opts)
     except UsageError as err:
-        sys.stderr.write(f"pegasus-cloudio sites: {err}\n")
+        sys.stderr.writelines(f"pegasus-cloudio sites: {problem}\n" for problem in err.args)
         return 2
     argv = _argv_of(args)
     try:

@@ -8,8 +8,18 @@ from typing import Dict, List, Sequence
 from pegasus_cloudio.sites.build import staging_site
 from pegasus_cloudio.sites.options import SetOptions
 
-FORTHCOMING = ("PEGASUS_CLOUDIO_CACHE_DIR (node-local cache) and PEGASUS_CLOUDIO_BUNDLE (tar bundles of "
-               "small files) are set for releases that implement them; older drop-ins ignore them.")
+STAGE_WORKER = (
+    "One, the `stage_worker_local_*` job. For PegasusLite jobs the planner (5.1) always stages the worker "
+    "package into the submit directory through the staging site's `put` file server, whatever "
+    "`pegasus.transfer.worker.package` says; it skips the job only when source and destination are the "
+    "same `file://` path on `local`, and here the destination is the `scp://` scratch server. That job "
+    "ignores the transformation catalog: it runs `pegasus-transfer` by name through `pegasus-lite-local.sh`, "
+    "which puts `$PEGASUS_BIN_DIR` (the directory of `pegasus-plan`) first on PATH unless it is `/usr/bin`. "
+    "So with Pegasus installed from packages (`/usr/bin/pegasus-plan`) the `PATH` env profile on `local` "
+    "puts `bin/pegasus-transfer` of this set first and the job runs the drop-in (the submit host then needs "
+    "`pegasus-cloudio[sftp]`); with Pegasus unpacked from a tarball that one job runs the stock "
+    "`pegasus-transfer`, which copies the worker package (one file) onto itself over scp. Every other job "
+    "runs the drop-in. Checked against `pegasus-plan` built from the Pegasus 5.1 source.")
 TITLES = {"cloud-storage": "intermediate files in a cloud bucket", "vm-storage": "intermediate files on "
           "the worker VM's disk", "submit-host": "intermediate files on the submit host (scp)"}
 
@@ -72,11 +82,26 @@ def readme(opts: SetOptions, argv: Sequence[str]) -> str:
     lines += ["", "## Knobs (env profiles on the sites)", "",
               f"* `PEGASUS_CLOUDIO_THREADS={opts.threads}`: concurrent transfers per job; it wins over the "
               "planner's `--threads 1` for PegasusLite.",
-              f"* `PEGASUS_CLOUDIO_CACHE_DIR={opts.cache_dir}` (compute site) and "
-              + ("`PEGASUS_CLOUDIO_BUNDLE=1`" if opts.bundling else "no `PEGASUS_CLOUDIO_BUNDLE`")
-              + ": forthcoming. " + FORTHCOMING, "",
+              _cache_knob(opts),
+              ("* `PEGASUS_CLOUDIO_BUNDLE=1`: a job's small outputs bound for one directory go up as one "
+               "bundle object, which later jobs read whole (one GET) or by ranges."
+               if opts.bundling else "* No `PEGASUS_CLOUDIO_BUNDLE`: small files are stored one object each "
+               "(regenerate with `--bundle` to pack them)."), "",
+              "## Workers", "",
+              f"Jobs run `{opts.transfer_tool}`. Install it there with `pip install pegasus-cloudio` (plus "
+              "`[gcs]` or `[sftp]` for gs:// or scp:// URLs), or, where nobody may pip install on the nodes, "
+              f"copy one file: `pegasus-cloudio worker-bundle {opts.transfer_tool}` writes the drop-in as a "
+              "single executable that runs under the node's `python3` (3.9 or later).", "",
               "## Jobs the transformation catalog does not reach", "", _uncovered(opts), ""]
     return "\n".join(lines)
+
+
+def _cache_knob(opts: SetOptions) -> str:
+    where = (f"`PEGASUS_CLOUDIO_CACHE_DIR={opts.cache_dir}` (compute site)" if opts.cache_dir else
+             "Node cache in the drop-in's default directory, `$XDG_CACHE_HOME/pegasus-cloudio` else "
+             "`~/.cache/pegasus-cloudio` of the job's user (regenerate with `--cache-dir` for another)")
+    return (f"* {where}: inputs fetched once per node are reused by later jobs there; "
+            "`pegasus-cloudio cache stats` on the node shows hits and bytes saved.")
 
 
 def _mode_notes(opts: SetOptions) -> List[str]:
@@ -99,6 +124,8 @@ def _mode_notes(opts: SetOptions) -> List[str]:
 
 
 def _uncovered(opts: SetOptions) -> str:
+    if opts.mode == "submit-host" and opts.worker_package == "installed":
+        return STAGE_WORKER
     if opts.worker_package == "installed":
         return ("None: `pegasus.transfer.worker.package = false` makes create-dir and cleanup jobs use the "
                 "`pegasus::dirmanager`/`pegasus::cleanup` entries, and no stage-worker job is planned. "

@@ -1,7 +1,7 @@
 """What a catalog set is generated from, validated flag by flag.
 
 :class:`SetOptions` is the one input of the builder; :func:`validate` raises
-:class:`UsageError` naming the offending flag (the CLI prints it as one line, exit 2).
+:class:`UsageError` naming every offending flag (the CLI prints one line each, exit 2).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 MODES = ("cloud-storage", "vm-storage", "submit-host")
 PROVIDERS = ("s3", "gcs")
@@ -21,7 +21,7 @@ _IDENTITY = re.compile(r"^[\w.\-]+@[\w.\-]+$")
 
 
 class UsageError(ValueError):
-    """A bad flag; the message starts with the flag's name."""
+    """Bad flags: ``args`` holds one message per problem, each starting with the flag's name."""
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,12 @@ class SetOptions:
     submit_host:     submit-host: ``USER@HOST`` workers reach the submit host as (scp).
     ssh_key, ssh_port: private key (shipped to jobs) and port for scp.
     worker_pegasus_home: Pegasus install on the workers (used when the worker package is not staged).
-    pegasus_bin:     the submit host's Pegasus ``bin`` (PATH of local jobs when the worker package is staged).
+    pegasus_bin:     the submit host's Pegasus ``bin`` (on PATH of local jobs behind the shim, see
+                     :attr:`shim_on_path`).
     worker_package:  installed (default: no worker-package staging, every invocation is ours) |
                      staged (the planner's default; create-dir/cleanup/stage-worker stay stock).
-    threads, cache_dir, bundle: PEGASUS_CLOUDIO_THREADS / _CACHE_DIR / _BUNDLE env profiles.
+    threads, cache_dir, bundle: PEGASUS_CLOUDIO_THREADS / _CACHE_DIR / _BUNDLE env profiles
+                     (no cache_dir: the drop-in's own default, ``~/.cache/pegasus-cloudio``).
     stage_clusters:  pegasus.stagein/stageout.clusters.
     cluster_size:    recommended horizontal clusters.size for small-file producers.
     """
@@ -77,7 +79,7 @@ class SetOptions:
     pegasus_bin: str = "/usr/bin"
     worker_package: str = "installed"
     threads: int = 8
-    cache_dir: str = "/var/tmp/pegasus-cloudio-cache"
+    cache_dir: Optional[str] = None
     bundle: Optional[bool] = None
     stage_clusters: int = 4
     cluster_size: int = 20
@@ -98,15 +100,29 @@ class SetOptions:
         return os.path.join(self.install_bin, "pegasus-cloudio-transfer")
 
     @property
+    def shim_on_path(self) -> bool:
+        """Whether local jobs get the shim first on PATH: when Pegasus runs ``pegasus-transfer`` by
+        name on ``local`` (worker package staged, or submit-host mode's stage-worker job)."""
+        return self.worker_package == "staged" or self.mode == "submit-host"
+
+    @property
     def shim_dir(self) -> str:
         """Where the generated ``pegasus-transfer`` shim lives (``bin/`` of the set)."""
         return os.path.join(self.work_dir, "bin")
 
 
 def validate(opts: SetOptions) -> None:
-    """Raise UsageError for the first bad or missing flag."""
-    _choice("--mode", opts.mode, MODES)
-    _choice("--worker-package", opts.worker_package, WORKER_PACKAGE)
+    """Raise UsageError listing every bad or missing flag (one problem per line)."""
+    found = problems(opts)
+    if found:
+        raise UsageError(*found)
+
+
+def problems(opts: SetOptions) -> List[str]:
+    """Every bad or missing flag, each a message starting with the flag's name."""
+    out: List[str] = []
+    _choice(out, "--mode", opts.mode, MODES)
+    _choice(out, "--worker-package", opts.worker_package, WORKER_PACKAGE)
     for flag, value in (("--work-dir", opts.work_dir), ("--install-bin", opts.install_bin),
                         ("--worker-pegasus-home", opts.worker_pegasus_home), ("--cache-dir", opts.cache_dir),
                         ("--pegasus-bin", opts.pegasus_bin),
@@ -114,74 +130,77 @@ def validate(opts: SetOptions) -> None:
                         ("--gcs-key", opts.gcs_key), ("--boto-config", opts.boto_config),
                         ("--ssh-key", opts.ssh_key)):
         if value is not None and not os.path.isabs(value):
-            raise UsageError(f"{flag} must be an absolute path (got {value!r})")
+            out.append(f"{flag} must be an absolute path (got {value!r})")
     for flag, site in (("--compute-site", opts.compute_site), ("--staging-site", opts.staging_site)):
         if site is not None and (not _SITE.match(site) or site == "local"):
-            raise UsageError(f"{flag} must be a site name of letters, digits and _ other than 'local' "
-                             f"(got {site!r})")
+            out.append(f"{flag} must be a site name of letters, digits and _ other than 'local' (got {site!r})")
     for flag, number, low in (("--threads", opts.threads, 1), ("--stage-clusters", opts.stage_clusters, 1),
                               ("--cluster-size", opts.cluster_size, 1)):
         if number < low:
-            raise UsageError(f"{flag} must be at least {low} (got {number})")
+            out.append(f"{flag} must be at least {low} (got {number})")
     if opts.ssh_port is not None and not 0 < opts.ssh_port < 65536:
-        raise UsageError(f"--ssh-port must be a TCP port (got {opts.ssh_port})")
-    {"cloud-storage": _cloud, "vm-storage": _vm, "submit-host": _submit}[opts.mode](opts)
+        out.append(f"--ssh-port must be a TCP port (got {opts.ssh_port})")
+    if opts.mode in MODES:
+        {"cloud-storage": _cloud, "vm-storage": _vm, "submit-host": _submit}[opts.mode](opts, out)
+    return out
 
 
-def _choice(flag: str, value: Optional[str], choices: tuple) -> None:  # type: ignore[type-arg]
-    if value not in choices:
-        raise UsageError(f"{flag} must be one of {', '.join(choices)} (got {value!r})")
+def _choice(out: List[str], flag: str, value: Optional[str], choices: Tuple[str, ...]) -> bool:
+    if value in choices:
+        return True
+    out.append(f"{flag} must be one of {', '.join(choices)} (got {value!r})")
+    return False
 
 
-def _only(opts: SetOptions, mode: str, flags: dict) -> None:  # type: ignore[type-arg]
-    for flag, value in flags.items():
-        if value is not None:
-            raise UsageError(f"{flag} applies only to --mode {mode}")
+def _only(out: List[str], mode: str, flags: Dict[str, object]) -> None:
+    out.extend(f"{flag} applies only to --mode {mode}" for flag, value in flags.items() if value is not None)
 
 
-def _cloud(opts: SetOptions) -> None:
-    _choice("--provider", opts.provider, PROVIDERS)
-    _only(opts, "vm-storage", {"--vm-host": opts.vm_host})
-    _only(opts, "submit-host", {"--submit-host": opts.submit_host, "--ssh-key": opts.ssh_key})
+def _cloud(opts: SetOptions, out: List[str]) -> None:
+    provider_ok = _choice(out, "--provider", opts.provider, PROVIDERS)
+    _only(out, "vm-storage", {"--vm-host": opts.vm_host})
+    _only(out, "submit-host", {"--submit-host": opts.submit_host, "--ssh-key": opts.ssh_key})
     if not opts.bucket:
-        raise UsageError("--bucket is required for --mode cloud-storage")
-    if not _BUCKET.match(opts.bucket) or ".." in opts.bucket:
-        raise UsageError(f"--bucket is not a valid bucket name (got {opts.bucket!r})")
+        out.append("--bucket is required for --mode cloud-storage")
+    elif not _BUCKET.match(opts.bucket) or ".." in opts.bucket:
+        out.append(f"--bucket is not a valid bucket name (got {opts.bucket!r})")
     if opts.prefix.startswith("/") or not opts.prefix.strip("/"):
-        raise UsageError(f"--prefix must be a relative key prefix such as 'scratch' (got {opts.prefix!r})")
+        out.append(f"--prefix must be a relative key prefix such as 'scratch' (got {opts.prefix!r})")
+    if not provider_ok:
+        return
     if opts.provider == "s3":
-        _only(opts, "cloud-storage --provider gcs", {"--gcs-key": opts.gcs_key, "--boto-config": opts.boto_config,
-                                                     "--gcs-endpoint": opts.gcs_endpoint})
+        _only(out, "cloud-storage --provider gcs", {"--gcs-key": opts.gcs_key, "--boto-config": opts.boto_config,
+                                                    "--gcs-endpoint": opts.gcs_endpoint})
         if not _IDENTITY.match(opts.identity):
-            raise UsageError(f"--identity must be USER@SITE (got {opts.identity!r})")
+            out.append(f"--identity must be USER@SITE (got {opts.identity!r})")
         if not opts.endpoint or not opts.endpoint.startswith(("https://", "http://")):
-            raise UsageError("--endpoint is required for --provider s3 (an https:// URL)")
+            out.append("--endpoint is required for --provider s3 (an https:// URL)")
         if not opts.credentials:
-            raise UsageError("--credentials is required for --provider s3 (absolute path)")
+            out.append("--credentials is required for --provider s3 (absolute path)")
     else:
-        _only(opts, "cloud-storage --provider s3", {"--endpoint": opts.endpoint, "--region": opts.region,
-                                                    "--credentials": opts.credentials})
+        _only(out, "cloud-storage --provider s3", {"--endpoint": opts.endpoint, "--region": opts.region,
+                                                   "--credentials": opts.credentials})
         if not opts.gcs_key or not opts.boto_config:
-            raise UsageError("--gcs-key and --boto-config are required for --provider gcs (absolute paths)")
+            out.append("--gcs-key and --boto-config are required for --provider gcs (absolute paths)")
 
 
-def _vm(opts: SetOptions) -> None:
-    _only(opts, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
-                                  "--staging-site": opts.staging_site})
-    _only(opts, "submit-host", {"--submit-host": opts.submit_host})
+def _vm(opts: SetOptions, out: List[str]) -> None:
+    _only(out, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
+                                 "--staging-site": opts.staging_site})
+    _only(out, "submit-host", {"--submit-host": opts.submit_host})
     if opts.vm_host is not None:
         if not _USER_HOST.match(opts.vm_host):
-            raise UsageError(f"--vm-host must be USER@HOST (got {opts.vm_host!r})")
+            out.append(f"--vm-host must be USER@HOST (got {opts.vm_host!r})")
         if not opts.ssh_key:
-            raise UsageError("--ssh-key is required with --vm-host")
+            out.append("--ssh-key is required with --vm-host")
 
 
-def _submit(opts: SetOptions) -> None:
-    _only(opts, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
-                                  "--staging-site": opts.staging_site})
-    _only(opts, "vm-storage", {"--vm-host": opts.vm_host})
+def _submit(opts: SetOptions, out: List[str]) -> None:
+    _only(out, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
+                                 "--staging-site": opts.staging_site})
+    _only(out, "vm-storage", {"--vm-host": opts.vm_host})
     if not opts.submit_host or not _USER_HOST.match(opts.submit_host):
-        raise UsageError("--submit-host USER@HOST is required for --mode submit-host "
-                         "(the planner requires the user part of scp URLs)")
+        out.append("--submit-host USER@HOST is required for --mode submit-host "
+                   "(the planner requires the user part of scp URLs)")
     if not opts.ssh_key:
-        raise UsageError("--ssh-key is required for --mode submit-host (absolute path)")
+        out.append("--ssh-key is required for --mode submit-host (absolute path)")
