@@ -22,6 +22,7 @@ from xml.sax.saxutils import escape
 
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, SigV4Signer, canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo
+from transfer.config import Settings
 from transfer.credentials import S3SiteConfig, aws_s3_config, pegasus_credentials_path, pegasus_s3_config
 from transfer.errors import (
     AuthError,
@@ -54,10 +55,11 @@ class S3Path:
 
 def split_url(url: Url) -> S3Path:
     """Bucket and key of a Pegasus-style or AWS-style S3 URL."""
+    path = url.path[1:] if url.path.startswith("/") else url.path
     if "@" in url.host:
-        bucket, _, key = url.path.lstrip("/").partition("/")
+        bucket, _, key = path.partition("/")
     else:
-        bucket, key = url.host, url.path.lstrip("/")
+        bucket, key = url.host, path
     if not bucket:
         raise InvalidInput("S3 URL has no bucket", url=str(url), operation="parse")
     return S3Path(bucket, key)
@@ -86,21 +88,21 @@ def open_backend(url: Url, context: Context) -> "S3Backend":
         endpoint, max_idle=context.settings.threads + 2,
         ssl_context=context.ssl_context() if endpoint.startswith("https://") else None,
         timeouts=context.timeouts, stats=context.stats)
-    return S3Backend(pool, config, region, context)
+    return S3Backend(pool, config, region, context.settings)
 
 
 class S3Backend:
     """One S3 endpoint with one set of credentials. Thread-safe."""
 
-    def __init__(self, pool: ConnectionPool, config: S3SiteConfig, region: str, context: Context):
+    def __init__(self, pool: ConnectionPool, config: S3SiteConfig, region: str, settings: Settings):
         self._pool = pool
         self._config = config
         self._signer = SigV4Signer(config.credentials, region) if config.credentials else None
         self._region = region
         self._host_header = _host_header(pool)
         self._virtual_host = pool.host.endswith("amazonaws.com")
-        self.multipart_threshold = context.settings.multipart_threshold
-        self.part_size = context.settings.multipart_part_size
+        self.multipart_threshold = settings.multipart_threshold
+        self.part_size = settings.multipart_part_size
 
     # -- request plumbing ---------------------------------------------------------------
 
