@@ -13,11 +13,13 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import BinaryIO, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
+from urllib.parse import unquote_plus
 from xml.sax.saxutils import escape
 
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, SigV4Signer, canonical_query, uri_encode_path
@@ -60,9 +62,36 @@ def split_url(url: Url) -> S3Path:
         bucket, _, key = path.partition("/")
     else:
         bucket, key = url.host, path
-    if not bucket:
-        raise InvalidInput("S3 URL has no bucket", url=str(url), operation="parse")
+    check_bucket(bucket, str(url))
+    if len(key) > _MAX_KEY // 4 and len(key.encode("utf-8", "surrogatepass")) > _MAX_KEY:
+        raise InvalidInput(f"S3 key is {len(key.encode('utf-8', 'surrogatepass'))} bytes in UTF-8; "
+                           f"S3 allows {_MAX_KEY}", url=str(url), operation="parse")
     return S3Path(bucket, key)
+
+
+_MAX_KEY = 1024
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]")
+_IP_LIKE = re.compile(r"\d+\.\d+\.\d+\.\d+")
+_DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+
+
+def check_bucket(bucket: str, url: str) -> None:
+    """Raise InvalidInput naming ``url`` unless ``bucket`` is a name S3 could hold (3-63 letters,
+    digits, '.', '-', '_', starting and ending alphanumeric, no '..', not an IP address).
+    Upper case and '_' are allowed for buckets created under the old us-east-1 rules."""
+    if not bucket:
+        raise InvalidInput("S3 URL has no bucket", url=url, operation="parse")
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket or _IP_LIKE.fullmatch(bucket):
+        raise InvalidInput(f"invalid S3 bucket name {bucket[:70]!r}: use 3-63 letters, digits, '.' or '-', "
+                           "starting and ending with a letter or digit", url=url, operation="parse")
+
+
+def virtual_hosted(endpoint_host: str, bucket: str) -> bool:
+    """Whether a request for ``bucket`` names it in the Host (botocore's "auto" addressing):
+    only on Amazon endpoints, only for DNS-compatible names without dots (a dotted name would
+    not match the ``*.s3.REGION.amazonaws.com`` certificate; botocore keeps them path-style
+    over http too)."""
+    return endpoint_host.endswith(".amazonaws.com") and _DNS_BUCKET.fullmatch(bucket) is not None
 
 
 def _site_config(url: Url, context: Context) -> S3SiteConfig:
@@ -78,10 +107,15 @@ def endpoint_key(url: Url, context: Context) -> Hashable:
     return ("aws", url.scheme)
 
 
+def default_endpoint(region: str, scheme: str = "https") -> str:
+    """Amazon's endpoint for ``region`` as botocore picks it (us-east-1 keeps the global name)."""
+    return f"{scheme}://s3.amazonaws.com" if region == "us-east-1" else f"{scheme}://s3.{region}.amazonaws.com"
+
+
 def open_backend(url: Url, context: Context) -> "S3Backend":
     config = _site_config(url, context)
     region = config.region or "us-east-1"
-    endpoint = config.endpoint or f"https://s3.{region}.amazonaws.com"
+    endpoint = config.endpoint or default_endpoint(region)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
         raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
     pool = ConnectionPool(
@@ -100,7 +134,8 @@ class S3Backend:
         self._signer = SigV4Signer(config.credentials, region) if config.credentials else None
         self._region = region
         self._host_header = _host_header(pool)
-        self._virtual_host = pool.host.endswith("amazonaws.com")
+        self._virtual = functools.lru_cache(maxsize=64)(
+            functools.partial(virtual_hosted, pool.host))
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
 
@@ -108,7 +143,7 @@ class S3Backend:
 
     def _target(self, path: S3Path) -> Tuple[str, str]:
         """(host header, encoded path) for path-style or virtual-hosted addressing."""
-        if self._virtual_host and "." not in path.bucket and path.bucket.islower():
+        if path.bucket and self._virtual(path.bucket):
             return f"{path.bucket}.{self._host_header}", uri_encode_path("/" + path.key)
         key = "/" + path.key if path.key else ""
         return self._host_header, uri_encode_path(f"/{path.bucket}{key}")
@@ -196,14 +231,14 @@ class S3Backend:
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
         while True:
-            query = {"list-type": "2", "prefix": prefix}
+            query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
             if token:
                 query["continuation-token"] = token
             with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
                 self._check(response, str(url), "list")
                 root = _xml(response.read())
             for item in root.iter("Contents"):
-                key = item.findtext("Key") or ""
+                key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks
                 yield ObjectInfo(_child_url(url, path.bucket, key), int(item.findtext("Size") or 0),
                                  (item.findtext("ETag") or "").strip('"') or None)
             token = root.findtext("NextContinuationToken")
@@ -263,6 +298,13 @@ class S3Backend:
                 raise _s3_error(409, text, str(url), "mkdir")
             self._check(response, str(url), "mkdir")
 
+    def list_buckets(self) -> List[str]:
+        """Names of the buckets the identity owns (ListBuckets), in the store's order."""
+        with self._send("GET", S3Path("", ""), url="s3 buckets") as response:
+            self._check(response, "s3 buckets", "list")
+            tree = _xml(response.read())
+        return [item.findtext("Name") or "" for item in tree.iter("Bucket")]
+
     def close(self) -> None:
         self._pool.close()
 
@@ -274,7 +316,7 @@ class S3Backend:
 
     def copy(self, source: Url, dest: Url) -> ObjectInfo:
         src, dst = split_url(source), split_url(dest)
-        copy_source = uri_encode_path(f"/{src.bucket}/{src.key}")
+        copy_source = uri_encode_path(f"{src.bucket}/{src.key}")
         with self._send("PUT", dst, headers=[("x-amz-copy-source", copy_source)], url=str(dest)) as response:
             self._check(response, str(dest), "copy")
             text = response.read()
