@@ -50,3 +50,21 @@ def _exactly(size: int, filler: str) -> str:
     unit = len(filler.encode())
     body = filler * (size // unit)
     return body + "x" * (size - len(body.encode()))
+
+
+def minio_accepts(key: str) -> bool:
+    """Whether a single-drive MinIO can store ``key``: it maps keys to file paths, so it refuses
+    ``//``, ``.``/``..`` segments and segments over 255 bytes, and a key ending in ``/`` names
+    a directory. (Amazon and moto take them all; the conformance suite covers them.)"""
+    segments = key.split("/")
+    return (not key.startswith("/") and not key.endswith("/") and "//" not in key
+            and all(s not in (".", "..") and len(s.encode()) <= 255 for s in segments))
+
+
+def minio_subset(keys: List[str]) -> List[str]:
+    """The keys MinIO stores faithfully together: those it accepts, minus any key below
+    another key (``a`` and ``a/b``: MinIO answers 200 to the second PUT and drops it)."""
+    accepted = [k for k in keys if minio_accepts(k)]
+    names = set(accepted)
+    return [k for k in accepted
+            if not any("/".join(k.split("/")[:i]) in names for i in range(1, k.count("/") + 1))]
