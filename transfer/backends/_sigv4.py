@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 from transfer.credentials import Credentials
@@ -31,8 +31,10 @@ def canonical_query(params: Dict[str, str]) -> str:
 class SigV4Signer:
     """Signs S3 requests for one set of credentials and one region."""
 
-    def __init__(self, credentials: Credentials, region: str, service: str = "s3") -> None:
+    def __init__(self, credentials: Credentials, region: str, service: str = "s3",
+                 clock: Callable[[], float] = time.time) -> None:
         self._credentials = credentials
+        self._clock = clock
         self._region = region
         self._service = service
         self._key_day = ""
@@ -49,7 +51,7 @@ class SigV4Signer:
         return self._key
 
     def _now(self) -> str:
-        second = int(time.time())
+        second = int(self._clock())
         if second != self._clock_second:
             self._amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
             self._clock_second = second

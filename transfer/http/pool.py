@@ -71,6 +71,11 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.stats = stats or PoolStats()
 
+    def sibling(self, base_url: str) -> "ConnectionPool":
+        """A pool for another endpoint with this one's limits, TLS context, timeouts and counters."""
+        return ConnectionPool(base_url, max_idle=self._max_idle, ssl_context=self._ssl_context,
+                              timeouts=self._timeouts, stats=self.stats)
+
     @property
     def base_url(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
