@@ -16,6 +16,7 @@ import boto3
 import pytest
 
 from pegasus_cloudio.testbed.minio import MinioServer
+from pegasus_cloudio.testbed.moto import MotoServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
 
 # Fixtures of other server kinds live in their own plugin modules beside this file.
@@ -28,6 +29,13 @@ pytest_plugins = ["fixtures_gcs", "fixtures_ssh", "fixtures_condor"]
 def minio() -> Iterator[MinioServer]:
     """A started MinIO server over http (built on first use, ~4 min)."""
     with MinioServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    """moto's S3 in server mode (signatures checked): the second, independent S3 server."""
+    with MotoServer() as server:
         yield server
 
 
@@ -81,3 +89,15 @@ def store_local(tmp_path) -> tuple:
 @pytest.fixture
 def store_s3(s3_env: dict, bucket: str) -> tuple:
     return s3_env, f"s3://test@minio/{bucket}"
+
+
+@pytest.fixture
+def store_s3moto(moto: MotoServer, tmp_path) -> tuple:
+    creds = tmp_path / "moto-credentials.conf"
+    moto.write_pegasus_credentials(creds, site="moto", user="test")
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    boto3.client("s3", endpoint_url=moto.endpoint, aws_access_key_id=moto.access_key,
+                 aws_secret_access_key=moto.secret_key, region_name="us-east-1").create_bucket(Bucket=name)
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    return env, f"s3://test@moto/{name}"

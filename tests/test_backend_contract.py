@@ -1,4 +1,5 @@
-"""One contract, every backend: the same tests run against local files and S3 on MinIO."""
+"""One contract, every backend: the same tests run against local files, S3 on MinIO and on
+moto (a second, independent S3 implementation), GCS on fake-gcs-server and SFTP."""
 
 import io
 import os
@@ -24,7 +25,7 @@ class Store:
         return self.session.backend(self.url("x"))
 
 
-@pytest.fixture(params=["local", "s3", "gcs", "sftp"])
+@pytest.fixture(params=["local", "s3", "s3moto", "gcs", "sftp"])
 def store(request):
     """Each kind's fixture ``store_<kind>`` yields (env, base URL); the tests below are shared."""
     env, base = request.getfixturevalue(f"store_{request.param}")

@@ -35,9 +35,15 @@ def test_symlink_and_moveto(text, scheme, path):
 
 
 def test_remote_urls_keep_authority_and_collapse_slashes():
-    url = parse_url("s3://joe@my-minio:9000/bucket//run//f.a", site_label="minio")
-    assert (url.scheme, url.host, url.path, url.site_label) == ("s3", "joe@my-minio:9000", "/bucket/run/f.a", "minio")
-    assert str(url) == "s3://joe@my-minio:9000/bucket/run/f.a"
+    url = parse_url("gs://joe@my-site:9000/bucket//run//f.a", site_label="minio")
+    assert (url.scheme, url.host, url.path, url.site_label) == ("gs", "joe@my-site:9000", "/bucket/run/f.a", "minio")
+    assert str(url) == "gs://joe@my-site:9000/bucket/run/f.a"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "s3s"])
+def test_s3_keys_keep_repeated_slashes_as_pegasus_s3_does(scheme):
+    url = parse_url(f"{scheme}://joe@my-minio:9000/bucket/run//f.a//", site_label="minio")
+    assert (url.host, url.path) == ("joe@my-minio:9000", "/bucket/run//f.a//")
 
 
 def test_scp_style_authority_with_trailing_colon():

@@ -5,7 +5,8 @@
   drop the scheme and an optional ``//``. The remaining path then has ``$VAR`` and ``${VAR}``
   expanded (names ``[a-zA-Z][a-zA-Z0-9_]+``; undefined variables expand to ``""``), because
   PegasusLite writes ``file://$PWD/f.a`` inside a quoted heredoc.
-* Everything else must match ``scheme://authority/path``; repeated ``/`` in the path collapse.
+* Everything else must match ``scheme://authority/path``; repeated ``/`` in the path collapse,
+  except in ``s3://`` and ``s3s://`` URLs, whose path holds an object key verbatim.
 
 Which schemes can actually be transferred is decided by the backend registry, not here.
 """
@@ -25,6 +26,8 @@ _VAR = re.compile(r"\$\{([a-zA-Z][a-zA-Z0-9_]+)\}|\$([a-zA-Z][a-zA-Z0-9_]+)")
 _FILE_PREFIX = re.compile(r"^file:(//(localhost)?)?")
 _REMOTE = re.compile(r"^(\w+)://([\w.\-:@#]*)(/[\S ]*)?$")
 _SLASHES = re.compile(r"//+")
+# pegasus-transfer hands S3 URLs to pegasus-s3 unparsed, so an object key keeps its "//".
+_EXACT_PATH_SCHEMES = frozenset({"s3", "s3s"})
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ def parse_url(
     if not match:
         raise InvalidInput("unable to parse URL", url=text, operation="parse")
     scheme, host, path = match.group(1).lower(), match.group(2), match.group(3) or ""
+    if scheme in _EXACT_PATH_SCHEMES:
+        return Url(scheme, host, path, site_label)
     if "?" in path:
         path, query_mark, query = path.partition("?")
         return Url(scheme, host, _SLASHES.sub("/", path) + query_mark + query, site_label)

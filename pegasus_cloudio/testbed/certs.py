@@ -8,7 +8,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Sequence, Union
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -36,8 +36,11 @@ class TlsFiles:
     key: Path
 
 
-def make_tls_files(directory: Union[str, "os.PathLike[str]"]) -> TlsFiles:
+def make_tls_files(directory: Union[str, "os.PathLike[str]"], dns_names: Sequence[str] = ()) -> TlsFiles:
     """Create ``ca.crt``, ``server.crt`` and ``server.key`` in ``directory``.
+
+    ``dns_names`` are added to the server certificate's SANs (wildcards such as
+    ``*.s3.us-west-2.amazonaws.com`` included), for servers reached under cloud host names.
 
     The directory is created if needed; existing files of those names are
     replaced. The CA's private key is never written: nothing else can be
@@ -50,7 +53,7 @@ def make_tls_files(directory: Union[str, "os.PathLike[str]"]) -> TlsFiles:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = _ca_certificate(ca_key)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = _server_certificate(server_key, ca_key, ca_cert)
+    server_cert = _server_certificate(server_key, ca_key, ca_cert, dns_names)
     files = TlsFiles(ca_cert=out / "ca.crt", cert=out / "server.crt", key=out / "server.key")
     _write(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
     _write(files.cert, server_cert.public_bytes(serialization.Encoding.PEM), 0o644)
@@ -81,11 +84,13 @@ def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
 
 
 def _server_certificate(
-    key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
+    dns_names: Sequence[str] = (),
 ) -> x509.Certificate:
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     names = x509.SubjectAlternativeName(
         [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+        + [x509.DNSName(name) for name in dns_names]
     )
     usage = x509.KeyUsage(
         digital_signature=True, content_commitment=False, key_encipherment=False,

@@ -58,8 +58,13 @@ class MinioServer(ServerProcess):
         binary: Optional[PathLike] = None,
         start_timeout: float = 60.0,
         base_dir: Optional[PathLike] = None,
+        domain: Optional[str] = None,
     ) -> None:
         """Configure a server; nothing starts until `start`.
+
+        ``domain`` (MINIO_DOMAIN) makes MinIO route virtual-hosted requests
+        (``Host: BUCKET.domain``); with ``tls`` the certificate then also
+        covers ``domain`` and ``*.domain``.
 
         ``binary`` defaults to the pinned build from `ensure_minio`;
         ``base_dir`` is where the temp dir is made (default: system temp).
@@ -74,6 +79,7 @@ class MinioServer(ServerProcess):
         self.start_timeout = start_timeout
         self._binary = Path(binary) if binary is not None else None
         self._base_dir = base_dir
+        self.domain = domain
         super().__init__()
 
     @property
@@ -130,7 +136,8 @@ class MinioServer(ServerProcess):
         certs_dir = self._tmp / "certs"
         (certs_dir / "CAs").mkdir(parents=True)
         if self.tls:
-            files = make_tls_files(self._tmp / "tls")
+            names = [self.domain, f"*.{self.domain}"] if self.domain else []
+            files = make_tls_files(self._tmp / "tls", names)
             shutil.copyfile(files.cert, certs_dir / "public.crt")
             _write_private(certs_dir / "private.key", files.key.read_bytes())
             shutil.copyfile(files.ca_cert, certs_dir / "CAs" / "ca.crt")
@@ -176,6 +183,8 @@ class MinioServer(ServerProcess):
             MINIO_UPDATE="off",
             MINIO_PROMETHEUS_AUTH_TYPE="public",
         )
+        if self.domain:
+            env["MINIO_DOMAIN"] = self.domain
         return env
 
     def _wait_ready(self, deadline: float) -> bool:

@@ -1,7 +1,7 @@
 """AWS Signature Version 4 for S3 requests, tuned for many small requests.
 
 The signing key is derived once per (day, region); the canonical request is built from
-pre-encoded parts. Payloads are sent as ``UNSIGNED-PAYLOAD`` with a ``Content-MD5`` header
+pre-encoded parts. ``tests/test_s3_conformance.py`` proves it against botocore's signer. Payloads are sent as ``UNSIGNED-PAYLOAD`` with a ``Content-MD5`` header
 where integrity matters, so a request is signed without hashing its body.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 from transfer.credentials import Credentials
@@ -31,8 +31,10 @@ def canonical_query(params: Dict[str, str]) -> str:
 class SigV4Signer:
     """Signs S3 requests for one set of credentials and one region."""
 
-    def __init__(self, credentials: Credentials, region: str, service: str = "s3") -> None:
+    def __init__(self, credentials: Credentials, region: str, service: str = "s3",
+                 clock: Callable[[], float] = time.time) -> None:
         self._credentials = credentials
+        self._clock = clock
         self._region = region
         self._service = service
         self._key_day = ""
@@ -49,7 +51,7 @@ class SigV4Signer:
         return self._key
 
     def _now(self) -> str:
-        second = int(time.time())
+        second = int(self._clock())
         if second != self._clock_second:
             self._amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
             self._clock_second = second
@@ -66,22 +68,17 @@ class SigV4Signer:
     ) -> List[Tuple[str, str]]:
         """Headers to send (``x-amz-*`` and Authorization), plus ``extra`` unchanged.
 
-        ``extra`` headers are not signed: only host, x-amz-content-sha256, x-amz-date and
-        the session token are, which is what S3 requires.
+        Signed: host, x-amz-content-sha256, x-amz-date, the session token, and every
+        ``x-amz-*`` and ``Content-MD5`` header of ``extra`` (S3 refuses unsigned ``x-amz-*``
+        headers). Other ``extra`` headers (Range, Content-Type) are sent unsigned, as SigV4 allows.
         """
         amz_date = self._now()
         day = amz_date[:8]
         headers = [("x-amz-content-sha256", payload_hash), ("x-amz-date", amz_date)]
-        token = self._credentials.session_token
-        if token:
-            headers.append(("x-amz-security-token", token))
-            signed = "host;x-amz-content-sha256;x-amz-date;x-amz-security-token"
-            canon_headers = (f"host:{host_header}\nx-amz-content-sha256:{payload_hash}\n"
-                             f"x-amz-date:{amz_date}\nx-amz-security-token:{token}\n")
-        else:
-            signed = "host;x-amz-content-sha256;x-amz-date"
-            canon_headers = f"host:{host_header}\nx-amz-content-sha256:{payload_hash}\nx-amz-date:{amz_date}\n"
-        canonical = f"{method}\n{encoded_path}\n{query}\n{canon_headers}\n{signed}\n{payload_hash}"
+        if self._credentials.session_token:
+            headers.append(("x-amz-security-token", self._credentials.session_token))
+        signed, canonical = self.canonical_request(method, host_header, encoded_path, query, payload_hash,
+                                                   headers + list(extra or ()))
         scope = f"{day}/{self._region}/{self._service}/aws4_request"
         to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
         signature = hmac.new(self._signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
@@ -90,3 +87,17 @@ class SigV4Signer:
         if extra:
             headers.extend(extra)
         return headers
+
+    @staticmethod
+    def canonical_request(method: str, host_header: str, encoded_path: str, query: str, payload_hash: str,
+                          headers: List[Tuple[str, str]]) -> Tuple[str, str]:
+        """(SignedHeaders, canonical request) over host and the signable ``headers``."""
+        signed = [("host", host_header)]
+        for name, value in headers:
+            lower = name.lower()
+            if lower.startswith("x-amz-") or lower == "content-md5":
+                signed.append((lower, " ".join(value.split())))
+        signed.sort()
+        names = ";".join(name for name, _ in signed)
+        canon_headers = "".join(f"{name}:{value}\n" for name, value in signed)
+        return names, f"{method}\n{encoded_path}\n{query}\n{canon_headers}\n{names}\n{payload_hash}"

@@ -13,54 +13,41 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
-import re
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from typing import BinaryIO, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
-from xml.sax.saxutils import escape
+from urllib.parse import unquote_plus
 
-from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, SigV4Signer, canonical_query, uri_encode_path
-from transfer.backends.base import ByteRange, ObjectInfo
-from transfer.credentials import S3SiteConfig, aws_s3_config, pegasus_credentials_path, pegasus_s3_config
-from transfer.errors import (
-    AuthError,
-    ChecksumMismatch,
-    ConfigError,
-    InvalidInput,
-    NotFound,
-    RemoteError,
-    Throttled,
-    TransferError,
-    TransientError,
-)
 from transfer.atomic import local_error
+from transfer.backends._s3_wire import (
+    _MD5_ETAG,
+    S3Path,
+    _child_url,
+    _info,
+    _md5_of_region,
+    _range_length,
+    _server_side_encrypted,
+    check_bucket,
+    default_endpoint,
+    s3_error,
+    split_url,
+    virtual_hosted,
+    xml_escape,
+    xml_tree,
+)
+from transfer.backends._s3_route import AnyReply, PoolFactory, Router
+from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
+from transfer.backends.base import ByteRange, ObjectInfo
+from transfer.config import Settings
+from transfer.credentials import S3SiteConfig, aws_s3_config, pegasus_credentials_path, pegasus_s3_config
+from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
-from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.http.pool import ConnectionPool
 from transfer.session import Context
 from transfer.urls import Url
 
-_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
-_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
-                   "TooManyRequests"}
-_TRANSIENT_CODES = {"RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized"}
-
-
-@dataclass(frozen=True)
-class S3Path:
-    bucket: str
-    key: str
-
-
-def split_url(url: Url) -> S3Path:
-    """Bucket and key of a Pegasus-style or AWS-style S3 URL."""
-    if "@" in url.host:
-        bucket, _, key = url.path.lstrip("/").partition("/")
-    else:
-        bucket, key = url.host, url.path.lstrip("/")
-    if not bucket:
-        raise InvalidInput("S3 URL has no bucket", url=str(url), operation="parse")
-    return S3Path(bucket, key)
+__all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
+           "virtual_hosted"]
 
 
 def _site_config(url: Url, context: Context) -> S3SiteConfig:
@@ -79,61 +66,51 @@ def endpoint_key(url: Url, context: Context) -> Hashable:
 def open_backend(url: Url, context: Context) -> "S3Backend":
     config = _site_config(url, context)
     region = config.region or "us-east-1"
-    endpoint = config.endpoint or f"https://s3.{region}.amazonaws.com"
+    endpoint = config.endpoint or default_endpoint(region)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
         raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
     pool = ConnectionPool(
         endpoint, max_idle=context.settings.threads + 2,
         ssl_context=context.ssl_context() if endpoint.startswith("https://") else None,
         timeouts=context.timeouts, stats=context.stats)
-    return S3Backend(pool, config, region, context)
+    return S3Backend(pool, config, region, context.settings)
 
 
 class S3Backend:
-    """One S3 endpoint with one set of credentials. Thread-safe."""
+    """One S3 endpoint with one set of credentials. Thread-safe.
 
-    def __init__(self, pool: ConnectionPool, config: S3SiteConfig, region: str, context: Context):
+    ``pool_for(endpoint)`` makes the pools of other regions' endpoints and of redirect
+    targets (see :mod:`transfer.backends._s3_route`); by default they copy ``pool``'s settings.
+    """
+
+    def __init__(self, pool: ConnectionPool, config: S3SiteConfig, region: str, settings: Settings,
+                 pool_for: Optional[PoolFactory] = None):
         self._pool = pool
         self._config = config
-        self._signer = SigV4Signer(config.credentials, region) if config.credentials else None
         self._region = region
-        self._host_header = _host_header(pool)
-        self._virtual_host = pool.host.endswith("amazonaws.com")
-        self.multipart_threshold = context.settings.multipart_threshold
-        self.part_size = context.settings.multipart_part_size
+        amazon = config.endpoint is None or pool.host.endswith(".amazonaws.com")
+        self._router = Router(pool, region, config.credentials, pool_for or pool.sibling, amazon_default=amazon)
+        self.multipart_threshold = settings.multipart_threshold
+        self.part_size = settings.multipart_part_size
 
     # -- request plumbing ---------------------------------------------------------------
 
     def _target(self, path: S3Path) -> Tuple[str, str]:
         """(host header, encoded path) for path-style or virtual-hosted addressing."""
-        if self._virtual_host and "." not in path.bucket and path.bucket.islower():
-            return f"{path.bucket}.{self._host_header}", uri_encode_path("/" + path.key)
-        key = "/" + path.key if path.key else ""
-        return self._host_header, uri_encode_path(f"/{path.bucket}{key}")
+        return self._router.for_bucket(path.bucket).target(path)
 
     def _send(self, method: str, path: S3Path, *, query: Optional[Dict[str, str]] = None,
               headers: Optional[List[Tuple[str, str]]] = None, body: Body = None,
-              payload_hash: str = EMPTY_SHA256, url: str = "") -> PooledResponse:
-        host, encoded = self._target(path)
+              payload_hash: str = EMPTY_SHA256, url: str = "") -> AnyReply:
         query_text = canonical_query(query) if query else ""
-        extra = list(headers or ())
-        if host != self._host_header:
-            extra.insert(0, ("Host", host))
-        if self._signer is not None:
-            extra = self._signer.sign(method, host, encoded, query_text, payload_hash, extra)
-        target = f"{encoded}?{query_text}" if query_text else encoded
-        try:
-            return self._pool.request(method, target, extra, body)
-        except TransferError as err:
-            raise type(err)(err.message, url=url or None, operation=method.lower(),
-                            status=err.status) from err
+        return self._router.send(method, path, query_text, list(headers or ()), body, payload_hash, url)
 
-    def _check(self, response: PooledResponse, url: str, operation: str,
+    def _check(self, response: AnyReply, url: str, operation: str,
                ok: Tuple[int, ...] = (200,)) -> None:
         if response.status in ok:
             return
         body = response.read() if response.status >= 300 else b""
-        raise _s3_error(response.status, body, url, operation)
+        raise s3_error(response.status, body, url, operation)
 
     # -- Backend ------------------------------------------------------------------------
 
@@ -141,14 +118,14 @@ class S3Backend:
         path = split_url(url)
         with self._send("HEAD", path, url=str(url)) as response:
             self._check(response, str(url), "stat")
-            return _info(url, response)
+            return _info(url, response.status, response.headers)
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         path = split_url(url)
         headers = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else None
         with self._send("GET", path, headers=headers, url=str(url)) as response:
             self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
-            info = _info(url, response)
+            info = _info(url, response.status, response.headers)
             md5 = _MD5_ETAG.match(info.version or "") if byte_range is None else None
             if md5 and not _server_side_encrypted(response.headers):
                 digest = hashlib.md5()
@@ -194,14 +171,14 @@ class S3Backend:
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
         while True:
-            query = {"list-type": "2", "prefix": prefix}
+            query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
             if token:
                 query["continuation-token"] = token
             with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
                 self._check(response, str(url), "list")
-                root = _xml(response.read())
+                root = xml_tree(response.read())
             for item in root.iter("Contents"):
-                key = item.findtext("Key") or ""
+                key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks
                 yield ObjectInfo(_child_url(url, path.bucket, key), int(item.findtext("Size") or 0),
                                  (item.findtext("ETag") or "").strip('"') or None)
             token = root.findtext("NextContinuationToken")
@@ -226,7 +203,7 @@ class S3Backend:
         return results
 
     def _delete_batch(self, bucket: str, keys: List[str]) -> Dict[str, TransferError]:
-        objects = "".join(f"<Object><Key>{escape(k)}</Key></Object>" for k in keys)
+        objects = "".join(f"<Object><Key>{xml_escape(k)}</Key></Object>" for k in keys)
         body = f'<?xml version="1.0" encoding="UTF-8"?><Delete><Quiet>true</Quiet>{objects}</Delete>'.encode()
         headers = [("Content-MD5", base64.b64encode(hashlib.md5(body).digest()).decode()),
                    ("Content-Type", "application/xml")]
@@ -234,11 +211,11 @@ class S3Backend:
         with self._send("POST", S3Path(bucket, ""), query={"delete": ""}, headers=headers, body=body,
                         payload_hash=hashlib.sha256(body).hexdigest(), url=url) as response:
             self._check(response, url, "delete")
-            root = _xml(response.read())
+            root = xml_tree(response.read())
         errors: Dict[str, TransferError] = {}
         for item in root.iter("Error"):
             key = item.findtext("Key") or ""
-            errors[key] = _s3_error(403 if item.findtext("Code") == "AccessDenied" else 500, b"",
+            errors[key] = s3_error(403 if item.findtext("Code") == "AccessDenied" else 500, b"",
                                     key, "delete", code=item.findtext("Code"),
                                     message=item.findtext("Message"))
         return errors
@@ -258,11 +235,19 @@ class S3Backend:
                 text = response.read()
                 if b"BucketAlreadyOwnedByYou" in text:
                     return
-                raise _s3_error(409, text, str(url), "mkdir")
+                raise s3_error(409, text, str(url), "mkdir")
             self._check(response, str(url), "mkdir")
 
+    def list_buckets(self) -> List[str]:
+        """Names of the buckets the identity owns (ListBuckets), in the store's order."""
+        with self._send("GET", S3Path("", ""), url="s3 buckets") as response:
+            self._check(response, "s3 buckets", "list")
+            tree = xml_tree(response.read())
+        return [item.findtext("Name") or "" for item in tree.iter("Bucket")]
+
     def close(self) -> None:
-        self._pool.close()
+        for pool in self._router.pools():
+            pool.close()
 
     def cache_key(self, url: Url) -> str:
         path = split_url(url)
@@ -272,12 +257,12 @@ class S3Backend:
 
     def copy(self, source: Url, dest: Url) -> ObjectInfo:
         src, dst = split_url(source), split_url(dest)
-        copy_source = uri_encode_path(f"/{src.bucket}/{src.key}")
+        copy_source = uri_encode_path(f"{src.bucket}/{src.key}")
         with self._send("PUT", dst, headers=[("x-amz-copy-source", copy_source)], url=str(dest)) as response:
             self._check(response, str(dest), "copy")
             text = response.read()
         if b"<Error>" in text:  # S3 may report a failed copy inside a 200 response
-            raise _s3_error(500, text, str(dest), "copy")
+            raise s3_error(500, text, str(dest), "copy")
         return self.stat(dest)
 
     # -- MultipartUploads ---------------------------------------------------------------
@@ -285,7 +270,7 @@ class S3Backend:
     def start_upload(self, url: Url) -> str:
         with self._send("POST", split_url(url), query={"uploads": ""}, url=str(url)) as response:
             self._check(response, str(url), "put")
-            upload_id = _xml(response.read()).findtext("UploadId")
+            upload_id = xml_tree(response.read()).findtext("UploadId")
         if not upload_id:
             raise RemoteError("no UploadId in CreateMultipartUpload response", url=str(url),
                               operation="put")
@@ -301,7 +286,7 @@ class S3Backend:
             return response.headers.get("etag", "")
 
     def complete_upload(self, url: Url, upload_id: str, etags: Sequence[str]) -> ObjectInfo:
-        parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(e)}</ETag></Part>"
+        parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{xml_escape(e)}</ETag></Part>"
                         for n, e in enumerate(etags, 1))
         body = f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
         with self._send("POST", split_url(url), query={"uploadId": upload_id}, body=body,
@@ -309,7 +294,7 @@ class S3Backend:
             self._check(response, str(url), "put")
             text = response.read()
         if b"<Error>" in text:
-            raise _s3_error(500, text, str(url), "put")
+            raise s3_error(500, text, str(url), "put")
         return self.stat(url)
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
@@ -319,85 +304,4 @@ class S3Backend:
         except TransferError:
             pass  # the store expires abandoned uploads; nothing more to do here
 
-
-def _host_header(pool: ConnectionPool) -> str:
-    default = 443 if pool.scheme == "https" else 80
-    return pool.host if pool.port == default else f"{pool.host}:{pool.port}"
-
-
-def _info(url: Url, response: PooledResponse) -> ObjectInfo:
-    headers = response.headers
-    size_text = headers.get("content-length", "0")
-    if response.status == 206 and "content-range" in headers:
-        size_text = headers["content-range"].rpartition("/")[2]
-    size = int(size_text) if size_text.isdigit() else 0
-    return ObjectInfo(url, size, headers.get("etag", "").strip('"') or None)
-
-
-def _range_length(headers: Dict[str, str], byte_range: ByteRange) -> int:
-    """Bytes a 206 answer must carry: the request's span, cut at the object's end."""
-    span = headers.get("content-range", "")  # "bytes START-END/TOTAL"
-    try:
-        first, last = span.split(" ", 1)[1].split("/", 1)[0].split("-", 1)
-        return int(last) - int(first) + 1
-    except (IndexError, ValueError):
-        return byte_range[1] - byte_range[0]
-
-
-def _server_side_encrypted(headers: Dict[str, str]) -> bool:
-    return headers.get("x-amz-server-side-encryption", "AES256") not in ("AES256", "")
-
-
-def _md5_of_region(region: FileRegion) -> bytes:
-    digest = hashlib.md5()
-    with open(region.path, "rb") as fh:
-        fh.seek(region.offset)
-        left = region.length
-        while left > 0:
-            block = fh.read(min(left, 1 << 20))
-            if not block:
-                break
-            digest.update(block)
-            left -= len(block)
-    return digest.digest()
-
-
-def _child_url(url: Url, bucket: str, key: str) -> Url:
-    if "@" in url.host:
-        return url.with_path(f"/{bucket}/{key}")
-    return url.with_path(f"/{key}")
-
-
-def _xml(data: bytes) -> ET.Element:
-    try:
-        root = ET.fromstring(data)
-    except ET.ParseError as err:
-        raise TransientError(f"malformed XML from S3: {err}") from None
-    for element in root.iter():
-        if "}" in element.tag:
-            element.tag = element.tag.split("}", 1)[1]
-    return root
-
-
-def _s3_error(status: int, body: bytes, url: str, operation: str, *, code: Optional[str] = None,
-              message: Optional[str] = None) -> TransferError:
-    """Translate an S3 error response into the library's exception tree."""
-    if code is None and body:
-        try:
-            root = _xml(body)
-            code, message = root.findtext("Code"), root.findtext("Message")
-        except TransientError:
-            pass
-    code = code or ""
-    text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
-    kwargs = {"url": url, "operation": operation, "status": status}
-    if status == 429 or code in _THROTTLE_CODES:
-        return Throttled(text, **kwargs)  # type: ignore[arg-type]
-    if status >= 500 or code in _TRANSIENT_CODES:
-        return TransientError(text, **kwargs)  # type: ignore[arg-type]
-    if status == 404 or code in ("NoSuchKey", "NoSuchBucket"):
-        return NotFound(text, **kwargs)  # type: ignore[arg-type]
-    if status in (401, 403):
-        return AuthError(text, **kwargs)  # type: ignore[arg-type]
-    return RemoteError(text, **kwargs)  # type: ignore[arg-type]
 

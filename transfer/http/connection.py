@@ -16,9 +16,9 @@ import hashlib
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, Iterable, Optional, Tuple, Union
+from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from transfer.errors import RemoteError, TransientError
+from transfer.errors import InvalidInput, RemoteError, TransientError
 
 _MAX_LINE = 65536
 _MAX_HEADERS = 200
@@ -142,7 +142,10 @@ def _ignore(_data: bytes) -> None:
 
 
 class Connection:
-    """A single keep-alive connection to ``host:port``; not thread-safe (the pool hands it out)."""
+    """A single keep-alive connection to ``host:port``; not thread-safe (the pool hands it out).
+
+    ``connect_to`` dials another address while Host and TLS name stay ``host`` (like curl's
+    ``--connect-to``): how tests reach a loopback server under a real cloud host name."""
 
     def __init__(
         self,
@@ -152,9 +155,11 @@ class Connection:
         ssl_context: Optional[ssl.SSLContext] = None,
         server_hostname: Optional[str] = None,
         timeouts: Timeouts = Timeouts(),
+        connect_to: Optional[Tuple[str, int]] = None,
     ) -> None:
         self.host = host
         self.port = port
+        self._address = connect_to or (host, port)
         self._ssl_context = ssl_context
         self._server_hostname = server_hostname or host
         self._timeouts = timeouts
@@ -171,7 +176,7 @@ class Connection:
 
     def connect(self) -> None:
         try:
-            sock = socket.create_connection((self.host, self.port), self._timeouts.connect)
+            sock = socket.create_connection(self._address, self._timeouts.connect)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl_context is not None:
                 sock = self._ssl_context.wrap_socket(sock, server_hostname=self._server_hostname)
@@ -202,13 +207,14 @@ class Connection:
 
     def request(self, method: str, target: str, headers: HeaderList, body: Body = None) -> Response:
         """Send one request and read the response head. The body is left to the caller."""
+        head = self._head(method, target, headers, body)  # raises before anything is sent
         reused = self.requests_sent > 0
         if self._sock is None:
             self.connect()
         self.idle = False
         self.requests_sent += 1
         try:
-            self._send(method, target, headers, body)
+            self._send(head, body)
             return self._read_head(method)
         except (socket.timeout, TimeoutError) as err:
             self.close()
@@ -224,15 +230,8 @@ class Connection:
                 else TransientError
             raise cls(f"connection failed: {err}", url=self.endpoint, operation=method) from err
 
-    def _send(self, method: str, target: str, headers: HeaderList, body: Body) -> None:
+    def _send(self, head: bytes, body: Body) -> None:
         assert self._sock is not None
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header()}"]
-        lines.extend(f"{name}: {value}" for name, value in headers)
-        if isinstance(body, FileRegion):
-            lines.append(f"Content-Length: {body.length}")
-        elif body is not None or method in ("PUT", "POST"):
-            lines.append(f"Content-Length: {len(body) if body else 0}")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         if isinstance(body, bytes) and len(body) <= _CHUNK:
             self._sock.sendall(head + body)
             return
@@ -241,6 +240,35 @@ class Connection:
             self._sock.sendall(body)
         elif isinstance(body, FileRegion):
             self._send_file(body)
+
+    def _head(self, method: str, target: str, headers: HeaderList, body: Body) -> bytes:
+        """The request head with exactly one ``Host`` (the caller's, if given: virtual-hosted
+        S3 names the bucket there), refusing anything that would split a line."""
+        lines = [f"{method} {target} HTTP/1.1", ""]
+        host = ""
+        for name, value in headers:
+            if len(name) == 4 and name.lower() == "host":
+                if host:
+                    raise InvalidInput("more than one Host header; request not sent", url=self.endpoint,
+                                       operation=method)
+                host = value
+                continue
+            lines.append(f"{name}: {value}")
+        lines[1] = f"Host: {host or self._host_header()}"
+        if isinstance(body, FileRegion):
+            lines.append(f"Content-Length: {body.length}")
+        elif body is not None or method in ("PUT", "POST"):
+            lines.append(f"Content-Length: {len(body) if body else 0}")
+        text = "\r\n".join(lines)
+        breaks = len(lines) - 1
+        if text.count("\n") != breaks or text.count("\r") != breaks or "\0" in text \
+                or " " in target or " " in method:
+            raise InvalidInput(_unsafe_field(method, target, lines), url=self.endpoint, operation=method)
+        try:
+            return (text + "\r\n\r\n").encode("latin-1")
+        except UnicodeEncodeError:
+            raise InvalidInput(_unsafe_field(method, target, lines, "a non-Latin-1 character"),
+                               url=self.endpoint, operation=method) from None
 
     def _send_file(self, region: FileRegion) -> None:
         assert self._sock is not None
@@ -349,6 +377,14 @@ class Connection:
         self.idle = True
         if self.must_close:
             self.close()
+
+
+def _unsafe_field(method: str, target: str, lines: List[str], what: str = "CR, LF or NUL") -> str:
+    """A one-line message naming (never quoting: values may be secrets) the first bad field."""
+    for line in lines[1:]:
+        if any(c in line for c in "\r\n\0") if what.startswith("CR") else any(ord(c) > 255 for c in line):
+            return f"header {line.partition(':')[0][:60]!r} contains {what}; request not sent"
+    return f"request line {f'{method} {target}'[:80]!r} contains {what} or a space; request not sent"
 
 
 class _EmptyStatus(Exception):

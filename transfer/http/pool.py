@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from transfer.errors import InvalidInput
@@ -52,8 +52,10 @@ class ConnectionPool:
         ssl_context: Optional[ssl.SSLContext] = None,
         timeouts: Timeouts = Timeouts(),
         stats: Optional[PoolStats] = None,
+        connect_to: Optional[Tuple[str, int]] = None,
     ) -> None:
         parts = urlsplit(base_url)
+        self._connect_to = connect_to
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
                                url=base_url, operation="connect")
@@ -69,12 +71,18 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.stats = stats or PoolStats()
 
+    def sibling(self, base_url: str) -> "ConnectionPool":
+        """A pool for another endpoint with this one's limits, TLS context, timeouts and counters."""
+        return ConnectionPool(base_url, max_idle=self._max_idle, ssl_context=self._ssl_context,
+                              timeouts=self._timeouts, stats=self.stats)
+
     @property
     def base_url(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
 
     def _new_connection(self) -> Connection:
-        conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts)
+        conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
+                          connect_to=self._connect_to)
         conn.connect()
         self.stats.count(connections=1)
         return conn
@@ -111,6 +119,9 @@ class ConnectionPool:
         except StaleConnection:
             conn = self._new_connection()
             response = conn.request(method, target, header_list, body)
+        except InvalidInput:
+            self._checkin(conn)  # refused before sending: the connection is still clean
+            raise
         finally:
             self.stats.count(requests=1)
         return PooledResponse(response, lambda: self._checkin(conn))

@@ -1,0 +1,233 @@
+"""Where an S3 request goes, how it is signed, and the three answers Amazon expects a client
+to act on rather than report:
+
+* a bucket in another region (301 ``PermanentRedirect``, 400 ``AuthorizationHeaderMalformed``
+  or a HEAD's bare 400/301, naming the region in ``x-amz-bucket-region`` or ``<Region>``):
+  the request is sent once more to that region and the bucket's region is remembered, so
+  later requests go there directly (on Amazon's own endpoints the host changes too);
+* 307 ``TemporaryRedirect`` (a new bucket's DNS not yet everywhere): sent once to ``Location``;
+* 403 ``RequestTimeTooSkewed``: the clock offset is taken from the server's time and the
+  request is signed again and sent once more; later requests use the corrected clock.
+
+Anything else (and a second failure) goes back to the caller untouched. 500 and 503
+``SlowDown`` are classified by :func:`~transfer.backends._s3_wire.s3_error` as retryable and
+backed off per file by the engine.
+"""
+
+from __future__ import annotations
+
+import calendar
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Callable, Dict, List, Optional, Tuple, Union
+from urllib.parse import urlsplit
+
+from transfer.backends._s3_wire import S3Path, default_endpoint, virtual_hosted, xml_tree
+from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
+from transfer.credentials import Credentials
+from transfer.errors import TransferError, TransientError
+from transfer.http.connection import Body
+from transfer.http.origins import origin_of
+from transfer.http.pool import ConnectionPool, PooledResponse
+
+Headers = List[Tuple[str, str]]
+PoolFactory = Callable[[str], ConnectionPool]
+_REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException"}
+_MAX_ERROR_BODY = 1 << 16
+
+
+class Clock:
+    """Seconds since the epoch as the server sees them: local time plus a learned offset."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass(frozen=True)
+class Route:
+    """One region's destination: a pool, the Host it answers to, and a signer for it."""
+
+    region: str
+    pool: ConnectionPool
+    host_header: str
+    signer: Optional[SigV4Signer]
+    virtual: Callable[[str], bool]
+
+    def target(self, path: S3Path) -> Tuple[str, str]:
+        """(Host header, encoded path) for path-style or virtual-hosted addressing."""
+        if path.bucket and self.virtual(path.bucket):
+            return f"{path.bucket}.{self.host_header}", uri_encode_path("/" + path.key)
+        key = "/" + path.key if path.key else ""
+        return self.host_header, uri_encode_path(f"/{path.bucket}{key}")
+
+
+class BufferedReply:
+    """An error answer whose (small) body was read to decide what to do; reads like a response."""
+
+    def __init__(self, response: PooledResponse) -> None:
+        self.status = response.status
+        self.headers = response.headers
+        self.reason = response.reason
+        self.body = response.read() if _small(response) else b""
+        if not self.body:
+            response.discard()
+
+    def read(self) -> bytes:
+        return self.body
+
+    def read_into(self, write: Callable[[bytes], object]) -> int:
+        write(self.body)
+        return len(self.body)
+
+    def discard(self) -> None:
+        return None
+
+    def __enter__(self) -> "BufferedReply":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+AnyReply = Union[PooledResponse, BufferedReply]
+
+
+def _small(response: PooledResponse) -> bool:
+    length = response.headers.get("content-length")
+    return length is not None and length.isdigit() and int(length) <= _MAX_ERROR_BODY
+
+
+class Router:
+    """Routes for every region a backend has met; thread-safe."""
+
+    def __init__(self, pool: ConnectionPool, region: str, credentials: Optional[Credentials],
+                 pool_for: PoolFactory, *, amazon_default: bool) -> None:
+        self.clock = Clock()
+        self._credentials = credentials
+        self._pool_for = pool_for
+        self._amazon_default = amazon_default
+        self._scheme = pool.scheme
+        self._home = self._route(region, pool)
+        self._routes: Dict[str, Route] = {region: self._home}
+        self._bucket_regions: Dict[str, str] = {}
+        self._redirect_pools: Dict[str, ConnectionPool] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def home(self) -> Route:
+        return self._home
+
+    def _route(self, region: str, pool: ConnectionPool) -> Route:
+        default = 443 if pool.scheme == "https" else 80
+        host = pool.host if pool.port == default else f"{pool.host}:{pool.port}"
+        signer = SigV4Signer(self._credentials, region, clock=self.clock) if self._credentials else None
+        return Route(region, pool, host, signer,
+                     functools.lru_cache(maxsize=64)(functools.partial(virtual_hosted, pool.host)))
+
+    def for_bucket(self, bucket: str) -> Route:
+        region = self._bucket_regions.get(bucket)
+        return self._home if region is None else self._for_region(region)
+
+    def _for_region(self, region: str) -> Route:
+        found = self._routes.get(region)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._routes.get(region)
+            if found is None:
+                pool = self._pool_for(default_endpoint(region, self._scheme)) if self._amazon_default \
+                    else self._home.pool
+                found = self._routes[region] = self._route(region, pool)
+            return found
+
+    def pools(self) -> List[ConnectionPool]:
+        with self._lock:
+            return list({id(r.pool): r.pool for r in self._routes.values()}.values()) + \
+                list(self._redirect_pools.values())
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send(self, method: str, path: S3Path, query: str, headers: Headers, body: Body, payload_hash: str,
+             url: str) -> AnyReply:
+        """Send, acting once on a wrong region, a 307 or a skewed clock (see the module doc)."""
+        route = self.for_bucket(path.bucket)
+        host, encoded = route.target(path)
+        response = self._send(route, method, host, encoded, query, headers, body, payload_hash, url)
+        if response.status not in (301, 307, 400, 403):
+            return response
+        reply = BufferedReply(response)
+        code, region, server_time = _error_facts(reply)
+        if region and region != route.region and (reply.status == 301 or code in _REGION_CODES
+                                                  or (method == "HEAD" and reply.status == 400)):
+            self._bucket_regions[path.bucket] = region
+            route = self.for_bucket(path.bucket)
+            host, encoded = route.target(path)
+        elif reply.status == 307 and "location" in reply.headers:
+            return self._follow(route, method, reply.headers["location"], headers, body, payload_hash, url)
+        elif code == "RequestTimeTooSkewed" and server_time is not None:
+            self.clock.offset = server_time - time.time()
+        else:
+            return reply
+        return self._send(route, method, host, encoded, query, headers, body, payload_hash, url)
+
+    def _follow(self, route: Route, method: str, location: str, headers: Headers, body: Body,
+                payload_hash: str, url: str) -> PooledResponse:
+        parts = urlsplit(location)
+        origin = origin_of(location)
+        with self._lock:
+            pool = self._redirect_pools.get(origin)
+            if pool is None:
+                pool = self._redirect_pools[origin] = self._pool_for(origin)
+        redirected = Route(route.region, pool, parts.netloc, route.signer, lambda _bucket: False)
+        return self._send(redirected, method, parts.netloc, parts.path or "/", parts.query, headers, body,
+                          payload_hash, url)
+
+    @staticmethod
+    def _send(route: Route, method: str, host: str, encoded: str, query: str, headers: Headers, body: Body,
+              payload_hash: str, url: str) -> PooledResponse:
+        extra = list(headers)
+        if host != route.host_header:
+            extra.insert(0, ("Host", host))
+        if route.signer is not None:
+            extra = route.signer.sign(method, host, encoded, query, payload_hash, extra)
+        target = f"{encoded}?{query}" if query else encoded
+        try:
+            return route.pool.request(method, target, extra, body)
+        except TransferError as err:
+            raise type(err)(err.message, url=url or None, operation=method.lower(), status=err.status) from err
+
+
+def _error_facts(reply: BufferedReply) -> Tuple[str, Optional[str], Optional[float]]:
+    """(error code, bucket region, server time) from an error answer's headers and XML."""
+    code, region, server_time = "", reply.headers.get("x-amz-bucket-region"), None
+    if reply.body:
+        try:
+            root = xml_tree(reply.body)
+        except TransientError:
+            root = None
+        if root is not None:
+            code = root.findtext("Code") or ""
+            region = region or root.findtext("Region")
+            server_time = _parse_time(root.findtext("ServerTime"))
+    if code == "RequestTimeTooSkewed" and server_time is None and "date" in reply.headers:
+        try:
+            server_time = parsedate_to_datetime(reply.headers["date"]).timestamp()
+        except (TypeError, ValueError):
+            server_time = None
+    return code, region, server_time
+
+
+def _parse_time(text: Optional[str]) -> Optional[float]:
+    """Seconds since the epoch of an ISO 8601 UTC time such as ``2026-11-24T19:00:00Z``."""
+    if not text:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
