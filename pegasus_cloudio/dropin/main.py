@@ -114,9 +114,17 @@ def _load(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> Li
         except OSError as err:
             raise SpecError(f"cannot read transfer specification: {err.strerror}", url=args.file,
                             operation="parse") from err
+        except UnicodeDecodeError as err:
+            raise SpecError(f"transfer specification is not UTF-8 text (byte {err.start})", url=args.file,
+                            operation="parse") from None
     else:
         log.info("Reading URL pairs from stdin")
-        text = stdin.read()
+        try:
+            text = stdin.read()
+            text.encode("utf-8")  # stdin may decode with surrogateescape: refuse what that let in
+        except (UnicodeDecodeError, UnicodeEncodeError) as err:
+            raise SpecError(f"transfer specification on stdin is not UTF-8 text (character {err.start})",
+                            operation="parse") from None
     return parse_spec(text, symlink=args.symlink, env=env) if text.strip() else []
 
 
