@@ -36,6 +36,7 @@ from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.format import Member
 from transfer.bundles.reading import GroupState, MemberRead, read_group
 from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
+from transfer.uploads import InFlightUploads
 from transfer.cache import NodeCache
 from transfer.errors import NotFound
 from transfer.errors import TransferError
@@ -101,6 +102,7 @@ class Engine:
         self._rng = rng or random.Random()
         self._callback_lock = threading.Lock()
         self._bundles = BundleStager(session)
+        self._uploads = InFlightUploads()
         self._cache = cache
         self._peers = peers if cache is not None else None
 
@@ -458,6 +460,7 @@ class Engine:
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
         upload_id = backend.start_upload(dest)
+        self._uploads.start(backend, dest, upload_id)
         try:
             # A separate pool: parts must never queue behind the file tasks that wait for them.
             with ThreadPoolExecutor(min(self._threads, len(regions)), thread_name_prefix="part") as parts:
@@ -465,9 +468,16 @@ class Engine:
                                        enumerate(regions, 1)))
             backend.complete_upload(dest, upload_id, etags)
         except BaseException:
-            backend.abort_upload(dest, upload_id)
+            self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._rng)
             raise
+        finally:
+            self._uploads.finish(upload_id)
         return size
+
+    def abort_uploads(self, seconds: float) -> List[str]:
+        """For signal handlers: abort every multipart upload in flight, giving up after
+        ``seconds``; returns the URLs of uploads that could not be aborted in time."""
+        return self._uploads.abort_all(seconds)
 
     def _remote_copy(self, source: Url, dest: Url, peers: Optional[PeerRound] = None) -> int:
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
