@@ -27,7 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from transfer.backends.base import Backend, ObjectInfo
-from transfer.bundles.format import MAX_MEMBERS, BundleFormatError, BundleIndex, Member, index_length, parse_index
+from transfer.bundles.format import (
+    CHUNK,
+    MAX_MEMBERS,
+    PREAMBLE,
+    BundleFormatError,
+    BundleIndex,
+    Member,
+    index_length,
+    parse_index,
+    parse_index_chunks,
+)
 from transfer.errors import NotFound, TransferError
 from transfer.urls import Url
 
@@ -87,7 +97,7 @@ class BundleDirectory:
                  broken: Sequence[BrokenBundle] = ()) -> None:
         self.directory = directory
         self.bundles = list(bundles)  # oldest first
-        self.plain = frozenset(plain)
+        self.plain = plain if isinstance(plain, (set, frozenset)) else set(plain)
         self.broken = list(broken)
         self.conflicts = sorted(name for name in self.plain if any(b.live(name) for b in self.bundles))
         if self.conflicts:
@@ -175,13 +185,20 @@ def _try_load(backend: Backend, info: ObjectInfo, max_members: int) -> "LoadedBu
 
 
 def _load_bundle(backend: Backend, info: ObjectInfo, max_members: int) -> LoadedBundle:
+    """Fetch and parse one bundle's index; an index longer than the head arrives in CHUNK ranges."""
     head = _get_range(backend, info.url, 0, min(info.size, HEAD_BYTES))
-    needed = index_length(head)
-    if needed > info.size:
-        raise BundleFormatError(f"bundle index of {needed} bytes is longer than the bundle", url=str(info.url))
-    if needed > len(head):
-        head += _get_range(backend, info.url, len(head), needed)
-    index = parse_index(head, info.size, max_members)
+    end = index_length(head)
+    if end > info.size:
+        raise BundleFormatError(f"bundle index of {end} bytes is longer than the bundle", url=str(info.url))
+    if end <= len(head):
+        index = parse_index(head, info.size, max_members)
+    else:
+        def chunks() -> Iterator[bytes]:
+            yield head[PREAMBLE:]
+            for start in range(len(head), end, CHUNK):
+                yield _get_range(backend, info.url, start, min(start + CHUNK, end))
+
+        index = parse_index_chunks(chunks(), end, info.size, max_members)
     return LoadedBundle(info.url, info.size, index, head if len(head) >= info.size else b"")
 
 

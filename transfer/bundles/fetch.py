@@ -43,7 +43,7 @@ def stream_members(backend: Backend, bundle: LoadedBundle, wanted: Sequence[Memb
     for start, end, members in _plan(bundle, unique):
         splitter = _Splitter(bundle, start, members, open_writer, failures)
         try:
-            if bundle.complete:
+            if bundle.complete or end <= start:  # nothing to ask the store for
                 splitter.write(bundle.head[start:end])
             else:
                 backend.get(bundle.url, splitter, byte_range=(start, end))  # type: ignore[arg-type]

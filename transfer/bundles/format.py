@@ -29,6 +29,7 @@ from array import array
 from dataclasses import dataclass
 from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from transfer.bundles.scan import Buffer, IndexSyntaxError, index_rows
 from transfer.errors import ChecksumMismatch
 
 MAGIC = b"PCBNDL01"
@@ -36,7 +37,8 @@ PREAMBLE = 16
 FORMAT = 1
 MAX_INDEX_BYTES = 256 << 20  # about 2.5 million rows of short names
 MAX_NAME = 1024
-MAX_MEMBERS = 1_000_000  # per directory; see docs/bundles.md for the memory this costs
+CHUNK = 1 << 20  # index bytes decoded at a time
+MAX_MEMBERS = 2_000_000  # per directory (objects and members); docs/bundles.md gives the memory
 _HEX = re.compile(r"[0-9a-f]{64}")
 _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")  # control characters and backslash
 
@@ -62,8 +64,7 @@ class BundleIndex:
 
     def __init__(self, members: Iterable[Member], data_start: int) -> None:
         self.data_start = data_start
-        self._rows: Dict[str, int] = {}
-        self._names: List[str] = []
+        self._rows: Dict[str, int] = {}  # insertion-ordered: rows are 0, 1, 2, ...
         self._offsets = array("q")
         self._sizes = array("q")
         self._digests = bytearray()
@@ -73,14 +74,13 @@ class BundleIndex:
     def _add(self, name: str, offset: int, size: int, sha256: str) -> None:
         if name in self._rows:
             raise BundleFormatError(f"duplicate member name {name!r:.80}")
-        self._rows[name] = len(self._names)
-        self._names.append(name)
+        self._rows[name] = len(self._rows)
         self._offsets.append(offset)
         self._sizes.append(size)
         self._digests += bytes.fromhex(sha256)
 
     def __len__(self) -> int:
-        return len(self._names)
+        return len(self._rows)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, BundleIndex) and self.data_start == other.data_start
@@ -90,18 +90,17 @@ class BundleIndex:
 
     def get(self, name: str) -> Optional[Member]:
         row = self._rows.get(name)
-        return None if row is None else self._member(row)
+        return None if row is None else self._member(name, row)
 
-    def _member(self, row: int) -> Member:
-        return Member(self._names[row], self._offsets[row], self._sizes[row],
-                      self._digests[32 * row:32 * row + 32].hex())
+    def _member(self, name: str, row: int) -> Member:
+        return Member(name, self._offsets[row], self._sizes[row], self._digests[32 * row:32 * row + 32].hex())
 
     @property
     def members(self) -> Tuple[Member, ...]:
-        return tuple(self._member(row) for row in range(len(self._names)))
+        return tuple(self._member(name, row) for name, row in self._rows.items())
 
     def names(self) -> List[str]:
-        return list(self._names)
+        return list(self._rows)
 
     def by_name(self) -> Dict[str, Member]:
         return {m.name: m for m in self.members}
@@ -151,99 +150,32 @@ def index_length(head: bytes) -> int:
 
 
 def parse_index(head: bytes, object_size: Optional[int] = None, max_members: int = MAX_MEMBERS) -> BundleIndex:
-    """Parse and validate the index from the first bytes of a bundle.
-
-    Rows are decoded one at a time into the compact index, so memory stays near the size of
-    the index text plus ~200 bytes per member; more than ``max_members`` rows is an error."""
+    """Parse and validate the index from the first bytes of a bundle (all of the index)."""
     end = index_length(head)
     if len(head) < end:
         raise BundleFormatError(f"need {end} bytes to read the index, have {len(head)}")
-    try:
-        text = str(memoryview(head)[PREAMBLE:end], "utf-8")  # no copy of the bytes first
-    except UnicodeDecodeError:
-        raise BundleFormatError("bundle index is not UTF-8") from None
+    view = memoryview(head)
+    chunks = (view[start:min(start + CHUNK, end)] for start in range(PREAMBLE, end, CHUNK))
+    return parse_index_chunks(chunks, end, object_size, max_members)
+
+
+def parse_index_chunks(chunks: Iterable[Buffer], end: int, object_size: Optional[int] = None,
+                       max_members: int = MAX_MEMBERS) -> BundleIndex:
+    """Parse the index text arriving in ``chunks`` (the bytes after the preamble, up to ``end``).
+
+    Rows are decoded one at a time from a small window into the compact index, so memory is
+    one chunk plus under 200 bytes per member; more than ``max_members`` rows is an error."""
     data_size = None if object_size is None else object_size - end
     index = BundleIndex((), end)
-    for row in _rows(text, max_members):
-        member = _member(row)
-        if data_size is not None and member.offset + member.size > data_size:
-            raise BundleFormatError(f"member {member.name!r:.80} lies outside the bundle")
-        index._add(member.name, member.offset, member.size, member.sha256)
+    try:
+        for row in index_rows(chunks, max_members):
+            member = _member(row)
+            if data_size is not None and member.offset + member.size > data_size:
+                raise BundleFormatError(f"member {member.name!r:.80} lies outside the bundle")
+            index._add(member.name, member.offset, member.size, member.sha256)
+    except IndexSyntaxError as err:
+        raise BundleFormatError(err.message) from None
     return index
-
-
-_SPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-
-
-def _rows(text: str, max_members: int) -> Iterator[object]:
-    """The rows of ``{"format": 1, "members": [row, ...]}``, decoded one by one."""
-    scanner = _Scanner(text)
-    scanner.expect("{")
-    seen_format = seen_members = False
-    while not scanner.peek("}"):
-        if seen_format or seen_members:
-            scanner.expect(",")
-        key = scanner.value()
-        scanner.expect(":")
-        if key == "members":
-            scanner.expect("[")
-            count = 0
-            while not scanner.peek("]"):
-                if count:
-                    scanner.expect(",")
-                count += 1
-                if count > max_members:
-                    raise BundleFormatError(f"bundle index has more than {max_members} members (the limit)")
-                yield scanner.value()
-            seen_members = True
-        elif key == "format":
-            if scanner.value() != FORMAT:
-                raise BundleFormatError("bundle index is not of format 1")
-            seen_format = True
-        else:
-            scanner.value()  # unknown keys are skipped
-    scanner.end()
-    if not (seen_format and seen_members):
-        raise BundleFormatError("bundle index is not valid JSON of format 1 (no format or member list)")
-
-
-class _Scanner:
-    """Just enough of a JSON tokenizer to walk one object without decoding it whole."""
-
-    def __init__(self, text: str) -> None:
-        self.text, self.pos = text, 0
-
-    def _skip(self) -> None:
-        match = _SPACE.match(self.text, self.pos)
-        self.pos = match.end() if match else self.pos
-
-    def peek(self, char: str) -> bool:
-        self._skip()
-        if self.pos >= len(self.text):
-            raise BundleFormatError("bundle index is not valid JSON of format 1 (truncated)")
-        if self.text[self.pos] == char:
-            self.pos += 1
-            return True
-        return False
-
-    def expect(self, char: str) -> None:
-        if not self.peek(char):
-            raise BundleFormatError(f"bundle index is not valid JSON of format 1 (expected {char!r} at "
-                                    f"{self.pos})")
-
-    def value(self) -> object:
-        self._skip()
-        try:
-            found, self.pos = _DECODER.raw_decode(self.text, self.pos)
-        except (ValueError, RecursionError):
-            raise BundleFormatError(f"bundle index is not valid JSON of format 1 (at {self.pos})") from None
-        return found
-
-    def end(self) -> None:
-        self._skip()
-        if self.pos != len(self.text):
-            raise BundleFormatError("bundle index has trailing bytes")
 
 
 def _member(row: object) -> Member:
