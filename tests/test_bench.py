@@ -35,6 +35,8 @@ def test_mconcatfit_bench_compares_per_file_bundled_floor_and_stock():
     assert runs["ours bundled producers"]["requests"] == 4  # one bundle per producer
     assert runs["ours bundled consumer"]["requests"] == 1 + 4  # LIST + one GET per bundle
     assert runs["ours per-file consumer"]["requests"] == 120
+    # bundling off: at most one 404 per thread before the index is known, one LIST, one GET per bundle
+    assert runs["ours transparent consumer"]["requests"] <= 5 + 1 + 4
     assert runs["floor (1 GET + local writes)"]["requests"] == 1
     assert result["targets"]["requests_at_least_50x_fewer"] is False  # 120/5 < 50 at this scale
     assert result["ratios"]["consumer_request_reduction"] == 24.0

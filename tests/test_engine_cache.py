@@ -48,7 +48,7 @@ def test_uploads_write_through_so_a_later_job_needs_no_request(proxied, bucket, 
     assert proxy.snapshot()["requests"] == 0
 
 
-def test_a_bundle_fetched_for_some_members_caches_the_others(proxied, bucket, tmp_path):
+def test_bundle_members_are_cached_under_member_keys_never_under_their_urls(proxied, bucket, tmp_path):
     proxy, env = proxied
     (tmp_path / "src").mkdir()
     for i in range(12):
@@ -56,11 +56,14 @@ def test_a_bundle_fetched_for_some_members_caches_the_others(proxied, bucket, tm
     ups = [Transfer((parse_url(f"file://{tmp_path}/src/f{i:02d}"),), s3(bucket, f"run/f{i:02d}")) for i in range(12)]
     assert all(r.ok for r in engine_run(env, ups, tmp_path / "producer-cache", bundle=True))
     cache_dir = tmp_path / "cache"
-    first = [Transfer((s3(bucket, f"run/f{i:02d}"),), parse_url(f"file://{tmp_path}/a/f{i:02d}")) for i in range(6)]
-    assert all(r.ok for r in engine_run(env, first, cache_dir, bundle=True))
-    proxy.reset_counters()
-    rest = [Transfer((s3(bucket, f"run/f{i:02d}"),), parse_url(f"file://{tmp_path}/b/f{i:02d}")) for i in range(6, 12)]
-    assert all(r.ok for r in engine_run(env, rest, cache_dir, bundle=True))
-    assert proxy.snapshot()["requests"] == 0  # cache first, before any bundle lookup
-    for i in range(6, 12):
-        assert (tmp_path / "b" / f"f{i:02d}").read_bytes() == (tmp_path / "src" / f"f{i:02d}").read_bytes()
+    for job in ("a", "b"):
+        reads = [Transfer((s3(bucket, f"run/f{i:02d}"),), parse_url(f"file://{tmp_path}/{job}/f{i:02d}"))
+                 for i in range(6)]
+        proxy.reset_counters()
+        assert all(r.ok for r in engine_run(env, reads, cache_dir, bundle=True))
+        for i in range(6):
+            assert (tmp_path / job / f"f{i:02d}").read_bytes() == (tmp_path / "src" / f"f{i:02d}").read_bytes()
+    assert proxy.snapshot()["requests"] <= 2  # job b: the directory's index (LIST + head); bytes from the cache
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+    keys = [e.meta.key for e in cache.entries() if e.meta is not None]
+    assert len(keys) == 6 and all("#member=f0" in key and "/.cloudio-bundles/" in key for key in keys)

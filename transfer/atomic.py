@@ -2,6 +2,8 @@
 
 A job never sees a partial file under the final name: until :meth:`AtomicFile.commit`
 succeeds the data lives in ``.<name>.<pid>.<n>.part``, which is removed on any failure.
+The temp names alive in this process are tracked, so that a signal handler can remove them
+all (:func:`remove_temp_files`) before the process exits without unwinding its threads.
 """
 
 from __future__ import annotations
@@ -9,11 +11,49 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-from typing import BinaryIO, Callable, Optional
+import threading
+from typing import BinaryIO, Callable, Optional, Set
 
 from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotFound, TransferError
 
-_counter = itertools.count()  # unique temp names within this process; no other state
+_counter = itertools.count()  # unique temp names within this process
+
+
+class _TempNames:
+    """Temp files this process has open right now (process-wide, like the files themselves)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: Set[str] = set()
+
+    def add(self, path: str) -> None:
+        with self._lock:
+            self._names.add(path)
+
+    def discard(self, path: str) -> None:
+        with self._lock:
+            self._names.discard(path)
+
+    def remove_all(self) -> int:
+        with self._lock:
+            names, self._names = self._names, set()
+        removed = 0
+        for path in names:
+            try:
+                os.unlink(path)
+                removed += 1
+            except OSError:
+                pass
+        return removed
+
+
+_LIVE = _TempNames()
+
+
+def remove_temp_files() -> int:
+    """Unlink every temp file of this process not yet committed; returns how many. For signal
+    handlers: the writers' threads may still hold them open, but nothing is left on disk."""
+    return _LIVE.remove_all()
 _NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP)  # link impossible here: copy
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
@@ -59,6 +99,7 @@ class AtomicFile:
         return self
 
     def _open(self) -> int:
+        _LIVE.add(self._temp)
         try:
             return os.open(self._temp, _FLAGS, 0o666)
         except FileNotFoundError:
@@ -80,6 +121,7 @@ class AtomicFile:
             if isinstance(err, TransferError):
                 raise
             raise local_error(err, self.path, "write") from err
+        _LIVE.discard(self._temp)
         self._committed = True
         return size
 
@@ -94,6 +136,7 @@ class AtomicFile:
             os.unlink(self._temp)
         except OSError:
             pass
+        _LIVE.discard(self._temp)
         if isinstance(exc, OSError) and not isinstance(exc, TransferError):
             raise local_error(exc, self.path, "write") from exc
 
@@ -104,6 +147,7 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
     The lean path for many small in-memory files (bundle members): four system calls each."""
     directory, name = os.path.split(path)
     temp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.part")
+    _LIVE.add(temp)
     try:
         try:
             fd = os.open(temp, _FLAGS, 0o666)
@@ -123,6 +167,8 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
         except OSError:
             pass
         raise local_error(err, path, "write") from err
+    finally:
+        _LIVE.discard(temp)
     return len(data)
 
 

@@ -32,9 +32,11 @@ from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional,
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, atomic_write_bytes, local_error
 from transfer.backends import local
 from transfer.backends.base import Backend, MultipartUploads, ObjectInfo, ServerSideCopy, TreeRemoval
-from transfer.bundles.directory import fetch_members
-from transfer.bundles.format import member_bytes
+from transfer.bundles.directory import LoadedBundle
+from transfer.bundles.format import Member
+from transfer.bundles.reading import GroupState, MemberRead, read_group
 from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
+from transfer.uploads import InFlightUploads
 from transfer.cache import NodeCache
 from transfer.errors import NotFound
 from transfer.errors import TransferError
@@ -100,6 +102,7 @@ class Engine:
         self._rng = rng or random.Random()
         self._callback_lock = threading.Lock()
         self._bundles = BundleStager(session)
+        self._uploads = InFlightUploads()
         self._cache = cache
         self._peers = peers if cache is not None else None
 
@@ -260,21 +263,51 @@ class Engine:
 
     def _bundle_download(self, group: DownloadGroup, budget: RetryBudget,
                          peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
-        """Fetch one bundle once for all its wanted members; a vanished bundle falls back per file."""
-        sizes: Dict[int, int] = {}
+        """Fetch one bundle once for all its wanted members. A member that fails its check fails
+        alone; a vanished bundle sends its files down the per-file path."""
+        state = GroupState.empty()
         started = time.time()
+        reads = [MemberRead(i, op.sources[0], op.dest.path, member,
+                            op.link is LinkMode.SYMLINK or op.dest.scheme == "symlink")
+                 for i, op, member in group.items]
 
-        def cache_member(url: Url, data: bytes) -> None:
-            self._cache_member(url, data, peers)
+        failed: Dict[int, TransferError] = {}
 
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-            sizes.update(self._bundles.fetch_group(group, self._write_bytes, cache_member))
-            return sum(sizes.values()), None
+            self._read_members(group.backend, group.bundle, reads, state, peers)
+            if state.failed:  # retried (a damaged download?) for those members only
+                failed.update(state.failed)
+                state.failed.clear()
+                raise next(iter(failed.values()))
+            return sum(state.done.values()), None
 
         outcome = self._with_retries(group.items[0][1], budget, action)
-        if not outcome.ok and isinstance(outcome.error, NotFound):
+        if not outcome.ok and isinstance(outcome.error, NotFound) and not state.done:
+            self._bundles.forget(group.items[0][1].sources[0])
             return [(i, self._transfer(op, budget, peers)) for i, op, _ in group.items]
-        return [(i, self._group_result(op, outcome, sizes.get(i, 0), started)) for i, op, _ in group.items]
+        results = []
+        for i, op, _ in group.items:
+            if i in state.done:
+                mine = Result(op, True, state.done[i], outcome.seconds, outcome.attempts)
+            else:
+                mine = Result(op, False, 0, outcome.seconds, outcome.attempts, failed.get(i, outcome.error))
+            results.append((i, self._group_result(op, mine, state.done.get(i, 0), started)))
+        return results
+
+    def _read_members(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
+                      peers: Optional[PeerRound]) -> None:
+        """The one way into bundles: member-keyed node cache, then one streamed fetch."""
+        stored = peers.stored if peers is not None else None
+        read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
+
+    def _read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
+                     symlink: bool, peers: Optional[PeerRound]) -> int:
+        backend, bundle, member = found
+        state = GroupState.empty()
+        self._read_members(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
+        if 0 in state.failed:
+            raise state.failed[0]
+        return state.done[0]
 
     def _bundle_upload(self, group: UploadGroup, budget: RetryBudget,
                        peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
@@ -314,12 +347,6 @@ class Engine:
         key = self._cache_key(url)
         return key is not None and self._cache is not None and self._cache.contains(key)
 
-    def _cache_member(self, url: Url, data: bytes, peers: Optional[PeerRound] = None) -> None:
-        key = self._cache_key(url)
-        if key is not None and self._cache is not None and not self._cache.contains(key):
-            if self._cache.insert_bytes(key, data) and peers is not None:
-                peers.stored(key)
-
     def _read_keys(self, transfers: Iterable[Transfer]) -> List[str]:
         """The cache keys of every remote source the batch may read (for one peer lookup)."""
         keys = []
@@ -334,20 +361,6 @@ class Engine:
         """What peers may be told about the node cache's entry for ``key``."""
         meta = self._cache.describe(key) if self._cache is not None else None
         return Replica(key, meta.size, meta.sha256) if meta is not None else None
-
-    def _write_bytes(self, path: str, data: bytes) -> None:
-        atomic_write_bytes(path, data)
-
-    def _download_bundled(self, source: Url, dest_path: str) -> Optional[int]:
-        """A missing plain object may live in a bundle of its directory: fetch just that member."""
-        found = self._bundles.find_member(source)
-        if found is None:
-            return None
-        backend, bundle, member = found
-        data, offset = fetch_members(backend, bundle, [member])
-        blob = member_bytes(bundle.index, member, data, offset)
-        self._write_bytes(dest_path, blob)
-        return len(blob)
 
     # -- copies -------------------------------------------------------------------------
 
@@ -385,6 +398,12 @@ class Engine:
         """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
         then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
         ``--symlink``)."""
+        known = self._bundles.known_member(source)  # an indexed member needs no 404 first
+        if known is not None:
+            try:
+                return self._read_member(known, source, dest_path, symlink, peers)
+            except NotFound:
+                self._bundles.forget(source)  # the bundle vanished: ask the store afresh
         backend = self._session.backend(source)
         key = self._cache_key(source)
         try:
@@ -403,11 +422,13 @@ class Engine:
             with AtomicFile(dest_path) as out:
                 backend.get(source, out.file)
                 return out.commit()
-        except NotFound:
-            size = self._download_bundled(source, dest_path)
-            if size is None:
+        except NotFound as err:
+            found, note = self._bundles.resolve(source)
+            if found is None:
+                if note:
+                    err.message += note
                 raise
-            return size
+            return self._read_member(found, source, dest_path, symlink, peers)
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
@@ -439,6 +460,7 @@ class Engine:
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
         upload_id = backend.start_upload(dest)
+        self._uploads.start(backend, dest, upload_id)
         try:
             # A separate pool: parts must never queue behind the file tasks that wait for them.
             with ThreadPoolExecutor(min(self._threads, len(regions)), thread_name_prefix="part") as parts:
@@ -446,9 +468,16 @@ class Engine:
                                        enumerate(regions, 1)))
             backend.complete_upload(dest, upload_id, etags)
         except BaseException:
-            backend.abort_upload(dest, upload_id)
+            self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._rng)
             raise
+        finally:
+            self._uploads.finish(upload_id)
         return size
+
+    def abort_uploads(self, seconds: float) -> List[str]:
+        """For signal handlers: abort every multipart upload in flight, giving up after
+        ``seconds``; returns the URLs of uploads that could not be aborted in time."""
+        return self._uploads.abort_all(seconds)
 
     def _remote_copy(self, source: Url, dest: Url, peers: Optional[PeerRound] = None) -> int:
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)

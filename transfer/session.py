@@ -16,6 +16,7 @@ from typing import Dict, Hashable, Mapping, Optional, Tuple
 from transfer import backends
 from transfer.backends.base import Backend
 from transfer.config import Settings
+from transfer.errors import ConfigError
 from transfer.credentials import PegasusCredentialsFile, pegasus_credentials_path
 from transfer.http.connection import Timeouts, verifying_ssl_context
 from transfer.http.pool import PoolStats
@@ -40,7 +41,7 @@ class Context:
     def ssl_context(self) -> ssl.SSLContext:
         with self._lock:
             if self._ssl is None:
-                self._ssl = verifying_ssl_context(self.settings.ca_bundle)
+                self._ssl = _ssl_context(self.settings.ca_bundle)
             return self._ssl
 
     def pegasus_credentials(self, site_label: Optional[str]) -> PegasusCredentialsFile:
@@ -51,6 +52,16 @@ class Context:
             if found is None:
                 found = self._credentials[path] = PegasusCredentialsFile(path)
             return found
+
+
+def _ssl_context(ca_file: Optional[str]) -> ssl.SSLContext:
+    """The verifying TLS context; an unusable CA file is a ConfigError naming the setting."""
+    try:
+        return verifying_ssl_context(ca_file)
+    except (OSError, ssl.SSLError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise ConfigError(f"PEGASUS_CLOUDIO_CA_BUNDLE={ca_file}: cannot load CA certificates: {reason}",
+                          url=ca_file, operation="config") from err
 
 
 class Session:

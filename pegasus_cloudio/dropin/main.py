@@ -20,6 +20,7 @@ import time
 from typing import List, Mapping, Optional, Sequence, TextIO
 
 from pegasus_cloudio.dropin import reporting
+from pegasus_cloudio.dropin.signals import Interrupts
 from pegasus_cloudio.dropin.spec import Entry, SpecError, parse_spec
 from pegasus_cloudio.dropin.stock import run_stock
 from pegasus_cloudio.version import plain, version_line
@@ -73,13 +74,15 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
     env = dict(os.environ) if env is None else dict(env)
     _setup_logging(args.debug)
     try:
-        return _run(args, env, stdin or sys.stdin)
+        with Interrupts(log) as interrupts:
+            return _run(args, env, stdin or sys.stdin, interrupts)
     except KeyboardInterrupt:
         log.critical("Exiting due to signal 2")
         return 1
 
 
-def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> int:
+def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO,
+         interrupts: Optional[Interrupts] = None) -> int:
     started = time.time()
     try:
         if env.get("PEGASUS_CREDENTIALS"):
@@ -98,7 +101,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> int
     log.info(SEPARATOR)
     log.info("Starting transfers - attempt 1")
     with Session(settings, env) as session:
-        outcome = run_native(native, session, settings)
+        outcome = run_native(native, session, settings, interrupts)
     stock_rc = run_stock(delegated, _stock_argv(args, threads), env) if delegated else 0
     log.info(SEPARATOR)
     for line in reporting.stats_lines(outcome.records, started):
@@ -119,19 +122,36 @@ def _load(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> Li
         except OSError as err:
             raise SpecError(f"cannot read transfer specification: {err.strerror}", url=args.file,
                             operation="parse") from err
+        except UnicodeDecodeError as err:
+            raise SpecError(f"transfer specification is not UTF-8 text (byte {err.start})", url=args.file,
+                            operation="parse") from None
     else:
         log.info("Reading URL pairs from stdin")
-        text = stdin.read()
+        try:
+            text = stdin.read()
+            text.encode("utf-8")  # stdin may decode with surrogateescape: refuse what that let in
+        except (UnicodeDecodeError, UnicodeEncodeError) as err:
+            raise SpecError(f"transfer specification on stdin is not UTF-8 text (character {err.start})",
+                            operation="parse") from None
     return parse_spec(text, symlink=args.symlink, env=env) if text.strip() else []
 
 
-def run_native(entries: Sequence[Entry], session: Session, settings: Settings) -> "reporting.Outcome":
+def run_native(entries: Sequence[Entry], session: Session, settings: Settings,
+               interrupts: Optional[Interrupts] = None) -> "reporting.Outcome":
     """Run entries on the engine, then integrity steps and monitoring; never raises per file."""
     cache = open_node_cache(session.context.env) if entries else None
+
+    def on_result(result: Result) -> None:
+        _log_failure(result)
+        if interrupts is not None:
+            interrupts.finished(result)
+
     engine = Engine(session, threads=settings.threads,
                     retry=RetryPolicy(settings.max_attempts, settings.retry_base_delay,
                                       settings.retry_max_delay),
-                    on_result=_log_failure, cache=cache)
+                    on_result=on_result, cache=cache)
+    if interrupts is not None:
+        interrupts.watch(engine, [e.op for e in entries])
     try:
         results = engine.run([e.op for e in entries]) if entries else []
         return reporting.finish(entries, results, engine, session.context.env)

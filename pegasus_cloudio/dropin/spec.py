@@ -67,6 +67,9 @@ def parse_spec(text: str, *, symlink: bool = False, env: Optional[Mapping[str, s
     except ValueError as err:
         raise SpecError(f"Error parsing the transfer specification JSON: {err}",
                         operation="parse") from None
+    except RecursionError:
+        raise SpecError("Error parsing the transfer specification JSON: nested too deeply",
+                        operation="parse") from None
     if not isinstance(data, list):
         raise SpecError("Error parsing the transfer specification JSON: top level is not a list",
                         operation="parse")
@@ -109,6 +112,8 @@ def _entry(item: Any, index: int, symlink: bool, env: Optional[Mapping[str, str]
         return Entry(Mkdir(_url(_field(item, "target", index), index, env)), item)
     if kind == "remove":
         target = _field(item, "target", index)
+        if not isinstance(target, dict):
+            raise SpecError(f"entry {index} (remove): 'target' must be an object", operation="parse")
         recursive = _bool(target.get("recursive", item.get("recursive", False)), "recursive", index)
         return Entry(Remove(_url(target, index, env), recursive), item)
     raise SpecError(f"Unknown JSON entry: {json.dumps(item)[:200]}", operation="parse")
@@ -119,11 +124,9 @@ def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Map
     dests = _field(item, "dest_urls", index)
     if not isinstance(sources, list) or not sources or not isinstance(dests, list) or not dests:
         raise SpecError(f"entry {index}: src_urls and dest_urls must be non-empty lists", operation="parse")
-    if len(sources) == 1:
-        src_urls: Tuple[Url, ...] = (_url(sources[0], index, env),)
-    else:
-        ranked = sorted(enumerate(sources), key=lambda pair: (-_priority(pair[1], index), pair[0]))
-        src_urls = tuple(_url(entry, index, env) for _, entry in ranked)
+    priorities = [_priority(entry, index) for entry in sources]  # checked even for one source
+    ranked = sorted(range(len(sources)), key=lambda n: (-priorities[n], n))
+    src_urls: Tuple[Url, ...] = tuple(_url(sources[n], index, env) for n in ranked)
     dest = _url(dests[0], index, env)
     local_pair = dest.scheme == "file" and all(u.scheme == "file" for u in src_urls)
     return Entry(
@@ -148,23 +151,31 @@ def _field(item: Dict[str, Any], name: str, index: int) -> Any:
 def _url(entry: Any, index: int, env: Optional[Mapping[str, str]]) -> Url:
     if not isinstance(entry, dict) or "url" not in entry or "site_label" not in entry:
         raise SpecError(f"entry {index}: a URL entry needs 'site_label' and 'url'", operation="parse")
-    label = entry["site_label"]
-    return parse_url(str(entry["url"]), site_label=label.replace("-", "_") if label else None, env=env)
+    label, text = entry["site_label"], entry["url"]
+    if not isinstance(text, str):
+        raise SpecError(f"entry {index}: 'url' must be a string, got {text!r:.80}", operation="parse")
+    if label is not None and not isinstance(label, str):
+        raise SpecError(f"entry {index}: 'site_label' must be a string, got {label!r:.80}", operation="parse")
+    return parse_url(text, site_label=label.replace("-", "_") if label else None, env=env)
 
 
 def _priority(entry: Any, index: int) -> int:
     value = entry.get("priority") if isinstance(entry, dict) else None
     if value is None:
         return -1
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SpecError(f"entry {index}: priority {value!r:.80} is not a number", operation="parse")
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except ValueError:
         raise SpecError(f"entry {index}: priority {value!r} is not a number", operation="parse") from None
 
 
 def _bool(value: Any, name: str, index: int) -> bool:
     if isinstance(value, bool):
         return value
+    if not isinstance(value, (str, int)):
+        raise SpecError(f"entry {index}: '{name}' must be a boolean, got {value!r:.80}", operation="parse")
     text = str(value).strip().lower()
     if text in _TRUE:
         return True

@@ -4,15 +4,22 @@ Bundles of directory ``D`` are objects ``D/.cloudio-bundles/<name>.pcb``; removi
 members writes a record ``D/.cloudio-bundles/<name>.pcb.rm-<id>`` (a JSON list of names).
 Everything lives under ``D/``, so a recursive remove of ``D`` removes bundles too.
 
-:meth:`BundleDirectory.load` costs one LIST (per 1,000 bundles) plus one ranged GET of the
-first :data:`HEAD_BYTES` of each bundle, which for a bundle of small files is the whole
-bundle; those bytes are kept, so such a bundle is never downloaded twice.
+:meth:`BundleDirectory.load` costs one LIST of ``D/`` (per 1,000 objects; it shows the plain
+objects and the bundles together) plus one ranged GET of the first :data:`HEAD_BYTES` of each
+bundle, which for a bundle of small files is the whole bundle; those bytes are kept (up to
+:data:`KEPT_HEAD_BYTES` per directory), so such a bundle is never downloaded twice.
+
+Isolation and precedence (docs/bundles.md): a bundle that cannot be read or fails validation
+is set aside as *broken*; it affects only lookups that find nothing else, whose error then
+names it. A plain object wins over a bundle member of the same name; such conflicts are
+reported once per directory. Later bundles win over earlier ones on duplicate member names.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import posixpath
 import time
 import uuid
@@ -20,13 +27,25 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from transfer.backends.base import Backend, ObjectInfo
-from transfer.bundles.format import BundleFormatError, BundleIndex, Member, coalesce, index_length, parse_index
-from transfer.errors import NotFound
+from transfer.bundles.format import (
+    CHUNK,
+    MAX_MEMBERS,
+    PREAMBLE,
+    BundleFormatError,
+    BundleIndex,
+    Member,
+    index_length,
+    parse_index,
+    parse_index_chunks,
+)
+from transfer.errors import NotFound, TransferError
 from transfer.urls import Url
 
 BUNDLE_DIR = ".cloudio-bundles"
 SUFFIX = ".pcb"
 HEAD_BYTES = 256 << 10
+KEPT_HEAD_BYTES = 16 << 20  # bytes of small bundles kept in memory per directory
+_log = logging.getLogger(__name__)
 WHOLE_FRACTION = 0.5  # fetch the whole bundle when at least this share of its data is wanted
 
 MapFn = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]  # map, or Executor.map
@@ -34,7 +53,7 @@ MapFn = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]  # map, o
 
 @dataclass
 class LoadedBundle:
-    """One bundle: its URL and size, its index, and any leading bytes already fetched."""
+    """One bundle: its URL and size, its index, and (for a small bundle) all its bytes."""
 
     url: Url
     size: int
@@ -46,8 +65,19 @@ class LoadedBundle:
     def complete(self) -> bool:
         return len(self.head) >= self.size
 
+    def live(self, name: str) -> Optional[Member]:
+        return None if name in self.removed else self.index.get(name)
+
     def live_members(self) -> List[Member]:
         return [m for m in self.index.members if m.name not in self.removed]
+
+
+@dataclass(frozen=True)
+class BrokenBundle:
+    """A bundle set aside: it could not be fetched or failed validation."""
+
+    url: Url
+    error: TransferError
 
 
 def bundle_dir_url(directory: Url) -> Url:
@@ -63,43 +93,123 @@ def new_bundle_url(directory: Url) -> Url:
 class BundleDirectory:
     """The loaded bundle index of one directory; member lookups are pure dictionary reads."""
 
-    def __init__(self, directory: Url, bundles: Sequence[LoadedBundle]) -> None:
+    def __init__(self, directory: Url, bundles: Sequence[LoadedBundle], plain: Iterable[str] = (),
+                 broken: Sequence[BrokenBundle] = ()) -> None:
         self.directory = directory
-        self.bundles = list(bundles)
-        self._members: Dict[str, Tuple[LoadedBundle, Member]] = {}
-        for bundle in self.bundles:  # oldest first, so later bundles win
-            for member in bundle.live_members():
-                self._members[member.name] = (bundle, member)
+        self.bundles = list(bundles)  # oldest first
+        self.plain = plain if isinstance(plain, (set, frozenset)) else set(plain)
+        self.broken = list(broken)
+        self.conflicts = sorted(name for name in self.plain if any(b.live(name) for b in self.bundles))
+        if self.conflicts:
+            _log.warning("%s: %d plain object(s) share a name with a bundle member (e.g. %s); the plain "
+                         "object is served", directory, len(self.conflicts), self.conflicts[0])
 
     def __len__(self) -> int:
-        return len(self._members)
+        return len({m.name for b in self.bundles for m in b.live_members()})
 
     def lookup(self, name: str) -> Optional[Tuple[LoadedBundle, Member]]:
-        return self._members.get(name)
+        """The member serving ``name``: None when a plain object has that name or no bundle does."""
+        if name in self.plain:
+            return None
+        for bundle in reversed(self.bundles):
+            member = bundle.live(name)
+            if member is not None:
+                return bundle, member
+        return None
+
+    def why_missing(self) -> str:
+        """For a NotFound error: the bundles of this directory that could not be searched."""
+        if not self.broken:
+            return ""
+        first = self.broken[0]
+        more = f" and {len(self.broken) - 1} more" if len(self.broken) > 1 else ""
+        return f" (bundle {first.url}{more} in its directory could not be read: {first.error.message})"
 
     @classmethod
-    def load(cls, backend: Backend, directory: Url, map_fn: MapFn = map) -> "BundleDirectory":
-        try:
-            listed = list(backend.list(bundle_dir_url(directory)))
-        except NotFound:
-            return cls(directory, [])
-        bundles = sorted((i for i in listed if i.url.path.endswith(SUFFIX)), key=lambda i: i.url.path)
-        records = [i for i in listed if f"{SUFFIX}.rm-" in posixpath.basename(i.url.path)]
-        loaded = list(map_fn(lambda info: _load_bundle(backend, info), bundles))
+    def load(cls, backend: Backend, directory: Url, map_fn: MapFn = map,
+             max_entries: int = MAX_MEMBERS) -> "BundleDirectory":
+        """List ``directory`` once and read its bundles' indexes; a bad bundle is set aside.
+
+        Raises TransferError when the listing fails or the directory holds more than
+        ``max_entries`` objects and members together."""
+        bundles, records, plain = _list(backend, directory, max_entries)
+        results = list(map_fn(lambda info: _try_load(backend, info, max_entries), bundles))
+        loaded = [r for r in results if isinstance(r, LoadedBundle)]
+        broken = [r for r in results if isinstance(r, BrokenBundle)]
+        entries = len(plain) + sum(len(b.index) for b in loaded)
+        if entries > max_entries:
+            raise BundleFormatError(f"{directory} holds {entries} objects and bundle members, more than "
+                                    f"the bundle index limit of {max_entries}", url=str(directory))
+        _drop_heads(loaded)
         by_path = {b.url.path: b for b in loaded}
         for path, names in map_fn(lambda info: (info.url.path, _read_record(backend, info.url)), records):
             owner = by_path.get(path.rsplit(".rm-", 1)[0])
             if owner is not None:
                 owner.removed.update(names)
-        return cls(directory, loaded)
+        return cls(directory, loaded, plain, broken)
 
 
-def _load_bundle(backend: Backend, info: ObjectInfo) -> LoadedBundle:
+def _list(backend: Backend, directory: Url, max_entries: int) -> Tuple[List[ObjectInfo], List[ObjectInfo], Set[str]]:
+    """(bundles oldest first, removal records, plain names relative to ``directory``)."""
+    prefix = directory.path.rstrip("/") + "/"
+    marker = prefix + BUNDLE_DIR + "/"
+    bundles: List[ObjectInfo] = []
+    records: List[ObjectInfo] = []
+    plain: Set[str] = set()
+    try:
+        for info in backend.list(directory):
+            path = info.url.path
+            if path.startswith(marker):
+                if path.endswith(SUFFIX):
+                    bundles.append(info)
+                elif f"{SUFFIX}.rm-" in posixpath.basename(path):
+                    records.append(info)
+            elif path.startswith(prefix):
+                plain.add(path[len(prefix):])
+                if len(plain) > max_entries:
+                    raise BundleFormatError(f"{directory} holds more than {max_entries} objects, the bundle "
+                                            "index limit", url=str(directory))
+    except NotFound:
+        pass
+    bundles.sort(key=lambda i: i.url.path)
+    return bundles, records, plain
+
+
+def _try_load(backend: Backend, info: ObjectInfo, max_members: int) -> "LoadedBundle | BrokenBundle":
+    try:
+        return _load_bundle(backend, info, max_members)
+    except TransferError as err:
+        err.url = err.url or str(info.url)
+        _log.warning("bundle %s set aside: %s", info.url, err.message)
+        return BrokenBundle(info.url, err)
+
+
+def _load_bundle(backend: Backend, info: ObjectInfo, max_members: int) -> LoadedBundle:
+    """Fetch and parse one bundle's index; an index longer than the head arrives in CHUNK ranges."""
     head = _get_range(backend, info.url, 0, min(info.size, HEAD_BYTES))
-    needed = index_length(head)
-    if needed > len(head):
-        head += _get_range(backend, info.url, len(head), needed)
-    return LoadedBundle(info.url, info.size, parse_index(head, info.size), head)
+    end = index_length(head)
+    if end > info.size:
+        raise BundleFormatError(f"bundle index of {end} bytes is longer than the bundle", url=str(info.url))
+    if end <= len(head):
+        index = parse_index(head, info.size, max_members)
+    else:
+        def chunks() -> Iterator[bytes]:
+            yield head[PREAMBLE:]
+            for start in range(len(head), end, CHUNK):
+                yield _get_range(backend, info.url, start, min(start + CHUNK, end))
+
+        index = parse_index_chunks(chunks(), end, info.size, max_members)
+    return LoadedBundle(info.url, info.size, index, head if len(head) >= info.size else b"")
+
+
+def _drop_heads(bundles: Sequence[LoadedBundle]) -> None:
+    """Keep the bytes of complete small bundles up to KEPT_HEAD_BYTES per directory."""
+    kept = 0
+    for bundle in bundles:
+        if bundle.head:
+            kept += len(bundle.head)
+            if kept > KEPT_HEAD_BYTES:
+                bundle.head = b""
 
 
 def _get_range(backend: Backend, url: Url, start: int, end: int) -> bytes:
@@ -119,26 +229,6 @@ def _read_record(backend: Backend, url: Url) -> List[str]:
     except ValueError:
         raise BundleFormatError("malformed removal record", url=str(url)) from None
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-
-
-def fetch_members(backend: Backend, bundle: LoadedBundle, wanted: Sequence[Member]) -> Tuple[bytes, int]:
-    """Bytes covering ``wanted`` and the bundle offset they start at, in the fewest requests:
-    nothing if the head holds them, the whole bundle if most of it is wanted, else coalesced ranges
-    (returned as one buffer with gaps filled by zeros)."""
-    if bundle.complete:
-        return bundle.head, 0
-    data_size = bundle.size - bundle.index.data_start
-    wanted_bytes = sum(m.size for m in wanted)
-    if data_size and wanted_bytes >= WHOLE_FRACTION * data_size:
-        sink = io.BytesIO()
-        backend.get(bundle.url, sink)
-        return sink.getvalue(), 0
-    ranges = coalesce(wanted, bundle.index.data_start)
-    base = ranges[0][0]
-    buffer = bytearray(ranges[-1][1] - base)
-    for start, end in ranges:
-        buffer[start - base:end - base] = _get_range(backend, bundle.url, start, end)
-    return bytes(buffer), base
 
 
 def removal_record_url(bundle: LoadedBundle) -> Url:

@@ -25,16 +25,21 @@ import hashlib
 import json
 import re
 import struct
+from array import array
 from dataclasses import dataclass
-from typing import BinaryIO, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from transfer.bundles.scan import Buffer, IndexSyntaxError, index_rows
 from transfer.errors import ChecksumMismatch
 
 MAGIC = b"PCBNDL01"
 PREAMBLE = 16
 FORMAT = 1
-MAX_INDEX_BYTES = 64 << 20
+MAX_INDEX_BYTES = 256 << 20  # about 2.5 million rows of short names
 MAX_NAME = 1024
+CHUNK = 1 << 20  # index bytes decoded at a time
+MAX_MEMBERS = 2_000_000  # per directory (objects and members); docs/bundles.md gives the memory
+_HEX = re.compile(r"[0-9a-f]{64}")
 _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")  # control characters and backslash
 
 
@@ -50,19 +55,59 @@ class Member:
     sha256: str
 
 
-@dataclass(frozen=True)
 class BundleIndex:
-    """The parsed index of one bundle; ``data_start`` is where member offsets count from."""
+    """The parsed index of one bundle; ``data_start`` is where member offsets count from.
 
-    members: Tuple[Member, ...]
-    data_start: int
+    Stored compactly (a name -> row dictionary, offsets and sizes in arrays, digests as raw
+    bytes: under 200 bytes per member), because a directory may hold a million members.
+    """
+
+    def __init__(self, members: Iterable[Member], data_start: int) -> None:
+        self.data_start = data_start
+        self._rows: Dict[str, int] = {}  # insertion-ordered: rows are 0, 1, 2, ...
+        self._offsets = array("q")
+        self._sizes = array("q")
+        self._digests = bytearray()
+        for member in members:
+            self._add(member.name, member.offset, member.size, member.sha256)
+
+    def _add(self, name: str, offset: int, size: int, sha256: str) -> None:
+        if name in self._rows:
+            raise BundleFormatError(f"duplicate member name {name!r:.80}")
+        self._rows[name] = len(self._rows)
+        self._offsets.append(offset)
+        self._sizes.append(size)
+        self._digests += bytes.fromhex(sha256)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, BundleIndex) and self.data_start == other.data_start
+                and self.members == other.members)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def get(self, name: str) -> Optional[Member]:
+        row = self._rows.get(name)
+        return None if row is None else self._member(name, row)
+
+    def _member(self, name: str, row: int) -> Member:
+        return Member(name, self._offsets[row], self._sizes[row], self._digests[32 * row:32 * row + 32].hex())
+
+    @property
+    def members(self) -> Tuple[Member, ...]:
+        return tuple(self._member(name, row) for name, row in self._rows.items())
+
+    def names(self) -> List[str]:
+        return list(self._rows)
 
     def by_name(self) -> Dict[str, Member]:
         return {m.name: m for m in self.members}
 
     @property
     def total_size(self) -> int:
-        return self.data_start + sum(m.size for m in self.members)
+        return self.data_start + sum(self._sizes)
 
 
 def check_name(name: object) -> str:
@@ -86,12 +131,12 @@ def pack(members: Sequence[Tuple[str, bytes]], out: BinaryIO) -> BundleIndex:
         offset += len(data)
     if len({m.name for m in entries}) != len(entries):
         raise BundleFormatError("duplicate member names")
-    index = json.dumps({"format": FORMAT, "members": [[m.name, m.offset, m.size, m.sha256] for m in entries]},
+    document = json.dumps({"format": FORMAT, "members": [[m.name, m.offset, m.size, m.sha256] for m in entries]},
                        separators=(",", ":")).encode()
-    out.write(MAGIC + struct.pack("<Q", len(index)) + index)
+    out.write(MAGIC + struct.pack("<Q", len(document)) + document)
     for _, data in members:
         out.write(data)
-    return BundleIndex(tuple(entries), PREAMBLE + len(index))
+    return BundleIndex(entries, PREAMBLE + len(document))
 
 
 def index_length(head: bytes) -> int:
@@ -104,26 +149,33 @@ def index_length(head: bytes) -> int:
     return PREAMBLE + int(length)
 
 
-def parse_index(head: bytes, object_size: Optional[int] = None) -> BundleIndex:
-    """Parse and validate the index from the first bytes of a bundle."""
+def parse_index(head: bytes, object_size: Optional[int] = None, max_members: int = MAX_MEMBERS) -> BundleIndex:
+    """Parse and validate the index from the first bytes of a bundle (all of the index)."""
     end = index_length(head)
     if len(head) < end:
         raise BundleFormatError(f"need {end} bytes to read the index, have {len(head)}")
-    try:
-        document = json.loads(head[PREAMBLE:end].decode("utf-8"))
-        rows = document["members"] if document.get("format") == FORMAT else None
-    except (ValueError, AttributeError, KeyError, TypeError):
-        raise BundleFormatError("bundle index is not valid JSON of format 1") from None
-    if not isinstance(rows, list):
-        raise BundleFormatError("bundle index has no member list")
-    members = tuple(_member(row) for row in rows)
-    if len({m.name for m in members}) != len(members):
-        raise BundleFormatError("duplicate member names")
+    view = memoryview(head)
+    chunks = (view[start:min(start + CHUNK, end)] for start in range(PREAMBLE, end, CHUNK))
+    return parse_index_chunks(chunks, end, object_size, max_members)
+
+
+def parse_index_chunks(chunks: Iterable[Buffer], end: int, object_size: Optional[int] = None,
+                       max_members: int = MAX_MEMBERS) -> BundleIndex:
+    """Parse the index text arriving in ``chunks`` (the bytes after the preamble, up to ``end``).
+
+    Rows are decoded one at a time from a small window into the compact index, so memory is
+    one chunk plus under 200 bytes per member; more than ``max_members`` rows is an error."""
     data_size = None if object_size is None else object_size - end
-    for m in members:
-        if data_size is not None and m.offset + m.size > data_size:
-            raise BundleFormatError(f"member {m.name!r} lies outside the bundle")
-    return BundleIndex(members, end)
+    index = BundleIndex((), end)
+    try:
+        for row in index_rows(chunks, max_members):
+            member = _member(row)
+            if data_size is not None and member.offset + member.size > data_size:
+                raise BundleFormatError(f"member {member.name!r:.80} lies outside the bundle")
+            index._add(member.name, member.offset, member.size, member.sha256)
+    except IndexSyntaxError as err:
+        raise BundleFormatError(err.message) from None
+    return index
 
 
 def _member(row: object) -> Member:
@@ -132,7 +184,7 @@ def _member(row: object) -> Member:
     name, offset, size, digest = row
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (offset, size)):
         raise BundleFormatError(f"bad offset/size for {name!r:.80}")
-    if not (isinstance(digest, str) and len(digest) == 64):
+    if not (isinstance(digest, str) and len(digest) == 64 and _HEX.fullmatch(digest)):
         raise BundleFormatError(f"bad checksum for {name!r:.80}")
     return Member(check_name(name), offset, size, digest)
 

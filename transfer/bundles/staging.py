@@ -1,10 +1,13 @@
 """Bundling as the engine uses it: which transfers go through bundles, and how.
 
 * Downloads: for object-store sources on sites with bundling on, the source's directory index
-  is read once per directory per process; transfers whose file is a bundle member are grouped
-  per bundle and each bundle is fetched once (whole, or in coalesced ranges). A file that is
-  not in any bundle is an ordinary GET, so plain objects and members mix freely. A plain GET
-  that answers 404 also looks in the directory's bundles, whatever the settings.
+  is read once per directory per process (one listing shows plain objects and bundles);
+  transfers whose file is a bundle member, and not also a plain object, are grouped per
+  bundle and each bundle is fetched once (whole, or in coalesced ranges). A file that is not
+  in any bundle is an ordinary GET, so plain objects and members mix freely. A plain GET that
+  answers 404 also looks in the directory's bundles, whatever the settings; once a
+  directory's index is loaded, later reads of its members skip the 404. Indexes load once
+  per directory, concurrently across directories, with no lock held over the network.
 * Uploads: small files going to one directory in one batch, at least ``bundle_min_files`` of
   them, are packed into bundles of at most ``bundle_max_size`` bytes and uploaded instead.
 * Removes: removing a bundled file writes a removal record; a bundle whose last member is
@@ -18,20 +21,14 @@ import os
 import posixpath
 import tempfile
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Set, Tuple
 
 from transfer.atomic import local_error
 from transfer.backends.base import Backend
-from transfer.bundles.directory import (
-    BundleDirectory,
-    LoadedBundle,
-    MapFn,
-    fetch_members,
-    new_bundle_url,
-    removal_record_url,
-)
-from transfer.bundles.format import Member, member_bytes, pack
+from transfer.bundles.directory import BundleDirectory, LoadedBundle, MapFn, new_bundle_url, removal_record_url
+from transfer.bundles.format import Member, pack
 from transfer.config import Settings
 from transfer.errors import TransferError
 from transfer.ops import Remove, Transfer
@@ -72,7 +69,7 @@ class BundleStager:
         self._settings: Settings = session.settings
         self.enabled = bool(self._settings.bundle or self._settings.bundle_sites)
         self._site_answers: Dict[Optional[str], bool] = {}
-        self._directories: Dict[Hashable, BundleDirectory] = {}
+        self._directories: Dict[Hashable, "Future[BundleDirectory]"] = {}
         self._lock = threading.Lock()
 
     def _bundles_for(self, site_label: Optional[str]) -> bool:
@@ -82,16 +79,31 @@ class BundleStager:
         return answer
 
     def _directory(self, backend: Backend, directory: Url, map_fn: MapFn = map) -> BundleDirectory:
+        """The directory's index, loaded once: concurrent callers wait for the one loader."""
         key = (id(backend), directory.path)
         with self._lock:
-            found = self._directories.get(key)
-            if found is None:
-                found = self._directories[key] = BundleDirectory.load(backend, directory, map_fn)
-            return found
+            future = self._directories.get(key)
+            loader = future is None
+            if future is None:
+                future = self._directories[key] = Future()
+        if loader:
+            try:
+                future.set_result(BundleDirectory.load(backend, directory, map_fn))
+            except BaseException as err:  # noqa: B036 - the waiters get it; later callers try again
+                with self._lock:
+                    self._directories.pop(key, None)
+                future.set_exception(err)
+        result: BundleDirectory = future.result()
+        return result
 
     def _forget(self, backend: Backend, directory: Url) -> None:
         with self._lock:
             self._directories.pop((id(backend), directory.path), None)
+
+    def forget(self, source: Url) -> None:
+        """Drop the cached index of ``source``'s directory (a bundle vanished)."""
+        if source.scheme in OBJECT_SCHEMES:
+            self._forget(self._session.backend(source), _split(source)[0])
 
     # -- downloads --------------------------------------------------------------------
 
@@ -136,35 +148,37 @@ class BundleStager:
         found = index.lookup(name)
         return None if found is None else (backend, found[0], found[1])
 
-    def fetch_group(self, group: DownloadGroup, write: Callable[[str, bytes], None],
-                    keep: Optional[Callable[[Url, bytes], None]] = None) -> Dict[int, int]:
-        """Fetch the group's bundle once and write every wanted member; returns bytes per
-        position. ``keep(url, bytes)`` also receives every other live member the fetched
-        bytes hold (to fill the node cache)."""
-        data, offset = fetch_members(group.backend, group.bundle, [m for _, _, m in group.items])
-        written: Dict[int, int] = {}
-        for position, op, member in group.items:
-            blob = member_bytes(group.bundle.index, member, data, offset)
-            write(op.dest.path, blob)
-            written[position] = len(blob)
-            if keep is not None:
-                keep(op.sources[0], blob)
-        if keep is not None:
-            self._keep_others(group, data, offset, {m.name for _, _, m in group.items}, keep)
-        return written
+    def known_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
+        """The member serving ``source`` if its directory's index is already loaded (no I/O)."""
+        if source.scheme not in OBJECT_SCHEMES:
+            return None
+        backend = self._session.backend(source)
+        directory, name = _split(source)
+        with self._lock:
+            future = self._directories.get((id(backend), directory.path))
+        if future is None or not future.done() or future.exception() is not None:
+            return None
+        found = future.result().lookup(name)
+        return None if found is None else (backend, found[0], found[1])
 
-    def _keep_others(self, group: DownloadGroup, data: bytes, offset: int, wanted: Set[str],
-                     keep: Callable[[Url, bytes], None]) -> None:
-        if offset != 0 or len(data) < group.bundle.size:
-            return  # only ranges were fetched: the other members' bytes are not here
-        directory = _split(_split(group.bundle.url)[0])[0]
-        for member in group.bundle.live_members():
-            if member.name not in wanted:
-                blob = member_bytes(group.bundle.index, member, data, offset)
-                keep(directory.with_path(posixpath.join(directory.path, member.name)), blob)
+    def resolve(self, source: Url) -> Tuple[Optional[Tuple[Backend, LoadedBundle, Member]], str]:
+        """For a plain read that found nothing: the member standing in for it, if any, else a
+        note for the NotFound error (bundles of the directory that could not be read)."""
+        if source.scheme not in OBJECT_SCHEMES:
+            return None, ""
+        backend = self._session.backend(source)
+        directory, name = _split(source)
+        try:
+            index = self._directory(backend, directory)
+        except TransferError as err:
+            return None, f" (the bundles of its directory could not be listed: {err})"
+        found = index.lookup(name)
+        if found is None:
+            return None, index.why_missing()
+        return (backend, found[0], found[1]), ""
 
     def find_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
-        """The bundle member standing in for a missing plain object, if any."""
+        """The bundle member holding ``source`` (removes); raises when the index cannot load."""
         if source.scheme not in OBJECT_SCHEMES:
             return None
         backend = self._session.backend(source)

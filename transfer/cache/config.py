@@ -11,6 +11,9 @@
 ``PEGASUS_CLOUDIO_CACHE_PIN_SECONDS``       entries handed out as symlinks are not evicted for
                                             this long after their last use.
 ``PEGASUS_CLOUDIO_CACHE_HARDLINK``          ``0`` to hand out copies instead of hard links.
+``PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES``      hits on entries up to this size re-check the SHA-256
+                                            (default 1M); bigger ones are checked on insert and
+                                            by ``pegasus-cloudio cache verify``. ``0`` disables.
 ``PEGASUS_CLOUDIO_CACHE_FSYNC``             ``0`` to skip fsync of new entries (faster, but an
                                             entry may be lost - never wrong - after a power cut).
 
@@ -31,6 +34,7 @@ OFF = "off"
 DEFAULT_MAX_BYTES = 10 << 30
 DEFAULT_FS_FRACTION = 0.10
 DEFAULT_MIN_FREE_BYTES = 1 << 30
+DEFAULT_VERIFY_BYTES = 1 << 20
 _ENV = PREFIX + "CACHE_"
 _T = TypeVar("_T")
 
@@ -51,6 +55,9 @@ class CacheConfig:
     hardlink:        hand out hard links when on the same filesystem (False: reflink or copy,
                      for jobs that modify their inputs in place).
     fsync:           fsync new entries before they become visible.
+    verify_bytes:    a hit on an entry of at most this size re-hashes it against the SHA-256
+                     recorded at insert (bit rot, tampering); a mismatch drops the entry and
+                     the object is fetched again.
     """
 
     directory: str
@@ -61,6 +68,7 @@ class CacheConfig:
     pin_seconds: float = 3600.0
     hardlink: bool = True
     fsync: bool = True
+    verify_bytes: int = DEFAULT_VERIFY_BYTES
 
     def __post_init__(self) -> None:
         if not self.directory:
@@ -70,9 +78,9 @@ class CacheConfig:
         if not 0.0 < self.low_watermark <= self.high_watermark <= 1.0:
             raise InvalidInput(f"cache watermarks must satisfy 0 < low <= high <= 1, got "
                                f"{self.low_watermark} and {self.high_watermark}", operation="config")
-        if self.min_free_bytes < 0 or self.pin_seconds < 0:
-            raise InvalidInput(f"{_ENV}MIN_FREE_BYTES and {_ENV}PIN_SECONDS must not be negative",
-                               operation="config")
+        if self.min_free_bytes < 0 or self.pin_seconds < 0 or self.verify_bytes < 0:
+            raise InvalidInput(f"{_ENV}MIN_FREE_BYTES, {_ENV}PIN_SECONDS and {_ENV}VERIFY_BYTES must not be "
+                               "negative", operation="config")
 
     @property
     def high_bytes(self) -> int:
@@ -124,6 +132,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         pin_seconds=_number(raw, "PIN_SECONDS", float, 3600.0),
         hardlink=_flag(raw, "HARDLINK", True),
         fsync=_flag(raw, "FSYNC", True),
+        verify_bytes=_number(raw, "VERIFY_BYTES", parse_size, DEFAULT_VERIFY_BYTES),
     )
 
 

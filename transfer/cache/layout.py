@@ -31,6 +31,7 @@ from transfer.errors import ConfigError
 
 DIR_MODE = 0o700
 ENTRY_MODE = 0o444
+FILE_MODE = 0o600  # metadata, counters: private whatever the umask
 OBJECTS = "objects"
 _TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -72,10 +73,11 @@ class KeyPaths:
         """A new temp file (fd, path) in the shard, created with it if missing."""
         path = self.new_temp()
         try:
-            return os.open(path, _TEMP_FLAGS, 0o666), path
+            fd = os.open(path, _TEMP_FLAGS, FILE_MODE)
         except FileNotFoundError:
             make_private_dirs(self.shard)
-            return os.open(path, _TEMP_FLAGS, 0o666), path
+            fd = os.open(path, _TEMP_FLAGS, FILE_MODE)
+        return fd, path
 
     def leftovers(self) -> Iterator[str]:
         """Temp files of this key (only ever called under the key's exclusive lock)."""
@@ -136,6 +138,7 @@ def prepare_root(root: str) -> None:
     try:
         make_private_dirs(root)
         st = os.stat(root)
+        link = os.lstat(root)
     except OSError as err:
         raise ConfigError(f"cannot create the cache directory: {err.strerror}", url=root,
                           operation="cache") from err
@@ -145,6 +148,10 @@ def prepare_root(root: str) -> None:
         raise ConfigError(f"refusing a cache directory owned by uid {st.st_uid} (this process runs "
                           f"as uid {os.geteuid()}); set PEGASUS_CLOUDIO_CACHE_DIR to a directory of "
                           "your own", url=root, operation="cache")
+    if stat.S_ISLNK(link.st_mode) and link.st_uid != os.geteuid():
+        raise ConfigError(f"refusing a cache directory reached through a symbolic link owned by uid "
+                          f"{link.st_uid}; set PEGASUS_CLOUDIO_CACHE_DIR to the real path", url=root,
+                          operation="cache")
     if st.st_mode & 0o022:
         raise ConfigError(f"refusing a cache directory writable by group or others (mode "
                           f"{stat.S_IMODE(st.st_mode):04o}); chmod 700 it", url=root, operation="cache")
@@ -198,9 +205,10 @@ def read_meta(path: str) -> Optional[Meta]:
 
 
 def write_meta(paths: KeyPaths, meta: Meta) -> None:
-    """Write the metadata atomically (temp + rename). Raises OSError."""
+    """Write the metadata atomically (temp + rename), mode 0600. Raises OSError."""
     fd, temp = paths.open_temp()
     try:
+        os.fchmod(fd, FILE_MODE)  # the umask may have taken bits away, never added: be exact
         with os.fdopen(fd, "wb") as fh:
             fh.write(json.dumps(asdict(meta), sort_keys=True).encode())
         os.replace(temp, paths.meta)

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
-from transfer.cache.layout import Layout, remove_quietly
+from transfer.cache.layout import FILE_MODE, Layout, remove_quietly
 from transfer.cache.locks import EXCLUSIVE, held
 
 
@@ -32,6 +32,7 @@ class CacheStats:
     uncached:        fetches that bypassed the cache (full, below min free space, unwritable).
     inserts:         entries added by write-through (uploads) and bundle members.
     evictions / bytes_evicted: entries removed by gc to respect the size cap.
+    corrupt:         hits refused because the entry no longer matched its SHA-256.
     """
 
     hits: int = 0
@@ -44,6 +45,7 @@ class CacheStats:
     inserts: int = 0
     evictions: int = 0
     bytes_evicted: int = 0
+    corrupt: int = 0
 
     def as_dict(self) -> Dict[str, int]:
         return dataclasses.asdict(self)
@@ -86,7 +88,9 @@ class StatsFile:
     def _write(self, values: Mapping[str, int]) -> None:
         temp = f"{self._layout.stats_file}.{os.getpid()}.{threading.get_ident()}.part"
         try:
-            with open(temp, "w", encoding="ascii") as fh:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+            os.fchmod(fd, FILE_MODE)
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
                 json.dump(values, fh, sort_keys=True)
             os.replace(temp, self._layout.stats_file)
         except BaseException:

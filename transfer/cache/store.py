@@ -2,8 +2,8 @@
 
 Protocol for one key (the lock is ``<digest>.lock``, see :mod:`transfer.cache.locks`):
 
-1. Take the lock *shared*. If a valid entry exists (size and mtime as recorded), link or
-   copy it to the destination while still holding the lock - eviction cannot take an entry
+1. Take the lock *shared*. If a valid entry exists (size and mtime as recorded, and for
+   entries up to ``verify_bytes`` the SHA-256 too), link or copy it to the destination while still holding the lock - eviction cannot take an entry
    whose lock is held - and return a hit.
 2. Otherwise take the lock *exclusive* (this is where N-1 processes wait while one
    downloads). If a valid entry appeared meanwhile, go back to 1. Else remove what a
@@ -14,12 +14,14 @@ Protocol for one key (the lock is ``<digest>.lock``, see :mod:`transfer.cache.lo
 Whatever goes wrong on the cache's side (full disk, quota, permissions, below the minimum
 free space) turns into an uncached transfer into an atomic temp file beside the
 destination, never into a failed job. Errors of the download and of the destination
-propagate unchanged.
+propagate unchanged. An uncached download whose version (ETag) differs from the entry's
+drops the entry: the object changed under its name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import time
@@ -35,7 +37,7 @@ from transfer.cache.layout import (
 from transfer.cache.locks import EXCLUSIVE, SHARED, acquire, held
 from transfer.cache.materialise import materialise
 from transfer.cache.sink import CacheSink
-from transfer.cache.staging import Staged, stage_bytes, stage_file
+from transfer.cache.staging import Staged, hash_fd, stage_bytes, stage_file
 from transfer.cache.stats import CacheStats, Counters, StatsFile, stats_from
 from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
@@ -93,7 +95,7 @@ class NodeCache:
                     self._counters.add(hits=1, requests_saved=1, bytes_saved=size)
                     return size, True
                 with held(paths.lock, EXCLUSIVE):
-                    if self._valid(paths, key) is None:
+                    if self._valid(paths, key, check=True, report=False) is None:
                         return self._fill(paths, key, dest_path, download, symlink, call)
         except _CannotStore:
             pass
@@ -104,20 +106,23 @@ class NodeCache:
         finally:
             self._gc_if_due()
         self._counters.add(misses=1, uncached=1)
-        return _download_to(dest_path, download), False
+        info = _download_to(dest_path, download)
+        self.observe(key, info.version)
+        return info.size, False
 
     def _serve(self, paths: KeyPaths, key: str, dest_path: str, symlink: bool) -> Optional[int]:
         """A hit, under the shared lock: the entry's size, or None without a valid entry."""
         with held(paths.lock, SHARED):
-            meta = self._valid(paths, key)
+            meta = self._valid(paths, key, check=True)
             if meta is None:
                 return None
             materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
             _touch(paths, symlink)
             return meta.size
 
-    def _valid(self, paths: KeyPaths, key: str) -> Optional[Meta]:
-        """The entry's metadata if it exists and passes the cheap check (size, mtime, key)."""
+    def _valid(self, paths: KeyPaths, key: str, check: bool = False, report: bool = True) -> Optional[Meta]:
+        """The entry's metadata if it exists and passes the cheap check (size, mtime, key);
+        with ``check``, entries up to ``verify_bytes`` must also match their SHA-256."""
         try:
             st = os.stat(paths.data)
         except FileNotFoundError:
@@ -125,7 +130,31 @@ class NodeCache:
         meta = read_meta(paths.meta)
         if meta is None or meta.key != key or not meta.matches(st):
             return None
+        if check and meta.size <= self.config.verify_bytes and not _same_bytes(paths.data, meta.sha256):
+            if not report:
+                return None
+            _log.warning("cache %s: entry for %s fails its SHA-256 check; fetching it again", self.directory,
+                         key)
+            self._counters.add(corrupt=1)
+            return None
         return meta
+
+    def observe(self, key: str, version: Optional[str]) -> None:
+        """A fresh GET of ``key`` returned ``version``: drop an entry recorded with another
+        version (the object changed under its name, which Pegasus's write-once contract rules
+        out, so it is rare and never served)."""
+        if version is None:
+            return
+        paths = self._layout.paths(key)
+        try:
+            with held(paths.lock, EXCLUSIVE):
+                meta = self._valid(paths, key)
+                if meta is not None and meta.version is not None and meta.version != version:
+                    _log.warning("cache %s: %s changed in the store (version %s, cached %s); entry dropped",
+                                 self.directory, key, version, meta.version)
+                    self._remove_invalid(paths)
+        except OSError as err:
+            _log.warning("cache %s: cannot check %s: %s", self.directory, key, err)
 
     def _fill(self, paths: KeyPaths, key: str, dest_path: str, download: Download, symlink: bool,
               call: _Call) -> Tuple[int, bool]:
@@ -168,22 +197,26 @@ class NodeCache:
         ``link=True`` hard-links instead when ``path`` is this user's and on the cache's
         filesystem, and the file then becomes read-only: it *is* the entry. False if not stored.
         """
-        return self._insert(key, version, "upload",
+        return self._insert(key, version, None, "upload",
                             lambda paths: stage_file(paths, path, link and self.config.hardlink))
 
     def insert_bytes(self, key: str, data: bytes, version: Optional[str] = None) -> bool:
         """Store ``data`` as ``key`` (bundle members fetched along with a wanted one)."""
         if len(data) > self.config.max_bytes:
             return False
-        return self._insert(key, version, "bundle", lambda paths: stage_bytes(paths, data))
+        return self._insert(key, version, hashlib.sha256(data).hexdigest(), "bundle",
+                            lambda paths: stage_bytes(paths, data))
 
-    def _insert(self, key: str, version: Optional[str], source: str,
+    def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
+        """Store what ``stage`` writes as ``key``; an existing entry stays unless its version or
+        SHA-256 shows that the object changed (an upload over an existing name)."""
         paths = self._layout.paths(key)
         stored = False
         try:
             with held(paths.lock, EXCLUSIVE):
-                if self._valid(paths, key) is not None:
+                meta = self._valid(paths, key)
+                if meta is not None and not _changed(meta, version, sha256):
                     return True
                 self._remove_invalid(paths)
                 if not self._has_room(0):
@@ -389,11 +422,32 @@ def cache_from_settings(env: Mapping[str, str], *, strict: bool = False) -> Opti
         return None
 
 
-def _download_to(dest_path: str, download: Download) -> int:
+def _download_to(dest_path: str, download: Download) -> ObjectInfo:
     """The uncached path: straight into an atomic temp file beside the destination."""
     with AtomicFile(dest_path) as out:
         info = download(out.file)
-        return out.commit(info.size)
+        out.commit(info.size)
+        return info
+
+
+def _same_bytes(path: str, sha256: str) -> bool:
+    """True if the file at ``path`` hashes to ``sha256`` (False if it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        return hash_fd(fd) == sha256
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _changed(meta: Meta, version: Optional[str], sha256: Optional[str]) -> bool:
+    if version is not None and meta.version is not None and version != meta.version:
+        return True
+    return sha256 is not None and sha256 != meta.sha256
 
 
 def _touch(paths: KeyPaths, symlink: bool) -> None:

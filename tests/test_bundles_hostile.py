@@ -1,0 +1,145 @@
+"""A hostile-object corpus for bundles: isolation, precedence and the node cache (real MinIO).
+
+Every case is staged the way jobs stage: an engine per job, bundling and the node cache on or
+off, hand-made bundles and plain objects put straight into the bucket."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import os
+
+import boto3
+import pytest
+
+from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
+from transfer.bundles.format import pack
+from transfer.cache import cache_from_settings
+from transfer.errors import NotFound
+
+FAST = RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.01)
+BUNDLES = "D/.cloudio-bundles"
+
+
+def client(minio):
+    return boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                        aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+
+
+def bundle_bytes(members):
+    out = io.BytesIO()
+    pack(members, out)
+    return out.getvalue()
+
+
+def stage(env, bucket, names, dest, *, bundle, cache_dir=None, threads=4):
+    """One job: stage ``D/<name>`` for each name into ``dest``; returns the results."""
+    cache = None
+    if cache_dir is not None:
+        cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]}, strict=True)
+    try:
+        with Session(Settings(threads=threads, bundle=bundle), env) as session:
+            return Engine(session, retry=FAST, cache=cache).run(
+                [Transfer((parse_url(f"s3://test@minio/{bucket}/D/{n}", site_label="minio"),),
+                          parse_url(f"file://{dest}/{n}")) for n in names])
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+@pytest.mark.parametrize("bundling", [True, False])
+@pytest.mark.parametrize("damage", ["truncated", "hostile-name", "bad-magic", "lying-member"])
+def test_one_bad_bundle_affects_only_its_own_members(s3_env, bucket, minio, tmp_path, bundling, damage):
+    s3 = client(minio)
+    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/001-good.pcb", Body=bundle_bytes([("m1", b"good one")]))
+    bad = bundle_bytes([("m2", b"in the bad bundle"), ("m3", b"also")])
+    bad = {"truncated": bad[:-6],
+           "hostile-name": bad.replace(b'"m2"', b'"/x"'),
+           "bad-magic": b"JUNK" + bad[4:],
+           "lying-member": bad[:-4] + b"EVIL"}[damage]
+    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/002-bad.pcb", Body=bad)
+    s3.put_object(Bucket=bucket, Key="D/plain", Body=b"plain object")
+    results = stage(s3_env, bucket, ["m1", "plain", "missing"], tmp_path / "job", bundle=bundling)
+    assert results[0].ok, results[0].error
+    assert (tmp_path / "job" / "m1").read_bytes() == b"good one"
+    assert results[1].ok and (tmp_path / "job" / "plain").read_bytes() == b"plain object"
+    missing = results[2]
+    assert not missing.ok and isinstance(missing.error, NotFound), missing.error
+    assert f"{bucket}/D/missing" in str(missing.error)
+    if damage != "lying-member":  # that bundle's index is fine: it is searched, so no note
+        assert "002-bad.pcb" in str(missing.error)
+    results = stage(s3_env, bucket, ["m3"], tmp_path / "job2", bundle=bundling)  # the damaged one's
+    assert not results[0].ok and f"{bucket}/D/m3" in str(results[0].error)
+    assert "002-bad.pcb" in str(results[0].error)
+    assert sorted(os.listdir(tmp_path / "job")) == ["m1", "plain"]
+    assert not (tmp_path / "job2").exists() or os.listdir(tmp_path / "job2") == []
+
+
+def test_a_bad_member_fails_alone_in_its_bundle(s3_env, bucket, minio, tmp_path):
+    blob = bytearray(bundle_bytes([("a", b"A" * 100), ("b", b"B" * 100), ("c", b"C" * 100)]))
+    blob[-150] ^= 0xFF  # inside member b
+    client(minio).put_object(Bucket=bucket, Key=f"{BUNDLES}/x.pcb", Body=bytes(blob))
+    results = stage(s3_env, bucket, ["a", "b", "c"], tmp_path / "job", bundle=True)
+    assert [r.ok for r in results] == [True, False, True]
+    assert "x.pcb" in str(results[1].error) and f"{bucket}/D/b" in str(results[1].error)
+    assert sorted(os.listdir(tmp_path / "job")) == ["a", "c"]
+
+
+# --------------------------------------------------------------------------- precedence
+
+
+@pytest.fixture
+def poisoned(minio, bucket):
+    """A bundle in D/ holding y, x and sub/z, next to real plain objects D/x and D/sub/z."""
+    s3 = client(minio)
+    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/001.pcb",
+                  Body=bundle_bytes([("y", b"member y"), ("x", b"member x, NOT the object"),
+                                     ("sub/z", b"member z, NOT the object")]))
+    s3.put_object(Bucket=bucket, Key="D/x", Body=b"the real x")
+    s3.put_object(Bucket=bucket, Key="D/sub/z", Body=b"the real z")
+    return bucket
+
+
+@pytest.mark.parametrize("first_bundling, second_bundling, cached",
+                         list(itertools.product([True, False], [True, False], [True, False])))
+def test_plain_objects_win_and_the_cache_never_changes_what_a_read_returns(
+        s3_env, poisoned, tmp_path, first_bundling, second_bundling, cached):
+    cache_dir = tmp_path / "cache" if cached else None
+    [first] = stage(s3_env, poisoned, ["y"], tmp_path / "job1", bundle=first_bundling, cache_dir=cache_dir)
+    assert first.ok and (tmp_path / "job1" / "y").read_bytes() == b"member y"
+    results = stage(s3_env, poisoned, ["x", "sub/z", "y"], tmp_path / "job2", bundle=second_bundling,
+                    cache_dir=cache_dir)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert (tmp_path / "job2" / "x").read_bytes() == b"the real x"
+    assert (tmp_path / "job2" / "sub" / "z").read_bytes() == b"the real z"
+    assert (tmp_path / "job2" / "y").read_bytes() == b"member y"
+
+
+def test_the_conflict_is_reported_once_per_directory(s3_env, poisoned, tmp_path, caplog):
+    stage(s3_env, poisoned, ["x", "y"], tmp_path / "job", bundle=True)
+    conflicts = [r for r in caplog.records if "share a name with a bundle member" in r.getMessage()]
+    assert len(conflicts) == 1 and "plain object is served" in conflicts[0].getMessage()
+
+
+# --------------------------------------------------------------------------- transparent reads
+
+
+def test_a_consumer_without_bundling_lists_each_directory_once(proxied, bucket, minio, tmp_path):
+    proxy, env = proxied
+    names = [f"f{i:04d}" for i in range(400)]
+    members = [(n, hashlib.sha256(n.encode()).digest() * 4) for n in names]
+    for part in range(4):
+        client(minio).put_object(Bucket=bucket, Key=f"{BUNDLES}/{part:03d}.pcb",
+                                 Body=bundle_bytes(members[part::4]))
+    proxy.reset_counters()
+    results = stage(env, bucket, names, tmp_path / "job", bundle=False, threads=8)
+    assert all(r.ok for r in results)
+    assert (tmp_path / "job" / "f0123").read_bytes() == members[123][1]
+    counts = proxy.snapshot()["requests_by_method"]
+    lists = proxy.snapshot()["requests"] - counts.get("HEAD", 0)
+    # at most one 404 per worker before the index is known, one LIST, one head GET per bundle
+    assert lists <= 8 + 1 + 4, counts

@@ -1,0 +1,132 @@
+"""Checked cache hits, changed objects and private files: hostile cache entries never reach a job."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from transfer import parse_url
+from transfer.backends.base import ObjectInfo
+from transfer.cache import CacheConfig, NodeCache
+from transfer.errors import ConfigError
+
+MiB = 1 << 20
+
+
+def config(directory, **changes) -> CacheConfig:
+    fields = {"directory": str(directory), "max_bytes": 1 << 30, "min_free_bytes": 0, "fsync": False}
+    fields.update(changes)
+    return CacheConfig(**fields)
+
+
+class Origin:
+    """A store of one object that counts GETs and reports a version (ETag) per content."""
+
+    def __init__(self, data: bytes, version: str = "v1") -> None:
+        self.data, self.version, self.gets = data, version, 0
+
+    def __call__(self, sink) -> ObjectInfo:
+        self.gets += 1
+        sink.write(self.data)
+        return ObjectInfo(parse_url("s3://b/k", env={}), len(self.data), self.version)
+
+
+def rot(path: str) -> None:
+    """Change bytes in place, keeping size and mtime (what the cheap check compares)."""
+    before = os.stat(path)
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as fh:
+        fh.write(b"\xffROT")
+    os.chmod(path, 0o444)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def entry_of(cache: NodeCache, key: str) -> str:
+    with cache.pin(key) as path:
+        assert path is not None
+        return path
+
+
+def test_bit_rot_with_same_size_and_mtime_is_never_served(tmp_path):
+    origin = Origin(os.urandom(300_000))
+    cache = NodeCache(config(tmp_path / "cache"))
+    cache.fetch("k", str(tmp_path / "j1"), origin)
+    rot(entry_of(cache, "k"))
+    assert cache.fetch("k", str(tmp_path / "j2"), origin) == (len(origin.data), False)
+    assert (tmp_path / "j2").read_bytes() == origin.data and origin.gets == 2
+    assert cache.fetch("k", str(tmp_path / "j3"), origin) == (len(origin.data), True)  # repaired
+    assert cache.stats().corrupt == 1
+
+
+def test_entries_above_the_verify_limit_are_checked_by_cache_verify(tmp_path):
+    origin = Origin(os.urandom(2 * MiB))
+    cache = NodeCache(config(tmp_path / "cache", verify_bytes=MiB))
+    cache.fetch("big", str(tmp_path / "j1"), origin)
+    rot(entry_of(cache, "big"))
+    assert cache.verify() == ["big"]
+    assert cache.fetch("big", str(tmp_path / "j2"), origin) == (2 * MiB, False)
+    assert (tmp_path / "j2").read_bytes() == origin.data
+
+
+def test_verify_bytes_is_a_setting(tmp_path):
+    from transfer.cache import config_from_env
+    found = config_from_env({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+                             "PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES": "4M"})
+    assert found is not None and found.verify_bytes == 4 * MiB
+    default = config_from_env({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
+    assert default is not None and default.verify_bytes >= MiB
+
+
+def test_a_get_showing_a_new_version_drops_the_entry(tmp_path):
+    cache = NodeCache(config(tmp_path / "cache"))
+    cache.fetch("k", str(tmp_path / "j1"), Origin(b"old bytes", "v1"))
+    cache.observe("k", "v1")
+    assert cache.contains("k")
+    cache.observe("k", "v2")
+    assert not cache.contains("k")
+    newer = Origin(b"new bytes", "v2")
+    assert cache.fetch("k", str(tmp_path / "j2"), newer) == (9, False)
+    assert (tmp_path / "j2").read_bytes() == b"new bytes"
+
+
+def test_an_upload_with_other_bytes_replaces_the_entry(tmp_path):
+    cache = NodeCache(config(tmp_path / "cache"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_bytes(b"first")
+    second.write_bytes(b"second!")
+    assert cache.insert_file("k", str(first), "e1")
+    assert cache.insert_file("k", str(second), "e2")
+    cache.fetch("k", str(tmp_path / "j"), Origin(b"unused"))
+    assert (tmp_path / "j").read_bytes() == b"second!"
+    assert cache.insert_bytes("m", b"member one")
+    assert cache.insert_bytes("m", b"member two")
+    cache.fetch("m", str(tmp_path / "jm"), Origin(b"unused"))
+    assert (tmp_path / "jm").read_bytes() == b"member two"
+
+
+def test_metadata_and_counters_are_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        cache = NodeCache(config(tmp_path / "cache"))
+        cache.fetch("k", str(tmp_path / "j"), Origin(b"data"))
+        cache.close()
+    finally:
+        os.umask(old)
+    meta = entry_of(cache, "k") + ".meta"
+    assert stat.S_IMODE(os.stat(meta).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "cache" / "stats.json").st_mode) == 0o600
+
+
+def test_a_symlinked_cache_directory_must_be_the_users(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    mine = tmp_path / "mine"
+    mine.symlink_to(real)
+    NodeCache(config(mine))  # one's own link is fine
+    planted = tmp_path / "planted"
+    planted.symlink_to(real)
+    os.lchown(planted, 4242, 4242)
+    with pytest.raises(ConfigError, match="symbolic link owned by uid 4242"):
+        NodeCache(config(planted))

@@ -1,0 +1,85 @@
+"""Hostile transfer specifications: one-line errors naming the entry, exit 1, nothing written."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
+
+
+def run(tmp_path, *args, spec=b"", env=None):
+    done = subprocess.run(OURS + list(args), input=spec, cwd=tmp_path, capture_output=True, timeout=60,
+                          env=dict(os.environ, HOME=str(tmp_path), PEGASUS_CLOUDIO_CACHE_DIR="off", **(env or {})))
+    return done.returncode, done.stderr.decode()
+
+
+def transfer(src, dst, **source_extra):
+    return {"type": "transfer", "src_urls": [{"site_label": "local", "url": src, **source_extra}],
+            "dest_urls": [{"site_label": "local", "url": dst}]}
+
+
+def assert_clean_failure(tmp_path, rc, err, *needles):
+    assert rc == 1, err
+    assert "Traceback" not in err and "RecursionError" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    assert sorted(os.listdir(tmp_path)) == ["in.dat"] or sorted(os.listdir(tmp_path)) == ["in.dat", "spec"]
+
+
+@pytest.fixture
+def source(tmp_path):
+    path = tmp_path / "in.dat"
+    path.write_bytes(b"input")
+    return path
+
+
+def test_non_utf8_file_given_with_f_is_a_one_line_error(tmp_path, source):
+    spec = tmp_path / "spec"
+    spec.write_bytes(b'[{"type": "transfer", "lfn": "\xff\xfe"}]')
+    rc, err = run(tmp_path, "-f", str(spec))
+    assert_clean_failure(tmp_path, rc, err, "not UTF-8", str(spec))
+
+
+def test_non_utf8_on_stdin_is_a_one_line_error(tmp_path, source):
+    rc, err = run(tmp_path, spec=b'[{"lfn": "\xff"}]')
+    assert_clean_failure(tmp_path, rc, err, "not UTF-8")
+
+
+def test_deep_nesting_is_refused_without_a_recursion_error(tmp_path, source):
+    rc, err = run(tmp_path, spec=b"[" * 100_000)
+    assert_clean_failure(tmp_path, rc, err, "transfer specification")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"url_override": 5}, "'url' must be a string"),
+    ({"priority": {"a": 1}}, "priority"),
+    ({"priority": True}, "priority"),
+    ({"site_label_override": ["x"]}, "'site_label' must be a string"),
+])
+def test_wrongly_typed_fields_name_the_entry(tmp_path, source, extra, needle):
+    entry = transfer(f"file://{source}", f"file://{tmp_path}/out.dat")
+    if "url_override" in extra:
+        entry["src_urls"][0]["url"] = extra.pop("url_override")
+    if "site_label_override" in extra:
+        entry["src_urls"][0]["site_label"] = extra.pop("site_label_override")
+    entry["src_urls"][0].update(extra)
+    rc, err = run(tmp_path, spec=json.dumps([entry]).encode())
+    assert_clean_failure(tmp_path, rc, err, "entry 0", needle)
+
+
+@pytest.mark.parametrize("target", [{"site_label": "local", "url": "/tmp/x", "recursive": "maybe"},
+                                    {"site_label": "local", "url": "/tmp/x", "recursive": [1]}, "notanobject"])
+def test_bad_remove_entries_are_refused(tmp_path, source, target):
+    rc, err = run(tmp_path, spec=json.dumps([{"type": "remove", "target": target}]).encode())
+    assert_clean_failure(tmp_path, rc, err, "entry 0")
+
+
+def test_missing_ca_bundle_names_the_setting_and_the_path(tmp_path, source):
+    spec = json.dumps([transfer("https://127.0.0.1:9/x", f"file://{tmp_path}/out.dat")]).encode()
+    rc, err = run(tmp_path, spec=spec, env={"PEGASUS_CLOUDIO_CA_BUNDLE": "/nonexistent/ca.pem"})
+    assert rc == 1 and "Traceback" not in err
+    assert "PEGASUS_CLOUDIO_CA_BUNDLE=/nonexistent/ca.pem" in err and "internal error" not in err
+    assert not (tmp_path / "out.dat").exists()

@@ -1,0 +1,88 @@
+"""SIGTERM (HTCondor eviction) and SIGINT during transfers: no temp file left, no orphaned
+multipart upload, the unfinished transfers logged, exit 1 and never a success line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from pegasus_cloudio.testbed.proxy import Fault
+
+OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
+MiB = 1 << 20
+
+
+def entry(src, dst, src_label, dst_label):
+    return {"type": "transfer", "src_urls": [{"site_label": src_label, "url": src}],
+            "dest_urls": [{"site_label": dst_label, "url": dst}]}
+
+
+def start(spec, env, cwd):
+    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                            env=dict(env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""),
+                                     PEGASUS_CLOUDIO_CACHE_DIR="off"))
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+    return proc
+
+
+def wait_for(predicate, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def parts(directory: Path):
+    return [p.name for p in directory.rglob("*") if p.name.endswith(".part")]
+
+
+def client(minio):
+    return boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                        aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_a_get_leaves_no_part_file_and_logs_what_did_not_finish(proxied, bucket, minio,
+                                                                                tmp_path, signum):
+    proxy, env = proxied
+    client(minio).put_object(Bucket=bucket, Key="big.dat", Body=os.urandom(32 * MiB))
+    proxy.set_faults([Fault.stall(60, after_bytes=4 * MiB, method="GET")])
+    job = tmp_path / "job"
+    job.mkdir()
+    url = f"s3://test@minio/{bucket}/big.dat"
+    proc = start([entry(url, f"file://{job}/big.dat", "minio", "local")], env, job)
+    wait_for(lambda: parts(job) and os.path.getsize(job / parts(job)[0]) > 0, "a partial download")
+    proc.send_signal(signum)
+    rc = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert rc == 1, err
+    assert parts(job) == [] and not (job / "big.dat").exists()
+    assert f"Exiting due to signal {int(signum)}" in err and f"Not finished: {url}" in err
+    assert "completed successfully" not in err
+
+
+def test_sigterm_during_a_multipart_upload_aborts_it(proxied, bucket, minio, tmp_path):
+    proxy, env = proxied
+    src = tmp_path / "out.dat"
+    src.write_bytes(os.urandom(12 * MiB))
+    proxy.set_faults([Fault.stall(60, method="PUT", path="partNumber", times=10)])
+    url = f"s3://test@minio/{bucket}/out.dat"
+    env = dict(env, PEGASUS_CLOUDIO_MULTIPART_THRESHOLD=str(5 * MiB), PEGASUS_CLOUDIO_MULTIPART_PART_SIZE=str(5 * MiB))
+    proc = start([entry(f"file://{src}", url, "local", "minio")], env, tmp_path)
+    s3 = client(minio)
+    wait_for(lambda: s3.list_multipart_uploads(Bucket=bucket).get("Uploads"), "a multipart upload to start")
+    wait_for(lambda: proxy.requests_by_method.get("PUT", 0) >= 1, "a part in flight")
+    proxy.clear_faults()
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert rc == 1, err
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads"), err
+    assert f"Not finished: file://{src}" in err or f"Not finished: {src}" in err or "Not finished:" in err

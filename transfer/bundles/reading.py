@@ -1,0 +1,156 @@
+"""The one way the engine reads bundle members: node cache (member keys) first, then one stream.
+
+Cache entries filled from a bundle are keyed by :func:`member_key`: the bundle object's own
+cache key plus the member's name and SHA-256. Only a read that resolved (through the
+directory's index, see :class:`~transfer.bundles.directory.BundleDirectory`) to that very
+member of that very bundle computes that key, so a member can never answer a plain read of
+the same name, nor of any other name (docs/bundles.md, "Precedence").
+
+:func:`read_group` serves every wanted member of one bundle: members the cache holds are
+materialised from it; the rest are streamed from the bundle in one pass straight into their
+destinations (atomically, verified by SHA-256) and then inserted into the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
+
+from transfer.atomic import AtomicFile
+from transfer.backends.base import Backend, ObjectInfo
+from transfer.bundles.directory import LoadedBundle
+from transfer.bundles.fetch import Writer, stream_members
+from transfer.bundles.format import BundleFormatError, Member
+from transfer.cache import NodeCache
+from transfer.errors import TransferError
+from transfer.urls import Url
+
+Stored = Callable[[str], None]  # told the key of every entry inserted (peers publish them)
+
+
+@dataclass
+class MemberRead:
+    """One wanted member: where it goes, and the URL the caller asked for (named in errors)."""
+
+    position: int
+    source: Url
+    dest_path: str
+    member: Member
+    symlink: bool = False
+
+
+def member_key(bundle_key: str, member: Member) -> str:
+    return f"{bundle_key}#member={member.name}#sha256={member.sha256}"
+
+
+@dataclass
+class GroupState:
+    """What one group read achieved so far (kept across retries): bytes or error per position."""
+
+    done: Dict[int, int]
+    failed: Dict[int, TransferError]
+
+    @classmethod
+    def empty(cls) -> "GroupState":
+        return cls({}, {})
+
+
+def read_group(backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
+               cache: Optional[NodeCache] = None, bundle_key: Optional[str] = None,
+               stored: Optional[Stored] = None) -> None:
+    """Serve ``reads`` not yet in ``state``; member failures land in ``state.failed`` (naming
+    the requested URL and the bundle), store errors propagate for the caller to retry."""
+    pending = [r for r in reads if r.position not in state.done and r.position not in state.failed]
+    streamed: Dict[str, List[MemberRead]] = {}
+    for read in pending:
+        key = member_key(bundle_key, read.member) if cache is not None and bundle_key else None
+        if key is not None and cache is not None and cache.contains(key):
+            download = _single(backend, bundle, read.member)
+            state.done[read.position] = cache.fetch(key, read.dest_path, download, symlink=read.symlink)[0]
+        else:
+            streamed.setdefault(read.member.name, []).append(read)
+    if not streamed:
+        return
+
+    def open_writer(member: Member) -> Writer:
+        key = member_key(bundle_key, member) if bundle_key else None
+        return _FanOut(streamed[member.name], state, cache, key, stored)
+
+    failures = stream_members(backend, bundle, [items[0].member for items in streamed.values()], open_writer)
+    for name, err in failures.items():
+        for read in streamed[name]:
+            state.failed[read.position] = BundleFormatError(err.message, url=str(read.source), operation="get")
+
+
+def read_one(backend: Backend, bundle: LoadedBundle, read: MemberRead, cache: Optional[NodeCache] = None,
+             bundle_key: Optional[str] = None, stored: Optional[Stored] = None) -> int:
+    """A single member (a plain read that resolved to a bundle); raises its error."""
+    state = GroupState.empty()
+    read_group(backend, bundle, [read], state, cache, bundle_key, stored)
+    if read.position in state.failed:
+        raise state.failed[read.position]
+    return state.done[read.position]
+
+
+def _single(backend: Backend, bundle: LoadedBundle, member: Member) -> Callable[[BinaryIO], ObjectInfo]:
+    """A download for :meth:`NodeCache.fetch`: the one member streamed into the cache's sink."""
+    def download(sink: BinaryIO) -> ObjectInfo:
+        failures = stream_members(backend, bundle, [member], lambda m: _SinkWriter(sink))
+        if failures:
+            raise failures[member.name]
+        return ObjectInfo(bundle.url, member.size)
+
+    return download
+
+
+class _SinkWriter:
+    def __init__(self, sink: BinaryIO) -> None:
+        self._sink = sink
+
+    def write(self, data: bytes) -> None:
+        self._sink.write(data)
+
+    def commit(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+class _FanOut:
+    """Writes one member to every destination that wants it; commit publishes them all and
+    inserts the first into the node cache under the member's key."""
+
+    def __init__(self, reads: List[MemberRead], state: GroupState, cache: Optional[NodeCache],
+                 key: Optional[str], stored: Optional[Stored]) -> None:
+        self._reads, self._state, self._cache, self._key, self._stored = reads, state, cache, key, stored
+        self._files: List[AtomicFile] = []
+        try:
+            for read in reads:
+                self._files.append(AtomicFile(read.dest_path).__enter__())
+        except BaseException:
+            self.abort()
+            raise
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        for out in self._files:
+            out.file.write(data)
+        self._size += len(data)
+
+    def commit(self) -> None:
+        try:
+            for out in self._files:
+                out.commit(self._size)
+        finally:
+            self.abort()  # closes what is left (committed files are already in place)
+        for read in self._reads:
+            self._state.done[read.position] = self._size
+        if self._cache is not None and self._key is not None:
+            if self._cache.insert_file(self._key, self._reads[0].dest_path) and self._stored is not None:
+                self._stored(self._key)
+
+    def abort(self) -> None:
+        files, self._files = self._files, []
+        for out in files:
+            out.__exit__(None, None, None)
