@@ -25,6 +25,7 @@ BENCHES: Dict[str, str] = {
 COMMANDS: Dict[str, str] = {
     "sites": "pegasus_cloudio.sites.cli",
     "cache": "pegasus_cloudio.cache.cli",
+    "serve": "pegasus_cloudio.p2p.serve",
 }
 
 
