@@ -41,11 +41,24 @@ class Daemon:
         self._warned = False
 
     @property
+    def url(self) -> str:
+        """The base URL peers use: the configured one, else the bound address (once started)."""
+        if self.settings.url:
+            return self.settings.url
+        host, port = self._server.address
+        scheme = "http" if self.settings.serve.plain_http else "https"
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+    @property
     def nodes(self) -> List[NodeInfo]:
         """One index node per served user: ``<node>/<user>`` at ``<url>/v1/<user>``."""
         s = self.settings
-        return [NodeInfo(node_id(s.node, user), f"{s.url.rstrip('/')}/v1/{user}", s.node, s.rack)
+        return [NodeInfo(node_id(s.node, user), f"{self.url.rstrip('/')}/v1/{user}", s.node, s.rack)
                 for user in sorted(s.serve.caches)]
+
+    def request_stop(self) -> None:
+        """Make :meth:`wait` return (signal handlers)."""
+        self._stop.set()
 
     def start(self) -> "Daemon":
         self._server.start()
@@ -107,9 +120,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"pegasus-cloudio serve: {err}", file=sys.stderr)
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: daemon._stop.set())
+        signal.signal(sig, lambda *_: daemon.request_stop())
     _log.info("serving %s on %s (node %s)", ", ".join(sorted(settings.serve.caches)),
-              settings.url, settings.node)
+              daemon.url, settings.node)
     daemon.wait()
     daemon.stop()
     return 0

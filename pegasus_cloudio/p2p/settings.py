@@ -34,8 +34,8 @@ __all__ = ["DaemonSettings", "daemon_settings"]
 
 @dataclass(frozen=True)
 class DaemonSettings:
-    """The server's configuration plus what it announces: node name, rack, base URL,
-    the index (None: serve without announcing) and the heartbeat TTL."""
+    """The server's configuration plus what it announces: node name, rack, base URL ("":
+    the bound address), the index (None: serve without announcing) and the heartbeat TTL."""
 
     serve: ServeConfig
     node: str
@@ -62,11 +62,9 @@ def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
                         token=read_token(raw.get("TOKEN_FILE"), raw.get("TOKEN")),
                         bind=bind, cert_file=cert, key_file=key, plain_http=plain,
                         max_serves=_positive(raw, "MAX_SERVES", 32))
-    scheme = "http" if plain else "https"
-    host = f"[{bind[0]}]" if ":" in bind[0] else bind[0]
     return DaemonSettings(
         serve=serve, node=raw.get("NODE") or socket.gethostname(), rack=raw.get("RACK", ""),
-        url=raw.get("URL") or f"{scheme}://{host}:{bind[1]}", redis_url=raw.get("REDIS"),
+        url=raw.get("URL", ""), redis_url=raw.get("REDIS"),
         cluster=raw.get("CLUSTER", "").lower() in ("1", "true", "yes", "on"),
         namespace=raw.get("NAMESPACE", "pcio"),
         heartbeat_ttl=float(_positive(raw, "HEARTBEAT_TTL", 30)))
