@@ -38,7 +38,8 @@ def connect_redis(url: str, *, cluster: bool = False, timeout: float = 1.0) -> A
                                 retry_on_timeout=False)
 
 
-def peer_source(config: PeerConfig, cache: Optional[NodeCache] = None) -> PeerIndexSource:
+def peer_source(config: PeerConfig, cache: Optional[NodeCache] = None,
+                warn: Optional[Callable[[str], None]] = None) -> PeerIndexSource:
     """The engine's peer source for ``config`` and this node's ``cache`` (which enables
     claims); connects lazily. ImportError without the redis package."""
     index = PeerIndex(connect_redis(config.redis_url, cluster=config.cluster,
@@ -46,7 +47,7 @@ def peer_source(config: PeerConfig, cache: Optional[NodeCache] = None) -> PeerIn
                       config.namespace)
     return PeerIndexSource(index, PeerClient(config), config.node_id,
                            claim_seconds=config.claim_seconds,
-                           describe=describer(cache) if cache is not None else None)
+                           describe=describer(cache) if cache is not None else None, warn=warn)
 
 
 def describer(cache: NodeCache) -> Callable[[str], Optional[Replica]]:
@@ -57,16 +58,16 @@ def describer(cache: NodeCache) -> Callable[[str], Optional[Replica]]:
     return describe
 
 
-def peer_source_from_env(env: Optional[Mapping[str, str]] = None,
-                         cache: Optional[NodeCache] = None) -> Optional[PeerIndexSource]:
+def peer_source_from_env(env: Optional[Mapping[str, str]] = None, cache: Optional[NodeCache] = None,
+                         warn: Optional[Callable[[str], None]] = None) -> Optional[PeerIndexSource]:
     """The peer source ``PEGASUS_CLOUDIO_P2P_*`` describes; None when unset, or (one warning)
     when the ``redis`` package is missing. A malformed setting raises InvalidInput/ConfigError."""
     config = peer_config_from_env(env)
     if config is None:
         return None
     try:
-        return peer_source(config, cache)
+        return peer_source(config, cache, warn)
     except ImportError:
-        _log.warning("peer sharing is configured but the redis package is missing "
-                     "(install pegasus-cloudio[p2p]); reading from the store")
+        (warn or _log.warning)("peer sharing is configured but the redis package is missing "
+                               "(install pegasus-cloudio[p2p]); reading from the store")
         return None
