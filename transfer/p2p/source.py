@@ -98,7 +98,8 @@ class PeerIndexSource:
         report = self._client.fetch(key, holders, sink)
         if report.failures:
             self._count("peer_failures", len(report.failures))
-            self._warn("peer", "peer read failed, reading from the store: " + report.failures[-1])
+            outcome = "reading from the store" if report.size is None else "another peer sent the rest"
+            self._warn("peer", f"peer read failed, {outcome}: {report.failures[0]}")
         for node in report.missing:  # evicted there since it registered
             self._quietly(lambda: self._index.unregister(node, [key]))
         if report.size is not None:
