@@ -35,7 +35,27 @@ __all__ = ["Claim", "Holder", "Lookup", "NodeInfo", "PeerIndex"]
 
 DEFAULT_NAMESPACE = "pcio"
 ENTRY_TTL_S = 7 * 86400  # an entry nobody re-registers goes after a week
-_SHA = re.compile(r"^[0-9a-f]{64}$")
+_SHA = re.compile(r"[0-9a-f]{64}")
+# KEYS: the n entry keys of one hash tag, then (with claims) their n claim keys; ARGV: node,
+# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {HGETALL entry, claim holder or false}. A key is only
+# claimed when it has no entry at all.
+_LOOKUP_LUA = """
+local n = string.len(ARGV[3])
+local out = {}
+for i = 1, n do
+  local entry = redis.call('HGETALL', KEYS[i])
+  local holder = false
+  if string.sub(ARGV[3], i, i) == '1' and #entry == 0 then
+    if redis.call('SET', KEYS[n + i], ARGV[1], 'NX', 'PX', ARGV[2]) then
+      holder = ARGV[1]
+    else
+      holder = redis.call('GET', KEYS[n + i])
+    end
+  end
+  out[i] = {entry, holder}
+end
+return out
+"""
 
 
 @dataclass(frozen=True)
@@ -126,31 +146,47 @@ class PeerIndex:
 
     def lookup(self, keys: Sequence[str], claim: Optional[Claim] = None) -> Lookup:
         """Live holders of each of ``keys``, in one round trip; with ``claim``, the keys it
-        names that no live node holds are claimed in the same round trip (first come wins;
-        a claim ends on :meth:`register`, :meth:`release` or after its seconds)."""
+        names that have no index entry at all are claimed in the same round trip (first come
+        wins; a claim ends on :meth:`register`, :meth:`release` or after its seconds).
+
+        The batch is sent as one small server-side script per hash tag (at most 16), so the
+        client packs and parses 16 commands instead of one per key."""
         unique = list(dict.fromkeys(keys))
         claimed = set(claim.keys) if claim is not None else set()
+        groups: Dict[str, List[Tuple[str, str]]] = {}
+        for key in unique:
+            d = digest_of(key)
+            groups.setdefault(d[0], []).append((key, d))
         pipe = self._redis.pipeline(transaction=False)
         pipe.hgetall(self.nodes_key)
-        for key in unique:
-            pipe.hgetall(self.entry_key(key))
-            if key in claimed and claim is not None:
-                pipe.set(self.claim_key(key), claim.node, nx=True, px=max(1, int(claim.seconds * 1000)))
-                pipe.get(self.claim_key(key))
-        replies = iter(pipe.execute())
+        node, millis = (claim.node, max(1, int(claim.seconds * 1000))) if claim is not None else ("", 1)
+        ns = self._ns
+        for tag, members in groups.items():
+            names = [f"{ns}:{{{tag}}}:r:{d}" for _, d in members]
+            if claim is not None:
+                names += [f"{ns}:{{{tag}}}:c:{d}" for _, d in members]
+            mask = "".join("1" if key in claimed else "0" for key, _ in members)
+            pipe.execute_command("EVAL", _LOOKUP_LUA, len(names), *names, node, millis, mask)
+        replies = pipe.execute()
         found = Lookup()
-        live = _live(next(replies), self._clock(), found.problems)
-        for key in unique:
-            holders = _holders(key, next(replies), live, found.problems)
-            if holders:
-                found.holders[key] = holders
-            if key in claimed and claim is not None:
-                won, holder = next(replies), _text(next(replies))
-                if won or holder == claim.node:
-                    found.won.append(key)
-                elif holder is not None and not holders:
-                    found.in_flight[key] = holder
+        live = _live(replies[0], self._clock(), found.problems)
+        for members, reply in zip(groups.values(), replies[1:]):
+            for (key, _), (entry, holder) in zip(members, reply):
+                self._take(found, key, _pairs(entry), _text(holder), live, node)
         return found
+
+    @staticmethod
+    def _take(found: Lookup, key: str, entry: Mapping[Any, Any], holder: Optional[str],
+              live: Mapping[str, NodeInfo], node: str) -> None:
+        holders = _holders(key, entry, live, found.problems)
+        if holders:
+            found.holders[key] = holders
+        if holder is None:
+            return
+        if holder == node:
+            found.won.append(key)
+        elif not holders:
+            found.in_flight[key] = holder
 
     def register(self, node: str, replicas: Sequence[Replica]) -> None:
         """Record that ``node`` holds ``replicas`` and end its claims on them (one round trip)."""
@@ -188,6 +224,14 @@ def _text(value: Any) -> Optional[str]:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def _pairs(flat: Any) -> Dict[Any, Any]:
+    """A flat [field, value, field, value, ...] reply as a dict."""
+    if isinstance(flat, dict):
+        return flat
+    items = list(flat or [])
+    return dict(zip(items[0::2], items[1::2]))
+
+
 def _live(table: Mapping[Any, Any], now: float, problems: List[str]) -> Dict[str, NodeInfo]:
     """The node table's entries whose heartbeat has not expired; malformed ones reported."""
     live: Dict[str, NodeInfo] = {}
@@ -219,6 +263,9 @@ def _holders(key: str, entry: Mapping[Any, Any], live: Mapping[str, NodeInfo],
             values[node] = parsed
     if not values:
         return []
+    first = next(iter(values.values()))
+    if all(v == first for v in values.values()):  # the usual case: every holder agrees
+        return [Holder(live[n], first[0], first[1]) for n in sorted(values)]
     counts = Counter(values.values())
     best, _ = counts.most_common(1)[0]
     if len(counts) > 1:
@@ -228,7 +275,7 @@ def _holders(key: str, entry: Mapping[Any, Any], live: Mapping[str, NodeInfo],
 
 
 def _parse_value(text: str) -> Optional[Tuple[int, str]]:
-    parts = text.split()
-    if len(parts) != 2 or not parts[0].isdigit() or not _SHA.match(parts[1]):
+    size, _, sha = text.partition(" ")
+    if not size.isdigit() or _SHA.fullmatch(sha) is None:
         return None
-    return int(parts[0]), parts[1]
+    return int(size), sha
