@@ -35,19 +35,22 @@ BENCHES: Dict[str, Tuple[str, str]] = {
               "node cache: input reuse by many jobs on one node, with and without the cache"),
     "condor-plugin": ("pegasus_cloudio.bench.condor_plugin",
                       "one HTCondor plugin process per job vs one per file"),
+    "p2p": ("pegasus_cloudio.bench.p2p",
+            "peer-to-peer sharing: store requests per file, index lookups/s, peer vs store fetch"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
     "cache": ("pegasus_cloudio.cache.cli", "inspect and maintain the node cache"),
     "worker-bundle": ("pegasus_cloudio.worker_bundle",
                       "write the drop-in as one executable file for workers (no pip install)"),
+    "serve": ("pegasus_cloudio.p2p.serve", "serve this node's cache to peers (the P2P cache daemon)"),
 }
 
 # top-level module of a third-party import -> the extra that installs it
 EXTRAS: Dict[str, str] = {
     "Pegasus": "sites", "boto3": "bench", "botocore": "bench", "cryptography": "bench",
     "google": "gcs", "google_crc32c": "gcs", "paramiko": "sftp", "htcondor": "condor",
-    "classad2": "condor",
+    "classad2": "condor", "redis": "p2p",
 }
 
 

@@ -9,6 +9,9 @@ while read -r cmd pkg; do
 done <<'LIST'
 /usr/sbin/sshd openssh-server
 ssh-keygen openssh-client
+redis-server redis-server
+redis-cli redis-tools
+ip iproute2
 LIST
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}" >&2

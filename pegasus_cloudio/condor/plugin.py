@@ -31,7 +31,7 @@ from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironmen
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import PluginSession
 from pegasus_cloudio.condor.report import Reporter, say
-from pegasus_cloudio.dropin.main import open_node_cache
+from pegasus_cloudio.dropin.main import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
 from transfer.engine import Engine
@@ -160,7 +160,8 @@ def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment
     with PluginSession(settings, penv.env) as session:
         reporter.session = session
         cache = open_node_cache(penv.env)
-        engine = Engine(session, on_result=reporter.on_result, cache=cache)
+        peers = open_peers(penv.env, cache)
+        engine = Engine(session, on_result=reporter.on_result, cache=cache, peers=peers)
         try:
             with _stop_on_signals(reporter):
                 engine.run(ops)
@@ -172,6 +173,8 @@ def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment
             reporter.fail_unreported(lambda item: TransferError(f"internal error ({name})", operation="transfer"))
             say(f"internal error: {name}: {str(err)[:200]}")
         finally:
+            if peers is not None:
+                peers.close()
             if cache is not None:
                 cache.close()
 

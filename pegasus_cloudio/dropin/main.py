@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from typing import List, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO
 
 from pegasus_cloudio.dropin import reporting
 from pegasus_cloudio.dropin.signals import Interrupts
@@ -29,6 +29,9 @@ from transfer.cache import NodeCache, cache_from_settings
 from transfer.credentials import check_private
 from transfer.errors import ConfigError, TransferError
 from transfer.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from transfer.p2p.source import PeerIndexSource
 
 log = logging.getLogger("pegasus-transfer")
 LOG_FORMAT = "%(asctime)s %(levelname)7s:  %(message)s"
@@ -141,6 +144,8 @@ def run_native(entries: Sequence[Entry], session: Session, settings: Settings,
     """Run entries on the engine, then integrity steps and monitoring; never raises per file."""
     cache = open_node_cache(session.context.env) if entries else None
 
+    peers = open_peers(session.context.env, cache)
+
     def on_result(result: Result) -> None:
         _log_failure(result)
         if interrupts is not None:
@@ -149,13 +154,15 @@ def run_native(entries: Sequence[Entry], session: Session, settings: Settings,
     engine = Engine(session, threads=settings.threads,
                     retry=RetryPolicy(settings.max_attempts, settings.retry_base_delay,
                                       settings.retry_max_delay),
-                    on_result=on_result, cache=cache)
+                    on_result=on_result, cache=cache, peers=peers)
     if interrupts is not None:
         interrupts.watch(engine, [e.op for e in entries])
     try:
         results = engine.run([e.op for e in entries]) if entries else []
         return reporting.finish(entries, results, engine, session.context.env)
     finally:
+        if peers is not None:
+            peers.close()
         if cache is not None:
             cache.close()
 
@@ -166,6 +173,19 @@ def open_node_cache(env: Mapping[str, str]) -> Optional[NodeCache]:
         return cache_from_settings(env)
     except (TransferError, OSError) as err:
         log.warning("Node cache disabled: %s", err)
+        return None
+
+
+def open_peers(env: Mapping[str, str], cache: Optional[NodeCache]) -> Optional["PeerIndexSource"]:
+    """Peer sharing when ``PEGASUS_CLOUDIO_P2P_*`` configures it and there is a node cache;
+    None otherwise, or (one warning) when its settings are bad or the redis package is missing."""
+    if cache is None:
+        return None
+    from transfer.p2p import peer_source_from_env
+    try:
+        return peer_source_from_env(env, cache, warn=log.warning)
+    except TransferError as err:
+        log.warning("Peer sharing disabled: %s", err)
         return None
 
 

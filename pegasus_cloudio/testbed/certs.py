@@ -36,7 +36,8 @@ class TlsFiles:
     key: Path
 
 
-def make_tls_files(directory: Union[str, "os.PathLike[str]"], dns_names: Sequence[str] = ()) -> TlsFiles:
+def make_tls_files(directory: Union[str, "os.PathLike[str]"], dns_names: Sequence[str] = (),
+                   ips: Sequence[str] = ("127.0.0.1",)) -> TlsFiles:
     """Create ``ca.crt``, ``server.crt`` and ``server.key`` in ``directory``.
 
     ``dns_names`` are added to the server certificate's SANs (wildcards such as
@@ -44,7 +45,8 @@ def make_tls_files(directory: Union[str, "os.PathLike[str]"], dns_names: Sequenc
 
     The directory is created if needed; existing files of those names are
     replaced. The CA's private key is never written: nothing else can be
-    signed with it. Certificates are valid for 30 days from an hour ago and
+    signed with it. The server certificate names ``localhost`` and every address in ``ips``
+    (one certificate for several test nodes signed by one "pool" CA). Certificates are valid for 30 days from an hour ago and
     carry the extensions strict verifiers (Python 3.13's VERIFY_X509_STRICT,
     Go's crypto/tls) require.
     """
@@ -53,7 +55,7 @@ def make_tls_files(directory: Union[str, "os.PathLike[str]"], dns_names: Sequenc
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = _ca_certificate(ca_key)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = _server_certificate(server_key, ca_key, ca_cert, dns_names)
+    server_cert = _server_certificate(server_key, ca_key, ca_cert, dns_names, ips)
     files = TlsFiles(ca_cert=out / "ca.crt", cert=out / "server.crt", key=out / "server.key")
     _write(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
     _write(files.cert, server_cert.public_bytes(serialization.Encoding.PEM), 0o644)
@@ -85,11 +87,11 @@ def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
 
 def _server_certificate(
     key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
-    dns_names: Sequence[str] = (),
+    dns_names: Sequence[str] = (), ips: Sequence[str] = ("127.0.0.1",),
 ) -> x509.Certificate:
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     names = x509.SubjectAlternativeName(
-        [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+        [*(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips), x509.DNSName("localhost")]
         + [x509.DNSName(name) for name in dns_names]
     )
     usage = x509.KeyUsage(

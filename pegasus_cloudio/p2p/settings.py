@@ -1,0 +1,105 @@
+"""Settings of the cache daemon (``pegasus-cloudio serve``): ``PEGASUS_CLOUDIO_P2P_*``.
+
+Shared with the clients (see :mod:`transfer.p2p.config`): ``P2P_REDIS``, ``P2P_CLUSTER``,
+``P2P_NAMESPACE``, ``P2P_TOKEN_FILE``/``P2P_TOKEN``, ``P2P_PLAIN_HTTP``, ``P2P_NODE``, ``P2P_RACK``.
+The daemon's own:
+
+``P2P_BIND``           ``address:port`` to listen on (required: a pool-facing address).
+``P2P_CERT``           PEM certificate chain signed by the pool CA, naming the bound address.
+``P2P_KEY``            its private key.
+``P2P_USERS``          comma-separated ``user`` or ``user=/cache/dir`` whose caches are served
+                       (a bare user's cache is ``~user/.cache/pegasus-cloudio``). Required.
+``P2P_URL``            base URL peers use (default ``https://<bind address>:<port>``).
+``P2P_MAX_SERVES``     concurrent serves before answering 503. Default 32.
+``P2P_HEARTBEAT_TTL``  seconds a heartbeat keeps this node alive in the index (refreshed
+                       every third of it). Default 30.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Tuple
+
+from transfer.config import read_config_file
+from transfer.errors import ConfigError, InvalidInput
+from transfer.p2p.config import ENV, read_token
+
+from .server import ServeConfig
+
+__all__ = ["DaemonSettings", "daemon_settings"]
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """The server's configuration plus what it announces: node name, rack, base URL ("":
+    the bound address), the index (None: serve without announcing) and the heartbeat TTL."""
+
+    serve: ServeConfig
+    node: str
+    rack: str
+    url: str
+    redis_url: Optional[str]
+    cluster: bool
+    namespace: str
+    heartbeat_ttl: float
+
+
+def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
+    """Read the settings; InvalidInput/ConfigError name the missing or bad one."""
+    values: Dict[str, str] = dict(read_config_file(env))
+    values.update({k: v for k, v in env.items() if k.startswith(ENV)})
+    raw = {k[len(ENV):]: v.strip() for k, v in values.items() if k.startswith(ENV) and v.strip()}
+    plain = raw.get("PLAIN_HTTP", "").lower() in ("1", "true", "yes", "on")
+    bind = _bind(raw.get("BIND", ""))
+    cert, key = raw.get("CERT"), raw.get("KEY")
+    if not plain and not (cert and key):
+        raise ConfigError(f"{ENV}CERT and {ENV}KEY are required (or {ENV}PLAIN_HTTP=1 on a "
+                          "trusted network)", operation="config")
+    serve = ServeConfig(caches=_caches(raw.get("USERS", "")),
+                        token=read_token(raw.get("TOKEN_FILE"), raw.get("TOKEN")),
+                        bind=bind, cert_file=cert, key_file=key, plain_http=plain,
+                        max_serves=_positive(raw, "MAX_SERVES", 32))
+    return DaemonSettings(
+        serve=serve, node=raw.get("NODE") or socket.gethostname(), rack=raw.get("RACK", ""),
+        url=raw.get("URL", ""), redis_url=raw.get("REDIS"),
+        cluster=raw.get("CLUSTER", "").lower() in ("1", "true", "yes", "on"),
+        namespace=raw.get("NAMESPACE", "pcio"),
+        heartbeat_ttl=float(_positive(raw, "HEARTBEAT_TTL", 30)))
+
+
+def _bind(text: str) -> Tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise InvalidInput(f"{ENV}BIND must be address:port (got {text!r})", operation="config")
+    return host.strip("[]"), int(port)
+
+
+def _caches(text: str) -> Dict[str, str]:
+    caches: Dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        user, sep, directory = item.partition("=")
+        if not sep:
+            try:
+                home = pwd.getpwnam(user).pw_dir
+            except KeyError:
+                raise InvalidInput(f"{ENV}USERS: no such user {user!r}", operation="config") from None
+            directory = os.path.join(home, ".cache", "pegasus-cloudio")
+        caches[user.strip()] = os.path.abspath(directory.strip())
+    if not caches:
+        raise ConfigError(f"{ENV}USERS must name the users whose caches are served",
+                          operation="config")
+    return caches
+
+
+def _positive(raw: Mapping[str, str], name: str, default: int) -> int:
+    text = raw.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidInput(f"invalid value {text!r} for {ENV}{name}", operation="config")
+    return int(text)

@@ -1,0 +1,140 @@
+"""The replica index on a real redis-server (one node and a three-master cluster)."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+import redis
+import redis.cluster
+
+from pegasus_cloudio.testbed.redis import RedisCluster, RedisServer
+from transfer.p2p.index import Claim, NodeInfo, PeerIndex
+from transfer.peers import Replica
+
+SHA = "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def redis_single() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    with RedisCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["single", "cluster"])
+def client(request):
+    if request.param == "single":
+        c = redis.Redis.from_url(request.getfixturevalue("redis_single").url)
+    else:
+        c = redis.cluster.RedisCluster.from_url(request.getfixturevalue("redis_cluster").url)
+    c.flushall() if request.param == "single" else c.flushall(target_nodes=redis.cluster.RedisCluster.ALL_NODES)
+    yield c
+    c.close()
+
+
+class CountingClient:
+    """Counts pipelines executed and direct commands (each one round trip, or one per master)."""
+
+    def __init__(self, inner):
+        self.inner, self.pipelines, self.direct = inner, 0, 0
+
+    def pipeline(self, **kw):
+        pipe = self.inner.pipeline(**kw)
+        real = pipe.execute
+
+        def execute(*a, **k):
+            self.pipelines += 1
+            return real(*a, **k)
+        pipe.execute = execute
+        return pipe
+
+    def __getattr__(self, name):
+        self.direct += 1
+        return getattr(self.inner, name)
+
+
+def nodes(index, *names, ttl=30.0):
+    index.heartbeat([NodeInfo(n, f"https://10.0.0.{i + 1}:8470/v1/alice", n, "r1") for i, n in enumerate(names)], ttl)
+
+
+def test_a_batch_of_a_thousand_keys_is_one_lookup_and_one_registration(client):
+    counting = CountingClient(client)
+    index = PeerIndex(counting, "t")
+    nodes(index, "a/alice")
+    keys = [f"s3://bucket/run/f{i:04d}#etag{i}" for i in range(1000)]
+    index.register("a/alice", [Replica(k, i, SHA) for i, k in enumerate(keys)])
+    found = index.lookup(keys + ["s3://bucket/missing#x"])
+    assert counting.pipelines == 2
+    assert set(found.holders) == set(keys) and not found.problems
+    h = found.holders[keys[7]]
+    assert [(x.info.node, x.info.url, x.size, x.sha256) for x in h] == [
+        ("a/alice", "https://10.0.0.1:8470/v1/alice", 7, SHA)]
+
+
+def test_keys_spread_over_every_master_of_the_cluster(redis_cluster):
+    c = redis.cluster.RedisCluster.from_url(redis_cluster.url)
+    index = PeerIndex(c, "spread")
+    slots = {c.keyslot(index.entry_key(f"k{i}")) for i in range(200)}
+    owners = {c.get_node_from_key(index.entry_key(f"k{i}")).port for i in range(200)}
+    assert len(slots) == 16 and owners == set(redis_cluster.ports)
+
+
+def test_a_node_whose_heartbeat_expired_is_not_returned(client):
+    now = [1000.0]
+    index = PeerIndex(client, "t", clock=lambda: now[0])
+    nodes(index, "a/alice", ttl=10)
+    nodes(index, "b/alice", ttl=60)
+    index.register("a/alice", [Replica("k", 3, SHA)])
+    index.register("b/alice", [Replica("k", 3, SHA)])
+    now[0] += 30
+    assert [h.info.node for h in index.lookup(["k"]).holders["k"]] == ["b/alice"]
+    now[0] += 60
+    assert index.lookup(["k"]).holders == {}
+    index.retire(["b/alice"])
+    assert index.live_nodes() == {}
+
+
+def test_malformed_and_conflicting_entries_are_reported_and_ignored(client):
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice", "b/alice", "c/alice", "d/alice")
+    client.hset(index.nodes_key, "bad/alice", "{not json")
+    client.hset(index.entry_key("k"), mapping={"a/alice": f"5 {SHA}", "b/alice": f"5 {SHA}",
+                                               "c/alice": f"5 {'cd' * 32}", "d/alice": "five bytes",
+                                               "bad/alice": f"5 {SHA}"})
+    found = index.lookup(["k"])
+    assert [h.info.node for h in found.holders["k"]] == ["a/alice", "b/alice"]
+    text = "\n".join(found.problems)
+    assert "malformed node entry 'bad/alice'" in text
+    assert "malformed replica entry 'd/alice' for 'k'" in text
+    assert "disagree" in text
+
+
+def test_the_first_claim_wins_and_registration_ends_it(client):
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice", "b/alice")
+    first = index.lookup(["k1", "k2"], Claim("a/alice", 5, ["k1", "k2"]))
+    second = index.lookup(["k1", "k2"], Claim("b/alice", 5, ["k1", "k2"]))
+    assert first.won == ["k1", "k2"] and first.in_flight == {}
+    assert second.won == [] and second.in_flight == {"k1": "a/alice", "k2": "a/alice"}
+    index.register("a/alice", [Replica("k1", 1, SHA)])
+    index.release("k2", "a/alice")
+    third = index.lookup(["k1", "k2"], Claim("b/alice", 5, ["k2"]))
+    assert [h.info.node for h in third.holders["k1"]] == ["a/alice"]
+    assert third.won == ["k2"] and third.in_flight == {}
+
+
+def test_unregister_drops_one_nodes_entry(client):
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice", "b/alice")
+    index.register("a/alice", [Replica("k", 1, SHA)])
+    index.register("b/alice", [Replica("k", 1, SHA)])
+    index.unregister("a/alice", ["k"])
+    assert [h.info.node for h in index.lookup(["k"]).holders["k"]] == ["b/alice"]
+    assert json.loads(client.hget(index.nodes_key, "a/alice"))["url"].endswith("/v1/alice")

@@ -1,0 +1,254 @@
+"""PeerClient: read one cached object from the daemons of the nodes that hold it.
+
+For each key the holders are ordered same host, then same rack, then the rest, at random
+within each group (spreading load over equal replicas). Peers are tried in that order, at
+most ``max_peers``; when one fails mid-body, the next continues where it stopped with a
+``Range`` request. Whatever arrives is hashed on the way; the result is good only when the
+size and SHA-256 match what the producer registered. Otherwise the sink is emptied and the
+caller reads the store: wrong bytes are never delivered.
+
+A peer must be inside the pool's networks (every address its host name resolves to), speak
+HTTPS verified against the pool CA (``http://`` only with ``plain_http``), answer the TCP
+and TLS handshake within ``connect_timeout`` and send its headers within
+``first_byte_timeout``. Connections are kept alive per peer and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import ipaddress
+import random
+import select
+import socket
+import ssl
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
+
+from transfer.cache.layout import digest_of
+from transfer.p2p.config import Network, PeerConfig
+from transfer.p2p.index import Holder
+from transfer.peers import PeerSink
+
+__all__ = ["FetchReport", "PeerClient", "PeerFailure"]
+
+BUFFER = 1 << 20
+_Conn = http.client.HTTPConnection
+
+
+class PeerFailure(Exception):
+    """One peer could not deliver (the message names the peer and why; ``status`` is the
+    HTTP status when the peer answered with an unexpected one)."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Progress:
+    """Bytes of the object received so far, from however many peers, and their hash."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.hasher = hashlib.sha256()
+
+
+@dataclass
+class FetchReport:
+    """What one :meth:`PeerClient.fetch` did: bytes delivered (None: nothing), the failures
+    met on the way, and the nodes that answered 404 (their index entries are stale)."""
+
+    size: Optional[int] = None
+    failures: List[str] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)
+
+
+class PeerClient:
+    """Thread-safe; one per process. ``close`` drops the kept-alive connections."""
+
+    def __init__(self, config: PeerConfig, *, host: str = "", rng: Optional[random.Random] = None) -> None:
+        self._config = config
+        self._host = host or config.node
+        self._rng = rng or random.Random()
+        self._idle: Dict[Tuple[str, str, int], List[_Conn]] = {}
+        self._lock = threading.Lock()
+        self._tls = _tls_context(config.ca_file)
+
+    def order(self, holders: Sequence[Holder]) -> List[Holder]:
+        """Same host first, then same rack, then others; random among equals."""
+        shuffled = list(holders)
+        self._rng.shuffle(shuffled)
+        rack = self._config.rack
+
+        def rank(h: Holder) -> int:
+            if h.info.host and h.info.host == self._host:
+                return 0
+            return 1 if rack and h.info.rack == rack else 2
+        return sorted(shuffled, key=rank)
+
+    def fetch(self, key: str, holders: Sequence[Holder], sink: PeerSink) -> FetchReport:
+        """Copy ``key`` from the first peers that can send it into ``sink`` (empty).
+
+        Never raises for a peer's failure; on any outcome but success ``sink`` is reset
+        (empty). All holders share one registered (size, sha256) (the index guarantees it)."""
+        report = FetchReport()
+        chosen = self.order(holders)[: max(1, self._config.max_peers)]
+        if not chosen:
+            return report
+        size, sha = chosen[0].size, chosen[0].sha256
+        progress = _Progress()
+        for holder in chosen:
+            try:
+                self._copy(holder, key, sink, progress, size)
+            except PeerFailure as err:
+                report.failures.append(str(err))
+                if err.status == 404:
+                    report.missing.append(holder.info.node)
+                continue
+            if progress.hasher.hexdigest() == sha:
+                report.size = size
+                return report
+            report.failures.append(f"peer {holder.info.node}: bytes do not match the registered "
+                                   f"SHA-256 of {key}")
+            progress = _Progress()
+            sink.reset()
+        sink.reset()
+        return report
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+
+    # -- one peer -----------------------------------------------------------------------
+
+    def _copy(self, holder: Holder, key: str, sink: PeerSink, progress: _Progress, size: int) -> None:
+        """Append bytes ``progress.done..size`` from ``holder`` (raises PeerFailure)."""
+        name = holder.info.node
+        target = self._target(holder)
+        conn, reused = self._connection(target, name)
+        if reused and not _alive(conn):  # the peer closed it while idle
+            conn.close()
+            conn, reused = self._connection(target, name)
+        path = urlsplit(holder.info.url).path.rstrip("/") + "/" + digest_of(key)
+        headers = {"Authorization": f"Bearer {self._config.token}"}
+        if progress.done:
+            headers["Range"] = f"bytes={progress.done}-{size - 1}"
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            _check_response(response, name, progress.done, size)
+            conn.sock.settimeout(self._config.read_timeout)
+            _stream(response, sink, progress, size)
+        except (OSError, http.client.HTTPException) as err:
+            conn.close()
+            raise PeerFailure(f"peer {name}: {type(err).__name__}: {err}") from err
+        except PeerFailure:
+            conn.close()
+            raise
+        self._release(target, conn)
+
+    def _target(self, holder: Holder) -> Tuple[str, str, int]:
+        parts = urlsplit(holder.info.url)
+        scheme, host = parts.scheme, parts.hostname or ""
+        if scheme not in ("https", "http") or not host:
+            raise PeerFailure(f"peer {holder.info.node}: malformed URL {holder.info.url!r}")
+        if scheme == "http" and not self._config.plain_http:
+            raise PeerFailure(f"peer {holder.info.node}: plain http URL {holder.info.url!r} "
+                              "refused (P2P_PLAIN_HTTP is off)")
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError as err:
+            raise PeerFailure(f"peer {holder.info.node}: malformed URL {holder.info.url!r}") from err
+        outside = _outside(host, port, self._config.networks)
+        if outside:
+            raise PeerFailure(f"peer {holder.info.node}: {holder.info.url} is outside the pool's "
+                              f"networks ({outside})")
+        return scheme, host, port
+
+    def _connection(self, target: Tuple[str, str, int], name: str) -> Tuple[_Conn, bool]:
+        """A kept-alive connection to ``target`` (True) or a new one (False)."""
+        with self._lock:
+            idle = self._idle.get(target)
+            if idle:
+                return idle.pop(), True
+        scheme, host, port = target
+        timeout = self._config.connect_timeout
+        conn: _Conn
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=self._tls)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.connect()
+        except OSError as err:
+            conn.close()
+            raise PeerFailure(f"peer {name}: cannot connect to {host}:{port}: {err}") from err
+        conn.sock.settimeout(self._config.first_byte_timeout)
+        return conn, False
+
+    def _release(self, target: Tuple[str, str, int], conn: _Conn) -> None:
+        conn.sock.settimeout(self._config.first_byte_timeout)
+        with self._lock:
+            self._idle.setdefault(target, []).append(conn)
+
+
+def _alive(conn: _Conn) -> bool:
+    """False when an idle connection's peer has closed it: an idle keep-alive connection
+    has nothing to read, so readable means EOF, a reset or junk."""
+    try:
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+def _tls_context(ca_file: Optional[str]) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=ca_file)
+    return context
+
+
+def _outside(host: str, port: int, networks: Sequence[Network]) -> str:
+    """"" when every address of ``host`` is in ``networks``, else the first one outside."""
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except OSError as err:
+        return f"cannot resolve {host}: {err}"
+    for text in sorted(addresses):
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+        if not any(address in net for net in networks):
+            return str(address)
+    return ""
+
+
+def _check_response(response: http.client.HTTPResponse, name: str, done: int, size: int) -> None:
+    """Status and length as expected for bytes ``done..size`` (raises PeerFailure)."""
+    expected_status = 206 if done else 200
+    if response.status != expected_status:
+        response.read(65536)
+        raise PeerFailure(f"peer {name}: {response.status} {response.reason}", response.status)
+    length = response.getheader("Content-Length")
+    if length is None or not length.isdigit() or int(length) != size - done:
+        raise PeerFailure(f"peer {name}: response of {length} bytes where {size - done} were "
+                          "expected (oversized, short or chunked)")
+    if done:
+        content_range = response.getheader("Content-Range", "")
+        if not content_range.startswith(f"bytes {done}-{size - 1}/"):
+            raise PeerFailure(f"peer {name}: wrong Content-Range {content_range!r}")
+
+
+def _stream(response: http.client.HTTPResponse, sink: PeerSink, progress: _Progress, size: int) -> None:
+    """Body into ``sink`` and the hash, counted in ``progress`` (a short body raises)."""
+    buffer = bytearray(min(BUFFER, max(1, size - progress.done)))
+    view = memoryview(buffer)
+    while progress.done < size:
+        n = response.readinto(view[: min(len(buffer), size - progress.done)])
+        if not n:
+            raise http.client.IncompleteRead(b"", size - progress.done)
+        sink.write(view[:n])
+        progress.hasher.update(view[:n])
+        progress.done += n

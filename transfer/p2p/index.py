@@ -1,0 +1,281 @@
+"""PeerIndex: the replica index on Redis (one server or a Redis Cluster).
+
+Layout (``ns`` is the pool's namespace, default ``pcio``; ``d`` the SHA-256 of a cache key)::
+
+    ns:{n}:nodes        hash  node id -> JSON {"url", "host", "rack", "expires"}
+    ns:{b}:r:<d>        hash  node id -> "<size> <sha256>"   (b = d[0]: 16 hash tags)
+    ns:{b}:c:<d>        string  node id of the one node fetching <d> from the store now
+
+A node is alive while its ``expires`` (Unix seconds, refreshed by the daemon's heartbeat)
+is in the future; entries of other nodes are ignored, so a dead node is never asked. A
+lookup is one pipeline (the node table plus one ``HGETALL`` per key) and a registration
+another; on a cluster the 16 hash tags spread a batch over every master and the client
+sends it as one pipelined round per master. Readers compare ``expires`` with their own
+clock: pool clocks are assumed NTP-synchronised to well within the TTL (skew only makes a
+live node look dead, i.e. a store read, or a dead one look alive, i.e. a failed connect).
+
+Nothing here verifies bytes: the values are what producers registered, and consumers check
+what peers send against them (``transfer.p2p.client``). Malformed values are reported in
+:attr:`Lookup.problems` and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from transfer.cache.layout import digest_of
+from transfer.peers import Replica
+
+__all__ = ["Claim", "Holder", "Lookup", "NodeInfo", "PeerIndex"]
+
+DEFAULT_NAMESPACE = "pcio"
+ENTRY_TTL_S = 7 * 86400  # an entry nobody re-registers goes after a week
+_SHA = re.compile(r"[0-9a-f]{64}")
+# KEYS: the n entry keys of one hash tag, then (with claims) their n claim keys; ARGV: node,
+# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {HGETALL entry, claim holder or false}. A key is only
+# claimed when it has no entry at all.
+_LOOKUP_LUA = """
+local n = string.len(ARGV[3])
+local out = {}
+for i = 1, n do
+  local entry = redis.call('HGETALL', KEYS[i])
+  local holder = false
+  if string.sub(ARGV[3], i, i) == '1' and #entry == 0 then
+    if redis.call('SET', KEYS[n + i], ARGV[1], 'NX', 'PX', ARGV[2]) then
+      holder = ARGV[1]
+    else
+      holder = redis.call('GET', KEYS[n + i])
+    end
+  end
+  out[i] = {entry, holder}
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node's daemon as the index knows it: id, base URL, host and rack names."""
+
+    node: str
+    url: str
+    host: str = ""
+    rack: str = ""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One live node holding a key, with the size and SHA-256 it registered."""
+
+    info: NodeInfo
+    size: int
+    sha256: str
+
+
+@dataclass
+class Lookup:
+    """Result of one batch lookup: holders per key (only keys some live node holds), the
+    claims made (``won``: this node reads the store; ``in_flight``: key -> the other node
+    reading it now), and one line per malformed or conflicting index value."""
+
+    holders: Dict[str, List[Holder]] = field(default_factory=dict)
+    won: List[str] = field(default_factory=list)
+    in_flight: Dict[str, str] = field(default_factory=dict)
+    problems: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Claim the store read of ``keys`` for ``node`` for ``seconds`` (in a lookup)."""
+
+    node: str
+    seconds: float
+    keys: Sequence[str]
+
+
+class PeerIndex:
+    """The index for one pool. ``client`` is a ``redis.Redis`` or ``redis.RedisCluster``
+    (anything with ``pipeline``); Redis errors propagate (``redis.RedisError``): callers
+    that must not fail (the engine's peer source) catch them."""
+
+    def __init__(self, client: Any, namespace: str = DEFAULT_NAMESPACE,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._redis = client
+        self._ns = namespace
+        self._clock = clock
+
+    # -- key names ----------------------------------------------------------------------
+
+    @property
+    def nodes_key(self) -> str:
+        return f"{self._ns}:{{n}}:nodes"
+
+    def entry_key(self, key: str) -> str:
+        d = digest_of(key)
+        return f"{self._ns}:{{{d[0]}}}:r:{d}"
+
+    def claim_key(self, key: str) -> str:
+        d = digest_of(key)
+        return f"{self._ns}:{{{d[0]}}}:c:{d}"
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def heartbeat(self, infos: Sequence[NodeInfo], ttl: float) -> None:
+        """Mark ``infos`` alive for ``ttl`` seconds more (one round trip)."""
+        expires = self._clock() + ttl
+        mapping = {i.node: json.dumps({"url": i.url, "host": i.host, "rack": i.rack,
+                                       "expires": expires}) for i in infos}
+        if mapping:
+            self._redis.hset(self.nodes_key, mapping=mapping)
+
+    def retire(self, nodes: Sequence[str]) -> None:
+        """Drop ``nodes`` from the node table at once (a daemon's clean shutdown)."""
+        if nodes:
+            self._redis.hdel(self.nodes_key, *nodes)
+
+    def live_nodes(self) -> Dict[str, NodeInfo]:
+        """Every node whose heartbeat has not expired."""
+        return _live(self._redis.hgetall(self.nodes_key), self._clock(), [])
+
+    # -- replicas -----------------------------------------------------------------------
+
+    def lookup(self, keys: Sequence[str], claim: Optional[Claim] = None) -> Lookup:
+        """Live holders of each of ``keys``, in one round trip; with ``claim``, the keys it
+        names that have no index entry at all are claimed in the same round trip (first come
+        wins; a claim ends on :meth:`register`, :meth:`release` or after its seconds).
+
+        The batch is sent as one small server-side script per hash tag (at most 16), so the
+        client packs and parses 16 commands instead of one per key."""
+        unique = list(dict.fromkeys(keys))
+        claimed = set(claim.keys) if claim is not None else set()
+        groups: Dict[str, List[Tuple[str, str]]] = {}
+        for key in unique:
+            d = digest_of(key)
+            groups.setdefault(d[0], []).append((key, d))
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hgetall(self.nodes_key)
+        node, millis = (claim.node, max(1, int(claim.seconds * 1000))) if claim is not None else ("", 1)
+        ns = self._ns
+        for tag, members in groups.items():
+            names = [f"{ns}:{{{tag}}}:r:{d}" for _, d in members]
+            if claim is not None:
+                names += [f"{ns}:{{{tag}}}:c:{d}" for _, d in members]
+            mask = "".join("1" if key in claimed else "0" for key, _ in members)
+            pipe.execute_command("EVAL", _LOOKUP_LUA, len(names), *names, node, millis, mask)
+        replies = pipe.execute()
+        found = Lookup()
+        live = _live(replies[0], self._clock(), found.problems)
+        for members, reply in zip(groups.values(), replies[1:]):
+            for (key, _), (entry, holder) in zip(members, reply):
+                self._take(found, key, _pairs(entry), _text(holder), live, node)
+        return found
+
+    @staticmethod
+    def _take(found: Lookup, key: str, entry: Mapping[Any, Any], holder: Optional[str],
+              live: Mapping[str, NodeInfo], node: str) -> None:
+        holders = _holders(key, entry, live, found.problems)
+        if holders:
+            found.holders[key] = holders
+        if holder is None:
+            return
+        if holder == node:
+            found.won.append(key)
+        elif not holders:
+            found.in_flight[key] = holder
+
+    def register(self, node: str, replicas: Sequence[Replica]) -> None:
+        """Record that ``node`` holds ``replicas`` and end its claims on them (one round trip)."""
+        if not replicas:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for r in replicas:
+            entry = self.entry_key(r.key)
+            pipe.hset(entry, node, f"{r.size} {r.sha256}")
+            pipe.expire(entry, ENTRY_TTL_S)
+            pipe.delete(self.claim_key(r.key))
+        pipe.execute()
+
+    def unregister(self, node: str, keys: Sequence[str]) -> None:
+        """Forget ``node``'s replicas of ``keys`` (evicted, or found missing by a reader)."""
+        if not keys:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hdel(self.entry_key(key), node)
+        pipe.execute()
+
+    # -- in-flight claims ---------------------------------------------------------------
+
+    def release(self, key: str, node: str) -> None:
+        """Give up ``node``'s claim on ``key`` (its store read failed)."""
+        name = self.claim_key(key)
+        if _text(self._redis.get(name)) == node:
+            self._redis.delete(name)
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat: Any) -> Dict[Any, Any]:
+    """A flat [field, value, field, value, ...] reply as a dict."""
+    if isinstance(flat, dict):
+        return flat
+    items = list(flat or [])
+    return dict(zip(items[0::2], items[1::2]))
+
+
+def _live(table: Mapping[Any, Any], now: float, problems: List[str]) -> Dict[str, NodeInfo]:
+    """The node table's entries whose heartbeat has not expired; malformed ones reported."""
+    live: Dict[str, NodeInfo] = {}
+    for raw_node, raw in table.items():
+        node = _text(raw_node) or ""
+        try:
+            fields = json.loads(_text(raw) or "")
+            info = NodeInfo(node, str(fields["url"]), str(fields.get("host", "")),
+                            str(fields.get("rack", "")))
+            expires = float(fields["expires"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            problems.append(f"malformed node entry {node!r} in the replica index")
+            continue
+        if expires > now:
+            live[node] = info
+    return live
+
+
+def _holders(key: str, entry: Mapping[Any, Any], live: Mapping[str, NodeInfo],
+             problems: List[str]) -> List[Holder]:
+    """Live holders of one key that agree on (size, sha256) with the most others."""
+    values: Dict[str, Tuple[int, str]] = {}
+    for raw_node, raw in entry.items():
+        node = _text(raw_node) or ""
+        parsed = _parse_value(_text(raw) or "")
+        if parsed is None:
+            problems.append(f"malformed replica entry {node!r} for {key!r} in the replica index")
+        elif node in live:
+            values[node] = parsed
+    if not values:
+        return []
+    first = next(iter(values.values()))
+    if all(v == first for v in values.values()):  # the usual case: every holder agrees
+        return [Holder(live[n], first[0], first[1]) for n in sorted(values)]
+    counts = Counter(values.values())
+    best, _ = counts.most_common(1)[0]
+    if len(counts) > 1:
+        problems.append(f"replica entries for {key!r} disagree on size/checksum; "
+                        f"using the {counts[best]} that agree")
+    return [Holder(live[n], best[0], best[1]) for n, v in sorted(values.items()) if v == best]
+
+
+def _parse_value(text: str) -> Optional[Tuple[int, str]]:
+    size, _, sha = text.partition(" ")
+    if not size.isdigit() or _SHA.fullmatch(sha) is None:
+        return None
+    return int(size), sha
