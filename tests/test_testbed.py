@@ -11,7 +11,6 @@ import os
 import socket
 import ssl
 import stat
-import statistics
 import subprocess
 import sys
 import threading
