@@ -21,6 +21,7 @@ BENCHES: Dict[str, str] = {
     "mconcatfit": "pegasus_cloudio.bench.mconcatfit",
     "cache": "pegasus_cloudio.bench.cache",
     "condor-plugin": "pegasus_cloudio.bench.condor_plugin",
+    "workflow": "pegasus_cloudio.bench.workflow",
 }
 COMMANDS: Dict[str, str] = {
     "sites": "pegasus_cloudio.sites.cli",
