@@ -26,6 +26,7 @@ BENCHES: Dict[str, str] = {
 COMMANDS: Dict[str, str] = {
     "sites": "pegasus_cloudio.sites.cli",
     "cache": "pegasus_cloudio.cache.cli",
+    "cost": "pegasus_cloudio.cost.cli",
 }
 
 
