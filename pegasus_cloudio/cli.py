@@ -22,6 +22,9 @@ BENCHES: Dict[str, str] = {
     "cache": "pegasus_cloudio.bench.cache",
     "condor-plugin": "pegasus_cloudio.bench.condor_plugin",
     "workflow": "pegasus_cloudio.bench.workflow",
+    "sizes": "pegasus_cloudio.bench.sizes",
+    "large": "pegasus_cloudio.bench.large",
+    "disk": "pegasus_cloudio.bench.disk",
 }
 COMMANDS: Dict[str, str] = {
     "sites": "pegasus_cloudio.sites.cli",
