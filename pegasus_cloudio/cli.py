@@ -37,6 +37,11 @@ BENCHES: Dict[str, Tuple[str, str]] = {
                       "one HTCondor plugin process per job vs one per file"),
     "p2p": ("pegasus_cloudio.bench.p2p",
             "peer-to-peer sharing: store requests per file, index lookups/s, peer vs store fetch"),
+    "workflow": ("pegasus_cloudio.bench.workflow",
+                 "workflow makespan: the Montage-shaped DAG staged four ways, against VM-local storage"),
+    "sizes": ("pegasus_cloudio.bench.sizes", "time vs file size per tool and round-trip time"),
+    "large": ("pegasus_cloudio.bench.large", "one large object down and up against the run's limit"),
+    "disk": ("pegasus_cloudio.bench.disk", "a timed disk benchmark: fixed block and transfer size, sampled"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
@@ -44,6 +49,7 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "worker-bundle": ("pegasus_cloudio.worker_bundle",
                       "write the drop-in as one executable file for workers (no pip install)"),
     "serve": ("pegasus_cloudio.p2p.serve", "serve this node's cache to peers (the P2P cache daemon)"),
+    "cost": ("pegasus_cloudio.cost.cli", "request cost of a workflow's staging, per site and job type"),
 }
 
 # top-level module of a third-party import -> the extra that installs it

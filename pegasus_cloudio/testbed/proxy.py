@@ -2,10 +2,10 @@
 
 `TcpProxy` listens on 127.0.0.1 and relays every accepted connection to one
 target. It sits in the benchmark path (counting connections, requests and
-bytes; ``delay_ms`` emulates a WAN round trip) and in fault tests (resets,
+bytes; a `Shaping` emulates a WAN path: delay, jitter, bandwidth cap) and in fault tests (resets,
 truncated bodies, stalls and error statuses on chosen requests).
 
-Per connection there is one reader thread per direction, plus, when a delay is
+Per connection there is one reader thread per direction, plus, when shaping is
 set, one sender thread per direction that delivers time-stamped chunks when
 they are due (so latency is added without limiting throughput).
 
@@ -33,10 +33,10 @@ from pegasus_cloudio.testbed.faults import (
     RESET, SLOW_DOWN_BODY, STATUS, TRUNCATE, Fault, FaultBook, Match, status_response,
 )
 from pegasus_cloudio.testbed.counters import Counters
-from pegasus_cloudio.testbed.links import DelayedLink, DirectLink, Link
+from pegasus_cloudio.testbed.links import DelayedLink, DirectLink, Link, Shaping
 from pegasus_cloudio.testbed.httpframe import RequestFramer, RequestHead
 
-__all__ = ["Fault", "Match", "SLOW_DOWN_BODY", "TcpProxy"]
+__all__ = ["Fault", "Match", "SLOW_DOWN_BODY", "Shaping", "TcpProxy"]
 
 _RECV_SIZE = 128 * 1024
 _ACCEPT_POLL_S = 0.2
@@ -78,7 +78,7 @@ class _Shared:
     """What every connection of one proxy needs from it."""
 
     target: Tuple[str, int]
-    delay: float                  # one-way delay in seconds
+    shaping: Shaping
     counters: Counters
     faults: FaultBook
     stopping: threading.Event     # set by TcpProxy.stop
@@ -160,8 +160,8 @@ class _Connection:
 
     def _run(self) -> None:
         """Pay the handshake delay, connect upstream, then relay both directions."""
-        delay = self._shared.delay
-        if delay and self._shared.stopping.wait(2 * delay):
+        shaping = self._shared.shaping
+        if shaping.delay_ms and self._shared.stopping.wait(2 * shaping.delay_ms / 1000.0):
             return
         upstream = socket.create_connection(self._shared.target, timeout=_CONNECT_TIMEOUT_S)
         upstream.settimeout(None)
@@ -171,13 +171,13 @@ class _Connection:
             aborted = self._aborted
         if aborted:
             return
-        self._to_upstream = self._make_link(upstream, delay, "send-up")
-        self._to_client = self._make_link(self._client, delay, "send-down")
+        self._to_upstream = self._make_link(upstream, shaping, "send-up")
+        self._to_client = self._make_link(self._client, shaping, "send-down")
         self._spawn(self._pump_up, "up")
         self._pump_down()
 
-    def _make_link(self, sock: socket.socket, delay: float, role: str) -> Link:
-        link: Link = DelayedLink(sock, delay, self._spawn, role) if delay else DirectLink(sock)
+    def _make_link(self, sock: socket.socket, shaping: Shaping, role: str) -> Link:
+        link: Link = DelayedLink(sock, shaping, self._spawn, role) if shaping.active else DirectLink(sock)
         with self._lock:
             self._links.append(link)
             aborted = self._aborted
@@ -278,15 +278,20 @@ class TcpProxy:
     Use as a context manager, or call `start` / `stop`. Counters and faults are
     safe to use from any thread while traffic flows.
 
-    ``delay_ms`` adds that one-way latency to every chunk in both directions
-    (without limiting throughput), plus one round trip before a new connection
-    is relayed, emulating the TCP handshake. ``--rtt-ms 4`` is ``delay_ms=2``.
+    ``shaping`` (see `Shaping`) emulates a WAN path: one-way delay and jitter on
+    every chunk in both directions (without limiting throughput), a bandwidth cap
+    per direction, plus one round trip before a new connection is relayed,
+    emulating the TCP handshake. ``delay_ms`` alone is ``Shaping(delay_ms)``;
+    ``--rtt-ms 4`` is ``delay_ms=2``.
     """
 
     def __init__(self, target: Tuple[str, int], *, delay_ms: float = 0.0,
-                 host: str = "127.0.0.1") -> None:
+                 shaping: Optional[Shaping] = None, host: str = "127.0.0.1") -> None:
+        if shaping is not None and delay_ms:
+            raise ValueError("give delay_ms or shaping, not both")
         self.target = (target[0], int(target[1]))
-        self.delay_ms = float(delay_ms)
+        self.shaping = shaping if shaping is not None else Shaping(float(delay_ms))
+        self.delay_ms = self.shaping.delay_ms
         self.host = host
         self.port = 0
         self._counters = Counters()
@@ -316,7 +321,7 @@ class TcpProxy:
         listener.settimeout(_ACCEPT_POLL_S)
         self._listener, self.port = listener, listener.getsockname()[1]
         shared = _Shared(
-            target=self.target, delay=self.delay_ms / 1000.0, counters=self._counters,
+            target=self.target, shaping=self.shaping, counters=self._counters,
             faults=self._faults, stopping=self._stopping, forget=self._forget,
             name=f"tcpproxy-{self.port}",
         )

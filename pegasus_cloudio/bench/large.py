@@ -1,0 +1,149 @@
+"""Large files: one object of ``--mib`` MiB (default 1 GiB) down and up, directly on loopback.
+
+No proxy: the client talks to MinIO itself, so the limit is the machine's. In one run, each
+direction is timed for ours (parallel multipart uploads; downloads as the engine does them),
+s5cmd (parallel ranged GETs and multipart) and curl of a presigned URL (one stream), plus the
+disk's own write rate for the same size (``fsync``-ed). The run's limit is the best rate any
+tool reached in that direction; the figure of merit is ours as a fraction of it (target 90%).
+Downloads are checked by SHA-256 against the source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from pegasus_cloudio.bench.disk import Params as DiskParams, _sample
+from pegasus_cloudio.bench.harness import Progress
+from pegasus_cloudio.bench.sizes import Clients, make_file
+from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE
+from pegasus_cloudio.testbed.minio import MinioServer
+
+TARGET_FRACTION = 0.9
+TOOLS = ("ours", "s5cmd", "curl")
+
+
+@dataclass(frozen=True)
+class Params:
+    mib: int = 1024
+    repeats: int = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mib", type=int, default=1024, help="object size in MiB (default 1024)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per tool and direction, best kept (default 1)")
+
+
+def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
+    return run(Params(args.mib, max(1, args.repeats)), Progress())
+
+
+def _sha(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(8 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _presigned(server: MinioServer, method: str, key: str) -> str:
+    import boto3  # type: ignore[import-untyped]  # a dev/bench dependency, only needed here
+    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                          aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key)
+    return str(client.generate_presigned_url(method, Params={"Bucket": BUCKET, "Key": key}, ExpiresIn=3600))
+
+
+def _command(clients: Clients, server: MinioServer, tool: str, upload: bool, key: str,
+             path: str) -> Tuple[List[str], Dict[str, str], bytes]:
+    if tool != "curl":
+        return clients.command(tool, upload, key, path)
+    if upload:
+        return ["curl", "-sSf", "-T", path, _presigned(server, "put_object", key)], clients.aws_env, b""
+    return ["curl", "-sSf", "-o", path, _presigned(server, "get_object", key)], clients.aws_env, b""
+
+
+def _timed(argv: List[str], env: Dict[str, str], stdin: bytes) -> Tuple[float, int]:
+    started = time.monotonic()
+    done = subprocess.run(argv, input=stdin, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return time.monotonic() - started, done.returncode
+
+
+def run(params: Params, progress: Progress) -> Dict[str, object]:
+    root = tempfile.mkdtemp(prefix="pegasus-cloudio-large-")
+    size = params.mib << 20
+    runs: List[Dict[str, Any]] = []
+    try:
+        with MinioServer() as server:
+            clients = Clients(root, server, server.endpoint)
+            source = make_file(os.path.join(root, "source.dat"), size)
+            digest = _sha(source)
+            argv, env, stdin = clients.command("ours", True, "large", source)
+            mkdir = subprocess.run(argv, input=_mkdir_spec(), env=env, capture_output=True)
+            if mkdir.returncode != 0 or _timed(argv, env, stdin)[1] != 0:
+                raise RuntimeError("could not create the bucket and the large object")
+            for tool in TOOLS:
+                for upload in (True, False):
+                    progress.phase(f"{params.mib} MiB {'up' if upload else 'down'}: {tool}")
+                    runs.append(_best(clients, server, tool, upload, root, source, digest, size, params.repeats))
+            progress.phase(f"disk write of {params.mib} MiB")
+            disk = _sample(os.path.join(root, "disk.dat"), DiskParams(transfer_mib=params.mib))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    progress.done()
+    return report(params, runs, disk)
+
+
+def _mkdir_spec() -> bytes:
+    return json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}]).encode()
+
+
+def _best(clients: Clients, server: MinioServer, tool: str, upload: bool, root: str, source: str, digest: str,
+          size: int, repeats: int) -> Dict[str, Any]:
+    best: Optional[float] = None
+    ok = True
+    for i in range(repeats):
+        dest = os.path.join(root, "down.dat")
+        argv, env, stdin = _command(clients, server, tool, upload, f"{tool}-up-{i}" if upload else "large",
+                                    source if upload else dest)
+        wall, code = _timed(argv, env, stdin)
+        ok = ok and code == 0 and (upload or _sha(dest) == digest)
+        if os.path.exists(dest):
+            os.unlink(dest)
+        best = wall if best is None else min(best, wall)
+    assert best is not None
+    return {"tool": tool, "direction": "upload" if upload else "download", "wall_s": round(best, 3),
+            "mb_per_s": round(size / best / 1e6, 1), "ok": ok}
+
+
+def report(params: Params, runs: List[Dict[str, Any]], disk: Dict[str, float]) -> Dict[str, object]:
+    fractions: Dict[str, Optional[float]] = {}
+    limits: Dict[str, float] = {}
+    for direction in ("download", "upload"):
+        rates = {r["tool"]: r["mb_per_s"] for r in runs if r["direction"] == direction and r["ok"]}
+        limits[direction] = max(rates.values()) if rates else 0.0
+        ours = rates.get("ours")
+        fractions[direction] = round(ours / limits[direction], 3) if ours and limits[direction] else None
+    targets = {f"ours_{d}_at_least_90pct_of_limit": (f or 0) >= TARGET_FRACTION for d, f in fractions.items()}
+    targets["downloads_identical"] = all(r["ok"] for r in runs)
+    return {"benchmark": "large", "params": params.__dict__, "runs": runs, "disk_write_mb_per_s": disk["write_mb_per_s"],
+            "limit_mb_per_s": limits, "ours_fraction_of_limit": fractions, "targets": targets,
+            "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def format_table(result: Dict[str, Any]) -> str:
+    rows = [f"{'tool':<6} {'direction':<9} {'wall s':>8} {'MB/s':>8} ok"]
+    rows += [f"{r['tool']:<6} {r['direction']:<9} {r['wall_s']:>8.2f} {r['mb_per_s']:>8.1f} {r['ok']}"
+             for r in result["runs"]]
+    rows.append(f"disk write (fsync): {result['disk_write_mb_per_s']} MB/s; limit (best tool): "
+                f"{result['limit_mb_per_s']}; ours as a fraction of it: {result['ours_fraction_of_limit']}")
+    rows.append(f"cores {result['cores']}, load {result['load_average']}")
+    rows += [f"target {k}: {'met' if v else 'NOT MET'}" for k, v in result["targets"].items()]
+    return "\n".join(rows)

@@ -1,0 +1,283 @@
+"""Workflow makespan: the Montage-shaped DAG staged four ways, against VM-local storage.
+
+The DAG of ``examples/montage_like`` (``--producers`` jobs each writing ``--files`` small
+files, one job reading them all) runs on ``--slots`` worker slots spread over ``--nodes``
+simulated nodes, each node with its own cache directory. Each job does what PegasusLite does:
+stage-in with a transfer tool, compute (a CPU burn of ``--compute`` seconds of CPU time, then
+the job's file I/O), stage-out. The store is MinIO behind the test proxy at ``--rtt-ms``.
+
+Modes, in one run: stock ``pegasus-transfer`` (5.1.3); ours per file; ours with bundles and
+the node cache; VM-local storage (every job runs in one local directory, nothing staged).
+When the stock run would pass ``--stock-budget`` seconds, it stops once at least 20% of the
+jobs have run and its makespan is extrapolated by job count (marked so in the result).
+Requests and bytes are counted at the proxy, the same way for every mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from pegasus_cloudio.bench.dag import (
+    HEADER, RESULT, Job, JobTiming, expected_result, montage_like, run_dag, run_step,
+)
+from pegasus_cloudio.bench.harness import Progress, measure, ratio, tool_env
+from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, _positive, ours_argv, transfer_spec
+from pegasus_cloudio.testbed.minio import MinioServer
+from pegasus_cloudio.testbed.proxy import Shaping, TcpProxy
+from pegasus_cloudio.testbed.stock import make_stock_home
+
+MODES = ("stock", "per-file", "bundles+cache", "vm-local")
+TARGET_RATIO = 1.2
+HEADER_TEXT = b"SIMPLE  = T\nNAXIS   = 2\nCTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\nEND\n"
+
+
+@dataclass(frozen=True)
+class Params:
+    producers: int = 32
+    files: int = 20
+    size: int = 300
+    slots: int = 8
+    nodes: int = 4
+    threads: int = 5
+    computes: Tuple[float, ...] = (0.5, 5.0)
+    rtt_ms: float = 20.0
+    modes: Tuple[str, ...] = MODES
+    stock_budget_s: float = 1800.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--producers", type=_positive, default=32, help="producer jobs (default 32)")
+    parser.add_argument("--files", type=_positive, default=20, help="small files per producer (default 20)")
+    parser.add_argument("--size", type=_positive, default=300, help="bytes per small file (default 300)")
+    parser.add_argument("--slots", type=_positive, default=8, help="worker slots (default 8)")
+    parser.add_argument("--nodes", type=_positive, default=4, help="simulated nodes (default 4)")
+    parser.add_argument("--threads", type=_positive, default=5, help="transfer threads per job (default 5)")
+    parser.add_argument("--compute", type=float, action="append",
+                        help="CPU seconds per job; repeatable (default 0.5 and 5)")
+    parser.add_argument("--rtt-ms", type=float, default=20.0, help="round trip added by the proxy (default 20)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--stock-budget", type=float, default=1800.0,
+                        help="seconds past which the stock run is sampled and extrapolated (default 1800)")
+
+
+def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise SystemExit(f"pegasus-cloudio bench workflow: unknown mode(s) {', '.join(unknown)}")
+    params = Params(args.producers, args.files, args.size, args.slots, args.nodes, args.threads,
+                    tuple(args.compute or (0.5, 5.0)), args.rtt_ms, modes, args.stock_budget)
+    return run(params, Progress())
+
+
+class ToolStager:
+    """Stage with a pegasus-transfer-compatible command, files in ``s3://.../<prefix>/``."""
+
+    shared_dir: Optional[str] = None
+
+    def __init__(self, argv: Sequence[str], env_of_node: Sequence[Dict[str, str]], prefix: str) -> None:
+        self._argv = list(argv)
+        self._env_of_node = env_of_node
+        self._prefix = prefix
+
+    def url(self, name: str) -> str:
+        return f"s3://{IDENTITY}/{BUCKET}/{self._prefix}/{name}"
+
+    def stage_in(self, job: Job, node: int, workdir: str) -> float:
+        pairs = [(self.url(n), f"file://{workdir}/{n}") for n in job.inputs]
+        return run_step(job, "stage-in", self._argv, workdir, self._env_of_node[node], transfer_spec(pairs, SITE, "local"))
+
+    def stage_out(self, job: Job, node: int, workdir: str) -> float:
+        pairs = [(f"file://{workdir}/{n}", self.url(n)) for n in job.outputs]
+        return run_step(job, "stage-out", self._argv, workdir, self._env_of_node[node], transfer_spec(pairs, "local", SITE))
+
+
+class LocalStager:
+    """VM-local storage: every job runs in one directory on the local disk."""
+
+    def __init__(self, shared_dir: str) -> None:
+        self.shared_dir: Optional[str] = shared_dir
+
+    def stage_in(self, job: Job, node: int, workdir: str) -> float:
+        """Nothing to do: the inputs are already there."""
+        return 0.0
+
+    def stage_out(self, job: Job, node: int, workdir: str) -> float:
+        """Nothing to do: the outputs stay where the next job reads them."""
+        return 0.0
+
+
+class Bed:
+    """The store, the proxy, credentials and the per-mode environments of one run."""
+
+    def __init__(self, root: str, params: Params, server: MinioServer, proxy: TcpProxy) -> None:
+        self.root, self.params, self.proxy = root, params, proxy
+        creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE,
+                                                 user="bench", endpoint=proxy.url())
+        self.env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
+        self.stock = make_stock_home(os.path.join(root, "stock"))
+        self.stock_env = self.stock.env(self.env)
+
+    def ours(self, args: Sequence[str], stdin: bytes) -> None:
+        done = measure("ours", "setup", 0, ours_argv(self.params.threads) + list(args), self.env, self.proxy,
+                       stdin=stdin)
+        if done.exit_code != 0:
+            raise RuntimeError("benchmark set-up transfer failed (see above)")
+
+    def stager(self, mode: str, prefix: str) -> Any:
+        p = self.params
+        if mode == "vm-local":
+            shared = os.path.join(self.root, prefix)
+            os.makedirs(shared)
+            with open(os.path.join(shared, HEADER), "wb") as fh:
+                fh.write(HEADER_TEXT)
+            return LocalStager(shared)
+        header = os.path.join(self.root, HEADER)
+        with open(header, "wb") as fh:
+            fh.write(HEADER_TEXT)
+        stager = ToolStager([], [], prefix)
+        self.ours([], transfer_spec([(f"file://{header}", stager.url(HEADER))], "local", SITE))
+        if mode == "stock":
+            return ToolStager([str(self.stock.transfer), "--threads", str(p.threads)], [self.stock_env] * p.nodes,
+                              prefix)
+        envs = [dict(self.env) for _ in range(p.nodes)]
+        if mode == "bundles+cache":
+            for node, env in enumerate(envs):
+                env.update(PEGASUS_CLOUDIO_BUNDLE="1",
+                           PEGASUS_CLOUDIO_CACHE_DIR=os.path.join(self.root, f"node{node}", "cache"))
+        return ToolStager(ours_argv(p.threads), envs, prefix)
+
+    def result_bytes(self, stager: Any) -> bytes:
+        """``fits.tbl`` as the run left it (fetched with ours, outside the counted window)."""
+        if stager.shared_dir is not None:
+            with open(os.path.join(stager.shared_dir, RESULT), "rb") as fh:
+                return fh.read()
+        dest = os.path.join(self.root, "check", RESULT)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        self.ours([], transfer_spec([(stager.url(RESULT), f"file://{dest}")], SITE, "local"))
+        with open(dest, "rb") as fh:
+            data = fh.read()
+        shutil.rmtree(os.path.dirname(dest))
+        return data
+
+
+def run(params: Params, progress: Progress) -> Dict[str, object]:
+    root = tempfile.mkdtemp(prefix="pegasus-cloudio-workflow-")
+    try:
+        with MinioServer() as server, TcpProxy((server.host, server.port),
+                                               shaping=Shaping.rtt(params.rtt_ms)) as proxy:
+            bed = Bed(root, params, server, proxy)
+            bed.ours([], json.dumps([{"type": "mkdir", "target": {"site_label": SITE,
+                                                                  "url": f"s3://{IDENTITY}/{BUCKET}"}}]).encode())
+            startup = _startups(bed, progress)
+            runs = [_run_mode(bed, mode, compute, progress) for compute in params.computes for mode in params.modes]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    progress.done()
+    return report(params, runs, startup)
+
+
+def _startups(bed: Bed, progress: Progress) -> Dict[str, float]:
+    """Median wall time of each tool on an empty input: what every staging step pays."""
+    progress.phase("tool start-up on an empty input (5 runs each)")
+    argvs = {"ours": (ours_argv(bed.params.threads), bed.env),
+             "stock": ([str(bed.stock.transfer), "--threads", str(bed.params.threads)], bed.stock_env)}
+    return {name: round(statistics.median(measure(name, "empty", 0, argv, env, bed.proxy, stdin=b"[]").wall_s
+                                          for _ in range(5)), 4)
+            for name, (argv, env) in argvs.items()}
+
+
+def _run_mode(bed: Bed, mode: str, compute: float, progress: Progress) -> Dict[str, object]:
+    p = bed.params
+    prefix = f"{mode.replace('+', '-')}-{compute:g}"
+    stager = bed.stager(mode, prefix)
+    jobs = montage_like(p.producers, p.files, p.size)
+    progress.phase(f"{mode}, compute {compute:g} s: {len(jobs)} jobs on {p.slots} slots / {p.nodes} nodes")
+    bed.proxy.reset_counters()
+    budget = p.stock_budget_s if mode == "stock" else float("inf")
+
+    def stop(timings: List[JobTiming], elapsed: float) -> bool:
+        return len(timings) >= 0.2 * len(jobs) and elapsed * len(jobs) / len(timings) > budget
+
+    timings = run_dag(jobs, stager, slots=p.slots, nodes=p.nodes, root=os.path.join(bed.root, prefix),
+                      compute_s=compute, env=bed.env, stop=stop)
+    counters = bed.proxy.snapshot()
+    complete = len(timings) == len(jobs)
+    correct = complete and bed.result_bytes(stager) == expected_result(jobs, HEADER_TEXT, p.size)
+    return _summary(mode, compute, jobs, timings, counters, complete, correct)
+
+
+def _summary(mode: str, compute: float, jobs: List[Job], timings: List[JobTiming], counters: Dict[str, Any],
+             complete: bool, correct: bool) -> Dict[str, object]:
+    measured = max(t.end for t in timings) - min(t.start for t in timings)
+    scale = len(jobs) / len(timings)
+    n = len(timings)
+    return {
+        "mode": mode, "compute_s": compute, "jobs": len(jobs), "jobs_run": n, "extrapolated": not complete,
+        "makespan_s": round(measured * scale, 3), "measured_s": round(measured, 3),
+        "requests": round(counters["requests"] * scale), "requests_by_method":
+            {k: round(v * scale) for k, v in counters["requests_by_method"].items()},
+        "connections": round(counters["connections"] * scale),
+        "bytes": round((counters["bytes_up"] + counters["bytes_down"]) * scale),
+        "mean_stage_in_s": round(sum(t.staged_in - t.start for t in timings) / n, 4),
+        "mean_compute_s": round(sum(t.computed - t.staged_in for t in timings) / n, 4),
+        "mean_stage_out_s": round(sum(t.end - t.computed for t in timings) / n, 4),
+        "mean_staging_cpu_s": round(sum(t.staging_cpu_s for t in timings) / n, 4),
+        "concat_stage_in_s": next((round(t.staged_in - t.start, 4) for t in timings if t.id == "concat"), None),
+        "result_correct": correct if complete else None,
+        "jobs_timeline": [t.as_dict() for t in timings],
+    }
+
+
+def report(params: Params, runs: List[Dict[str, object]], startup: Dict[str, float]) -> Dict[str, object]:
+    by = {(r["mode"], r["compute_s"]): r for r in runs}
+    ratios: Dict[str, Optional[float]] = {}
+    targets: Dict[str, Optional[bool]] = {}
+    for compute in params.computes:
+        local = by.get(("vm-local", compute))
+        if local is None:
+            continue
+        for mode in params.modes:
+            if mode != "vm-local" and (mode, compute) in by:
+                value = ratio(float(by[(mode, compute)]["makespan_s"]), float(local["makespan_s"]))  # type: ignore[arg-type]
+                ratios[f"{mode}_vs_vm_local_at_{compute:g}s"] = round(value, 2) if value is not None else None
+    key = "bundles+cache_vs_vm_local_at_0.5s"
+    if key in ratios:
+        targets[f"bundles+cache_within_{TARGET_RATIO:g}x_vm_local_at_0.5s"] = (ratios[key] or 99) <= TARGET_RATIO
+    targets["results_correct"] = all(r["result_correct"] is not False for r in runs)
+    return {
+        "benchmark": "workflow", "params": {**params.__dict__, "cores": os.cpu_count()},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "tool_startup_s": startup, "runs": runs, "ratios": ratios, "targets": targets,
+    }
+
+
+def format_table(result: Dict[str, object]) -> str:
+    p = result["params"]
+    rows = [f"{p['producers'] + 1} jobs ({p['producers']} x {p['files']} files of {p['size']} B, 1 concat) "  # type: ignore[index]
+            f"on {p['slots']} slots / {p['nodes']} nodes, {p['cores']} cores, rtt {p['rtt_ms']:g} ms; "  # type: ignore[index]
+            f"load {result['load_average']}",
+            f"{'mode':<14} {'compute':>7} {'makespan s':>11} {'requests':>9} {'stage-in s/job':>15} "
+            f"{'stage-out s/job':>16} {'staging cpu/job':>16} {'concat in s':>12} {'correct':>8}"]
+    for r in result["runs"]:  # type: ignore[attr-defined]
+        mark = f" (extrap. from {r['jobs_run']}/{r['jobs']} jobs)" if r["extrapolated"] else ""
+        rows.append(f"{r['mode']:<14} {r['compute_s']:>7g} {r['makespan_s']:>11.2f} {r['requests']:>9} "
+                    f"{r['mean_stage_in_s']:>15.3f} {r['mean_stage_out_s']:>16.3f} {r['mean_staging_cpu_s']:>16.3f} "
+                    f"{r['concat_stage_in_s'] or 0:>12.3f} {str(r['result_correct']):>8}{mark}")
+    rows.append(f"tool start-up on an empty input (median of 5): {result['tool_startup_s']}")
+    rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]
+    rows += [f"target {k}: {'n/a' if v is None else ('met' if v else 'NOT MET')}"
+             for k, v in result["targets"].items()]  # type: ignore[attr-defined]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover - convenience
+    sys.exit("run as: pegasus-cloudio bench workflow")

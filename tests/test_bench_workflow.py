@@ -1,0 +1,37 @@
+"""`pegasus-cloudio bench workflow` runs the DAG in every mode and checks its own result."""
+
+import json
+import subprocess
+import sys
+
+from pegasus_cloudio.bench.dag import expected_result, montage_like
+
+
+def test_montage_like_dag_has_the_example_shape() -> None:
+    jobs = montage_like(3, 4, 50)
+    assert [j.id for j in jobs] == ["project_0000", "project_0001", "project_0002", "concat"]
+    assert jobs[-1].parents == ["project_0000", "project_0001", "project_0002"]
+    assert jobs[-1].inputs == [name for job in jobs[:-1] for name in job.outputs]
+    assert len(expected_result(jobs, b"H" * 300, 50)) == 3 * 4 * 50
+
+
+def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "workflow", "--producers", "2", "--files", "8",
+         "--compute", "0.05", "--rtt-ms", "4", "--threads", "1", "--stock-budget", "0.001", "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["params"]["slots"] == 8 and result["params"]["nodes"] == 4 and result["params"]["cores"] >= 1
+    runs = {r["mode"]: r for r in result["runs"]}
+    assert set(runs) == {"stock", "per-file", "bundles+cache", "vm-local"}
+    # per file: a header GET and 8 PUTs per producer, 16 GETs and 1 PUT for the concat job
+    assert runs["per-file"]["requests"] == 2 * (1 + 8) + 16 + 1
+    assert runs["bundles+cache"]["requests"] < runs["per-file"]["requests"]
+    assert runs["vm-local"]["requests"] == 0
+    assert all(runs[m]["result_correct"] is True for m in ("per-file", "bundles+cache", "vm-local"))
+    stock = runs["stock"]
+    assert stock["extrapolated"] and stock["jobs_run"] < stock["jobs"] == 3
+    assert stock["makespan_s"] > stock["measured_s"]
+    assert "per-file_vs_vm_local_at_0.05s" in result["ratios"]
+    assert result["targets"]["results_correct"] is True
