@@ -349,4 +349,4 @@ def test_missing_google_libraries_are_a_clear_config_error(tmp_path):
             "except ConfigError as err:\n    print(err)\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "google-crc32c" in done.stdout and "requirements/gcs.txt" in done.stdout
+    assert "'google_crc32c'" in done.stdout and "pip install 'pegasus-cloudio[gcs]'" in done.stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import re
 import tarfile
 import threading
 import uuid
@@ -46,8 +47,17 @@ def bare(built: Tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(scope="module")
 def full(built: Tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """``[all]`` from the package index, held to the development lock by constraints."""
-    locks = [arg for path in sorted((REPO / "requirements").glob("*.txt")) for arg in ("-c", str(path))]
-    return _install(tmp_path_factory.mktemp("full"), f"{built[1]}[all]", *locks)
+    root = tmp_path_factory.mktemp("full")
+    return _install(root, f"{built[1]}[all]", "-c", str(_constraints(root / "constraints.txt")))
+
+
+def _constraints(path: Path) -> Path:
+    """The development lock as one constraints file (pip refuses extras in constraints)."""
+    lines = [re.sub(r"^([A-Za-z0-9_.-]+)\[[^\]]*\]", r"\1", line.strip())
+             for req in sorted((REPO / "requirements").glob("*.txt"))
+             for line in req.read_text().splitlines() if line.strip() and not line.lstrip().startswith(("#", "-"))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def test_sdist_and_wheel_hold_every_package_of_the_source_tree(built: Tuple[Path, Path]) -> None:
