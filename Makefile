@@ -1,20 +1,25 @@
 # Two entry points for a fresh machine (see README.md):
-#   make bench   the main job: small-files benchmark on an embedded MinIO, comparison table
-#   make test    type checks and the test suite against real servers started on loopback
-# Both create .venv from pinned requirements and build the pinned Go tools into .tools/.
+#   make bench   the main job: small-files benchmark on an embedded MinIO, comparison table;
+#                builds only MinIO and s5cmd, needs no root
+#   make test    type checks and the test suite against real servers started on loopback;
+#                also installs the system packages the servers need (scripts/system-deps.sh)
+# Both create .venv from pinned requirements and build the pinned Go tools into .tools/; long
+# steps print a line every 30 s (scripts/heartbeat.sh).
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TOOLS  := minio s5cmd fake-gcs-server
+BENCH_TOOLS := minio s5cmd
+HEARTBEAT := bash scripts/heartbeat.sh
 REQS   := $(sort $(wildcard requirements/*.txt))
 
 .PHONY: bench test tools env system
 
 $(STAMP): $(REQS) setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet $(addprefix -r ,$(REQS))
+	$(HEARTBEAT) "pip install -r requirements/*.txt" $(PY) -m pip install --quiet $(addprefix -r ,$(REQS))
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
@@ -24,9 +29,10 @@ system:
 	bash scripts/system-deps.sh
 
 tools: $(STAMP) system
-	$(PY) -m pegasus_cloudio.testbed.tools $(TOOLS)
+	$(HEARTBEAT) "building $(TOOLS)" $(PY) -m pegasus_cloudio.testbed.tools $(TOOLS)
 
-bench: tools
+bench: $(STAMP)
+	$(HEARTBEAT) "building $(BENCH_TOOLS)" $(PY) -m pegasus_cloudio.testbed.tools $(BENCH_TOOLS)
 	$(VENV)/bin/pegasus-cloudio bench small-files $(ARGS)
 
 test: tools

@@ -7,8 +7,9 @@ The tables below name each subcommand's module and one-line help, so ``pegasus-c
 --help`` imports nothing and a run imports only the chosen module: ``sites`` and ``cache``
 work with the core and their extra, the bench and test bed load only when a benchmark runs.
 Each bench module provides ``add_arguments(parser)``, ``run_from_args(args) -> dict`` and
-``format_table(result) -> str``; each command module ``add_arguments(parser)`` and
-``main(args) -> int``. A module whose third-party import is missing gives one line naming
+``format_table(result) -> str`` and may provide ``usage_problems(args) -> list`` (one
+message per bad flag: exit 2 before anything runs); each command module
+``add_arguments(parser)`` and ``main(args) -> int``. A module whose third-party import is missing gives one line naming
 the extra to install (exit 2).
 """
 
@@ -112,6 +113,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write(f"{err}\n")
         return 2
     module = sys.modules[args.module_name]
+    problems = module.usage_problems(args) if hasattr(module, "usage_problems") else []
+    where = " ".join(filter(None, (PROG, args.command, getattr(args, "scenario", None))))
+    for problem in problems:
+        sys.stderr.write(f"{where}: {problem}\n")
+    if problems:
+        return 2
     if args.kind == "command":
         return int(module.main(args))
     result = module.run_from_args(args)

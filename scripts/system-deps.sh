@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Debian packages the test servers need, installed only when missing (CI runs as root).
+# Debian packages the test servers need (sshd for the SFTP tests), installed only when missing.
+# Run by `make test` (CI runs as root); `make bench` does not need it. apt waits up to
+# APT_LOCK_WAIT_S (default 600) for a lock another process holds instead of failing, and
+# prints a line every 30 s while it works.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 need=()
 # command -> package
 while read -r cmd pkg; do
@@ -16,6 +20,9 @@ LIST
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}" >&2
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  wait_s=${APT_LOCK_WAIT_S:-600}
+  apt=($SUDO apt-get -o "DPkg::Lock::Timeout=$wait_s" -q)
+  bash "$here/heartbeat.sh" "apt-get update" "${apt[@]}" update >/dev/null
+  DEBIAN_FRONTEND=noninteractive bash "$here/heartbeat.sh" "apt-get install ${need[*]}" \
+    "${apt[@]}" install -y "${need[@]}" >/dev/null
 fi

@@ -8,7 +8,7 @@ import sys
 def test_small_files_bench_reports_every_tool_and_checks_its_own_output():
     done = subprocess.run(
         [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "small-files", "--count", "40", "--size", "300",
-         "--threads", "3", "--stock-sample", "8", "--json"],
+         "--threads", "3", "--stock-sample", "8", "--allow-small-sample", "--json"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
@@ -28,7 +28,7 @@ def test_small_files_bench_reports_every_tool_and_checks_its_own_output():
 def test_mconcatfit_bench_compares_per_file_bundled_floor_and_stock():
     done = subprocess.run(
         [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "mconcatfit", "--count", "120", "--producers", "4",
-         "--stock-sample", "4", "--json"], capture_output=True, text=True, timeout=600)
+         "--stock-sample", "4", "--allow-small-sample", "--json"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     runs = {r["tool"]: r for r in result["runs"]}
@@ -44,7 +44,7 @@ def test_mconcatfit_bench_compares_per_file_bundled_floor_and_stock():
 
 def test_condor_plugin_bench_reports_its_targets():
     done = subprocess.run(
-        [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "condor-plugin", "--count", "20", "--sample", "4",
+        [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "condor-plugin", "--count", "20", "--sample", "4", "--allow-small-sample",
          "--json"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)

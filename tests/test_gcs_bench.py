@@ -8,7 +8,7 @@ import sys
 def test_small_files_gcs_bench_reports_ours_and_the_naive_loop():
     done = subprocess.run(
         [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "small-files", "--store", "gcs", "--count", "30",
-         "--size", "300", "--threads", "3", "--stock-sample", "4", "--json"],
+         "--size", "300", "--threads", "3", "--stock-sample", "4", "--allow-small-sample", "--json"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)

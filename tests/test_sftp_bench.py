@@ -8,7 +8,7 @@ import sys
 def test_scp_small_files_bench_counts_handshakes_and_checks_its_output():
     done = subprocess.run(
         [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "small-files", "--store", "scp", "--count", "24",
-         "--size", "300", "--threads", "2", "--stock-sample", "4", "--json"],
+         "--size", "300", "--threads", "2", "--stock-sample", "4", "--allow-small-sample", "--json"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from pegasus_cloudio.bench.harness import (
-    Measurement, Progress, extrapolate, files_identical, fresh_dir,
-    make_inputs, measure, ratio, tool_env,
+    Measurement, Progress, add_sample_arguments, extrapolate, files_identical, fresh_dir,
+    make_inputs, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env,
 )
 from pegasus_cloudio.bench.small_files import _positive
 from pegasus_cloudio.condor.ads import classad
@@ -52,13 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=_positive, default=1000, help="objects for the job (default 1000)")
     parser.add_argument("--size", type=_positive, default=1024, help="bytes per object (default 1024)")
     parser.add_argument("--threads", type=_positive, default=8, help="PEGASUS_CLOUDIO_THREADS (default 8)")
-    parser.add_argument("--sample", type=_positive, default=100,
-                        help="files fetched one process each before extrapolating (default 100)")
+    add_sample_arguments(parser, "--sample", "files fetched one process each")
     parser.add_argument("--rtt-ms", type=float, default=0.0, help="emulated round trip added by the proxy")
 
 
+def usage_problems(args: argparse.Namespace) -> List[str]:
+    return sample_problems("--sample", args.sample, args.count, args.allow_small_sample)
+
+
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    params = Params(count=args.count, size=args.size, threads=args.threads, sample=args.sample,
+    params = Params(count=args.count, size=args.size, threads=args.threads,
+                    sample=resolve_sample(args.sample, args.count),
                     rtt_ms=args.rtt_ms)
     return run(params, Progress())
 
@@ -182,12 +186,9 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
 
 
 def format_table(result: Dict[str, object]) -> str:
-    rows = [f"{'run':<48} {'direction':<10} {'files':>6} {'wall s':>9} {'cpu s':>8} {'files/s':>9} "
-            f"{'requests':>9} {'conns':>6}"]
-    for run in result["runs"]:  # type: ignore[attr-defined]
-        name = run["tool"] + (f" (sample {run['measured_files']}, extrap.)" if run["extrapolated"] else "")
-        rows.append(f"{name:<48} {run['direction']:<10} {run['files']:>6} {run['wall_s']:>9.2f} "
-                    f"{run['cpu_s']:>8.2f} {run['files_per_s']:>9.1f} {run['requests']:>9} {run['connections']:>6}")
+    rows = run_rows(result["runs"], (("files", "files", "d"), ("wall s", "wall_s", ".2f"),  # type: ignore[arg-type]
+                                     ("cpu s", "cpu_s", ".2f"), ("files/s", "files_per_s", ".1f"),
+                                     ("requests", "requests", "d"), ("conns", "connections", "d")))
     rows.append("")
     for name, value in result["ratios"].items():  # type: ignore[attr-defined]
         rows.append(f"{name}: {value}")

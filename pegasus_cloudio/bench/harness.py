@@ -3,10 +3,17 @@
 Every command runs as a child process so that its CPU (user + system, including any
 processes it starts) is read from ``RUSAGE_CHILDREN``; requests and TCP connections are
 counted by the :class:`~pegasus_cloudio.testbed.proxy.TcpProxy` the client talks through.
+
+Slow tools are measured on samples and extrapolated (:func:`extrapolate`, marked
+``extrapolated``); a sample below :func:`minimum_sample` files is refused unless the user
+passes ``--allow-small-sample`` (:func:`sample_problems`), because a few files' noise swings
+the extrapolated figure by an order of magnitude.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import resource
 import shutil
@@ -52,11 +59,14 @@ class Measurement:
 
 
 class Progress:
-    """Phase messages and a live elapsed-time line on a terminal; silent otherwise."""
+    """Phase messages on stderr: a live elapsed-time line on a terminal; otherwise (a log, CI)
+    one line when a phase starts and one every ``interval`` seconds while it runs."""
 
-    def __init__(self, stream=sys.stderr, enabled: Optional[bool] = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, stream=sys.stderr, enabled: bool = True, interval: float = 30.0) -> None:  # type: ignore[no-untyped-def]
         self._stream = stream
-        self._enabled = stream.isatty() if enabled is None else enabled
+        self._enabled = enabled
+        self._live = enabled and stream.isatty()
+        self._interval = interval
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -68,23 +78,27 @@ class Progress:
         started = time.monotonic()
 
         def tick() -> None:
-            while not self._stop.wait(0.5):
-                self._stream.write(f"\r  {text} ... {time.monotonic() - started:5.1f} s")
-                self._stream.flush()
+            while not self._stop.wait(0.5 if self._live else self._interval):
+                elapsed = time.monotonic() - started
+                self._write(f"\r  {text} ... {elapsed:5.1f} s" if self._live
+                            else f"  {text} ... still running, {elapsed:.0f} s\n")
 
-        self._stream.write(f"  {text} ...")
-        self._stream.flush()
+        self._write(f"  {text} ..." + ("" if self._live else "\n"))
         self._thread = threading.Thread(target=tick, daemon=True)
         self._thread.start()
         return self
+
+    def _write(self, text: str) -> None:
+        self._stream.write(text)
+        self._stream.flush()
 
     def done(self) -> None:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
-            self._stream.write("\n")
-            self._stream.flush()
+            if self._live:
+                self._write("\n")
 
     def note(self, text: str) -> None:
         self.done()
@@ -114,12 +128,17 @@ def measure(tool: str, direction: str, files: int, argv: Sequence[str], env: Map
 
 
 def extrapolate(small: Measurement, large: Measurement, files: int) -> Measurement:
-    """Scale two sample runs (different sizes) linearly to ``files``: fixed cost + per-file cost."""
+    """Scale two sample runs (different sizes) linearly to ``files``: fixed cost + per-file cost.
+
+    When the larger sample cost less than the smaller one (noise), the per-file average of the
+    larger sample is used instead, so no figure is ever negative or shrinks with ``files``."""
     span = large.measured_files - small.measured_files
 
     def scale(a: float, b: float) -> float:
-        slope = (b - a) / span if span > 0 else b / max(1, large.measured_files)
-        return b + slope * (files - large.measured_files)
+        slope = (b - a) / span if span > 0 else -1.0
+        if slope < 0:
+            slope = b / max(1, large.measured_files)
+        return max(0.0, b + slope * (files - large.measured_files))
 
     return Measurement(large.tool, large.direction, files, large.measured_files,
                        scale(small.wall_s, large.wall_s), scale(small.cpu_s, large.cpu_s),
@@ -168,3 +187,61 @@ def files_identical(a_dir: str, b_dir: str, names: List[str]) -> bool:
             if a.read() != b.read():
                 return False
     return True
+
+
+MIN_SAMPLE_FILES = 100
+MIN_SAMPLE_FRACTION = 0.10
+
+
+def minimum_sample(count: int) -> int:
+    """The smallest sample a figure for ``count`` files is extrapolated from: max(100, 10%)."""
+    return min(count, max(MIN_SAMPLE_FILES, math.ceil(MIN_SAMPLE_FRACTION * count)))
+
+
+def add_sample_arguments(parser: argparse.ArgumentParser, flag: str, what: str) -> None:
+    """``flag`` (files measured before extrapolating) and ``--allow-small-sample``."""
+    parser.add_argument(flag, type=int, default=None,
+                        help=f"{what} before extrapolating (default and minimum: max(100, 10%% of "
+                             "--count), at most --count)")
+    parser.add_argument("--allow-small-sample", action="store_true",
+                        help="accept a sample below that minimum (extrapolated figures then swing widely)")
+
+
+def sample_problems(flag: str, sample: Optional[int], count: int, allow: bool) -> List[str]:
+    """One message when ``sample`` is below :func:`minimum_sample` and ``allow`` is off."""
+    need = minimum_sample(count)
+    if sample is not None and sample < 1:
+        return [f"{flag} must be at least 1 (got {sample})"]
+    if sample is None or sample >= need or allow:
+        return []
+    return [f"{flag} {sample} is below the minimum of {need} files (max(100, 10% of --count {count})): "
+            "figures extrapolated from it are unreliable; raise it or pass --allow-small-sample"]
+
+
+def resolve_sample(sample: Optional[int], count: int) -> int:
+    return sample if sample is not None else minimum_sample(count)
+
+
+Column = Tuple[str, str, str]  # header, key of a run's dict, format spec
+EXTRAPOLATED_NOTE = ("runs marked 'extrapolated' were measured on the samples named and scaled linearly "
+                     "to the file count; ratios that use them inherit that")
+
+
+def aligned(rows: Sequence[Sequence[str]], left: int = 1) -> List[str]:
+    """Rows of cells as text columns: the first ``left`` left-aligned, the rest right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [" ".join(cell.ljust(width) if i < left else cell.rjust(width)
+                     for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
+def run_rows(runs: Sequence[Mapping[str, object]], columns: Sequence[Column]) -> List[str]:
+    """The table of runs (``Measurement.as_dict``): run, direction, then ``columns``; extrapolated
+    runs say so in their name, and a note under the table says what that means."""
+    header = ["run", "direction"] + [name for name, _, _ in columns]
+    body = [[str(run["tool"]) + (f" (extrapolated from {run['measured_files']} files)" if run["extrapolated"]
+                                 else ""), str(run["direction"])]
+            + [format(run[key], spec) for _, key, spec in columns] for run in runs]
+    rows = aligned([header] + body, left=2)
+    if any(run["extrapolated"] for run in runs):
+        rows.append(f"note: {EXTRAPOLATED_NOTE}")
+    return rows

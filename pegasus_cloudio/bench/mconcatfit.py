@@ -24,7 +24,10 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, files_identical, measure
+from pegasus_cloudio.bench.harness import (
+    Measurement, Progress, add_sample_arguments, extrapolate, files_identical, measure, resolve_sample,
+    run_rows, sample_problems,
+)
 from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, Workspace, _positive, ours_argv, transfer_spec
 from pegasus_cloudio.bench.small_files import Params as SmallParams
 from pegasus_cloudio.testbed.minio import MinioServer
@@ -46,13 +49,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=_positive, default=300, help="bytes per file (default 300)")
     parser.add_argument("--producers", type=_positive, default=100, help="producer jobs (default 100)")
     parser.add_argument("--threads", type=_positive, default=5, help="transfer threads (default 5)")
-    parser.add_argument("--stock-sample", type=_positive, default=100,
-                        help="files the stock tool stages in before extrapolating (default 100)")
+    add_sample_arguments(parser, "--stock-sample", "files the stock tool stages in")
     parser.add_argument("--rtt-ms", type=float, default=0.0, help="round trip added by the proxy (e.g. 4)")
 
 
+def usage_problems(args: argparse.Namespace) -> List[str]:
+    return sample_problems("--stock-sample", args.stock_sample, args.count, args.allow_small_sample)
+
+
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    params = Params(args.count, args.size, args.producers, args.threads, args.stock_sample, args.rtt_ms)
+    params = Params(args.count, args.size, args.producers, args.threads,
+                    resolve_sample(args.stock_sample, args.count), args.rtt_ms)
     return run(params, Progress())
 
 
@@ -172,12 +179,9 @@ def _div(a: float, b: float) -> Optional[float]:
 
 
 def format_table(result: Dict[str, object]) -> str:
-    rows = [f"{'run':<34} {'direction':<10} {'files':>6} {'wall s':>8} {'cpu s':>7} {'requests':>9} "
-            f"{'conns':>6} {'bytes':>10}"]
-    for run in result["runs"]:  # type: ignore[attr-defined]
-        name = run["tool"] + (f" (sample {run['measured_files']}, extrap.)" if run["extrapolated"] else "")
-        rows.append(f"{name:<34} {run['direction']:<10} {run['files']:>6} {run['wall_s']:>8.2f} {run['cpu_s']:>7.2f} "
-                    f"{run['requests']:>9} {run['connections']:>6} {run['bytes_moved']:>10}")
+    rows = run_rows(result["runs"], (("files", "files", "d"), ("wall s", "wall_s", ".2f"),  # type: ignore[arg-type]
+                                     ("cpu s", "cpu_s", ".2f"), ("requests", "requests", "d"),
+                                     ("conns", "connections", "d"), ("bytes", "bytes_moved", "d")))
     rows.append(f"params: {result['params']}")
     rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]
     rows += [f"target {k}: {'n/a' if v is None else ('met' if v else 'NOT MET')}"

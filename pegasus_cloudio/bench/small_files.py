@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from pegasus_cloudio.bench.harness import (
-    Measurement, Progress, extrapolate, files_identical, fresh_dir,
-    make_inputs, measure, ratio, tool_env,
+    Measurement, Progress, add_sample_arguments, extrapolate, files_identical, fresh_dir,
+    make_inputs, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env,
 )
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
@@ -59,14 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=_positive, default=6173, help="number of files (default 6173)")
     parser.add_argument("--size", type=_positive, default=300, help="bytes per file (default 300)")
     parser.add_argument("--threads", type=_positive, default=5, help="transfer threads (default 5)")
-    parser.add_argument("--stock-sample", type=_positive, default=200,
-                        help="files the stock tool moves before extrapolating (default 200)")
+    add_sample_arguments(parser, "--stock-sample", "files the stock tool moves")
     parser.add_argument("--rtt-ms", type=float, default=0.0, help="emulated round trip added by the proxy")
     parser.add_argument("--no-s5cmd", action="store_true", help="skip the s5cmd comparison (s3 only)")
 
 
+def usage_problems(args: argparse.Namespace) -> List[str]:
+    return sample_problems("--stock-sample", args.stock_sample, args.count, args.allow_small_sample)
+
+
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    params = Params(count=args.count, size=args.size, threads=args.threads, stock_sample=args.stock_sample,
+    params = Params(count=args.count, size=args.size, threads=args.threads,
+                    stock_sample=resolve_sample(args.stock_sample, args.count),
                     s5cmd=not args.no_s5cmd, rtt_ms=args.rtt_ms)
     module = importlib.import_module(STORES[args.store])
     result: Dict[str, object] = module.run(params, Progress())
@@ -237,14 +241,13 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
 
 
 
+COLUMNS = (("files", "files", "d"), ("wall s", "wall_s", ".2f"), ("cpu s", "cpu_s", ".2f"),
+           ("files/s", "files_per_s", ".1f"), ("cpu ms/file", "cpu_ms_per_file", ".3f"),
+           ("requests", "requests", "d"), ("conns", "connections", "d"))
+
+
 def format_table(result: Dict[str, object]) -> str:
-    rows = [f"{'tool':<26} {'direction':<10} {'files':>6} {'wall s':>9} {'cpu s':>8} {'files/s':>9} "
-            f"{'cpu ms/file':>11} {'requests':>9} {'conns':>6}"]
-    for run in result["runs"]:  # type: ignore[attr-defined]
-        tool = run["tool"] + (f" (sample {run['measured_files']}, extrap.)" if run["extrapolated"] else "")
-        rows.append(f"{tool:<26} {run['direction']:<10} {run['files']:>6} {run['wall_s']:>9.2f} "
-                    f"{run['cpu_s']:>8.2f} {run['files_per_s']:>9.1f} {run['cpu_ms_per_file']:>11.3f} "
-                    f"{run['requests']:>9} {run['connections']:>6}")
+    rows = run_rows(result["runs"], COLUMNS)  # type: ignore[arg-type]
     rows.append("")
     rows.append(f"empty-input start-up (median of 5): {result['empty_input_wall_s']:.3f} s")
     for name, value in result["ratios"].items():  # type: ignore[attr-defined]
