@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Sequence, Set, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("transfer", "pegasus_cloudio")
-_SKIP = shutil.ignore_patterns(".git", ".venv", ".tools", "build", "dist", "*.egg-info", "__pycache__",
+SKIP = shutil.ignore_patterns(".git", ".venv", ".tools", "build", "dist", "*.egg-info", "__pycache__",
                                ".mypy_cache", ".pytest_cache", "bench-results")
 
 
@@ -36,7 +36,7 @@ def clean_env(bin_dir: str, extra: Mapping[str, str] = {}) -> Dict[str, str]:
 def build_sdist_and_wheel(out: Path) -> Tuple[Path, Path]:
     """sdist from a copy of the source tree, then the wheel from that sdist (as pip does)."""
     src = out / "src"
-    shutil.copytree(REPO, src, ignore=_SKIP)
+    shutil.copytree(REPO, src, ignore=SKIP)
     code = "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))"
     done = run([sys.executable, "-c", code, str(out)], os.environ, src)
     assert done.returncode == 0, done.stderr[-3000:]

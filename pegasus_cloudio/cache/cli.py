@@ -27,8 +27,8 @@ ACTIONS = ("stats", "ls", "verify", "gc", "clear")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dir", help="cache directory (default: PEGASUS_CLOUDIO_CACHE_DIR, else the "
-                        "per-user default)")
+    common.add_argument("--dir", help="cache directory (default: PEGASUS_CLOUDIO_CACHE_DIR, else "
+                        "$XDG_CACHE_HOME/pegasus-cloudio, else ~/.cache/pegasus-cloudio)")
     actions = parser.add_subparsers(dest="action", required=True)
     for name, text in (("stats", "hits, misses, bytes and requests saved"),
                        ("ls", "entries, least recently used first"),

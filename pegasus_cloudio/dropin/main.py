@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pegasus-transfer", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("-f", "--file", help="read the transfer specification from FILE (default: stdin)")
     parser.add_argument("-m", "--max-attempts", type=int, default=3, help="attempts per transfer (default 3)")
-    parser.add_argument("-n", "--threads", type=int, default=0, help="concurrent transfers")
+    parser.add_argument("-n", "--threads", type=int, default=0,
+                        help="concurrent transfers (default: PEGASUS_CLOUDIO_THREADS, which wins over this "
+                             "flag, else this, else PEGASUS_TRANSFER_THREADS, else 8)")
     parser.add_argument("-s", "--symlink", action="store_true", help="symlink local-to-local copies")
     parser.add_argument("-d", "--debug", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=version_line("pegasus-cloudio-transfer"))

@@ -40,14 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--staging-site", help="cloud-storage: bucket site name (default s3staging / gcsstaging)")
     add("--bucket", help="cloud-storage: bucket for intermediate files")
     add("--prefix", default="scratch", help="cloud-storage: key prefix in the bucket (default scratch)")
-    add("--identity", default="pegasus@amazon", help="s3: USER@SITE in the credentials file")
+    add("--identity", default="pegasus@amazon",
+        help="s3: USER@SITE in the credentials file (default pegasus@amazon)")
     add("--endpoint", help="s3: endpoint URL, e.g. https://s3.us-west-2.amazonaws.com")
     add("--region", help="s3: region (optional)")
     add("--credentials", help="s3: Pegasus credentials file (default ~/.pegasus/credentials.conf)")
     add("--gcs-key", help="gcs: service-account JSON key (default ~/.pegasus/gcs-key.json)")
     add("--boto-config", help="gcs: boto file with a [Credentials] section (default ~/.boto)")
     add("--gcs-endpoint", help="gcs: JSON API endpoint (emulators only)")
-    add("--vm-scratch", default="/mnt/data/scratch", help="vm-storage: scratch directory on the VM disk")
+    add("--vm-scratch", default="/mnt/data/scratch",
+        help="vm-storage: scratch directory on the VM disk (default /mnt/data/scratch)")
     add("--vm-host", help="vm-storage: USER@HOST when the VM is not the submit host")
     add("--submit-host", help="submit-host: USER@HOST the workers scp to")
     add("--ssh-key", help="submit-host / --vm-host: private key shipped to the jobs")
@@ -63,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="set PEGASUS_CLOUDIO_BUNDLE=1 (default: on for cloud-storage, off for the other modes)")
     add("--no-bundle", dest="bundle", action="store_false", help="do not bundle small files")
     add("--stage-clusters", default="4", help="pegasus.stagein/stageout.clusters (default 4)")
-    add("--cluster-size", default="20", help="recommended clusters.size for small-file producers")
+    add("--cluster-size", default="20", help="recommended clusters.size for small-file producers (default 20)")
 
 
 def options_from_args(args: argparse.Namespace) -> SetOptions:
