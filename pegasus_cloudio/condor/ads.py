@@ -35,7 +35,7 @@ def classad() -> ModuleType:
     except ImportError as err:
         raise BindingsMissing(f"the HTCondor Python bindings are missing ({err}); install them on the "
                               "execute node with: pip install 'pegasus-cloudio[condor]' "
-                              "(module classad2)") from None
+                              "(the htcondor package, module classad2)") from None
     module: ModuleType = classad2
     return module
 
