@@ -35,6 +35,7 @@ from transfer.backends._s3_wire import (
     xml_escape,
     xml_tree,
 )
+from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo
@@ -121,24 +122,25 @@ class S3Backend:
             return _info(url, response.status, response.headers)
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        """Stream the object (or ``byte_range``) to ``sink``; a full object is verified against
+        its checksum header or MD5 ETag (see :mod:`transfer.backends._s3_checksum`)."""
         path = split_url(url)
-        headers = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else None
+        headers = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else [CHECKSUM_MODE]
         with self._send("GET", path, headers=headers, url=str(url)) as response:
             self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response.status, response.headers)
-            md5 = _MD5_ETAG.match(info.version or "") if byte_range is None else None
-            if md5 and not _server_side_encrypted(response.headers):
-                digest = hashlib.md5()
-                write = sink.write
+            check = None if byte_range else response_check(response.headers, _etag_md5(info, response.headers))
+            if check is not None:
+                write, update = sink.write, check.update
 
                 def tee(data: bytes) -> None:
-                    digest.update(data)
+                    update(data)
                     write(data)
 
                 count = response.read_into(tee)
-                if digest.hexdigest() != md5.group(1).lower():
-                    raise ChecksumMismatch("MD5 of received bytes differs from ETag", url=str(url),
-                                           operation="get")
+                if not check.matches():
+                    raise ChecksumMismatch(f"{check.name.upper()} of received bytes differs from the store's",
+                                           url=str(url), operation="get")
             else:
                 count = response.read_into(sink.write)
         expected = _range_length(response.headers, byte_range) if byte_range else info.size
@@ -305,3 +307,7 @@ class S3Backend:
             pass  # the store expires abandoned uploads; nothing more to do here
 
 
+def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:
+    """The object's MD5 if its ETag is one (single part, not encrypted with a KMS key)."""
+    found = _MD5_ETAG.match(info.version or "")
+    return found.group(1) if found and not _server_side_encrypted(headers) else None
