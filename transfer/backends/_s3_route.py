@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from transfer.backends._s3_wire import S3Path, default_endpoint, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
-from transfer.credentials import Credentials
+from transfer.credentials import CredentialSource
 from transfer.errors import TransferError, TransientError
 from transfer.http.connection import Body
 from transfer.http.origins import origin_of
@@ -106,7 +106,7 @@ def _small(response: PooledResponse) -> bool:
 class Router:
     """Routes for every region a backend has met; thread-safe."""
 
-    def __init__(self, pool: ConnectionPool, region: str, credentials: Optional[Credentials],
+    def __init__(self, pool: ConnectionPool, region: str, credentials: Optional[CredentialSource],
                  pool_for: PoolFactory, *, amazon_default: bool) -> None:
         self.clock = Clock()
         self._credentials = credentials

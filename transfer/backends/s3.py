@@ -40,7 +40,13 @@ from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.config import Settings
-from transfer.credentials import S3SiteConfig, aws_s3_config, pegasus_credentials_path, pegasus_s3_config
+from transfer.credentials import (
+    CredentialSource,
+    Credentials,
+    S3SiteConfig,
+    pegasus_credentials_path,
+    pegasus_s3_config,
+)
 from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool
@@ -54,6 +60,8 @@ __all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_back
 def _site_config(url: Url, context: Context) -> S3SiteConfig:
     if "@" in url.host:
         return pegasus_s3_config(context.pegasus_credentials(url.site_label), url.host)
+    from transfer.aws_chain import aws_s3_config  # only AWS-style URLs pay for the chain's imports
+
     return aws_s3_config(context.env)
 
 
@@ -90,7 +98,8 @@ class S3Backend:
         self._config = config
         self._region = region
         amazon = config.endpoint is None or pool.host.endswith(".amazonaws.com")
-        self._router = Router(pool, region, config.credentials, pool_for or pool.sibling, amazon_default=amazon)
+        source = config.source or (_fixed(config.credentials) if config.credentials else None)
+        self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
 
@@ -311,3 +320,7 @@ def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:
     """The object's MD5 if its ETag is one (single part, not encrypted with a KMS key)."""
     found = _MD5_ETAG.match(info.version or "")
     return found.group(1) if found and not _server_side_encrypted(headers) else None
+
+
+def _fixed(credentials: Credentials) -> CredentialSource:
+    return lambda: credentials
