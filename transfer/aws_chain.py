@@ -83,7 +83,8 @@ def aws_s3_config(env: Mapping[str, str], clock: Callable[[], float] = time.time
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or config.get("endpoint_url")
     source = resolve_credentials(env, profile, shared, config, clock)
     return S3SiteConfig(endpoint=endpoint.rstrip("/") if endpoint else None, region=region,
-                        credentials=source() if source else None, source=source)
+                        credentials=source() if source else None, source=source,
+                        where=f"AWS settings (environment, profile '{profile}')")
 
 
 def resolve_credentials(env: Mapping[str, str], profile: str, shared: Dict[str, Dict[str, str]],

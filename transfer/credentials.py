@@ -114,6 +114,7 @@ class S3SiteConfig:
     batch_delete: bool = True
     batch_delete_size: int = 1000
     source: Optional["CredentialSource"] = field(default=None, repr=False, compare=False)
+    where: str = ""  # where endpoint and region were set, for error messages
 
 
 def pegasus_s3_config(creds: PegasusCredentialsFile, identity: str) -> S3SiteConfig:
@@ -141,6 +142,7 @@ def pegasus_s3_config(creds: PegasusCredentialsFile, identity: str) -> S3SiteCon
         credentials=Credentials(ident["access_key"], ident["secret_key"]),
         batch_delete=site_section.get("batch_delete", "True").lower() in ("1", "true", "yes", "t"),
         batch_delete_size=max(1, min(1000, batch_size)),
+        where=f"{creds.path} [{site}]",
     )
 
 

@@ -10,9 +10,11 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Dict, Optional
+from urllib.parse import urlsplit
 
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import (
+    ConfigError,
     AuthError,
     InvalidInput,
     NotFound,
@@ -65,6 +67,27 @@ def check_bucket(bucket: str, url: str) -> None:
     if not _BUCKET.fullmatch(bucket) or ".." in bucket or _IP_LIKE.fullmatch(bucket):
         raise InvalidInput(f"invalid S3 bucket name {bucket[:70]!r}: use 3-63 letters, digits, '.' or '-', "
                            "starting and ending with a letter or digit", url=url, operation="parse")
+
+
+_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,4}|[a-z0-9-]{1,32}")
+_HOST = re.compile(r"[a-z0-9.-]+|[0-9a-f:.]+")  # urlsplit's hostname: lower case, IPv6 unbracketed
+
+
+def check_endpoint(endpoint: str, region: str, where: str) -> None:
+    """ConfigError naming ``where`` unless ``endpoint`` is ``http(s)://HOST[:PORT]`` (nothing
+    after it: a path would be silently dropped) and ``region`` looks like one."""
+    parts = urlsplit(endpoint)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not _HOST.fullmatch(parts.hostname or "") or not port_ok \
+            or parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+        raise ConfigError(f"endpoint {endpoint[:100]!r} is not http(s)://HOST[:PORT]", url=where or endpoint,
+                          operation="connect")
+    if not _REGION.fullmatch(region):
+        raise ConfigError(f"region {region[:40]!r} is not an S3 region name (like us-west-2)", url=where or endpoint,
+                          operation="connect")
 
 
 def virtual_hosted(endpoint_host: str, bucket: str) -> bool:

@@ -28,6 +28,7 @@ from transfer.backends._s3_wire import (
     _range_length,
     _server_side_encrypted,
     check_bucket,
+    check_endpoint,
     default_endpoint,
     s3_error,
     split_url,
@@ -76,6 +77,7 @@ def open_backend(url: Url, context: Context) -> "S3Backend":
     config = _site_config(url, context)
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)
+    check_endpoint(endpoint, region, config.where)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
         raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
     pool = ConnectionPool(
