@@ -81,7 +81,7 @@ def open_backend(url: Url, context: Context) -> "S3Backend":
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
         raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
     pool = ConnectionPool(
-        endpoint, max_idle=context.settings.threads + 2,
+        endpoint, max_idle=context.settings.threads + 2, max_open=context.settings.threads + 2,
         ssl_context=context.ssl_context() if endpoint.startswith("https://") else None,
         timeouts=context.timeouts, stats=context.stats)
     return S3Backend(pool, config, region, context.settings)
