@@ -51,7 +51,7 @@ from transfer.credentials import (
 from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool
-from transfer.session import Context
+from transfer.context import Context
 from transfer.urls import Url
 
 __all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
