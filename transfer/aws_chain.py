@@ -20,7 +20,6 @@ gave none. Secrets are never part of a message.
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import threading
@@ -30,6 +29,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlencode, urlsplit
 from xml.etree import ElementTree as ET
 
+from transfer.backends._s3_wire import iso8601_epoch
 from transfer.credentials import CredentialSource, Credentials, S3SiteConfig, read_ini
 from transfer.errors import ConfigError, TransferError
 from transfer.http.connection import Timeouts
@@ -256,7 +256,7 @@ def _json_credentials(link: str, body: bytes) -> Fetched:
         credentials = Credentials(found["AccessKeyId"], found["SecretAccessKey"], found.get("Token") or None)
     except (ValueError, KeyError, TypeError):
         raise ConfigError(f"{link}: answer is not a credentials document", operation="credentials") from None
-    return credentials, _expiry(found.get("Expiration"))
+    return credentials, iso8601_epoch(found.get("Expiration"))
 
 
 def _sts_credentials(link: str, body: bytes) -> Fetched:
@@ -268,15 +268,4 @@ def _sts_credentials(link: str, body: bytes) -> Fetched:
     if not values.get("AccessKeyId") or not values.get("SecretAccessKey"):
         raise ConfigError(f"{link}: STS answer has no credentials", operation="credentials")
     return (Credentials(values["AccessKeyId"], values["SecretAccessKey"], values.get("SessionToken") or None),
-            _expiry(values.get("Expiration")))
-
-
-def _expiry(text: Optional[str]) -> Optional[float]:
-    """Epoch seconds of an ISO 8601 UTC time (``2026-11-24T20:00:00Z``, fractions ignored)."""
-    if not text:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return None
-
+            iso8601_epoch(values.get("Expiration")))

@@ -5,8 +5,10 @@ Pure functions over strings and bytes; nothing here sends a request.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import re
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Dict, Optional
@@ -184,3 +186,14 @@ def xml_escape(text: str) -> str:
     """``&``, ``<`` and ``>`` escaped for XML character data (xml.sax.saxutils would import
     urllib.request, 15 ms of start-up)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def iso8601_epoch(text: Optional[str]) -> Optional[float]:
+    """Epoch seconds of an ISO 8601 UTC time such as ``2026-11-24T19:00:00Z`` (fractions
+    ignored); None when absent or malformed."""
+    if not text:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
