@@ -198,3 +198,31 @@ def test_composite_checksums_are_not_mistaken_for_the_objects():
     headers = {"x-amz-checksum-crc32": "AAAAAA==-3", "ETag": '"abc-3"'}
     with ScriptedServer(lambda r: Reply(200, headers, BODY)) as server:
         assert _get(_backend(server), Url("s3", "comp", "/k")) == BODY
+
+
+def test_multipart_etags_are_checked_part_by_part_and_for_the_assembled_object(tmp_path):
+    part = tmp_path / "part"
+    part.write_bytes(b"p" * 100)
+    part_md5 = hashlib.md5(b"p" * 100).hexdigest()
+    assembled = [f"{hashlib.md5(bytes.fromhex(part_md5) * 2).hexdigest()}-2"]
+
+    def handler(request):
+        if request.method == "PUT":
+            etag = part_md5 if "partNumber=1" in request.query else "0" * 32
+            return Reply(200, {"ETag": f'"{etag}"'})
+        if request.method == "POST":
+            return Reply(200, {}, b"<CompleteMultipartUploadResult/>")
+        return Reply(200, {"ETag": f'"{assembled[0]}"', "Content-Length": "200"})
+
+    from transfer.http.connection import FileRegion
+    with ScriptedServer(handler) as server:
+        backend, url = _backend(server), Url("s3", "multi", "/k")
+        region = FileRegion(str(part), 0, 100)
+        assert backend.upload_part(url, "id", 1, region) == f'"{part_md5}"'
+        with pytest.raises(ChecksumMismatch, match="part 2"):
+            backend.upload_part(url, "id", 2, region)  # the store reports another MD5
+        etags = [f'"{part_md5}"', f'"{part_md5}"']
+        assert backend.complete_upload(url, "id", etags).size == 200
+        assembled[0] = "f" * 32 + "-2"
+        with pytest.raises(ChecksumMismatch, match="assembled"):
+            backend.complete_upload(url, "id", etags)

@@ -11,7 +11,7 @@ import re
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 from urllib.parse import urlsplit
 
 from transfer.backends.base import ByteRange, ObjectInfo
@@ -197,3 +197,15 @@ def iso8601_epoch(text: Optional[str]) -> Optional[float]:
         return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
     except ValueError:
         return None
+
+
+def multipart_etag(part_etags: Sequence[str]) -> Optional[str]:
+    """The ETag S3 gives an object assembled from parts with these (MD5) ETags: the MD5 of the
+    parts' binary MD5s, then ``-N``. None if a part's ETag is not an MD5."""
+    digests = []
+    for etag in part_etags:
+        found = _MD5_ETAG.match(etag)
+        if not found:
+            return None
+        digests.append(bytes.fromhex(found.group(1)))
+    return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"

@@ -30,6 +30,7 @@ from transfer.backends._s3_wire import (
     check_bucket,
     check_endpoint,
     default_endpoint,
+    multipart_etag,
     s3_error,
     split_url,
     virtual_hosted,
@@ -296,7 +297,12 @@ class S3Backend:
         with self._send("PUT", split_url(url), query=query, headers=headers, body=region,
                         payload_hash=UNSIGNED, url=str(url)) as response:
             self._check(response, str(url), "put")
-            return response.headers.get("etag", "")
+            etag = response.headers.get("etag", "")
+            found = _MD5_ETAG.match(etag)
+            if found and found.group(1).lower() != md5.hex() and not _server_side_encrypted(response.headers):
+                raise ChecksumMismatch(f"ETag of part {number} differs from its MD5", url=str(url),
+                                       operation="put")
+            return etag
 
     def complete_upload(self, url: Url, upload_id: str, etags: Sequence[str]) -> ObjectInfo:
         parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{xml_escape(e)}</ETag></Part>"
@@ -308,7 +314,15 @@ class S3Backend:
             text = response.read()
         if b"<Error>" in text:
             raise s3_error(500, text, str(url), "put")
-        return self.stat(url)
+        with self._send("HEAD", split_url(url), url=str(url)) as response:
+            self._check(response, str(url), "stat")
+            info = _info(url, response.status, response.headers)
+            encrypted = _server_side_encrypted(response.headers)
+        expected = multipart_etag(etags)
+        if expected and not encrypted and (info.version or "").lower() != expected:
+            raise ChecksumMismatch("ETag of the assembled object differs from its parts' MD5s", url=str(url),
+                                   operation="put")
+        return info
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
         try:
