@@ -4,9 +4,9 @@ import os
 
 import pytest
 
+from transfer.aws_chain import aws_s3_config
 from transfer.credentials import (
     PegasusCredentialsFile,
-    aws_s3_config,
     pegasus_credentials_path,
     pegasus_s3_config,
 )

@@ -54,3 +54,21 @@ def test_a_wrong_secret_is_an_auth_error_naming_the_url(moto, tmp_path):
         with pytest.raises(AuthError) as info:
             session.backend(url).stat(url)
     assert "s3://test@moto/some-bucket/k" in str(info.value) and "wrong" not in str(info.value)
+
+
+def test_multipart_upload_round_trips_and_its_etag_checks_out(store_s3moto, tmp_path):
+    import os
+
+    from transfer.engine import Engine
+    from transfer.ops import Transfer
+
+    env, base = store_s3moto
+    source = tmp_path / "big"
+    source.write_bytes(os.urandom(12 << 20))
+    settings = Settings(threads=3, multipart_threshold=5 << 20, multipart_part_size=5 << 20)
+    with Session(settings, env) as session:
+        dest = parse_url(base + "/big", site_label="moto")
+        [result] = Engine(session).run([Transfer((parse_url(str(source)),), dest)])
+        assert result.ok, result.error
+        info = session.backend(dest).stat(dest)
+        assert info.version.endswith("-3") and _get(session.backend(dest), dest) == source.read_bytes()

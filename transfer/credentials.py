@@ -9,10 +9,7 @@ Pegasus credentials file (INI, ``pegasus-s3`` format):
   ``[USER@SITE]`` holds ``access_key`` and ``secret_key``;
   ``[https://host]`` or ``[host]`` hold ``header.<Name>`` values for HTTP downloads.
 
-AWS-style URLs (``s3://BUCKET/KEY``) use the standard AWS chain: ``AWS_ACCESS_KEY_ID`` /
-``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, then the shared credentials and config
-files for ``AWS_PROFILE``, then (if botocore is installed) botocore's own resolver for
-SSO, instance metadata and the rest.
+AWS-style URLs (``s3://BUCKET/KEY``) use the standard AWS chain: see :mod:`transfer.aws_chain`.
 
 Secrets are never part of an error message or a ``repr``.
 """
@@ -23,7 +20,7 @@ import configparser
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 from transfer.errors import ConfigError
 
@@ -35,6 +32,10 @@ class Credentials:
     access_key: str
     secret_key: str = field(repr=False)
     session_token: Optional[str] = field(default=None, repr=False)
+
+
+CredentialSource = Callable[[], Credentials]
+"""Current credentials, renewed by the source when they expire (see :mod:`transfer.aws_chain`)."""
 
 
 def site_env_suffix(site_label: Optional[str]) -> Optional[str]:
@@ -112,6 +113,8 @@ class S3SiteConfig:
     credentials: Optional[Credentials]
     batch_delete: bool = True
     batch_delete_size: int = 1000
+    source: Optional["CredentialSource"] = field(default=None, repr=False, compare=False)
+    where: str = ""  # where endpoint and region were set, for error messages
 
 
 def pegasus_s3_config(creds: PegasusCredentialsFile, identity: str) -> S3SiteConfig:
@@ -139,36 +142,12 @@ def pegasus_s3_config(creds: PegasusCredentialsFile, identity: str) -> S3SiteCon
         credentials=Credentials(ident["access_key"], ident["secret_key"]),
         batch_delete=site_section.get("batch_delete", "True").lower() in ("1", "true", "yes", "t"),
         batch_delete_size=max(1, min(1000, batch_size)),
+        where=f"{creds.path} [{site}]",
     )
 
 
-def aws_s3_config(env: Mapping[str, str]) -> S3SiteConfig:
-    """The standard AWS chain for ``s3://BUCKET/KEY`` URLs."""
-    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
-    home = env.get("HOME") or os.path.expanduser("~")
-    shared = _read_ini(env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials"))
-    config = _read_ini(env.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"))
-    config_section = config.get(profile if profile == "default" else f"profile {profile}", {})
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or config_section.get("region")
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") \
-        or config_section.get("endpoint_url")
-    credentials: Optional[Credentials] = None
-    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-        credentials = Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
-                                  env.get("AWS_SESSION_TOKEN") or None)
-    else:
-        for section in (shared.get(profile, {}), config_section):
-            if section.get("aws_access_key_id") and section.get("aws_secret_access_key"):
-                credentials = Credentials(section["aws_access_key_id"], section["aws_secret_access_key"],
-                                          section.get("aws_session_token") or None)
-                break
-    if credentials is None:
-        credentials = _botocore_credentials(profile)
-    return S3SiteConfig(endpoint=endpoint.rstrip("/") if endpoint else None, region=region,
-                        credentials=credentials)
-
-
-def _read_ini(path: str) -> Dict[str, Dict[str, str]]:
+def read_ini(path: str) -> Dict[str, Dict[str, str]]:
+    """Sections of an AWS-style INI file ({} if it does not exist)."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(path, encoding="utf-8")
@@ -176,17 +155,3 @@ def _read_ini(path: str) -> Dict[str, Dict[str, str]]:
         raise ConfigError(f"malformed AWS file: {type(err).__name__}", url=path,
                           operation="credentials") from None
     return {name: dict(parser.items(name)) for name in parser.sections()}
-
-
-def _botocore_credentials(profile: str) -> Optional[Credentials]:
-    """SSO, instance metadata, credential_process...: delegated to botocore when installed."""
-    try:
-        import botocore.session  # type: ignore[import-untyped, import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    session = botocore.session.Session(profile=None if profile == "default" else profile)
-    found = session.get_credentials()
-    if found is None:
-        return None
-    frozen = found.get_frozen_credentials()
-    return Credentials(frozen.access_key, frozen.secret_key, frozen.token)

@@ -31,7 +31,7 @@ from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional,
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, atomic_write_bytes, local_error
 from transfer.backends import local
-from transfer.backends.base import Backend, MultipartUploads, ObjectInfo, ServerSideCopy, TreeRemoval
+from transfer.backends.base import Backend, CacheKeys, MultipartUploads, ObjectInfo, ServerSideCopy, TreeRemoval
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.format import Member
 from transfer.bundles.reading import GroupState, MemberRead, read_group
@@ -340,8 +340,8 @@ class Engine:
         """The node-cache name of a remote object, or None when it is not cached."""
         if self._cache is None or url.is_local:
             return None
-        namer = getattr(self._session.backend(url), "cache_key", None)
-        return namer(url) if namer is not None else None
+        backend = self._session.backend(url)
+        return backend.cache_key(url) if isinstance(backend, CacheKeys) else None
 
     def _cached(self, url: Url) -> bool:
         key = self._cache_key(url)
@@ -433,13 +433,12 @@ class Engine:
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
         backend = self._session.backend(dest)
-        threshold = getattr(backend, "multipart_threshold", None)
-        if threshold is not None:
+        if isinstance(backend, MultipartUploads):
             try:
                 size = os.stat(path).st_size
             except OSError as err:
                 raise local_error(err, path, "put") from err
-            if size >= threshold and isinstance(backend, MultipartUploads):
+            if size >= backend.multipart_threshold:
                 size = self._multipart_upload(backend, path, dest, size)
                 if write_through:
                     self._write_through(dest, path, None, peers)

@@ -8,60 +8,17 @@ one instance and therefore one connection pool sized to ``settings.threads``.
 from __future__ import annotations
 
 import os
-import ssl
 import threading
-from dataclasses import dataclass, field
 from typing import Dict, Hashable, Mapping, Optional, Tuple
 
 from transfer import backends
 from transfer.backends.base import Backend
 from transfer.config import Settings
-from transfer.errors import ConfigError
-from transfer.credentials import PegasusCredentialsFile, pegasus_credentials_path
-from transfer.http.connection import Timeouts, verifying_ssl_context
+from transfer.context import Context
 from transfer.http.pool import PoolStats
 from transfer.urls import Url
 
-
-@dataclass
-class Context:
-    """What backends may read: settings, environment, shared counters, credentials files."""
-
-    settings: Settings
-    env: Mapping[str, str]
-    stats: PoolStats = field(default_factory=PoolStats)
-    _credentials: Dict[str, PegasusCredentialsFile] = field(default_factory=dict)
-    _ssl: Optional[ssl.SSLContext] = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def timeouts(self) -> Timeouts:
-        return Timeouts(self.settings.connect_timeout, self.settings.read_timeout)
-
-    def ssl_context(self) -> ssl.SSLContext:
-        with self._lock:
-            if self._ssl is None:
-                self._ssl = _ssl_context(self.settings.ca_bundle)
-            return self._ssl
-
-    def pegasus_credentials(self, site_label: Optional[str]) -> PegasusCredentialsFile:
-        """The permission-checked credentials file for ``site_label`` (read once)."""
-        path = os.path.abspath(pegasus_credentials_path(site_label, self.env))
-        with self._lock:
-            found = self._credentials.get(path)
-            if found is None:
-                found = self._credentials[path] = PegasusCredentialsFile(path)
-            return found
-
-
-def _ssl_context(ca_file: Optional[str]) -> ssl.SSLContext:
-    """The verifying TLS context; an unusable CA file is a ConfigError naming the setting."""
-    try:
-        return verifying_ssl_context(ca_file)
-    except (OSError, ssl.SSLError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ConfigError(f"PEGASUS_CLOUDIO_CA_BUNDLE={ca_file}: cannot load CA certificates: {reason}",
-                          url=ca_file, operation="config") from err
+__all__ = ["Context", "Session"]  # Context lives in transfer.context; re-exported for callers
 
 
 class Session:

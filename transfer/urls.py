@@ -57,6 +57,8 @@ class Url:
         """The URL for messages and logs: passwords and query strings (signatures) hidden."""
         if self.is_local:
             return f"{self.scheme}://{self.path}"
+        if self.scheme in _EXACT_PATH_SCHEMES:  # an S3 key may hold "?": it is not a query
+            return f"{self.scheme}://{_redact(self.host)}{self.path}"
         path, query_mark, _ = self.path.partition("?")
         return f"{self.scheme}://{_redact(self.host)}{path}{'?<query hidden>' if query_mark else ''}"
 

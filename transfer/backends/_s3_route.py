@@ -16,7 +16,6 @@ backed off per file by the engine.
 
 from __future__ import annotations
 
-import calendar
 import functools
 import threading
 import time
@@ -25,9 +24,9 @@ from email.utils import parsedate_to_datetime
 from typing import Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
-from transfer.backends._s3_wire import S3Path, default_endpoint, virtual_hosted, xml_tree
+from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
-from transfer.credentials import Credentials
+from transfer.credentials import CredentialSource
 from transfer.errors import TransferError, TransientError
 from transfer.http.connection import Body
 from transfer.http.origins import origin_of
@@ -106,7 +105,7 @@ def _small(response: PooledResponse) -> bool:
 class Router:
     """Routes for every region a backend has met; thread-safe."""
 
-    def __init__(self, pool: ConnectionPool, region: str, credentials: Optional[Credentials],
+    def __init__(self, pool: ConnectionPool, region: str, credentials: Optional[CredentialSource],
                  pool_for: PoolFactory, *, amazon_default: bool) -> None:
         self.clock = Clock()
         self._credentials = credentials
@@ -214,20 +213,10 @@ def _error_facts(reply: BufferedReply) -> Tuple[str, Optional[str], Optional[flo
         if root is not None:
             code = root.findtext("Code") or ""
             region = region or root.findtext("Region")
-            server_time = _parse_time(root.findtext("ServerTime"))
+            server_time = iso8601_epoch(root.findtext("ServerTime"))
     if code == "RequestTimeTooSkewed" and server_time is None and "date" in reply.headers:
         try:
             server_time = parsedate_to_datetime(reply.headers["date"]).timestamp()
         except (TypeError, ValueError):
             server_time = None
     return code, region, server_time
-
-
-def _parse_time(text: Optional[str]) -> Optional[float]:
-    """Seconds since the epoch of an ISO 8601 UTC time such as ``2026-11-24T19:00:00Z``."""
-    if not text:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return None

@@ -5,14 +5,18 @@ Pure functions over strings and bytes; nothing here sends a request.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import re
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
+from urllib.parse import urlsplit
 
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import (
+    ConfigError,
     AuthError,
     InvalidInput,
     NotFound,
@@ -65,6 +69,27 @@ def check_bucket(bucket: str, url: str) -> None:
     if not _BUCKET.fullmatch(bucket) or ".." in bucket or _IP_LIKE.fullmatch(bucket):
         raise InvalidInput(f"invalid S3 bucket name {bucket[:70]!r}: use 3-63 letters, digits, '.' or '-', "
                            "starting and ending with a letter or digit", url=url, operation="parse")
+
+
+_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,4}|[a-z0-9-]{1,32}")
+_HOST = re.compile(r"[a-z0-9.-]+|[0-9a-f:.]+")  # urlsplit's hostname: lower case, IPv6 unbracketed
+
+
+def check_endpoint(endpoint: str, region: str, where: str) -> None:
+    """ConfigError naming ``where`` unless ``endpoint`` is ``http(s)://HOST[:PORT]`` (nothing
+    after it: a path would be silently dropped) and ``region`` looks like one."""
+    parts = urlsplit(endpoint)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not _HOST.fullmatch(parts.hostname or "") or not port_ok \
+            or parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+        raise ConfigError(f"endpoint {endpoint[:100]!r} is not http(s)://HOST[:PORT]", url=where or endpoint,
+                          operation="connect")
+    if not _REGION.fullmatch(region):
+        raise ConfigError(f"region {region[:40]!r} is not an S3 region name (like us-west-2)", url=where or endpoint,
+                          operation="connect")
 
 
 def virtual_hosted(endpoint_host: str, bucket: str) -> bool:
@@ -161,3 +186,26 @@ def xml_escape(text: str) -> str:
     """``&``, ``<`` and ``>`` escaped for XML character data (xml.sax.saxutils would import
     urllib.request, 15 ms of start-up)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def iso8601_epoch(text: Optional[str]) -> Optional[float]:
+    """Epoch seconds of an ISO 8601 UTC time such as ``2026-11-24T19:00:00Z`` (fractions
+    ignored); None when absent or malformed."""
+    if not text:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
+def multipart_etag(part_etags: Sequence[str]) -> Optional[str]:
+    """The ETag S3 gives an object assembled from parts with these (MD5) ETags: the MD5 of the
+    parts' binary MD5s, then ``-N``. None if a part's ETag is not an MD5."""
+    digests = []
+    for etag in part_etags:
+        found = _MD5_ETAG.match(etag)
+        if not found:
+            return None
+        digests.append(bytes.fromhex(found.group(1)))
+    return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"

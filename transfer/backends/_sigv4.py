@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote
 
 from transfer.credentials import Credentials
@@ -31,24 +31,25 @@ def canonical_query(params: Dict[str, str]) -> str:
 class SigV4Signer:
     """Signs S3 requests for one set of credentials and one region."""
 
-    def __init__(self, credentials: Credentials, region: str, service: str = "s3",
-                 clock: Callable[[], float] = time.time) -> None:
-        self._credentials = credentials
+    def __init__(self, credentials: Union[Credentials, Callable[[], Credentials]], region: str,
+                 service: str = "s3", clock: Callable[[], float] = time.time) -> None:
+        """``credentials`` may be a source called before every signature (expiring keys)."""
+        self._source = credentials if callable(credentials) else (lambda: credentials)
         self._clock = clock
         self._region = region
         self._service = service
-        self._key_day = ""
-        self._key = b""
+        self._key: Tuple[str, str, bytes] = ("", "", b"")  # (day, secret, key): replaced whole
         self._clock_second = -1
         self._amz_date = ""
 
-    def _signing_key(self, day: str) -> bytes:
-        if day != self._key_day:
-            key = ("AWS4" + self._credentials.secret_key).encode()
+    def _signing_key(self, day: str, secret: str) -> bytes:
+        cached_day, cached_secret, key = self._key
+        if day != cached_day or secret != cached_secret:
+            key = ("AWS4" + secret).encode()
             for part in (day, self._region, self._service, "aws4_request"):
                 key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-            self._key, self._key_day = key, day
-        return self._key
+            self._key = (day, secret, key)
+        return key
 
     def _now(self) -> str:
         second = int(self._clock())
@@ -72,17 +73,19 @@ class SigV4Signer:
         ``x-amz-*`` and ``Content-MD5`` header of ``extra`` (S3 refuses unsigned ``x-amz-*``
         headers). Other ``extra`` headers (Range, Content-Type) are sent unsigned, as SigV4 allows.
         """
+        credentials = self._source()
         amz_date = self._now()
         day = amz_date[:8]
         headers = [("x-amz-content-sha256", payload_hash), ("x-amz-date", amz_date)]
-        if self._credentials.session_token:
-            headers.append(("x-amz-security-token", self._credentials.session_token))
+        if credentials.session_token:
+            headers.append(("x-amz-security-token", credentials.session_token))
         signed, canonical = self.canonical_request(method, host_header, encoded_path, query, payload_hash,
                                                    headers + list(extra or ()))
         scope = f"{day}/{self._region}/{self._service}/aws4_request"
         to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(self._signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
-        headers.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={self._credentials.access_key}/"
+        signature = hmac.new(self._signing_key(day, credentials.secret_key), to_sign.encode(),
+                             hashlib.sha256).hexdigest()
+        headers.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/"
                                           f"{scope}, SignedHeaders={signed}, Signature={signature}"))
         if extra:
             headers.extend(extra)

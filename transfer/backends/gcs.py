@@ -72,7 +72,7 @@ from transfer.errors import (
     TransferError,
     TransientError,
 )
-from transfer.session import Context
+from transfer.context import Context
 from transfer.urls import Url
 
 _CHUNK_UNIT = 256 << 10  # resumable chunks are multiples of 256 KiB

@@ -25,7 +25,7 @@ from transfer.errors import (
 )
 from transfer.http.origins import OriginPools
 from transfer.http.pool import PooledResponse
-from transfer.session import Context
+from transfer.context import Context
 from transfer.urls import Url
 
 

@@ -16,7 +16,7 @@ from typing import BinaryIO, Hashable, Iterator, List, Optional, Sequence
 from transfer.atomic import AtomicFile, local_error
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import InvalidInput, TransferError
-from transfer.session import Context
+from transfer.context import Context
 from transfer.urls import Url
 
 _PROBE_BYTES = 1024

@@ -28,22 +28,31 @@ from transfer.backends._s3_wire import (
     _range_length,
     _server_side_encrypted,
     check_bucket,
+    check_endpoint,
     default_endpoint,
+    multipart_etag,
     s3_error,
     split_url,
     virtual_hosted,
     xml_escape,
     xml_tree,
 )
+from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.config import Settings
-from transfer.credentials import S3SiteConfig, aws_s3_config, pegasus_credentials_path, pegasus_s3_config
+from transfer.credentials import (
+    CredentialSource,
+    Credentials,
+    S3SiteConfig,
+    pegasus_credentials_path,
+    pegasus_s3_config,
+)
 from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool
-from transfer.session import Context
+from transfer.context import Context
 from transfer.urls import Url
 
 __all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
@@ -53,6 +62,8 @@ __all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_back
 def _site_config(url: Url, context: Context) -> S3SiteConfig:
     if "@" in url.host:
         return pegasus_s3_config(context.pegasus_credentials(url.site_label), url.host)
+    from transfer.aws_chain import aws_s3_config  # only AWS-style URLs pay for the chain's imports
+
     return aws_s3_config(context.env)
 
 
@@ -67,10 +78,11 @@ def open_backend(url: Url, context: Context) -> "S3Backend":
     config = _site_config(url, context)
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)
+    check_endpoint(endpoint, region, config.where)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
         raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
     pool = ConnectionPool(
-        endpoint, max_idle=context.settings.threads + 2,
+        endpoint, max_idle=context.settings.threads + 2, max_open=context.settings.threads + 2,
         ssl_context=context.ssl_context() if endpoint.startswith("https://") else None,
         timeouts=context.timeouts, stats=context.stats)
     return S3Backend(pool, config, region, context.settings)
@@ -89,7 +101,8 @@ class S3Backend:
         self._config = config
         self._region = region
         amazon = config.endpoint is None or pool.host.endswith(".amazonaws.com")
-        self._router = Router(pool, region, config.credentials, pool_for or pool.sibling, amazon_default=amazon)
+        source = config.source or (_fixed(config.credentials) if config.credentials else None)
+        self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
 
@@ -121,24 +134,25 @@ class S3Backend:
             return _info(url, response.status, response.headers)
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        """Stream the object (or ``byte_range``) to ``sink``; a full object is verified against
+        its checksum header or MD5 ETag (see :mod:`transfer.backends._s3_checksum`)."""
         path = split_url(url)
-        headers = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else None
+        headers = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else [CHECKSUM_MODE]
         with self._send("GET", path, headers=headers, url=str(url)) as response:
             self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response.status, response.headers)
-            md5 = _MD5_ETAG.match(info.version or "") if byte_range is None else None
-            if md5 and not _server_side_encrypted(response.headers):
-                digest = hashlib.md5()
-                write = sink.write
+            check = None if byte_range else response_check(response.headers, _etag_md5(info, response.headers))
+            if check is not None:
+                write, update = sink.write, check.update
 
                 def tee(data: bytes) -> None:
-                    digest.update(data)
+                    update(data)
                     write(data)
 
                 count = response.read_into(tee)
-                if digest.hexdigest() != md5.group(1).lower():
-                    raise ChecksumMismatch("MD5 of received bytes differs from ETag", url=str(url),
-                                           operation="get")
+                if not check.matches():
+                    raise ChecksumMismatch(f"{check.name.upper()} of received bytes differs from the store's",
+                                           url=str(url), operation="get")
             else:
                 count = response.read_into(sink.write)
         expected = _range_length(response.headers, byte_range) if byte_range else info.size
@@ -283,7 +297,12 @@ class S3Backend:
         with self._send("PUT", split_url(url), query=query, headers=headers, body=region,
                         payload_hash=UNSIGNED, url=str(url)) as response:
             self._check(response, str(url), "put")
-            return response.headers.get("etag", "")
+            etag = response.headers.get("etag", "")
+            found = _MD5_ETAG.match(etag)
+            if found and found.group(1).lower() != md5.hex() and not _server_side_encrypted(response.headers):
+                raise ChecksumMismatch(f"ETag of part {number} differs from its MD5", url=str(url),
+                                       operation="put")
+            return etag
 
     def complete_upload(self, url: Url, upload_id: str, etags: Sequence[str]) -> ObjectInfo:
         parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{xml_escape(e)}</ETag></Part>"
@@ -295,7 +314,15 @@ class S3Backend:
             text = response.read()
         if b"<Error>" in text:
             raise s3_error(500, text, str(url), "put")
-        return self.stat(url)
+        with self._send("HEAD", split_url(url), url=str(url)) as response:
+            self._check(response, str(url), "stat")
+            info = _info(url, response.status, response.headers)
+            encrypted = _server_side_encrypted(response.headers)
+        expected = multipart_etag(etags)
+        if expected and not encrypted and (info.version or "").lower() != expected:
+            raise ChecksumMismatch("ETag of the assembled object differs from its parts' MD5s", url=str(url),
+                                   operation="put")
+        return info
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
         try:
@@ -305,3 +332,11 @@ class S3Backend:
             pass  # the store expires abandoned uploads; nothing more to do here
 
 
+def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:
+    """The object's MD5 if its ETag is one (single part, not encrypted with a KMS key)."""
+    found = _MD5_ETAG.match(info.version or "")
+    return found.group(1) if found and not _server_side_encrypted(headers) else None
+
+
+def _fixed(credentials: Credentials) -> CredentialSource:
+    return lambda: credentials

@@ -38,7 +38,7 @@ from transfer.atomic import local_error
 from transfer.backends import _ssh
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import ChecksumMismatch, InvalidInput, NotFound, TransferError
-from transfer.session import Context
+from transfer.context import Context
 from transfer.urls import Url
 
 T = TypeVar("T")

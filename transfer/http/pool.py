@@ -13,7 +13,7 @@ import threading
 from typing import Callable, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from transfer.errors import InvalidInput
+from transfer.errors import InvalidInput, TransientError
 from transfer.http.connection import (
     Body,
     Connection,
@@ -53,7 +53,10 @@ class ConnectionPool:
         timeouts: Timeouts = Timeouts(),
         stats: Optional[PoolStats] = None,
         connect_to: Optional[Tuple[str, int]] = None,
+        max_open: Optional[int] = None,
     ) -> None:
+        """``max_open`` caps the connections in use at once (a request waits for a free one,
+        up to the read timeout); ``max_idle`` how many are kept for reuse."""
         parts = urlsplit(base_url)
         self._connect_to = connect_to
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -69,12 +72,14 @@ class ConnectionPool:
         self._max_idle = max(1, max_idle)
         self._idle: List[Connection] = []
         self._lock = threading.Lock()
+        self._max_open = max_open
+        self._slots = threading.BoundedSemaphore(max_open) if max_open else None
         self.stats = stats or PoolStats()
 
     def sibling(self, base_url: str) -> "ConnectionPool":
         """A pool for another endpoint with this one's limits, TLS context, timeouts and counters."""
         return ConnectionPool(base_url, max_idle=self._max_idle, ssl_context=self._ssl_context,
-                              timeouts=self._timeouts, stats=self.stats)
+                              timeouts=self._timeouts, stats=self.stats, max_open=self._max_open)
 
     @property
     def base_url(self) -> str:
@@ -95,14 +100,27 @@ class ConnectionPool:
                     return conn
         return self._new_connection()
 
+    def _take_slot(self) -> None:
+        if self._slots is not None and not self._slots.acquire(timeout=self._timeouts.read):
+            raise TransientError(f"all {self._max_open} connections stayed busy for {self._timeouts.read:.0f} s",
+                                 url=self.base_url, operation="connect")
+
+    def _give_slot(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+
     def _checkin(self, conn: Connection) -> None:
-        if not conn.is_open:
-            return
-        with self._lock:
-            if len(self._idle) < self._max_idle:
-                self._idle.append(conn)
+        """Keep ``conn`` for reuse (if open and room) and free its slot."""
+        try:
+            if not conn.is_open:
                 return
-        conn.close()
+            with self._lock:
+                if len(self._idle) < self._max_idle:
+                    self._idle.append(conn)
+                    return
+            conn.close()
+        finally:
+            self._give_slot()
 
     def request(
         self,
@@ -111,20 +129,30 @@ class ConnectionPool:
         headers: HeaderList = (),
         body: Body = None,
     ) -> "PooledResponse":
-        """Send a request; the caller must read or discard the body (``with`` does it)."""
+        """Send a request; the caller must read or discard the body (``with`` does it), which
+        gives the connection back."""
         header_list = list(headers)
-        conn = self._checkout()
+        self._take_slot()
+        conn: Optional[Connection] = None
         try:
-            response = conn.request(method, target, header_list, body)
-        except StaleConnection:
-            conn = self._new_connection()
-            response = conn.request(method, target, header_list, body)
-        except InvalidInput:
-            self._checkin(conn)  # refused before sending: the connection is still clean
+            conn = self._checkout()
+            try:
+                response = conn.request(method, target, header_list, body)
+            except StaleConnection:
+                conn = self._new_connection()
+                response = conn.request(method, target, header_list, body)
+        except BaseException as err:
+            if conn is not None and isinstance(err, InvalidInput):
+                self._checkin(conn)  # refused before sending: the connection is still clean
+            else:
+                if conn is not None:
+                    conn.close()  # an interrupted exchange leaves it in an unknown state
+                self._give_slot()
             raise
         finally:
             self.stats.count(requests=1)
-        return PooledResponse(response, lambda: self._checkin(conn))
+        used = conn
+        return PooledResponse(response, lambda: self._checkin(used))
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,86 @@
+"""Which checksum an S3 download is verified with, computed while the bytes stream past.
+
+S3 answers a GET that asked ``x-amz-checksum-mode: ENABLED`` with the object's full-object
+checksum when it has one (``x-amz-checksum-crc64nvme`` is Amazon's default for new objects,
+multipart ones included), base64 of the big-endian value. In order of preference:
+
+1. SHA-256, SHA-1 or CRC32 headers: the standard library computes them (CRC32 through zlib);
+2. the ETag when it is an MD5 (single-part objects without SSE-KMS);
+3. CRC64NVME or CRC32C headers, when ``awscrt`` (Amazon's C runtime, in the ``[aws]`` extra)
+   is installed: about 6 GB/s, where MD5 manages about 0.4 GB/s. It is imported only when
+   such a header arrives (the import costs ~0.1 s).
+
+Composite checksums (``COMPOSITE`` type, or values ending ``-N``) describe parts, not the
+object, and are not checked; the byte count always is.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zlib
+from typing import Callable, Dict, Optional
+
+__all__ = ["StreamCheck", "response_check", "CHECKSUM_MODE"]
+
+CHECKSUM_MODE = ("x-amz-checksum-mode", "ENABLED")
+_Crc = Callable[[bytes, int], int]
+
+
+class StreamCheck:
+    """A running checksum of a download and the value it must end at."""
+
+    def __init__(self, name: str, expected: str, update: Callable[[bytes], None], final: Callable[[], str]):
+        self.name = name
+        self.expected = expected
+        self.update = update
+        self._final = final
+
+    def matches(self) -> bool:
+        return self._final() == self.expected
+
+
+def response_check(headers: Dict[str, str], etag_md5: Optional[str]) -> Optional[StreamCheck]:
+    """The check for a full-object GET answered with ``headers`` (None: size only)."""
+    composite = headers.get("x-amz-checksum-type", "").upper() == "COMPOSITE"
+    found = {} if composite else {
+        name: value for name in ("sha256", "sha1", "crc32", "crc64nvme", "crc32c")
+        if (value := headers.get(f"x-amz-checksum-{name}")) and "-" not in value}
+    for name in ("sha256", "sha1"):
+        if name in found:
+            return _hash_check(name, hashlib.new(name), found[name], base64_digest=True)
+    if "crc32" in found:
+        return _crc_check("crc32", zlib.crc32, 4, found["crc32"])
+    if etag_md5:
+        return _hash_check("md5", hashlib.md5(), etag_md5.lower(), base64_digest=False)
+    for name, width in (("crc64nvme", 8), ("crc32c", 4)):
+        crc = _crt(name) if name in found else None
+        if crc is not None:
+            return _crc_check(name, crc, width, found[name])
+    return None
+
+
+def _hash_check(name: str, digest: "hashlib._Hash", expected: str, *, base64_digest: bool) -> StreamCheck:
+    def final() -> str:
+        return base64.b64encode(digest.digest()).decode() if base64_digest else digest.hexdigest()
+    return StreamCheck(name, expected, digest.update, final)
+
+
+def _crc_check(name: str, crc: _Crc, width: int, expected: str) -> StreamCheck:
+    state = [0]
+
+    def update(data: bytes) -> None:
+        state[0] = crc(data, state[0])
+
+    def final() -> str:
+        return base64.b64encode(state[0].to_bytes(width, "big")).decode()
+    return StreamCheck(name, expected, update, final)
+
+
+def _crt(name: str) -> Optional[_Crc]:
+    try:
+        from awscrt import checksums  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    except ImportError:
+        return None
+    functions: Dict[str, _Crc] = {"crc64nvme": checksums.crc64nvme, "crc32c": checksums.crc32c}
+    return functions[name]
