@@ -298,10 +298,13 @@ class S3Backend:
         return self.stat(url)
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
+        """Discard the parts. An upload already completed or aborted (NoSuchUpload) is
+        success; other failures raise, so that the caller can retry (parts left behind are
+        billed until ``pegasus-cloudio-s3 rmup`` or a lifecycle rule removes them)."""
         try:
-            with self._send("DELETE", split_url(url), query={"uploadId": upload_id}, url=str(url)):
-                pass
-        except TransferError:
-            pass  # the store expires abandoned uploads; nothing more to do here
+            with self._send("DELETE", split_url(url), query={"uploadId": upload_id}, url=str(url)) as response:
+                self._check(response, str(url), "abort", ok=(200, 204))
+        except NotFound:
+            pass
 
 
