@@ -135,12 +135,12 @@ class S3Backend:
                     digest.update(data)
                     write(data)
 
-                count = response.read_into(tee)
+                count = response.read_into(tee, str(url))
                 if digest.hexdigest() != md5.group(1).lower():
                     raise ChecksumMismatch("MD5 of received bytes differs from ETag", url=str(url),
                                            operation="get")
             else:
-                count = response.read_into(sink.write)
+                count = response.read_into(sink.write, str(url))
         expected = _range_length(response.headers, byte_range) if byte_range else info.size
         if count != expected:
             raise ChecksumMismatch(f"received {count} bytes, expected {expected}", url=str(url),
