@@ -143,3 +143,25 @@ def test_a_consumer_without_bundling_lists_each_directory_once(proxied, bucket, 
     lists = proxy.snapshot()["requests"] - counts.get("HEAD", 0)
     # at most one 404 per worker before the index is known, one LIST, one head GET per bundle
     assert lists <= 8 + 1 + 4, counts
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_the_index_cap_is_a_clear_error(s3_env, bucket, minio):
+    from transfer.bundles.directory import BundleDirectory
+    from transfer.bundles.format import BundleFormatError, parse_index
+
+    blob = bundle_bytes([(f"m{i}", b"") for i in range(5)])
+    with pytest.raises(BundleFormatError, match="more than 4 members"):
+        parse_index(blob, len(blob), max_members=4)
+    s3 = client(minio)
+    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/001.pcb", Body=blob)
+    for name in ("p1", "p2"):
+        s3.put_object(Bucket=bucket, Key=f"D/{name}", Body=b"plain")
+    directory = parse_url(f"s3://test@minio/{bucket}/D", site_label="minio")
+    with Session(Settings(), s3_env) as session:
+        backend = session.backend(directory)
+        assert BundleDirectory.load(backend, directory, max_entries=7).lookup("m3") is not None
+        with pytest.raises(BundleFormatError, match=r"7 objects and bundle members, more than the bundle index limit of 6"):
+            BundleDirectory.load(backend, directory, max_entries=6)
