@@ -1,7 +1,7 @@
 """ListMultipartUploads for ``lsup``/``rmup`` (pegasus-s3 4.x had both; 5.1.3 dropped them).
 
-Like :mod:`pegasus_cloudio.s3cli.bucket_ops`, a protocol-level helper on the backend's signed
-requests; it belongs in :class:`transfer.backends.s3.S3Backend` as an optional capability.
+A protocol-level helper on the backend's signed requests; like ``list_buckets`` it belongs in
+:class:`transfer.backends.s3.S3Backend` as an optional capability (that file is owned elsewhere).
 Uploads that were neither completed nor aborted (a killed client, a crashed server) keep
 their parts, billed, until removed; a bucket lifecycle rule
 (``AbortIncompleteMultipartUpload``) is the hands-off remedy (docs/s3.md in the user guide).
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, Optional
 
 from transfer.backends import s3
+from transfer.backends._s3_wire import xml_tree
 from transfer.errors import InvalidInput
 
 
@@ -35,7 +36,7 @@ def list_uploads(backend: object, bucket: str, prefix: Optional[str] = None) -> 
         url = f"s3 uploads in {bucket}"
         with backend._send("GET", s3.S3Path(bucket, ""), query=query, url=url) as response:  # noqa: SLF001
             backend._check(response, url, "list")  # noqa: SLF001
-            root = s3._xml(response.read())  # noqa: SLF001
+            root = xml_tree(response.read())
         for item in root.iter("Upload"):
             key = item.findtext("Key") or ""
             if not prefix or key.startswith(prefix):

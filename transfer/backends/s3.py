@@ -40,7 +40,7 @@ from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, ur
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.config import Settings
 from transfer.credentials import S3SiteConfig, aws_s3_config, pegasus_credentials_path, pegasus_s3_config
-from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, RemoteError, TransferError
+from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool
 from transfer.session import Context
