@@ -14,7 +14,7 @@ destinations (atomically, verified by SHA-256) and then inserted into the cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, List, Optional
 
 from transfer.atomic import AtomicFile, atomic_write_bytes
 from transfer.backends.base import Backend, ObjectInfo
