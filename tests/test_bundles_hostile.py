@@ -143,3 +143,51 @@ def test_a_consumer_without_bundling_lists_each_directory_once(proxied, bucket, 
     lists = proxy.snapshot()["requests"] - counts.get("HEAD", 0)
     # at most one 404 per worker before the index is known, one LIST, one head GET per bundle
     assert lists <= 8 + 1 + 4, counts
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_the_index_cap_is_a_clear_error(s3_env, bucket, minio):
+    from transfer.bundles.directory import BundleDirectory
+    from transfer.bundles.format import BundleFormatError, parse_index
+
+    blob = bundle_bytes([(f"m{i}", b"") for i in range(5)])
+    with pytest.raises(BundleFormatError, match="more than 4 members"):
+        parse_index(blob, len(blob), max_members=4)
+    s3 = client(minio)
+    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/001.pcb", Body=blob)
+    for name in ("p1", "p2"):
+        s3.put_object(Bucket=bucket, Key=f"D/{name}", Body=b"plain")
+    directory = parse_url(f"s3://test@minio/{bucket}/D", site_label="minio")
+    with Session(Settings(), s3_env) as session:
+        backend = session.backend(directory)
+        assert BundleDirectory.load(backend, directory, max_entries=7).lookup("m3") is not None
+        with pytest.raises(BundleFormatError, match=r"7 objects and bundle members, more than the bundle index limit of 6"):
+            BundleDirectory.load(backend, directory, max_entries=6)
+
+
+def test_a_slow_directory_listing_holds_up_no_other_directory(proxied, bucket, minio, tmp_path):
+    proxy, env = proxied
+    from pegasus_cloudio.testbed.proxy import Fault
+
+    s3 = client(minio)
+    for directory in ("slowdir", "fastdir"):
+        s3.put_object(Bucket=bucket, Key=f"{directory}/.cloudio-bundles/001.pcb",
+                      Body=bundle_bytes([("x", f"{directory} member".encode())]))
+    # the slow directory's listing starts first (the fast one's first GET is held back a second)
+    proxy.set_faults([Fault.stall(4, method="GET", path="prefix=slowdir", times=1),
+                      Fault.stall(1, method="GET", path="fastdir/x", times=1)])
+    with Session(Settings(threads=2), env) as session:
+        results = Engine(session, retry=FAST).run(
+            [Transfer((parse_url(f"s3://test@minio/{bucket}/{d}/x", site_label="minio"),),
+                      parse_url(f"file://{tmp_path}/{d}/x")) for d in ("slowdir", "fastdir")])
+    assert results[1].ok and (tmp_path / "fastdir" / "x").read_bytes() == b"fastdir member"
+    assert proxy.snapshot()["faults_triggered"] == 2
+
+    def finished_at(result):
+        last = result.history[-1]
+        return last.start + last.seconds
+
+    # no lock is held across one directory's listing: the other directory is not queued behind it
+    assert finished_at(results[1]) < finished_at(results[0])

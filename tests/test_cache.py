@@ -464,5 +464,7 @@ def test_the_cache_benchmark_runs_small_and_meets_its_targets():
     assert cached["origin_bytes"] < plain["origin_bytes"]
     assert result["single_flight"]["origin_requests"] == 1 and result["single_flight"]["hits"] == 5
     assert [row["size_mb"] for row in result["latency_ms"]] == [0, 1]
+    assert [row["hit_checked"] for row in result["latency_ms"]] == [True, True]  # 1 MB <= 1 MiB
+    assert all(row["get_unchecked_ms"] > 0 for row in result["latency_ms"])
     assert result["targets"]["files_identical"] is True
     assert result["targets"]["hardlink_get_of_100MB_under_5ms"] is None  # not measured at this size

@@ -23,10 +23,10 @@ def entry(src, dst, src_label, dst_label):
             "dest_urls": [{"site_label": dst_label, "url": dst}]}
 
 
-def start(spec, env, cwd):
+def start(spec, env, cwd, cache="off"):
     proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                             env=dict(env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""),
-                                     PEGASUS_CLOUDIO_CACHE_DIR="off"))
+                                     PEGASUS_CLOUDIO_CACHE_DIR=str(cache), PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES="0"))
     proc.stdin.write(json.dumps(spec).encode())
     proc.stdin.close()
     return proc
@@ -39,8 +39,8 @@ def wait_for(predicate, what, timeout=30.0):
         time.sleep(0.05)
 
 
-def parts(directory: Path):
-    return [p.name for p in directory.rglob("*") if p.name.endswith(".part")]
+def parts(*directories: Path):
+    return [p for d in directories for p in d.rglob("*") if p.name.endswith(".part")]
 
 
 def client(minio):
@@ -48,22 +48,24 @@ def client(minio):
                         aws_secret_access_key=minio.secret_key, region_name="us-east-1")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum, cached", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True)])
 def test_a_signal_during_a_get_leaves_no_part_file_and_logs_what_did_not_finish(proxied, bucket, minio,
-                                                                                tmp_path, signum):
+                                                                                tmp_path, signum, cached):
     proxy, env = proxied
     client(minio).put_object(Bucket=bucket, Key="big.dat", Body=os.urandom(32 * MiB))
     proxy.set_faults([Fault.stall(60, after_bytes=4 * MiB, method="GET")])
     job = tmp_path / "job"
     job.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
     url = f"s3://test@minio/{bucket}/big.dat"
-    proc = start([entry(url, f"file://{job}/big.dat", "minio", "local")], env, job)
-    wait_for(lambda: parts(job) and os.path.getsize(job / parts(job)[0]) > 0, "a partial download")
+    proc = start([entry(url, f"file://{job}/big.dat", "minio", "local")], env, job, cache if cached else "off")
+    wait_for(lambda: parts(job, cache) and os.path.getsize(parts(job, cache)[0]) > 0, "a partial download")
     proc.send_signal(signum)
     rc = proc.wait(timeout=30)
     err = proc.stderr.read().decode()
     assert rc == 1, err
-    assert parts(job) == [] and not (job / "big.dat").exists()
+    assert parts(job, cache) == [] and not (job / "big.dat").exists()
     assert f"Exiting due to signal {int(signum)}" in err and f"Not finished: {url}" in err
     assert "completed successfully" not in err
 

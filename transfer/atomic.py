@@ -50,6 +50,16 @@ class _TempNames:
 _LIVE = _TempNames()
 
 
+def track_temp(path: str) -> None:
+    """Count ``path`` (a temp file another module creates, e.g. a cache entry being filled)
+    among those :func:`remove_temp_files` removes; :func:`untrack_temp` once it is gone."""
+    _LIVE.add(path)
+
+
+def untrack_temp(path: str) -> None:
+    _LIVE.discard(path)
+
+
 def remove_temp_files() -> int:
     """Unlink every temp file of this process not yet committed; returns how many. For signal
     handlers: the writers' threads may still hold them open, but nothing is left on disk."""

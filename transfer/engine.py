@@ -29,7 +29,7 @@ import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
-from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, atomic_write_bytes, local_error
+from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
 from transfer.backends.base import Backend, CacheKeys, MultipartUploads, ObjectInfo, ServerSideCopy, TreeRemoval
 from transfer.bundles.directory import LoadedBundle

@@ -11,7 +11,8 @@ In one run, on an embedded MinIO behind a counting proxy on loopback:
   the cache: the store must see exactly one GET;
 * the seed's cache-daemon table: put (write-through of a local file) and get (a cache hit
   materialised into a job directory) latency for 0, 1, 10 and 100 MB files, by hard link,
-  symlink and copy, median of ``--repeats`` (plus a get that misses, from MinIO).
+  symlink and copy, median of ``--repeats`` (plus a get that misses, from MinIO, and a
+  hard-link get with the SHA-256 re-check of small entries switched off: the check's cost).
 
 Job processes are forked from one launcher after its imports (see
 :mod:`pegasus_cloudio.bench.cache_jobs`), so interpreter start-up is not in the figures.
@@ -240,21 +241,25 @@ class _Bench:
             os.fsync(fh.fileno())  # a job's output already on disk: put measures the cache's work
         linked = NodeCache(self.cache_config(f"cache-lat-{size_mb}-link"))
         copying = NodeCache(self.cache_config(f"cache-lat-{size_mb}-copy", hardlink=False))
+        unchecked = NodeCache(self.cache_config(f"cache-lat-{size_mb}-unchecked", verify_bytes=0))
         row: Dict[str, Any] = {"size_mb": size_mb}
         row["put_hardlink_ms"] = self._median(lambda i: linked.insert_file(f"put{i}", source))
         row["put_copy_ms"] = self._median(lambda i: copying.insert_file(f"put{i}", source))
-        linked.insert_file("get", source)
-        copying.insert_file("get", source)
+        for cache in (linked, copying, unchecked):
+            cache.insert_file("get", source)
         jobs = os.path.join(self.root, f"jobs-lat-{size_mb}")
         row["get_hardlink_ms"] = self._median(lambda i: linked.fetch("get", f"{jobs}/h{i}/in", _no_download))
         row["get_symlink_ms"] = self._median(
             lambda i: linked.fetch("get", f"{jobs}/s{i}/in", _no_download, symlink=True))
         row["get_copy_ms"] = self._median(lambda i: copying.fetch("get", f"{jobs}/c{i}/in", _no_download))
+        row["get_unchecked_ms"] = self._median(
+            lambda i: unchecked.fetch("get", f"{jobs}/u{i}/in", _no_download))
+        row["hit_checked"] = size <= linked.config.verify_bytes
         url = self.upload(f"latency-{size_mb}.dat", size)
         download = self._downloader(url)
         row["get_miss_ms"] = self._median(lambda i: linked.fetch(f"miss{i}", f"{jobs}/m{i}/in", download))
         shutil.rmtree(jobs, ignore_errors=True)
-        for cache in (linked, copying):
+        for cache in (linked, copying, unchecked):
             cache.clear()
         os.unlink(source)
         return row
@@ -311,7 +316,8 @@ PUBLISHED: Dict[str, Any] = {
 
 _LATENCY_COLUMNS = (("put link", "put_hardlink_ms"), ("put copy", "put_copy_ms"),
                     ("get link", "get_hardlink_ms"), ("get sym", "get_symlink_ms"),
-                    ("get copy", "get_copy_ms"), ("get miss", "get_miss_ms"))
+                    ("get copy", "get_copy_ms"), ("get miss", "get_miss_ms"),
+                    ("unchecked", "get_unchecked_ms"))
 
 
 def format_table(result: Dict[str, Any]) -> str:
@@ -329,6 +335,8 @@ def format_table(result: Dict[str, Any]) -> str:
     for row in result["latency_ms"]:
         rows.append(f"{str(row['size_mb']) + ' MB':<20} "
                     + " ".join(f"{row[key]:>9.3f}" for _, key in _LATENCY_COLUMNS))
+    rows.append("get link re-checks the SHA-256 of entries up to PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES (1 MiB); "
+                "'unchecked' is the same get without it: the difference is the check's cost")
     for name, ok in result["targets"].items():
         rows.append(f"target {name}: {'n/a' if ok is None else ('met' if ok else 'NOT MET')}")
     published = result["published"]

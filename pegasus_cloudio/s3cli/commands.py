@@ -20,9 +20,10 @@ from datetime import datetime, timezone
 from typing import Dict, Iterator, List, Optional, Sequence, Set, TextIO, Tuple
 
 from pegasus_cloudio.s3cli.bucket_ops import list_buckets
+from pegasus_cloudio.s3cli.upload_ops import Upload, list_uploads
 from pegasus_cloudio.s3cli.uri import WILDCARDS, CommandError, S3Uri, has_wildcards, parse_s3_uri
 from transfer import Engine, Session
-from transfer.backends.base import Backend, ObjectInfo
+from transfer.backends.base import Backend, MultipartUploads, ObjectInfo
 from transfer.backends.s3 import split_url
 from transfer.errors import NotFound
 from transfer.ops import Operation, Remove, Transfer
@@ -228,6 +229,32 @@ class S3Commands:
         except NotFound:
             return False
         return True
+
+    # -- lsup / rmup (pegasus-s3 4.x) ------------------------------------------------------
+
+    def lsup(self, uri: S3Uri) -> None:
+        """Uploads in progress under the URL's key: initiated, upload id, key."""
+        if uri.bucket is None:
+            raise CommandError("lsup needs a bucket: s3://USER@SITE/BUCKET[/KEY]")
+        for upload in list_uploads(self._backend(uri), uri.bucket, uri.key):
+            self._out.write(f"\t{upload.initiated}\t{upload.upload_id}\t{upload.key}\n")
+
+    def rmup(self, uri: S3Uri, upload_id: Optional[str], every: bool = False) -> None:
+        """Abort one upload (URL is its key) or, with ``every``, all uploads under the URL."""
+        if uri.bucket is None:
+            raise CommandError("rmup needs a bucket: s3://USER@SITE/BUCKET[/KEY]")
+        if upload_id is None and not every:
+            raise CommandError("rmup needs an UPLOAD id, or -a to abort every upload under the URL")
+        backend = self._backend(uri)
+        if not isinstance(backend, MultipartUploads):
+            raise CommandError("rmup needs an S3 endpoint")
+        if upload_id is not None:
+            found = [Upload(uri.key or "", upload_id, "-")]
+        else:
+            found = list(list_uploads(backend, uri.bucket, uri.key))
+        for upload in found:
+            backend.abort_upload(uri.with_key(upload.key).to_url(), upload.upload_id)
+            log.info("aborted upload %s of %s", upload.upload_id, upload.key)
 
     def _run(self, ops: Sequence[Operation]) -> None:
         failed = [r for r in self._engine.run(ops) if not r.ok]

@@ -24,7 +24,7 @@ from transfer import Session, Settings
 from transfer.errors import TransferError
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
-LEGACY = {"rmdir": "URL...", "lsup": "URL", "rmup": "URL [UPLOAD]"}
+LEGACY = {"rmdir": "URL..."}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-d", "--debug", action="store_true", help="Enable debug mode")
     parser.add_argument("-C", "--conf", dest="config", default=None, help="Path to configuration file")
     parser.add_argument("--version", action="version", version=version_line("pegasus-cloudio-s3"))
-    sub = parser.add_subparsers(dest="cmd", metavar="{ls,mkdir,rm,put,get,cp,help}")
+    sub = parser.add_subparsers(dest="cmd", metavar="{ls,mkdir,rm,put,get,cp,lsup,rmup,help}")
     ls = sub.add_parser("ls", help="List the contents of a bucket (or the buckets)")
     ls.add_argument("url", metavar="URL")
     ls.add_argument("-l", "--long", dest="long_format", action="store_true", help="Use long listing format")
@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Create destination bucket if it does not exist")
     cp.add_argument("-f", "--force", action="store_true", help="If DEST key exists, then overwrite it")
     cp.add_argument("-r", "--recursive", action="store_true", help="SRC may be a bucket: copy all its keys")
+    lsup = sub.add_parser("lsup", help="List multipart uploads in progress under URL (pegasus-s3 4.x)")
+    lsup.add_argument("url", metavar="URL")
+    rmup = sub.add_parser("rmup", help="Abort multipart upload UPLOAD of URL, or with -a every upload "
+                                       "under URL (pegasus-s3 4.x)")
+    rmup.add_argument("url", metavar="URL")
+    rmup.add_argument("upload", metavar="UPLOAD", nargs="?", default=None)
+    rmup.add_argument("-a", "--all", action="store_true", help="Abort every upload under URL")
     helper = sub.add_parser("help", help="Print this message (or the help of COMMAND)")
     helper.add_argument("topic", metavar="COMMAND", nargs="?")
     for name, usage in LEGACY.items():
@@ -136,6 +143,8 @@ def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO) -> Non
             "get": lambda: commands.get(args.url, args.file, recursive=args.recursive),
             "cp": lambda: commands.cp(args.srcs, args.dest, force=args.force, create=args.create,
                                       recursive=args.recursive),
+            "lsup": lambda: commands.lsup(parse_s3_uri(args.url)),
+            "rmup": lambda: commands.rmup(parse_s3_uri(args.url), args.upload, every=args.all),
         }
         actions[args.cmd]()
 

@@ -80,7 +80,7 @@ class BufferedReply:
     def read(self) -> bytes:
         return self.body
 
-    def read_into(self, write: Callable[[bytes], object]) -> int:
+    def read_into(self, write: Callable[[bytes], object], url: Optional[str] = None) -> int:
         write(self.body)
         return len(self.body)
 

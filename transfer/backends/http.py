@@ -79,7 +79,7 @@ class HttpBackend:
         with response:
             check_response(response, url, "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response)
-            count = response.read_into(sink.write)
+            count = response.read_into(sink.write, str(url))
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and count != int(declared):
             raise ChecksumMismatch(f"received {count} of {declared} bytes", url=str(url), operation="get")

@@ -49,7 +49,7 @@ from transfer.credentials import (
     pegasus_credentials_path,
     pegasus_s3_config,
 )
-from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, RemoteError, TransferError
+from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool
 from transfer.context import Context
@@ -149,12 +149,12 @@ class S3Backend:
                     update(data)
                     write(data)
 
-                count = response.read_into(tee)
+                count = response.read_into(tee, str(url))
                 if not check.matches():
                     raise ChecksumMismatch(f"{check.name.upper()} of received bytes differs from the store's",
                                            url=str(url), operation="get")
             else:
-                count = response.read_into(sink.write)
+                count = response.read_into(sink.write, str(url))
         expected = _range_length(response.headers, byte_range) if byte_range else info.size
         if count != expected:
             raise ChecksumMismatch(f"received {count} bytes, expected {expected}", url=str(url),
@@ -325,11 +325,14 @@ class S3Backend:
         return info
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
+        """Discard the parts. An upload already completed or aborted (NoSuchUpload) is
+        success; other failures raise, so that the caller can retry (parts left behind are
+        billed until ``pegasus-cloudio-s3 rmup`` or a lifecycle rule removes them)."""
         try:
-            with self._send("DELETE", split_url(url), query={"uploadId": upload_id}, url=str(url)):
-                pass
-        except TransferError:
-            pass  # the store expires abandoned uploads; nothing more to do here
+            with self._send("DELETE", split_url(url), query={"uploadId": upload_id}, url=str(url)) as response:
+                self._check(response, str(url), "abort", ok=(200, 204))
+        except NotFound:
+            pass
 
 
 def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:

@@ -102,6 +102,10 @@ class BundleIndex:
     def names(self) -> List[str]:
         return list(self._rows)
 
+    def __iter__(self) -> Iterator[str]:
+        """The member names, in index order (the index's own strings: no copies)."""
+        return iter(self._rows)
+
     def by_name(self) -> Dict[str, Member]:
         return {m.name: m for m in self.members}
 

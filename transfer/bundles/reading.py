@@ -14,9 +14,9 @@ destinations (atomically, verified by SHA-256) and then inserted into the cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, List, Optional
 
-from transfer.atomic import AtomicFile
+from transfer.atomic import AtomicFile, atomic_write_bytes
 from transfer.backends.base import Backend, ObjectInfo
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.fetch import Writer, stream_members
@@ -25,6 +25,7 @@ from transfer.cache import NodeCache
 from transfer.errors import TransferError
 from transfer.urls import Url
 
+BUFFERED = 1 << 20  # members up to this size are written from memory in one go
 Stored = Callable[[str], None]  # told the key of every entry inserted (peers publish them)
 
 
@@ -119,31 +120,48 @@ class _SinkWriter:
 
 class _FanOut:
     """Writes one member to every destination that wants it; commit publishes them all and
-    inserts the first into the node cache under the member's key."""
+    inserts the first into the node cache under the member's key.
+
+    A member of up to :data:`BUFFERED` bytes is kept in memory and written with one
+    ``atomic_write_bytes`` per destination (the common small-file case: four system calls);
+    a bigger one streams into atomic temp files from its first byte past the limit."""
 
     def __init__(self, reads: List[MemberRead], state: GroupState, cache: Optional[NodeCache],
                  key: Optional[str], stored: Optional[Stored]) -> None:
         self._reads, self._state, self._cache, self._key, self._stored = reads, state, cache, key, stored
+        self._buffer: Optional[bytearray] = bytearray()
         self._files: List[AtomicFile] = []
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        self._size += len(data)
+        if self._buffer is not None:
+            self._buffer += data
+            if len(self._buffer) <= BUFFERED:
+                return
+            data, self._buffer = bytes(self._buffer), None
+            self._open_files()
+        for out in self._files:
+            out.file.write(data)
+
+    def _open_files(self) -> None:
         try:
-            for read in reads:
+            for read in self._reads:
                 self._files.append(AtomicFile(read.dest_path).__enter__())
         except BaseException:
             self.abort()
             raise
-        self._size = 0
-
-    def write(self, data: bytes) -> None:
-        for out in self._files:
-            out.file.write(data)
-        self._size += len(data)
 
     def commit(self) -> None:
-        try:
-            for out in self._files:
-                out.commit(self._size)
-        finally:
-            self.abort()  # closes what is left (committed files are already in place)
+        if self._buffer is not None:
+            for read in self._reads:
+                atomic_write_bytes(read.dest_path, bytes(self._buffer))
+        else:
+            try:
+                for out in self._files:
+                    out.commit(self._size)
+            finally:
+                self.abort()  # closes what is left (committed files are already in place)
         for read in self._reads:
             self._state.done[read.position] = self._size
         if self._cache is not None and self._key is not None:
@@ -152,5 +170,6 @@ class _FanOut:
 
     def abort(self) -> None:
         files, self._files = self._files, []
+        self._buffer = None
         for out in files:
             out.__exit__(None, None, None)

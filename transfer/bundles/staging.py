@@ -23,7 +23,7 @@ import tempfile
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Dict, Hashable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from transfer.atomic import local_error
 from transfer.backends.base import Backend

@@ -27,6 +27,7 @@ import stat
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional, Tuple
 
+from transfer.atomic import track_temp, untrack_temp
 from transfer.errors import ConfigError
 
 DIR_MODE = 0o700
@@ -72,6 +73,7 @@ class KeyPaths:
     def open_temp(self) -> Tuple[int, str]:
         """A new temp file (fd, path) in the shard, created with it if missing."""
         path = self.new_temp()
+        track_temp(path)  # a signal handler removes it (see transfer.atomic)
         try:
             fd = os.open(path, _TEMP_FLAGS, FILE_MODE)
         except FileNotFoundError:
@@ -212,6 +214,7 @@ def write_meta(paths: KeyPaths, meta: Meta) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(json.dumps(asdict(meta), sort_keys=True).encode())
         os.replace(temp, paths.meta)
+        untrack_temp(temp)
     except BaseException:
         remove_quietly(temp)
         raise
@@ -219,6 +222,7 @@ def write_meta(paths: KeyPaths, meta: Meta) -> None:
 
 def remove_quietly(path: str) -> bool:
     """Unlink ``path``; True if it was removed, False if it was absent or could not be."""
+    untrack_temp(path)
     try:
         os.unlink(path)
     except OSError:

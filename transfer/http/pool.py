@@ -13,7 +13,7 @@ import threading
 from typing import Callable, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from transfer.errors import InvalidInput, TransientError
+from transfer.errors import InvalidInput, TransferError, TransientError
 from transfer.http.connection import (
     Body,
     Connection,
@@ -182,9 +182,16 @@ class PooledResponse:
         finally:
             self._finish()
 
-    def read_into(self, write: Callable[[bytes], object]) -> int:
+    def read_into(self, write: Callable[[bytes], object], url: Optional[str] = None) -> int:
+        """Stream the body to ``write``. A cut body raises naming ``url`` (the object, not
+        just the endpoint, which the message keeps)."""
         try:
             return self._response.read_into(write)
+        except TransferError as err:
+            if url is None or err.url == url:
+                raise
+            raise type(err)(f"{err.message} (from {err.url})", url=url, operation=err.operation or "get",
+                            status=err.status) from err
         finally:
             self._finish()
 
