@@ -2,8 +2,9 @@
 
 In one run, on loopback: an embedded MinIO behind a proxy adding ``--store-rtt-ms`` (20 ms),
 one redis-server, and ``--nodes`` nodes, each a node-cache directory with its
-``pegasus-cloudio serve`` daemon (TLS, pool token) behind a proxy adding ``--peer-rtt-ms``
-(0.5 ms). Jobs are engine batches in threads of this process (one per node at a time).
+``pegasus-cloudio serve`` daemon process (TLS, pool token) behind a proxy adding
+``--peer-rtt-ms`` (0.5 ms). Jobs are engine batches in threads of this process (one per node
+at a time), each with its own Session (fresh connections, as a job process has).
 
 * index lookups per second from one client, in batches of ``--batch`` keys (seed RIS: 650/s);
 * store requests (GET, HEAD, LIST: every request the store proxy sees) per distinct file for
@@ -22,6 +23,8 @@ import functools
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -29,12 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from pegasus_cloudio.bench.harness import Progress, ratio, tool_env
-from pegasus_cloudio.p2p.serve import Daemon
-from pegasus_cloudio.p2p.server import ServeConfig
-from pegasus_cloudio.p2p.settings import DaemonSettings
 from pegasus_cloudio.testbed.certs import TlsFiles, make_tls_files
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.ports import free_port
+from pegasus_cloudio.testbed.process import terminate
 from pegasus_cloudio.testbed.proxy import TcpProxy
 from pegasus_cloudio.testbed.redis import RedisServer
 from transfer import Engine, Session, Settings, Transfer, parse_url
@@ -43,7 +44,7 @@ from transfer.cache import CacheConfig, NodeCache
 from transfer.p2p import connect_redis, describer
 from transfer.p2p.client import PeerClient
 from transfer.p2p.config import PeerConfig, node_id, parse_networks
-from transfer.p2p.index import PeerIndex
+from transfer.p2p.index import NodeInfo, PeerIndex
 from transfer.p2p.source import PeerIndexSource
 from transfer.peers import Replica
 
@@ -100,23 +101,38 @@ def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
 
 
 class _Node:
-    """A node: cache directory, daemon behind a delaying proxy, and a Session to the store."""
+    """A node: a cache directory, its daemon (a ``pegasus-cloudio serve`` process, as on a real
+    worker) behind a delaying proxy, and its peer settings. Each job opens its own Session,
+    as a job process would."""
 
     def __init__(self, name: str, root: str, env: Dict[str, str], redis_url: str, tls: TlsFiles,
-                 peer_rtt_ms: float) -> None:
-        self.name = name
+                 peer_rtt_ms: float, token_file: str) -> None:
+        self.name, self.env = name, env
         self.cache_dir = os.path.join(root, f"cache-{name}")
         self.cache = _new_cache(self.cache_dir)
         port = free_port()
         self.proxy = TcpProxy(("127.0.0.1", port), delay_ms=peer_rtt_ms / 2).start()
-        serve = ServeConfig({"bench": self.cache_dir}, TOKEN, ("127.0.0.1", port), str(tls.cert), str(tls.key))
         self.index = PeerIndex(connect_redis(redis_url), "bench")
-        self.daemon = Daemon(DaemonSettings(serve, name, "", self.proxy.url("https"), redis_url, False, "bench",
-                                            60.0), self.index).start()
+        self.log = open(os.path.join(root, f"daemon-{name}.log"), "ab")
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-m", "pegasus_cloudio.cli", "serve"], stdout=self.log, stderr=subprocess.STDOUT,
+            env=dict(env, PEGASUS_CLOUDIO_P2P_REDIS=redis_url, PEGASUS_CLOUDIO_P2P_NAMESPACE="bench",
+                     PEGASUS_CLOUDIO_P2P_TOKEN_FILE=token_file, PEGASUS_CLOUDIO_P2P_NODE=name,
+                     PEGASUS_CLOUDIO_P2P_BIND=f"127.0.0.1:{port}", PEGASUS_CLOUDIO_P2P_CERT=str(tls.cert),
+                     PEGASUS_CLOUDIO_P2P_KEY=str(tls.key), PEGASUS_CLOUDIO_P2P_USERS=f"bench={self.cache_dir}",
+                     PEGASUS_CLOUDIO_P2P_URL=self.proxy.url("https"), PEGASUS_CLOUDIO_P2P_HEARTBEAT_TTL="60"))
+        self._wait_for_daemon(root)
         self.config = PeerConfig(redis_url, TOKEN, ca_file=str(tls.ca_cert), networks=parse_networks("127.0.0.0/8"),
                                  node=name, user="bench", connect_timeout=2.0, first_byte_timeout=5.0,
                                  read_timeout=10.0, claim_seconds=30.0)
-        self.session = Session(Settings(threads=8), env)
+
+    def _wait_for_daemon(self, root: str) -> None:
+        deadline = time.monotonic() + 30
+        while node_id(self.name, "bench") not in self.index.live_nodes():
+            if self.daemon.poll() is not None or time.monotonic() > deadline:
+                with open(os.path.join(root, f"daemon-{self.name}.log"), encoding="utf-8", errors="replace") as fh:
+                    raise RuntimeError(f"the daemon of {self.name} did not start:\n{fh.read()[-2000:]}")
+            time.sleep(0.05)
 
     def reset_cache(self) -> None:
         shutil.rmtree(self.cache_dir, ignore_errors=True)
@@ -129,7 +145,8 @@ class _Node:
                   if peers else None)
         started = time.monotonic()
         try:
-            results = Engine(self.session, cache=self.cache, peers=source).run(ops)
+            with Session(Settings(threads=8), self.env) as session:
+                results = Engine(session, cache=self.cache, peers=source).run(ops)
         finally:
             if source is not None:
                 source.close()
@@ -140,9 +157,9 @@ class _Node:
         return wall
 
     def close(self) -> None:
-        self.daemon.stop()
+        terminate(self.daemon)
+        self.log.close()
         self.proxy.stop()
-        self.session.close()
 
 
 def _new_cache(directory: str) -> NodeCache:
@@ -161,7 +178,10 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
             direct = server.write_pegasus_credentials(os.path.join(root, "direct.conf"), site=SITE, user="bench")
             direct_env = tool_env({"PEGASUS_CREDENTIALS": str(direct), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
             tls = make_tls_files(os.path.join(root, "tls"))
-            nodes = [_Node(f"n{i}", root, env, redis_server.url, tls, params.peer_rtt_ms)
+            token = os.path.join(root, "token")
+            with open(os.open(token, os.O_WRONLY | os.O_CREAT, 0o600), "w", encoding="ascii") as fh:
+                fh.write(TOKEN)
+            nodes = [_Node(f"n{i}", root, env, redis_server.url, tls, params.peer_rtt_ms, token)
                      for i in range(params.nodes)]
             bench = _Bench(root, params, Session(Settings(), direct_env), store, nodes)
             result: Dict[str, Any] = {
@@ -214,8 +234,8 @@ class _Bench:
         progress.phase(f"index: {self.params.lookup_batches} lookups of {self.params.batch} keys")
         index = PeerIndex(connect_redis(redis_url), "bench-lookups")
         keys = [f"s3://bench/{BUCKET}/run/f{i:05d}" for i in range(self.params.batch)]
-        index.heartbeat(self.nodes[0].daemon.nodes, 60)
-        index.register(self.nodes[0].daemon.nodes[0].node, [Replica(k, i, "ab" * 32) for i, k in enumerate(keys)])
+        index.heartbeat([NodeInfo("n0/bench", "https://127.0.0.1:1/v1/bench")], 60)
+        index.register("n0/bench", [Replica(k, i, "ab" * 32) for i, k in enumerate(keys)])
         index.lookup(keys)  # connect
         started = time.monotonic()
         for _ in range(self.params.lookup_batches):
@@ -281,7 +301,7 @@ class _Bench:
                 self.put(name, size)
                 reader.reset_cache()
                 store_ms.append(1000 * reader.run(self.reads([name], f"fs{i}"), peers=False))
-                holder.run(self.reads([name], f"fh{i}"), peers=False)  # the holder's copy
+                holder.run(self.reads([name], f"fh{i}"), peers=True)  # the holder registers its copy
                 reader.reset_cache()
                 peer_ms.append(1000 * reader.run(self.reads([name], f"fp{i}"), peers=True))
                 shutil.rmtree(os.path.join(self.root, "jobs"), ignore_errors=True)

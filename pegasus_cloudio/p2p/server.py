@@ -62,6 +62,9 @@ class _Server(ThreadingHTTPServer):
 
     def get_request(self) -> Tuple[socket.socket, object]:
         sock, addr = super().get_request()
+        # headers and body go out as separate writes: without this, Nagle holds the body
+        # back until the client's delayed ACK (40 ms per small file)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls is not None:
             sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return sock, addr

@@ -188,6 +188,7 @@ class PeerClient:
         except OSError as err:
             conn.close()
             raise PeerFailure(f"peer {name}: cannot connect to {host}:{port}: {err}") from err
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.sock.settimeout(self._config.first_byte_timeout)
         return conn, False
 
