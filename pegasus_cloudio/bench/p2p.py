@@ -237,14 +237,17 @@ class _Bench:
         index.heartbeat([NodeInfo("n0/bench", "https://127.0.0.1:1/v1/bench")], 60)
         index.register("n0/bench", [Replica(k, i, "ab" * 32) for i, k in enumerate(keys)])
         index.lookup(keys)  # connect
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         for _ in range(self.params.lookup_batches):
             found = index.lookup(keys)
-        wall = time.monotonic() - started
-        assert len(found.holders) == len(keys)
+        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        if len(found.holders) != len(keys):
+            raise RuntimeError(f"lookup found {len(found.holders)} of {len(keys)} keys")
         total = self.params.lookup_batches * len(keys)
         return {"batch": len(keys), "batches": self.params.lookup_batches, "seconds": round(wall, 4),
-                "lookups_per_s": round(total / wall), "seed_ris_ops_per_s": SEED_RIS_OPS_PER_S}
+                "lookups_per_s": round(total / wall), "client_cpu_us_per_lookup": round(1e6 * cpu / total, 2),
+                "load_average": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
+                "seed_ris_ops_per_s": SEED_RIS_OPS_PER_S}
 
     # -- shared reads -------------------------------------------------------------------
 
@@ -365,7 +368,8 @@ def format_table(result: Dict[str, Any]) -> str:
     look = result["lookups"]
     rows = [f"store RTT {p['store_rtt_ms']} ms, peer RTT {p['peer_rtt_ms']} ms, {p['nodes']} nodes",
             f"index lookups: {look['lookups_per_s']:,}/s in batches of {look['batch']} "
-            f"(seed RIS: {look['seed_ris_ops_per_s']} ops/s)", "",
+            f"(client CPU {look['client_cpu_us_per_lookup']} us/lookup; load average {look['load_average']} on "
+            f"{look['cpus']} CPUs; seed RIS: {look['seed_ris_ops_per_s']} ops/s)", "",
             f"{'shared reads (all start together)':<36} {'files':>6} {'store req':>10} {'req/file':>9} {'wall s':>8}"]
     for r in result["shared_reads"]:
         rows.append(f"{r['mode']:<36} {r['files']:>6} {r['store_requests']:>10} "

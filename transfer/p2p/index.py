@@ -26,7 +26,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from transfer.cache.layout import digest_of
 from transfer.peers import Replica
@@ -68,9 +68,9 @@ class NodeInfo:
     rack: str = ""
 
 
-@dataclass(frozen=True)
-class Holder:
-    """One live node holding a key, with the size and SHA-256 it registered."""
+class Holder(NamedTuple):
+    """One live node holding a key, with the size and SHA-256 it registered. (A named tuple:
+    a lookup makes one per key, and tuples are cheaper to build than frozen dataclasses.)"""
 
     info: NodeInfo
     size: int
@@ -116,11 +116,11 @@ class PeerIndex:
         return f"{self._ns}:{{n}}:nodes"
 
     def entry_key(self, key: str) -> str:
-        d = digest_of(key)
+        d = _short(key)
         return f"{self._ns}:{{{d[0]}}}:r:{d}"
 
     def claim_key(self, key: str) -> str:
-        d = digest_of(key)
+        d = _short(key)
         return f"{self._ns}:{{{d[0]}}}:c:{d}"
 
     # -- nodes --------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class PeerIndex:
         claimed = set(claim.keys) if claim is not None else set()
         groups: Dict[str, List[Tuple[str, str]]] = {}
         for key in unique:
-            d = digest_of(key)
+            d = _short(key)
             groups.setdefault(d[0], []).append((key, d))
         pipe = self._redis.pipeline(transaction=False)
         pipe.hgetall(self.nodes_key)
@@ -170,22 +170,21 @@ class PeerIndex:
         replies = pipe.execute()
         found = Lookup()
         live = _live(replies[0], self._clock(), found.problems)
+        decode = _Decoder()
         for members, reply in zip(groups.values(), replies[1:]):
             for (key, _), (entry, holder) in zip(members, reply):
-                self._take(found, key, _pairs(entry), _text(holder), live, node)
+                holders = _holders(key, decode.pairs(entry), live, found.problems) if entry else []
+                if holders:
+                    found.holders[key] = holders
+                if holder is not None:
+                    self._claim_outcome(found, key, _text(holder), bool(holders), node)
         return found
 
     @staticmethod
-    def _take(found: Lookup, key: str, entry: Mapping[Any, Any], holder: Optional[str],
-              live: Mapping[str, NodeInfo], node: str) -> None:
-        holders = _holders(key, entry, live, found.problems)
-        if holders:
-            found.holders[key] = holders
-        if holder is None:
-            return
+    def _claim_outcome(found: Lookup, key: str, holder: Optional[str], held: bool, node: str) -> None:
         if holder == node:
             found.won.append(key)
-        elif not holders:
+        elif holder is not None and not held:
             found.in_flight[key] = holder
 
     def register(self, node: str, replicas: Sequence[Replica]) -> None:
@@ -224,12 +223,31 @@ def _text(value: Any) -> Optional[str]:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _pairs(flat: Any) -> Dict[Any, Any]:
-    """A flat [field, value, field, value, ...] reply as a dict."""
-    if isinstance(flat, dict):
-        return flat
-    items = list(flat or [])
-    return dict(zip(items[0::2], items[1::2]))
+def _short(key: str) -> str:
+    """The index's name for a cache key: 128 bits of its SHA-256 (hex)."""
+    return digest_of(key)[:32]
+
+
+class _Decoder:
+    """Turns flat [field, value, ...] replies into {node: value} strings, decoding each
+    node name once per lookup (a batch names the same few nodes a thousand times)."""
+
+    def __init__(self) -> None:
+        self._names: Dict[Any, str] = {}
+
+    def pairs(self, flat: Any) -> Dict[str, str]:
+        if isinstance(flat, dict):
+            flat = [x for kv in flat.items() for x in kv]
+        out: Dict[str, str] = {}
+        names = self._names
+        for i in range(0, len(flat) - 1, 2):
+            raw = flat[i]
+            name = names.get(raw)
+            if name is None:
+                name = names[raw] = _text(raw) or ""
+            value = flat[i + 1]
+            out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        return out
 
 
 def _live(table: Mapping[Any, Any], now: float, problems: List[str]) -> Dict[str, NodeInfo]:
@@ -250,13 +268,12 @@ def _live(table: Mapping[Any, Any], now: float, problems: List[str]) -> Dict[str
     return live
 
 
-def _holders(key: str, entry: Mapping[Any, Any], live: Mapping[str, NodeInfo],
+def _holders(key: str, entry: Mapping[str, str], live: Mapping[str, NodeInfo],
              problems: List[str]) -> List[Holder]:
     """Live holders of one key that agree on (size, sha256) with the most others."""
     values: Dict[str, Tuple[int, str]] = {}
-    for raw_node, raw in entry.items():
-        node = _text(raw_node) or ""
-        parsed = _parse_value(_text(raw) or "")
+    for node, raw in entry.items():
+        parsed = _parse_value(raw)
         if parsed is None:
             problems.append(f"malformed replica entry {node!r} for {key!r} in the replica index")
         elif node in live:
