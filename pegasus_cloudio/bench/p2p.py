@@ -70,6 +70,7 @@ class Params:
     image_kib: int = 1024
     store_rtt_ms: float = 20.0
     peer_rtt_ms: float = 0.5
+    peer_plain_http: bool = False
 
 
 _HELP = {
@@ -84,6 +85,7 @@ _HELP = {
     "image_kib": "Montage-like run: size of one projected image, KiB",
     "store_rtt_ms": "round trip added to store traffic",
     "peer_rtt_ms": "round trip added to peer traffic",
+    "peer_plain_http": "daemons serve plain HTTP instead of HTTPS (a trusted network)",
 }
 
 
@@ -91,8 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = Params()
     for field in dataclasses.fields(Params):
         value = getattr(defaults, field.name)
-        parser.add_argument("--" + field.name.replace("_", "-"), type=type(value), default=value,
-                            help=f"{_HELP[field.name]} (default {value})")
+        if isinstance(value, bool):
+            parser.add_argument("--" + field.name.replace("_", "-"), action="store_true", help=_HELP[field.name])
+        else:
+            parser.add_argument("--" + field.name.replace("_", "-"), type=type(value), default=value,
+                                help=f"{_HELP[field.name]} (default {value})")
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
@@ -106,25 +111,28 @@ class _Node:
     as a job process would."""
 
     def __init__(self, name: str, root: str, env: Dict[str, str], redis_url: str, tls: TlsFiles,
-                 peer_rtt_ms: float, token_file: str) -> None:
+                 params: Params, token_file: str) -> None:
         self.name, self.env = name, env
         self.cache_dir = os.path.join(root, f"cache-{name}")
         self.cache = _new_cache(self.cache_dir)
         port = free_port()
-        self.proxy = TcpProxy(("127.0.0.1", port), delay_ms=peer_rtt_ms / 2).start()
+        self.proxy = TcpProxy(("127.0.0.1", port), delay_ms=params.peer_rtt_ms / 2).start()
+        plain = params.peer_plain_http
+        security = ({"PEGASUS_CLOUDIO_P2P_PLAIN_HTTP": "1"} if plain else
+                    {"PEGASUS_CLOUDIO_P2P_CERT": str(tls.cert), "PEGASUS_CLOUDIO_P2P_KEY": str(tls.key)})
         self.index = PeerIndex(connect_redis(redis_url), "bench")
         self.log = open(os.path.join(root, f"daemon-{name}.log"), "ab")
         self.daemon = subprocess.Popen(
             [sys.executable, "-m", "pegasus_cloudio.cli", "serve"], stdout=self.log, stderr=subprocess.STDOUT,
             env=dict(env, PEGASUS_CLOUDIO_P2P_REDIS=redis_url, PEGASUS_CLOUDIO_P2P_NAMESPACE="bench",
                      PEGASUS_CLOUDIO_P2P_TOKEN_FILE=token_file, PEGASUS_CLOUDIO_P2P_NODE=name,
-                     PEGASUS_CLOUDIO_P2P_BIND=f"127.0.0.1:{port}", PEGASUS_CLOUDIO_P2P_CERT=str(tls.cert),
-                     PEGASUS_CLOUDIO_P2P_KEY=str(tls.key), PEGASUS_CLOUDIO_P2P_USERS=f"bench={self.cache_dir}",
-                     PEGASUS_CLOUDIO_P2P_URL=self.proxy.url("https"), PEGASUS_CLOUDIO_P2P_HEARTBEAT_TTL="60"))
+                     PEGASUS_CLOUDIO_P2P_BIND=f"127.0.0.1:{port}", PEGASUS_CLOUDIO_P2P_USERS=f"bench={self.cache_dir}",
+                     PEGASUS_CLOUDIO_P2P_URL=self.proxy.url("http" if plain else "https"),
+                     PEGASUS_CLOUDIO_P2P_HEARTBEAT_TTL="60", **security))
         self._wait_for_daemon(root)
         self.config = PeerConfig(redis_url, TOKEN, ca_file=str(tls.ca_cert), networks=parse_networks("127.0.0.0/8"),
                                  node=name, user="bench", connect_timeout=2.0, first_byte_timeout=5.0,
-                                 read_timeout=10.0, claim_seconds=30.0)
+                                 read_timeout=10.0, claim_seconds=30.0, plain_http=plain)
 
     def _wait_for_daemon(self, root: str) -> None:
         deadline = time.monotonic() + 30
@@ -181,7 +189,7 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
             token = os.path.join(root, "token")
             with open(os.open(token, os.O_WRONLY | os.O_CREAT, 0o600), "w", encoding="ascii") as fh:
                 fh.write(TOKEN)
-            nodes = [_Node(f"n{i}", root, env, redis_server.url, tls, params.peer_rtt_ms, token)
+            nodes = [_Node(f"n{i}", root, env, redis_server.url, tls, params, token)
                      for i in range(params.nodes)]
             bench = _Bench(root, params, Session(Settings(), direct_env), store, nodes)
             result: Dict[str, Any] = {
@@ -366,7 +374,8 @@ def _targets(result: Dict[str, Any]) -> Dict[str, Optional[bool]]:
 def format_table(result: Dict[str, Any]) -> str:
     p = result["params"]
     look = result["lookups"]
-    rows = [f"store RTT {p['store_rtt_ms']} ms, peer RTT {p['peer_rtt_ms']} ms, {p['nodes']} nodes",
+    rows = [f"store RTT {p['store_rtt_ms']} ms (plain HTTP), peer RTT {p['peer_rtt_ms']} ms "
+            f"({'plain HTTP' if p.get('peer_plain_http') else 'HTTPS'}), {p['nodes']} nodes",
             f"index lookups: {look['lookups_per_s']:,}/s in batches of {look['batch']} "
             f"(client CPU {look['client_cpu_us_per_lookup']} us/lookup; load average {look['load_average']} on "
             f"{look['cpus']} CPUs; seed RIS: {look['seed_ris_ops_per_s']} ops/s)", "",
