@@ -84,3 +84,20 @@ def test_the_pegasus_helper_ranks_the_node_whose_cache_holds_the_input_first(s3_
     assert rank(expr, holder) == 2.0
     assert rank(expr, machine("elsewhere")) == 0
     assert "rank" not in other.profiles.get("condor", {})
+
+
+def test_sites_p2p_puts_the_pool_settings_on_the_compute_site_and_documents_the_helper(tmp_path):
+    import yaml
+    from pegasus_cloudio.sites import cli
+    from pegasus_cloudio.sites.templates import argv_for
+    argv = argv_for("s3-cloud-storage", str(tmp_path)) + ["--p2p", "redis://10.0.0.5:6379/0"]
+    assert cli.main(cli._parser().parse_args(argv)) == 0
+    sites = yaml.safe_load((tmp_path / "sites.yml").read_text())
+    [compute] = [s for s in sites["sites"] if s["name"] == "condorpool"]
+    env = compute["profiles"]["env"]
+    assert env["PEGASUS_CLOUDIO_P2P_REDIS"] == "redis://10.0.0.5:6379/0"
+    assert env["PEGASUS_CLOUDIO_P2P_TOKEN_FILE"] == "/etc/pegasus-cloudio/pool.token"
+    [local] = [s for s in sites["sites"] if s["name"] == "local"]
+    assert "PEGASUS_CLOUDIO_P2P_REDIS" not in local.get("profiles", {}).get("env", {})
+    readme = (tmp_path / "README.md").read_text()
+    assert "add_cache_rank" in readme and "--p2p redis://10.0.0.5:6379/0" in readme
