@@ -197,3 +197,22 @@ def test_the_serve_cap_answers_503(node_a, tls, tmp_path):
         server._server.slots.acquire()  # one serve in progress
         report, _ = fetch(client_config(tls), "k", [holder("a", url_of(server), r)])
         assert report.size is None and "503" in report.failures[0]
+
+
+def test_symlinks_and_files_of_other_owners_in_a_cache_are_never_served(node_a, tls, tmp_path):
+    cache, server = node_a
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for key in ("link", "foreign"):
+        put(cache, key, b"0123456789")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root-only!")  # same size as the entries
+    with cache.pin("link") as path:
+        st = os.stat(path)
+        os.unlink(path)
+        os.symlink(secret, path)
+        os.utime(secret, ns=(st.st_atime_ns, st.st_mtime_ns))  # passes the cache's size+mtime check
+    with cache.pin("foreign") as path:
+        os.chown(path, 12345, 12345)
+    for key in ("link", "foreign"):
+        status, _, body = raw_get(server, tls, f"/v1/alice/{digest_of(key)}", auth)
+        assert status == 404 and b"root-only" not in body and b"0123456789" not in body

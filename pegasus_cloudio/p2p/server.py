@@ -23,6 +23,7 @@ import os
 import re
 import socket
 import ssl
+import stat
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -119,9 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve_entry(self, layout: Layout, digest: str, body: bool) -> None:
         paths = layout.paths_for_digest(digest)
         meta = read_meta(paths.meta)
-        try:
-            fh = open(paths.data, "rb")
-        except OSError:
+        fh = _open_entry(paths.data, layout.root)
+        if fh is None:
             return self._refuse(404, "no such entry")
         with fh:
             st = os.fstat(fh.fileno())
@@ -155,6 +155,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+
+def _open_entry(path: str, root: str) -> Optional[io.BufferedReader]:
+    """The entry file, or None. The daemon may run as root and serves directories its users
+    write, so a symlink (O_NOFOLLOW) or a file not owned by the cache's owner (a hard link to
+    someone else's file) is never served."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.stat(root).st_uid:
+            os.close(fd)
+            return None
+    except OSError:
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def _send_span(sock: socket.socket, fh: io.BufferedReader, start: int, count: int) -> None:
