@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from pegasus_cloudio.bench.harness import Progress, ratio, tool_env
+from pegasus_cloudio.bench.harness import Progress, add_params_arguments, params_from_args, ratio, tool_env
 from pegasus_cloudio.testbed.certs import TlsFiles, make_tls_files
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.ports import free_port
@@ -90,19 +90,11 @@ _HELP = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = Params()
-    for field in dataclasses.fields(Params):
-        value = getattr(defaults, field.name)
-        if isinstance(value, bool):
-            parser.add_argument("--" + field.name.replace("_", "-"), action="store_true", help=_HELP[field.name])
-        else:
-            parser.add_argument("--" + field.name.replace("_", "-"), type=type(value), default=value,
-                                help=f"{_HELP[field.name]} (default {value})")
+    add_params_arguments(parser, Params(), _HELP)
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    params = Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Params)})
-    return run(params, Progress())
+    return run(params_from_args(Params, args), Progress())
 
 
 class _Node:
