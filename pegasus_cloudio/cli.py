@@ -50,6 +50,8 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "worker-bundle": ("pegasus_cloudio.worker_bundle",
                       "write the drop-in as one executable file for workers (no pip install)"),
     "serve": ("pegasus_cloudio.p2p.serve", "serve this node's cache to peers (the P2P cache daemon)"),
+    "cache-summary": ("pegasus_cloudio.p2p.summary",
+                      "print what this node's caches hold as a ClassAd (HTCondor startd cron)"),
     "cost": ("pegasus_cloudio.cost.cli", "request cost of a workflow's staging, per site and job type"),
 }
 

@@ -78,3 +78,17 @@ def test_custom_engine_demo_runs_on_its_own_minio():
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert "uploaded s3://test@minio/demo-bucket/task1/counts.txt" in done.stdout
+
+
+def test_p2p_library_example_shares_a_result_between_two_nodes(s3_env, bucket, tmp_path):
+    from pegasus_cloudio.testbed.redis import RedisServer
+    with RedisServer() as redis_server:
+        env = dict(s3_env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+        done = subprocess.run([sys.executable, str(EXAMPLES / "p2p_library.py"), "--redis", redis_server.url,
+                               "--store", f"s3://test@minio/{bucket}/p2p", "--work", str(tmp_path / "w")],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "node b: peer hits: 1, bytes from peers: 1048576" in done.stdout
+    assert "holders: a/example\n" in done.stdout  # b registered its copy too, but runs no daemon: not alive
+    assert "direct fetch: 1048576 bytes, sha256 verified: True" in done.stdout
+    assert (tmp_path / "w" / "b" / "result.dat").read_bytes() == (tmp_path / "w" / "a" / "result.dat").read_bytes()

@@ -21,7 +21,7 @@ from transfer import Engine, Session, Settings, Transfer, parse_url
 from transfer.p2p import describer
 from transfer.p2p.client import PeerClient
 from transfer.p2p.config import node_id
-from transfer.p2p.index import PeerIndex
+from transfer.p2p.index import NodeInfo, PeerIndex
 from transfer.p2p.source import PeerIndexSource
 from p2p_support import TOKEN, client_config, new_cache
 
@@ -167,3 +167,27 @@ def test_a_node_whose_heartbeat_expired_is_never_asked(pool, proxied, bucket, tm
     assert b.run(env, reads(tmp_path, bucket, "jb", ["h1"]), source)[0].ok
     assert proxy.requests_by_method == {"GET": 1}
     assert source.counters["peer_failures"] == 0 and source.counters["peer_hits"] == 0
+
+
+def test_malformed_entries_and_peers_outside_the_networks_fall_back_to_the_store(pool, proxied, bucket, tmp_path,
+                                                                                caplog):
+    proxy, env = proxied
+    names = ["m1", "m2"]
+    upload(env, tmp_path, bucket, names)
+    a, b, _ = pool
+    assert all(r.ok for r in a.run(env, reads(tmp_path, bucket, "ja", names)))
+    key1, key2 = (a.cache.entries()[i].key for i in range(2))
+    a.index._redis.hset(a.index.entry_key(key1), "a/alice", "not a size and digest")
+    a.index.heartbeat([NodeInfo("far/alice", "https://203.0.113.9:8470/v1/alice")], 30)
+    a.index._redis.hdel(a.index.entry_key(key2), "a/alice")
+    a.index._redis.hset(a.index.entry_key(key2), "far/alice", f"5000 {'0' * 64}")  # the only holder
+    proxy.reset_counters()
+    with caplog.at_level(logging.WARNING):
+        results = b.run(env, reads(tmp_path, bucket, "jb", names))
+    assert all(r.ok for r in results)
+    for n in names:
+        assert (tmp_path / "jb" / n).read_bytes() == (tmp_path / "src" / n).read_bytes()
+    assert proxy.requests_by_method == {"GET": 2}
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "malformed replica entry 'a/alice'" in text
+    assert "outside the pool's networks (203.0.113.9)" in text

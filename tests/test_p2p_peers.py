@@ -197,3 +197,60 @@ def test_the_serve_cap_answers_503(node_a, tls, tmp_path):
         server._server.slots.acquire()  # one serve in progress
         report, _ = fetch(client_config(tls), "k", [holder("a", url_of(server), r)])
         assert report.size is None and "503" in report.failures[0]
+
+
+def test_symlinks_and_files_of_other_owners_in_a_cache_are_never_served(node_a, tls, tmp_path):
+    cache, server = node_a
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for key in ("link", "foreign"):
+        put(cache, key, b"0123456789")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root-only!")  # same size as the entries
+    with cache.pin("link") as path:
+        st = os.stat(path)
+        os.unlink(path)
+        os.symlink(secret, path)
+        os.utime(secret, ns=(st.st_atime_ns, st.st_mtime_ns))  # passes the cache's size+mtime check
+    with cache.pin("foreign") as path:
+        os.chown(path, 12345, 12345)
+    for key in ("link", "foreign"):
+        status, _, body = raw_get(server, tls, f"/v1/alice/{digest_of(key)}", auth)
+        assert status == 404 and b"root-only" not in body and b"0123456789" not in body
+
+
+def test_peers_on_the_same_host_then_rack_come_first_and_equals_are_shuffled():
+    import random
+    from transfer.p2p.client import PeerClient
+    from transfer.peers import Replica
+    r = Replica("k", 1, "00" * 32)
+    holders = [holder(n, "https://10.0.0.1/v1/alice", r, host=h, rack=k)
+               for n, h, k in [("far1", "x", "r9"), ("rack1", "y", "r1"), ("self", "me", "r1"),
+                               ("far2", "z", "r8"), ("rack2", "w", "r1")]]
+    seen = set()
+    for seed in range(20):
+        client = PeerClient(client_config(node="me", rack="r1"), rng=random.Random(seed))
+        order = [h.info.node for h in client.order(holders)]
+        assert order[0] == "self" and set(order[1:3]) == {"rack1", "rack2"} and set(order[3:]) == {"far1", "far2"}
+        seen.add(tuple(order))
+    assert len(seen) == 4  # random among equals: both orders of each pair occur
+
+
+@pytest.mark.parametrize("env, message", [
+    ({}, "PEGASUS_CLOUDIO_P2P_BIND must be address:port"),
+    ({"PEGASUS_CLOUDIO_P2P_BIND": "127.0.0.1:0"}, "PEGASUS_CLOUDIO_P2P_CERT and PEGASUS_CLOUDIO_P2P_KEY are required"),
+    ({"PEGASUS_CLOUDIO_P2P_BIND": "127.0.0.1:0", "PEGASUS_CLOUDIO_P2P_PLAIN_HTTP": "1"},
+     "PEGASUS_CLOUDIO_P2P_USERS must name the users"),
+    ({"PEGASUS_CLOUDIO_P2P_BIND": "127.0.0.1:0", "PEGASUS_CLOUDIO_P2P_PLAIN_HTTP": "1",
+      "PEGASUS_CLOUDIO_P2P_USERS": "alice=/tmp/x", "PEGASUS_CLOUDIO_P2P_TOKEN_FILE": "{token}"},
+     "readable by group or others"),
+])
+def test_serve_refuses_bad_settings_with_one_line(tmp_path, env, message):
+    import subprocess
+    import sys
+    token = tmp_path / "token"
+    token.write_text("t")
+    token.chmod(0o644)
+    env = {k: v.format(token=token) for k, v in env.items()}
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "serve"], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PEGASUS_CLOUDIO_CONFIG=os.devnull, **env))
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1

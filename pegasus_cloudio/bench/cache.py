@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from pegasus_cloudio.bench.harness import Progress, tool_env
+from pegasus_cloudio.bench.harness import Progress, add_params_arguments, params_from_args, tool_env
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
 from transfer.cache import CacheConfig, NodeCache
@@ -89,16 +89,11 @@ _HELP = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = Params()
-    for field in dataclasses.fields(Params):
-        value = getattr(defaults, field.name)
-        parser.add_argument("--" + field.name.replace("_", "-"), type=type(value), default=value,
-                            help=f"{_HELP[field.name]} (default {value})")
+    add_params_arguments(parser, Params(), _HELP)
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    params = Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Params)})
-    return run(params, Progress())
+    return run(params_from_args(Params, args), Progress())
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:

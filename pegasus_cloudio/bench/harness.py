@@ -13,6 +13,7 @@ the extrapolated figure by an order of magnitude.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import resource
@@ -22,9 +23,11 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from pegasus_cloudio.testbed.proxy import TcpProxy
+
+_P = TypeVar("_P")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,22 @@ class Progress:
         if self._enabled:
             self._stream.write(f"  {text}\n")
             self._stream.flush()
+
+
+def add_params_arguments(parser: "argparse.ArgumentParser", defaults: Any, helps: Mapping[str, str]) -> None:
+    """One ``--flag`` per field of the frozen dataclass ``defaults`` (booleans: store_true)."""
+    for field in dataclasses.fields(defaults):
+        value = getattr(defaults, field.name)
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action="store_true", help=helps[field.name])
+        else:
+            parser.add_argument(flag, type=type(value), default=value, help=f"{helps[field.name]} (default {value})")
+
+
+def params_from_args(cls: Type[_P], args: "argparse.Namespace") -> _P:
+    """The dataclass ``cls`` filled from the flags :func:`add_params_arguments` added."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
 def measure(tool: str, direction: str, files: int, argv: Sequence[str], env: Mapping[str, str],

@@ -2,8 +2,9 @@
 
 In one run, on loopback: an embedded MinIO behind a proxy adding ``--store-rtt-ms`` (20 ms),
 one redis-server, and ``--nodes`` nodes, each a node-cache directory with its
-``pegasus-cloudio serve`` daemon (TLS, pool token) behind a proxy adding ``--peer-rtt-ms``
-(0.5 ms). Jobs are engine batches in threads of this process (one per node at a time).
+``pegasus-cloudio serve`` daemon process (TLS, pool token) behind a proxy adding
+``--peer-rtt-ms`` (0.5 ms). Jobs are engine batches in threads of this process (one per node
+at a time), each with its own Session (fresh connections, as a job process has).
 
 * index lookups per second from one client, in batches of ``--batch`` keys (seed RIS: 650/s);
 * store requests (GET, HEAD, LIST: every request the store proxy sees) per distinct file for
@@ -22,19 +23,19 @@ import functools
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from pegasus_cloudio.bench.harness import Progress, ratio, tool_env
-from pegasus_cloudio.p2p.serve import Daemon
-from pegasus_cloudio.p2p.server import ServeConfig
-from pegasus_cloudio.p2p.settings import DaemonSettings
+from pegasus_cloudio.bench.harness import Progress, add_params_arguments, params_from_args, ratio, tool_env
 from pegasus_cloudio.testbed.certs import TlsFiles, make_tls_files
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.ports import free_port
+from pegasus_cloudio.testbed.process import terminate
 from pegasus_cloudio.testbed.proxy import TcpProxy
 from pegasus_cloudio.testbed.redis import RedisServer
 from transfer import Engine, Session, Settings, Transfer, parse_url
@@ -43,7 +44,7 @@ from transfer.cache import CacheConfig, NodeCache
 from transfer.p2p import connect_redis, describer
 from transfer.p2p.client import PeerClient
 from transfer.p2p.config import PeerConfig, node_id, parse_networks
-from transfer.p2p.index import PeerIndex
+from transfer.p2p.index import NodeInfo, PeerIndex
 from transfer.p2p.source import PeerIndexSource
 from transfer.peers import Replica
 
@@ -69,6 +70,7 @@ class Params:
     image_kib: int = 1024
     store_rtt_ms: float = 20.0
     peer_rtt_ms: float = 0.5
+    peer_plain_http: bool = False
 
 
 _HELP = {
@@ -83,40 +85,54 @@ _HELP = {
     "image_kib": "Montage-like run: size of one projected image, KiB",
     "store_rtt_ms": "round trip added to store traffic",
     "peer_rtt_ms": "round trip added to peer traffic",
+    "peer_plain_http": "daemons serve plain HTTP instead of HTTPS (a trusted network)",
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = Params()
-    for field in dataclasses.fields(Params):
-        value = getattr(defaults, field.name)
-        parser.add_argument("--" + field.name.replace("_", "-"), type=type(value), default=value,
-                            help=f"{_HELP[field.name]} (default {value})")
+    add_params_arguments(parser, Params(), _HELP)
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    params = Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Params)})
-    return run(params, Progress())
+    return run(params_from_args(Params, args), Progress())
 
 
 class _Node:
-    """A node: cache directory, daemon behind a delaying proxy, and a Session to the store."""
+    """A node: a cache directory, its daemon (a ``pegasus-cloudio serve`` process, as on a real
+    worker) behind a delaying proxy, and its peer settings. Each job opens its own Session,
+    as a job process would."""
 
     def __init__(self, name: str, root: str, env: Dict[str, str], redis_url: str, tls: TlsFiles,
-                 peer_rtt_ms: float) -> None:
-        self.name = name
+                 params: Params, token_file: str) -> None:
+        self.name, self.env = name, env
         self.cache_dir = os.path.join(root, f"cache-{name}")
         self.cache = _new_cache(self.cache_dir)
         port = free_port()
-        self.proxy = TcpProxy(("127.0.0.1", port), delay_ms=peer_rtt_ms / 2).start()
-        serve = ServeConfig({"bench": self.cache_dir}, TOKEN, ("127.0.0.1", port), str(tls.cert), str(tls.key))
+        self.proxy = TcpProxy(("127.0.0.1", port), delay_ms=params.peer_rtt_ms / 2).start()
+        plain = params.peer_plain_http
+        security = ({"PEGASUS_CLOUDIO_P2P_PLAIN_HTTP": "1"} if plain else
+                    {"PEGASUS_CLOUDIO_P2P_CERT": str(tls.cert), "PEGASUS_CLOUDIO_P2P_KEY": str(tls.key)})
         self.index = PeerIndex(connect_redis(redis_url), "bench")
-        self.daemon = Daemon(DaemonSettings(serve, name, "", self.proxy.url("https"), redis_url, False, "bench",
-                                            60.0), self.index).start()
+        self.log = open(os.path.join(root, f"daemon-{name}.log"), "ab")
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-m", "pegasus_cloudio.cli", "serve"], stdout=self.log, stderr=subprocess.STDOUT,
+            env=dict(env, PEGASUS_CLOUDIO_P2P_REDIS=redis_url, PEGASUS_CLOUDIO_P2P_NAMESPACE="bench",
+                     PEGASUS_CLOUDIO_P2P_TOKEN_FILE=token_file, PEGASUS_CLOUDIO_P2P_NODE=name,
+                     PEGASUS_CLOUDIO_P2P_BIND=f"127.0.0.1:{port}", PEGASUS_CLOUDIO_P2P_USERS=f"bench={self.cache_dir}",
+                     PEGASUS_CLOUDIO_P2P_URL=self.proxy.url("http" if plain else "https"),
+                     PEGASUS_CLOUDIO_P2P_HEARTBEAT_TTL="60", **security))
+        self._wait_for_daemon(root)
         self.config = PeerConfig(redis_url, TOKEN, ca_file=str(tls.ca_cert), networks=parse_networks("127.0.0.0/8"),
                                  node=name, user="bench", connect_timeout=2.0, first_byte_timeout=5.0,
-                                 read_timeout=10.0, claim_seconds=30.0)
-        self.session = Session(Settings(threads=8), env)
+                                 read_timeout=10.0, claim_seconds=30.0, plain_http=plain)
+
+    def _wait_for_daemon(self, root: str) -> None:
+        deadline = time.monotonic() + 30
+        while node_id(self.name, "bench") not in self.index.live_nodes():
+            if self.daemon.poll() is not None or time.monotonic() > deadline:
+                with open(os.path.join(root, f"daemon-{self.name}.log"), encoding="utf-8", errors="replace") as fh:
+                    raise RuntimeError(f"the daemon of {self.name} did not start:\n{fh.read()[-2000:]}")
+            time.sleep(0.05)
 
     def reset_cache(self) -> None:
         shutil.rmtree(self.cache_dir, ignore_errors=True)
@@ -129,7 +145,8 @@ class _Node:
                   if peers else None)
         started = time.monotonic()
         try:
-            results = Engine(self.session, cache=self.cache, peers=source).run(ops)
+            with Session(Settings(threads=8), self.env) as session:
+                results = Engine(session, cache=self.cache, peers=source).run(ops)
         finally:
             if source is not None:
                 source.close()
@@ -140,9 +157,9 @@ class _Node:
         return wall
 
     def close(self) -> None:
-        self.daemon.stop()
+        terminate(self.daemon)
+        self.log.close()
         self.proxy.stop()
-        self.session.close()
 
 
 def _new_cache(directory: str) -> NodeCache:
@@ -161,7 +178,10 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
             direct = server.write_pegasus_credentials(os.path.join(root, "direct.conf"), site=SITE, user="bench")
             direct_env = tool_env({"PEGASUS_CREDENTIALS": str(direct), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
             tls = make_tls_files(os.path.join(root, "tls"))
-            nodes = [_Node(f"n{i}", root, env, redis_server.url, tls, params.peer_rtt_ms)
+            token = os.path.join(root, "token")
+            with open(os.open(token, os.O_WRONLY | os.O_CREAT, 0o600), "w", encoding="ascii") as fh:
+                fh.write(TOKEN)
+            nodes = [_Node(f"n{i}", root, env, redis_server.url, tls, params, token)
                      for i in range(params.nodes)]
             bench = _Bench(root, params, Session(Settings(), direct_env), store, nodes)
             result: Dict[str, Any] = {
@@ -214,17 +234,20 @@ class _Bench:
         progress.phase(f"index: {self.params.lookup_batches} lookups of {self.params.batch} keys")
         index = PeerIndex(connect_redis(redis_url), "bench-lookups")
         keys = [f"s3://bench/{BUCKET}/run/f{i:05d}" for i in range(self.params.batch)]
-        index.heartbeat(self.nodes[0].daemon.nodes, 60)
-        index.register(self.nodes[0].daemon.nodes[0].node, [Replica(k, i, "ab" * 32) for i, k in enumerate(keys)])
+        index.heartbeat([NodeInfo("n0/bench", "https://127.0.0.1:1/v1/bench")], 60)
+        index.register("n0/bench", [Replica(k, i, "ab" * 32) for i, k in enumerate(keys)])
         index.lookup(keys)  # connect
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         for _ in range(self.params.lookup_batches):
             found = index.lookup(keys)
-        wall = time.monotonic() - started
-        assert len(found.holders) == len(keys)
+        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        if len(found.holders) != len(keys):
+            raise RuntimeError(f"lookup found {len(found.holders)} of {len(keys)} keys")
         total = self.params.lookup_batches * len(keys)
         return {"batch": len(keys), "batches": self.params.lookup_batches, "seconds": round(wall, 4),
-                "lookups_per_s": round(total / wall), "seed_ris_ops_per_s": SEED_RIS_OPS_PER_S}
+                "lookups_per_s": round(total / wall), "client_cpu_us_per_lookup": round(1e6 * cpu / total, 2),
+                "load_average": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
+                "seed_ris_ops_per_s": SEED_RIS_OPS_PER_S}
 
     # -- shared reads -------------------------------------------------------------------
 
@@ -281,7 +304,7 @@ class _Bench:
                 self.put(name, size)
                 reader.reset_cache()
                 store_ms.append(1000 * reader.run(self.reads([name], f"fs{i}"), peers=False))
-                holder.run(self.reads([name], f"fh{i}"), peers=False)  # the holder's copy
+                holder.run(self.reads([name], f"fh{i}"), peers=True)  # the holder registers its copy
                 reader.reset_cache()
                 peer_ms.append(1000 * reader.run(self.reads([name], f"fp{i}"), peers=True))
                 shutil.rmtree(os.path.join(self.root, "jobs"), ignore_errors=True)
@@ -343,9 +366,11 @@ def _targets(result: Dict[str, Any]) -> Dict[str, Optional[bool]]:
 def format_table(result: Dict[str, Any]) -> str:
     p = result["params"]
     look = result["lookups"]
-    rows = [f"store RTT {p['store_rtt_ms']} ms, peer RTT {p['peer_rtt_ms']} ms, {p['nodes']} nodes",
+    rows = [f"store RTT {p['store_rtt_ms']} ms (plain HTTP), peer RTT {p['peer_rtt_ms']} ms "
+            f"({'plain HTTP' if p.get('peer_plain_http') else 'HTTPS'}), {p['nodes']} nodes",
             f"index lookups: {look['lookups_per_s']:,}/s in batches of {look['batch']} "
-            f"(seed RIS: {look['seed_ris_ops_per_s']} ops/s)", "",
+            f"(client CPU {look['client_cpu_us_per_lookup']} us/lookup; load average {look['load_average']} on "
+            f"{look['cpus']} CPUs; seed RIS: {look['seed_ris_ops_per_s']} ops/s)", "",
             f"{'shared reads (all start together)':<36} {'files':>6} {'store req':>10} {'req/file':>9} {'wall s':>8}"]
     for r in result["shared_reads"]:
         rows.append(f"{r['mode']:<36} {r['files']:>6} {r['store_requests']:>10} "

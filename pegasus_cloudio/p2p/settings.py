@@ -29,7 +29,7 @@ from transfer.p2p.config import ENV, read_token
 
 from .server import ServeConfig
 
-__all__ = ["DaemonSettings", "daemon_settings"]
+__all__ = ["DaemonSettings", "daemon_settings", "served_caches"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     if not plain and not (cert and key):
         raise ConfigError(f"{ENV}CERT and {ENV}KEY are required (or {ENV}PLAIN_HTTP=1 on a "
                           "trusted network)", operation="config")
-    serve = ServeConfig(caches=_caches(raw.get("USERS", "")),
+    serve = ServeConfig(caches=served_caches(raw.get("USERS", "")),
                         token=read_token(raw.get("TOKEN_FILE"), raw.get("TOKEN")),
                         bind=bind, cert_file=cert, key_file=key, plain_http=plain,
                         max_serves=_positive(raw, "MAX_SERVES", 32))
@@ -77,7 +77,8 @@ def _bind(text: str) -> Tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _caches(text: str) -> Dict[str, str]:
+def served_caches(text: str) -> Dict[str, str]:
+    """``P2P_USERS`` as user -> cache directory (InvalidInput/ConfigError when bad or empty)."""
     caches: Dict[str, str] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:

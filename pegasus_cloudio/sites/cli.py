@@ -64,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--bundle", dest="bundle", action="store_true", default=None,
         help="set PEGASUS_CLOUDIO_BUNDLE=1 (default: on for cloud-storage, off for the other modes)")
     add("--no-bundle", dest="bundle", action="store_false", help="do not bundle small files")
+    add("--p2p", metavar="REDIS_URL",
+        help="share the workers' node caches peer to peer through this replica index (docs/p2p.md)")
+    add("--p2p-token-file", default="/etc/pegasus-cloudio/pool.token", help="pool token file on the workers")
+    add("--p2p-ca-file", default="/etc/pegasus-cloudio/pool-ca.crt", help="pool CA certificate on the workers")
     add("--stage-clusters", default="4", help="pegasus.stagein/stageout.clusters (default 4)")
     add("--cluster-size", default="20", help="recommended clusters.size for small-file producers (default 20)")
 
@@ -93,7 +97,8 @@ def options_from_args(args: argparse.Namespace) -> SetOptions:
         gcs_endpoint=args.gcs_endpoint, vm_scratch=args.vm_scratch, vm_host=args.vm_host,
         submit_host=args.submit_host, ssh_key=args.ssh_key, worker_pegasus_home=args.worker_pegasus_home,
         pegasus_bin=args.pegasus_bin, worker_package=args.worker_package, cache_dir=args.cache_dir,
-        bundle=args.bundle, **values)  # type: ignore[arg-type]
+        bundle=args.bundle, p2p_redis=args.p2p, p2p_token_file=args.p2p_token_file,
+        p2p_ca_file=args.p2p_ca_file, **values)  # type: ignore[arg-type]
     found = bad + problems(opts)
     if found:
         raise UsageError(*found)

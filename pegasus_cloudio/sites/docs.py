@@ -82,7 +82,7 @@ def readme(opts: SetOptions, argv: Sequence[str]) -> str:
     lines += ["", "## Knobs (env profiles on the sites)", "",
               f"* `PEGASUS_CLOUDIO_THREADS={opts.threads}`: concurrent transfers per job; it wins over the "
               "planner's `--threads 1` for PegasusLite.",
-              _cache_knob(opts),
+              _cache_knob(opts), *_p2p_notes(opts),
               ("* `PEGASUS_CLOUDIO_BUNDLE=1`: a job's small outputs bound for one directory go up as one "
                "bundle object, which later jobs read whole (one GET) or by ranges."
                if opts.bundling else "* No `PEGASUS_CLOUDIO_BUNDLE`: small files are stored one object each "
@@ -102,6 +102,17 @@ def _cache_knob(opts: SetOptions) -> str:
              "`~/.cache/pegasus-cloudio` of the job's user (regenerate with `--cache-dir` for another)")
     return (f"* {where}: inputs fetched once per node are reused by later jobs there; "
             "`pegasus-cloudio cache stats` on the node shows hits and bytes saved.")
+
+
+def _p2p_notes(opts: SetOptions) -> List[str]:
+    if not opts.p2p_redis:
+        return []
+    return [f"* `PEGASUS_CLOUDIO_P2P_REDIS={opts.p2p_redis}`, `PEGASUS_CLOUDIO_P2P_TOKEN_FILE={opts.p2p_token_file}`, "
+            f"`PEGASUS_CLOUDIO_P2P_CA_FILE={opts.p2p_ca_file}` (compute site): jobs read inputs other workers "
+            "already hold from their caches. Each worker runs `pegasus-cloudio serve` and the startd cron "
+            "`pegasus-cloudio cache-summary` (docs/p2p.md). To prefer workers holding a job's inputs, call "
+            "`pegasus_cloudio.p2p.summary.add_cache_rank(workflow, urls)` in your workflow script: it gives "
+            "each job a `condor.rank` from its own inputs."]
 
 
 def _mode_notes(opts: SetOptions) -> List[str]:

@@ -24,7 +24,7 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 from urllib.parse import urlsplit
 
 from transfer.cache.layout import digest_of
@@ -47,12 +47,29 @@ class PeerFailure(Exception):
         self.status = status
 
 
-class _Progress:
-    """Bytes of the object received so far, from however many peers, and their hash."""
+@runtime_checkable
+class _HashingSink(Protocol):
+    """A sink that hashes what it is given (the node cache's): no second hash is needed."""
 
-    def __init__(self) -> None:
+    def hexdigest(self) -> str: ...
+
+
+class _Progress:
+    """Bytes of the object received so far, from however many peers, and their SHA-256
+    (computed here unless the sink computes it anyway)."""
+
+    def __init__(self, sink: PeerSink) -> None:
         self.done = 0
-        self.hasher = hashlib.sha256()
+        self._sink = sink if isinstance(sink, _HashingSink) else None
+        self._hasher = None if self._sink is not None else hashlib.sha256()
+
+    def update(self, data: memoryview) -> None:
+        if self._hasher is not None:
+            self._hasher.update(data)
+
+    def hexdigest(self) -> str:
+        return self._sink.hexdigest() if self._sink is not None else (
+            self._hasher.hexdigest() if self._hasher is not None else "")
 
 
 @dataclass
@@ -98,7 +115,7 @@ class PeerClient:
         if not chosen:
             return report
         size, sha = chosen[0].size, chosen[0].sha256
-        progress = _Progress()
+        progress = _Progress(sink)
         for holder in chosen:
             try:
                 self._copy(holder, key, sink, progress, size)
@@ -107,12 +124,12 @@ class PeerClient:
                 if err.status == 404:
                     report.missing.append(holder.info.node)
                 continue
-            if progress.hasher.hexdigest() == sha:
+            if progress.hexdigest() == sha:
                 report.size = size
                 return report
             report.failures.append(f"peer {holder.info.node}: bytes do not match the registered "
                                    f"SHA-256 of {key}")
-            progress = _Progress()
+            progress = _Progress(sink)
             sink.reset()
         sink.reset()
         return report
@@ -188,6 +205,7 @@ class PeerClient:
         except OSError as err:
             conn.close()
             raise PeerFailure(f"peer {name}: cannot connect to {host}:{port}: {err}") from err
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.sock.settimeout(self._config.first_byte_timeout)
         return conn, False
 
@@ -250,5 +268,5 @@ def _stream(response: http.client.HTTPResponse, sink: PeerSink, progress: _Progr
         if not n:
             raise http.client.IncompleteRead(b"", size - progress.done)
         sink.write(view[:n])
-        progress.hasher.update(view[:n])
+        progress.update(view[:n])
         progress.done += n

@@ -2,17 +2,16 @@
 
 Layout (``ns`` is the pool's namespace, default ``pcio``; ``d`` the SHA-256 of a cache key)::
 
-    ns:{n}:nodes        hash  node id -> JSON {"url", "host", "rack", "expires"}
+    ns:{n}:nodes        hash  node id -> "<expires> " + JSON {"url", "host", "rack"}
     ns:{b}:r:<d>        hash  node id -> "<size> <sha256>"   (b = d[0]: 16 hash tags)
     ns:{b}:c:<d>        string  node id of the one node fetching <d> from the store now
 
-A node is alive while its ``expires`` (Unix seconds, refreshed by the daemon's heartbeat)
-is in the future; entries of other nodes are ignored, so a dead node is never asked. A
-lookup is one pipeline (the node table plus one ``HGETALL`` per key) and a registration
-another; on a cluster the 16 hash tags spread a batch over every master and the client
-sends it as one pipelined round per master. Readers compare ``expires`` with their own
-clock: pool clocks are assumed NTP-synchronised to well within the TTL (skew only makes a
-live node look dead, i.e. a store read, or a dead one look alive, i.e. a failed connect).
+A node is alive while its ``expires`` is in the future; entries of other nodes are ignored,
+so a dead node is never asked. ``expires`` is the Redis server's clock plus the TTL, set by a
+script at each heartbeat, and lookups read the same server's clock with the table, so the
+pool's own clocks do not matter. A lookup is one pipeline (the node table plus one script
+per hash tag) and a registration another; on a cluster the 16 hash tags spread a batch over
+every master and the client sends it as one pipelined round per master.
 
 Nothing here verifies bytes: the values are what producers registered, and consumers check
 what peers send against them (``transfer.p2p.client``). Malformed values are reported in
@@ -23,10 +22,9 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from transfer.cache.layout import digest_of
 from transfer.peers import Replica
@@ -36,6 +34,20 @@ __all__ = ["Claim", "Holder", "Lookup", "NodeInfo", "PeerIndex"]
 DEFAULT_NAMESPACE = "pcio"
 ENTRY_TTL_S = 7 * 86400  # an entry nobody re-registers goes after a week
 _SHA = re.compile(r"[0-9a-f]{64}")
+# KEYS[1]: the node table; ARGV: ttl, then node, JSON pairs. Stamps "<server time + ttl> JSON".
+_HEARTBEAT_LUA = """
+local t = redis.call('TIME')
+local expires = string.format('%.3f', tonumber(t[1]) + tonumber(t[2]) / 1e6 + tonumber(ARGV[1]))
+for i = 2, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], expires .. ' ' .. ARGV[i + 1])
+end
+return expires
+"""
+# KEYS[1]: the node table. The server's clock with the table, so expiry needs no other clock.
+_NODES_LUA = """
+local t = redis.call('TIME')
+return {t[1], t[2], redis.call('HGETALL', KEYS[1])}
+"""
 # KEYS: the n entry keys of one hash tag, then (with claims) their n claim keys; ARGV: node,
 # claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {HGETALL entry, claim holder or false}. A key is only
 # claimed when it has no entry at all.
@@ -68,9 +80,9 @@ class NodeInfo:
     rack: str = ""
 
 
-@dataclass(frozen=True)
-class Holder:
-    """One live node holding a key, with the size and SHA-256 it registered."""
+class Holder(NamedTuple):
+    """One live node holding a key, with the size and SHA-256 it registered. (A named tuple:
+    a lookup makes one per key, and tuples are cheaper to build than frozen dataclasses.)"""
 
     info: NodeInfo
     size: int
@@ -103,11 +115,9 @@ class PeerIndex:
     (anything with ``pipeline``); Redis errors propagate (``redis.RedisError``): callers
     that must not fail (the engine's peer source) catch them."""
 
-    def __init__(self, client: Any, namespace: str = DEFAULT_NAMESPACE,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, client: Any, namespace: str = DEFAULT_NAMESPACE) -> None:
         self._redis = client
         self._ns = namespace
-        self._clock = clock
 
     # -- key names ----------------------------------------------------------------------
 
@@ -116,22 +126,22 @@ class PeerIndex:
         return f"{self._ns}:{{n}}:nodes"
 
     def entry_key(self, key: str) -> str:
-        d = digest_of(key)
+        d = _short(key)
         return f"{self._ns}:{{{d[0]}}}:r:{d}"
 
     def claim_key(self, key: str) -> str:
-        d = digest_of(key)
+        d = _short(key)
         return f"{self._ns}:{{{d[0]}}}:c:{d}"
 
     # -- nodes --------------------------------------------------------------------------
 
     def heartbeat(self, infos: Sequence[NodeInfo], ttl: float) -> None:
-        """Mark ``infos`` alive for ``ttl`` seconds more (one round trip)."""
-        expires = self._clock() + ttl
-        mapping = {i.node: json.dumps({"url": i.url, "host": i.host, "rack": i.rack,
-                                       "expires": expires}) for i in infos}
-        if mapping:
-            self._redis.hset(self.nodes_key, mapping=mapping)
+        """Mark ``infos`` alive for ``ttl`` seconds more, by the server's clock (one round trip)."""
+        args: List[Any] = []
+        for i in infos:
+            args += [i.node, json.dumps({"url": i.url, "host": i.host, "rack": i.rack})]
+        if args:
+            self._redis.execute_command("EVAL", _HEARTBEAT_LUA, 1, self.nodes_key, ttl, *args)
 
     def retire(self, nodes: Sequence[str]) -> None:
         """Drop ``nodes`` from the node table at once (a daemon's clean shutdown)."""
@@ -140,7 +150,7 @@ class PeerIndex:
 
     def live_nodes(self) -> Dict[str, NodeInfo]:
         """Every node whose heartbeat has not expired."""
-        return _live(self._redis.hgetall(self.nodes_key), self._clock(), [])
+        return _live(self._redis.execute_command("EVAL", _NODES_LUA, 1, self.nodes_key), [])
 
     # -- replicas -----------------------------------------------------------------------
 
@@ -155,10 +165,10 @@ class PeerIndex:
         claimed = set(claim.keys) if claim is not None else set()
         groups: Dict[str, List[Tuple[str, str]]] = {}
         for key in unique:
-            d = digest_of(key)
+            d = _short(key)
             groups.setdefault(d[0], []).append((key, d))
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hgetall(self.nodes_key)
+        pipe.execute_command("EVAL", _NODES_LUA, 1, self.nodes_key)
         node, millis = (claim.node, max(1, int(claim.seconds * 1000))) if claim is not None else ("", 1)
         ns = self._ns
         for tag, members in groups.items():
@@ -169,23 +179,22 @@ class PeerIndex:
             pipe.execute_command("EVAL", _LOOKUP_LUA, len(names), *names, node, millis, mask)
         replies = pipe.execute()
         found = Lookup()
-        live = _live(replies[0], self._clock(), found.problems)
+        live = _live(replies[0], found.problems)
+        decode = _Decoder()
         for members, reply in zip(groups.values(), replies[1:]):
             for (key, _), (entry, holder) in zip(members, reply):
-                self._take(found, key, _pairs(entry), _text(holder), live, node)
+                holders = _holders(key, decode.pairs(entry), live, found.problems) if entry else []
+                if holders:
+                    found.holders[key] = holders
+                if holder is not None:
+                    self._claim_outcome(found, key, _text(holder), bool(holders), node)
         return found
 
     @staticmethod
-    def _take(found: Lookup, key: str, entry: Mapping[Any, Any], holder: Optional[str],
-              live: Mapping[str, NodeInfo], node: str) -> None:
-        holders = _holders(key, entry, live, found.problems)
-        if holders:
-            found.holders[key] = holders
-        if holder is None:
-            return
+    def _claim_outcome(found: Lookup, key: str, holder: Optional[str], held: bool, node: str) -> None:
         if holder == node:
             found.won.append(key)
-        elif not holders:
+        elif holder is not None and not held:
             found.in_flight[key] = holder
 
     def register(self, node: str, replicas: Sequence[Replica]) -> None:
@@ -224,39 +233,62 @@ def _text(value: Any) -> Optional[str]:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _pairs(flat: Any) -> Dict[Any, Any]:
-    """A flat [field, value, field, value, ...] reply as a dict."""
-    if isinstance(flat, dict):
-        return flat
-    items = list(flat or [])
-    return dict(zip(items[0::2], items[1::2]))
+def _short(key: str) -> str:
+    """The index's name for a cache key: 128 bits of its SHA-256 (hex)."""
+    return digest_of(key)[:32]
 
 
-def _live(table: Mapping[Any, Any], now: float, problems: List[str]) -> Dict[str, NodeInfo]:
-    """The node table's entries whose heartbeat has not expired; malformed ones reported."""
+class _Decoder:
+    """Turns flat [field, value, ...] replies into {node: value} strings, decoding each
+    node name once per lookup (a batch names the same few nodes a thousand times)."""
+
+    def __init__(self) -> None:
+        self._names: Dict[Any, str] = {}
+
+    def pairs(self, flat: Any) -> Dict[str, str]:
+        if isinstance(flat, dict):
+            flat = [x for kv in flat.items() for x in kv]
+        out: Dict[str, str] = {}
+        names = self._names
+        for i in range(0, len(flat) - 1, 2):
+            raw = flat[i]
+            name = names.get(raw)
+            if name is None:
+                name = names[raw] = _text(raw) or ""
+            value = flat[i + 1]
+            out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        return out
+
+
+def _live(reply: Any, problems: List[str]) -> Dict[str, NodeInfo]:
+    """From the node-table script's reply (server seconds, microseconds, flat table): the
+    nodes whose heartbeat has not expired; malformed entries reported."""
+    seconds, micros, flat = reply
+    now = int(seconds) + int(micros) / 1e6
     live: Dict[str, NodeInfo] = {}
-    for raw_node, raw in table.items():
+    items = list(flat or [])
+    for raw_node, raw in zip(items[0::2], items[1::2]):
         node = _text(raw_node) or ""
         try:
-            fields = json.loads(_text(raw) or "")
+            expires, _, text = (_text(raw) or "").partition(" ")
+            fields = json.loads(text)
             info = NodeInfo(node, str(fields["url"]), str(fields.get("host", "")),
                             str(fields.get("rack", "")))
-            expires = float(fields["expires"])
+            alive = float(expires) > now
         except (ValueError, KeyError, TypeError, AttributeError):
             problems.append(f"malformed node entry {node!r} in the replica index")
             continue
-        if expires > now:
+        if alive:
             live[node] = info
     return live
 
 
-def _holders(key: str, entry: Mapping[Any, Any], live: Mapping[str, NodeInfo],
+def _holders(key: str, entry: Mapping[str, str], live: Mapping[str, NodeInfo],
              problems: List[str]) -> List[Holder]:
     """Live holders of one key that agree on (size, sha256) with the most others."""
     values: Dict[str, Tuple[int, str]] = {}
-    for raw_node, raw in entry.items():
-        node = _text(raw_node) or ""
-        parsed = _parse_value(_text(raw) or "")
+    for node, raw in entry.items():
+        parsed = _parse_value(raw)
         if parsed is None:
             problems.append(f"malformed replica entry {node!r} for {key!r} in the replica index")
         elif node in live:

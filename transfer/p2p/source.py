@@ -30,7 +30,8 @@ from transfer.peers import PeerSink, Replica
 __all__ = ["PeerIndexSource"]
 
 _log = logging.getLogger("transfer.p2p")
-_POLL_S = 0.02
+_WAIT_POLL_S = 0.01      # a waiting node asks the index again (one small round trip)
+_PUBLISH_POLL_S = 0.005  # the publisher checks the node cache (a stat per claimed key)
 Describe = Callable[[str], Optional[Replica]]
 
 
@@ -140,7 +141,7 @@ class PeerIndexSource:
         self._count("claims_waited", 1)
         deadline = time.monotonic() + self._claim_seconds
         while time.monotonic() < deadline:
-            time.sleep(_POLL_S)
+            time.sleep(_WAIT_POLL_S)
             try:
                 found = self._index.lookup([key], Claim(self._node, self._claim_seconds, [key]))
             except Exception as err:  # noqa: BLE001
@@ -165,7 +166,7 @@ class PeerIndexSource:
     def _publish_claimed(self) -> None:
         """Register claimed keys as soon as the node cache holds them (others wait for them)."""
         assert self._describe is not None
-        while not self._closed.wait(_POLL_S):
+        while not self._closed.wait(_PUBLISH_POLL_S):
             with self._lock:
                 pending = list(self._claimed)
             if not pending:

@@ -1,0 +1,153 @@
+"""Cache-aware scheduling: what a node holds, as a ClassAd attribute, and job ranks that use it.
+
+The daemon's host runs ``pegasus-cloudio cache-summary`` as an HTCondor startd cron job; it
+prints::
+
+    PegasusCloudioCache = "3fa2c1,9b0e77,..."     one short id per entry of the served caches
+    PegasusCloudioCacheFiles = 12345
+    PegasusCloudioNode = "worker-17"
+
+A short id is the first ``ID_CHARS`` (6) hex digits of the SHA-256 of the entry's cache key,
+which is also the entry's file name, so listing the cache reads no file. Six digits keep a
+summary of 10,000 files at about 70 KB with a 0.06 % chance that a job's input is wrongly
+counted as present (which only costs a slightly worse placement: the job still transfers
+correctly). ``PEGASUS_CLOUDIO_P2P_SUMMARY_MAX`` caps the ids (most recently used first).
+
+:func:`rank_expression` builds a job's ``condor.rank`` from its inputs' cache keys and sizes:
+the megabytes of the job's inputs the machine holds (0 on machines without a summary). The
+Pegasus helper :func:`add_cache_rank` sets it on every job of a workflow whose inputs it can
+name (a site-wide profile cannot know a job's inputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from transfer.cache.layout import Layout, digest_of
+from transfer.config import read_config_file
+from transfer.p2p.config import ENV
+
+from .settings import served_caches
+
+__all__ = ["ATTRIBUTE", "add_cache_rank", "classad_text", "rank_expression", "short_id", "summarise"]
+
+ATTRIBUTE = "PegasusCloudioCache"
+ID_CHARS = 6
+DEFAULT_MAX = 50_000
+_HEX = set("0123456789abcdef")
+
+
+def short_id(cache_key: str) -> str:
+    return digest_of(cache_key)[:ID_CHARS]
+
+
+def summarise(cache_dirs: Iterable[str], limit: int = DEFAULT_MAX) -> List[str]:
+    """Short ids of every entry in ``cache_dirs`` (sorted; the ``limit`` most recently used
+    when there are more). Unreadable directories are skipped."""
+    entries: List[Tuple[float, str]] = []
+    for directory in cache_dirs:
+        for shard in Layout(directory).shards():
+            try:
+                with os.scandir(shard) as it:
+                    for item in it:
+                        name = item.name
+                        if len(name) == 64 and set(name) <= _HEX:
+                            entries.append((_last_use(item.path), name[:ID_CHARS]))
+            except OSError:
+                continue
+    if len(entries) > limit:
+        entries = sorted(entries, reverse=True)[:limit]
+    return sorted({name for _, name in entries})
+
+
+def _last_use(path: str) -> float:
+    try:
+        return os.stat(path + ".meta").st_mtime
+    except OSError:
+        return 0.0
+
+
+def classad_text(ids: Sequence[str], node: str) -> str:
+    """The startd cron output (one ad, attributes one per line)."""
+    return (f'{ATTRIBUTE} = "{",".join(ids)}"\n'
+            f"{ATTRIBUTE}Files = {len(ids)}\n"
+            f'PegasusCloudioNode = "{node}"\n')
+
+
+def rank_expression(inputs: Iterable[Tuple[str, int]]) -> str:
+    """``condor.rank`` for a job reading ``inputs`` (cache key, size in bytes): the MB of them
+    the machine holds; inputs of the same short id count once."""
+    weights: Dict[str, float] = {}
+    for key, size in inputs:
+        ident = short_id(key)
+        weights[ident] = max(weights.get(ident, 0.0), max(size, 1) / 1e6)
+    if not weights:
+        return "0"
+    # regexp rather than stringListMember: the list functions evaluate to an error in the
+    # classad2 bindings (25.x), and an anchored hex pattern is exact on a comma list.
+    terms = " + ".join(f'ifThenElse(regexp("(^|,){i}(,|$)", TARGET.{ATTRIBUTE}), {w:.6g}, 0)'
+                       for i, w in sorted(weights.items()))
+    return f"ifThenElse(isString(TARGET.{ATTRIBUTE}), {terms}, 0)"
+
+
+def add_cache_rank(workflow: Any, urls: Mapping[str, str], *, env: Optional[Mapping[str, str]] = None,
+                   sizes: Optional[Mapping[str, int]] = None) -> int:
+    """Give every job of a Pegasus ``workflow`` (Pegasus.api.Workflow) a ``condor.rank`` profile
+    preferring machines whose caches hold its inputs; returns how many jobs got one.
+
+    ``urls`` maps an input's LFN to the URL the jobs read it from (the replica catalog's or
+    the staging site's); ``sizes`` its size in bytes (else ``File.size``, else 1). Cache keys
+    are computed as the workers compute them, so ``env`` must name the same credentials
+    (default: this process's environment). Inputs without a URL are ignored."""
+    from Pegasus.api import Namespace
+    from transfer.session import Session
+    from transfer.urls import parse_url
+
+    count = 0
+    with Session(env=dict(os.environ) if env is None else env) as session:
+        for job in workflow.jobs.values():
+            inputs = [(_cache_key(session, parse_url(urls[f.lfn])), _size(f, sizes))
+                      for f in _inputs(job) if f.lfn in urls]
+            if inputs:
+                job.add_profiles(Namespace.CONDOR, key="rank", value=rank_expression(inputs))
+                count += 1
+    return count
+
+
+def _inputs(job: Any) -> List[Any]:
+    """The job's input File objects (``Job.get_inputs()`` returns Files in Pegasus 5.1)."""
+    return [getattr(f, "file", f) for f in job.get_inputs()] if hasattr(job, "get_inputs") else []
+
+
+def _size(f: Any, sizes: Optional[Mapping[str, int]]) -> int:
+    if sizes and f.lfn in sizes:
+        return int(sizes[f.lfn])
+    return int(getattr(f, "size", None) or 1)
+
+
+def _cache_key(session: Any, url: Any) -> str:
+    namer = getattr(session.backend(url), "cache_key", None)
+    return str(namer(url)) if namer is not None else str(url)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max", type=int, default=None, help=f"cap on ids (default {DEFAULT_MAX})")
+
+
+def main(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    values: Dict[str, str] = dict(read_config_file(env))
+    values.update({k: v for k, v in env.items() if k.startswith(ENV)})
+    try:
+        caches = served_caches(values.get(ENV + "USERS", ""))
+        limit = args.max or int(values.get(ENV + "SUMMARY_MAX", DEFAULT_MAX))
+    except (ValueError, OSError) as err:
+        print(f"pegasus-cloudio cache-summary: {err}", file=sys.stderr)
+        return 2
+    node = values.get(ENV + "NODE") or socket.gethostname()
+    sys.stdout.write(classad_text(summarise(caches.values(), limit), node))
+    return 0

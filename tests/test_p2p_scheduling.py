@@ -1,0 +1,103 @@
+"""Cache-aware scheduling: the startd cron summary, the per-job condor.rank the Pegasus helper
+adds, both evaluated with classad2 on machine ads whose summaries cover >= 10,000 files."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import classad2
+
+from pegasus_cloudio.p2p.summary import ATTRIBUTE, add_cache_rank, rank_expression, short_id, summarise
+from transfer import Engine, Session, Settings, Transfer, parse_url
+from p2p_support import new_cache, put
+
+FILES_PER_MACHINE = 12_000
+
+
+def machine(name, keys=(), extra_ids=FILES_PER_MACHINE, seed=0):
+    """A machine ad whose summary covers ``extra_ids`` unrelated files plus ``keys``."""
+    rng = random.Random(seed)
+    ids = {short_id(f"s3://other/{name}/{rng.random()}") for _ in range(extra_ids)}
+    ids |= {short_id(k) for k in keys}
+    return classad2.ClassAd({"Name": name, ATTRIBUTE: ",".join(sorted(ids)), f"{ATTRIBUTE}Files": len(ids)})
+
+
+def rank(expr, machine_ad):
+    return classad2.ExprTree(expr).eval(scope=classad2.ClassAd(), target=machine_ad)
+
+
+def test_the_rank_prefers_machines_holding_more_of_the_jobs_input_bytes():
+    inputs = [("s3://b/run/big.fits", 50_000_000), ("s3://b/run/mid.fits", 5_000_000), ("s3://b/run/tbl", 300)]
+    expr = rank_expression(inputs)
+    keys = [k for k, _ in inputs]
+    ads = {"all": machine("all", keys, seed=1), "big": machine("big", keys[:1], seed=2),
+           "small": machine("small", keys[1:], seed=3), "none": machine("none", seed=4),
+           "no-summary": classad2.ClassAd({"Name": "plain"})}
+    assert len(ads["none"][ATTRIBUTE].split(",")) >= 10_000
+    ranks = {name: rank(expr, ad) for name, ad in ads.items()}
+    assert ranks["all"] > ranks["big"] > ranks["small"] > ranks["none"] == ranks["no-summary"] == 0
+    assert abs(ranks["all"] - 55.0003) < 1e-3
+
+
+def test_summary_of_a_real_cache_names_every_entry(tmp_path):
+    cache = new_cache(tmp_path / "c")
+    keys = [f"s3://b/k{i}" for i in range(300)]
+    for k in keys:
+        put(cache, k, b"x")
+    assert summarise([cache.directory]) == sorted({short_id(k) for k in keys})
+    assert len(summarise([cache.directory], limit=10)) == 10
+
+
+def test_cache_summary_prints_a_classad_for_the_startd_cron(tmp_path):
+    cache = new_cache(tmp_path / "c")
+    put(cache, "s3://b/one", b"1")
+    env = dict(os.environ, PEGASUS_CLOUDIO_P2P_USERS=f"alice={cache.directory}", PEGASUS_CLOUDIO_P2P_NODE="w1",
+               PEGASUS_CLOUDIO_CONFIG=os.devnull)
+    out = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "cache-summary"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    ad = classad2.parseOne(out)
+    assert ad[ATTRIBUTE] == short_id("s3://b/one") and ad[f"{ATTRIBUTE}Files"] == 1
+    assert ad["PegasusCloudioNode"] == "w1"
+
+
+def test_the_pegasus_helper_ranks_the_node_whose_cache_holds_the_input_first(s3_env, bucket, tmp_path):
+    from Pegasus.api import File, Job, Workflow
+    src = tmp_path / "in.fits"
+    src.write_bytes(os.urandom(2_000_000))
+    url = f"s3://test@minio/{bucket}/run/in.fits"
+    cache = new_cache(tmp_path / "cache")
+    with Session(Settings(), s3_env) as session:
+        engine = Engine(session)
+        assert engine.run([Transfer((parse_url(str(src)),), parse_url(url))])[0].ok
+        assert Engine(session, cache=cache).run(
+            [Transfer((parse_url(url),), parse_url(f"file://{tmp_path}/job/in.fits"))])[0].ok
+    wf = Workflow("montage-like")
+    reader = Job("mProject").add_inputs(File("in.fits", size=2_000_000)).add_outputs(File("out.fits"))
+    other = Job("mAdd").add_inputs(File("not-in-catalog.fits"))
+    wf.add_jobs(reader, other)
+    assert add_cache_rank(wf, {"in.fits": url}, env=s3_env) == 1
+    expr = reader.profiles["condor"]["rank"]
+    holder = classad2.ClassAd({ATTRIBUTE: ",".join(summarise([cache.directory]))})
+    assert rank(expr, holder) == 2.0
+    assert rank(expr, machine("elsewhere")) == 0
+    assert "rank" not in other.profiles.get("condor", {})
+
+
+def test_sites_p2p_puts_the_pool_settings_on_the_compute_site_and_documents_the_helper(tmp_path):
+    import yaml
+    from pegasus_cloudio.sites import cli
+    from pegasus_cloudio.sites.templates import argv_for
+    argv = argv_for("s3-cloud-storage", str(tmp_path)) + ["--p2p", "redis://10.0.0.5:6379/0"]
+    assert cli.main(cli._parser().parse_args(argv)) == 0
+    sites = yaml.safe_load((tmp_path / "sites.yml").read_text())
+    [compute] = [s for s in sites["sites"] if s["name"] == "condorpool"]
+    env = compute["profiles"]["env"]
+    assert env["PEGASUS_CLOUDIO_P2P_REDIS"] == "redis://10.0.0.5:6379/0"
+    assert env["PEGASUS_CLOUDIO_P2P_TOKEN_FILE"] == "/etc/pegasus-cloudio/pool.token"
+    [local] = [s for s in sites["sites"] if s["name"] == "local"]
+    assert "PEGASUS_CLOUDIO_P2P_REDIS" not in local.get("profiles", {}).get("env", {})
+    readme = (tmp_path / "README.md").read_text()
+    assert "add_cache_rank" in readme and "--p2p redis://10.0.0.5:6379/0" in readme
