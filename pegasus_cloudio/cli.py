@@ -42,6 +42,7 @@ BENCHES: Dict[str, Tuple[str, str]] = {
     "sizes": ("pegasus_cloudio.bench.sizes", "time vs file size per tool and round-trip time"),
     "large": ("pegasus_cloudio.bench.large", "one large object down and up against the run's limit"),
     "disk": ("pegasus_cloudio.bench.disk", "a timed disk benchmark: fixed block and transfer size, sampled"),
+    "threads": ("pegasus_cloudio.bench.threads", "small-file stage-in rate against 1 to 32 threads"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
