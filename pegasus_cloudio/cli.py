@@ -43,6 +43,7 @@ BENCHES: Dict[str, Tuple[str, str]] = {
     "large": ("pegasus_cloudio.bench.large", "one large object down and up against the run's limit"),
     "disk": ("pegasus_cloudio.bench.disk", "a timed disk benchmark: fixed block and transfer size, sampled"),
     "threads": ("pegasus_cloudio.bench.threads", "small-file stage-in rate against 1 to 32 threads"),
+    "report": ("pegasus_cloudio.bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
@@ -51,13 +52,14 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
                       "write the drop-in as one executable file for workers (no pip install)"),
     "serve": ("pegasus_cloudio.p2p.serve", "serve this node's cache to peers (the P2P cache daemon)"),
     "cost": ("pegasus_cloudio.cost.cli", "request cost of a workflow's staging, per site and job type"),
+    "monitor": ("pegasus_cloudio.monitor.cli", "probe a store's latency on a schedule into a bounded time series"),
 }
 
 # top-level module of a third-party import -> the extra that installs it
 EXTRAS: Dict[str, str] = {
     "Pegasus": "sites", "boto3": "bench", "botocore": "bench", "cryptography": "bench",
     "google": "gcs", "google_crc32c": "gcs", "paramiko": "sftp", "htcondor": "condor",
-    "classad2": "condor", "redis": "p2p",
+    "classad2": "condor", "redis": "p2p", "matplotlib": "bench",
 }
 
 
