@@ -123,11 +123,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="every scenario at a small scale (a few minutes)")
     parser.add_argument("--only", help="comma-separated scenarios to run (default: all)")
     parser.add_argument("--monitor", help="a `pegasus-cloudio monitor` time-series file to plot")
+    parser.add_argument("--reuse", action="store_true",
+                        help="take a scenario's result from OUT/results/NAME.json when it exists (e.g. the "
+                             "--json output of a separate `bench NAME` run) instead of running it")
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
     only = set(args.only.split(",")) if args.only else None
-    return build(args.out, quick=args.quick, only=only, monitor_file=args.monitor)
+    return build(args.out, quick=args.quick, only=only, monitor_file=args.monitor, reuse=args.reuse)
 
 
 def workflow_cost(result: Dict[str, Any]) -> Dict[str, Any]:
@@ -146,7 +149,7 @@ def workflow_cost(result: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[type-arg]
-          monitor_file: Optional[str] = None, stream: TextIO = sys.stderr) -> Dict[str, object]:
+          monitor_file: Optional[str] = None, stream: TextIO = sys.stderr, reuse: bool = False) -> Dict[str, object]:
     """Run the scenarios and write the report; return a summary (paths, figures, failures)."""
     folders = {k: os.path.join(out, k) for k in ("figures", "results")}
     for folder in folders.values():
@@ -161,13 +164,14 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
             if only is not None and name not in only:
                 continue
             progress.scenario(name)
+            saved = os.path.join(folders["results"], f"{name}.json")
             try:
-                result = run(progress)
+                result = _load(saved) if reuse and os.path.exists(saved) else run(progress)
             except Exception as err:  # noqa: BLE001 - one broken scenario must not lose the others
                 failed[name] = f"{type(err).__name__}: {err}"
                 sections.append(f"## {name}\n\nFAILED: {failed[name]}\n")
                 continue
-            _dump(os.path.join(folders["results"], f"{name}.json"), result)
+            _dump(saved, result)
             figs = PLOTS[name](result, folders["figures"])
             sections.append(_section(name, table(result), figs))
             made += [f[0] for f in figs]
@@ -189,6 +193,12 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
     report = os.path.join(out, "report.md")
     _write_report(report, sections, quick, time.monotonic() - started)
     return {"benchmark": "report", "report": report, "figures": made, "failed": failed, "quick": quick}
+
+
+def _load(path: str) -> Dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        loaded: Dict[str, Any] = json.load(fh)
+    return loaded
 
 
 def _dump(path: str, data: Any) -> None:
