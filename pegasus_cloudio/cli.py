@@ -43,6 +43,8 @@ BENCHES: Dict[str, Tuple[str, str]] = {
     "sizes": ("pegasus_cloudio.bench.sizes", "time vs file size per tool and round-trip time"),
     "large": ("pegasus_cloudio.bench.large", "one large object down and up against the run's limit"),
     "disk": ("pegasus_cloudio.bench.disk", "a timed disk benchmark: fixed block and transfer size, sampled"),
+    "threads": ("pegasus_cloudio.bench.threads", "small-file stage-in rate against 1 to 32 threads"),
+    "report": ("pegasus_cloudio.bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
@@ -53,13 +55,14 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "cache-summary": ("pegasus_cloudio.p2p.summary",
                       "print what this node's caches hold as a ClassAd (HTCondor startd cron)"),
     "cost": ("pegasus_cloudio.cost.cli", "request cost of a workflow's staging, per site and job type"),
+    "monitor": ("pegasus_cloudio.monitor.cli", "probe a store's latency on a schedule into a bounded time series"),
 }
 
 # top-level module of a third-party import -> the extra that installs it
 EXTRAS: Dict[str, str] = {
     "Pegasus": "sites", "boto3": "bench", "botocore": "bench", "cryptography": "bench",
     "google": "gcs", "google_crc32c": "gcs", "paramiko": "sftp", "htcondor": "condor",
-    "classad2": "condor", "redis": "p2p",
+    "classad2": "condor", "redis": "p2p", "matplotlib": "bench",
 }
 
 

@@ -23,7 +23,7 @@ from pegasus_cloudio.bench.harness import Progress
 @dataclass(frozen=True)
 class Params:
     transfer_mib: int = 256
-    block_kib: int = 1024
+    block_kib: int = 2048
     samples: int = 10
     interval_s: float = 5.0
     directory: Optional[str] = None
@@ -31,7 +31,7 @@ class Params:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfer-mib", type=int, default=256, help="MiB written per sample (default 256)")
-    parser.add_argument("--block-kib", type=int, default=1024, help="write block size in KiB (default 1024)")
+    parser.add_argument("--block-kib", type=int, default=2048, help="write block size in KiB (default 2048, seed 004 transfer size 2M)")
     parser.add_argument("--samples", type=int, default=10, help="samples (default 10)")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between sample starts (default 5)")
     parser.add_argument("--dir", help="directory on the disk to test (default: the temp dir)")

@@ -168,9 +168,12 @@ def extrapolate(small: Measurement, large: Measurement, files: int) -> Measureme
 
 
 def tool_env(extra: Mapping[str, str]) -> Dict[str, str]:
-    """This process's environment without AWS/Pegasus settings, plus ``extra``. The node cache
-    is off unless ``extra`` turns it on: benchmarks measure transfers, not cache hits."""
+    """This process's environment without AWS/Pegasus settings and with bytecode caching on, plus
+    ``extra``. The node cache is off unless ``extra`` turns it on: benchmarks measure transfers,
+    not cache hits."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PEGASUS_"))}
+    # Installed tools run from compiled bytecode; without it every process recompiles its modules.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PEGASUS_CLOUDIO_CACHE_DIR"] = "off"
     env.update(extra)
     return env

@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_table(result: Dict[str, Any], note: Optional[str] = None) -> str:
+def format_table(result: Dict[str, Any], note: Optional[str] = None, *, total: bool = True) -> str:
     names = [t["name"] for t in result["tables"]]
     head = f"{'site':<14} {'job type':<24} {'class A':>8} {'class B':>8} {'MB up':>9} {'MB down':>9} "
     lines = [head + " ".join(f"{'$ ' + n:>12}" for n in names)]
@@ -79,8 +79,9 @@ def format_table(result: Dict[str, Any], note: Optional[str] = None) -> str:
         lines.append(f"{r['site']:<14} {r['job_type']:<24} {r['class_a']:>8} {r['class_b']:>8} "
                      f"{r['bytes_up'] / 1e6:>9.3f} {r['bytes_down'] / 1e6:>9.3f} "
                      + " ".join(f"{r['usd'][n]:>12.6f}" for n in names))
-    lines.append(f"{'total':<39} {result['total_class_a']:>8} {result['total_class_b']:>8} {'':>19} "
-                 + " ".join(f"{result['total_usd'][n]:>12.6f}" for n in names))
+    if total:
+        lines.append(f"{'total':<39} {result['total_class_a']:>8} {result['total_class_b']:>8} {'':>19} "
+                     + " ".join(f"{result['total_usd'][n]:>12.6f}" for n in names))
     for t in result["tables"]:
         lines.append(f"prices {t['name']}: {t['source']} ({t['date']})")
     if note:
