@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,18 @@ def archive_packages(names: List[str], prefix: str = "") -> Set[str]:
 def wheel_packages(wheel: Path) -> Set[str]:
     with zipfile.ZipFile(wheel) as zf:
         return archive_packages(zf.namelist())
+
+
+def constraints_file(path: Path) -> Path:
+    """The development lock (requirements/*.txt) as one pip constraints file at ``path``.
+
+    pip refuses extras in constraints (``moto[server]``), so they are dropped: the extra's own
+    packages are pinned by their own lines."""
+    lines = [re.sub(r"^([A-Za-z0-9_.-]+)\[[^\]]*\]", r"\1", line.strip())
+             for req in sorted((REPO / "requirements").glob("*.txt"))
+             for line in req.read_text().splitlines() if line.strip() and not line.lstrip().startswith(("#", "-"))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def make_venv(path: Path) -> Path:

@@ -18,7 +18,7 @@ from typing import Dict, List, Tuple
 import boto3
 import pytest
 
-from installed import REPO, SKIP, clean_env, spec, transfer
+from installed import REPO, SKIP, clean_env, constraints_file, spec, transfer
 from pegasus_cloudio.cache import cli as cache_cli
 from pegasus_cloudio.sites import cli as sites_cli
 from pegasus_cloudio import worker_bundle
@@ -124,8 +124,8 @@ class DocRunner:
         python = root / "python-bin"
         python.mkdir()
         (python / "python3").symlink_to(getattr(sys, "_base_executable", sys.executable))
-        self.env = clean_env(str(python), {"HOME": str(self.home), "PIP_CONSTRAINT": " ".join(
-            str(p) for p in sorted((REPO / "requirements").glob("*.txt"))), "PIP_QUIET": "1"})
+        self.env = clean_env(str(python), {"HOME": str(self.home), "PIP_CONSTRAINT": str(
+            constraints_file(root / "constraints.txt")), "PIP_QUIET": "1"})
         self.minio = minio
 
     def activate(self, venv_bin: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import re
 import tarfile
 import threading
 import uuid
@@ -16,7 +15,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from installed import (REPO, archive_packages, build_sdist_and_wheel, clean_env, make_venv, run,
+from installed import (REPO, constraints_file, archive_packages, build_sdist_and_wheel, clean_env, make_venv, run,
                        source_packages, spec, transfer, wheel_packages)
 from pegasus_cloudio.sites.templates import TEMPLATES, argv_for
 from pegasus_cloudio.version import __version__
@@ -48,16 +47,8 @@ def bare(built: Tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 def full(built: Tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """``[all]`` from the package index, held to the development lock by constraints."""
     root = tmp_path_factory.mktemp("full")
-    return _install(root, f"{built[1]}[all]", "-c", str(_constraints(root / "constraints.txt")))
+    return _install(root, f"{built[1]}[all]", "-c", str(constraints_file(root / "constraints.txt")))
 
-
-def _constraints(path: Path) -> Path:
-    """The development lock as one constraints file (pip refuses extras in constraints)."""
-    lines = [re.sub(r"^([A-Za-z0-9_.-]+)\[[^\]]*\]", r"\1", line.strip())
-             for req in sorted((REPO / "requirements").glob("*.txt"))
-             for line in req.read_text().splitlines() if line.strip() and not line.lstrip().startswith(("#", "-"))]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_sdist_and_wheel_hold_every_package_of_the_source_tree(built: Tuple[Path, Path]) -> None:

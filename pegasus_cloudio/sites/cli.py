@@ -66,8 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-bundle", dest="bundle", action="store_false", help="do not bundle small files")
     add("--p2p", metavar="REDIS_URL",
         help="share the workers' node caches peer to peer through this replica index (docs/p2p.md)")
-    add("--p2p-token-file", default="/etc/pegasus-cloudio/pool.token", help="pool token file on the workers")
-    add("--p2p-ca-file", default="/etc/pegasus-cloudio/pool-ca.crt", help="pool CA certificate on the workers")
+    add("--p2p-token-file", default="/etc/pegasus-cloudio/pool.token", help="pool token file on the workers (default /etc/pegasus-cloudio/pool.token)")
+    add("--p2p-ca-file", default="/etc/pegasus-cloudio/pool-ca.crt", help="pool CA certificate on the workers (default /etc/pegasus-cloudio/pool-ca.crt)")
     add("--stage-clusters", default="4", help="pegasus.stagein/stageout.clusters (default 4)")
     add("--cluster-size", default="20", help="recommended clusters.size for small-file producers (default 20)")
 
