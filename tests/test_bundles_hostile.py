@@ -191,3 +191,33 @@ def test_a_slow_directory_listing_holds_up_no_other_directory(proxied, bucket, m
 
     # no lock is held across one directory's listing: the other directory is not queued behind it
     assert finished_at(results[1]) < finished_at(results[0])
+
+
+def test_files_the_node_cache_holds_are_not_read_through_bundles(proxied, bucket, tmp_path):
+    proxy, env = proxied
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(10):
+        (src / f"f{i}").write_bytes(os.urandom(100_000))
+    cache_dir = tmp_path / "cache"
+
+    def produce(names, cache_on):
+        cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]}) \
+            if cache_on else None
+        with Session(Settings(threads=4, bundle=True), env) as session:
+            results = Engine(session, retry=FAST, cache=cache).run(
+                [Transfer((parse_url(str(src / n)),), parse_url(f"s3://test@minio/{bucket}/D/{n}", site_label="minio"))
+                 for n in names])
+        if cache is not None:
+            cache.close()
+        assert all(r.ok for r in results)
+
+    produce([f"f{i}" for i in range(1, 10)], cache_on=True)  # one bundle, written through the cache
+    produce(["f0"], cache_on=False)  # too few to bundle: a plain object, not cached
+    proxy.reset_counters()
+    results = stage(env, bucket, [f"f{i}" for i in range(10)], tmp_path / "job", bundle=True, cache_dir=cache_dir)
+    assert all(r.ok for r in results)
+    for i in range(10):
+        assert (tmp_path / "job" / f"f{i}").read_bytes() == (src / f"f{i}").read_bytes()
+    # the directory's LIST, the bundle's head and f0's GET: the nine cached files cost nothing
+    assert proxy.snapshot()["requests"] == 3, proxy.snapshot()["requests_by_method"]

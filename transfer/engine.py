@@ -159,11 +159,8 @@ class Engine:
         if peers is not None:
             peers.lookup(self._read_keys(op for _, op in indexed))
         if self._bundles.enabled:
-            def elsewhere(url: Url) -> bool:  # served by the node cache or a peer: no bundle fetch
-                if self._cached(url):
-                    return True
-                key = self._cache_key(url)
-                return peers is not None and key is not None and peers.holds(key)
+            def elsewhere(url: Url) -> bool:
+                return self._elsewhere(url, peers)
 
             downloads, indexed = self._bundles.plan_downloads(indexed, executor.map, elsewhere)
             uploads, indexed = self._bundles.plan_uploads(indexed)
@@ -343,6 +340,13 @@ class Engine:
         backend = self._session.backend(url)
         return backend.cache_key(url) if isinstance(backend, CacheKeys) else None
 
+    def _elsewhere(self, url: Url, peers: Optional[PeerRound]) -> bool:
+        """Served by the node cache or a peer (steps 1-2 of the read order): no bundle fetch."""
+        if self._cached(url):
+            return True
+        key = self._cache_key(url)
+        return peers is not None and key is not None and peers.holds(key)
+
     def _cached(self, url: Url) -> bool:
         key = self._cache_key(url)
         return key is not None and self._cache is not None and self._cache.contains(key)
@@ -399,7 +403,7 @@ class Engine:
         then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
         ``--symlink``)."""
         known = self._bundles.known_member(source)  # an indexed member needs no 404 first
-        if known is not None:
+        if known is not None and not self._elsewhere(source, peers):
             try:
                 return self._read_member(known, source, dest_path, symlink, peers)
             except NotFound:
