@@ -18,7 +18,8 @@ def test_montage_like_dag_has_the_example_shape() -> None:
 def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "workflow", "--producers", "2", "--files", "8",
-         "--compute", "0.05", "--rtt-ms", "4", "--threads", "1", "--stock-budget", "0.001", "--json"],
+         "--compute", "0.05", "--rtt-ms", "4", "--threads", "1", "--stock-budget", "0.001", "--repeats", "2",
+         "--json"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
@@ -29,6 +30,8 @@ def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock()
     assert runs["per-file"]["requests"] == 2 * (1 + 8) + 16 + 1
     assert runs["bundles+cache"]["requests"] < runs["per-file"]["requests"]
     assert runs["vm-local"]["requests"] == 0
+    assert len(runs["per-file"]["rounds_makespan_s"]) == 2 and len(runs["stock"]["rounds_makespan_s"]) == 1
+    assert runs["per-file"]["makespan_s"] == min(runs["per-file"]["rounds_makespan_s"])
     assert all(runs[m]["result_correct"] is True for m in ("per-file", "bundles+cache", "vm-local"))
     stock = runs["stock"]
     assert stock["extrapolated"] and stock["jobs_run"] < stock["jobs"] == 3

@@ -75,15 +75,15 @@ def _quick(quick: bool, small: Any, full: Any) -> Any:
 def scenarios(quick: bool) -> List[Tuple[str, Callable[[Progress], Dict[str, Any]], Callable[..., Any]]]:
     """(name, run(progress) -> result, module with format_table) in report order."""
     q = quick
-    wf = _quick(q, workflow.Params(producers=3, files=8, threads=2, computes=(0.5,), stock_budget_s=5.0),
+    wf = _quick(q, workflow.Params(producers=2, files=8, threads=2, computes=(0.5,), stock_budget_s=5.0, repeats=1),
                 workflow.Params(stock_budget_s=600.0))
-    sz = _quick(q, sizes.Params(sizes=(0, 10**6), rtts=(0.0, 20.0)), sizes.Params())
-    th = _quick(q, threads.Params(count=40, threads=(1, 8)), threads.Params())
+    sz = _quick(q, sizes.Params(sizes=(0, 10**6), rtts=(20.0,)), sizes.Params())
+    th = _quick(q, threads.Params(count=20, threads=(1, 4)), threads.Params())
     lg = _quick(q, large.Params(mib=16), large.Params())
     ca = _quick(q, cache_bench.Params(sources=2, sites=2, shared_files=2, shared_mib=0.5, source_files=1,
                                       source_mib=0.25, site_files=1, site_mib=0.1, parallel=2, concurrent=4,
                                       concurrent_mib=2.0, repeats=3, latency_mb="0,1,10"), cache_bench.Params())
-    dk = _quick(q, disk.Params(transfer_mib=16, samples=3, interval_s=0.5), disk.Params())
+    dk = _quick(q, disk.Params(transfer_mib=8, samples=3, interval_s=0.2), disk.Params())
     return [
         ("workflow", lambda p: workflow.run(wf, p), workflow.format_table),
         ("sizes", lambda p: sizes.run(sz, p), sizes.format_table),
