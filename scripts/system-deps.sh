@@ -16,6 +16,7 @@ ssh-keygen openssh-client
 redis-server redis-server
 redis-cli redis-tools
 ip iproute2
+curl curl
 LIST
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}" >&2
