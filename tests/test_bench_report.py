@@ -1,0 +1,40 @@
+"""`pegasus-cloudio bench report --quick` writes a complete report (not a speed test)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pegasus_cloudio.monitor import series
+
+SCENARIO_FIGURES = {"workflow": ["workflow_makespan", "workflow_ratios"], "cost": ["cost"],
+                    "sizes": ["sizes_download", "sizes_upload"], "threads": ["threads"], "large": ["large"],
+                    "cache": ["cache"], "disk": ["disk"], "monitor": ["monitor"]}
+
+
+@pytest.mark.timeout(1800)  # a few minutes on an idle machine; far longer on a shared, loaded one
+def test_quick_report_has_every_scenario_figure_data_and_published_numbers(tmp_path: Path) -> None:
+    monitor = tmp_path / "monitor.jsonl"
+    series.append(str(monitor), [{"t": 1000 + i, "probe": "get empty", "ok": True,
+                                  "seconds": 0.01 if i < 10 else 0.05} for i in range(20)])
+    out = tmp_path / "report"
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "bench", "report", "--out", str(out), "--quick",
+                           "--monitor", str(monitor)], capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = (out / "report.md").read_text()
+    assert "FAILED" not in text, text
+    for scenario, names in SCENARIO_FIGURES.items():
+        assert f"## {scenario}\n" in text
+        for name in names:
+            assert (out / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            json.loads((out / "figures" / f"{name}.json").read_text())
+            assert f"figures/{name}.png" in text
+    for scenario in ("workflow", "sizes", "threads", "large", "cache", "disk", "cost"):
+        json.loads((out / "results" / f"{scenario}.json").read_text())
+    assert text.count("Published (not measured here)") >= 7 and "seed 002" in text and "seed 003" in text
+    assert "report: scenario workflow" in done.stderr  # progress lines when stderr is not a terminal
+    workflow = json.loads((out / "results" / "workflow.json").read_text())
+    assert workflow["targets"]["results_correct"] is True
+    assert json.loads((out / "figures" / "monitor.json").read_text())["shifts"]
