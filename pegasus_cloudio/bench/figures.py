@@ -60,7 +60,7 @@ def workflow(result: Dict[str, Any], folder: str) -> List[Figure]:
     save(folder, "workflow_makespan", fig, data)
     ratios = {k: v for k, v in result["ratios"].items() if v is not None}
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    names = list(ratios) + ["published: seed 002 stock S3/GCS vs VM-local (~4x)"]
+    names = [k.replace("_vs_vm_local_at_", " @ ") for k in ratios] + ["published: seed 002 stock (~4x)"]
     ax.barh(names, list(ratios.values()) + [4.0], color=["C0"] * len(ratios) + [PUBLISHED])
     ax.axvline(1.2, color="C3", linestyle="--", label="target 1.2x (bundles+cache at 0.5 s)")
     ax.set_xscale("log")

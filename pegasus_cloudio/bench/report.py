@@ -191,7 +191,7 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
     finally:
         progress.close()
     report = os.path.join(out, "report.md")
-    _write_report(report, sections, quick, time.monotonic() - started)
+    _write_report(report, sections, quick, time.monotonic() - started, reuse)
     return {"benchmark": "report", "report": report, "figures": made, "failed": failed, "quick": quick}
 
 
@@ -214,10 +214,11 @@ def _section(name: str, table: str, figs: List[figures.Figure]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_report(path: str, sections: List[str], quick: bool, seconds: float) -> None:
+def _write_report(path: str, sections: List[str], quick: bool, seconds: float, reuse: bool = False) -> None:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     head = ["# pegasus-cloudio benchmark report", "",
-            f"{'Quick run (small scale: checks completeness, not speed)' if quick else 'Full run'}; "
+            f"{'Quick run (small scale: checks completeness, not speed)' if quick else 'Full run'}"
+            f"{' assembled from saved results (each table gives its own load)' if reuse else ''}; "
             f"{os.cpu_count()} cores; load average at the end {load}; {seconds:.0f} s.", "",
             "Figures are ours unless labelled \"published\" (numbers from the seed papers, not measured here).", ""]
     with open(path + ".tmp", "w", encoding="utf-8") as fh:
