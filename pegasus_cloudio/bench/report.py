@@ -172,8 +172,13 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
                 sections.append(f"## {name}\n\nFAILED: {failed[name]}\n")
                 continue
             _dump(saved, result)
-            figs = PLOTS[name](result, folders["figures"])
-            sections.append(_section(name, table(result), figs))
+            try:
+                figs = PLOTS[name](result, folders["figures"])
+                sections.append(_section(name, table(result), figs))
+            except (KeyError, TypeError, ValueError) as err:  # e.g. a reused result of an older format
+                failed[name] = f"cannot draw the result: {type(err).__name__}: {err}"
+                sections.append(f"## {name}\n\nFAILED: {failed[name]}\n")
+                continue
             made += [f[0] for f in figs]
             if name == "workflow":
                 priced = workflow_cost(result)
