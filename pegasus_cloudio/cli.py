@@ -54,6 +54,8 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "serve": ("pegasus_cloudio.p2p.serve", "serve this node's cache to peers (the P2P cache daemon)"),
     "cache-summary": ("pegasus_cloudio.p2p.summary",
                       "print what this node's caches hold as a ClassAd (HTCondor startd cron)"),
+    "stager": ("pegasus_cloudio.stager.cli",
+               "run jobs' pegasus-transfer in one long-lived process per node (no start-up per job)"),
     "cost": ("pegasus_cloudio.cost.cli", "request cost of a workflow's staging, per site and job type"),
     "monitor": ("pegasus_cloudio.monitor.cli", "probe a store's latency on a schedule into a bounded time series"),
 }

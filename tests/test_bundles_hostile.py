@@ -202,7 +202,8 @@ def test_files_the_node_cache_holds_are_not_read_through_bundles(proxied, bucket
     cache_dir = tmp_path / "cache"
 
     def produce(names, cache_on):
-        cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]}) \
+        cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"],
+                                     "PEGASUS_CLOUDIO_CACHE_UPLOADS": "1"}) \
             if cache_on else None
         with Session(Settings(threads=4, bundle=True), env) as session:
             results = Engine(session, retry=FAST, cache=cache).run(

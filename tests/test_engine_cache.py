@@ -10,8 +10,9 @@ def s3(bucket, key):
     return parse_url(f"s3://test@minio/{bucket}/{key}", site_label="minio")
 
 
-def engine_run(env, ops, cache_dir, **settings):
-    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+def engine_run(env, ops, cache_dir, uploads="1", **settings):
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"],
+                                 "PEGASUS_CLOUDIO_CACHE_UPLOADS": uploads})
     try:
         with Session(Settings(threads=3, **settings), env) as session:
             return Engine(session, cache=cache).run(ops)
@@ -46,6 +47,27 @@ def test_uploads_write_through_so_a_later_job_needs_no_request(proxied, bucket, 
                           cache_dir)
     assert result.ok and (tmp_path / "next" / "out.dat").read_bytes() == b"produced here"
     assert proxy.snapshot()["requests"] == 0
+
+
+def test_uploads_skip_the_cache_by_default_without_peers(proxied, bucket, tmp_path):
+    """auto: without peer sharing an upload costs no cache entry; the next read asks the store."""
+    proxy, env = proxied
+    for name in ("plain.dat", "bundled.dat"):
+        (tmp_path / name).write_bytes(b"produced here")
+    cache_dir = tmp_path / "cache"
+    ups = [Transfer((parse_url(str(tmp_path / "plain.dat")),), s3(bucket, "plain.dat"))]
+    assert engine_run(env, ups, cache_dir, uploads="auto")[0].ok
+    ups = [Transfer((parse_url(str(tmp_path / "bundled.dat")),), s3(bucket, "bundled.dat"))]
+    assert engine_run(env, ups, cache_dir, uploads="auto", bundle=True)[0].ok
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+    try:
+        assert list(cache.entries()) == []
+    finally:
+        cache.close()
+    proxy.reset_counters()
+    [result] = engine_run(env, [Transfer((s3(bucket, "plain.dat"),), parse_url(f"file://{tmp_path}/next/p.dat"))],
+                          cache_dir, uploads="auto")
+    assert result.ok and proxy.snapshot()["requests"] == 1
 
 
 def test_bundle_members_are_cached_under_member_keys_never_under_their_urls(proxied, bucket, tmp_path):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import functools
 import http.server
+import subprocess
 import tarfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Dict, Tuple
@@ -154,3 +156,35 @@ def test_bare_install_downloads_over_http(bare: Venv, tmp_path: Path) -> None:
         server.shutdown()
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "got").read_bytes() == b"over http"
+
+
+def test_installed_dropin_hands_jobs_to_an_installed_stager(bare: Venv, s3_env: Dict[str, str], bucket: str,
+                                                            tmp_path: Path) -> None:
+    """The bare install's stager (no extra needed) runs the installed drop-in's S3 job."""
+    bin_dir, env = bare
+    env = dict(env, **s3_env)
+    sock_dir = tmp_path / "run"
+    sock_dir.mkdir(mode=0o700)
+    socket_path = sock_dir / "stager.sock"
+    log = (tmp_path / "stager.log").open("wb")
+    stager = subprocess.Popen([str(bin_dir / "pegasus-cloudio"), "stager", "--socket", str(socket_path)],
+                              env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while not socket_path.exists():
+            assert stager.poll() is None and time.monotonic() < deadline, (tmp_path / "stager.log").read_text()
+            time.sleep(0.05)
+        (tmp_path / "up").write_bytes(b"through the stager")
+        url = f"s3://test@minio/{bucket}/stager/up"
+        job_env = dict(env, PEGASUS_CLOUDIO_STAGER=str(socket_path))
+        for src, dst in ((f"file://{tmp_path}/up", url), (url, f"file://{tmp_path}/down")):
+            done = run([str(bin_dir / "pegasus-cloudio-transfer")], job_env, tmp_path, stdin=spec(transfer(src, dst, "up")))
+            assert done.returncode == 0 and "node stager" not in done.stderr, done.stderr
+        assert (tmp_path / "down").read_bytes() == b"through the stager"
+    finally:
+        stager.terminate()
+        stager.wait(timeout=30)
+        log.close()
+    text = (tmp_path / "stager.log").read_text()
+    assert text.count(" exited 0 ") == 2, text
+    assert not socket_path.exists()  # a clean stop removes its socket

@@ -105,6 +105,8 @@ class Engine:
         self._uploads = InFlightUploads()
         self._cache = cache
         self._peers = peers if cache is not None else None
+        wanted = cache.config.uploads if cache is not None else None
+        self._cache_uploads = cache is not None and (wanted if wanted is not None else peers is not None)
 
     @property
     def max_attempts(self) -> int:
@@ -453,7 +455,10 @@ class Engine:
         return info.size
 
     def _write_through(self, dest: Url, path: str, version: Optional[str], peers: Optional[PeerRound]) -> None:
-        """An uploaded file serves later jobs on this node (and, with peers, on others)."""
+        """An uploaded file serves later jobs on this node (and, with peers, on others); only
+        when the cache's ``uploads`` setting (auto: peers present) asks for it."""
+        if not self._cache_uploads:
+            return
         key = self._cache_key(dest)
         if key is not None and self._cache is not None:
             if self._cache.insert_file(key, path, version) and peers is not None:

@@ -1,5 +1,5 @@
 """``python -m pegasus_cloudio.dropin``: the same as ``pegasus-cloudio-transfer``."""
 
-from pegasus_cloudio.dropin.main import console_main
+from pegasus_cloudio.dropin.launch import console_main
 
 console_main()

@@ -165,7 +165,9 @@ class _FanOut:
         for read in self._reads:
             self._state.done[read.position] = self._size
         if self._cache is not None and self._key is not None:
-            if self._cache.insert_file(self._key, self._reads[0].dest_path) and self._stored is not None:
+            # A hard link where the cache hands out links anyway (what a hit would give the job):
+            # one directory entry instead of a copy in a new temp file.
+            if self._cache.insert_file(self._key, self._reads[0].dest_path, link=True) and self._stored is not None:
                 self._stored(self._key)
 
     def abort(self) -> None:

@@ -14,6 +14,10 @@
 ``PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES``      hits on entries up to this size re-check the SHA-256
                                             (default 1M); bigger ones are checked on insert and
                                             by ``pegasus-cloudio cache verify``. ``0`` disables.
+``PEGASUS_CLOUDIO_CACHE_UPLOADS``           ``1``: files jobs upload are written through into the
+                                            cache; ``0``: never; ``auto`` (default): only when
+                                            peer sharing is on (peers then serve them to other
+                                            nodes). Each costs a few file creations on the node.
 ``PEGASUS_CLOUDIO_CACHE_FSYNC``             ``0`` to skip fsync of new entries (faster, but an
                                             entry may be lost - never wrong - after a power cut).
 
@@ -55,6 +59,8 @@ class CacheConfig:
     hardlink:        hand out hard links when on the same filesystem (False: reflink or copy,
                      for jobs that modify their inputs in place).
     fsync:           fsync new entries before they become visible.
+    uploads:         write uploaded files through into the cache: True, False, or None
+                     (auto: only when the engine has peers, who can serve them to other nodes).
     verify_bytes:    a hit on an entry of at most this size re-hashes it against the SHA-256
                      recorded at insert (bit rot, tampering); a mismatch drops the entry and
                      the object is fetched again.
@@ -69,6 +75,7 @@ class CacheConfig:
     hardlink: bool = True
     fsync: bool = True
     verify_bytes: int = DEFAULT_VERIFY_BYTES
+    uploads: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if not self.directory:
@@ -133,6 +140,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         hardlink=_flag(raw, "HARDLINK", True),
         fsync=_flag(raw, "FSYNC", True),
         verify_bytes=_number(raw, "VERIFY_BYTES", parse_size, DEFAULT_VERIFY_BYTES),
+        uploads=_auto_flag(raw, "UPLOADS"),
     )
 
 
@@ -143,6 +151,16 @@ def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], def
         return convert(raw[name])
     except ValueError:
         raise InvalidInput(f"invalid value {raw[name]!r} for {_ENV}{name}", operation="config") from None
+
+
+def _auto_flag(raw: Mapping[str, str], name: str) -> Optional[bool]:
+    """``auto`` (or unset) -> None; ``1/true/yes/on`` -> True; ``0/false/no/off`` -> False."""
+    value = raw.get(name, "auto").lower()
+    if value == "auto":
+        return None
+    if value in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value in ("1", "true", "yes", "on")
+    raise InvalidInput(f"{_ENV}{name} must be auto, 1 or 0 (got {raw[name]!r})", operation="config")
 
 
 def _flag(raw: Mapping[str, str], name: str, default: bool) -> bool:

@@ -1,0 +1,38 @@
+"""``pegasus-cloudio stager``: run the node stager in the foreground until SIGTERM/SIGINT.
+
+Start one per user and worker node (a systemd user unit, or HTCondor's ``STARTD_CRON`` /
+a job-independent daemon) and give jobs ``PEGASUS_CLOUDIO_STAGER=<socket>`` in their
+environment (a site profile); see ``docs/user-guide.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from pegasus_cloudio.stager.server import Stager, StagerError, preload
+
+
+def default_socket() -> str:
+    return os.path.join(os.path.expanduser("~"), ".cache", "pegasus-cloudio", "stager.sock")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", default=default_socket(),
+                        help="Unix socket to serve, in a private directory (default: %(default)s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s stager: %(message)s")
+    missing = preload()
+    if missing:
+        logging.getLogger("pegasus_cloudio.stager").info("not preloaded (not installed): %s", ", ".join(missing))
+    try:
+        Stager(args.socket).serve()
+    except StagerError as err:
+        sys.stderr.write(f"pegasus-cloudio stager: {err}\n")
+        return 1
+    return 0

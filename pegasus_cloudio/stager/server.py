@@ -1,0 +1,264 @@
+"""The node stager: accept a job from the drop-in, fork a ready copy of this process, run it.
+
+The stager imports the drop-in and its backends once (:data:`PRELOAD`), then waits on a Unix
+socket in a private directory. Each connection from a process of the same user (checked with
+``SO_PEERCRED``; others are refused) gets a forked child that takes over the client's
+standard streams, working directory, umask, environment and arguments, runs the drop-in's
+``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). The stager
+itself never runs a transfer and holds no threads, so forking it is safe; it reaps its
+children and logs one line per job (pid, exit code, CPU seconds).
+
+What a job does in the stager is what it would do in-process; what differs: its CPU and
+memory are charged to the stager's process tree, not to the job's (HTCondor's accounting and
+cgroup limits do not see them), and the job's resource limits are the stager's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+import sys
+import tempfile
+import threading
+import traceback
+from types import FrameType
+from typing import Any, Dict, List, Optional
+
+from pegasus_cloudio.stager import wire
+
+PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.monitoring",
+           "transfer.backends.s3", "transfer.backends.http", "transfer.backends.local", "transfer.backends.gcs",
+           "transfer.backends.sftp", "transfer.bundles", "transfer.cache", "transfer.p2p", "ssl", "hashlib",
+           "zlib", "tarfile")
+MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
+
+log = logging.getLogger("pegasus_cloudio.stager")
+
+
+class StagerError(Exception):
+    """The stager cannot start; the message names the path or setting."""
+
+
+class _Stop(Exception):
+    pass
+
+
+def preload() -> List[str]:
+    """Import what jobs use; the names that could not be imported (an extra not installed: its
+    import error then reaches the job that needs it, as without the stager)."""
+    missing = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - e.g. MissingExtra for gcs without [gcs]
+            missing.append(name)
+    return missing
+
+
+def check_directory(directory: str) -> None:
+    """Create the socket's directory (mode 700) or refuse one that others could reach into."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    st = os.stat(directory)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise StagerError(f"{directory}: the stager's socket directory must belong to this user and be private "
+                          f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}; want uid {os.getuid()}, "
+                          "mode 700)")
+
+
+def listen(path: str) -> socket.socket:
+    """A listening socket at ``path``; a stale socket file there is replaced, a live one refused."""
+    path = os.path.abspath(path)
+    if len(os.fsencode(path)) > MAX_PATH:
+        raise StagerError(f"{path}: socket path longer than {MAX_PATH} bytes; choose a shorter --socket")
+    check_directory(os.path.dirname(path))
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise StagerError(f"{path}: exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # stale: left by a stager that died
+        else:
+            raise StagerError(f"{path}: another stager is serving this socket")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    sock.listen(64)
+    return sock
+
+
+def peer_uid(conn: socket.socket) -> int:
+    return int(struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1])
+
+
+class Stager:
+    """Serve jobs on ``path`` until SIGTERM/SIGINT (then the socket file is removed)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.served = 0
+        self.cpu_s = 0.0
+        self._listener: Optional[socket.socket] = None
+
+    def serve(self) -> None:
+        self._listener = listen(self.path)
+        signal.signal(signal.SIGCHLD, self._reap)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._stop)
+        log.info("serving %s (pid %d); jobs use it with %s=%s", self.path, os.getpid(), wire.ENV_VAR, self.path)
+        try:
+            while True:
+                conn, _ = self._listener.accept()
+                self._dispatch(conn)
+        except _Stop:
+            log.info("stopping: %d job(s) served, %.3f s of their CPU", self.served, self.cpu_s)
+        finally:
+            self._listener.close()
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def _dispatch(self, conn: socket.socket) -> None:
+        uid = peer_uid(conn)
+        if uid != os.getuid():
+            log.warning("refused a connection from uid %d (this stager serves uid %d only)", uid, os.getuid())
+            conn.close()
+            return
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                assert self._listener is not None
+                self._listener.close()
+                code = _child(conn)
+            finally:
+                os._exit(code)
+        conn.close()
+
+    def _reap(self, signum: int, frame: Optional[FrameType]) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            cpu = usage.ru_utime + usage.ru_stime
+            self.served += 1
+            self.cpu_s += cpu
+            log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
+
+    def _stop(self, signum: int, frame: Optional[FrameType]) -> None:
+        raise _Stop()
+
+
+def _child(conn: socket.socket) -> int:
+    """Become the client's job: its streams, directory, umask, environment; run the drop-in."""
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH.size, 3)
+    if len(header) != wire.LENGTH.size or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return 2
+    size = wire.LENGTH.unpack(header)[0]
+    request = _request(conn, size)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    _rebind_streams()
+    if request is None:
+        sys.stderr.write("pegasus-transfer: the node stager got a malformed request\n")
+        return 2
+    try:
+        os.chdir(request["cwd"])
+    except OSError as err:
+        sys.stderr.write(f"pegasus-transfer: {request['cwd']}: cannot enter the job's directory: {err.strerror}\n")
+        return 1
+    os.umask(int(request["umask"]))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None
+    argv = [str(a) for a in request["argv"]]
+    sys.argv = ["pegasus-transfer", *argv]
+    finishing = threading.Event()
+    conn.sendall(wire.reply(wire.PID, os.getpid()))
+    threading.Thread(target=_watch, args=(conn, finishing), daemon=True).start()
+    code = _run(argv)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    finishing.set()
+    try:
+        conn.sendall(wire.reply(wire.EXIT, code))
+    except OSError:
+        pass
+    return code
+
+
+def _request(conn: socket.socket, size: int) -> Optional[Dict[str, Any]]:
+    if size > wire.MAX_REQUEST:
+        return None
+    data = bytearray()
+    while len(data) < size:
+        chunk = conn.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            return None
+        data += chunk
+    try:
+        request = json.loads(bytes(data).decode("utf-8", "surrogateescape"))
+    except ValueError:
+        return None
+    ok = (isinstance(request, dict) and request.get("v") == wire.VERSION and isinstance(request.get("argv"), list)
+          and isinstance(request.get("cwd"), str) and isinstance(request.get("env"), dict)
+          and isinstance(request.get("umask"), int))
+    return request if ok else None
+
+
+def _rebind_streams() -> None:
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="surrogateescape")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="surrogateescape",
+                                  line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True)
+
+
+def _watch(conn: socket.socket, finishing: threading.Event) -> None:
+    """The client closing the connection before the end means its job was killed: stop too."""
+    try:
+        while conn.recv(64):
+            pass
+    except OSError:
+        pass
+    if not finishing.is_set():
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _run(argv: List[str]) -> int:
+    from pegasus_cloudio.dropin.main import main
+    try:
+        return main(argv)
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return int(done.code or 0)
+        sys.stderr.write(f"{done.code}\n")
+        return 1
+    except BaseException:  # noqa: BLE001 - reported like an uncaught exception would be
+        traceback.print_exc()
+        return 1

@@ -1,0 +1,199 @@
+"""The node stager: the drop-in hands its job to ``pegasus-cloudio stager`` and behaves exactly
+as in-process (streams, exit code, environment, directory, umask, signals), falls back to
+in-process when no stager answers, and the stager guards its socket."""
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from pegasus_cloudio.stager.server import StagerError, listen
+from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio.testbed.stager import StagerProcess
+
+OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
+MiB = 1 << 20
+
+
+def entry(src, dst, src_label="local", dst_label="local"):
+    return {"type": "transfer", "src_urls": [{"site_label": src_label, "url": src}],
+            "dest_urls": [{"site_label": dst_label, "url": dst}]}
+
+
+def job_env(stager_socket, **extra):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "HOME": os.environ["HOME"],
+           "PEGASUS_CLOUDIO_CONFIG": os.devnull, "PEGASUS_CLOUDIO_CACHE_DIR": "off",
+           "PEGASUS_CLOUDIO_STAGER": str(stager_socket)}
+    env.update(extra)
+    return env
+
+
+def run_job(argv, env, cwd, stdin=b"", umask=None):
+    return subprocess.run(OURS + list(argv), input=stdin, capture_output=True, env=env, cwd=cwd, timeout=120,
+                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+
+
+def wait_for(predicate, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def served(stager):
+    return [line for line in stager.log_tail(1000).splitlines() if " job pid " in line]
+
+
+@pytest.fixture
+def stager():
+    with StagerProcess() as daemon:
+        yield daemon
+
+
+def test_a_job_runs_in_the_stager_with_its_own_streams_directory_umask_and_exit_code(stager, tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "in.dat").write_bytes(b"input bytes")
+    (job / "spec.json").write_text(json.dumps([entry(f"file://{job}/in.dat", f"file://{job}/out/copy.dat")]))
+    done = run_job(["-f", "spec.json"], job_env(stager.socket_path), job, umask=0o027)  # a path relative to the job
+    assert done.returncode == 0, done.stderr.decode()
+    assert (job / "out" / "copy.dat").read_bytes() == b"input bytes"
+    assert stat.S_IMODE(os.stat(job / "out" / "copy.dat").st_mode) == 0o640  # the job's umask, not the stager's
+    err = done.stderr.decode()
+    assert "Reading transfer specification from spec.json" in err and "All transfers completed successfully." in err
+    wait_for(lambda: served(stager), "the stager's log line")
+    assert served(stager)[-1].split(" exited ")[1].startswith("0 ")
+
+    missing = run_job([], job_env(stager.socket_path), job,
+                      stdin=json.dumps([entry(f"file://{job}/absent.dat", f"file://{job}/x.dat")]).encode())
+    assert missing.returncode == 1 and b"absent.dat" in missing.stderr
+    assert not (job / "x.dat").exists()
+    wait_for(lambda: len(served(stager)) == 2, "the second job's log line")
+
+
+def test_the_job_sees_the_clients_environment_not_the_stagers(stager, tmp_path):
+    done = run_job([], job_env(stager.socket_path, PEGASUS_CLOUDIO_THREADS="lots"), tmp_path,
+                   stdin=json.dumps([entry(f"file://{tmp_path}/a", f"file://{tmp_path}/b")]).encode())
+    assert done.returncode == 1
+    assert b"PEGASUS_CLOUDIO_THREADS must be a whole number" in done.stderr
+    wait_for(lambda: served(stager), "the stager's log line")  # it ran in the stager, which has no such setting
+
+
+def test_usage_errors_and_version_keep_their_exit_codes(stager, tmp_path):
+    assert run_job(["--version"], job_env(stager.socket_path), tmp_path).stdout.startswith(b"pegasus-cloudio-transfer ")
+    bad = run_job(["--no-such-flag"], job_env(stager.socket_path), tmp_path)
+    assert bad.returncode == 2 and b"unrecognized arguments: --no-such-flag" in bad.stderr
+
+
+def test_without_a_stager_the_job_runs_in_process_after_one_warning(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    absent = tmp_path / "no-stager.sock"
+    done = run_job([], job_env(absent), tmp_path,
+                   stdin=json.dumps([entry(f"file://{tmp_path}/a", f"file://{tmp_path}/b")]).encode())
+    assert done.returncode == 0 and (tmp_path / "b").read_bytes() == b"x" * 10
+    warnings = [line for line in done.stderr.decode().splitlines() if "node stager" in line]
+    assert len(warnings) == 1 and str(absent) in warnings[0] and "transferring in this process" in warnings[0]
+
+
+def _stalled_get(proxy, minio, bucket, tmp_path):
+    boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                 aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
+        Bucket=bucket, Key="big.dat", Body=os.urandom(16 * MiB))
+    proxy.set_faults([Fault.stall(60, after_bytes=2 * MiB, method="GET")])
+    job = tmp_path / "job"
+    job.mkdir()
+    return job, [entry(f"s3://test@minio/{bucket}/big.dat", f"file://{job}/big.dat", "minio", "local")]
+
+
+def _parts(job):
+    return [p for p in job.rglob("*") if p.name.endswith(".part")]
+
+
+def test_sigterm_to_the_job_reaches_the_stager_process_running_it(stager, proxied, minio, bucket, tmp_path):
+    proxy, env = proxied
+    job, spec = _stalled_get(proxy, minio, bucket, tmp_path)
+    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=job,
+                            env=job_env(stager.socket_path, **env))
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+    wait_for(lambda: _parts(job) and os.path.getsize(_parts(job)[0]) > 0, "a partial download")
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert rc == 1, err
+    assert "Exiting due to signal 15" in err and "completed successfully" not in err
+    assert _parts(job) == [] and not (job / "big.dat").exists()
+
+
+def test_a_killed_job_stops_its_stager_process_and_leaves_no_part_file(stager, proxied, minio, bucket, tmp_path):
+    proxy, env = proxied
+    job, spec = _stalled_get(proxy, minio, bucket, tmp_path)
+    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=job,
+                            env=job_env(stager.socket_path, **env))
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+    wait_for(lambda: _parts(job) and os.path.getsize(_parts(job)[0]) > 0, "a partial download")
+    proc.kill()  # HTCondor's SIGKILL: the client cannot pass anything on
+    proc.wait(timeout=30)
+    wait_for(lambda: served(stager), "the stager's process to end")
+    assert " exited 1 " in served(stager)[-1]
+    assert _parts(job) == [] and not (job / "big.dat").exists()
+
+
+def test_the_stager_refuses_a_socket_directory_others_can_reach(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "stager", "--socket", str(shared / "s.sock")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert str(shared) in lines[-1] and "mode 777" in lines[-1] and "private" in lines[-1]
+    assert not (shared / "s.sock").exists()
+
+
+def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(tmp_path):
+    private = tmp_path / "run"
+    private.mkdir(mode=0o700)
+    path = private / "s.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # the file stays, nobody listens: what a killed stager leaves
+    live = listen(str(path))
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with pytest.raises(StagerError, match="another stager is serving"):
+            listen(str(path))
+    finally:
+        live.close()
+    (private / "plain").write_text("not a socket")
+    with pytest.raises(StagerError, match="not a socket"):
+        listen(str(private / "plain"))
+
+
+def test_a_stager_of_another_user_is_not_used(tmp_path, monkeypatch):
+    """The client checks the peer's uid (SO_PEERCRED) before sending its environment."""
+    from pegasus_cloudio.stager import client
+
+    path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    real_uid = os.getuid()
+    monkeypatch.setattr(client.os, "getuid", lambda: real_uid + 1)  # as if the stager ran as someone else
+    try:
+        assert client.hand_off(str(path), ["--version"], {"SECRET": "x"}) is None
+        conn, _ = server.accept()
+        conn.settimeout(1)
+        assert conn.recv(64) == b""  # nothing was sent to it
+        conn.close()
+    finally:
+        server.close()
