@@ -18,6 +18,7 @@ import pytest
 from pegasus_cloudio.stager.server import StagerError, listen
 from pegasus_cloudio.testbed.proxy import Fault
 from pegasus_cloudio.testbed.stager import StagerProcess
+from transfer.cache import cache_from_settings
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 MiB = 1 << 20
@@ -197,3 +198,36 @@ def test_a_stager_of_another_user_is_not_used(tmp_path, monkeypatch):
         conn.close()
     finally:
         server.close()
+
+
+def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(stager, proxied, bucket, tmp_path):
+    """Write-behind: the stager answers the job, then inserts the members it fetched; the next
+    job on the node reads them from the cache without a request."""
+    proxy, env = proxied
+    src = tmp_path / "src"
+    src.mkdir()
+    names = [f"m{i:02d}" for i in range(12)]
+    for name in names:
+        (src / name).write_bytes(name.encode() * 30)
+    url = f"s3://test@minio/{bucket}/run"
+    common = dict(env, PEGASUS_CLOUDIO_BUNDLE="1", PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES="0")
+    up = [entry(f"file://{src}/{n}", f"{url}/{n}", "local", "minio") for n in names]
+    done = run_job([], job_env(stager.socket_path, **common), tmp_path, stdin=json.dumps(up).encode())
+    assert done.returncode == 0, done.stderr.decode()
+    cache = tmp_path / "cache"
+    node = job_env(stager.socket_path, **dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache)))
+    for job in ("first", "second"):
+        (tmp_path / job).mkdir()
+        proxy.reset_counters()
+        down = [entry(f"{url}/{n}", f"file://{tmp_path}/{job}/{n}", "minio", "local") for n in names]
+        done = run_job([], node, tmp_path / job, stdin=json.dumps(down).encode())
+        assert done.returncode == 0, done.stderr.decode()
+        assert all((tmp_path / job / n).read_bytes() == n.encode() * 30 for n in names)
+        if job == "first":
+            assert proxy.snapshot()["requests"] >= 1
+            wait_for(lambda: len(served(stager)) == 2, "the first download's process to end")  # drained by then
+    # the second job: the directory's index (LIST + head), every member's bytes from the cache
+    assert proxy.snapshot()["requests"] <= 2
+    held = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache), "HOME": env["HOME"]})
+    assert sorted(e.meta.key.rsplit("#member=", 1)[1][:3] for e in held.entries()) == names
+    held.close()

@@ -4,7 +4,9 @@ The stager imports the drop-in and its backends once (:data:`PRELOAD`), then wai
 socket in a private directory. Each connection from a process of the same user (checked with
 ``SO_PEERCRED``; others are refused) gets a forked child that takes over the client's
 standard streams, working directory, umask, environment and arguments, runs the drop-in's
-``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). The stager
+``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). Cache
+inserts of bundle members the job fetched are made after that answer
+(:mod:`transfer.cache.behind`), so they overlap with the job's compute instead of delaying it. The stager
 itself never runs a transfer and holds no threads, so forking it is safe; it reaps its
 children and logs one line per job (pid, exit code, CPU seconds).
 
@@ -32,11 +34,12 @@ from types import FrameType
 from typing import Any, Dict, List, Optional
 
 from pegasus_cloudio.stager import wire
+from transfer.cache import behind
 
 PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.monitoring",
            "transfer.backends.s3", "transfer.backends.http", "transfer.backends.local", "transfer.backends.gcs",
            "transfer.backends.sftp", "transfer.bundles", "transfer.cache", "transfer.p2p", "ssl", "hashlib",
-           "zlib", "tarfile")
+           "zlib", "tarfile", "awscrt.checksums")
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
 log = logging.getLogger("pegasus_cloudio.stager")
@@ -201,6 +204,7 @@ def _child(conn: socket.socket) -> int:
     finishing = threading.Event()
     conn.sendall(wire.reply(wire.PID, os.getpid()))
     threading.Thread(target=_watch, args=(conn, finishing), daemon=True).start()
+    behind.collect()
     code = _run(argv)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -209,6 +213,7 @@ def _child(conn: socket.socket) -> int:
         conn.sendall(wire.reply(wire.EXIT, code))
     except OSError:
         pass
+    behind.drain()  # the job has its answer: fill the node cache now
     return code
 
 

@@ -21,7 +21,7 @@ from transfer.backends.base import Backend, ObjectInfo
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.fetch import Writer, stream_members
 from transfer.bundles.format import BundleFormatError, Member
-from transfer.cache import NodeCache
+from transfer.cache import NodeCache, behind
 from transfer.errors import TransferError
 from transfer.urls import Url
 
@@ -153,9 +153,10 @@ class _FanOut:
             raise
 
     def commit(self) -> None:
-        if self._buffer is not None:
+        data = bytes(self._buffer) if self._buffer is not None else None
+        if data is not None:
             for read in self._reads:
-                atomic_write_bytes(read.dest_path, bytes(self._buffer))
+                atomic_write_bytes(read.dest_path, data)
         else:
             try:
                 for out in self._files:
@@ -165,6 +166,8 @@ class _FanOut:
         for read in self._reads:
             self._state.done[read.position] = self._size
         if self._cache is not None and self._key is not None:
+            if data is not None and self._stored is None and behind.offer(self._cache, self._key, data):
+                return  # inserted after the job has its answer (node stager; peers publish at once)
             # A hard link where the cache hands out links anyway (what a hit would give the job):
             # one directory entry instead of a copy in a new temp file.
             if self._cache.insert_file(self._key, self._reads[0].dest_path, link=True) and self._stored is not None:

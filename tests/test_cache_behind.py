@@ -1,0 +1,22 @@
+"""Write-behind of cache inserts (transfer.cache.behind): queued only while collecting and
+within the byte budget; drained entries are real, verified cache entries."""
+
+import hashlib
+
+from transfer.cache import behind, cache_from_settings
+
+
+def test_offers_are_refused_unless_collecting_and_within_the_budget(tmp_path, monkeypatch):
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "c"), "HOME": str(tmp_path),
+                                 "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0"})
+    assert not behind.offer(cache, "k0", b"x")  # not collecting: the caller inserts now
+    monkeypatch.setattr(behind, "BUDGET_BYTES", 10)
+    behind.collect()
+    assert behind.offer(cache, "k1", b"12345678")
+    assert not behind.offer(cache, "k2", b"too much")  # 8 + 8 > 10
+    assert cache.entries() == []  # nothing inserted before the drain
+    assert behind.drain() == 1
+    [entry] = cache.entries()
+    assert entry.meta.key == "k1" and entry.meta.sha256 == hashlib.sha256(b"12345678").hexdigest()
+    assert not behind.offer(cache, "k3", b"x")  # draining ends collection
+    cache.close()

@@ -1,0 +1,57 @@
+"""Write-behind: cache inserts a process finishes after its job has its answer.
+
+A process that runs jobs for others (the node stager, :mod:`pegasus_cloudio.stager`) answers
+the job first and fills the node cache afterwards, off the job's critical path. :func:`collect`
+turns this on for the process; :func:`offer` queues one insert and says whether it did (False:
+not collecting, or the byte budget is spent: the caller inserts now); :func:`drain` performs
+the queued inserts and persists each cache's counters. Queued entries are the bytes the job
+already verified, never re-read from the job's files, which the job may change or remove.
+A process killed before it drains loses only cache entries, never correctness.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from transfer.cache.store import NodeCache
+
+BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
+
+_log = logging.getLogger(__name__)
+_queue: Optional[List[Tuple["NodeCache", str, bytes]]] = None
+_queued_bytes = 0
+
+
+def collect() -> None:
+    """From now on, :func:`offer` queues inserts (until :func:`drain`)."""
+    global _queue, _queued_bytes
+    _queue, _queued_bytes = [], 0
+
+
+def offer(cache: "NodeCache", key: str, data: bytes) -> bool:
+    """Queue ``data`` as ``key`` for ``cache``; False when the caller must insert it now."""
+    global _queued_bytes
+    if _queue is None or _queued_bytes + len(data) > BUDGET_BYTES:
+        return False
+    _queue.append((cache, key, data))
+    _queued_bytes += len(data)
+    return True
+
+
+def drain() -> int:
+    """Insert everything queued, then stop collecting; the number of entries stored."""
+    global _queue, _queued_bytes
+    queue, _queue, _queued_bytes = _queue or [], None, 0
+    stored = 0
+    caches: Dict[int, "NodeCache"] = {}
+    for cache, key, data in queue:
+        caches[id(cache)] = cache
+        try:
+            stored += bool(cache.insert_bytes(key, data))
+        except Exception as err:  # noqa: BLE001 - the job is done: a cache entry is never worth a failure
+            _log.warning("cache %s: write-behind of %s failed: %s", cache.directory, key, err)
+    for cache in caches.values():
+        cache.flush_stats()
+    return stored
