@@ -184,3 +184,16 @@ def test_staged_worker_package_puts_the_shim_first_on_local_path(tmp_path):
     assert sites["local"].profiles["env"]["PATH"].startswith("/home/user/wf/bin:/usr/bin")
     assert "PEGASUS_HOME" not in sites["condorpool"].profiles["env"]
     assert "pegasus.transfer.worker.package" not in (tmp_path / "pegasus.properties").read_text().split("\n\n", 1)[1]
+
+
+def test_stager_socket_goes_to_workers_and_the_readme(tmp_path, capsys):
+    assert generate("s3-cloud-storage", tmp_path / "a", "--stager", "/run/user/1000/pc/stager.sock")[0] == 0
+    with open(tmp_path / "a" / "sites.yml") as fh:
+        sites = site_catalog.load(fh)
+    assert sites.sites["condorpool"].profiles["env"]["PEGASUS_CLOUDIO_STAGER"] == "/run/user/1000/pc/stager.sock"
+    assert "PEGASUS_CLOUDIO_STAGER" not in sites.sites["local"].profiles.get("env", {})
+    assert "pegasus-cloudio stager --socket /run/user/1000/pc/stager.sock" in (tmp_path / "a" / "README.md").read_text()
+    capsys.readouterr()
+    assert cli.main(cli._parser().parse_args(argv_for("s3-cloud-storage", str(tmp_path / "b")) +
+                                             ["--stager", "relative.sock"])) == 2
+    assert "--stager must be an absolute path (got 'relative.sock')" in capsys.readouterr().err

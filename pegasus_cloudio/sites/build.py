@@ -118,6 +118,8 @@ def _env(opts: SetOptions, *, worker: bool) -> Dict[str, str]:
     if worker:
         if opts.cache_dir:
             env["PEGASUS_CLOUDIO_CACHE_DIR"] = opts.cache_dir
+        if opts.stager:
+            env["PEGASUS_CLOUDIO_STAGER"] = opts.stager
         if opts.p2p_redis:
             env.update(PEGASUS_CLOUDIO_P2P_REDIS=opts.p2p_redis, PEGASUS_CLOUDIO_P2P_TOKEN_FILE=opts.p2p_token_file,
                        PEGASUS_CLOUDIO_P2P_CA_FILE=opts.p2p_ca_file)

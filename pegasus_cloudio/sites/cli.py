@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--bundle", dest="bundle", action="store_true", default=None,
         help="set PEGASUS_CLOUDIO_BUNDLE=1 (default: on for cloud-storage, off for the other modes)")
     add("--no-bundle", dest="bundle", action="store_false", help="do not bundle small files")
+    add("--stager", metavar="SOCKET",
+        help="PEGASUS_CLOUDIO_STAGER on workers: jobs hand their transfers to the node stager serving this "
+             "socket, started on each worker with `pegasus-cloudio stager --socket SOCKET` (default: not set)")
     add("--p2p", metavar="REDIS_URL",
         help="share the workers' node caches peer to peer through this replica index (docs/p2p.md)")
     add("--p2p-token-file", default="/etc/pegasus-cloudio/pool.token", help="pool token file on the workers (default /etc/pegasus-cloudio/pool.token)")
@@ -98,7 +101,7 @@ def options_from_args(args: argparse.Namespace) -> SetOptions:
         submit_host=args.submit_host, ssh_key=args.ssh_key, worker_pegasus_home=args.worker_pegasus_home,
         pegasus_bin=args.pegasus_bin, worker_package=args.worker_package, cache_dir=args.cache_dir,
         bundle=args.bundle, p2p_redis=args.p2p, p2p_token_file=args.p2p_token_file,
-        p2p_ca_file=args.p2p_ca_file, **values)  # type: ignore[arg-type]
+        p2p_ca_file=args.p2p_ca_file, stager=args.stager, **values)  # type: ignore[arg-type]
     found = bad + problems(opts)
     if found:
         raise UsageError(*found)

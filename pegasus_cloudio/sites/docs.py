@@ -82,7 +82,7 @@ def readme(opts: SetOptions, argv: Sequence[str]) -> str:
     lines += ["", "## Knobs (env profiles on the sites)", "",
               f"* `PEGASUS_CLOUDIO_THREADS={opts.threads}`: concurrent transfers per job; it wins over the "
               "planner's `--threads 1` for PegasusLite.",
-              _cache_knob(opts), *_p2p_notes(opts),
+              _cache_knob(opts), *_stager_notes(opts), *_p2p_notes(opts),
               ("* `PEGASUS_CLOUDIO_BUNDLE=1`: a job's small outputs bound for one directory go up as one "
                "bundle object, which later jobs read whole (one GET) or by ranges."
                if opts.bundling else "* No `PEGASUS_CLOUDIO_BUNDLE`: small files are stored one object each "
@@ -102,6 +102,15 @@ def _cache_knob(opts: SetOptions) -> str:
              "`~/.cache/pegasus-cloudio` of the job's user (regenerate with `--cache-dir` for another)")
     return (f"* {where}: inputs fetched once per node are reused by later jobs there; "
             "`pegasus-cloudio cache stats` on the node shows hits and bytes saved.")
+
+
+def _stager_notes(opts: SetOptions) -> List[str]:
+    if not opts.stager:
+        return []
+    return [f"* `PEGASUS_CLOUDIO_STAGER={opts.stager}` (compute site): jobs hand their transfers to the node "
+            f"stager; start one on every worker, as the jobs' user, with `pegasus-cloudio stager --socket "
+            f"{opts.stager}` (a systemd user unit, see the user guide). Where none runs, a job says so in one "
+            "line and transfers in-process."]
 
 
 def _p2p_notes(opts: SetOptions) -> List[str]:

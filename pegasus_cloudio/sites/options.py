@@ -51,6 +51,7 @@ class SetOptions:
                      staged (the planner's default; create-dir/cleanup/stage-worker stay stock).
     threads, cache_dir, bundle: PEGASUS_CLOUDIO_THREADS / _CACHE_DIR / _BUNDLE env profiles
                      (no cache_dir: the drop-in's own default, ``~/.cache/pegasus-cloudio``).
+    stager:          PEGASUS_CLOUDIO_STAGER on workers: the node stager's socket (docs/user-guide.md).
     p2p_redis, p2p_token_file, p2p_ca_file: peer-to-peer sharing between the workers' caches
                      (PEGASUS_CLOUDIO_P2P_REDIS / _TOKEN_FILE / _CA_FILE on the compute site; off
                      without p2p_redis). See docs/p2p.md.
@@ -87,6 +88,7 @@ class SetOptions:
     p2p_redis: Optional[str] = None
     p2p_token_file: str = "/etc/pegasus-cloudio/pool.token"
     p2p_ca_file: str = "/etc/pegasus-cloudio/pool-ca.crt"
+    stager: Optional[str] = None
     stage_clusters: int = 4
     cluster_size: int = 20
 
@@ -135,7 +137,7 @@ def problems(opts: SetOptions) -> List[str]:
                         ("--vm-scratch", opts.vm_scratch), ("--credentials", opts.credentials),
                         ("--gcs-key", opts.gcs_key), ("--boto-config", opts.boto_config),
                         ("--ssh-key", opts.ssh_key), ("--p2p-token-file", opts.p2p_token_file),
-                        ("--p2p-ca-file", opts.p2p_ca_file)):
+                        ("--p2p-ca-file", opts.p2p_ca_file), ("--stager", opts.stager)):
         if value is not None and not os.path.isabs(value):
             out.append(f"{flag} must be an absolute path (got {value!r})")
     for flag, site in (("--compute-site", opts.compute_site), ("--staging-site", opts.staging_site)):
