@@ -231,3 +231,15 @@ def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(stager
     held = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache), "HOME": env["HOME"]})
     assert sorted(e.meta.key.rsplit("#member=", 1)[1][:3] for e in held.entries()) == names
     held.close()
+
+
+def test_requests_round_trip_any_argument_and_environment_and_refuse_garbage():
+    from pegasus_cloudio.stager import wire
+
+    argv = ["-f", "spé c.json", "a=b", ""]
+    env = {"PATH": "/bin", "EMPTY": "", "WITH_EQUALS": "x=y=z", "BYTES": os.fsdecode(b"\xff\xfe")}
+    data = wire.encode_request("/job dir/é", 0o027, argv, env)
+    assert wire.decode_request(data) == ("/job dir/é", 0o027, argv, env)
+    for bad in (b"", b"v2\0/\x0018\x000", data.replace(b"v1", b"v9", 1), b"v1\0/\0" + b"18\0" + b"5\0a",
+                b"v1\0/\x00999999\x000", b"v1\0/\x0018\x000\0NOEQUALS", b"v1\0/\x00x\x000"):
+        assert wire.decode_request(bad) is None, bad

@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import importlib
 import io
-import json
 import logging
 import os
 import signal
 import socket
 import stat
-import struct
 import sys
 import tempfile
 import threading
 import traceback
 from types import FrameType
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from pegasus_cloudio.stager import wire
 from transfer.cache import behind
@@ -104,7 +102,8 @@ def listen(path: str) -> socket.socket:
 
 
 def peer_uid(conn: socket.socket) -> int:
-    return int(struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1])
+    """The uid of the process at the other end (``struct ucred``: pid, uid, gid)."""
+    return int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[4:8], sys.byteorder)
 
 
 class Stager:
@@ -176,13 +175,12 @@ def _child(conn: socket.socket) -> int:
     """Become the client's job: its streams, directory, umask, environment; run the drop-in."""
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
-    header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH.size, 3)
-    if len(header) != wire.LENGTH.size or len(fds) != 3:
+    header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
+    if len(header) != wire.LENGTH_BYTES or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         return 2
-    size = wire.LENGTH.unpack(header)[0]
-    request = _request(conn, size)
+    request = _request(conn, int.from_bytes(header, "big"))
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -190,16 +188,16 @@ def _child(conn: socket.socket) -> int:
     if request is None:
         sys.stderr.write("pegasus-transfer: the node stager got a malformed request\n")
         return 2
+    cwd, umask, argv, env = request
     try:
-        os.chdir(request["cwd"])
+        os.chdir(cwd)
     except OSError as err:
-        sys.stderr.write(f"pegasus-transfer: {request['cwd']}: cannot enter the job's directory: {err.strerror}\n")
+        sys.stderr.write(f"pegasus-transfer: {cwd}: cannot enter the job's directory: {err.strerror}\n")
         return 1
-    os.umask(int(request["umask"]))
+    os.umask(umask)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(env)
     tempfile.tempdir = None
-    argv = [str(a) for a in request["argv"]]
     sys.argv = ["pegasus-transfer", *argv]
     finishing = threading.Event()
     conn.sendall(wire.reply(wire.PID, os.getpid()))
@@ -217,7 +215,7 @@ def _child(conn: socket.socket) -> int:
     return code
 
 
-def _request(conn: socket.socket, size: int) -> Optional[Dict[str, Any]]:
+def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[str, str]]]:
     if size > wire.MAX_REQUEST:
         return None
     data = bytearray()
@@ -226,14 +224,7 @@ def _request(conn: socket.socket, size: int) -> Optional[Dict[str, Any]]:
         if not chunk:
             return None
         data += chunk
-    try:
-        request = json.loads(bytes(data).decode("utf-8", "surrogateescape"))
-    except ValueError:
-        return None
-    ok = (isinstance(request, dict) and request.get("v") == wire.VERSION and isinstance(request.get("argv"), list)
-          and isinstance(request.get("cwd"), str) and isinstance(request.get("env"), dict)
-          and isinstance(request.get("umask"), int))
-    return request if ok else None
+    return wire.decode_request(bytes(data))
 
 
 def _rebind_streams() -> None:
