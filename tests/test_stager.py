@@ -243,3 +243,18 @@ def test_requests_round_trip_any_argument_and_environment_and_refuse_garbage():
     for bad in (b"", b"v2\0/\x0018\x000", data.replace(b"v1", b"v9", 1), b"v1\0/\0" + b"18\0" + b"5\0a",
                 b"v1\0/\x00999999\x000", b"v1\0/\x0018\x000\0NOEQUALS", b"v1\0/\x00x\x000"):
         assert wire.decode_request(bad) is None, bad
+
+
+def test_a_client_that_sends_garbage_gets_exit_2_and_the_stager_serves_on(stager, tmp_path):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(stager.socket_path)
+    with open(os.devnull, "rb") as null_in, open(tmp_path / "err", "wb") as err:
+        socket.send_fds(sock, [(12).to_bytes(4, "big")], [null_in.fileno(), err.fileno(), err.fileno()])
+        sock.sendall(b"not-a-reqest")
+    from pegasus_cloudio.stager import wire
+    assert wire.read_reply(sock) is None  # no pid, no exit code: the request was refused
+    sock.close()
+    assert (tmp_path / "err").read_bytes() == b"pegasus-transfer: the node stager got a malformed request\n"
+    wait_for(lambda: served(stager), "the refused request's log line")
+    assert " exited 2 " in served(stager)[-1]
+    assert run_job(["--version"], job_env(stager.socket_path), tmp_path).returncode == 0

@@ -38,6 +38,7 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "transfer.backends.s3", "transfer.backends.http", "transfer.backends.local", "transfer.backends.gcs",
            "transfer.backends.sftp", "transfer.bundles", "transfer.cache", "transfer.p2p", "ssl", "hashlib",
            "zlib", "tarfile", "awscrt.checksums")
+REQUEST_TIMEOUT_S = 30.0
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
 log = logging.getLogger("pegasus_cloudio.stager")
@@ -175,12 +176,22 @@ def _child(conn: socket.socket) -> int:
     """Become the client's job: its streams, directory, umask, environment; run the drop-in."""
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
-    header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
+    logging.root.handlers.clear()  # the stager's own log: the job logs as it would in-process
+    logging.root.setLevel(logging.WARNING)
+    conn.settimeout(REQUEST_TIMEOUT_S)  # a client that connects and sends nothing
+    try:
+        header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
+    except OSError:
+        return 2
     if len(header) != wire.LENGTH_BYTES or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         return 2
-    request = _request(conn, int.from_bytes(header, "big"))
+    try:
+        request = _request(conn, int.from_bytes(header, "big"))
+    except OSError:
+        request = None
+    conn.settimeout(None)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
