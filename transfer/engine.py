@@ -31,7 +31,9 @@ from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional,
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
-from transfer.backends.base import Backend, CacheKeys, MultipartUploads, ObjectInfo, ServerSideCopy, TreeRemoval
+from transfer.backends.base import (
+    Backend, CacheKeys, MultipartUploads, Namespace, ObjectInfo, ServerSideCopy, TreeRemoval, namespace, uploads,
+)
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.format import Member
 from transfer.bundles.reading import GroupState, MemberRead, read_group
@@ -165,13 +167,13 @@ class Engine:
                 return self._elsewhere(url, peers)
 
             downloads, indexed = self._bundles.plan_downloads(indexed, executor.map, elsewhere)
-            uploads, indexed = self._bundles.plan_uploads(indexed)
-            if downloads or uploads:
+            bundled_up, indexed = self._bundles.plan_uploads(indexed)
+            if downloads or bundled_up:
                 # Unpacking a bundle is local CPU and file-system work: more threads than cores
                 # only fight over the interpreter lock.
-                pool = group_pool = self._group_pool(executor, len(downloads) + len(uploads))
+                pool = group_pool = self._group_pool(executor, len(downloads) + len(bundled_up))
                 groups = [pool.submit(self._bundle_download, g, budget, peers) for g in downloads]
-                groups += [pool.submit(self._bundle_upload, g, budget, peers) for g in uploads]
+                groups += [pool.submit(self._bundle_upload, g, budget, peers) for g in bundled_up]
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             for group in groups:
@@ -199,13 +201,13 @@ class Engine:
         for i, op in removes:
             if i not in failed:
                 try:
-                    backend = self._session.backend(op.target)
+                    backend = namespace(self._session.backend(op.target), op.target, "remove")
                 except TransferError as err:
                     self._finish(results, i, Result(op, False, attempts=1, error=err))
                     continue
                 groups.setdefault(id(backend), []).append((i, op))
         for items in groups.values():
-            backend = self._session.backend(items[0][1].target)
+            backend = namespace(self._session.backend(items[0][1].target), items[0][1].target, "remove")
             for i, result in zip([i for i, _ in items], self._remove_group(backend, [op for _, op in items],
                                                                             budget)):
                 self._finish(results, i, result)
@@ -232,7 +234,7 @@ class Engine:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
             started, clock = time.time(), time.monotonic()
             try:
-                self._session.backend(op.target).make_dirs(op.target)
+                namespace(self._session.backend(op.target), op.target, "mkdir").make_dirs(op.target)
             except TransferError as err:
                 history.append(Attempt(None, op.target, False, started, time.monotonic() - clock, 0, err))
                 raise
@@ -449,7 +451,7 @@ class Engine:
                 if write_through:
                     self._write_through(dest, path, None, peers)
                 return size
-        info = backend.put(path, dest)
+        info = uploads(backend, dest, "put").put(path, dest)
         if write_through:
             self._write_through(dest, path, info.version, peers)
         return info.size
@@ -504,7 +506,7 @@ class Engine:
 
     # -- removes ------------------------------------------------------------------------
 
-    def _remove_group(self, backend: Backend, ops: List[Remove], budget: RetryBudget) -> List[Result]:
+    def _remove_group(self, backend: Namespace, ops: List[Remove], budget: RetryBudget) -> List[Result]:
         """Removes for one endpoint: recursive ones expand to listings, then batch deletes."""
         start = time.monotonic()
         outcomes: List[Optional[TransferError]] = [None] * len(ops)
@@ -531,7 +533,7 @@ class Engine:
             results.append(Result(op, err is None, 0, seconds, attempts[i], err))
         return results
 
-    def _remove_once(self, backend: Backend, ops: List[Remove]) -> List[Optional[TransferError]]:
+    def _remove_once(self, backend: Namespace, ops: List[Remove]) -> List[Optional[TransferError]]:
         urls: List[Url] = []
         owners: List[int] = []
         errors: List[Optional[TransferError]] = [None] * len(ops)
@@ -549,7 +551,7 @@ class Engine:
                     errors[owner] = failure
         return errors
 
-    def _expand_remove(self, backend: Backend, op: Remove) -> List[Url]:
+    def _expand_remove(self, backend: Namespace, op: Remove) -> List[Url]:
         if not op.recursive:
             return [op.target]
         if isinstance(backend, TreeRemoval):

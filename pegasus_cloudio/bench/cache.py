@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional
 from pegasus_cloudio.bench.harness import Progress, add_params_arguments, params_from_args, tool_env
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
+from transfer.backends.base import namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.session import Session
 from transfer.urls import parse_url
@@ -135,7 +136,7 @@ class _Bench:
         with open(path, "wb") as fh:
             fh.write(data)
         url = parse_url(self.url(name), env=self.env)
-        self.session.backend(url).put(path, url)
+        uploads(self.session.backend(url), url, "put").put(path, url)
         self.digests[self.url(name)] = hashlib.sha256(data).hexdigest()
         return self.url(name)
 
@@ -148,7 +149,7 @@ class _Bench:
     def run_all(self, progress: Progress) -> Dict[str, object]:
         progress.phase("uploading inputs")
         bucket = parse_url(self.url(""), env=self.env)
-        self.session.backend(bucket).make_dirs(bucket)
+        namespace(self.session.backend(bucket), bucket, "mkdir").make_dirs(bucket)
         jobs = self._broadband_inputs()
         reuse = [self._reuse(jobs, cached, progress) for cached in (False, True)]
         single = self._single_flight(progress)

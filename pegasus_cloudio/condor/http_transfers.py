@@ -23,7 +23,7 @@ import base64
 import re
 import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import BinaryIO, List, Mapping, Optional, Tuple
 
 from pegasus_cloudio.condor.credentials import is_presigned, may_add_headers, read_token
 from transfer.atomic import local_error
@@ -102,15 +102,6 @@ class PluginHttpBackend:
             raise ChecksumMismatch("ETag of stored object differs from local MD5",
                                    url=str(without_query(url)), operation="put")
         return ObjectInfo(url, size, etag.strip('"') or None)
-
-    def list(self, url: Url) -> Iterator[ObjectInfo]:
-        return self._inner.list(url)
-
-    def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
-        return self._inner.delete(urls)
-
-    def make_dirs(self, url: Url) -> None:
-        self._inner.make_dirs(url)
 
     def close(self) -> None:
         """Closes this backend's own pools (the inner backend belongs to the session)."""

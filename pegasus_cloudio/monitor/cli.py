@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def probe_round(url: str, env: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
     """One round of probes; never raises (a failure is a point with ``ok`` false)."""
     from transfer import Session, parse_url  # lazily: the CLI table imports this module
+    from transfer.backends.base import uploads
 
     points: List[Dict[str, Any]] = []
     base = url.rstrip("/")
@@ -48,7 +49,7 @@ def probe_round(url: str, env: Optional[Mapping[str, str]] = None) -> List[Dict[
                     with Session(env=dict(env) if env is not None else None) as session:
                         backend = session.backend(target)
                         if op == "put":
-                            backend.put(path, target)
+                            uploads(backend, target, "put").put(path, target)
                         else:
                             with open(os.path.join(tmp, "got"), "wb") as sink:
                                 backend.get(target, sink)

@@ -23,7 +23,7 @@ from pegasus_cloudio.s3cli.bucket_ops import list_buckets
 from pegasus_cloudio.s3cli.upload_ops import Upload, list_uploads
 from pegasus_cloudio.s3cli.uri import WILDCARDS, CommandError, S3Uri, has_wildcards, parse_s3_uri
 from transfer import Engine, Session
-from transfer.backends.base import Backend, MultipartUploads, ObjectInfo
+from transfer.backends.base import MultipartUploads, ObjectInfo, Store, store
 from transfer.backends.s3 import split_url
 from transfer.errors import NotFound
 from transfer.ops import Operation, Remove, Transfer
@@ -56,8 +56,9 @@ class S3Commands:
         self._engine = Engine(session, threads=threads)
         self._listings: Dict[Tuple[str, str, str], Set[str]] = {}
 
-    def _backend(self, uri: S3Uri) -> Backend:
-        return self._session.backend(uri.to_url())
+    def _backend(self, uri: S3Uri) -> Store:
+        url = uri.to_url()
+        return store(self._session.backend(url), url, "s3")
 
     # -- ls / mkdir -----------------------------------------------------------------------
 

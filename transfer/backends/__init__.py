@@ -2,9 +2,9 @@
 
 Each backend module provides::
 
-    def endpoint_key(url: Url, context: Context) -> Hashable
+    def endpoint_key(url: Url, context: Opening) -> Hashable
         # equal keys share one backend instance (and its connection pool)
-    def open_backend(url: Url, context: Context) -> Backend
+    def open_backend(url: Url, context: Opening) -> Backend
 
 Importing this package imports no backend (and so no SDK). A backend whose SDK is not
 installed fails with one ConfigError naming the extra that installs it.

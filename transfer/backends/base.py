@@ -4,8 +4,12 @@ A backend speaks one protocol to one endpoint and nothing else: no retries acros
 requests, no threads, no caching, no bundling (those live in the engine). It raises only
 :mod:`transfer.errors` exceptions, translated from its protocol's errors.
 
-Optional capabilities are separate protocols, checked with ``isinstance``:
-:class:`MultipartUploads` and :class:`ServerSideCopy`.
+Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
+checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
+:class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
+:class:`ServerSideCopy`, :class:`TreeRemoval` and :class:`CacheKeys`. No backend has a
+method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
+capability.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
-from transfer.errors import TransferError
+from transfer.errors import InvalidInput, TransferError
 from transfer.http.connection import FileRegion
 from transfer.urls import Url
 
@@ -32,7 +36,7 @@ class ObjectInfo:
 
 @runtime_checkable
 class Backend(Protocol):
-    """Every backend implements these. All methods are safe to call from many threads."""
+    """Every backend implements these: reading. All methods are safe to call from many threads."""
 
     def stat(self, url: Url) -> ObjectInfo:
         """Size and version of one object; NotFound if absent."""
@@ -44,8 +48,21 @@ class Backend(Protocol):
         ChecksumMismatch otherwise. One request per call.
         """
 
+    def close(self) -> None:
+        """Release connections."""
+
+
+@runtime_checkable
+class Uploads(Protocol):
+    """Backends that store files (all but plain HTTP sources)."""
+
     def put(self, path: str, url: Url) -> ObjectInfo:
         """Store the local file ``path`` as ``url``, verified by size and checksum."""
+
+
+@runtime_checkable
+class Namespace(Protocol):
+    """Backends with a namespace to list, remove from and create directories (or buckets) in."""
 
     def list(self, url: Url) -> Iterator[ObjectInfo]:
         """Every object under ``url`` taken as a directory prefix, recursively."""
@@ -59,8 +76,10 @@ class Backend(Protocol):
     def make_dirs(self, url: Url) -> None:
         """Create the directory (or the bucket of an object URL) if missing; idempotent."""
 
-    def close(self) -> None:
-        """Release connections."""
+
+@runtime_checkable
+class Store(Backend, Uploads, Namespace, Protocol):
+    """A full object store: read, upload, list, remove, make directories (S3, GCS, SFTP, local)."""
 
 
 @runtime_checkable
@@ -106,3 +125,29 @@ class ServerSideCopy(Protocol):
 
     def copy(self, source: Url, dest: Url) -> ObjectInfo:
         """Copy ``source`` to ``dest`` inside the store."""
+
+
+def uploads(backend: Backend, url: Url, operation: str = "put") -> Uploads:
+    """``backend`` as :class:`Uploads`, or InvalidInput naming ``url`` when it cannot store files."""
+    if isinstance(backend, Uploads):
+        return backend
+    raise _read_only(url, "uploaded to", operation)
+
+
+def namespace(backend: Backend, url: Url, operation: str) -> Namespace:
+    """``backend`` as :class:`Namespace`, or InvalidInput naming ``url`` when it has none."""
+    if isinstance(backend, Namespace):
+        return backend
+    raise _read_only(url, "listed, removed from or created", operation)
+
+
+def store(backend: Backend, url: Url, operation: str) -> Store:
+    """``backend`` as a full :class:`Store`, or InvalidInput naming ``url``."""
+    if isinstance(backend, Store):
+        return backend
+    raise _read_only(url, "used as a store", operation)
+
+
+def _read_only(url: Url, what: str, operation: str) -> InvalidInput:
+    return InvalidInput(f"{url.scheme}:// URLs are read-only sources: they cannot be {what}", url=str(url),
+                        operation=operation)

@@ -72,7 +72,7 @@ from transfer.errors import (
     TransferError,
     TransientError,
 )
-from transfer.context import Context
+from transfer.backends.opening import Opening
 from transfer.urls import Url
 
 _CHUNK_UNIT = 256 << 10  # resumable chunks are multiples of 256 KiB
@@ -92,12 +92,12 @@ def split_url(url: Url, need_key: bool = False) -> Tuple[str, str]:
     return bucket, key
 
 
-def endpoint_key(url: Url, context: Context) -> Hashable:
+def endpoint_key(url: Url, context: Opening) -> Hashable:
     source = resolve(url.site_label, context.env, context.settings)
     return ("gcs", source.endpoint, source.key_path)
 
 
-def open_backend(url: Url, context: Context) -> "GcsBackend":
+def open_backend(url: Url, context: Opening) -> "GcsBackend":
     source = resolve(url.site_label, context.env, context.settings)
     info = load_key(source.key_path) if source.key_path else None
     credentials = _credentials(source, info)
@@ -131,11 +131,11 @@ def _credentials(source: GcsSource, info: Optional[Mapping[str, Any]]) -> Any:
                           operation="credentials") from None
 
 
-def _session(credentials: Any, source: GcsSource, context: Context) -> Tuple[Any, Any]:
+def _session(credentials: Any, source: GcsSource, context: Opening) -> Tuple[Any, Any]:
     """(authorized session with one blocking pool of ``threads + 2`` connections, token session)."""
     verify: Any = context.settings.ca_bundle or True
     token_http = requests.Session()
-    token_http.trust_env = False  # all configuration comes from Context, never os.environ
+    token_http.trust_env = False  # all configuration comes from the opening context, never os.environ
     token_http.verify = verify
     session = _auth_http.AuthorizedSession(
         credentials, refresh_status_codes=() if source.anonymous else (401,),

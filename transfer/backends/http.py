@@ -3,12 +3,12 @@
 Follows up to five redirects (a redirect to another origin uses that origin's pool), adds
 ``header.<Name>`` values from the Pegasus credentials file for the URL's host, checks the
 byte count against Content-Length, and verifies TLS unless the URL is plain ``http://``.
-HTTP is a download-only source here: uploads, listings and deletes are refused.
+HTTP is a download-only source here: the backend reads only (no ``Uploads``, no ``Namespace``).
 """
 
 from __future__ import annotations
 
-from typing import BinaryIO, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Hashable, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
 from transfer.backends.base import ByteRange, ObjectInfo
@@ -16,7 +16,6 @@ from transfer.errors import (
     AuthError,
     ChecksumMismatch,
     ConfigError,
-    InvalidInput,
     NotFound,
     RemoteError,
     Throttled,
@@ -25,38 +24,48 @@ from transfer.errors import (
 )
 from transfer.http.origins import OriginPools
 from transfer.http.pool import PooledResponse
-from transfer.context import Context
+from transfer.backends.opening import Opening
 from transfer.urls import Url
 
 
 
-def endpoint_key(url: Url, context: Context) -> Hashable:
+def endpoint_key(url: Url, context: Opening) -> Hashable:
     return "http"
 
 
-def open_backend(url: Url, context: Context) -> "HttpBackend":
-    return HttpBackend(context)
+HeaderLookup = Callable[[Url, str], List[Tuple[str, str]]]  # (URL, host of this hop) -> headers
 
 
-class HttpBackend:
-    """Every HTTP(S) origin of one session; pools are created per origin on first use."""
+def open_backend(url: Url, context: Opening) -> "HttpBackend":
+    origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
+                          timeouts=context.timeouts, stats=context.stats)
+    return HttpBackend(origins, credential_headers(context))
 
-    def __init__(self, context: Context) -> None:
-        self._context = context
-        self._origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
-                                    timeouts=context.timeouts, stats=context.stats)
 
-    def _headers(self, url: Url, host: str) -> List[Tuple[str, str]]:
-        env = self._context.env
+def credential_headers(context: Opening) -> HeaderLookup:
+    """``header.<Name>`` values of the Pegasus credentials file for a URL's site and host."""
+    env = context.env
+
+    def lookup(url: Url, host: str) -> List[Tuple[str, str]]:
         if not (env.get("PEGASUS_CREDENTIALS") or _has_site_credentials(url, env)):
             return []
         try:
-            creds = self._context.pegasus_credentials(url.site_label)
+            creds = context.pegasus_credentials(url.site_label)
         except ConfigError as err:
             if "not found" in err.message:
                 return []
             raise
         return list(creds.headers_for(url.scheme, host).items())
+    return lookup
+
+
+class HttpBackend:
+    """Every HTTP(S) origin of one session: ``origins`` makes a pool per origin on first use;
+    ``headers`` gives the extra headers of each hop (credentials)."""
+
+    def __init__(self, origins: OriginPools, headers: HeaderLookup) -> None:
+        self._origins = origins
+        self._headers = headers
 
     def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
         def hop_headers(origin: str) -> List[Tuple[str, str]]:
@@ -84,19 +93,6 @@ class HttpBackend:
         if declared is not None and declared.isdigit() and count != int(declared):
             raise ChecksumMismatch(f"received {count} of {declared} bytes", url=str(url), operation="get")
         return ObjectInfo(url, count, info.version, info.mtime)
-
-    def put(self, path: str, url: Url) -> ObjectInfo:
-        raise InvalidInput("uploads over HTTP are not supported", url=str(url), operation="put")
-
-    def list(self, url: Url) -> Iterator[ObjectInfo]:
-        raise InvalidInput("listing over HTTP is not supported", url=str(url), operation="list")
-
-    def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
-        return [InvalidInput("removing over HTTP is not supported", url=str(u), operation="remove")
-                for u in urls]
-
-    def make_dirs(self, url: Url) -> None:
-        raise InvalidInput("mkdir over HTTP is not supported", url=str(url), operation="mkdir")
 
     def cache_key(self, url: Url) -> str:
         return f"{url.scheme}://{url.host.rpartition('@')[2]}{url.path}"

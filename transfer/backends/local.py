@@ -16,17 +16,17 @@ from typing import BinaryIO, Hashable, Iterator, List, Optional, Sequence
 from transfer.atomic import AtomicFile, local_error
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import InvalidInput, TransferError
-from transfer.context import Context
+from transfer.backends.opening import Opening
 from transfer.urls import Url
 
 _PROBE_BYTES = 1024
 
 
-def endpoint_key(url: Url, context: Context) -> Hashable:
+def endpoint_key(url: Url, context: Opening) -> Hashable:
     return "local"
 
 
-def open_backend(url: Url, context: Context) -> "LocalBackend":
+def open_backend(url: Url, context: Opening) -> "LocalBackend":
     return LocalBackend()
 
 

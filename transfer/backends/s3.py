@@ -52,14 +52,14 @@ from transfer.credentials import (
 from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool
-from transfer.context import Context
+from transfer.backends.opening import Opening
 from transfer.urls import Url
 
 __all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
 
 
-def _site_config(url: Url, context: Context) -> S3SiteConfig:
+def _site_config(url: Url, context: Opening) -> S3SiteConfig:
     if "@" in url.host:
         return pegasus_s3_config(context.pegasus_credentials(url.site_label), url.host)
     from transfer.aws_chain import aws_s3_config  # only AWS-style URLs pay for the chain's imports
@@ -67,14 +67,14 @@ def _site_config(url: Url, context: Context) -> S3SiteConfig:
     return aws_s3_config(context.env)
 
 
-def endpoint_key(url: Url, context: Context) -> Hashable:
+def endpoint_key(url: Url, context: Opening) -> Hashable:
     if "@" in url.host:
         return ("pegasus", pegasus_credentials_path(url.site_label, context.env), url.host.lower(),
                 url.scheme)
     return ("aws", url.scheme)
 
 
-def open_backend(url: Url, context: Context) -> "S3Backend":
+def open_backend(url: Url, context: Opening) -> "S3Backend":
     config = _site_config(url, context)
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)

@@ -30,7 +30,7 @@ import secrets
 import socket
 import stat
 import threading
-from typing import BinaryIO, Callable, Hashable, Iterator, List, Optional, Sequence, TypeVar
+from typing import BinaryIO, Callable, Hashable, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 import paramiko
 
@@ -38,7 +38,9 @@ from transfer.atomic import local_error
 from transfer.backends import _ssh
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import ChecksumMismatch, InvalidInput, NotFound, TransferError
-from transfer.context import Context
+from transfer.backends.opening import Opening
+from transfer.config import Settings
+from transfer.http.pool import PoolStats
 from transfer.urls import Url
 
 T = TypeVar("T")
@@ -48,22 +50,23 @@ _BLOCK = 1 << 20           # bytes handed to the sink at a time
 _WINDOW = 8 << 20          # bytes of reads in flight for one large download
 
 
-def endpoint_key(url: Url, context: Context) -> Hashable:
+def endpoint_key(url: Url, context: Opening) -> Hashable:
     ep = _ssh.endpoint_for(url, context.env)
     return (ep.user, ep.host, ep.port, ep.key_file)
 
 
-def open_backend(url: Url, context: Context) -> "SftpBackend":
-    return SftpBackend(_ssh.endpoint_for(url, context.env), context)
+def open_backend(url: Url, context: Opening) -> "SftpBackend":
+    return SftpBackend(_ssh.endpoint_for(url, context.env), context.env, context.settings, context.stats)
 
 
 class SftpBackend:
     """One SSH endpoint. Thread-safe; connects on first use and after a dropped connection."""
 
-    def __init__(self, endpoint: _ssh.SshEndpoint, context: Context) -> None:
+    def __init__(self, endpoint: _ssh.SshEndpoint, env: Mapping[str, str], settings: Settings,
+                 stats: PoolStats) -> None:
         self.endpoint = endpoint
         self.handshakes = 0
-        self._context = context
+        self._env, self._settings, self._stats = env, settings, stats
         self._lock = threading.Lock()
         self._connection_now: Optional[_ssh.Connection] = None
         self._orphans: List[str] = []
@@ -82,12 +85,12 @@ class SftpBackend:
             self._connection_now = None
             if current is not None:
                 current.close()
-            settings = self._context.settings
-            current = _ssh.connect(self.endpoint, self._context.env, connect_timeout=settings.connect_timeout,
+            settings = self._settings
+            current = _ssh.connect(self.endpoint, self._env, connect_timeout=settings.connect_timeout,
                                    read_timeout=settings.read_timeout, known_hosts=settings.ssh_known_hosts,
                                    channels=settings.threads)
             self.handshakes += 1
-            self._context.stats.count(connections=1)
+            self._stats.count(connections=1)
             self._connection_now = current
             orphans, self._orphans = self._orphans, []
         if orphans:
@@ -113,7 +116,7 @@ class SftpBackend:
             healthy = not isinstance(err, socket.timeout) and _ssh.channel_alive(client)
             raise _ssh.translate(err, str(url), operation, healthy) from err
         finally:
-            self._context.stats.count(requests=1)
+            self._stats.count(requests=1)
             connection.give(client, healthy)
 
     def _remove_orphans(self, connection: _ssh.Connection, paths: List[str]) -> None:

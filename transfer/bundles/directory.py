@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from transfer.backends.base import Backend, ObjectInfo
+from transfer.backends.base import Backend, Namespace, ObjectInfo
 from transfer.bundles.format import (
     CHUNK,
     MAX_MEMBERS,
@@ -169,6 +169,8 @@ def _list(backend: Backend, directory: Url, max_entries: int) -> Tuple[List[Obje
     bundles: List[ObjectInfo] = []
     records: List[ObjectInfo] = []
     plain: Set[str] = set()
+    if not isinstance(backend, Namespace):
+        return bundles, records, plain  # a source that cannot be listed holds no bundles we can find
     try:
         for info in backend.list(directory):
             path = info.url.path

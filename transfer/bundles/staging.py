@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from transfer.atomic import local_error
-from transfer.backends.base import Backend
+from transfer.backends.base import Backend, store
 from transfer.bundles.directory import BundleDirectory, LoadedBundle, MapFn, new_bundle_url, removal_record_url
 from transfer.bundles.format import Member, pack
 from transfer.config import Settings
@@ -277,7 +277,8 @@ class BundleStager:
                 failures.update({position: err for position, _ in entries})
         return failures
 
-    def _record_removal(self, backend: Backend, bundle: LoadedBundle, names: List[str]) -> None:
+    def _record_removal(self, found: Backend, bundle: LoadedBundle, names: List[str]) -> None:
+        backend = store(found, bundle.url, "remove")  # bundles are only found in listed stores
         bundle.removed.update(names)
         directory = _split(_split(bundle.url)[0])[0]
         if not bundle.live_members():
