@@ -66,7 +66,21 @@ def test_parallel_multipart_uploads_stay_within_threads_plus_two(minio, bucket, 
             path = tmp_path / f"big{number}"
             path.write_bytes(os.urandom(26 << 20))
             ops.append(Transfer((parse_url(str(path)),), parse_url(f"s3://test@minio/{bucket}/big{number}")))
-        with Session(settings, env) as session:
-            results = Engine(session).run(ops)
+        peak, done = [0], threading.Event()
+
+        def watch():  # part threads alive at once: one shared pool, not one per upload
+            while not done.is_set():
+                peak[0] = max(peak[0], sum(t.name.startswith("part") for t in threading.enumerate()))
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            with Session(settings, env) as session:
+                results = Engine(session).run(ops)
+        finally:
+            done.set()
+            watcher.join()
         assert all(r.ok for r in results), [r.error for r in results]
         assert proxy.connections <= settings.threads + 2
+        assert 1 <= peak[0] <= settings.threads

@@ -26,7 +26,7 @@ import random
 import tempfile
 import threading
 import time
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
@@ -105,6 +105,8 @@ class Engine:
         self._callback_lock = threading.Lock()
         self._bundles = BundleStager(session)
         self._uploads = InFlightUploads()
+        self._parts: Optional[ThreadPoolExecutor] = None  # one pool for every multipart upload of a run
+        self._parts_lock = threading.Lock()
         self._cache = cache
         self._peers = peers if cache is not None else None
         wanted = cache.config.uploads if cache is not None else None
@@ -129,6 +131,10 @@ class Engine:
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
+            with self._parts_lock:
+                parts, self._parts = self._parts, None
+            if parts is not None:
+                parts.shutdown(wait=True, cancel_futures=True)
             if peers is not None:
                 peers.publish()
             if self._cache is not None:
@@ -466,16 +472,30 @@ class Engine:
             if self._cache.insert_file(key, path, version) and peers is not None:
                 peers.stored(key)
 
+    def _part_pool(self) -> Executor:
+        """The run's one pool for multipart parts, ``threads`` wide, shared by every large upload
+        (so at most ``threads`` parts are in flight). Separate from the file tasks' pool: parts
+        must never queue behind the file tasks that wait for them."""
+        with self._parts_lock:
+            if self._parts is None:
+                self._parts = ThreadPoolExecutor(self._threads, thread_name_prefix="part")
+            return self._parts
+
     def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
         upload_id = backend.start_upload(dest)
         self._uploads.start(backend, dest, upload_id)
         try:
-            # A separate pool: parts must never queue behind the file tasks that wait for them.
-            with ThreadPoolExecutor(min(self._threads, len(regions)), thread_name_prefix="part") as parts:
-                etags = list(parts.map(lambda job: backend.upload_part(dest, upload_id, job[0], job[1]),
-                                       enumerate(regions, 1)))
+            futures = [self._part_pool().submit(backend.upload_part, dest, upload_id, number, region)
+                       for number, region in enumerate(regions, 1)]
+            try:
+                etags = [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                wait(futures)  # no part of this upload still in flight when it is aborted
+                raise
             backend.complete_upload(dest, upload_id, etags)
         except BaseException:
             self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._rng)

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from transfer import Engine, Result
 from transfer.atomic import remove_temp_files
-from transfer.ops import Operation
+from transfer.ops import Operation, Transfer
 
 ABORT_SECONDS = 5.0
 HANDLED = (signal.SIGTERM, signal.SIGINT)
@@ -74,7 +74,6 @@ class Interrupts:
 
 
 def describe(op: Operation) -> str:
-    sources = getattr(op, "sources", None)
-    if sources is not None:
-        return f"{sources[0]} -> {getattr(op, 'dest')}"
-    return f"{type(op).__name__.lower()} {getattr(op, 'target')}"
+    if isinstance(op, Transfer):
+        return f"{op.sources[0]} -> {op.dest}"
+    return f"{type(op).__name__.lower()} {op.target}"

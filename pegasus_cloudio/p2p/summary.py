@@ -130,8 +130,9 @@ def _size(f: Any, sizes: Optional[Mapping[str, int]]) -> int:
 
 
 def _cache_key(session: Any, url: Any) -> str:
-    namer = getattr(session.backend(url), "cache_key", None)
-    return str(namer(url)) if namer is not None else str(url)
+    from transfer.backends.base import CacheKeys
+    backend = session.backend(url)
+    return str(backend.cache_key(url)) if isinstance(backend, CacheKeys) else str(url)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
