@@ -1,10 +1,12 @@
 """S3 specifics on a real MinIO: one GET per download, pooled connections, batch deletes,
 multipart, server-side copy, TLS, credentials errors."""
 
+import base64
 import hashlib
 import os
 import subprocess
 import sys
+import zlib
 
 import boto3
 import pytest
@@ -81,6 +83,33 @@ def test_multipart_upload_above_threshold_round_trips(s3_env, bucket, tmp_path, 
     client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
                           aws_secret_access_key=minio.secret_key, region_name="us-east-1")
     assert client.head_object(Bucket=bucket, Key="big.bin")["ETag"].strip('"').endswith("-3")
+
+
+def test_multipart_parts_carry_crc32_that_the_store_checks(s3_env, bucket, tmp_path, minio, monkeypatch):
+    """Parts go up with x-amz-checksum-crc32 (the upload declared CRC32): the store keeps each
+    part's checksum, and refuses a part whose bytes do not match the one sent."""
+    import transfer.backends.s3 as s3_backend
+
+    data = os.urandom(11 << 20)
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    settings = Settings(threads=2, multipart_threshold=5 << 20, multipart_part_size=5 << 20, max_attempts=1)
+    with Session(settings, s3_env) as session:
+        [up] = Engine(session).run([Transfer((parse_url(str(src)),), s3(bucket, "crc.bin"))])
+    assert up.ok, up.error
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    part = client.head_object(Bucket=bucket, Key="crc.bin", PartNumber=1, ChecksumMode="ENABLED")
+    assert part["ChecksumCRC32"] == base64.b64encode(zlib.crc32(data[:5 << 20]).to_bytes(4, "big")).decode()
+
+    real = s3_backend._crc32_of_region
+    monkeypatch.setattr(s3_backend, "_crc32_of_region",
+                        lambda region: "AAAAAA==" if region.offset else real(region))  # part 2 lies
+    with Session(settings, s3_env) as session:
+        [bad] = Engine(session).run([Transfer((parse_url(str(src)),), s3(bucket, "lie.bin"))])
+    assert not bad.ok and bad.error is not None and "lie.bin" in (bad.error.url or "")
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="lie.bin")
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []  # aborted
 
 
 def test_server_side_copy_between_keys(s3_env, bucket, tmp_path):

@@ -200,16 +200,24 @@ def test_composite_checksums_are_not_mistaken_for_the_objects():
         assert _get(_backend(server), Url("s3", "comp", "/k")) == BODY
 
 
-def test_multipart_etags_are_checked_part_by_part_and_for_the_assembled_object(tmp_path):
+def test_multipart_parts_are_checked_by_crc32_and_the_assembled_object_by_etag(tmp_path):
+    """Parts carry x-amz-checksum-crc32 (declared at CreateMultipartUpload); a store that
+    echoes another CRC32 fails the part; Complete lists each part's CRC32; the assembled
+    object's ETag must combine the parts' ETags."""
     part = tmp_path / "part"
     part.write_bytes(b"p" * 100)
     part_md5 = hashlib.md5(b"p" * 100).hexdigest()
+    crc = base64.b64encode(zlib.crc32(b"p" * 100).to_bytes(4, "big")).decode()
     assembled = [f"{hashlib.md5(bytes.fromhex(part_md5) * 2).hexdigest()}-2"]
 
     def handler(request):
         if request.method == "PUT":
-            etag = part_md5 if "partNumber=1" in request.query else "0" * 32
-            return Reply(200, {"ETag": f'"{etag}"'})
+            sent = request.header("x-amz-checksum-crc32") or ""
+            echoed = sent if "partNumber=1" in request.query else "AAAAAA=="
+            return Reply(200, {"ETag": f'"{part_md5}"', "x-amz-checksum-crc32": echoed})
+        if request.method == "POST" and "uploads" in request.query:
+            return Reply(200, {}, b"<InitiateMultipartUploadResult><UploadId>id</UploadId>"
+                                  b"</InitiateMultipartUploadResult>")
         if request.method == "POST":
             return Reply(200, {}, b"<CompleteMultipartUploadResult/>")
         return Reply(200, {"ETag": f'"{assembled[0]}"', "Content-Length": "200"})
@@ -217,12 +225,16 @@ def test_multipart_etags_are_checked_part_by_part_and_for_the_assembled_object(t
     from transfer.http.connection import FileRegion
     with ScriptedServer(handler) as server:
         backend, url = _backend(server), Url("s3", "multi", "/k")
+        assert backend.start_upload(url) == "id"
+        assert server.requests[-1].header("x-amz-checksum-algorithm") == "CRC32"
         region = FileRegion(str(part), 0, 100)
-        assert backend.upload_part(url, "id", 1, region) == f'"{part_md5}"'
+        receipt = backend.upload_part(url, "id", 1, region)
+        assert receipt == f'"{part_md5}"\n{crc}' and server.requests[-1].header("content-md5") is None
         with pytest.raises(ChecksumMismatch, match="part 2"):
-            backend.upload_part(url, "id", 2, region)  # the store reports another MD5
-        etags = [f'"{part_md5}"', f'"{part_md5}"']
-        assert backend.complete_upload(url, "id", etags).size == 200
+            backend.upload_part(url, "id", 2, region)  # the store reports another CRC32
+        assert backend.complete_upload(url, "id", [receipt, receipt]).size == 200
+        complete = next(r for r in reversed(server.requests) if r.method == "POST")
+        assert complete.body.count(f"<ChecksumCRC32>{crc}</ChecksumCRC32>".encode()) == 2
         assembled[0] = "f" * 32 + "-2"
         with pytest.raises(ChecksumMismatch, match="assembled"):
-            backend.complete_upload(url, "id", etags)
+            backend.complete_upload(url, "id", [receipt, receipt])

@@ -241,11 +241,11 @@ def test_put_copy_and_multipart(server, tmp_path, index):
                   lambda: client.copy_object(Bucket=case.bucket, Key="copy/" + key,
                                              CopySource={"Bucket": case.bucket, "Key": key}))
         _conforms(server, case, client, lambda: ours.start_upload(url),
-                  lambda: client.create_multipart_upload(Bucket=case.bucket, Key=key))
+                  lambda: client.create_multipart_upload(Bucket=case.bucket, Key=key, ChecksumAlgorithm="CRC32"))
         region = FileRegion(str(source), 0, len(BODY))
         _conforms(server, case, client, lambda: ours.upload_part(url, "up/id+1=", 2, region),
                   lambda: client.upload_part(Bucket=case.bucket, Key=key, UploadId="up/id+1=",
-                                             PartNumber=2, Body=BODY))
+                                             PartNumber=2, Body=BODY, ChecksumAlgorithm="CRC32"))
         _conforms(server, case, client, lambda: ours.complete_upload(url, "up/id+1=", ['"e1"', '"e2"']),
                   lambda: client.complete_multipart_upload(
                       Bucket=case.bucket, Key=key, UploadId="up/id+1=",

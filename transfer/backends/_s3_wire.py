@@ -25,7 +25,6 @@ from transfer.errors import (
     TransferError,
     TransientError,
 )
-from transfer.http.connection import FileRegion
 from transfer.urls import Url
 
 _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
@@ -125,20 +124,6 @@ def _range_length(headers: Dict[str, str], byte_range: ByteRange) -> int:
 
 def _server_side_encrypted(headers: Dict[str, str]) -> bool:
     return headers.get("x-amz-server-side-encryption", "AES256") not in ("AES256", "")
-
-
-def _md5_of_region(region: FileRegion) -> bytes:
-    digest = hashlib.md5()
-    with open(region.path, "rb") as fh:
-        fh.seek(region.offset)
-        left = region.length
-        while left > 0:
-            block = fh.read(min(left, 1 << 20))
-            if not block:
-                break
-            digest.update(block)
-            left -= len(block)
-    return digest.digest()
 
 
 def _child_url(url: Url, bucket: str, key: str) -> Url:

@@ -93,9 +93,10 @@ class MultipartUploads(Protocol):
         """Begin an upload; returns its id."""
 
     def upload_part(self, url: Url, upload_id: str, number: int, region: FileRegion) -> str:
-        """Send part ``number`` (1-based); returns the part's ETag."""
+        """Send part ``number`` (1-based), verified by the store; returns the part's receipt
+        (opaque: :meth:`complete_upload` takes the receipts in part order)."""
 
-    def complete_upload(self, url: Url, upload_id: str, etags: Sequence[str]) -> ObjectInfo:
+    def complete_upload(self, url: Url, upload_id: str, receipts: Sequence[str]) -> ObjectInfo:
         """Assemble the parts in order."""
 
     def abort_upload(self, url: Url, upload_id: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import zlib
 from typing import BinaryIO, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import unquote_plus
 
@@ -24,7 +25,6 @@ from transfer.backends._s3_wire import (
     S3Path,
     _child_url,
     _info,
-    _md5_of_region,
     _range_length,
     _server_side_encrypted,
     check_bucket,
@@ -282,7 +282,9 @@ class S3Backend:
     # -- MultipartUploads ---------------------------------------------------------------
 
     def start_upload(self, url: Url) -> str:
-        with self._send("POST", split_url(url), query={"uploads": ""}, url=str(url)) as response:
+        """CreateMultipartUpload, declaring CRC32 part checksums (see :meth:`upload_part`)."""
+        headers = [("x-amz-checksum-algorithm", "CRC32")]
+        with self._send("POST", split_url(url), query={"uploads": ""}, headers=headers, url=str(url)) as response:
             self._check(response, str(url), "put")
             upload_id = xml_tree(response.read()).findtext("UploadId")
         if not upload_id:
@@ -291,22 +293,30 @@ class S3Backend:
         return upload_id
 
     def upload_part(self, url: Url, upload_id: str, number: int, region: FileRegion) -> str:
-        md5 = _md5_of_region(region)
+        """UploadPart with ``x-amz-checksum-crc32``: the store checks the bytes it received
+        against it and refuses the part otherwise (as it does a Content-MD5, but CRC32 costs the
+        client ~0.15 s of CPU per GiB where MD5 costs ~1.2 s). Returns the part's receipt for
+        :meth:`complete_upload`: its ETag and CRC32."""
+        crc = _crc32_of_region(region)
         query = {"partNumber": str(number), "uploadId": upload_id}
-        headers = [("Content-MD5", base64.b64encode(md5).decode())]
-        with self._send("PUT", split_url(url), query=query, headers=headers, body=region,
-                        payload_hash=UNSIGNED, url=str(url)) as response:
+        with self._send("PUT", split_url(url), query=query, headers=[("x-amz-checksum-crc32", crc)],
+                        body=region, payload_hash=UNSIGNED, url=str(url)) as response:
             self._check(response, str(url), "put")
             etag = response.headers.get("etag", "")
-            found = _MD5_ETAG.match(etag)
-            if found and found.group(1).lower() != md5.hex() and not _server_side_encrypted(response.headers):
-                raise ChecksumMismatch(f"ETag of part {number} differs from its MD5", url=str(url),
-                                       operation="put")
-            return etag
+            echoed = response.headers.get("x-amz-checksum-crc32")
+        if echoed is not None and echoed != crc:
+            raise ChecksumMismatch(f"CRC32 of part {number} as stored ({echoed}) differs from the file's ({crc})",
+                                   url=str(url), operation="put")
+        return f"{etag}\n{crc}"
 
-    def complete_upload(self, url: Url, upload_id: str, etags: Sequence[str]) -> ObjectInfo:
-        parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{xml_escape(e)}</ETag></Part>"
-                        for n, e in enumerate(etags, 1))
+    def complete_upload(self, url: Url, upload_id: str, receipts: Sequence[str]) -> ObjectInfo:
+        """CompleteMultipartUpload from the parts' receipts (ETag, and CRC32 when the part was
+        sent with one), then a HEAD whose ETag must be the parts' MD5s combined."""
+        pairs = [receipt.partition("\n")[::2] for receipt in receipts]
+        etags = [etag for etag, _ in pairs]
+        parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{xml_escape(etag)}</ETag>"
+                        + (f"<ChecksumCRC32>{crc}</ChecksumCRC32>" if crc else "") + "</Part>"
+                        for n, (etag, crc) in enumerate(pairs, 1))
         body = f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
         with self._send("POST", split_url(url), query={"uploadId": upload_id}, body=body,
                         payload_hash=hashlib.sha256(body).hexdigest(), url=str(url)) as response:
@@ -343,3 +353,18 @@ def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:
 
 def _fixed(credentials: Credentials) -> CredentialSource:
     return lambda: credentials
+
+
+def _crc32_of_region(region: FileRegion) -> str:
+    """Base64 of the big-endian CRC32 of a file region, as ``x-amz-checksum-crc32`` wants it."""
+    crc = 0
+    with open(region.path, "rb") as fh:
+        fh.seek(region.offset)
+        left = region.length
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                break
+            crc = zlib.crc32(block, crc)
+            left -= len(block)
+    return base64.b64encode(crc.to_bytes(4, "big")).decode()
