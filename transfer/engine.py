@@ -11,8 +11,10 @@ operation, in input order. It
   partial file behind;
 * reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
   from bundles, then from the store, and fills the node cache once;
-* drives multipart uploads for large files and server-side copies between objects of one
-  endpoint, or a two-hop copy through a local temp file between different endpoints.
+* drives multipart uploads and parallel ranged downloads (:mod:`transfer.ranged`) of large
+  files, all their parts sharing one :class:`~transfer.ranged.PartPool` of ``threads``, and
+  server-side copies between objects of one endpoint, or a two-hop copy through a local temp
+  file between different endpoints.
 
 Backends are obtained from the :class:`~transfer.session.Session`, which keeps one per
 endpoint, so all workers share one connection pool per endpoint.
@@ -31,7 +33,8 @@ from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional,
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
-from transfer.backends.base import Backend, CacheKeys, MultipartUploads, ObjectInfo, ServerSideCopy, TreeRemoval
+from transfer.backends.base import (Backend, CacheKeys, MultipartUploads, ObjectInfo, RangedReads, ServerSideCopy,
+                                    TreeRemoval)
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.format import Member
 from transfer.bundles.reading import GroupState, MemberRead, read_group
@@ -42,6 +45,7 @@ from transfer.errors import NotFound
 from transfer.errors import TransferError
 from transfer.http.connection import FileRegion
 from transfer.peers import PeerRound, PeerSink, PeerSource, Replica
+from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
 from transfer.retry import RetryBudget, RetryPolicy
 from transfer.session import Session
@@ -103,6 +107,7 @@ class Engine:
         self._callback_lock = threading.Lock()
         self._bundles = BundleStager(session)
         self._uploads = InFlightUploads()
+        self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
         self._peers = peers if cache is not None else None
 
@@ -125,6 +130,7 @@ class Engine:
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
+            self._parts.shutdown()
             if peers is not None:
                 peers.publish()
             if self._cache is not None:
@@ -424,6 +430,9 @@ class Engine:
                     peers.stored(key)
                 return nbytes
             with AtomicFile(dest_path) as out:
+                if isinstance(backend, RangedReads):
+                    return ranged.download(backend, source, out, self._parts,
+                                           self._session.settings.download_part_size)
                 backend.get(source, out.file)
                 return out.commit()
         except NotFound as err:
@@ -465,10 +474,13 @@ class Engine:
         upload_id = backend.start_upload(dest)
         self._uploads.start(backend, dest, upload_id)
         try:
-            # A separate pool: parts must never queue behind the file tasks that wait for them.
-            with ThreadPoolExecutor(min(self._threads, len(regions)), thread_name_prefix="part") as parts:
-                etags = list(parts.map(lambda job: backend.upload_part(dest, upload_id, job[0], job[1]),
-                                       enumerate(regions, 1)))
+            # The shared part pool: parts never queue behind the file tasks that wait for them.
+            parts = [self._parts.submit(backend.upload_part, dest, upload_id, number, region)
+                     for number, region in enumerate(regions, 1)]
+            try:
+                etags = [part.result() for part in parts]
+            finally:
+                ranged.join(parts)  # no part may still be sending when the upload is aborted
             backend.complete_upload(dest, upload_id, etags)
         except BaseException:
             self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._rng)
