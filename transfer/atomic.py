@@ -66,6 +66,7 @@ def remove_temp_files() -> int:
     return _LIVE.remove_all()
 _NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP)  # link impossible here: copy
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_READ_WRITE = (_FLAGS & ~os.O_WRONLY) | os.O_RDWR  # parallel downloads read parts back to check them
 
 
 def local_error(err: OSError, path: str, operation: str) -> TransferError:
@@ -111,12 +112,12 @@ class AtomicFile:
     def _open(self) -> int:
         _LIVE.add(self._temp)
         try:
-            return os.open(self._temp, _FLAGS, 0o666)
+            return os.open(self._temp, _READ_WRITE, 0o666)
         except FileNotFoundError:
             if not self._make_parents:
                 raise
         os.makedirs(os.path.dirname(self._temp) or ".", exist_ok=True)
-        return os.open(self._temp, _FLAGS, 0o666)
+        return os.open(self._temp, _READ_WRITE, 0o666)
 
     def commit(self, expected_size: Optional[int] = None) -> int:
         """Check the size, rename into place, and return the number of bytes written."""

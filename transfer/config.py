@@ -34,6 +34,8 @@ class Settings:
     read_timeout:        seconds without a byte before a request is abandoned.
     multipart_threshold: bytes; uploads at or above this use parallel multipart.
     multipart_part_size: bytes per part of a multipart upload.
+    download_part_size:  bytes per ranged GET; objects of at least twice this download as
+                         parallel ranged GETs (backends with ranged reads, plain-file targets).
     ca_bundle:           PEM file of CAs used instead of the system store to verify TLS.
     gcs_endpoint:        GCS JSON API endpoint (e.g. an emulator); ``STORAGE_EMULATOR_HOST`` also works.
     ssh_known_hosts:     known_hosts file; when set, SSH host keys must match it (strict checking).
@@ -52,6 +54,7 @@ class Settings:
     read_timeout: float = 60.0
     multipart_threshold: int = 64 << 20
     multipart_part_size: int = 16 << 20
+    download_part_size: int = 16 << 20
     ca_bundle: Optional[str] = None
     gcs_endpoint: Optional[str] = None
     ssh_known_hosts: Optional[str] = None
@@ -87,7 +90,7 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        for name in ("threads", "max_attempts", "multipart_part_size"):
+        for name in ("threads", "max_attempts", "multipart_part_size", "download_part_size"):
             if getattr(self, name) < 1:
                 raise InvalidInput(f"{PREFIX}{name.upper()} must be at least 1", operation="config")
         if self.multipart_part_size < 5 << 20:

@@ -11,8 +11,10 @@ operation, in input order. It
   partial file behind;
 * reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
   from bundles, then from the store, and fills the node cache once;
-* drives multipart uploads for large files and server-side copies between objects of one
-  endpoint, or a two-hop copy through a local temp file between different endpoints.
+* drives multipart uploads and parallel ranged downloads (:mod:`transfer.ranged`) of large
+  files, all their parts sharing one :class:`~transfer.ranged.PartPool` of ``threads``, and
+  server-side copies between objects of one endpoint, or a two-hop copy through a local temp
+  file between different endpoints.
 
 Backends are obtained from the :class:`~transfer.session.Session`, which keeps one per
 endpoint, so all workers share one connection pool per endpoint.
@@ -26,13 +28,14 @@ import random
 import tempfile
 import threading
 import time
-from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
 from transfer.backends.base import (
-    Backend, CacheKeys, MultipartUploads, Namespace, ObjectInfo, ServerSideCopy, TreeRemoval, namespace, uploads,
+    Backend, CacheKeys, MultipartUploads, Namespace, ObjectInfo, RangedReads, ServerSideCopy, TreeRemoval, namespace,
+    uploads,
 )
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.format import Member
@@ -44,6 +47,7 @@ from transfer.errors import NotFound
 from transfer.errors import TransferError
 from transfer.http.connection import FileRegion
 from transfer.peers import PeerRound, PeerSink, PeerSource, Replica
+from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
 from transfer.retry import RetryBudget, RetryPolicy
 from transfer.session import Session
@@ -105,8 +109,7 @@ class Engine:
         self._callback_lock = threading.Lock()
         self._bundles = BundleStager(session)
         self._uploads = InFlightUploads()
-        self._parts: Optional[ThreadPoolExecutor] = None  # one pool for every multipart upload of a run
-        self._parts_lock = threading.Lock()
+        self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
         self._peers = peers if cache is not None else None
         wanted = cache.config.uploads if cache is not None else None
@@ -131,10 +134,7 @@ class Engine:
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
-            with self._parts_lock:
-                parts, self._parts = self._parts, None
-            if parts is not None:
-                parts.shutdown(wait=True, cancel_futures=True)
+            self._parts.shutdown()
             if peers is not None:
                 peers.publish()
             if self._cache is not None:
@@ -434,6 +434,9 @@ class Engine:
                     peers.stored(key)
                 return nbytes
             with AtomicFile(dest_path) as out:
+                if isinstance(backend, RangedReads):
+                    return ranged.download(backend, source, out, self._parts,
+                                           self._session.settings.download_part_size)
                 backend.get(source, out.file)
                 return out.commit()
         except NotFound as err:
@@ -472,30 +475,19 @@ class Engine:
             if self._cache.insert_file(key, path, version) and peers is not None:
                 peers.stored(key)
 
-    def _part_pool(self) -> Executor:
-        """The run's one pool for multipart parts, ``threads`` wide, shared by every large upload
-        (so at most ``threads`` parts are in flight). Separate from the file tasks' pool: parts
-        must never queue behind the file tasks that wait for them."""
-        with self._parts_lock:
-            if self._parts is None:
-                self._parts = ThreadPoolExecutor(self._threads, thread_name_prefix="part")
-            return self._parts
-
     def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
         upload_id = backend.start_upload(dest)
         self._uploads.start(backend, dest, upload_id)
         try:
-            futures = [self._part_pool().submit(backend.upload_part, dest, upload_id, number, region)
-                       for number, region in enumerate(regions, 1)]
+            # The shared part pool: parts never queue behind the file tasks that wait for them.
+            parts = [self._parts.submit(backend.upload_part, dest, upload_id, number, region)
+                     for number, region in enumerate(regions, 1)]
             try:
-                etags = [future.result() for future in futures]
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                wait(futures)  # no part of this upload still in flight when it is aborted
-                raise
+                etags = [part.result() for part in parts]
+            finally:
+                ranged.join(parts)  # no part may still be sending when the upload is aborted
             backend.complete_upload(dest, upload_id, etags)
         except BaseException:
             self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._rng)

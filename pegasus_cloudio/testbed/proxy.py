@@ -299,6 +299,7 @@ class TcpProxy:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._live: Set[_Connection] = set()
+        self._peak = 0
         self._listener: Optional[socket.socket] = None
         self._acceptor: Optional[threading.Thread] = None
 
@@ -394,9 +395,17 @@ class TcpProxy:
         with self._lock:
             return len(self._live)
 
+    @property
+    def peak_open_connections(self) -> int:
+        """The most client connections relayed at once since start (or reset_counters)."""
+        with self._lock:
+            return self._peak
+
     def reset_counters(self) -> None:
         """Zero all counters (faults are unaffected)."""
         self._counters.reset()
+        with self._lock:
+            self._peak = len(self._live)
 
     def snapshot(self) -> Dict[str, Any]:
         """All counters at one instant: connections, requests,
@@ -442,6 +451,7 @@ class TcpProxy:
                 client.close()
                 return
             self._live.add(conn)
+            self._peak = max(self._peak, len(self._live))
         conn.start()
 
     def _forget(self, conn: _Connection) -> None:

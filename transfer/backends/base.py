@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`ServerSideCopy`, :class:`TreeRemoval` and :class:`CacheKeys`. No backend has a
+:class:`RangedReads`, :class:`ServerSideCopy`, :class:`TreeRemoval` and :class:`CacheKeys`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -15,7 +15,7 @@ capability.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import BinaryIO, Callable, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 from transfer.errors import InvalidInput, TransferError
 from transfer.http.connection import FileRegion
@@ -101,6 +101,49 @@ class MultipartUploads(Protocol):
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
         """Discard the parts; never raises for an already-finished upload."""
+
+
+class RunningCheck(Protocol):
+    """A whole-object checksum computed while the bytes go past, in order."""
+
+    name: str
+
+    def update(self, data: bytes) -> None:
+        """Feed the next bytes of the object."""
+
+    def matches(self) -> bool:
+        """Whether the bytes fed so far end at the store's value."""
+
+
+class ObjectStream(Protocol):
+    """A full-object GET whose response head has arrived; the caller reads the body.
+
+    ``info`` gives the size and version (ETag) the store answered with, ``check`` the
+    whole-object checksum the body must match (None: the store gave none; size only)."""
+
+    info: ObjectInfo
+    check: Optional[RunningCheck]
+
+    def read(self, length: int, write: Callable[[bytes], object]) -> int:
+        """Stream the next ``length`` bytes of the body to ``write``; raises TransientError
+        on a cut body. The check is not fed: the caller feeds it in object order."""
+
+    def close(self) -> None:
+        """Drop the unread rest of the body (its connection is closed if any is left)."""
+
+
+@runtime_checkable
+class RangedReads(Protocol):
+    """Backends that read one object as several ranges at once (large downloads)."""
+
+    def open_read(self, url: Url) -> ObjectStream:
+        """Send a full-object GET and return once its head has arrived."""
+
+    def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
+                  write: Callable[[bytes], object]) -> int:
+        """Stream ``byte_range`` of the object to ``write``, only while it is still the one of
+        ETag ``version`` and ``size`` bytes: RemoteError otherwise (the object changed),
+        ChecksumMismatch on a short body. Returns the byte count."""
 
 
 @runtime_checkable

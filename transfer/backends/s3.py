@@ -6,7 +6,8 @@ AWS credential chain. TLS is verified; plain HTTP is used only when the configur
 is ``http://``. ``s3s://`` refuses a plain-HTTP endpoint.
 
 A download is one GET (no HEAD first), checked against Content-Length and, for single-part
-objects, the MD5 ETag. Uploads are one PUT with Content-MD5 below the multipart threshold;
+objects, the MD5 ETag; for large objects the engine adds ranged GETs pinned to the first
+GET's ETag (:class:`~transfer.backends.base.RangedReads`, see :mod:`transfer.ranged`). Uploads are one PUT with Content-MD5 below the multipart threshold;
 above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per request.
 """
 
@@ -16,7 +17,7 @@ import base64
 import functools
 import hashlib
 import zlib
-from typing import BinaryIO, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import unquote_plus
 
 from transfer.atomic import local_error
@@ -40,7 +41,7 @@ from transfer.backends._s3_wire import (
 from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
-from transfer.backends.base import ByteRange, ObjectInfo
+from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
 from transfer.config import Settings
 from transfer.credentials import (
     CredentialSource,
@@ -51,7 +52,7 @@ from transfer.credentials import (
 )
 from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError
 from transfer.http.connection import Body, FileRegion, file_body
-from transfer.http.pool import ConnectionPool
+from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url
 
@@ -267,6 +268,40 @@ class S3Backend:
         path = split_url(url)
         return f"{self._pool.base_url}/{path.bucket}/{path.key}"
 
+    # -- RangedReads --------------------------------------------------------------------
+
+    def open_read(self, url: Url) -> "_S3Stream":
+        response = self._send("GET", split_url(url), headers=[CHECKSUM_MODE], url=str(url))
+        try:
+            self._check(response, str(url), "get")
+            if not isinstance(response, PooledResponse):  # only error answers are buffered
+                raise RemoteError(f"unexpected HTTP {response.status} answer", url=str(url), operation="get")
+        except BaseException:
+            response.discard()
+            raise
+        info = _info(url, response.status, response.headers)
+        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers)))
+
+    def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
+                  write: Callable[[bytes], object]) -> int:
+        """If-Match pins the version; the answer's Content-Range and ETag are checked too, for
+        stores that ignore If-Match."""
+        first, end = byte_range
+        headers = [("Range", f"bytes={first}-{end - 1}"), ("If-Match", f'"{version}"')]
+        with self._send("GET", split_url(url), headers=headers, url=str(url)) as response:
+            span, etag = response.headers.get("content-range", ""), response.headers.get("etag", "").strip('"')
+            if response.status == 412 or (response.status == 206 and (
+                    span != f"bytes {first}-{end - 1}/{size}" or etag != version)):
+                raise RemoteError(f"the object changed while being read (asked ETag {version}, {size} bytes; "
+                                  f"got HTTP {response.status}, ETag {etag or '-'}, {span or 'no range'})",
+                                  url=str(url), operation="get", status=response.status)
+            self._check(response, str(url), "get", ok=(206,))
+            count = response.read_into(write, str(url))
+        if count != end - first:
+            raise ChecksumMismatch(f"received {count} bytes of range {first}-{end - 1}, expected {end - first}",
+                                   url=str(url), operation="get")
+        return count
+
     # -- ServerSideCopy -----------------------------------------------------------------
 
     def copy(self, source: Url, dest: Url) -> ObjectInfo:
@@ -343,6 +378,21 @@ class S3Backend:
                 self._check(response, str(url), "abort", ok=(200, 204))
         except NotFound:
             pass
+
+
+class _S3Stream:
+    """The body of a full-object GET, read in pieces (see :class:`~transfer.backends.base.ObjectStream`)."""
+
+    def __init__(self, response: PooledResponse, info: ObjectInfo, check: Optional[RunningCheck]) -> None:
+        self._response = response
+        self.info = info
+        self.check = check
+
+    def read(self, length: int, write: Callable[[bytes], object]) -> int:
+        return self._response.read_part(length, write)
+
+    def close(self) -> None:
+        self._response.discard()
 
 
 def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:

@@ -122,6 +122,28 @@ class Response:
         self._conn.response_done()
         return total
 
+    def read_part(self, length: int, write: Callable[[bytes], object]) -> int:
+        """Stream the next ``length`` bytes of a Content-Length body to ``write`` (fewer if
+        the body ends first); the rest stays unread for later calls or :meth:`discard`."""
+        if self._done or self._chunked or self._remaining is None:
+            return self.read_into(write) if not self._done else 0
+        wanted = min(length, self._remaining)
+        try:
+            self._conn.read_exact(wanted, write)
+        except BaseException as err:
+            self._conn.close()
+            self._done = True
+            if isinstance(err, (socket.timeout, ConnectionError, ssl.SSLError)) \
+                    and not isinstance(err, TransientError):
+                raise TransientError(f"body read failed: {err}", url=self._conn.endpoint,
+                                     operation="read") from err
+            raise
+        self._remaining -= wanted
+        if self._remaining == 0:
+            self._done = True
+            self._conn.response_done()
+        return wanted
+
     def discard(self) -> None:
         """Drop the body (reads it if small so the connection stays reusable)."""
         if self._done:

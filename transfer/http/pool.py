@@ -195,6 +195,18 @@ class PooledResponse:
         finally:
             self._finish()
 
+    def read_part(self, length: int, write: Callable[[bytes], object]) -> int:
+        """The next ``length`` body bytes to ``write``; the connection goes back once the
+        body is complete (or on an error, closed)."""
+        try:
+            count = self._response.read_part(length, write)
+        except BaseException:
+            self._finish()
+            raise
+        if self._response.complete:
+            self._finish()
+        return count
+
     def discard(self) -> None:
         try:
             self._response.discard()
