@@ -280,7 +280,7 @@ class S3Backend:
             response.discard()
             raise
         info = _info(url, response.status, response.headers)
-        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers)))
+        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers)), str(url))
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
@@ -383,13 +383,14 @@ class S3Backend:
 class _S3Stream:
     """The body of a full-object GET, read in pieces (see :class:`~transfer.backends.base.ObjectStream`)."""
 
-    def __init__(self, response: PooledResponse, info: ObjectInfo, check: Optional[RunningCheck]) -> None:
+    def __init__(self, response: PooledResponse, info: ObjectInfo, check: Optional[RunningCheck], url: str) -> None:
         self._response = response
         self.info = info
         self.check = check
+        self._url = url
 
     def read(self, length: int, write: Callable[[bytes], object]) -> int:
-        return self._response.read_part(length, write)
+        return self._response.read_part(length, write, self._url)
 
     def close(self) -> None:
         self._response.discard()

@@ -188,18 +188,18 @@ class PooledResponse:
         try:
             return self._response.read_into(write)
         except TransferError as err:
-            if url is None or err.url == url:
-                raise
-            raise type(err)(f"{err.message} (from {err.url})", url=url, operation=err.operation or "get",
-                            status=err.status) from err
+            raise _naming(err, url) from err
         finally:
             self._finish()
 
-    def read_part(self, length: int, write: Callable[[bytes], object]) -> int:
+    def read_part(self, length: int, write: Callable[[bytes], object], url: Optional[str] = None) -> int:
         """The next ``length`` body bytes to ``write``; the connection goes back once the
-        body is complete (or on an error, closed)."""
+        body is complete (or on an error, closed). A cut body raises naming ``url``."""
         try:
             count = self._response.read_part(length, write)
+        except TransferError as err:
+            self._finish()
+            raise _naming(err, url) from err
         except BaseException:
             self._finish()
             raise
@@ -232,3 +232,10 @@ def _noop() -> None:
 
 
 __all__ = ["ConnectionPool", "PooledResponse", "PoolStats", "FileRegion", "Timeouts"]
+
+
+def _naming(err: TransferError, url: Optional[str]) -> TransferError:
+    """``err`` naming the object ``url`` (the endpoint it came from stays in the message)."""
+    if url is None or err.url == url:
+        return err
+    return type(err)(f"{err.message} (from {err.url})", url=url, operation=err.operation or "get", status=err.status)
