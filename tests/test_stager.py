@@ -118,14 +118,19 @@ def _parts(job):
     return [p for p in job.rglob("*") if p.name.endswith(".part")]
 
 
-def test_sigterm_to_the_job_reaches_the_stager_process_running_it(stager, proxied, minio, bucket, tmp_path):
+def _job_in_a_stalled_download(stager, proxied, minio, bucket, tmp_path, stderr):
+    """A drop-in job handed to ``stager``, once its download has written some bytes and stalled."""
     proxy, env = proxied
     job, spec = _stalled_get(proxy, minio, bucket, tmp_path)
-    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=job,
-                            env=job_env(stager.socket_path, **env))
+    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=stderr, cwd=job, env=job_env(stager.socket_path, **env))
     proc.stdin.write(json.dumps(spec).encode())
     proc.stdin.close()
     wait_for(lambda: _parts(job) and os.path.getsize(_parts(job)[0]) > 0, "a partial download")
+    return proc, job
+
+
+def test_sigterm_to_the_job_reaches_the_stager_process_running_it(stager, proxied, minio, bucket, tmp_path):
+    proc, job = _job_in_a_stalled_download(stager, proxied, minio, bucket, tmp_path, subprocess.PIPE)
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=30)
     err = proc.stderr.read().decode()
@@ -135,13 +140,7 @@ def test_sigterm_to_the_job_reaches_the_stager_process_running_it(stager, proxie
 
 
 def test_a_killed_job_stops_its_stager_process_and_leaves_no_part_file(stager, proxied, minio, bucket, tmp_path):
-    proxy, env = proxied
-    job, spec = _stalled_get(proxy, minio, bucket, tmp_path)
-    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=job,
-                            env=job_env(stager.socket_path, **env))
-    proc.stdin.write(json.dumps(spec).encode())
-    proc.stdin.close()
-    wait_for(lambda: _parts(job) and os.path.getsize(_parts(job)[0]) > 0, "a partial download")
+    proc, job = _job_in_a_stalled_download(stager, proxied, minio, bucket, tmp_path, subprocess.DEVNULL)
     proc.kill()  # HTCondor's SIGKILL: the client cannot pass anything on
     proc.wait(timeout=30)
     wait_for(lambda: served(stager), "the stager's process to end")

@@ -12,7 +12,7 @@ import sys
 
 
 def console_main() -> None:
-    path = os.environ.get("PEGASUS_CLOUDIO_STAGER", "")
+    path = os.environ.get("PEGASUS_CLOUDIO_STAGER", "")  # wire.ENV_VAR, not imported unless set
     if path:
         from pegasus_cloudio.stager.client import hand_off
         code = hand_off(path, sys.argv[1:], os.environ)
