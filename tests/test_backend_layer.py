@@ -83,6 +83,17 @@ def test_writing_to_a_read_only_source_is_one_line_naming_the_url_and_sends_noth
     assert _Counting.seen == ["GET"]  # only the download reached the server
 
 
+def test_a_copy_to_a_read_only_destination_is_refused_before_the_source_is_read(served: str,
+                                                                                 tmp_path: Path) -> None:
+    op = Transfer((parse_url(f"{served}/f.txt"),), parse_url(f"{served}/copy.txt"))
+    with Session(Settings(threads=2, max_attempts=3), {"HOME": str(tmp_path)}) as session:
+        result, = Engine(session).run([op])
+    assert not result.ok and result.attempts == 1 and result.error is not None
+    assert result.error.message == "http:// URLs are read-only sources: they cannot be uploaded to"
+    assert result.error.url == f"{served}/copy.txt"
+    assert _Counting.seen == []  # the source was not downloaded first
+
+
 def test_the_dropin_says_so_in_one_line_and_exits_1(served: str, tmp_path: Path) -> None:
     (tmp_path / "up.txt").write_bytes(b"up")
     spec = [{"type": "transfer", "lfn": "up.txt", "id": 1,

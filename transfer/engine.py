@@ -505,6 +505,7 @@ class Engine:
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
         if source_backend is dest_backend and isinstance(source_backend, ServerSideCopy):
             return source_backend.copy(source, dest).size
+        uploads(dest_backend, dest, "put")  # a read-only destination is refused before any GET
         fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-", suffix=".data")
         os.close(fd)
         try:
