@@ -3,8 +3,12 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from pegasus_cloudio.bench.dag import expected_result, montage_like
+from pegasus_cloudio.testbed.wheel import installed_bin, source_checkout
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_montage_like_dag_has_the_example_shape() -> None:
@@ -41,3 +45,20 @@ def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock()
     assert stock["makespan_s"] > stock["measured_s"]
     assert "per-file_vs_vm_local_at_0.05s" in result["ratios"]
     assert result["targets"]["results_correct"] is True
+
+
+def test_benchmarks_run_our_commands_from_a_wheel_in_a_fresh_venv_not_the_checkout(tmp_path: Path) -> None:
+    bin_dir = Path(installed_bin(str(tmp_path)))
+    assert source_checkout() and bin_dir == tmp_path / "venv" / "bin"
+    script = (bin_dir / "pegasus-cloudio-transfer").read_text()
+    assert script.startswith(f"#!{bin_dir / 'python'}") and "import re" not in script  # the plain script
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    where = subprocess.run([str(bin_dir / "python"), "-c", "import transfer, pegasus_cloudio.stager as s; "
+                            "print(transfer.__file__); print(s.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert where.returncode == 0, where.stderr
+    assert all(line.startswith(str(tmp_path / "venv")) for line in where.stdout.splitlines())
+    assert not (REPO / "build").exists()  # the wheel was built from a copy: the checkout is untouched
+    version = subprocess.run([str(bin_dir / "pegasus-cloudio-transfer"), "--version"], capture_output=True,
+                             text=True, env=env, cwd=tmp_path, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("pegasus-cloudio-transfer ")

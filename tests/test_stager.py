@@ -257,3 +257,19 @@ def test_a_client_that_sends_garbage_gets_exit_2_and_the_stager_serves_on(stager
     wait_for(lambda: served(stager), "the refused request's log line")
     assert " exited 2 " in served(stager)[-1]
     assert run_job(["--version"], job_env(stager.socket_path), tmp_path).returncode == 0
+
+
+def test_a_job_handed_to_the_stager_imports_only_the_lean_client(stager, tmp_path):
+    """Every job step pays the client's imports: the plain script and the client use C modules
+    (_socket, _signal), so neither re (the generated console_scripts wrapper), socket, signal,
+    enum, json nor typing is imported before the stager has the job."""
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-S", "-X", "importtime", str(repo / "bin" / "pegasus-cloudio-transfer")],
+                          input=b"[]", capture_output=True, env=job_env(stager.socket_path, PYTHONPATH=str(repo)),
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    assert "pegasus_cloudio.stager.client" in imported and "pegasus_cloudio.dropin.main" not in imported
+    assert not imported & {"re", "socket", "signal", "enum", "json", "typing", "selectors", "functools"}
+    wait_for(lambda: len(served(stager)) == 1, "the stager to log the job")

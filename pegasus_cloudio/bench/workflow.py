@@ -13,11 +13,10 @@ the stagers' CPU is charged to the jobs); VM-local storage (every job runs in on
 directory, nothing staged).
 When the stock run would pass ``--stock-budget`` seconds, it stops once at least 20% of the
 jobs have run and its makespan is extrapolated by job count (marked so in the result).
-Requests and bytes are counted at the proxy, the same way for every mode. Our drop-in runs
-as from a wheel install: ``python -S`` with the package's directory on ``PYTHONPATH``, so a
-job's step does not pay the editable-install import hook of a development checkout (8 ms of
-CPU per process here), which users of the wheel never run; the core needs no third-party
-package, so nothing else changes.
+Requests and bytes are counted at the proxy, the same way for every mode. Our drop-in and
+stager are the commands a wheel install gives users (:mod:`pegasus_cloudio.testbed.wheel`:
+from a checkout, a wheel built from it in a fresh venv), not an editable install, whose import
+hook would cost every job step about 8 ms of CPU that users never pay.
 """
 
 from __future__ import annotations
@@ -43,8 +42,8 @@ from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import Shaping, TcpProxy
 from pegasus_cloudio.testbed.stager import StagerProcess
 from pegasus_cloudio.testbed.stock import make_stock_home
+from pegasus_cloudio.testbed.wheel import installed_bin
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODES = ("stock", "per-file", "bundles+cache", "stager", "vm-local")
 TARGET_RATIO = 1.2
 HEADER_TEXT = b"SIMPLE  = T\nNAXIS   = 2\nCTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\nEND\n"
@@ -91,11 +90,6 @@ def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
     params = Params(args.producers, args.files, args.size, args.slots, args.nodes, args.threads,
                     tuple(args.compute or (0.5, 5.0)), args.rtt_ms, modes, args.stock_budget, args.repeats)
     return run(params, Progress())
-
-
-def installed_argv(threads: int) -> List[str]:
-    """Our drop-in as a wheel install runs it (see the module docstring)."""
-    return [sys.executable, "-S", "-m", "pegasus_cloudio.dropin", "--threads", str(threads)]
 
 
 class ToolStager:
@@ -145,6 +139,8 @@ class Bed:
         self.env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
         self.stock = make_stock_home(os.path.join(root, "stock"))
         self.stock_env = self.stock.env(self.env)
+        self.bin_dir = installed_bin(os.path.join(root, "wheel"))  # ours as users install it
+        self.installed_env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
 
     def ours(self, args: Sequence[str], stdin: bytes) -> None:
         done = measure("ours", "setup", 0, ours_argv(self.params.threads) + list(args), self.env, self.proxy,
@@ -168,16 +164,15 @@ class Bed:
         if mode == "stock":
             return ToolStager([str(self.stock.transfer), "--threads", str(p.threads)], [self.stock_env] * p.nodes,
                               prefix)
-        envs = [dict(self.env) for _ in range(p.nodes)]
+        envs = [dict(self.installed_env) for _ in range(p.nodes)]
         if mode in ("bundles+cache", "stager"):
             for node, env in enumerate(envs):
                 env.update(PEGASUS_CLOUDIO_BUNDLE="1",
                            PEGASUS_CLOUDIO_CACHE_DIR=os.path.join(self.root, f"node{node}", "cache"))
                 if mode == "stager":
                     env["PEGASUS_CLOUDIO_STAGER"] = sockets[node]
-        for env in envs:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH", "")]))
-        return ToolStager(installed_argv(p.threads), envs, prefix)
+        return ToolStager([os.path.join(self.bin_dir, "pegasus-cloudio-transfer"), "--threads", str(p.threads)],
+                          envs, prefix)
 
     def result_bytes(self, stager: Any) -> bytes:
         """``fits.tbl`` as the run left it (fetched with ours, outside the counted window)."""
@@ -245,7 +240,8 @@ def _run_mode(bed: Bed, mode: str, compute: float, progress: Progress, round_nam
     p = bed.params
     prefix = f"{mode.replace('+', '-')}-{compute:g}-{round_name}"
     with ExitStack() as stack:
-        daemons = [stack.enter_context(StagerProcess(bed.env)) for _ in range(p.nodes if mode == "stager" else 0)]
+        daemons = [stack.enter_context(StagerProcess(bed.installed_env, [os.path.join(bed.bin_dir, "pegasus-cloudio")]))
+                   for _ in range(p.nodes if mode == "stager" else 0)]
         stager = bed.stager(mode, prefix, [d.socket_path for d in daemons])
         jobs = montage_like(p.producers, p.files, p.size)
         progress.phase(f"{mode}, compute {compute:g} s: {len(jobs)} jobs on {p.slots} slots / {p.nodes} nodes")

@@ -12,17 +12,17 @@ without ``X`` means that process died; the client then exits 1. The client closi
 connection means the job is gone (SIGKILL from HTCondor): the stager's process then stops as
 on SIGTERM.
 
-Standard library only and cheap to import (no json, no typing at run time): the client
+Standard library only and cheap to import (no json, no socket, no typing at run time): the client
 imports it on every job.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~3 ms per job
 
 if TYPE_CHECKING:
+    import _socket
     from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 ENV_VAR = "PEGASUS_CLOUDIO_STAGER"
@@ -63,7 +63,7 @@ def reply(kind: bytes, value: int) -> bytes:
     return kind + value.to_bytes(REPLY_BYTES - 1, "big", signed=True)
 
 
-def read_reply(sock: socket.socket) -> "Optional[Tuple[bytes, int]]":
+def read_reply(sock: "_socket.socket") -> "Optional[Tuple[bytes, int]]":
     """The next reply, or None when the connection closed first."""
     data = b""
     while len(data) < REPLY_BYTES:

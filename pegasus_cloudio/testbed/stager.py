@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from .process import ServerProcess
 
@@ -23,17 +23,18 @@ _START_TIMEOUT_S = 30.0
 class StagerProcess(ServerProcess):
     LOG_NAME = "stager.log"
 
-    def __init__(self, env: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(self, env: Optional[Mapping[str, str]] = None, command: Sequence[str] = ()) -> None:
+        """``command``: the ``pegasus-cloudio`` command to run (default: this interpreter's)."""
         super().__init__()
         self._env = dict(os.environ if env is None else env)
+        self._command = list(command) or [sys.executable, "-m", "pegasus_cloudio.cli"]
         self.socket_path = ""
 
     def start(self) -> "StagerProcess":
         tmp = self._make_tmp("pegasus-cloudio-stager-")
         os.chmod(tmp, 0o700)
         self.socket_path = str(tmp / "stager.sock")
-        self._spawn_logged([sys.executable, "-m", "pegasus_cloudio.cli", "stager", "--socket", self.socket_path],
-                           self._env)
+        self._spawn_logged([*self._command, "stager", "--socket", self.socket_path], self._env)
         if not self._wait_until(time.monotonic() + _START_TIMEOUT_S, self._accepts):
             tail = self.log_tail()
             self.stop()
