@@ -133,7 +133,7 @@ class Bed:
     """The store, the proxy, credentials and the per-mode environments of one run."""
 
     def __init__(self, root: str, params: Params, server: MinioServer, proxy: TcpProxy) -> None:
-        self.root, self.params, self.proxy = root, params, proxy
+        self.root, self.params, self.server, self.proxy = root, params, server, proxy
         creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE,
                                                  user="bench", endpoint=proxy.url())
         self.env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
@@ -252,14 +252,17 @@ def _run_mode(bed: Bed, mode: str, compute: float, progress: Progress, round_nam
             return len(timings) >= 0.2 * len(jobs) and elapsed * len(jobs) / len(timings) > budget
 
         before = sum(d.children_cpu_s() for d in daemons)
+        store_before, bench_before = bed.server.cpu_s(), time.process_time()
         timings = run_dag(jobs, stager, slots=p.slots, nodes=p.nodes, root=os.path.join(bed.root, prefix),
                           compute_s=compute, env=bed.env, stop=stop)
         counters = bed.proxy.snapshot()
         time.sleep(0.2 if daemons else 0)  # let the stagers reap their last jobs
         stager_cpu = sum(d.children_cpu_s() for d in daemons) - before
+        other_cpu = {"store_cpu_s": round(bed.server.cpu_s() - store_before, 3),
+                     "proxy_and_scheduler_cpu_s": round(time.process_time() - bench_before, 3)}
     complete = len(timings) == len(jobs)
     correct = complete and bed.result_bytes(stager) == expected_result(jobs, HEADER_TEXT, p.size)
-    return _summary(mode, compute, jobs, timings, counters, complete, correct, stager_cpu)
+    return {**_summary(mode, compute, jobs, timings, counters, complete, correct, stager_cpu), **other_cpu}
 
 
 def _summary(mode: str, compute: float, jobs: List[Job], timings: List[JobTiming], counters: Dict[str, Any],

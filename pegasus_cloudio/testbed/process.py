@@ -39,6 +39,15 @@ def answers_ok(url: str, context: Optional[ssl.SSLContext] = None) -> bool:
         return False
 
 
+def process_cpu_s(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds of process ``pid`` (``children``: of its reaped children
+    instead), from ``/proc``."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    first = 13 if children else 11  # utime stime, or cutime cstime (fields 14-17 of proc(5))
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
+
+
 class ServerProcess(abc.ABC):
     """A server child process with a private temp dir and a combined stdout/stderr log.
 
@@ -65,6 +74,10 @@ class ServerProcess(abc.ABC):
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
         self.stop()
+
+    def cpu_s(self) -> float:
+        """CPU seconds the running server has used so far (0 when it is not running)."""
+        return process_cpu_s(self._proc.pid) if self._proc is not None else 0.0
 
     @property
     def log_file(self) -> Optional[Path]:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Mapping, Optional, Sequence
 
-from .process import ServerProcess
+from .process import ServerProcess, process_cpu_s
 
 __all__ = ["StagerProcess"]
 
@@ -48,9 +48,7 @@ class StagerProcess(ServerProcess):
 
     def children_cpu_s(self) -> float:
         """User + system CPU seconds of the jobs the stager has reaped so far."""
-        with open(f"/proc/{self.pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.pid, children=True)
 
     def _accepts(self) -> bool:
         return os.path.exists(self.socket_path) and " stager: serving " in self.log_tail(5)
