@@ -6,6 +6,12 @@ s5cmd (parallel ranged GETs and multipart) and curl of a presigned URL (one stre
 disk's own write rate for the same size (``fsync``-ed). The run's limit is the best rate any
 tool reached in that direction; the figure of merit is ours as a fraction of it (target 90%).
 Downloads are checked by SHA-256 against the source.
+
+So that no tool pays for another's work, the tools take turns: ``--repeats`` rounds, each
+timing every tool up then down, in alternating order (A B C, C B A, ...), each tool keeping its
+best time per direction; and every timed transfer starts after ``sync``, with no dirty pages
+left by the one before (a 1 GiB upload leaves MinIO's copy in the page cache to be written
+back, which would otherwise throttle whichever download came next).
 """
 
 from __future__ import annotations
@@ -79,7 +85,6 @@ def _timed(argv: List[str], env: Dict[str, str], stdin: bytes) -> Tuple[float, i
 def run(params: Params, progress: Progress) -> Dict[str, object]:
     root = tempfile.mkdtemp(prefix="pegasus-cloudio-large-")
     size = params.mib << 20
-    runs: List[Dict[str, Any]] = []
     try:
         with MinioServer() as server:
             clients = Clients(root, server, server.endpoint)
@@ -89,10 +94,19 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
             mkdir = subprocess.run(argv, input=_mkdir_spec(), env=env, capture_output=True)
             if mkdir.returncode != 0 or _timed(argv, env, stdin)[1] != 0:
                 raise RuntimeError("could not create the bucket and the large object")
-            for tool in TOOLS:
-                for upload in (True, False):
-                    progress.phase(f"{params.mib} MiB {'up' if upload else 'down'}: {tool}")
-                    runs.append(_best(clients, server, tool, upload, root, source, digest, size, params.repeats))
+            times: Dict[Tuple[str, bool], List[float]] = {}
+            ok: Dict[Tuple[str, bool], bool] = {}
+            for r in range(params.repeats):
+                for tool in (TOOLS if r % 2 == 0 else TOOLS[::-1]):
+                    for upload in (True, False):
+                        progress.phase(f"{params.mib} MiB {'up' if upload else 'down'}: {tool}, round {r + 1}")
+                        wall, good = _once(clients, server, tool, upload, root, source, digest, r)
+                        times.setdefault((tool, upload), []).append(wall)
+                        ok[(tool, upload)] = ok.get((tool, upload), True) and good
+            runs = [{"tool": tool, "direction": "upload" if upload else "download",
+                     "wall_s": round(min(walls), 3), "mb_per_s": round(size / min(walls) / 1e6, 1),
+                     "rounds_wall_s": [round(w, 3) for w in walls], "ok": ok[(tool, upload)]}
+                    for tool in TOOLS for upload in (True, False) for walls in [times[(tool, upload)]]]
             progress.phase(f"disk write of {params.mib} MiB")
             disk = _sample(os.path.join(root, "disk.dat"), DiskParams(transfer_mib=params.mib))
     finally:
@@ -105,22 +119,18 @@ def _mkdir_spec() -> bytes:
     return json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}]).encode()
 
 
-def _best(clients: Clients, server: MinioServer, tool: str, upload: bool, root: str, source: str, digest: str,
-          size: int, repeats: int) -> Dict[str, Any]:
-    best: Optional[float] = None
-    ok = True
-    for i in range(repeats):
-        dest = os.path.join(root, "down.dat")
-        argv, env, stdin = _command(clients, server, tool, upload, f"{tool}-up-{i}" if upload else "large",
-                                    source if upload else dest)
-        wall, code = _timed(argv, env, stdin)
-        ok = ok and code == 0 and (upload or _sha(dest) == digest)
-        if os.path.exists(dest):
-            os.unlink(dest)
-        best = wall if best is None else min(best, wall)
-    assert best is not None
-    return {"tool": tool, "direction": "upload" if upload else "download", "wall_s": round(best, 3),
-            "mb_per_s": round(size / best / 1e6, 1), "ok": ok}
+def _once(clients: Clients, server: MinioServer, tool: str, upload: bool, root: str, source: str, digest: str,
+          round_no: int) -> Tuple[float, bool]:
+    """One timed transfer, after ``sync``: (wall seconds, exit 0 and, down, the right bytes)."""
+    dest = os.path.join(root, "down.dat")
+    argv, env, stdin = _command(clients, server, tool, upload, f"{tool}-up-{round_no}" if upload else "large",
+                                source if upload else dest)
+    os.sync()
+    wall, code = _timed(argv, env, stdin)
+    good = code == 0 and (upload or _sha(dest) == digest)
+    if os.path.exists(dest):
+        os.unlink(dest)
+    return wall, good
 
 
 def report(params: Params, runs: List[Dict[str, Any]], disk: Dict[str, float]) -> Dict[str, object]:

@@ -1,0 +1,38 @@
+"""`pegasus-cloudio bench large` gives every tool the same conditions: rounds in alternating
+order, a `sync` before each timed transfer, each tool's best round kept (not a speed test)."""
+
+import io
+import os
+from typing import List
+
+import pytest
+
+from pegasus_cloudio.bench import large
+from pegasus_cloudio.bench.harness import Progress
+
+
+class _Phases(Progress):
+    def __init__(self) -> None:
+        super().__init__(io.StringIO(), enabled=False)
+        self.seen: List[str] = []
+
+    def phase(self, text: str) -> "Progress":
+        self.seen.append(text)
+        return self
+
+
+def test_tools_take_turns_in_alternating_rounds_after_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: List[int] = []
+    real_sync = os.sync
+    monkeypatch.setattr(large.os, "sync", lambda: (synced.append(1), real_sync())[1])
+    progress = _Phases()
+    result = large.run(large.Params(mib=2, repeats=2), progress)
+    timed = [p for p in progress.seen if "round" in p]
+    order = [p.split(": ")[1].split(",")[0] for p in timed if " up: " in p]
+    assert order == ["ours", "s5cmd", "curl", "curl", "s5cmd", "ours"]
+    assert len(synced) == len(timed) == 12  # every timed transfer starts after sync
+    runs = result["runs"]
+    assert isinstance(runs, list) and len(runs) == 6
+    for run in runs:
+        assert len(run["rounds_wall_s"]) == 2 and run["wall_s"] == min(run["rounds_wall_s"]) and run["ok"]
+    assert result["targets"]["downloads_identical"] is True  # type: ignore[index]
