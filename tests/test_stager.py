@@ -273,3 +273,41 @@ def test_a_job_handed_to_the_stager_imports_only_the_lean_client(stager, tmp_pat
     assert "pegasus_cloudio.stager.client" in imported and "pegasus_cloudio.dropin.main" not in imported
     assert not imported & {"re", "socket", "signal", "enum", "json", "typing", "selectors", "functools"}
     wait_for(lambda: len(served(stager)) == 1, "the stager to log the job")
+
+
+def test_a_stop_during_reaping_waits_until_every_finished_job_is_reaped_and_logged(monkeypatch, caplog):
+    """SIGTERM's handler can run between any two bytecodes of the SIGCHLD handler: the stop
+    then takes effect after the reaping, so no finished job goes unlogged (a flaky CI run)."""
+    from pegasus_cloudio.stager import server
+
+    finished = [(101, 0, 0.25), (102, 256, 0.5)]
+
+    class Usage:
+        def __init__(self, cpu):
+            self.ru_utime, self.ru_stime = cpu, 0.0
+
+    def wait4(pid, options):
+        if not finished:
+            return 0, 0, Usage(0.0)
+        child, status, cpu = finished.pop(0)
+        return child, status, Usage(cpu)
+
+    stager = server.Stager("/nonexistent/s.sock")
+    stager._serving = True
+    monkeypatch.setattr(server.os, "wait4", wait4)
+    real_info = server.log.info
+
+    def info(message, *args):
+        real_info(message, *args)
+        if len(finished) == 1:  # SIGTERM arrives right after the first job's line
+            stager._stop(signal.SIGTERM, None)
+
+    monkeypatch.setattr(server.log, "info", info)
+    with caplog.at_level("INFO", logger="pegasus_cloudio.stager"):
+        with pytest.raises(server._Stop):
+            stager._reap(signal.SIGCHLD, None)
+    assert stager.served == 2 and stager.cpu_s == 0.75
+    lines = [r.getMessage() for r in caplog.records if "job pid" in r.getMessage()]
+    assert lines == ["job pid 101 exited 0 (0.250 s CPU)", "job pid 102 exited 1 (0.500 s CPU)"]
+    stager._serving = False  # outside the accept loop a stop never raises
+    stager._stop(signal.SIGTERM, None)

@@ -115,6 +115,9 @@ class Stager:
         self.served = 0
         self.cpu_s = 0.0
         self._listener: Optional[socket.socket] = None
+        self._serving = False  # the accept loop runs: only then does a stop interrupt it
+        self._reaping = False
+        self._stop_asked = False
 
     def serve(self) -> None:
         self._listener = listen(self.path)
@@ -122,13 +125,16 @@ class Stager:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._stop)
         log.info("serving %s (pid %d); jobs use it with %s=%s", self.path, os.getpid(), wire.ENV_VAR, self.path)
+        self._serving = True
         try:
             while True:
                 conn, _ = self._listener.accept()
                 self._dispatch(conn)
         except _Stop:
+            self._serving = False
             log.info("stopping: %d job(s) served, %.3f s of their CPU", self.served, self.cpu_s)
         finally:
+            self._serving = False
             self._listener.close()
             try:
                 os.unlink(self.path)
@@ -156,20 +162,31 @@ class Stager:
         conn.close()
 
     def _reap(self, signum: int, frame: Optional[FrameType]) -> None:
-        while True:
-            try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            cpu = usage.ru_utime + usage.ru_stime
-            self.served += 1
-            self.cpu_s += cpu
-            log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
+        """Reap and log every finished job. A stop asked meanwhile (SIGTERM runs its handler
+        between any two bytecodes, this one included) takes effect once this is done, so no
+        finished job goes unlogged or unreaped."""
+        self._reaping = True
+        try:
+            while True:
+                try:
+                    pid, status, usage = os.wait4(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                cpu = usage.ru_utime + usage.ru_stime
+                self.served += 1
+                self.cpu_s += cpu
+                log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
+        finally:
+            self._reaping = False
+        if self._stop_asked and self._serving:
+            raise _Stop()
 
     def _stop(self, signum: int, frame: Optional[FrameType]) -> None:
-        raise _Stop()
+        self._stop_asked = True
+        if self._serving and not self._reaping:
+            raise _Stop()
 
 
 def _child(conn: socket.socket) -> int:
