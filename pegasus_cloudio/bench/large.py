@@ -10,8 +10,8 @@ Downloads are checked by SHA-256 against the source.
 So that no tool pays for another's work, the tools take turns: ``--repeats`` rounds, each
 timing every tool up then down, in alternating order (A B C, C B A, ...), each tool keeping its
 best time per direction; and every timed transfer starts after ``sync``, with no dirty pages
-left by the one before (a 1 GiB upload leaves MinIO's copy in the page cache to be written
-back, which would otherwise throttle whichever download came next).
+left by the one before. On the project's VM a download that follows 1 GiB uploads is slower
+for every tool (``docs/benchmarks.md``), so no tool may always come first or last.
 """
 
 from __future__ import annotations
