@@ -131,8 +131,7 @@ class Stager:
                 conn, _ = self._listener.accept()
                 self._dispatch(conn)
         except _Stop:
-            self._serving = False
-            log.info("stopping: %d job(s) served, %.3f s of their CPU", self.served, self.cpu_s)
+            pass
         finally:
             self._serving = False
             self._listener.close()
@@ -140,6 +139,7 @@ class Stager:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+        log.info("stopping: %d job(s) served, %.3f s of their CPU", self.served, self.cpu_s)
 
     def _dispatch(self, conn: socket.socket) -> None:
         uid = peer_uid(conn)
