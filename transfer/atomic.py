@@ -12,9 +12,12 @@ import errno
 import itertools
 import os
 import threading
-from typing import BinaryIO, Callable, Optional, Set
 
 from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotFound, TransferError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Callable, Optional, Set
 
 _counter = itertools.count()  # unique temp names within this process
 

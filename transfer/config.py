@@ -9,20 +9,21 @@ Pegasus ``env`` profiles can override a site-wide file. A bad value raises
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
-from dataclasses import dataclass
-from typing import Dict, Mapping, Optional
 
+from transfer import _lean
+from transfer._lean import record
 from transfer.errors import InvalidInput
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Mapping, Optional
+
 PREFIX = "PEGASUS_CLOUDIO_"
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Settings:
     """Tuning of the transfer engine and backends.
 
@@ -72,7 +73,7 @@ class Settings:
         return site_label is not None and site_label.replace("-", "_") in sites
 
     def replace(self, **changes: object) -> "Settings":
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        return _lean.replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
@@ -81,7 +82,7 @@ class Settings:
         values = dict(read_config_file(env))
         values.update({k: v for k, v in env.items() if k.startswith(PREFIX)})
         changes: Dict[str, object] = {}
-        for field in dataclasses.fields(cls):
+        for field in _lean.fields(cls):
             name = PREFIX + field.name.upper()
             if name in values and values[name].strip() != "":
                 changes[field.name] = _convert(name, values[name], field.default)
@@ -127,11 +128,15 @@ def read_config_file(env: Mapping[str, str]) -> Dict[str, str]:
 
 
 def parse_size(text: str) -> int:
-    """``"8M"``, ``"64MiB"``, ``"1048576"`` -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
+    """``"8M"``, ``"64MiB"``, ``"1048576"`` -> bytes; ValueError for anything else."""
+    body = text.strip().upper()
+    body = body[:-1] if body.endswith("B") else body
+    body = body[:-1] if body.endswith("I") else body
+    unit = body[-1:] if body[-1:] in _UNITS else ""
+    digits = body[:len(body) - len(unit)].strip()
+    if not (digits.isascii() and digits.isdigit()):
         raise ValueError(text)
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+    return int(digits) * _UNITS.get(unit, 1)
 
 
 def _convert(name: str, raw: str, default: object) -> object:

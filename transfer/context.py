@@ -5,21 +5,24 @@ module, never :mod:`transfer.session` (which imports the backend registry)."""
 from __future__ import annotations
 
 import os
-import ssl
 import threading
-from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional
 
+from transfer._lean import field, record
 from transfer.config import Settings
 from transfer.credentials import PegasusCredentialsFile, pegasus_credentials_path
 from transfer.errors import ConfigError
 from transfer.http.connection import Timeouts, verifying_ssl_context
 from transfer.http.pool import PoolStats
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+    from typing import Dict, Mapping, Optional
+
 __all__ = ["Context"]
 
 
-@dataclass
+@record
 class Context:
     """What backends may read: settings, environment, shared counters, credentials files."""
 
@@ -54,7 +57,7 @@ def _ssl_context(ca_file: Optional[str]) -> ssl.SSLContext:
     """The verifying TLS context; an unusable CA file is a ConfigError naming the setting."""
     try:
         return verifying_ssl_context(ca_file)
-    except (OSError, ssl.SSLError) as err:
+    except OSError as err:  # ssl.SSLError included
         reason = getattr(err, "strerror", None) or str(err)
         raise ConfigError(f"PEGASUS_CLOUDIO_CA_BUNDLE={ca_file}: cannot load CA certificates: {reason}",
                           url=ca_file, operation="config") from err

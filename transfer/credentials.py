@@ -16,16 +16,19 @@ Secrets are never part of an error message or a ``repr``.
 
 from __future__ import annotations
 
-import configparser
 import os
-import stat
-from dataclasses import dataclass, field
-from typing import Callable, Dict, Mapping, Optional
 
+from transfer._lean import field, record
 from transfer.errors import ConfigError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Mapping, Optional
 
-@dataclass(frozen=True)
+_DEFAULTS = {"batch_delete": "True", "batch_delete_size": "1000"}
+
+
+@record(frozen=True)
 class Credentials:
     """An access key pair; ``repr`` never shows the secret."""
 
@@ -34,7 +37,10 @@ class Credentials:
     session_token: Optional[str] = field(default=None, repr=False)
 
 
-CredentialSource = Callable[[], Credentials]
+if TYPE_CHECKING:
+    CredentialSource = Callable[[], Credentials]
+else:
+    CredentialSource = object  # for type checkers, the Callable above
 """Current credentials, renewed by the source when they expire (see :mod:`transfer.aws_chain`)."""
 
 
@@ -65,7 +71,7 @@ def check_private(path: str) -> None:
                           operation="credentials") from err
     if mode & 0o077:
         raise ConfigError(
-            f"credentials file is accessible by group/others (mode {stat.S_IMODE(mode):04o}); "
+            f"credentials file is accessible by group/others (mode {mode & 0o7777:04o}); "
             f"fix with: chmod 600 {path}", url=path, operation="credentials")
 
 
@@ -74,21 +80,21 @@ class PegasusCredentialsFile:
 
     def __init__(self, path: str) -> None:
         check_private(path)
-        parser = configparser.ConfigParser(
-            defaults={"batch_delete": "True", "batch_delete_size": "1000"}, interpolation=None)
         try:
             with open(path, encoding="utf-8") as fh:
-                parser.read_file(fh)
-        except (configparser.Error, UnicodeDecodeError) as err:
+                text = fh.read()
+        except UnicodeDecodeError as err:
             raise ConfigError(f"malformed credentials file: {type(err).__name__}", url=path,
                               operation="credentials") from None
         self.path = path
-        self._parser = parser
+        plain = _plain_ini(text)
+        self._sections = plain if plain is not None else _configparser_ini(text, path)
 
     def section(self, name: str) -> Optional[Dict[str, str]]:
         for candidate in (name, name.lower()):
-            if self._parser.has_section(candidate):
-                return dict(self._parser.items(candidate))
+            found = self._sections.get(candidate)
+            if found is not None:
+                return dict(found)
         return None
 
     def require(self, name: str, what: str) -> Dict[str, str]:
@@ -104,7 +110,7 @@ class PegasusCredentialsFile:
         return {k[len("header."):]: v for k, v in found.items() if k.startswith("header.")}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class S3SiteConfig:
     """What an ``s3://USER@SITE/...`` URL needs: endpoint, region, keys, delete batching."""
 
@@ -146,8 +152,48 @@ def pegasus_s3_config(creds: PegasusCredentialsFile, identity: str) -> S3SiteCon
     )
 
 
+def _plain_ini(text: str) -> Optional[Dict[str, Dict[str, str]]]:
+    """The sections of an INI text (each with :data:`_DEFAULTS` under its values) as
+    ``configparser`` reads it, for the plain files credentials are: ``[section]`` and
+    ``key = value`` (or ``key: value``) lines, ``#``/``;`` comments. None for anything else
+    (continuation lines, ``[DEFAULT]``, duplicates, malformed lines), which
+    :func:`_configparser_ini` then reads: ``configparser`` imports ``re`` on every job step."""
+    sections: Dict[str, Dict[str, str]] = {}
+    current: Optional[Dict[str, str]] = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#;":
+            continue
+        if line[0] in " \t":
+            return None
+        if stripped[0] == "[" and stripped[-1] == "]":
+            name = stripped[1:-1]
+            if not name or name in sections or name == "DEFAULT" or "]" in name:
+                return None
+            current = sections[name] = {}
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        key = line[:cut].strip().lower()
+        if current is None or cut < 0 or not key or key in current:
+            return None
+        current[key] = line[cut + 1:].strip()
+    return {name: {**_DEFAULTS, **values} for name, values in sections.items()}
+
+
+def _configparser_ini(text: str, path: str) -> Dict[str, Dict[str, str]]:
+    import configparser
+    parser = configparser.ConfigParser(defaults=_DEFAULTS, interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error as err:
+        raise ConfigError(f"malformed credentials file: {type(err).__name__}", url=path,
+                          operation="credentials") from None
+    return {name: dict(parser.items(name)) for name in parser.sections()}
+
+
 def read_ini(path: str) -> Dict[str, Dict[str, str]]:
     """Sections of an AWS-style INI file ({} if it does not exist)."""
+    import configparser
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(path, encoding="utf-8")

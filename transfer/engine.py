@@ -24,37 +24,43 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
-import tempfile
 import threading
 import time
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
+from transfer._workers import InlineExecutor, Workers
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
-from transfer.backends import local
 from transfer.backends.base import (
     Backend, CacheKeys, MultipartUploads, Namespace, ObjectInfo, RangedReads, ServerSideCopy, TreeRemoval, namespace,
     uploads,
 )
-from transfer.bundles.directory import LoadedBundle
-from transfer.bundles.format import Member
-from transfer.bundles.reading import GroupState, MemberRead, read_group
-from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
-from transfer.uploads import InFlightUploads
-from transfer.cache import NodeCache
 from transfer.errors import NotFound
 from transfer.errors import TransferError
-from transfer.http.connection import FileRegion
-from transfer.peers import PeerRound, PeerSink, PeerSource, Replica
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
 from transfer.retry import RetryBudget, RetryPolicy
-from transfer.session import Session
-from transfer.urls import Url
 
-ResultCallback = Callable[[Result], None]
-_Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
+# A job step imports only what its operations use: bundles, the node cache, peers, multipart
+# bookkeeping and local copies are imported where they are first needed.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import random
+    from concurrent.futures import Executor, Future
+    from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
+
+    from transfer.bundles.directory import LoadedBundle
+    from transfer.bundles.format import Member
+    from transfer.bundles.reading import GroupState, MemberRead
+    from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
+    from transfer.cache import NodeCache
+    from transfer.peers import PeerRound, PeerSource, Replica
+    from transfer.session import Session
+    from transfer.uploads import InFlightUploads
+    from transfer.urls import Url
+
+    ResultCallback = Callable[[Result], None]
+    _Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
+
+__all__ = ["Engine", "InlineExecutor"]
 
 
 def _contained(action: _Action, history: List[Attempt]) -> Tuple[int, Optional[Url]]:
@@ -66,18 +72,6 @@ def _contained(action: _Action, history: List[Attempt]) -> Tuple[int, Optional[U
         raise
     except Exception as err:  # noqa: BLE001 - reported per file, cause kept
         raise TransferError(f"internal error: {type(err).__name__}: {err}", operation="transfer") from err
-
-
-class InlineExecutor(Executor):
-    """Runs each task at submit time, in the caller's thread (deterministic tests)."""
-
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-        future: Future = Future()  # type: ignore[type-arg]
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as err:  # noqa: B036 - handed to the caller through the future
-            future.set_exception(err)
-        return future
 
 
 class Engine:
@@ -105,10 +99,11 @@ class Engine:
         self._executor = executor
         self._on_result = on_result
         self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._rng = rng
         self._callback_lock = threading.Lock()
-        self._bundles = BundleStager(session)
-        self._uploads = InFlightUploads()
+        self._bundle_stager: Optional[BundleStager] = None
+        self._bundles_on = bool(settings.bundle or settings.bundle_sites)
+        self._in_flight: Optional[InFlightUploads] = None
         self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
         self._peers = peers if cache is not None else None
@@ -119,14 +114,38 @@ class Engine:
     def max_attempts(self) -> int:
         return self._retry.max_attempts
 
+    @property
+    def _bundles(self) -> BundleStager:
+        """Bundles, imported when first used (a read that found nothing may be a member)."""
+        if self._bundle_stager is None:
+            from transfer.bundles.staging import BundleStager
+            self._bundle_stager = BundleStager(self._session)
+        return self._bundle_stager
+
+    @property
+    def _uploads(self) -> InFlightUploads:
+        if self._in_flight is None:
+            from transfer.uploads import InFlightUploads
+            self._in_flight = InFlightUploads()
+        return self._in_flight
+
+    def _random(self) -> random.Random:
+        if self._rng is None:
+            import random
+            self._rng = random.Random()
+        return self._rng
+
     # -- batch --------------------------------------------------------------------------
 
     def run(self, ops: Sequence[Operation]) -> List[Result]:
         """One result per operation, in order. Never raises for a failed operation."""
         results: List[Optional[Result]] = [None] * len(ops)
         budget = RetryBudget(capacity=20 + len(ops) / 10)
-        executor = self._executor or ThreadPoolExecutor(self._threads, thread_name_prefix="transfer")
-        peers = PeerRound(self._peers, self._replica) if self._peers is not None else None
+        executor = self._executor or Workers(self._threads, thread_name_prefix="transfer")
+        peers = None
+        if self._peers is not None:
+            from transfer.peers import PeerRound
+            peers = PeerRound(self._peers, self._replica)
         try:
             self._run_mkdirs(ops, results, budget, executor)
             self._run_transfers(ops, results, budget, executor, peers)
@@ -168,7 +187,7 @@ class Engine:
         group_pool: Optional[Executor] = None
         if peers is not None:
             peers.lookup(self._read_keys(op for _, op in indexed))
-        if self._bundles.enabled:
+        if self._bundles_on:
             def elsewhere(url: Url) -> bool:
                 return self._elsewhere(url, peers)
 
@@ -194,14 +213,13 @@ class Engine:
     def _group_pool(self, executor: Executor, groups: int) -> Executor:
         if self._executor is not None:  # an injected executor (tests) runs everything
             return executor
-        return ThreadPoolExecutor(max(1, min(self._threads, os.cpu_count() or 1, groups)),
-                                  thread_name_prefix="bundle")
+        return Workers(max(1, min(self._threads, os.cpu_count() or 1, groups)), thread_name_prefix="bundle")
 
     def _run_removes(self, ops: Sequence[Operation], results: List[Optional[Result]],
                      budget: RetryBudget) -> None:
         groups: Dict[Hashable, List[Tuple[int, Remove]]] = {}
         removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
-        failed = self._bundles.remove_members(removes) if self._bundles.enabled and removes else {}
+        failed = self._bundles.remove_members(removes) if self._bundles_on and removes else {}
         for i, err in failed.items():
             self._finish(results, i, Result(ops[i], False, attempts=1, error=err))
         for i, op in removes:
@@ -228,7 +246,7 @@ class Engine:
                 nbytes, source = _contained(action, history)
             except TransferError as err:
                 if self._retry.should_retry(err, attempt) and budget.try_spend():
-                    self._sleep(self._retry.delay(attempt, err, self._rng))
+                    self._sleep(self._retry.delay(attempt, err, self._random()))
                     continue
                 err.attempts = attempt
                 return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
@@ -272,6 +290,7 @@ class Engine:
                          peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
         """Fetch one bundle once for all its wanted members. A member that fails its check fails
         alone; a vanished bundle sends its files down the per-file path."""
+        from transfer.bundles.reading import GroupState, MemberRead
         state = GroupState.empty()
         started = time.time()
         reads = [MemberRead(i, op.sources[0], op.dest.path, member,
@@ -304,11 +323,13 @@ class Engine:
     def _read_members(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
                       peers: Optional[PeerRound]) -> None:
         """The one way into bundles: member-keyed node cache, then one streamed fetch."""
+        from transfer.bundles.reading import read_group
         stored = peers.stored if peers is not None else None
         read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
 
     def _read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
                      symlink: bool, peers: Optional[PeerRound]) -> int:
+        from transfer.bundles.reading import GroupState, MemberRead
         backend, bundle, member = found
         state = GroupState.empty()
         self._read_members(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
@@ -373,6 +394,7 @@ class Engine:
 
     def _replica(self, key: str) -> Optional[Replica]:
         """What peers may be told about the node cache's entry for ``key``."""
+        from transfer.peers import Replica
         meta = self._cache.describe(key) if self._cache is not None else None
         return Replica(key, meta.size, meta.sha256) if meta is not None else None
 
@@ -390,6 +412,7 @@ class Engine:
         return self._remote_copy(source, dest, peers)
 
     def _local_copy(self, source: Url, op: Transfer) -> int:
+        from transfer.backends import local
         dest = op.dest.path
         if op.dest.scheme == "moveto":
             return local.move(source.path, dest)
@@ -412,7 +435,8 @@ class Engine:
         """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
         then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
         ``--symlink``)."""
-        known = self._bundles.known_member(source)  # an indexed member needs no 404 first
+        # an indexed member needs no 404 first (no index is loaded before bundles were used)
+        known = self._bundle_stager.known_member(source) if self._bundle_stager is not None else None
         if known is not None and not self._elsewhere(source, peers):
             try:
                 return self._read_member(known, source, dest_path, symlink, peers)
@@ -423,6 +447,7 @@ class Engine:
         try:
             if key is not None and self._cache is not None:
                 def fill(sink: BinaryIO) -> ObjectInfo:
+                    from transfer.peers import PeerSink
                     if peers is not None and isinstance(sink, PeerSink):
                         got = peers.fetch(key, sink)
                         if got is not None:
@@ -476,6 +501,7 @@ class Engine:
                 peers.stored(key)
 
     def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
+        from transfer.http.connection import FileRegion
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
         upload_id = backend.start_upload(dest)
@@ -490,7 +516,7 @@ class Engine:
                 ranged.join(parts)  # no part may still be sending when the upload is aborted
             backend.complete_upload(dest, upload_id, etags)
         except BaseException:
-            self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._rng)
+            self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._random())
             raise
         finally:
             self._uploads.finish(upload_id)
@@ -499,13 +525,14 @@ class Engine:
     def abort_uploads(self, seconds: float) -> List[str]:
         """For signal handlers: abort every multipart upload in flight, giving up after
         ``seconds``; returns the URLs of uploads that could not be aborted in time."""
-        return self._uploads.abort_all(seconds)
+        return self._in_flight.abort_all(seconds) if self._in_flight is not None else []
 
     def _remote_copy(self, source: Url, dest: Url, peers: Optional[PeerRound] = None) -> int:
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
         if source_backend is dest_backend and isinstance(source_backend, ServerSideCopy):
             return source_backend.copy(source, dest).size
         uploads(dest_backend, dest, "put")  # a read-only destination is refused before any GET
+        import tempfile
         fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-", suffix=".data")
         os.close(fd)
         try:
@@ -535,7 +562,7 @@ class Engine:
                     retry.append(i)
             if not retry:
                 break
-            self._sleep(self._retry.delay(attempt, outcomes[retry[0]], self._rng))
+            self._sleep(self._retry.delay(attempt, outcomes[retry[0]], self._random()))
             pending = retry
         seconds = time.monotonic() - start
         results = []

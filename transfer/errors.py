@@ -21,7 +21,10 @@ property of its class (:attr:`TransferError.retryable`), never of its message te
 
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
 
 
 class TransferError(Exception):

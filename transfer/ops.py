@@ -5,23 +5,45 @@ Every operation in a batch yields exactly one :class:`Result`, in input order.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-from typing import Optional, Tuple, Union
+from transfer._lean import field, record
 
-from transfer.errors import TransferError
-from transfer.urls import Url
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import enum
+    from typing import Optional, Tuple, Union
+
+    from transfer.errors import TransferError
+    from transfer.urls import Url
+
+    class LinkMode(enum.Enum):
+        """How a local source reaches a local destination."""
+
+        COPY = "copy"
+        HARDLINK = "hardlink"  # falls back to COPY across filesystems
+        SYMLINK = "symlink"
+else:
+    class LinkMode:
+        """How a local source reaches a local destination: ``COPY``, ``HARDLINK`` (falls back
+        to a copy across filesystems) or ``SYMLINK``. Type checkers see the ``enum.Enum`` above;
+        at run time the members are plain singletons (``enum`` costs a job step ~2 ms)."""
+
+        __slots__ = ("name", "value")
+
+        def __init__(self, name, value):
+            self.name, self.value = name, value
+
+        def __repr__(self):
+            return f"<LinkMode.{self.name}: {self.value!r}>"
+
+        def __reduce__(self):
+            return getattr, (LinkMode, self.name)
+
+    LinkMode.COPY = LinkMode("COPY", "copy")
+    LinkMode.HARDLINK = LinkMode("HARDLINK", "hardlink")
+    LinkMode.SYMLINK = LinkMode("SYMLINK", "symlink")
 
 
-class LinkMode(enum.Enum):
-    """How a local source reaches a local destination."""
-
-    COPY = "copy"
-    HARDLINK = "hardlink"  # falls back to COPY across filesystems
-    SYMLINK = "symlink"
-
-
-@dataclass(frozen=True)
+@record(frozen=True)
 class Transfer:
     """Copy the first reachable of ``sources`` (highest priority first) to ``dest``.
 
@@ -41,14 +63,14 @@ class Transfer:
             raise ValueError("a transfer needs at least one source")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Mkdir:
     """Create a directory (local, scp) or the bucket of an object-store URL."""
 
     target: Url
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Remove:
     """Remove a file or object; ``recursive`` removes everything under a directory/prefix."""
 
@@ -56,10 +78,13 @@ class Remove:
     recursive: bool = False
 
 
-Operation = Union[Transfer, Mkdir, Remove]
+if TYPE_CHECKING:
+    Operation = Union[Transfer, Mkdir, Remove]
+else:
+    Operation = object  # for type checkers, the Union above (typing is not imported at run time)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Attempt:
     """One try of one source->destination pair (what Pegasus records as a transfer attempt)."""
 
@@ -72,7 +97,7 @@ class Attempt:
     error: Optional[TransferError] = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Result:
     """Outcome of one operation. ``bytes`` and ``source`` describe the successful attempt."""
 

@@ -30,17 +30,27 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-from typing import Callable, List, Optional, Protocol, Sequence, TypeVar, Union, runtime_checkable
+from transfer._lean import Protocol, runtime_checkable
+from transfer._lean import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, List, Optional, Sequence, TypeVar, Union
 
 __all__ = ["PeerRound", "PeerSink", "PeerSource", "Replica"]
 
 _log = logging.getLogger(__name__)
-Buffer = Union[bytes, bytearray, memoryview]
-_T = TypeVar("_T")
+if TYPE_CHECKING:
+    Buffer = Union[bytes, bytearray, memoryview]
+else:
+    Buffer = object  # the alias above is for type checkers; typing is not imported at run time
+if TYPE_CHECKING:
+    _T = TypeVar("_T")
+else:
+    _T = object  # the alias above is for type checkers; typing is not imported at run time
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Replica:
     """What a node registers for one cached object: its cache key, size and SHA-256 (hex)."""
 

@@ -30,13 +30,18 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, List, Optional, Tuple
 
 from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo, ObjectStream, RangedReads, RunningCheck
 from transfer.errors import ChecksumMismatch
 from transfer.urls import Url
+
+from transfer._workers import Workers
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from concurrent.futures import Executor, Future
+    from typing import Any, Callable, List, Optional, Tuple
 
 _READ_BACK = 1 << 20
 
@@ -52,7 +57,7 @@ class PartPool:
     def __init__(self, workers: int, executor: Optional[Executor] = None) -> None:
         self.workers = max(1, workers)
         self._given = executor
-        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool: Optional[Workers] = None
         self._lock = threading.Lock()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
@@ -60,7 +65,7 @@ class PartPool:
             return self._given.submit(fn, *args)
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="part")
+                self._pool = Workers(self.workers, thread_name_prefix="part")
             return self._pool.submit(fn, *args)
 
     def shutdown(self) -> None:
@@ -75,7 +80,12 @@ def join(futures: List["Future[Any]"]) -> None:
     """Cancel what has not started and wait for what has (nothing may outlive its file)."""
     for future in futures:
         future.cancel()
-    wait(futures)
+    for future in futures:
+        try:
+            future.result()
+        except BaseException:  # noqa: B036 - the part's own outcome is its file's; this only waits
+            if not future.done():
+                raise  # an interrupt while waiting
 
 
 class _Parts:

@@ -8,15 +8,18 @@ hammered: every retry spends a token, every success earns a fraction back.
 
 from __future__ import annotations
 
-import random
 import threading
-from dataclasses import dataclass
-from typing import Optional
+from transfer._lean import record
 
 from transfer.errors import Throttled, TransferError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import random
+    from typing import Optional
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class RetryPolicy:
     """``max_attempts`` tries per file; waits drawn from [0, min(max_delay, base*2^(n-1))]."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Dict, Hashable, Mapping, Optional, Tuple
 
 from transfer import backends
 from transfer.backends.base import Backend
@@ -17,6 +16,10 @@ from transfer.config import Settings
 from transfer.context import Context
 from transfer.http.pool import PoolStats
 from transfer.urls import Url
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Hashable, Mapping, Optional, Tuple
 
 __all__ = ["Context", "Session"]  # Context lives in transfer.context; re-exported for callers
 

@@ -12,12 +12,15 @@ import logging
 import random
 import threading
 import time
-from typing import Callable, Dict, List, Tuple
 
 from transfer.backends.base import MultipartUploads
 from transfer.errors import TransferError
 from transfer.retry import RetryPolicy
 from transfer.urls import Url
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Tuple
 
 _log = logging.getLogger(__name__)
 ABORT_ATTEMPTS = 4

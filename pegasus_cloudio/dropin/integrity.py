@@ -27,11 +27,14 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from transfer._lean import record
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Mapping, Optional, TextIO, Tuple
 
 from pegasus_cloudio.dropin.monitoring import yaml_quote
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Optional, TextIO, Tuple
 
 try:  # absent on some platforms; the stock tool then writes empty names too
     import grp
@@ -165,7 +168,7 @@ def append_integrity_data(text: str, env: Mapping[str, str], stream: Optional[Te
 # --- verification against *.meta ----------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VerifyOutcome:
     """Result of one checksum verification.
 
@@ -185,7 +188,7 @@ class VerifyOutcome:
     notes: Tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MetaIndex:
     """Expected checksums from the ``*.meta`` files of one directory.
 

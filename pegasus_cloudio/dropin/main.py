@@ -12,39 +12,80 @@ because the planner passes ``--threads 1`` to PegasusLite jobs by default; then
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO
 
-from pegasus_cloudio.dropin import reporting
-from pegasus_cloudio.dropin.signals import Interrupts
-from pegasus_cloudio.dropin.spec import Entry, SpecError, parse_spec
-from pegasus_cloudio.dropin.stock import run_stock
-from pegasus_cloudio.version import plain, version_line
-from transfer import Engine, Result, Session, Settings
-from transfer.cache import NodeCache, cache_from_settings
-from transfer.credentials import check_private
-from transfer.errors import ConfigError, TransferError
-from transfer.retry import RetryPolicy
+from pegasus_cloudio.dropin.log import log
 
+# Every job step pays what this module imports, so it imports only what a job uses, when it
+# uses it: argparse for --help and unusual command lines, the engine when there is something
+# to transfer, the node cache, peers, reporting and integrity steps when they are on.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+    from typing import List, Mapping, Optional, Sequence, TextIO
+
+    from pegasus_cloudio.dropin import reporting
+    from pegasus_cloudio.dropin.monitoring import AttemptRecord
+    from pegasus_cloudio.dropin.signals import Interrupts
+    from pegasus_cloudio.dropin.spec import Entry
+    from transfer import Result, Session, Settings
+    from transfer.cache import NodeCache
     from transfer.p2p.source import PeerIndexSource
 
-log = logging.getLogger("pegasus-transfer")
-LOG_FORMAT = "%(asctime)s %(levelname)7s:  %(message)s"
 SEPARATOR = "-" * 80
+_VALUED = {"-f": "file", "--file": "file", "-m": "max_attempts", "--max-attempts": "max_attempts",
+           "-n": "threads", "--threads": "threads"}
+_FLAGS = {"-s": "symlink", "--symlink": "symlink", "-d": "debug", "--debug": "debug"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+class Options:
+    """The parsed command line (what ``build_parser`` gives, without argparse)."""
+
+    def __init__(self) -> None:
+        self.file: "Optional[str]" = None
+        self.max_attempts = 3
+        self.threads = 0
+        self.symlink = False
+        self.debug = False
 
 
-def build_parser() -> argparse.ArgumentParser:
+def parse_args(argv: "Sequence[str]") -> "Options | argparse.Namespace":
+    """The options of ``argv``: the common forms (``-f F``, ``--threads=5``, ``-s``...) here,
+    anything else (``--help``, ``--version``, errors, abbreviations) by :func:`build_parser`."""
+    options = Options()
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if name in _FLAGS and not eq:
+            setattr(options, _FLAGS[name], True)
+            continue
+        if name not in _VALUED or (not eq and (not words or words[0].startswith("-"))):
+            return build_parser().parse_args(argv)
+        value = value if eq else words.pop(0)
+        dest = _VALUED[name]
+        if dest == "file":
+            options.file = value
+            continue
+        try:
+            setattr(options, dest, int(value))
+        except ValueError:
+            return build_parser().parse_args(argv)
+    return options
+
+
+def build_parser() -> "argparse.ArgumentParser":
+    import argparse
+
+    from pegasus_cloudio.version import plain, version_line
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+
     parser = _Parser(prog="pegasus-transfer", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("-f", "--file", help="read the transfer specification from FILE (default: stdin)")
     parser.add_argument("-m", "--max-attempts", type=int, default=3, help="attempts per transfer (default 3)")
@@ -57,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def effective_threads(cli_threads: int, env: Mapping[str, str]) -> int:
+def effective_threads(cli_threads: int, env: "Mapping[str, str]") -> int:
     """The thread count; ConfigError names the environment variable when its value is not a count."""
     for name in ("PEGASUS_CLOUDIO_THREADS", "--threads", "PEGASUS_TRANSFER_THREADS"):
         value = str(cli_threads or "") if name == "--threads" else env.get(name, "").strip()
@@ -68,16 +109,18 @@ def effective_threads(cli_threads: int, env: Mapping[str, str]) -> int:
         except ValueError:
             threads = 0
         if threads <= 0:
+            from transfer.errors import ConfigError
             raise ConfigError(f"{name} must be a whole number above 0 (got {value!r})", operation="parse")
         return threads
     return 8
 
 
-def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] = None,
-         stdin: Optional[TextIO] = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: "Optional[Sequence[str]]" = None, env: "Optional[Mapping[str, str]]" = None,
+         stdin: "Optional[TextIO]" = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ) if env is None else dict(env)
-    _setup_logging(args.debug)
+    log.setup(args.debug, sys.stderr)
+    from pegasus_cloudio.dropin.signals import Interrupts
     try:
         with Interrupts(log) as interrupts:
             return _run(args, env, stdin or sys.stdin, interrupts)
@@ -86,11 +129,15 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         return 1
 
 
-def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO,
-         interrupts: Optional[Interrupts] = None) -> int:
+def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: "TextIO",
+         interrupts: "Optional[Interrupts]" = None) -> int:
+    from pegasus_cloudio.dropin import stats
+    from transfer.config import Settings
+    from transfer.errors import TransferError
     started = time.time()
     try:
         if env.get("PEGASUS_CREDENTIALS"):
+            from transfer.credentials import check_private
             check_private(env["PEGASUS_CREDENTIALS"])
         entries = _load(args, env, stdin)
         threads = effective_threads(args.threads, env)
@@ -99,26 +146,35 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO,
         log.critical("%s", err)
         return 1
     log.info("%d transfers loaded", len(entries))
-    native: List[Entry] = []
-    delegated: List[Entry] = []
+    native: "List[Entry]" = []
+    delegated: "List[Entry]" = []
     for entry in entries:
         (native if entry.native else delegated).append(entry)
     log.info(SEPARATOR)
     log.info("Starting transfers - attempt 1")
-    with Session(settings, env) as session:
-        outcome = run_native(native, session, settings, interrupts)
-    stock_rc = run_stock(delegated, _stock_argv(args, threads), env) if delegated else 0
+    records: "Sequence[AttemptRecord]" = ()
+    failed = 0
+    if native:
+        from transfer.session import Session
+        with Session(settings, env) as session:
+            outcome = run_native(native, session, settings, interrupts)
+        records, failed = outcome.records, outcome.failed
+    stock_rc = 0
+    if delegated:
+        from pegasus_cloudio.dropin.stock import run_stock
+        stock_rc = run_stock(delegated, _stock_argv(args, threads), env)
     log.info(SEPARATOR)
-    for line in reporting.stats_lines(outcome.records, started):
+    for line in stats.format_stats(records, total_seconds=time.time() - started):
         log.info("%s", line)
-    if outcome.failed == 0 and stock_rc == 0:
+    if failed == 0 and stock_rc == 0:
         log.info("All transfers completed successfully.")
         return 0
     log.critical("Some transfers failed! See above, and possibly stderr.")
     return 1
 
 
-def _load(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> List[Entry]:
+def _load(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: "TextIO") -> "List[Entry]":
+    from pegasus_cloudio.dropin.spec import SpecError, parse_spec
     if args.file:
         log.info("Reading transfer specification from %s", args.file)
         try:
@@ -141,14 +197,17 @@ def _load(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> Li
     return parse_spec(text, symlink=args.symlink, env=env) if text.strip() else []
 
 
-def run_native(entries: Sequence[Entry], session: Session, settings: Settings,
-               interrupts: Optional[Interrupts] = None) -> "reporting.Outcome":
+def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settings",
+               interrupts: "Optional[Interrupts]" = None) -> "reporting.Outcome":
     """Run entries on the engine, then integrity steps and monitoring; never raises per file."""
+    from pegasus_cloudio.dropin import reporting
+    from transfer.engine import Engine
+    from transfer.retry import RetryPolicy
     cache = open_node_cache(session.context.env) if entries else None
 
     peers = open_peers(session.context.env, cache)
 
-    def on_result(result: Result) -> None:
+    def on_result(result: "Result") -> None:
         _log_failure(result)
         if interrupts is not None:
             interrupts.finished(result)
@@ -169,8 +228,12 @@ def run_native(entries: Sequence[Entry], session: Session, settings: Settings,
             cache.close()
 
 
-def open_node_cache(env: Mapping[str, str]) -> Optional[NodeCache]:
+def open_node_cache(env: "Mapping[str, str]") -> "Optional[NodeCache]":
     """The node cache, or None when it is off or unusable (a job never fails for its cache)."""
+    if env.get("PEGASUS_CLOUDIO_CACHE_DIR", "").strip().lower() == "off":
+        return None  # what cache_from_settings says too, without importing the cache
+    from transfer.cache import cache_from_settings
+    from transfer.errors import TransferError
     try:
         return cache_from_settings(env)
     except (TransferError, OSError) as err:
@@ -178,12 +241,13 @@ def open_node_cache(env: Mapping[str, str]) -> Optional[NodeCache]:
         return None
 
 
-def open_peers(env: Mapping[str, str], cache: Optional[NodeCache]) -> Optional["PeerIndexSource"]:
+def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]") -> "Optional[PeerIndexSource]":
     """Peer sharing when ``PEGASUS_CLOUDIO_P2P_*`` configures it and there is a node cache;
     None otherwise, or (one warning) when its settings are bad or the redis package is missing."""
     if cache is None:
         return None
     from transfer.p2p import peer_source_from_env
+    from transfer.errors import TransferError
     try:
         return peer_source_from_env(env, cache, warn=log.warning)
     except TransferError as err:
@@ -191,28 +255,20 @@ def open_peers(env: Mapping[str, str], cache: Optional[NodeCache]) -> Optional["
         return None
 
 
-def _log_failure(result: Result) -> None:
+def _log_failure(result: "Result") -> None:
     if result.ok:
         log.debug("done %s (%d bytes, %d attempt(s))", result.op, result.bytes, result.attempts)
     else:
         log.error("%s (after %d attempt(s))", result.error, result.attempts)
 
 
-def _stock_argv(args: argparse.Namespace, threads: int) -> List[str]:
+def _stock_argv(args: "Options | argparse.Namespace", threads: int) -> "List[str]":
     argv = ["--threads", str(threads), "--max-attempts", str(args.max_attempts)]
     if args.symlink:
         argv.append("--symlink")
     if args.debug:
         argv.append("--debug")
     return argv
-
-
-def _setup_logging(debug: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.DEBUG if debug else logging.INFO)
-    log.propagate = False
 
 
 def console_main() -> None:

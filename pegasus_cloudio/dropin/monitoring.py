@@ -23,12 +23,13 @@ Nothing here prints or logs; callers log the payload line themselves.
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import re
 import time
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from transfer._lean import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable, Iterator, Optional
 
 __all__ = [
     "AttemptRecord",
@@ -43,11 +44,12 @@ PAYLOAD_START = "@@@MONITORING_PAYLOAD - START@@@"
 PAYLOAD_END = "@@@MONITORING_PAYLOAD - END@@@"
 
 _temp_counter = itertools.count()  # unique temp names within this process; no other state
-_NEEDS_ESCAPE = re.compile(r'[\\"\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]')
+_NEEDS_ESCAPE = frozenset('\\"') | frozenset(map(chr, [*range(0x00, 0x09), *range(0x0a, 0x20), *range(0x7f, 0xa0),
+                                                     *range(0xd800, 0xe000), 0xfffe, 0xffff]))
 _EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AttemptRecord:
     """One transfer attempt, failed or not, as the stock tool records it.
 
@@ -92,7 +94,7 @@ def yaml_quote(text: str) -> str:
     surrogates from undecodable path bytes, U+FFFE/U+FFFF) are escaped so that the value
     round-trips instead of breaking the parser.
     """
-    if _NEEDS_ESCAPE.search(text) is None:
+    if _NEEDS_ESCAPE.isdisjoint(text):
         return '"' + text + '"'
     return '"' + "".join(_escape_char(c) for c in text) + '"'
 
@@ -236,4 +238,5 @@ def integrity_payload_line(
             }
         ],
     }
+    import json
     return PAYLOAD_START + json.dumps(data) + PAYLOAD_END

@@ -13,24 +13,28 @@ reads back (see the spec, sections 1.8 and 1.9).
 
 from __future__ import annotations
 
-import logging
 import os
-import tempfile
 import time
-from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from pegasus_cloudio.dropin import integrity, monitoring, stats
-from pegasus_cloudio.dropin.spec import Entry
-from transfer import Engine, Result, Transfer, parse_url
-from transfer.ops import Attempt
+from pegasus_cloudio.dropin import monitoring, stats
+from pegasus_cloudio.dropin.log import log
+from transfer._lean import record
+from transfer.ops import Result, Transfer
 
-log = logging.getLogger("pegasus-transfer")
+# integrity (kickstart's fullstat YAML, .meta files) is imported only by jobs that ask for it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+    from pegasus_cloudio.dropin import integrity
+    from pegasus_cloudio.dropin.spec import Entry
+    from transfer import Engine
+    from transfer.ops import Attempt
 
 __all__ = ["Outcome", "Result", "finish", "stats_lines"]
 
 
-@dataclass
+@record
 class Outcome:
     records: List[monitoring.AttemptRecord]
     failed: int
@@ -70,6 +74,7 @@ def _generate_checksums(entries: Sequence[Entry], results: List[Result], env: Ma
         if path is None:
             continue
         done.add(entry.lfn)
+        from pegasus_cloudio.dropin import integrity
         try:
             integrity.append_integrity_data(
                 integrity.fullstat_yaml(entry.lfn, path, output=True), env)
@@ -91,6 +96,7 @@ def _verify_remote(entries: Sequence[Entry], results: List[Result], engine: Engi
     wanted = [i for i, (e, r) in enumerate(zip(entries, results)) if e.verify_checksum_remote and r.ok and e.lfn]
     if not wanted:
         return
+    from pegasus_cloudio.dropin import integrity
     index = integrity.load_meta_index(".")
     counts: Dict[Optional[str], Tuple[int, int, float]] = {}
     for position in wanted:
@@ -126,6 +132,10 @@ def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], in
 
 
 def _verify_once(entry: Entry, engine: Engine, meta: "integrity.MetaIndex") -> "integrity.VerifyOutcome":
+    import tempfile
+
+    from pegasus_cloudio.dropin import integrity
+    from transfer.urls import parse_url
     op = entry.op
     assert isinstance(op, Transfer) and entry.lfn
     if op.dest.is_local:

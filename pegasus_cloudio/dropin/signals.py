@@ -9,25 +9,28 @@ unwinding worker threads that may sit in network reads. It never logs success.
 
 from __future__ import annotations
 
-import logging
+import _signal  # type: ignore[import-not-found]  # signal's C module: signal imports enum (start-up time)
 import os
-import signal
+import sys
 import threading
-from types import FrameType
-from typing import Any, Dict, List, Optional, Sequence
 
-from transfer import Engine, Result
-from transfer.atomic import remove_temp_files
-from transfer.ops import Operation, Transfer
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Dict, List, Optional, Sequence
+
+    from pegasus_cloudio.dropin.log import JobLog
+    from transfer import Engine, Result
+    from transfer.ops import Operation
 
 ABORT_SECONDS = 5.0
-HANDLED = (signal.SIGTERM, signal.SIGINT)
+HANDLED = (_signal.SIGTERM, _signal.SIGINT)
 
 
 class Interrupts:
     """``with Interrupts(log) as guard:`` - installs the handlers (main thread only)."""
 
-    def __init__(self, log: logging.Logger, abort_seconds: float = ABORT_SECONDS) -> None:
+    def __init__(self, log: JobLog, abort_seconds: float = ABORT_SECONDS) -> None:
         self._log = log
         self._abort_seconds = abort_seconds
         self._engine: Optional[Engine] = None
@@ -38,12 +41,12 @@ class Interrupts:
     def __enter__(self) -> "Interrupts":
         if threading.current_thread() is threading.main_thread():
             for signum in HANDLED:
-                self._previous[signum] = signal.signal(signum, self._handle)
+                self._previous[signum] = _signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            _signal.signal(signum, handler)
 
     def watch(self, engine: Engine, ops: Sequence[Operation]) -> None:
         """The batch about to run: its operations count as unfinished until their result."""
@@ -56,11 +59,11 @@ class Interrupts:
             self._pending.pop(id(result.op), None)
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
-        removed = remove_temp_files()
+        removed = _remove_temp_files()
         with self._lock:
             engine, pending = self._engine, list(self._pending.values())
         stuck: List[str] = engine.abort_uploads(self._abort_seconds) if engine is not None else []
-        removed += remove_temp_files()  # anything a worker created meanwhile
+        removed += _remove_temp_files()  # anything a worker created meanwhile
         self._log.critical("Exiting due to signal %d: %d transfer(s) did not finish, %d temporary file(s) "
                            "removed", signum, len(pending), removed)
         for text in pending:
@@ -68,12 +71,19 @@ class Interrupts:
         for url in stuck:
             self._log.error("Multipart upload to %s could not be aborted; remove it with pegasus-cloudio-s3 "
                             "rmup", url)
-        for handler in self._log.handlers:
-            handler.flush()
+        self._log.flush()
         os._exit(1)
 
 
+def _remove_temp_files() -> int:
+    """:func:`transfer.atomic.remove_temp_files`; nothing to do (and nothing imported inside a
+    signal handler, which could wait on the import lock) before that module was loaded."""
+    atomic = sys.modules.get("transfer.atomic")
+    return atomic.remove_temp_files() if atomic is not None else 0
+
+
 def describe(op: Operation) -> str:
+    from transfer.ops import Transfer
     if isinstance(op, Transfer):
         return f"{op.sources[0]} -> {op.dest}"
     return f"{type(op).__name__.lower()} {op.target}"

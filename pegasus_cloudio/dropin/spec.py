@@ -12,17 +12,19 @@ Only the first destination is used, as in 5.1.3.
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
-
 from transfer import backends
+from transfer._lean import record
 from transfer.errors import InvalidInput
-from transfer.ops import LinkMode, Mkdir, Operation, Remove, Transfer
-from transfer.urls import Url, parse_url
+from transfer.ops import LinkMode, Mkdir, Remove, Transfer
+from transfer.urls import parse_url
 
-_V1_COMMENT = re.compile(r"^# +\w+ +\w+ +([\w\-_]+)")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+    from transfer.ops import Operation
+    from transfer.urls import Url
+
 _TRUE = {"yes", "true", "t", "1"}
 _FALSE = {"no", "false", "f", "0"}
 
@@ -31,7 +33,7 @@ class SpecError(InvalidInput):
     """The transfer specification cannot be parsed; the message names the entry or field."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Entry:
     """One item of the specification, as an operation plus what Pegasus attached to it.
 
@@ -63,7 +65,7 @@ def parse_spec(text: str, *, symlink: bool = False, env: Optional[Mapping[str, s
     if text[0:5] == "# src":
         return parse_v1(text, symlink=symlink, env=env)
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except ValueError as err:
         raise SpecError(f"Error parsing the transfer specification JSON: {err}",
                         operation="parse") from None
@@ -84,9 +86,7 @@ def parse_v1(text: str, *, symlink: bool = False, env: Optional[Mapping[str, str
     src: Optional[Tuple[str, Optional[str]]] = None
     for number, line in enumerate(lines, 1):
         if line.startswith("#"):
-            match = _V1_COMMENT.match(line)
-            if match:
-                label = match.group(1)
+            label = _v1_label(line) or label
             continue
         if label is None:
             raise SpecError(f"line {number}: URL before any '# src/dst N SITE' comment", operation="parse")
@@ -116,6 +116,7 @@ def _entry(item: Any, index: int, symlink: bool, env: Optional[Mapping[str, str]
             raise SpecError(f"entry {index} (remove): 'target' must be an object", operation="parse")
         recursive = _bool(target.get("recursive", item.get("recursive", False)), "recursive", index)
         return Entry(Remove(_url(target, index, env), recursive), item)
+    import json
     raise SpecError(f"Unknown JSON entry: {json.dumps(item)[:200]}", operation="parse")
 
 
@@ -182,3 +183,51 @@ def _bool(value: Any, name: str, index: int) -> bool:
     if text in _FALSE:
         return False
     raise SpecError(f"entry {index}: '{name}' must be a boolean, got {value!r}", operation="parse")
+
+
+def _v1_label(line: str) -> Optional[str]:
+    """The SITE of a ``# src N SITE`` line (``^# +\\w+ +\\w+ +([\\w-]+)``), or None."""
+    rest = line[1:]
+    for extra in ("", "", "-"):
+        word = rest.lstrip(" ")
+        if len(word) == len(rest):
+            return None  # at least one space before each word
+        length = 0
+        for char in word:
+            if not (char.isalnum() or char == "_" or char in extra):
+                break
+            length += 1
+        if not length:
+            return None
+        rest = word[length:]
+    return word[:length]
+
+
+class _Decoding:
+    """What the C scanner of :mod:`json` reads from its decoder: ``json.loads``'s defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        return float(name.replace("Infinity", "inf"))  # NaN, Infinity, -Infinity
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)``, parsed by the C scanner ``json`` itself uses; ``json`` is imported
+    (its decoder imports ``re``) only to raise its exact error for input that does not parse."""
+    try:
+        import _json
+        scan = _json.make_scanner(_Decoding())  # type: ignore[arg-type]  # a duck-typed decoder
+        start = len(text) - len(text.lstrip(" \t\n\r"))
+        value, end = scan(text, start)
+        if not text[end:].strip(" \t\n\r"):
+            return value
+    except (ImportError, StopIteration, ValueError):
+        pass
+    import json
+    return json.loads(text)

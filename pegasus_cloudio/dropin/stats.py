@@ -18,9 +18,11 @@ The library returns the lines; the caller logs them at INFO.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Sequence
 
-from pegasus_cloudio.dropin.monitoring import AttemptRecord, stock_label
+    from pegasus_cloudio.dropin.monitoring import AttemptRecord
 
 __all__ = ["format_stats", "iso_prefix_formatted"]
 
@@ -42,7 +44,7 @@ def iso_prefix_formatted(n: float) -> str:
     return "%.1f " % value
 
 
-def _span(records: Sequence[AttemptRecord]) -> float:
+def _span(records: "Sequence[AttemptRecord]") -> float:
     """Seconds from the first attempt's start to the last attempt's end."""
     first = min(r.start for r in records)
     last = max(r.start + r.duration for r in records)
@@ -59,7 +61,7 @@ def _line(head: str, count: int, nbytes: int, seconds: float) -> str:
     )
 
 
-def format_stats(records: Sequence[AttemptRecord], total_seconds: Optional[float] = None) -> List[str]:
+def format_stats(records: "Sequence[AttemptRecord]", total_seconds: "Optional[float]" = None) -> "List[str]":
     """Return the summary lines (without log prefix) for all attempts of a run.
 
     ``total_seconds`` should be the run's wall time (the stock tool measures from start-up
@@ -72,9 +74,10 @@ def format_stats(records: Sequence[AttemptRecord], total_seconds: Optional[float
         return [NO_TRANSFERS]
     if not all(r.local_file for r in records):
         return [THIRD_PARTY]
+    from pegasus_cloudio.dropin.monitoring import stock_label
     seconds = _span(records) if total_seconds is None else total_seconds
-    counts: Dict[str, int] = {}
-    sizes: Dict[str, int] = {}
+    counts: "Dict[str, int]" = {}
+    sizes: "Dict[str, int]" = {}
     for record in records:
         key = stock_label(record.src_label) + "->" + stock_label(record.dst_label)
         counts[key] = counts.get(key, 0) + 1

@@ -14,10 +14,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import List, Mapping, Optional, Sequence
 
 from pegasus_cloudio.dropin.spec import Entry, urls_of
 from transfer import backends
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional, Sequence
 
 log = logging.getLogger("pegasus-transfer")
 MARKER = b"pegasus-cloudio drop-in"

@@ -11,7 +11,7 @@ Exit codes: 0 success, 1 any failure (one line on stderr; 5.1.3 printed it on st
 from __future__ import annotations
 
 import argparse
-import dataclasses
+
 import logging
 import os
 import sys
@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 from pegasus_cloudio.s3cli.commands import S3Commands
 from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3_uri
 from pegasus_cloudio.version import version_line
-from transfer import Session, Settings
+from transfer import Session, Settings, _lean
 from transfer.errors import TransferError
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
@@ -163,7 +163,7 @@ def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
     if getattr(args, "chunksize", None):
         changes["multipart_part_size"] = args.chunksize << 20
         changes["multipart_threshold"] = args.chunksize << 20
-    names = {f.name for f in dataclasses.fields(settings)}
+    names = {f.name for f in _lean.fields(settings)}
     changes.update({name: value for name, value in (("bundle", False), ("bundle_sites", None))
                     if name in names})
     settings = settings.replace(**changes)

@@ -12,11 +12,15 @@ installed fails with one ConfigError naming the extra that installs it.
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-from typing import Dict
+import sys
+
 
 from transfer.errors import ConfigError, InvalidInput
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Dict
 
 SCHEMES: Dict[str, str] = {
     "file": "transfer.backends.local",
@@ -55,7 +59,8 @@ def backend_module(scheme: str) -> ModuleType:
         raise InvalidInput(f"unsupported URL scheme '{scheme}' (supported: {known})",
                            operation="resolve") from None
     try:
-        return importlib.import_module(name)
+        __import__(name)  # not importlib.import_module: importlib is one more import per job step
+        return sys.modules[name]
     except ModuleNotFoundError as err:
         top = (err.name or "").split(".")[0]
         if top in ("", "transfer"):

@@ -16,15 +16,21 @@ object, and are not checked; the byte count always is.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import zlib
-from typing import Callable, Dict, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Optional
 
 __all__ = ["StreamCheck", "response_check", "CHECKSUM_MODE"]
 
 CHECKSUM_MODE = ("x-amz-checksum-mode", "ENABLED")
-_Crc = Callable[[bytes, int], int]
+if TYPE_CHECKING:
+    _Crc = Callable[[bytes, int], int]
+else:
+    _Crc = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 class StreamCheck:
@@ -62,7 +68,7 @@ def response_check(headers: Dict[str, str], etag_md5: Optional[str]) -> Optional
 
 def _hash_check(name: str, digest: "hashlib._Hash", expected: str, *, base64_digest: bool) -> StreamCheck:
     def final() -> str:
-        return base64.b64encode(digest.digest()).decode() if base64_digest else digest.hexdigest()
+        return binascii.b2a_base64(digest.digest(), newline=False).decode() if base64_digest else digest.hexdigest()
     return StreamCheck(name, expected, digest.update, final)
 
 
@@ -73,7 +79,7 @@ def _crc_check(name: str, crc: _Crc, width: int, expected: str) -> StreamCheck:
         state[0] = crc(data, state[0])
 
     def final() -> str:
-        return base64.b64encode(state[0].to_bytes(width, "big")).decode()
+        return binascii.b2a_base64(state[0].to_bytes(width, "big"), newline=False).decode()
     return StreamCheck(name, expected, update, final)
 
 

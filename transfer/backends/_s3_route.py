@@ -16,24 +16,30 @@ backed off per file by the engine.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import Callable, Dict, List, Optional, Tuple, Union
-from urllib.parse import urlsplit
 
+from transfer._lean import record
 from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
-from transfer.credentials import CredentialSource
 from transfer.errors import TransferError, TransientError
-from transfer.http.connection import Body
-from transfer.http.origins import origin_of
 from transfer.http.pool import ConnectionPool, PooledResponse
 
-Headers = List[Tuple[str, str]]
-PoolFactory = Callable[[str], ConnectionPool]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Tuple, Union
+
+    from transfer.credentials import CredentialSource
+    from transfer.http.connection import Body
+
+if TYPE_CHECKING:
+    Headers = List[Tuple[str, str]]
+else:
+    Headers = object  # the alias above is for type checkers; typing is not imported at run time
+if TYPE_CHECKING:
+    PoolFactory = Callable[[str], ConnectionPool]
+else:
+    PoolFactory = object  # the alias above is for type checkers; typing is not imported at run time
 _REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException"}
 _MAX_ERROR_BODY = 1 << 16
 
@@ -48,7 +54,7 @@ class Clock:
         return time.time() + self.offset
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Route:
     """One region's destination: a pool, the Host it answers to, and a signer for it."""
 
@@ -64,6 +70,22 @@ class Route:
             return f"{path.bucket}.{self.host_header}", uri_encode_path("/" + path.key)
         key = "/" + path.key if path.key else ""
         return self.host_header, uri_encode_path(f"/{path.bucket}{key}")
+
+
+class _VirtualHosted:
+    """:func:`virtual_hosted` for one endpoint host, remembered per bucket (at most 64)."""
+
+    def __init__(self, host: str) -> None:
+        self._host = host
+        self._answers: Dict[str, bool] = {}
+
+    def __call__(self, bucket: str) -> bool:
+        answer = self._answers.get(bucket)
+        if answer is None:
+            answer = virtual_hosted(self._host, bucket)
+            if len(self._answers) < 64:
+                self._answers[bucket] = answer
+        return answer
 
 
 class BufferedReply:
@@ -94,7 +116,10 @@ class BufferedReply:
         return None
 
 
-AnyReply = Union[PooledResponse, BufferedReply]
+if TYPE_CHECKING:
+    AnyReply = Union[PooledResponse, BufferedReply]
+else:
+    AnyReply = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 def _small(response: PooledResponse) -> bool:
@@ -126,8 +151,7 @@ class Router:
         default = 443 if pool.scheme == "https" else 80
         host = pool.host if pool.port == default else f"{pool.host}:{pool.port}"
         signer = SigV4Signer(self._credentials, region, clock=self.clock) if self._credentials else None
-        return Route(region, pool, host, signer,
-                     functools.lru_cache(maxsize=64)(functools.partial(virtual_hosted, pool.host)))
+        return Route(region, pool, host, signer, _VirtualHosted(pool.host))
 
     def for_bucket(self, bucket: str) -> Route:
         region = self._bucket_regions.get(bucket)
@@ -177,6 +201,9 @@ class Router:
 
     def _follow(self, route: Route, method: str, location: str, headers: Headers, body: Body,
                 payload_hash: str, url: str) -> PooledResponse:
+        from urllib.parse import urlsplit
+
+        from transfer.http.origins import origin_of
         parts = urlsplit(location)
         origin = origin_of(location)
         with self._lock:
@@ -215,6 +242,7 @@ def _error_facts(reply: BufferedReply) -> Tuple[str, Optional[str], Optional[flo
             region = region or root.findtext("Region")
             server_time = iso8601_epoch(root.findtext("ServerTime"))
     if code == "RequestTimeTooSkewed" and server_time is None and "date" in reply.headers:
+        from email.utils import parsedate_to_datetime
         try:
             server_time = parsedate_to_datetime(reply.headers["date"]).timestamp()
         except (TypeError, ValueError):

@@ -5,14 +5,9 @@ Pure functions over strings and bytes; nothing here sends a request.
 
 from __future__ import annotations
 
-import calendar
 import hashlib
-import re
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
-from urllib.parse import urlsplit
+from transfer._lean import record
 
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import (
@@ -27,13 +22,20 @@ from transfer.errors import (
 )
 from transfer.urls import Url
 
-_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+    from typing import Dict, Optional, Sequence, Tuple
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+_LOWER_DIGITS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ALNUM = _LOWER_DIGITS | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
                    "TooManyRequests"}
 _TRANSIENT_CODES = {"RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class S3Path:
     bucket: str
     key: str
@@ -54,9 +56,25 @@ def split_url(url: Url) -> S3Path:
 
 
 _MAX_KEY = 1024
-_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]")
-_IP_LIKE = re.compile(r"\d+\.\d+\.\d+\.\d+")
-_DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+# The name rules below are regular expressions written out by hand (``re`` costs every job
+# step ~5 ms): bucket [A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9], not \d+\.\d+\.\d+\.\d+;
+# DNS-style bucket [a-z0-9][a-z0-9-]{1,61}[a-z0-9]; region [a-z]{2}(-[a-z0-9]+){1,4}|[a-z0-9-]{1,32};
+# host (urlsplit's hostname) [a-z0-9.-]+|[0-9a-f:.]+.
+
+
+def md5_of_etag(etag: str) -> Optional[str]:
+    """The MD5 hex digits of an ETag that is one (``^"?([0-9a-fA-F]{32})"?$``), else None."""
+    text = etag[1:] if etag.startswith('"') else etag
+    text = text[:-1] if text.endswith('"') else text
+    return text if len(text) == 32 and all(c in _HEX for c in text) else None
+
+
+def _name_like(name: str, inner: "frozenset[str]", ends: "frozenset[str]") -> bool:
+    return 3 <= len(name) <= 63 and name[0] in ends and name[-1] in ends and all(c in inner for c in name)
+
+
+_BUCKET_CHARS = _ALNUM | frozenset("._-")
+_DNS_CHARS = _LOWER_DIGITS | frozenset("-")
 
 
 def check_bucket(bucket: str, url: str) -> None:
@@ -65,28 +83,68 @@ def check_bucket(bucket: str, url: str) -> None:
     Upper case and '_' are allowed for buckets created under the old us-east-1 rules."""
     if not bucket:
         raise InvalidInput("S3 URL has no bucket", url=url, operation="parse")
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket or _IP_LIKE.fullmatch(bucket):
+    parts = bucket.split(".")
+    ip_like = len(parts) == 4 and all(p.isdigit() for p in parts)
+    if not _name_like(bucket, _BUCKET_CHARS, _ALNUM) or ".." in bucket or ip_like:
         raise InvalidInput(f"invalid S3 bucket name {bucket[:70]!r}: use 3-63 letters, digits, '.' or '-', "
                            "starting and ending with a letter or digit", url=url, operation="parse")
 
 
-_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,4}|[a-z0-9-]{1,32}")
-_HOST = re.compile(r"[a-z0-9.-]+|[0-9a-f:.]+")  # urlsplit's hostname: lower case, IPv6 unbracketed
+def _region_like(region: str) -> bool:
+    if not region or not all(c in _DNS_CHARS for c in region):
+        return False
+    if len(region) <= 32:
+        return True
+    words = region[2:].split("-")
+    return region[:2].isalpha() and words[0] == "" and 2 <= len(words) <= 5 and all(words[1:])
+
+
+def _host_like(host: str) -> bool:
+    return bool(host) and (all(c in _LOWER_DIGITS or c in ".-" for c in host) or all(c in _HEX or c in ":." for c in host))
+
+
+def endpoint_parts(endpoint: str) -> "Optional[Tuple[str, str, Optional[int]]]":
+    """(scheme, host, port or None) of ``http(s)://HOST[:PORT][/]`` as ``urlsplit`` reads them
+    (scheme and host lower case, IPv6 without brackets); None for anything else, a path, query,
+    fragment, user part or bad port included."""
+    scheme, sep, rest = endpoint.partition("://")
+    scheme = scheme.lower()
+    rest, _, fragment = rest.partition("#")
+    rest, _, query = rest.partition("?")
+    rest = rest[:-1] if rest.endswith("/") else rest
+    if not sep or scheme not in ("http", "https") or fragment or query or any(c in rest for c in "/@"):
+        return None
+    if "[" in rest or "]" in rest:
+        return _bracketed_endpoint_parts(endpoint)
+    host, _, port_text = rest.partition(":")
+    if port_text and not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
+        return None
+    host = host.lower()
+    return (scheme, host, int(port_text) if port_text else None) if _host_like(host) else None
+
+
+def _bracketed_endpoint_parts(endpoint: str) -> "Optional[Tuple[str, str, Optional[int]]]":
+    """:func:`endpoint_parts` of an IPv6 endpoint, by ``urlsplit`` and its address checks."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname or ""
+    if (port is not None and not 0 < port < 65536) or parts.path not in ("", "/") or parts.query \
+            or parts.fragment or "@" in parts.netloc or not _host_like(host):
+        return None
+    return parts.scheme, host, port
 
 
 def check_endpoint(endpoint: str, region: str, where: str) -> None:
     """ConfigError naming ``where`` unless ``endpoint`` is ``http(s)://HOST[:PORT]`` (nothing
     after it: a path would be silently dropped) and ``region`` looks like one."""
-    parts = urlsplit(endpoint)
-    try:
-        port_ok = parts.port is None or 0 < parts.port < 65536
-    except ValueError:
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not _HOST.fullmatch(parts.hostname or "") or not port_ok \
-            or parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+    if endpoint_parts(endpoint) is None:
         raise ConfigError(f"endpoint {endpoint[:100]!r} is not http(s)://HOST[:PORT]", url=where or endpoint,
                           operation="connect")
-    if not _REGION.fullmatch(region):
+    if not _region_like(region):
         raise ConfigError(f"region {region[:40]!r} is not an S3 region name (like us-west-2)", url=where or endpoint,
                           operation="connect")
 
@@ -96,7 +154,7 @@ def virtual_hosted(endpoint_host: str, bucket: str) -> bool:
     only on Amazon endpoints, only for DNS-compatible names without dots (a dotted name would
     not match the ``*.s3.REGION.amazonaws.com`` certificate; botocore keeps them path-style
     over http too)."""
-    return endpoint_host.endswith(".amazonaws.com") and _DNS_BUCKET.fullmatch(bucket) is not None
+    return endpoint_host.endswith(".amazonaws.com") and _name_like(bucket, _DNS_CHARS, _LOWER_DIGITS)
 
 
 def default_endpoint(region: str, scheme: str = "https") -> str:
@@ -133,6 +191,7 @@ def _child_url(url: Url, bucket: str, key: str) -> Url:
 
 
 def xml_tree(data: bytes) -> ET.Element:
+    import xml.etree.ElementTree as ET  # listings and error bodies only
     try:
         root = ET.fromstring(data)
     except ET.ParseError as err:
@@ -178,6 +237,7 @@ def iso8601_epoch(text: Optional[str]) -> Optional[float]:
     ignored); None when absent or malformed."""
     if not text:
         return None
+    import calendar
     try:
         return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
     except ValueError:
@@ -189,8 +249,8 @@ def multipart_etag(part_etags: Sequence[str]) -> Optional[str]:
     parts' binary MD5s, then ``-N``. None if a part's ETag is not an MD5."""
     digests = []
     for etag in part_etags:
-        found = _MD5_ETAG.match(etag)
+        found = md5_of_etag(etag)
         if not found:
             return None
-        digests.append(bytes.fromhex(found.group(1)))
+        digests.append(bytes.fromhex(found))
     return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"

@@ -10,22 +10,45 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Callable, Dict, List, Optional, Tuple, Union
-from urllib.parse import quote
 
-from transfer.credentials import Credentials
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Tuple, Union
+
+    from transfer.credentials import Credentials
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 UNSIGNED = "UNSIGNED-PAYLOAD"
 
 
+_UNRESERVED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
+
+
+def _quoting(safe: str) -> Tuple["frozenset[str]", Tuple[str, ...]]:
+    """(characters kept, the encoding of every byte): ``urllib.parse.quote`` with ``safe``,
+    without importing it (it imports ``re`` and ``ipaddress``, ~10 ms per job step)."""
+    keep = frozenset(_UNRESERVED + safe)
+    return keep, tuple(chr(b) if chr(b) in keep else "%%%02X" % b for b in range(256))
+
+
+_PATH_KEEP, _PATH_BYTES = _quoting("/")
+_QUERY_KEEP, _QUERY_BYTES = _quoting("")
+
+
+def _quote(text: str, keep: "frozenset[str]", table: Tuple[str, ...]) -> str:
+    if keep.issuperset(text):
+        return text
+    return "".join([table[b] for b in text.encode("utf-8")])
+
+
 def uri_encode_path(path: str) -> str:
     """RFC 3986 encoding of an S3 path, keeping ``/`` (S3 does not double-encode)."""
-    return quote(path, safe="/~")
+    return _quote(path, _PATH_KEEP, _PATH_BYTES)
 
 
 def canonical_query(params: Dict[str, str]) -> str:
-    return "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(params.items()))
+    return "&".join(f"{_quote(k, _QUERY_KEEP, _QUERY_BYTES)}={_quote(v, _QUERY_KEEP, _QUERY_BYTES)}"
+                    for k, v in sorted(params.items()))
 
 
 class SigV4Signer:
@@ -47,7 +70,7 @@ class SigV4Signer:
         if day != cached_day or secret != cached_secret:
             key = ("AWS4" + secret).encode()
             for part in (day, self._region, self._service, "aws4_request"):
-                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+                key = hmac.digest(key, part.encode(), "sha256")
             self._key = (day, secret, key)
         return key
 
@@ -83,8 +106,7 @@ class SigV4Signer:
                                                    headers + list(extra or ()))
         scope = f"{day}/{self._region}/{self._service}/aws4_request"
         to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(self._signing_key(day, credentials.secret_key), to_sign.encode(),
-                             hashlib.sha256).hexdigest()
+        signature = hmac.digest(self._signing_key(day, credentials.secret_key), to_sign.encode(), "sha256").hex()
         headers.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/"
                                           f"{scope}, SignedHeaders={signed}, Signature={signature}"))
         if extra:

@@ -14,17 +14,24 @@ capability.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from transfer._lean import Protocol, runtime_checkable
+from transfer._lean import record
 
 from transfer.errors import InvalidInput, TransferError
 from transfer.http.connection import FileRegion
 from transfer.urls import Url
 
-ByteRange = Tuple[int, int]  # [start, end) in bytes
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    ByteRange = Tuple[int, int]  # [start, end) in bytes
+else:
+    ByteRange = object  # the alias above is for type checkers; typing is not imported at run time
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ObjectInfo:
     """What the store says about an object. ``version`` is its ETag/generation, if any."""
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from typing import BinaryIO, Hashable, Iterator, List, Optional, Sequence
 
 from transfer.atomic import AtomicFile, local_error
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import InvalidInput, TransferError
 from transfer.backends.opening import Opening
 from transfer.urls import Url
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Hashable, Iterator, List, Optional, Sequence
 
 _PROBE_BYTES = 1024
 

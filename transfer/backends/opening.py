@@ -8,13 +8,17 @@ never import the context or the session; the backend classes themselves take pla
 
 from __future__ import annotations
 
-import ssl
-from typing import Mapping, Optional, Protocol
+from transfer._lean import Protocol
 
-from transfer.config import Settings
-from transfer.credentials import PegasusCredentialsFile
-from transfer.http.connection import Timeouts
-from transfer.http.pool import PoolStats
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+    from typing import Mapping, Optional
+
+    from transfer.config import Settings
+    from transfer.credentials import PegasusCredentialsFile
+    from transfer.http.connection import Timeouts
+    from transfer.http.pool import PoolStats
 
 
 class Opening(Protocol):

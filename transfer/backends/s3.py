@@ -13,16 +13,12 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 
 from __future__ import annotations
 
-import base64
-import functools
+import binascii
 import hashlib
 import zlib
-from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
-from urllib.parse import unquote_plus
 
 from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
-    _MD5_ETAG,
     S3Path,
     _child_url,
     _info,
@@ -31,6 +27,7 @@ from transfer.backends._s3_wire import (
     check_bucket,
     check_endpoint,
     default_endpoint,
+    md5_of_etag,
     multipart_etag,
     s3_error,
     split_url,
@@ -55,6 +52,10 @@ from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 __all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
@@ -170,18 +171,19 @@ class S3Backend:
             size, md5, body = file_body(path)
         except OSError as err:
             raise local_error(err, path, "put") from err
-        headers = [("Content-MD5", base64.b64encode(md5).decode())]
+        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode())]
         with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
                         url=str(url)) as response:
             self._check(response, str(url), "put")
             etag = response.headers.get("etag", "")
-        found = _MD5_ETAG.match(etag)
-        if found and found.group(1).lower() != md5.hex() and not _server_side_encrypted(response.headers):
+        found = md5_of_etag(etag)
+        if found and found.lower() != md5.hex() and not _server_side_encrypted(response.headers):
             raise ChecksumMismatch("ETag of stored object differs from local MD5", url=str(url),
                                    operation="put")
         return ObjectInfo(url, size, etag.strip('"') or None)
 
     def list(self, url: Url) -> Iterator[ObjectInfo]:
+        from urllib.parse import unquote_plus  # imports re: only listings pay for it
         path = split_url(url)
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
@@ -220,7 +222,7 @@ class S3Backend:
     def _delete_batch(self, bucket: str, keys: List[str]) -> Dict[str, TransferError]:
         objects = "".join(f"<Object><Key>{xml_escape(k)}</Key></Object>" for k in keys)
         body = f'<?xml version="1.0" encoding="UTF-8"?><Delete><Quiet>true</Quiet>{objects}</Delete>'.encode()
-        headers = [("Content-MD5", base64.b64encode(hashlib.md5(body).digest()).decode()),
+        headers = [("Content-MD5", binascii.b2a_base64(hashlib.md5(body).digest(), newline=False).decode()),
                    ("Content-Type", "application/xml")]
         url = f"s3 bucket {bucket}"
         with self._send("POST", S3Path(bucket, ""), query={"delete": ""}, headers=headers, body=body,
@@ -398,8 +400,8 @@ class _S3Stream:
 
 def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:
     """The object's MD5 if its ETag is one (single part, not encrypted with a KMS key)."""
-    found = _MD5_ETAG.match(info.version or "")
-    return found.group(1) if found and not _server_side_encrypted(headers) else None
+    found = md5_of_etag(info.version or "")
+    return found if found and not _server_side_encrypted(headers) else None
 
 
 def _fixed(credentials: Credentials) -> CredentialSource:
@@ -418,4 +420,4 @@ def _crc32_of_region(region: FileRegion) -> str:
                 break
             crc = zlib.crc32(block, crc)
             left -= len(block)
-    return base64.b64encode(crc.to_bytes(4, "big")).decode()
+    return binascii.b2a_base64(crc.to_bytes(4, "big"), newline=False).decode()

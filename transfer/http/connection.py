@@ -12,13 +12,22 @@ the pool answers by retrying once on a fresh connection.
 
 from __future__ import annotations
 
+import _socket
 import hashlib
-import socket
-import ssl
-from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
+import io
+import os
+import sys
 
+from transfer._lean import record
 from transfer.errors import InvalidInput, RemoteError, TransientError
+
+# Plain-HTTP connections use the C module _socket (socket imports enum and selectors, several
+# ms of every job step's CPU); TLS connections import socket and ssl when they connect.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    import ssl
+    from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 _MAX_LINE = 65536
 _MAX_HEADERS = 200
@@ -29,7 +38,7 @@ class StaleConnection(TransientError):
     """A kept-alive connection was closed by the server before it answered."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Timeouts:
     """Seconds to wait for a TCP/TLS connect and between bytes of a response."""
 
@@ -37,7 +46,7 @@ class Timeouts:
     read: float = 60.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileRegion:
     """A request body read from ``length`` bytes of ``path`` starting at ``offset``."""
 
@@ -46,7 +55,10 @@ class FileRegion:
     length: int
 
 
-Body = Union[bytes, FileRegion, None]
+if TYPE_CHECKING:
+    Body = Union[bytes, FileRegion, None]
+else:
+    Body = object  # the alias above is for type checkers; typing is not imported at run time
 _SMALL_FILE = 1 << 20
 
 
@@ -62,7 +74,10 @@ def file_body(path: str) -> Tuple[int, bytes, Body]:
             digest.update(block)
         size = fh.tell()
     return size, digest.digest(), FileRegion(path, 0, size)
-HeaderList = Iterable[Tuple[str, str]]
+if TYPE_CHECKING:
+    HeaderList = Iterable[Tuple[str, str]]
+else:
+    HeaderList = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 class Response:
@@ -106,11 +121,10 @@ class Response:
                 total = self._conn.read_exact(self._remaining, write)
             else:
                 total = self._conn.read_until_close(write)
-        except (OSError, ssl.SSLError) as err:
+        except OSError as err:  # ssl.SSLError included
             self._conn.close()
             self._done = True
-            if isinstance(err, TransientError) or not isinstance(err, (socket.timeout, ConnectionError,
-                                                                          ssl.SSLError)):
+            if isinstance(err, TransientError) or not _network_error(err):
                 raise
             raise TransientError(f"body read failed: {err}", url=self._conn.endpoint,
                                  operation="read") from err
@@ -133,8 +147,7 @@ class Response:
         except BaseException as err:
             self._conn.close()
             self._done = True
-            if isinstance(err, (socket.timeout, ConnectionError, ssl.SSLError)) \
-                    and not isinstance(err, TransientError):
+            if _network_error(err) and not isinstance(err, TransientError):
                 raise TransientError(f"body read failed: {err}", url=self._conn.endpoint,
                                      operation="read") from err
             raise
@@ -185,7 +198,7 @@ class Connection:
         self._ssl_context = ssl_context
         self._server_hostname = server_hostname or host
         self._timeouts = timeouts
-        self._sock: Optional[socket.socket] = None
+        self._sock: Optional[_socket.socket] = None
         self._rfile: Optional[BinaryIO] = None
         self.must_close = False
         self.requests_sent = 0
@@ -198,19 +211,27 @@ class Connection:
 
     def connect(self) -> None:
         try:
-            sock = socket.create_connection(self._address, self._timeouts.connect)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl_context is not None:
-                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._server_hostname)
+                sock: _socket.socket = self._tls_socket(self._ssl_context)
+                rfile = sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
+            else:
+                sock = _plain_socket(self._address, self._timeouts.connect)
+                rfile = io.BufferedReader(_SocketReader(sock), _CHUNK)
             sock.settimeout(self._timeouts.read)
-        except ssl.SSLCertVerificationError as err:
-            raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",
-                              url=self.endpoint, operation="connect") from err
-        except (OSError, ssl.SSLError) as err:
+        except OSError as err:  # ssl.SSLError included
+            if type(err).__name__ == "SSLCertVerificationError":
+                raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",  # type: ignore[attr-defined]
+                                  url=self.endpoint, operation="connect") from err
             raise TransientError(f"cannot connect: {err}", url=self.endpoint,
                                  operation="connect") from err
         self._sock = sock
-        self._rfile = sock.makefile("rb", buffering=_CHUNK)  # type: ignore[assignment]
+        self._rfile = rfile
+
+    def _tls_socket(self, context: ssl.SSLContext) -> socket.socket:
+        import socket
+        sock = socket.create_connection(self._address, self._timeouts.connect)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return context.wrap_socket(sock, server_hostname=self._server_hostname)
 
     def close(self) -> None:
         self.must_close = True
@@ -238,7 +259,7 @@ class Connection:
         try:
             self._send(head, body)
             return self._read_head(method)
-        except (socket.timeout, TimeoutError) as err:
+        except TimeoutError as err:
             self.close()
             raise TransientError("timed out", url=self.endpoint, operation=method) from err
         except _EmptyStatus as err:
@@ -246,7 +267,7 @@ class Connection:
             cls = StaleConnection if reused else TransientError
             raise cls("connection closed before a response", url=self.endpoint,
                       operation=method) from err
-        except (OSError, ssl.SSLError) as err:
+        except OSError as err:  # ssl.SSLError included
             self.close()
             cls = StaleConnection if reused and isinstance(err, (BrokenPipeError, ConnectionResetError)) \
                 else TransientError
@@ -296,7 +317,7 @@ class Connection:
         assert self._sock is not None
         with open(region.path, "rb") as fh:
             if self._ssl_context is None:
-                sent = self._sock.sendfile(fh, region.offset, region.length)
+                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length)
                 if sent != region.length:
                     raise TransientError(f"sent {sent} of {region.length} bytes of {region.path}")
                 return
@@ -415,4 +436,65 @@ class _EmptyStatus(Exception):
 
 def verifying_ssl_context(ca_file: Optional[str] = None) -> ssl.SSLContext:
     """A TLS context that verifies the server; ``ca_file`` replaces the system CA store."""
+    import ssl
     return ssl.create_default_context(cafile=ca_file)
+
+
+def _network_error(err: BaseException) -> bool:
+    """A timeout, a reset or closed connection, or a TLS failure (``ssl`` is imported only by TLS
+    connections, so without it there is no TLS failure)."""
+    ssl = sys.modules.get("ssl")
+    return isinstance(err, (TimeoutError, ConnectionError)) or (ssl is not None and isinstance(err, ssl.SSLError))
+
+
+def _plain_socket(address: Tuple[str, int], timeout: float) -> _socket.socket:
+    """``socket.create_connection(address, timeout)`` with TCP_NODELAY, on the C module."""
+    failure: Optional[OSError] = None
+    host = address[0]
+    name = host.encode("ascii") if host.isascii() else host  # str hosts import the idna codec
+    for family, kind, proto, _, target in _socket.getaddrinfo(name, address[1], 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(target)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as err:
+            sock.close()
+            failure = err
+    raise failure or OSError("getaddrinfo returned no address")
+
+
+class _SocketReader(io.RawIOBase):
+    """The raw stream under a plain connection's buffered reader (``socket.SocketIO``'s part)."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: "memoryview | bytearray") -> int:  # type: ignore[override]
+        return self._sock.recv_into(buffer)
+
+
+def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int) -> int:
+    """``socket.sendfile`` on a socket with a timeout (non-blocking underneath): zero-copy
+    ``os.sendfile``, waiting for room up to the socket's timeout; returns the bytes sent."""
+    import select
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    timeout = sock.gettimeout()
+    sent = 0
+    while sent < length:
+        try:
+            count = os.sendfile(sock.fileno(), fd, offset + sent, length - sent)
+        except BlockingIOError:
+            if not poller.poll(None if timeout is None else timeout * 1000):
+                raise TimeoutError("timed out") from None
+            continue
+        if count == 0:
+            break
+        sent += count
+    return sent

@@ -8,10 +8,7 @@ connection (the only retry at this level; per-file retries live in the engine).
 
 from __future__ import annotations
 
-import ssl
 import threading
-from typing import Callable, List, Optional, Tuple
-from urllib.parse import urlsplit
 
 from transfer.errors import InvalidInput, TransferError, TransientError
 from transfer.http.connection import (
@@ -23,6 +20,11 @@ from transfer.http.connection import (
     StaleConnection,
     Timeouts,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+    from typing import Callable, List, Optional, Tuple
 
 
 class PoolStats:
@@ -57,17 +59,18 @@ class ConnectionPool:
     ) -> None:
         """``max_open`` caps the connections in use at once (a request waits for a free one,
         up to the read timeout); ``max_idle`` how many are kept for reuse."""
-        parts = urlsplit(base_url)
+        scheme, host, port = _origin(base_url)
         self._connect_to = connect_to
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if scheme not in ("http", "https") or not host:
             raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
                                url=base_url, operation="connect")
-        self.scheme = parts.scheme
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        if parts.scheme == "https" and ssl_context is None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port or (443 if scheme == "https" else 80)
+        if scheme == "https" and ssl_context is None:
+            import ssl
             ssl_context = ssl.create_default_context()
-        self._ssl_context = ssl_context if parts.scheme == "https" else None
+        self._ssl_context = ssl_context if scheme == "https" else None
         self._timeouts = timeouts
         self._max_idle = max(1, max_idle)
         self._idle: List[Connection] = []
@@ -225,6 +228,20 @@ class PooledResponse:
             self.discard()
         else:
             self._finish()
+
+
+def _origin(base_url: str) -> Tuple[str, str, Optional[int]]:
+    """(scheme, host, port) as ``urlsplit`` reads them; plain ``scheme://host[:port][/]`` without
+    importing ``urllib.parse`` (it imports ``re``), anything else through it."""
+    scheme, sep, rest = base_url.partition("://")
+    body = rest[:-1] if rest.endswith("/") else rest
+    host, colon, port = body.partition(":")
+    if sep and scheme.isalpha() and host and body.isprintable() and not any(c in body for c in " []@?#/\\") \
+            and (not colon or (port.isascii() and port.isdigit() and int(port) < 65536)):
+        return scheme.lower(), host.lower(), int(port) if port else None
+    from urllib.parse import urlsplit
+    parts = urlsplit(base_url)
+    return parts.scheme, parts.hostname or "", parts.port
 
 
 def _noop() -> None:

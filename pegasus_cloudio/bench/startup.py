@@ -1,0 +1,173 @@
+"""Start-up cost of one job step: our drop-in against the stock tool and a bare interpreter.
+
+Every Pegasus job step starts the transfer tool, on a core the jobs compute on, so the CPU a
+step costs before (and while) it moves a few files is a per-job cost. In one run, alternating
+the contestants round by round (A B C ..., then the reverse) so that drifting load from
+outside falls on all of them alike, each ``--rounds`` times:
+
+* ``python -c pass``: the interpreter's own floor (the venv's Python, ``site`` included);
+* stock ``pegasus-transfer`` 5.1.3 on an empty input;
+* ours (``pegasus-cloudio-transfer`` from a wheel install, :mod:`pegasus_cloudio.testbed.wheel`)
+  on an empty input;
+* ours staging in ``--objects`` small objects from MinIO (plain HTTP on loopback), node cache
+  off, into a fresh directory each time;
+* the same handed to a node stager (``pegasus-cloudio stager``): the step's own CPU plus the
+  CPU of the stager's forked copy that ran it.
+
+CPU is user + system time of the process and its children; medians are reported, with the
+ratios the targets name (ours against the stock tool's empty start, in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+from typing import Callable, Dict, List, Tuple
+
+from pegasus_cloudio.bench.harness import Progress, measure, ratio, tool_env
+from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, _positive, transfer_spec
+from pegasus_cloudio.testbed.minio import MinioServer
+from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio.testbed.stock import make_stock_home
+from pegasus_cloudio.testbed.wheel import installed_bin
+
+CONTESTANTS = ("python -c pass", "stock empty", "ours empty", "ours objects", "ours objects via stager")
+EMPTY_TARGET = 0.7  # ours empty <= 0.7x the stock tool's empty start
+OBJECTS_TARGET = 1.0  # ours with --objects files <= the stock tool's empty start
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=_positive, default=15, help="runs of each contestant (default 15)")
+    parser.add_argument("--objects", type=_positive, default=20, help="objects the staging step reads (default 20)")
+    parser.add_argument("--size", type=_positive, default=300, help="bytes per object (default 300)")
+    parser.add_argument("--threads", type=_positive, default=5, help="--threads of both tools (default 5)")
+
+
+def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
+    return run(args.rounds, args.objects, args.size, args.threads, Progress())
+
+
+Step = Callable[[int], Tuple[float, float]]  # round -> (CPU s, wall s)
+
+
+def run(rounds: int, objects: int, size: int, threads: int, progress: Progress) -> Dict[str, object]:
+    root = tempfile.mkdtemp(prefix="pegasus-cloudio-startup-")
+    try:
+        with MinioServer() as server, TcpProxy((server.host, server.port)) as proxy:
+            progress.phase("installing the wheel into a fresh venv")
+            bin_dir = installed_bin(os.path.join(root, "wheel"))
+            creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE,
+                                                     user="bench", endpoint=proxy.url())
+            env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
+            env.pop("PYTHONPATH", None)  # ours as the wheel installs it, not the checkout
+            ours = [os.path.join(bin_dir, "pegasus-cloudio-transfer"), "--threads", str(threads)]
+            names = _upload(root, objects, size, ours, env, proxy)
+            stock = make_stock_home(os.path.join(root, "stock"))
+            with StagerProcess(env, [os.path.join(bin_dir, "pegasus-cloudio")]) as stager:
+                steps = _steps(root, bin_dir, ours, names, env, stock, stager, proxy, threads)
+                cpu, wall = _alternate(steps, rounds, progress)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    progress.done()
+    return report(cpu, wall, rounds, objects, size, threads)
+
+
+def _upload(root: str, objects: int, size: int, ours: List[str], env: Dict[str, str], proxy: TcpProxy) -> List[str]:
+    src = os.path.join(root, "src")
+    os.makedirs(src)
+    names = [f"in{i:03d}.dat" for i in range(objects)]
+    for name in names:
+        with open(os.path.join(src, name), "wb") as fh:
+            fh.write(os.urandom(size))
+    mkdir = [{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}]
+    for stdin in (json.dumps(mkdir).encode(),
+                  transfer_spec([(f"file://{src}/{n}", _url(n)) for n in names], "local", SITE)):
+        if measure("ours", "setup", 0, ours, env, proxy, stdin=stdin).exit_code != 0:
+            raise RuntimeError("uploading the benchmark's objects failed (see above)")
+    return names
+
+
+def _url(name: str) -> str:
+    return f"s3://{IDENTITY}/{BUCKET}/startup/{name}"
+
+
+def _steps(root: str, bin_dir: str, ours: List[str], names: List[str], env: Dict[str, str], stock: object,
+           stager: StagerProcess, proxy: TcpProxy, threads: int) -> Dict[str, Step]:
+    stock_argv = [str(stock.transfer), "--threads", str(threads)]  # type: ignore[attr-defined]
+    stock_env = stock.env(env)  # type: ignore[attr-defined]
+    staged = dict(env, PEGASUS_CLOUDIO_STAGER=stager.socket_path)
+
+    def run_one(argv: List[str], run_env: Dict[str, str], stdin: bytes) -> Tuple[float, float]:
+        done = measure("step", "in", 0, argv, run_env, proxy, stdin=stdin)
+        if done.exit_code != 0:
+            raise RuntimeError(f"{argv[0]} exited {done.exit_code} (see above)")
+        return done.cpu_s, done.wall_s
+
+    def objects(n: int, via_stager: bool) -> Tuple[float, float]:
+        dest = os.path.join(root, f"job-{'s' if via_stager else 'o'}{n}")
+        os.makedirs(dest)
+        spec = transfer_spec([(_url(name), f"file://{dest}/{name}") for name in names], SITE, "local")
+        before = stager.children_cpu_s()
+        cpu, wall = run_one(ours, staged if via_stager else env, spec)
+        shutil.rmtree(dest)
+        return cpu + (stager.children_cpu_s() - before if via_stager else 0.0), wall
+
+    return {
+        "python -c pass": lambda n: run_one([os.path.join(bin_dir, "python"), "-c", "pass"], env, b""),
+        "stock empty": lambda n: run_one(stock_argv, stock_env, b"[]"),
+        "ours empty": lambda n: run_one(ours, env, b"[]"),
+        "ours objects": lambda n: objects(n, False),
+        "ours objects via stager": lambda n: objects(n, True),
+    }
+
+
+def _alternate(steps: Dict[str, Step], rounds: int, progress: Progress) -> Tuple[Dict[str, List[float]], Dict[str, List[float]]]:
+    cpu: Dict[str, List[float]] = {name: [] for name in steps}
+    wall: Dict[str, List[float]] = {name: [] for name in steps}
+    order = list(steps)
+    progress.phase(f"{len(order)} contestants x {rounds} rounds, alternating")
+    for n in range(rounds):
+        for name in (order if n % 2 == 0 else order[::-1]):
+            c, w = steps[name](n)
+            cpu[name].append(c)
+            wall[name].append(w)
+    return cpu, wall
+
+
+def report(cpu: Dict[str, List[float]], wall: Dict[str, List[float]], rounds: int, objects: int, size: int,
+           threads: int) -> Dict[str, object]:
+    cpu_ms = {name: round(1000 * statistics.median(v), 1) for name, v in cpu.items()}
+    wall_ms = {name: round(1000 * statistics.median(v), 1) for name, v in wall.items()}
+    stock = cpu_ms["stock empty"]
+    ratios = {f"{name} / stock empty": round(ratio(cpu_ms[name], stock) or 0.0, 2)
+              for name in CONTESTANTS if name != "stock empty"}
+    targets = {
+        f"ours_empty_within_{EMPTY_TARGET:g}x_stock_empty": ratios["ours empty / stock empty"] <= EMPTY_TARGET,
+        f"ours_{objects}_objects_within_stock_empty": ratios["ours objects / stock empty"] <= OBJECTS_TARGET,
+    }
+    return {
+        "benchmark": "startup",
+        "params": {"rounds": rounds, "objects": objects, "size": size, "threads": threads, "cores": os.cpu_count()},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpu_ms_median": cpu_ms, "wall_ms_median": wall_ms,
+        "cpu_ms_all": {name: [round(1000 * x, 1) for x in v] for name, v in cpu.items()},
+        "ratios": ratios, "targets": targets,
+    }
+
+
+def format_table(result: Dict[str, object]) -> str:
+    p = result["params"]
+    rows = [f"{p['rounds']} alternating rounds, {p['objects']} objects of {p['size']} B, "  # type: ignore[index]
+            f"--threads {p['threads']}, {p['cores']} cores; load {result['load_average']}",  # type: ignore[index]
+            f"{'contestant':<26} {'CPU ms (median)':>16} {'wall ms (median)':>17}"]
+    for name in CONTESTANTS:
+        rows.append(f"{name:<26} {result['cpu_ms_median'][name]:>16.1f} "  # type: ignore[index]
+                    f"{result['wall_ms_median'][name]:>17.1f}")  # type: ignore[index]
+    rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]
+    rows += [f"target {k}: {'met' if v else 'NOT MET'}" for k, v in result["targets"].items()]  # type: ignore[attr-defined]
+    return "\n".join(rows)

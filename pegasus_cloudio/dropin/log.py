@@ -1,0 +1,69 @@
+"""The drop-in's log: pegasus-transfer's lines on stderr, without importing :mod:`logging`.
+
+``logging`` imports ``re``, ``traceback``, ``string`` and ``weakref`` (several ms of CPU on
+every job step), for a log that is one stream and one format. :data:`log` writes the stock
+tool's format, ``%(asctime)s %(levelname)7s:  %(message)s`` with ``logging``'s default time
+(local time, ``YYYY-MM-DD HH:MM:SS,mmm``), to the stream :meth:`JobLog.setup` names (the
+process's stderr, or the job's in a node stager's forked copy). Messages take ``%``
+arguments as ``logging``'s do; DEBUG lines appear only with ``-d``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
+
+DEBUG, INFO, WARNING, ERROR, CRITICAL = 10, 20, 30, 40, 50
+_NAMES = {DEBUG: "DEBUG", INFO: "INFO", WARNING: "WARNING", ERROR: "ERROR", CRITICAL: "CRITICAL"}
+
+
+class JobLog:
+    """One job's log (see the module docstring); what pegasus-transfer's logger was."""
+
+    def __init__(self) -> None:
+        self.stream: "TextIO" = sys.stderr
+        self.level = INFO
+
+    def setup(self, debug: bool, stream: "TextIO") -> None:
+        self.stream = stream
+        self.level = DEBUG if debug else INFO
+
+    def is_enabled_for(self, level: int) -> bool:
+        return level >= self.level
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        if level < self.level:
+            return
+        text = message % args if args else message
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        self.stream.write("%s,%03d %7s:  %s\n" % (stamp, int((now - int(now)) * 1000), _NAMES[level], text))
+        self.stream.flush()
+
+    def debug(self, message: str, *args: object) -> None:
+        self.log(DEBUG, message, *args)
+
+    def info(self, message: str, *args: object) -> None:
+        self.log(INFO, message, *args)
+
+    def warning(self, message: str, *args: object) -> None:
+        self.log(WARNING, message, *args)
+
+    def error(self, message: str, *args: object) -> None:
+        self.log(ERROR, message, *args)
+
+    def critical(self, message: str, *args: object) -> None:
+        self.log(CRITICAL, message, *args)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+log = JobLog()

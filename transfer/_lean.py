@@ -1,0 +1,166 @@
+"""Value classes and capability protocols that cost a job step nothing to import.
+
+Every Pegasus job step starts the drop-in, so what its modules import is paid on every job:
+``dataclasses`` imports ``inspect`` (and with it ``ast``, ``dis``, ``tokenize``, ``re``,
+``enum``), ``typing`` is a large module of its own, and a ``runtime_checkable`` protocol
+walks every member on every ``isinstance``. This module stands in for the three at run time:
+
+* :func:`record` makes a frozen value class from a class's annotations, as
+  ``dataclass(frozen=True)`` does (``__init__`` with defaults, ``__repr__``, ``__eq__``,
+  ``__hash__``, ``__post_init__``, assignment refused); :func:`field` gives a default factory
+  or hides a field from ``repr``; :func:`replace` and :func:`fields` work on them.
+* :class:`Protocol` and :func:`runtime_checkable`: a capability whose ``isinstance`` checks
+  that the class has every method (and attribute) the protocol names; the answer is cached
+  per class by ``abc``, so a check on a hot path is one dictionary lookup.
+
+Type checkers see ``dataclasses`` and ``typing`` themselves (the ``TYPE_CHECKING`` branch), so
+the checked meaning is exactly theirs. Modules on the drop-in's path write
+``TYPE_CHECKING = False`` and import ``typing`` names under it (annotations are strings with
+``from __future__ import annotations``).
+"""
+
+from __future__ import annotations
+
+import abc
+
+__all__ = ["Protocol", "field", "fields", "record", "replace", "runtime_checkable"]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from dataclasses import dataclass as record, field as field, fields as fields, replace as replace
+    from typing import Protocol as Protocol, runtime_checkable as runtime_checkable
+else:
+    _MISSING = object()
+
+    class Field:
+        """One field of a record: name, default (or factory) and whether ``repr`` shows it."""
+
+        __slots__ = ("name", "default", "default_factory", "repr", "compare")
+
+        def __init__(self, default=_MISSING, default_factory=_MISSING, repr=True, compare=True):  # noqa: A002
+            self.name = ""
+            self.default = default
+            self.default_factory = default_factory
+            self.repr = repr
+            self.compare = compare
+
+    def field(*, default=_MISSING, default_factory=_MISSING, repr=True, compare=True):  # noqa: A002
+        return Field(default, default_factory, repr, compare)
+
+    def fields(cls_or_obj):
+        return cls_or_obj.__record_fields__
+
+    def replace(obj, **changes):
+        values = {f.name: getattr(obj, f.name) for f in obj.__record_fields__}
+        values.update(changes)
+        return type(obj)(**values)
+
+    class FrozenInstanceError(AttributeError):
+        """Assignment to a field of a frozen record."""
+
+    def record(cls=None, *, frozen=False, eq=True):
+        """``@record`` / ``@record(frozen=True)``: see the module docstring."""
+        if cls is None:
+            return lambda c: _build(c, frozen)
+        return _build(cls, frozen)
+
+    def _own_fields(cls):
+        found = []
+        for name in cls.__dict__.get("__annotations__", {}):
+            value = cls.__dict__.get(name, _MISSING)
+            spec = value if isinstance(value, Field) else Field(default=value)
+            spec.name = name
+            if isinstance(value, Field):
+                if value.default is _MISSING:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, value.default)
+            found.append(spec)
+        return found
+
+    def _build(cls, frozen):
+        inherited = [f for base in cls.__mro__[-1:0:-1] for f in base.__dict__.get("__record_fields__", ())]
+        by_name = {f.name: f for f in inherited}
+        for spec in _own_fields(cls):
+            by_name[spec.name] = spec
+        specs = tuple(by_name.values())
+        names = [f.name for f in specs]
+        scope = {"__object_setattr": object.__setattr__, "__missing": _MISSING, "FrozenInstanceError": FrozenInstanceError}
+        params, body = [], []
+        for f in specs:
+            if f.default_factory is not _MISSING:
+                scope[f"__factory_{f.name}"] = f.default_factory
+                params.append(f"{f.name}=__missing")
+                value = f"__factory_{f.name}() if {f.name} is __missing else {f.name}"
+            else:
+                if f.default is not _MISSING:
+                    scope[f"__default_{f.name}"] = f.default
+                params.append(f.name if f.default is _MISSING else f"{f.name}=__default_{f.name}")
+                value = f.name
+            body.append(f"__object_setattr(self, {f.name!r}, {value})" if frozen else f"self.{f.name} = {value}")
+        if "__post_init__" in dir(cls):
+            body.append("self.__post_init__()")
+        shown = [f.name for f in specs if f.repr]
+        compared = [f.name for f in specs if f.compare]
+        key = "(" + "".join(f"self.{n}, " for n in compared) + ")"
+        source = [
+            f"def __init__(self, {', '.join(params)}):\n    " + "\n    ".join(body or ["pass"]),
+            "def __repr__(self):\n    return f'{type(self).__qualname__}(" + ", ".join(f"{n}={{self.{n}!r}}" for n in shown) + ")'",
+            f"def __eq__(self, other):\n    if other.__class__ is not self.__class__:\n        return NotImplemented\n"
+            f"    return {key} == (" + "".join(f"other.{n}, " for n in compared) + ")",
+        ]
+        if frozen:
+            source += [f"def __hash__(self):\n    return hash({key})",
+                       "def __setattr__(self, name, value):\n    raise FrozenInstanceError(f'cannot assign to field {name!r}')",
+                       "def __delattr__(self, name):\n    raise FrozenInstanceError(f'cannot delete field {name!r}')"]
+        exec("\n".join(source), scope)  # noqa: S102 - our own generated methods, as dataclasses does
+        for name in ("__init__", "__repr__", "__eq__") + (("__hash__", "__setattr__", "__delattr__") if frozen else ()):
+            if name in ("__repr__", "__eq__") and name in cls.__dict__:
+                continue
+            method = scope[name]
+            method.__qualname__ = f"{cls.__qualname__}.{name}"
+            setattr(cls, name, method)
+        if not frozen:
+            cls.__hash__ = None
+        cls.__record_fields__ = specs
+        cls.__match_args__ = tuple(names)
+        return cls
+
+    class _ProtocolMeta(abc.ABCMeta):
+        def __instancecheck__(cls, instance):
+            if not cls.__dict__.get("_is_protocol"):
+                return super().__instancecheck__(instance)
+            return cls.__subclasscheck__(type(instance)) and all(hasattr(instance, a) for a in cls._attributes)
+
+    class Protocol(metaclass=_ProtocolMeta):
+        """A capability: ``isinstance(x, P)`` is true when ``type(x)`` has all of ``P``'s methods
+        (checked once per class) and ``x`` all of its annotated attributes."""
+
+        __slots__ = ()
+        _is_protocol = False
+        _methods: "tuple[str, ...]" = ()
+        _attributes: "tuple[str, ...]" = ()
+
+        def __init_subclass__(cls, **kwargs):
+            super().__init_subclass__(**kwargs)
+            cls._is_protocol = Protocol in cls.__bases__
+            if cls._is_protocol:
+                bases = [b for b in cls.__mro__[1:] if b.__dict__.get("_is_protocol")]
+                methods = [m for b in bases for m in b._methods] + [
+                    name for name in cls.__dict__ if not name.startswith("_")]
+                attributes = [a for b in bases for a in b._attributes] + [
+                    name for name in cls.__dict__.get("__annotations__", {}) if not name.startswith("_")]
+                cls._methods = tuple(dict.fromkeys(methods))
+                cls._attributes = tuple(dict.fromkeys(attributes))
+
+        @classmethod
+        def __subclasshook__(cls, other):
+            if not cls.__dict__.get("_is_protocol"):
+                return NotImplemented
+            for name in cls._methods:
+                if not any(name in base.__dict__ for base in other.__mro__):
+                    return NotImplemented
+            return True
+
+    def runtime_checkable(cls):
+        return cls
