@@ -447,9 +447,9 @@ class Engine:
         try:
             if key is not None and self._cache is not None:
                 def fill(sink: BinaryIO) -> ObjectInfo:
-                    from transfer.peers import PeerSink
-                    if peers is not None and isinstance(sink, PeerSink):
-                        got = peers.fetch(key, sink)
+                    if peers is not None:
+                        from transfer.peers import PeerSink
+                        got = peers.fetch(key, sink) if isinstance(sink, PeerSink) else None
                         if got is not None:
                             return ObjectInfo(source, got)
                     return backend.get(source, sink)

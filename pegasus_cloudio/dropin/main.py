@@ -244,7 +244,7 @@ def open_node_cache(env: "Mapping[str, str]") -> "Optional[NodeCache]":
 def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]") -> "Optional[PeerIndexSource]":
     """Peer sharing when ``PEGASUS_CLOUDIO_P2P_*`` configures it and there is a node cache;
     None otherwise, or (one warning) when its settings are bad or the redis package is missing."""
-    if cache is None:
+    if cache is None or not _peers_configured(env):
         return None
     from transfer.p2p import peer_source_from_env
     from transfer.errors import TransferError
@@ -253,6 +253,18 @@ def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]") -> "Optio
     except TransferError as err:
         log.warning("Peer sharing disabled: %s", err)
         return None
+
+
+def _peers_configured(env: "Mapping[str, str]") -> bool:
+    """Whether ``PEGASUS_CLOUDIO_P2P_REDIS`` is set (environment or config file): the P2P code
+    is imported only then. A config file that cannot be read is left to it to report."""
+    from transfer.config import read_config_file
+    from transfer.errors import TransferError
+    name = "PEGASUS_CLOUDIO_P2P_REDIS"
+    try:
+        return bool(env.get(name, "").strip() or read_config_file(env).get(name, "").strip())
+    except TransferError:
+        return True
 
 
 def _log_failure(result: "Result") -> None:

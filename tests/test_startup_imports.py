@@ -1,0 +1,110 @@
+"""What a job step imports: the drop-in as a wheel installs it, run as Pegasus runs it.
+
+Every job step starts the drop-in, on a core the jobs compute on, so what it imports is a
+per-job cost (``pegasus-cloudio bench startup`` measures it against the stock tool). These
+tests pin the modules a one-file S3 job imports beyond the interpreter's own start-up
+(``python -X importtime``, the wheel's commands in a fresh venv, a real MinIO): a module
+that is not in :data:`ONE_FILE_S3` is a regression, as is any of :data:`NEVER` (the heavy
+standard modules, and our features the job does not use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Dict, Iterator, List, Set
+
+import boto3
+import pytest
+
+from pegasus_cloudio.testbed.wheel import installed_bin
+from installed import clean_env
+
+# Beyond `python -c pass`: what a stage-in of one S3 object (node cache off) may import.
+ONE_FILE_S3 = frozenset({
+    "__future__", "_blake2", "_collections", "_functools", "_hashlib", "_json", "_operator", "_queue", "_socket",
+    "_weakrefset", "binascii", "collections", "errno", "functools", "hashlib", "hmac", "itertools", "keyword",
+    "operator", "reprlib", "threading", "types", "warnings", "zlib",
+    "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log",
+    "pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.monitoring", "pegasus_cloudio.dropin.reporting",
+    "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
+    "transfer", "transfer._lean", "transfer._workers", "transfer.atomic", "transfer.backends",
+    "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
+    "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
+    "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors",
+    "transfer.http", "transfer.http.connection", "transfer.http.pool", "transfer.ops", "transfer.ranged",
+    "transfer.retry", "transfer.session", "transfer.urls",
+})
+# Never on this path: heavy standard modules, and features a plain S3 job does not use.
+NEVER = frozenset({
+    "re", "typing", "dataclasses", "inspect", "pathlib", "logging", "argparse", "enum", "socket", "ssl",
+    "selectors", "json", "json.decoder", "configparser", "urllib.parse", "concurrent.futures", "tempfile",
+    "shutil", "subprocess", "random", "email.utils", "xml.etree.ElementTree", "datetime", "glob",
+    "transfer.bundles", "transfer.cache", "transfer.p2p", "transfer.peers", "transfer.uploads",
+    "transfer.backends.gcs", "transfer.backends.sftp", "transfer.backends.local", "transfer.aws_chain",
+    "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.stock", "pegasus_cloudio.stager.client",
+})
+
+
+@pytest.fixture(scope="module")
+def wheel_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return installed_bin(str(tmp_path_factory.mktemp("wheel")))
+
+
+@pytest.fixture
+def job(minio, s3_env: Dict[str, str], bucket: str, wheel_bin: str, tmp_path: Path) -> Iterator[Dict[str, object]]:
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    client.put_object(Bucket=bucket, Key="in/f.a", Body=b"x" * 300)
+    spec = [{"type": "transfer", "lfn": "f.a", "src_urls": [{"site_label": "minio", "url": f"s3://test@minio/{bucket}/in/f.a"}],
+             "dest_urls": [{"site_label": "local", "url": "file://$PWD/f.a"}]}]
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    env = clean_env(wheel_bin, {**s3_env, "PEGASUS_CLOUDIO_CACHE_DIR": "off"})
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # installed modules run from their bytecode
+    env["PWD"] = str(workdir)
+    yield {"bin": wheel_bin, "env": env, "cwd": workdir, "spec": json.dumps(spec)}
+
+
+def imported(bin_dir: str, argv: List[str], env: Dict[str, str], cwd: Path, stdin: str = "") -> Set[str]:
+    """Modules ``python -X importtime`` reports for ``argv``, less those of ``python -c pass``."""
+    python = os.path.join(bin_dir, "python")
+
+    def names(args: List[str], text: str) -> Set[str]:
+        done = subprocess.run([python, "-X", "importtime", *args], input=text, env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+    return names(argv, stdin) - names(["-c", "pass"], "")
+
+
+def test_a_one_file_s3_job_imports_only_the_pinned_modules(job: Dict[str, object]) -> None:
+    bin_dir = str(job["bin"])
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], job["env"],  # type: ignore[arg-type]
+                     job["cwd"], str(job["spec"]))  # type: ignore[arg-type]
+    assert (Path(str(job["cwd"])) / "f.a").read_bytes() == b"x" * 300
+    assert not found & NEVER, sorted(found & NEVER)
+    assert found <= ONE_FILE_S3, f"new on a job step's path: {sorted(found - ONE_FILE_S3)}"
+
+
+def test_an_empty_job_imports_no_engine_session_or_backend(job: Dict[str, object]) -> None:
+    bin_dir = str(job["bin"])
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], job["env"],  # type: ignore[arg-type]
+                     job["cwd"], "[]")  # type: ignore[arg-type]
+    assert found <= ONE_FILE_S3 and not found & NEVER, sorted(found - ONE_FILE_S3)
+    assert not found & {"transfer.engine", "transfer.session", "transfer.backends.s3", "transfer.http.connection",
+                        "_socket", "hashlib"}, sorted(found)
+
+
+def test_the_node_cache_brings_no_bundles_or_peers(job: Dict[str, object]) -> None:
+    """With the node cache on (its default), the cache is imported, but no bundle or P2P code."""
+    env = dict(job["env"])  # type: ignore[call-overload]
+    env.pop("PEGASUS_CLOUDIO_CACHE_DIR")
+    bin_dir = str(job["bin"])
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], env, job["cwd"],  # type: ignore[arg-type]
+                     str(job["spec"]))
+    assert "transfer.cache.store" in found
+    assert not [name for name in found if name.startswith(("transfer.bundles", "transfer.p2p", "transfer.peers"))]
