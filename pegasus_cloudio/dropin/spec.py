@@ -227,7 +227,8 @@ def _loads(text: str) -> Any:
         value, end = scan(text, start)
         if not text[end:].strip(" \t\n\r"):
             return value
-    except (ImportError, StopIteration, ValueError):
-        pass
+    except (ImportError, StopIteration, ValueError, SystemError):
+        pass  # not JSON: the scanner raises JSONDecodeError only once json.decoder is imported
+        # (before that, CPython 3.11's scanner fails with SystemError); json.loads says why
     import json
     return json.loads(text)
