@@ -12,7 +12,9 @@ outside falls on all of them alike, each ``--rounds`` times:
 * ours staging in ``--objects`` small objects from MinIO (plain HTTP on loopback), node cache
   off, into a fresh directory each time;
 * the same handed to a node stager (``pegasus-cloudio stager``): the step's own CPU plus the
-  CPU of the stager's forked copy that ran it.
+  CPU of the stager's forked copy that ran it;
+* with ``--before CHECKOUT``, ours from a wheel of another source tree (an earlier commit),
+  empty and with the objects: before and after in one run.
 
 CPU is user + system time of the process and its children; medians are reported, with the
 ratios the targets name (ours against the stock tool's empty start, in the same run).
@@ -26,7 +28,7 @@ import os
 import shutil
 import statistics
 import tempfile
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from pegasus_cloudio.bench.harness import Progress, measure, ratio, tool_env
 from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, _positive, transfer_spec
@@ -46,16 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--objects", type=_positive, default=20, help="objects the staging step reads (default 20)")
     parser.add_argument("--size", type=_positive, default=300, help="bytes per object (default 300)")
     parser.add_argument("--threads", type=_positive, default=5, help="--threads of both tools (default 5)")
+    parser.add_argument("--before", metavar="CHECKOUT", help="also measure ours from a wheel of this source tree")
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    return run(args.rounds, args.objects, args.size, args.threads, Progress())
+    return run(args.rounds, args.objects, args.size, args.threads, Progress(), args.before)
 
 
 Step = Callable[[int], Tuple[float, float]]  # round -> (CPU s, wall s)
 
 
-def run(rounds: int, objects: int, size: int, threads: int, progress: Progress) -> Dict[str, object]:
+def run(rounds: int, objects: int, size: int, threads: int, progress: Progress,
+        before: Optional[str] = None) -> Dict[str, object]:
     root = tempfile.mkdtemp(prefix="pegasus-cloudio-startup-")
     try:
         with MinioServer() as server, TcpProxy((server.host, server.port)) as proxy:
@@ -70,6 +74,10 @@ def run(rounds: int, objects: int, size: int, threads: int, progress: Progress) 
             stock = make_stock_home(os.path.join(root, "stock"))
             with StagerProcess(env, [os.path.join(bin_dir, "pegasus-cloudio")]) as stager:
                 steps = _steps(root, bin_dir, ours, names, env, stock, stager, proxy, threads)
+                if before:
+                    old = [os.path.join(installed_bin(os.path.join(root, "before"), before),
+                                        "pegasus-cloudio-transfer"), "--threads", str(threads)]
+                    steps.update(_before_steps(root, old, names, env, proxy))
                 cpu, wall = _alternate(steps, rounds, progress)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -126,6 +134,24 @@ def _steps(root: str, bin_dir: str, ours: List[str], names: List[str], env: Dict
     }
 
 
+def _before_steps(root: str, old: List[str], names: List[str], env: Dict[str, str],
+                  proxy: TcpProxy) -> Dict[str, Step]:
+    def run_one(stdin: bytes, dest: Optional[str]) -> Tuple[float, float]:
+        done = measure("before", "in", 0, old, env, proxy, stdin=stdin)
+        if done.exit_code != 0:
+            raise RuntimeError(f"the --before drop-in exited {done.exit_code} (see above)")
+        if dest:
+            shutil.rmtree(dest)
+        return done.cpu_s, done.wall_s
+
+    def objects(n: int) -> Tuple[float, float]:
+        dest = os.path.join(root, f"job-b{n}")
+        os.makedirs(dest)
+        return run_one(transfer_spec([(_url(name), f"file://{dest}/{name}") for name in names], SITE, "local"), dest)
+
+    return {"before: ours empty": lambda n: run_one(b"[]", None), "before: ours objects": objects}
+
+
 def _alternate(steps: Dict[str, Step], rounds: int, progress: Progress) -> Tuple[Dict[str, List[float]], Dict[str, List[float]]]:
     cpu: Dict[str, List[float]] = {name: [] for name in steps}
     wall: Dict[str, List[float]] = {name: [] for name in steps}
@@ -145,7 +171,7 @@ def report(cpu: Dict[str, List[float]], wall: Dict[str, List[float]], rounds: in
     wall_ms = {name: round(1000 * statistics.median(v), 1) for name, v in wall.items()}
     stock = cpu_ms["stock empty"]
     ratios = {f"{name} / stock empty": round(ratio(cpu_ms[name], stock) or 0.0, 2)
-              for name in CONTESTANTS if name != "stock empty"}
+              for name in cpu_ms if name != "stock empty"}
     targets = {
         f"ours_empty_within_{EMPTY_TARGET:g}x_stock_empty": ratios["ours empty / stock empty"] <= EMPTY_TARGET,
         f"ours_{objects}_objects_within_stock_empty": ratios["ours objects / stock empty"] <= OBJECTS_TARGET,
@@ -165,7 +191,7 @@ def format_table(result: Dict[str, object]) -> str:
     rows = [f"{p['rounds']} alternating rounds, {p['objects']} objects of {p['size']} B, "  # type: ignore[index]
             f"--threads {p['threads']}, {p['cores']} cores; load {result['load_average']}",  # type: ignore[index]
             f"{'contestant':<26} {'CPU ms (median)':>16} {'wall ms (median)':>17}"]
-    for name in CONTESTANTS:
+    for name in [*CONTESTANTS, *(n for n in result["cpu_ms_median"] if n not in CONTESTANTS)]:  # type: ignore[attr-defined]
         rows.append(f"{name:<26} {result['cpu_ms_median'][name]:>16.1f} "  # type: ignore[index]
                     f"{result['wall_ms_median'][name]:>17.1f}")  # type: ignore[index]
     rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]

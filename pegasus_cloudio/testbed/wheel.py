@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from typing import Optional
 
 __all__ = ["installed_bin", "source_checkout"]
 
@@ -30,13 +31,14 @@ def source_checkout() -> bool:
     return os.path.exists(os.path.join(PACKAGE_ROOT, "setup.cfg")) and os.path.realpath(PACKAGE_ROOT) != purelib
 
 
-def installed_bin(root: str) -> str:
+def installed_bin(root: str, checkout: Optional[str] = None) -> str:
     """A ``bin`` directory whose ``pegasus-cloudio-transfer`` and ``pegasus-cloudio`` come from a
-    wheel (see the module docstring); raises RuntimeError naming the step that failed."""
-    if not source_checkout():
+    wheel (see the module docstring), or from a wheel of another source ``checkout`` (a
+    benchmark's "before"); raises RuntimeError naming the step that failed."""
+    if checkout is None and not source_checkout():
         return os.path.dirname(sys.executable)
     src, dist, venv = (os.path.join(root, name) for name in ("src", "dist", "venv"))
-    shutil.copytree(PACKAGE_ROOT, src, ignore=_NOT_BUILT)  # the build leaves build/ where it runs
+    shutil.copytree(checkout or PACKAGE_ROOT, src, ignore=_NOT_BUILT)  # the build leaves build/ where it runs
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
           "-w", dist, src], "building the wheel")
     [wheel] = [os.path.join(dist, n) for n in os.listdir(dist) if n.endswith(".whl")]
