@@ -29,6 +29,8 @@ LOCAL_SCHEMES = frozenset({"file", "symlink", "moveto"})
 #   remote:    ^(\w+)://([\w.\-:@#]*)(/[\S ]*)?$
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _NAME_CHARS = _LETTERS | frozenset("0123456789_")
+_WORD_PUNCT = str.maketrans("", "", "_")  # \w is isalnum() or "_"
+_HOST_PUNCT = str.maketrans("", "", "_.-:@#")
 # pegasus-transfer hands S3 URLs to pegasus-s3 unparsed, so an object key keeps its "//".
 _EXACT_PATH_SCHEMES = frozenset({"s3", "s3s"})
 
@@ -120,11 +122,15 @@ def _name_end(text: str, start: int) -> int:
 def _split_remote(text: str) -> Optional[Tuple[str, str, str]]:
     """(scheme, authority, path) of ``scheme://authority/path``, or None when ``text`` is not one."""
     scheme, sep, rest = text.partition("://")
-    if not sep or not scheme or not all(c.isalnum() or c == "_" for c in scheme):
+    letters = scheme.translate(_WORD_PUNCT)
+    if not sep or not scheme or (letters and not letters.isalnum()):
         return None
     slash = rest.find("/")
     host, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
-    if not all(c.isalnum() or c in "_.-:@#" for c in host) or any(c.isspace() and c != " " for c in path):
+    letters = host.translate(_HOST_PUNCT)
+    if letters and not letters.isalnum():
+        return None
+    if not path.isprintable() and any(c.isspace() and c != " " for c in path):  # only spaces may be blank
         return None
     return scheme, host, path
 

@@ -34,7 +34,7 @@ class Interrupts:
         self._log = log
         self._abort_seconds = abort_seconds
         self._engine: Optional[Engine] = None
-        self._pending: Dict[int, str] = {}
+        self._pending: Dict[int, Operation] = {}
         self._lock = threading.Lock()
         self._previous: Dict[int, Any] = {}
 
@@ -52,7 +52,7 @@ class Interrupts:
         """The batch about to run: its operations count as unfinished until their result."""
         with self._lock:
             self._engine = engine
-            self._pending = {id(op): describe(op) for op in ops}
+            self._pending = {id(op): op for op in ops}  # described only if a signal comes
 
     def finished(self, result: Result) -> None:
         with self._lock:
@@ -61,7 +61,7 @@ class Interrupts:
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         removed = _remove_temp_files()
         with self._lock:
-            engine, pending = self._engine, list(self._pending.values())
+            engine, pending = self._engine, [describe(op) for op in self._pending.values()]
         stuck: List[str] = engine.abort_uploads(self._abort_seconds) if engine is not None else []
         removed += _remove_temp_files()  # anything a worker created meanwhile
         self._log.critical("Exiting due to signal %d: %d transfer(s) did not finish, %d temporary file(s) "

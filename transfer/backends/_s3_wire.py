@@ -66,11 +66,11 @@ def md5_of_etag(etag: str) -> Optional[str]:
     """The MD5 hex digits of an ETag that is one (``^"?([0-9a-fA-F]{32})"?$``), else None."""
     text = etag[1:] if etag.startswith('"') else etag
     text = text[:-1] if text.endswith('"') else text
-    return text if len(text) == 32 and all(c in _HEX for c in text) else None
+    return text if len(text) == 32 and _HEX.issuperset(text) else None
 
 
 def _name_like(name: str, inner: "frozenset[str]", ends: "frozenset[str]") -> bool:
-    return 3 <= len(name) <= 63 and name[0] in ends and name[-1] in ends and all(c in inner for c in name)
+    return 3 <= len(name) <= 63 and name[0] in ends and name[-1] in ends and inner.issuperset(name)
 
 
 _BUCKET_CHARS = _ALNUM | frozenset("._-")

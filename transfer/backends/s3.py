@@ -165,16 +165,17 @@ class S3Backend:
 
     def put(self, path: str, url: Url) -> ObjectInfo:
         target = split_url(url)
+        text = str(url)
         if not target.key:
-            raise InvalidInput("S3 URL has no key to upload to", url=str(url), operation="put")
+            raise InvalidInput("S3 URL has no key to upload to", url=text, operation="put")
         try:
             size, md5, body = file_body(path)
         except OSError as err:
             raise local_error(err, path, "put") from err
         headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode())]
         with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
-                        url=str(url)) as response:
-            self._check(response, str(url), "put")
+                        url=text) as response:
+            self._check(response, text, "put")
             etag = response.headers.get("etag", "")
         found = md5_of_etag(etag)
         if found and found.lower() != md5.hex() and not _server_side_encrypted(response.headers):
@@ -273,16 +274,17 @@ class S3Backend:
     # -- RangedReads --------------------------------------------------------------------
 
     def open_read(self, url: Url) -> "_S3Stream":
-        response = self._send("GET", split_url(url), headers=[CHECKSUM_MODE], url=str(url))
+        text = str(url)  # once: every small download passes here
+        response = self._send("GET", split_url(url), headers=[CHECKSUM_MODE], url=text)
         try:
-            self._check(response, str(url), "get")
+            self._check(response, text, "get")
             if not isinstance(response, PooledResponse):  # only error answers are buffered
-                raise RemoteError(f"unexpected HTTP {response.status} answer", url=str(url), operation="get")
+                raise RemoteError(f"unexpected HTTP {response.status} answer", url=text, operation="get")
         except BaseException:
             response.discard()
             raise
         info = _info(url, response.status, response.headers)
-        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers)), str(url))
+        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers)), text)
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
