@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import abc
 
-__all__ = ["Protocol", "field", "fields", "record", "replace", "runtime_checkable"]
+__all__ = ["Protocol", "asdict", "field", "fields", "logger", "record", "replace", "runtime_checkable"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from dataclasses import dataclass as record, field as field, fields as fields, replace as replace
+    from dataclasses import asdict as asdict, dataclass as record, field as field, fields as fields, replace as replace
+    from logging import Logger
     from typing import Protocol as Protocol, runtime_checkable as runtime_checkable
 else:
     _MISSING = object()
@@ -49,6 +50,10 @@ else:
 
     def fields(cls_or_obj):
         return cls_or_obj.__record_fields__
+
+    def asdict(obj):
+        """The fields of a flat record as a dict (records here hold no nested records)."""
+        return {f.name: getattr(obj, f.name) for f in obj.__record_fields__}
 
     def replace(obj, **changes):
         values = {f.name: getattr(obj, f.name) for f in obj.__record_fields__}
@@ -182,3 +187,20 @@ else:
 
     def runtime_checkable(cls):
         return cls
+
+
+class _LazyLogger:
+    """``logging.getLogger(name)``, imported on the first message: the modules that log only
+    on rare paths (a cache that cannot be used, a bundle set aside) then cost a job nothing."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> object:
+        import logging
+        return getattr(logging.getLogger(self._name), attribute)
+
+
+def logger(name: str) -> "Logger":
+    """A stand-in for ``logging.getLogger(name)`` that imports ``logging`` when first used."""
+    return _LazyLogger(name)  # type: ignore[return-value]

@@ -62,6 +62,15 @@ class Task(_Future):  # type: ignore[type-arg]
         self._lock.release()
         return True
 
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        try:
+            self.result(timeout)
+        except TimeoutError:
+            raise
+        except BaseException as err:  # noqa: B036 - returned, as Future.exception does
+            return err
+        return None
+
     def cancelled(self) -> bool:
         return self._step == 3
 

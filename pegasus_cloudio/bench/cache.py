@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional
 from pegasus_cloudio.bench.harness import Progress, add_params_arguments, params_from_args, tool_env
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
+from transfer import _lean
 from transfer.backends.base import namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.session import Session
@@ -188,7 +189,7 @@ class _Bench:
 
     def _jobs(self, jobs: List[List[Dict[str, Any]]], config: Optional[CacheConfig],
               parallel: int) -> Dict[str, Any]:
-        plan = {"env": self.env, "cache": dataclasses.asdict(config) if config else None,
+        plan = {"env": self.env, "cache": _lean.asdict(config) if config else None,
                 "jobs": jobs, "parallel": parallel}
         self.proxy.reset_counters()
         done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.bench.cache_jobs"],

@@ -11,13 +11,14 @@ per-user default.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+
 import json
 import os
 import sys
 import time
 from typing import Dict, List, Optional
 
+from transfer import _lean
 from transfer.cache import CacheConfig, EntryInfo, NodeCache, config_from_env
 from transfer.config import parse_size
 from transfer.errors import TransferError
@@ -62,7 +63,7 @@ def _config(args: argparse.Namespace) -> Optional[CacheConfig]:
         env["PEGASUS_CLOUDIO_CACHE_DIR"] = os.path.abspath(args.dir)
     config = config_from_env(env)
     if config is not None and getattr(args, "max_bytes", None):
-        config = dataclasses.replace(config, max_bytes=args.max_bytes)
+        config = _lean.replace(config, max_bytes=args.max_bytes)
     return config
 
 

@@ -16,7 +16,6 @@ SHA-256 and written atomically.
 from __future__ import annotations
 
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
 
 from transfer.atomic import AtomicFile, local_error
 from transfer.bundles.directory import BUNDLE_DIR
@@ -31,6 +30,10 @@ from transfer.bundles.format import (
     parse_index,
 )
 from transfer.errors import InvalidInput, NotFound
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable, List, Optional, Sequence, Tuple
 
 __all__ = ["BUNDLE_DIR", "BundleFormatError", "BundleIndex", "Member", "pack_files", "read_index", "unbundle"]
 

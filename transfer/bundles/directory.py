@@ -18,13 +18,11 @@ reported once per directory. Later bundles win over earlier ones on duplicate me
 from __future__ import annotations
 
 import io
+import os
 import json
-import logging
 import posixpath
 import time
-import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from transfer._lean import logger, field, record
 
 from transfer.backends.base import Backend, Namespace, ObjectInfo
 from transfer.bundles.format import (
@@ -41,17 +39,24 @@ from transfer.bundles.format import (
 from transfer.errors import NotFound, TransferError
 from transfer.urls import Url
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+
 BUNDLE_DIR = ".cloudio-bundles"
 SUFFIX = ".pcb"
 HEAD_BYTES = 256 << 10
 KEPT_HEAD_BYTES = 16 << 20  # bytes of small bundles kept in memory per directory
-_log = logging.getLogger(__name__)
+_log = logger(__name__)  # logging is imported when a warning is first logged
 WHOLE_FRACTION = 0.5  # fetch the whole bundle when at least this share of its data is wanted
 
-MapFn = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]  # map, or Executor.map
+if TYPE_CHECKING:
+    MapFn = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]  # map, or Executor.map
+else:
+    MapFn = object  # the alias above is for type checkers; typing is not imported at run time
 
 
-@dataclass
+@record
 class LoadedBundle:
     """One bundle: its URL and size, its index, and (for a small bundle) all its bytes."""
 
@@ -72,7 +77,7 @@ class LoadedBundle:
         return [m for m in self.index.members if m.name not in self.removed]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BrokenBundle:
     """A bundle set aside: it could not be fetched or failed validation."""
 
@@ -86,7 +91,7 @@ def bundle_dir_url(directory: Url) -> Url:
 
 def new_bundle_url(directory: Url) -> Url:
     """A fresh, time-ordered bundle name (later bundles win on duplicate member names)."""
-    name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+    name = f"{time.time_ns():020d}-{os.urandom(6).hex()}"  # as random as uuid4's first 12 digits, no uuid import
     return bundle_dir_url(directory).with_path(f"{bundle_dir_url(directory).path}/{name}{SUFFIX}")
 
 
@@ -247,4 +252,4 @@ def _read_record(backend: Backend, url: Url) -> List[str]:
 
 
 def removal_record_url(bundle: LoadedBundle) -> Url:
-    return bundle.url.with_path(f"{bundle.url.path}.rm-{uuid.uuid4().hex}")
+    return bundle.url.with_path(f"{bundle.url.path}.rm-{os.urandom(16).hex()}")

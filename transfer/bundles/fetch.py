@@ -11,12 +11,16 @@ member's writer alone and is reported for it, naming the bundle.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Dict, List, Protocol, Sequence, Tuple
 
+from transfer._lean import Protocol
 from transfer.backends.base import Backend
 from transfer.bundles.directory import WHOLE_FRACTION, LoadedBundle
 from transfer.bundles.format import BundleFormatError, Member, coalesce
 from transfer.errors import TransferError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Sequence, Tuple
 
 
 class Writer(Protocol):
@@ -29,7 +33,10 @@ class Writer(Protocol):
     def abort(self) -> None: ...
 
 
-OpenWriter = Callable[[Member], Writer]
+if TYPE_CHECKING:
+    OpenWriter = Callable[[Member], Writer]
+else:
+    OpenWriter = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 def stream_members(backend: Backend, bundle: LoadedBundle, wanted: Sequence[Member],

@@ -26,11 +26,14 @@ import json
 import re
 import struct
 from array import array
-from dataclasses import dataclass
-from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from transfer._lean import record
 
 from transfer.bundles.scan import Buffer, IndexSyntaxError, index_rows
 from transfer.errors import ChecksumMismatch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 MAGIC = b"PCBNDL01"
 PREAMBLE = 16
@@ -47,7 +50,7 @@ class BundleFormatError(ChecksumMismatch):
     """The bytes are not a well-formed, safe bundle (retried: it may be a damaged download)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Member:
     name: str
     offset: int  # relative to the data start

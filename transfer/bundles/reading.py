@@ -13,8 +13,7 @@ destinations (atomically, verified by SHA-256) and then inserted into the cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, List, Optional
+from transfer._lean import record
 
 from transfer.atomic import AtomicFile, atomic_write_bytes
 from transfer.backends.base import Backend, ObjectInfo
@@ -25,11 +24,18 @@ from transfer.cache import NodeCache, behind
 from transfer.errors import TransferError
 from transfer.urls import Url
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Callable, Dict, List, Optional
+
 BUFFERED = 1 << 20  # members up to this size are written from memory in one go
-Stored = Callable[[str], None]  # told the key of every entry inserted (peers publish them)
+if TYPE_CHECKING:
+    Stored = Callable[[str], None]  # told the key of every entry inserted (peers publish them)
+else:
+    Stored = object  # the alias above is for type checkers; typing is not imported at run time
 
 
-@dataclass
+@record
 class MemberRead:
     """One wanted member: where it goes, and the URL the caller asked for (named in errors)."""
 
@@ -44,7 +50,7 @@ def member_key(bundle_key: str, member: Member) -> str:
     return f"{bundle_key}#member={member.name}#sha256={member.sha256}"
 
 
-@dataclass
+@record
 class GroupState:
     """What one group read achieved so far (kept across retries): bytes or error per position."""
 

@@ -10,11 +10,17 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from typing import Iterable, Iterator, Union
 
 from transfer.errors import ChecksumMismatch
 
-Buffer = Union[bytes, bytearray, memoryview]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable, Iterator, Union
+
+if TYPE_CHECKING:
+    Buffer = Union[bytes, bytearray, memoryview]
+else:
+    Buffer = object  # the alias above is for type checkers; typing is not imported at run time
 FORMAT = 1
 WINDOW = 64 << 10  # text kept ahead of the cursor: far more than any valid row (names <= 1 KiB)
 _SPACE = re.compile(r"[ \t\n\r]*")

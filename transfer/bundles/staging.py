@@ -19,11 +19,9 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import tempfile
 import threading
-from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from transfer._workers import Task
+from transfer._lean import record
 
 from transfer.atomic import local_error
 from transfer.backends.base import Backend, store
@@ -35,11 +33,18 @@ from transfer.ops import Remove, Transfer
 from transfer.session import Session
 from transfer.urls import Url
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+
 OBJECT_SCHEMES = frozenset({"s3", "s3s", "gs"})
-Indexed = List[Tuple[int, Transfer]]
+if TYPE_CHECKING:
+    Indexed = List[Tuple[int, Transfer]]
+else:
+    Indexed = object  # the alias above is for type checkers; typing is not imported at run time
 
 
-@dataclass
+@record
 class DownloadGroup:
     """Transfers served by one bundle: (position in batch, transfer, member)."""
 
@@ -48,7 +53,7 @@ class DownloadGroup:
     items: List[Tuple[int, Transfer, Member]]
 
 
-@dataclass
+@record
 class UploadGroup:
     """Transfers packed into one new bundle in ``directory``: (position, transfer, size)."""
 
@@ -69,7 +74,7 @@ class BundleStager:
         self._settings: Settings = session.settings
         self.enabled = bool(self._settings.bundle or self._settings.bundle_sites)
         self._site_answers: Dict[Optional[str], bool] = {}
-        self._directories: Dict[Hashable, "Future[BundleDirectory]"] = {}
+        self._directories: Dict[Hashable, Task] = {}
         self._lock = threading.Lock()
 
     def _bundles_for(self, site_label: Optional[str]) -> bool:
@@ -85,14 +90,12 @@ class BundleStager:
             future = self._directories.get(key)
             loader = future is None
             if future is None:
-                future = self._directories[key] = Future()
+                future = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn), {})
         if loader:
-            try:
-                future.set_result(BundleDirectory.load(backend, directory, map_fn))
-            except BaseException as err:  # noqa: B036 - the waiters get it; later callers try again
+            future.run()  # the waiters get its error too; later callers try again
+            if future.exception() is not None:
                 with self._lock:
                     self._directories.pop(key, None)
-                future.set_exception(err)
         result: BundleDirectory = future.result()
         return result
 
@@ -241,6 +244,7 @@ class BundleStager:
         """Pack the group's files into one bundle and upload it with ``upload(path, url)``."""
         members = [(_split(op.dest)[1], _read(op.sources[0].path)) for _, op, _ in group.items]
         bundle_url = new_bundle_url(group.directory)
+        import tempfile
         fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-bundle-", suffix=".pcb")
         try:
             with os.fdopen(fd, "wb") as out:
@@ -288,6 +292,7 @@ class BundleStager:
             if failures:
                 raise failures[0]
         else:
+            import tempfile
             fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-rm-")
             try:
                 with os.fdopen(fd, "w") as out:

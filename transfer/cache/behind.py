@@ -11,15 +11,19 @@ A process killed before it drains loses only cache entries, never correctness.
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from transfer._lean import logger
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from transfer.cache.store import NodeCache
 
 BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
 
-_log = logging.getLogger(__name__)
+_log = logger(__name__)  # logging is imported when a warning is first logged
 _queue: Optional[List[Tuple["NodeCache", str, bytes]]] = None
 _queued_bytes = 0
 

@@ -28,11 +28,14 @@ winning, exactly as for :class:`transfer.config.Settings`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional, TypeVar
+from transfer._lean import record
 
 from transfer.config import PREFIX, parse_size, read_config_file
 from transfer.errors import InvalidInput
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Mapping, Optional, TypeVar
 
 OFF = "off"
 DEFAULT_MAX_BYTES = 10 << 30
@@ -40,10 +43,13 @@ DEFAULT_FS_FRACTION = 0.10
 DEFAULT_MIN_FREE_BYTES = 1 << 30
 DEFAULT_VERIFY_BYTES = 1 << 20
 _ENV = PREFIX + "CACHE_"
-_T = TypeVar("_T")
+if TYPE_CHECKING:
+    _T = TypeVar("_T")
+else:
+    _T = object  # the alias above is for type checkers; typing is not imported at run time
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CacheConfig:
     """How one node cache behaves.
 

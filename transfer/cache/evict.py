@@ -10,18 +10,21 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
+from transfer._lean import record
 
 from transfer.cache.config import CacheConfig
 from transfer.cache.layout import KeyPaths, Layout, Meta, digest_of, read_meta, remove_quietly
 from transfer.cache.locks import EXCLUSIVE, try_held
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, List, Optional, Tuple
+
 _DIGEST_LEN = 64
 _HASH_CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EntryInfo:
     """One entry as found on disk. ``last_used`` is a Unix time; ``meta`` only when asked."""
 
@@ -38,7 +41,7 @@ class EntryInfo:
         return self.meta.key if self.meta is not None else self.digest
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Collected:
     """What one eviction pass did and left."""
 

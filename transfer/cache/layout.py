@@ -24,11 +24,14 @@ import itertools
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass
-from typing import Iterator, Optional, Tuple
+from transfer._lean import asdict, record
 
 from transfer.atomic import track_temp, untrack_temp
 from transfer.errors import ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, Optional, Tuple
 
 DIR_MODE = 0o700
 ENTRY_MODE = 0o444
@@ -44,7 +47,7 @@ def digest_of(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KeyPaths:
     """The files of one key, all in one shard directory (so renames stay atomic)."""
 
@@ -177,7 +180,7 @@ def _write_tag(root: str) -> None:
         fh.write(_TAG)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Meta:
     """What the cache recorded about an entry when it was published."""
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from typing import Iterator, Optional
 
 from transfer.cache.layout import make_private_dirs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, Optional
 
 SHARED = fcntl.LOCK_SH
 EXCLUSIVE = fcntl.LOCK_EX

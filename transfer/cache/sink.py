@@ -18,13 +18,19 @@ import errno
 import hashlib
 import io
 import os
-from typing import Optional, Union
 
 from transfer.atomic import AtomicFile, local_error
 from transfer.cache.layout import remove_quietly
 from transfer.cache.materialise import copy_range
 
-Buffer = Union[bytes, bytearray, memoryview]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional, Union
+
+if TYPE_CHECKING:
+    Buffer = Union[bytes, bytearray, memoryview]
+else:
+    Buffer = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 class CacheSink(io.RawIOBase):

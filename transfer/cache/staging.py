@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Callable, Tuple
 
 from transfer.cache.layout import KeyPaths, remove_quietly
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Tuple
 
 _CHUNK = 1 << 20
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
-Staged = Tuple[int, str, str]  # (open fd, temp path, sha256 hex)
+if TYPE_CHECKING:
+    Staged = Tuple[int, str, str]  # (open fd, temp path, sha256 hex)
+else:
+    Staged = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 def stage_file(paths: KeyPaths, path: str, link: bool) -> Staged:

@@ -9,18 +9,22 @@ a process killed between publishing an entry and counting it).
 
 from __future__ import annotations
 
-import dataclasses
+
 import json
 import os
 import threading
-from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Tuple
+from transfer import _lean
+from transfer._lean import record
 
 from transfer.cache.layout import FILE_MODE, Layout, remove_quietly
 from transfer.cache.locks import EXCLUSIVE, held
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Mapping, Optional, Tuple
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class CacheStats:
     """Counters of one cache directory, summed over every process that used it.
 
@@ -48,10 +52,10 @@ class CacheStats:
     corrupt: int = 0
 
     def as_dict(self) -> Dict[str, int]:
-        return dataclasses.asdict(self)
+        return _lean.asdict(self)
 
 
-FIELDS = tuple(f.name for f in dataclasses.fields(CacheStats))
+FIELDS = tuple(f.name for f in _lean.fields(CacheStats))
 
 
 def stats_from(values: Mapping[str, int]) -> CacheStats:

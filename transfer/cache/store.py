@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import time
-from typing import BinaryIO, Callable, Iterator, List, Mapping, Optional, Tuple, cast
 
+from transfer._lean import logger
 from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
@@ -41,8 +40,15 @@ from transfer.cache.staging import Staged, hash_fd, stage_bytes, stage_file
 from transfer.cache.stats import CacheStats, Counters, StatsFile, stats_from
 from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
-Download = Callable[[BinaryIO], ObjectInfo]
-_log = logging.getLogger(__name__)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Callable, Iterator, List, Mapping, Optional, Tuple, cast
+
+if TYPE_CHECKING:
+    Download = Callable[[BinaryIO], ObjectInfo]
+else:
+    Download = object  # the alias above is for type checkers; typing is not imported at run time
+_log = logger(__name__)  # logging is imported when a warning is first logged
 _ROUNDS = 3
 
 
@@ -169,7 +175,7 @@ class NodeCache:
         sink = CacheSink(fd, temp, dest_path)
         try:
             call.downloaded = True
-            info = download(cast(BinaryIO, sink))
+            info = download(sink)  # type: ignore[arg-type]  # a sink writes like a BinaryIO
             if sink.written != info.size:
                 raise ChecksumMismatch(f"received {sink.written} bytes, expected {info.size}",
                                        url=str(info.url), operation="get")
