@@ -30,6 +30,7 @@ from pegasus_cloudio.condor.batch import available_methods, build_items
 from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironment, build_environment, configured_methods
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import PluginSession
+from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
 from pegasus_cloudio.dropin.main import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
@@ -113,15 +114,12 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
         with open(args.infile, encoding="utf-8") as fh:
             files = read_file_ads(fh.read())
         writer = ResultWriter(args.outfile)
-    except NodeConfigError as err:
-        say(str(err))
-        return EXIT_PLUGIN
+    except (NodeConfigError, JobAdError) as err:
+        return _unusable(args, str(err))
     except OSError as err:
-        say(f"cannot use {err.filename or 'a plugin file'}: {err.strerror or err}")
-        return EXIT_PLUGIN
+        return _unusable(args, f"cannot use {err.filename or 'a plugin file'}: {err.strerror or err}")
     except ValueError as err:
-        say(f"cannot parse the input ads in {args.infile}: {err}")
-        return EXIT_PLUGIN
+        return _unusable(args, f"cannot read the transfer request {args.infile}: {err}")
     for name in penv.refused:
         say(f"ignoring job variable {name}: not a setting the plugin takes from the job (secrets "
             "belong in a credentials file)")
@@ -130,6 +128,27 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     finally:
         writer.close()
     return code
+
+
+def _unusable(args: Args, message: str) -> int:
+    """The plugin cannot run this request: one line on stderr, one failed ad, EXIT_PLUGIN.
+
+    The ad makes the starter hold the job with ``message`` (a starter that finds no ad at
+    all may requeue the job instead, and it would fail the same way again).
+    """
+    say(message)
+    assert args.outfile
+    fields = {"TransferSuccess": False, "TransferError": message, "TransferUrl": "", "TransferFileName": "",
+              "TransferType": "upload" if args.upload else "download"}
+    try:
+        writer = ResultWriter(args.outfile)
+        try:
+            writer.write(fields)
+        finally:
+            writer.close()
+    except OSError as err:
+        say(f"cannot write the result file {args.outfile}: {err.strerror or err}")
+    return EXIT_PLUGIN
 
 
 def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbox: str,
@@ -149,6 +168,7 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
     ops = [item.op for item in items if item.op is not None]
     if ops:
         _run_engine(ops, settings, penv, reporter)
+    reporter.finish()
     code = exit_code(reporter.errors)
     if reporter.write_failed and code == 0:
         code = EXIT_FAILED
