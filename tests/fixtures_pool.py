@@ -11,10 +11,12 @@ A pool that cannot start fails the test with HTCondor's log tails, never skips i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Iterator, List
 
 import pytest
 
+from installed import build_sdist_and_wheel
 from pegasus_cloudio.testbed.condor_pool import CondorPool
 
 
@@ -36,3 +38,24 @@ def make_condor_pool() -> Iterator[Callable[..., CondorPool]]:
     yield make
     for pool in pools:
         pool.stop()
+
+
+@pytest.fixture(scope="session")
+def our_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Our wheel, built from the sdist as pip builds it (tests/installed.py)."""
+    return build_sdist_and_wheel(tmp_path_factory.mktemp("pool-dist"))[1]
+
+
+def install_in_root(pool: CondorPool, wheel: Path, venv: Path) -> Path:
+    """A venv made by the root's ``python3`` at ``venv`` (under ``pool.shared``, readable by
+    every user of the pool) with ``wheel`` installed (no dependencies: the core has none),
+    the way a site installs us on workers; returns its ``bin``."""
+    import pip
+
+    pool.run(["python3", "-m", "venv", "--without-pip", str(venv)], user="root")
+    pool.bind(wheel.parent)
+    pip_dir = Path(pip.__file__).resolve().parent
+    pool.bind(pip_dir)
+    pool.run([str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index", "--no-deps",
+              "--disable-pip-version-check", "--no-cache-dir", str(wheel)], user="root")
+    return venv / "bin"

@@ -155,6 +155,7 @@ class CondorPool:
         self.log_dir = Path()
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._mnt_ns = ""
+        self._homes: Dict[str, str] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -183,6 +184,7 @@ class CondorPool:
         upper = self.dir / "upper"
         self.log_dir = upper / "var" / "log" / "condor"
         self.submitter_uid, self.submitter_gid = _account(lower, self.submitter)
+        self._homes = _homes(lower)
         condor = _account(lower, "condor")
         (self.dir / "work").mkdir()
         (self.dir / "root").mkdir()
@@ -306,7 +308,7 @@ class CondorPool:
         root) in ``cwd`` (a path inside the root; default the user's home), with a clean
         environment plus ``env``. ``check``: raise PoolError on a non-zero exit."""
         user = user or self.submitter
-        home = "/root" if user == "root" else f"/home/{user}"
+        home = self._homes.get(user, "/")
         variables = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": home, "USER": user, "LOGNAME": user,
                      **(env or {})}
         command = ["nsenter", f"--target={self.master_pid}", "--mount", "--root"]
@@ -431,6 +433,11 @@ def _account(root: Path, user: str) -> "tuple[int, int]":
         if fields[0] == user:
             return int(fields[2]), int(fields[3])
     raise PoolError(f"no user {user!r} in {root}/etc/passwd")
+
+
+def _homes(root: Path) -> Dict[str, str]:
+    fields = (line.split(":") for line in (root / "etc" / "passwd").read_text().splitlines())
+    return {f[0]: f[5] for f in fields if len(f) > 5}
 
 
 def _mount_ns(pid: int) -> str:
