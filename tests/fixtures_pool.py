@@ -59,3 +59,9 @@ def install_in_root(pool: CondorPool, wheel: Path, venv: Path) -> Path:
     pool.run([str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index", "--no-deps",
               "--disable-pip-version-check", "--no-cache-dir", str(wheel)], user="root")
     return venv / "bin"
+
+
+@pytest.fixture(scope="session")
+def pool_bin(condor_pool: CondorPool, our_wheel: Path) -> Path:
+    """``bin`` of our wheel installed in a venv of the session pool's root (same path inside)."""
+    return install_in_root(condor_pool, our_wheel, condor_pool.shared / "venv")

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 from .condor_root import PACKAGES, SUBMITTER, build_root
 from .ports import free_port
@@ -307,6 +307,24 @@ class CondorPool:
         """Run ``args`` inside the root as ``user`` (default: the submitter; ``"root"`` for
         root) in ``cwd`` (a path inside the root; default the user's home), with a clean
         environment plus ``env``. ``check``: raise PoolError on a non-zero exit."""
+        done = subprocess.run(self._command(args, user, cwd, env), input=input, capture_output=True,
+                              text=True, timeout=timeout, env={"PATH": _PATH})
+        if check and done.returncode != 0:
+            raise PoolError(f"{shlex.join(args)} (as {user or self.submitter} in pool {self.dir.name}) exited "
+                            f"{done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+        return done
+
+    def popen(self, args: Sequence[str], *, user: Optional[str] = None, cwd: Union[str, Path, None] = None,
+              env: Optional[Mapping[str, str]] = None, stdout: Optional[IO[bytes]] = None,
+              stderr: Optional[IO[bytes]] = None) -> "subprocess.Popen[bytes]":
+        """Start ``args`` inside the root as `run` would, without waiting: a service beside
+        the jobs (not a job: the starter would kill it with the job). Its PID is the
+        command's own (nsenter and setpriv exec it); `stop` kills it if it still runs."""
+        return subprocess.Popen(self._command(args, user, cwd, env), stdin=subprocess.DEVNULL,
+                                stdout=stdout, stderr=stderr, env={"PATH": _PATH})
+
+    def _command(self, args: Sequence[str], user: Optional[str], cwd: Union[str, Path, None],
+                 env: Optional[Mapping[str, str]]) -> List[str]:
         user = user or self.submitter
         home = self._homes.get(user, "/")
         variables = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": home, "USER": user, "LOGNAME": user,
@@ -314,14 +332,8 @@ class CondorPool:
         command = ["nsenter", f"--target={self.master_pid}", "--mount", "--root"]
         if user != "root":
             command += ["setpriv", "--reuid", user, "--regid", user, "--init-groups", "--reset-env"]
-        command += ["/usr/bin/env", "-i", f"--chdir={cwd or home}",
-                    *(f"{k}={v}" for k, v in variables.items()), *args]
-        done = subprocess.run(command, input=input, capture_output=True, text=True,
-                              timeout=timeout, env={"PATH": _PATH})
-        if check and done.returncode != 0:
-            raise PoolError(f"{shlex.join(args)} (as {user} in pool {self.dir.name}) exited "
-                            f"{done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
-        return done
+        return command + ["/usr/bin/env", "-i", f"--chdir={cwd or home}",
+                          *(f"{k}={v}" for k, v in variables.items()), *args]
 
     def _bind_lines(self, path: Path) -> List[str]:
         path.mkdir(parents=True, exist_ok=True)
