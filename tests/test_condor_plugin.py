@@ -13,7 +13,9 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import boto3
 import classad2
@@ -465,6 +467,34 @@ def test_sigterm_reports_every_file_and_leaves_no_partial_file(starter, behind_p
     results = {ad.eval("TransferUrl"): ad for ad in parse_results(outfile.read_text())}
     assert set(results) == set(urls)
     assert "interrupted by signal 15" in results[urls[3]].eval("TransferError")
+    assert sandbox_leftovers(starter.sandbox) == []
+
+
+def _running(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_plugin_stops_when_the_starter_kills_its_parent(starter, behind_proxy):
+    """condor_rm mid-transfer: the starter SIGKILLs its transfer process, the plugin's parent."""
+    proxy, urls, ads = behind_proxy
+    proxy.set_faults([Fault.stall(60, after_bytes=100, method="GET", path="slow.dat")])
+    infile, outfile = starter.prepare(ads)
+    spawn = "import subprocess, sys; p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); p.wait()"
+    parent = subprocess.Popen([sys.executable, "-c", spawn, *starter.argv(infile, outfile, False)], env=starter.env,
+                              stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    wait_until(lambda: proxy.pending_faults() == 0, "the request for slow.dat")
+    parent.kill()
+    parent.wait()
+    wait_until(lambda: not _running(pid), "the orphaned plugin to stop", 30)
+    results = {ad.eval("TransferUrl"): ad for ad in parse_results(outfile.read_text())}
+    assert set(results) == set(urls)
+    assert "interrupted by signal 15" in results[urls[2]].eval("TransferError")
+    slow = starter.sandbox / "slow.dat"  # a transfer in flight may finish (verified) before the plugin stops
+    assert not slow.exists() or slow.read_bytes() == b"slow.dat" * 1000
     assert sandbox_leftovers(starter.sandbox) == []
 
 

@@ -17,6 +17,7 @@ not finished get a failed (transient) ad and no partial file is left under a fin
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -106,8 +107,30 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         return EXIT_PLUGIN
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Have Linux send SIGTERM when the process that started the plugin dies.
+
+    On ``condor_rm`` during a transfer the starter SIGKILLs its transfer process, the
+    plugin's parent; without this the plugin would run on, orphaned. SIGTERM takes the
+    usual path: unfinished files get failed ads, temporary files are removed.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     assert args.infile and args.outfile
+    _die_with_parent()
     sandbox = os.path.dirname(os.path.abspath(args.infile))
     try:
         penv = build_environment(environ, argv0, sandbox)
