@@ -39,8 +39,8 @@ JOB = """\
 #!/bin/sh
 ls -a > listing.txt
 sha256sum *.dat > sums.txt 2>/dev/null || true
-head -c 70000 /dev/urandom > result.dat
 echo "summary of $(ls *.dat 2>/dev/null | wc -l) inputs" > summary.txt
+head -c 70000 /dev/urandom > result.dat
 """
 
 
