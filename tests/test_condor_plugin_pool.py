@@ -35,6 +35,7 @@ SIGN_S3_URLS = false
 # the plugin's stderr on failure lands here, for the tests' diagnostics
 LOG_FILETRANSFER_PLUGIN_STDOUT_ON_FAILURE = D_ALWAYS
 """
+STARTD_HOME = 'STARTD_EXEC1_ENVIRONMENT = "HOME=/root"\n'
 JOB = """\
 #!/bin/sh
 ls -a > listing.txt
@@ -65,7 +66,10 @@ def plugin_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CondorPool
     dist = tmp_path_factory.mktemp("plugin-dist")
     _, wheel = build_sdist_and_wheel(dist)
     os.chmod(dist, 0o755)
-    with CondorPool(startds=("exec1",), slots=2, binds=[dist]) as pool:
+    # HOME=/root, as a master started from a root shell hands it down: the job's user cannot
+    # read /root/.pegasus/cloudio.conf, and that default file must not stop any transfer.
+    with CondorPool(startds=("exec1",), slots=2, binds=[dist], config=STARTD_HOME) as pool:
+        assert "HOME=/root" in _startd_environment(pool), "the startd runs without HOME=/root"
         pool.run(["python3", "-m", "venv", "--system-site-packages", VENV], user="root")
         pool.run([f"{VENV}/bin/pip", "install", "--quiet", "--no-index", "--no-deps", str(wheel)], user="root")
         pool.run(["ln", "-s", f"{VENV}/bin/pegasus-cloudio-condor-plugin", PLUGIN], user="root")
@@ -73,6 +77,18 @@ def plugin_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CondorPool
         wait_for(lambda: _advertised(pool), "the startd to advertise the plugin (PegasusCloudioPluginVersion)",
                  120, lambda: _log_tail(pool, "StartLog.exec1", "FILETRANSFER|plugin"))
         yield pool
+
+
+def _startd_environment(pool: CondorPool) -> List[str]:
+    namespace = os.readlink(f"/proc/{pool.master_pid}/ns/mnt")
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if (b"condor_startd" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    and os.readlink(f"/proc/{pid}/ns/mnt") == namespace):
+                return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+    return []
 
 
 def _advertised(pool: CondorPool) -> bool:
@@ -267,7 +283,10 @@ def test_two_hundred_failures_hold_the_job_once_with_a_short_reason(plugin_pool:
     ad = wait_held(plugin_pool, cluster)
     plugin_pool.run(["condor_rm", str(cluster)])
     reason = unquote(ad["HoldReason"])
-    assert ad["NumShadowStarts"] == "1" and ad["HoldReasonCode"] == "13", ad
+    assert ad["HoldReasonCode"] == "13" and ad.get("NumHolds") == "1", ad
+    # the plugin ran once (every 403 is final: one request per file), and the starter read its report
+    assert store.proxy.requests == len(keys), (store.proxy.requests, ad.get("NumShadowStarts"))
+    assert "Failed to read status report" not in (plugin_pool.log_dir / "ShadowLog").read_text(errors="replace")
     assert len(reason) < 16384, len(reason)
     first = reason.split("|Error: ", 1)[1]
     assert first.startswith(f"Download of {store.url(keys[0])} failed: access denied"), first[:400]
