@@ -22,10 +22,11 @@ from __future__ import annotations
 import base64
 import re
 import threading
-from dataclasses import dataclass
+
 from typing import BinaryIO, List, Mapping, Optional, Tuple
 
 from pegasus_cloudio.condor.credentials import is_presigned, may_add_headers, read_token
+from transfer._lean import record
 from transfer.atomic import local_error
 from transfer.backends.base import Backend, ByteRange, ObjectInfo
 from transfer.backends.http import check_response as check_status
@@ -43,7 +44,7 @@ _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
 Headers = List[Tuple[str, str]]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TokenUrl(Url):
     """An http(s) URL whose requests carry the bearer token ``$_CONDOR_CREDS/<credential>.use``.
 
