@@ -30,7 +30,7 @@ import statistics
 import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
-from pegasus_cloudio.bench.harness import Progress, measure, ratio, tool_env
+from pegasus_cloudio.bench.harness import Progress, make_inputs, measure, ratio, tool_env
 from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, _positive, transfer_spec
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.proxy import TcpProxy
@@ -86,12 +86,7 @@ def run(rounds: int, objects: int, size: int, threads: int, progress: Progress,
 
 
 def _upload(root: str, objects: int, size: int, ours: List[str], env: Dict[str, str], proxy: TcpProxy) -> List[str]:
-    src = os.path.join(root, "src")
-    os.makedirs(src)
-    names = [f"in{i:03d}.dat" for i in range(objects)]
-    for name in names:
-        with open(os.path.join(src, name), "wb") as fh:
-            fh.write(os.urandom(size))
+    src, names = make_inputs(root, objects, size)
     mkdir = [{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}]
     for stdin in (json.dumps(mkdir).encode(),
                   transfer_spec([(f"file://{src}/{n}", _url(n)) for n in names], "local", SITE)):
