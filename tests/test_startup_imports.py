@@ -108,3 +108,18 @@ def test_the_node_cache_brings_no_bundles_or_peers(job: Dict[str, object]) -> No
                      str(job["spec"]))
     assert "transfer.cache.store" in found
     assert not [name for name in found if name.startswith(("transfer.bundles", "transfer.p2p", "transfer.peers"))]
+
+
+def test_the_startup_benchmark_reports_every_contestant_and_its_ratios() -> None:
+    """``pegasus-cloudio bench startup`` on one round: every contestant measured, ratios to the
+    stock tool's empty start, the objects really staged (a failed step raises)."""
+    from pegasus_cloudio.bench import startup
+    from pegasus_cloudio.bench.harness import Progress
+
+    result = startup.run(1, 2, 100, 2, Progress(enabled=False))
+    cpu = result["cpu_ms_median"]
+    assert set(cpu) == set(startup.CONTESTANTS)  # type: ignore[arg-type]
+    assert all(value > 0 for value in cpu.values())  # type: ignore[attr-defined]
+    assert result["ratios"]["ours empty / stock empty"] == round(cpu["ours empty"] / cpu["stock empty"], 2)  # type: ignore[index]
+    assert set(result["targets"]) == {"ours_empty_within_0.7x_stock_empty", "ours_2_objects_within_stock_empty"}  # type: ignore[arg-type]
+    assert "ours objects via stager" in startup.format_table(result)
