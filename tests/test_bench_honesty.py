@@ -10,6 +10,7 @@ import time
 
 from pegasus_cloudio.bench import cache as cache_bench
 from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, minimum_sample, run_rows
+from waiting import wait_for
 
 
 def _m(files: int, wall: float, cpu: float, requests: int = 0) -> Measurement:
@@ -47,7 +48,7 @@ def test_progress_prints_periodic_lines_when_stderr_is_not_a_terminal() -> None:
     stream = io.StringIO()
     progress = Progress(stream, interval=0.1)
     progress.phase("stock pegasus-transfer: stage-in sample of 100 files")
-    time.sleep(0.35)
+    wait_for(lambda: len(stream.getvalue().splitlines()) >= 3, "two periodic progress lines", timeout=10)
     progress.done()
     lines = stream.getvalue().splitlines()
     assert lines[0] == "  stock pegasus-transfer: stage-in sample of 100 files ..."

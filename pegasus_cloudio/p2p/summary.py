@@ -28,7 +28,7 @@ import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from transfer.cache.layout import Layout, digest_of
-from transfer.config import read_config_file
+from transfer.knobs import layered
 from transfer.p2p.config import ENV
 
 from .settings import served_caches
@@ -140,15 +140,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    env = dict(os.environ)
-    values: Dict[str, str] = dict(read_config_file(env))
-    values.update({k: v for k, v in env.items() if k.startswith(ENV)})
     try:
-        caches = served_caches(values.get(ENV + "USERS", ""))
-        limit = args.max or int(values.get(ENV + "SUMMARY_MAX", DEFAULT_MAX))
-    except (ValueError, OSError) as err:
+        caches, limit, node = summary_settings(args, os.environ)
+    except (ValueError, OSError) as err:  # InvalidInput is a ValueError
         print(f"pegasus-cloudio cache-summary: {err}", file=sys.stderr)
         return 2
-    node = values.get(ENV + "NODE") or socket.gethostname()
     sys.stdout.write(classad_text(summarise(caches.values(), limit), node))
     return 0
+
+
+def summary_settings(args: argparse.Namespace, env: Mapping[str, str]) -> Tuple[Dict[str, str], int, str]:
+    """(caches served, id cap, node name): ``--max`` over the environment over the config file."""
+    values = layered(env, config_file=True, command_line={ENV + "SUMMARY_MAX": args.max and str(args.max)})
+    caches = served_caches(values.get(ENV + "USERS", ""))
+    limit = int(values.get(ENV + "SUMMARY_MAX", DEFAULT_MAX))
+    return caches, limit, values.get(ENV + "NODE") or socket.gethostname()

@@ -2,8 +2,9 @@
 
 Protocol for one key (the lock is ``<digest>.lock``, see :mod:`transfer.cache.locks`):
 
-1. Take the lock *shared*. If a valid entry exists (size and mtime as recorded, and for
-   entries up to ``verify_bytes`` the SHA-256 too), link or copy it to the destination while still holding the lock - eviction cannot take an entry
+1. Take the lock *shared*. If a valid entry exists (size and mtime as recorded, and the
+   SHA-256 too, for every entry unless ``verify_bytes`` caps the size checked), link or copy
+   it to the destination while still holding the lock - eviction cannot take an entry
    whose lock is held - and return a hit.
 2. Otherwise take the lock *exclusive* (this is where N-1 processes wait while one
    downloads). If a valid entry appeared meanwhile, go back to 1. Else remove what a
@@ -122,7 +123,7 @@ class NodeCache:
 
     def _valid(self, paths: KeyPaths, key: str, check: bool = False, report: bool = True) -> Optional[Meta]:
         """The entry's metadata if it exists and passes the cheap check (size, mtime, key);
-        with ``check``, entries up to ``verify_bytes`` must also match their SHA-256."""
+        with ``check``, entries the config verifies must also match their SHA-256."""
         try:
             st = os.stat(paths.data)
         except FileNotFoundError:
@@ -130,7 +131,7 @@ class NodeCache:
         meta = read_meta(paths.meta)
         if meta is None or meta.key != key or not meta.matches(st):
             return None
-        if check and meta.size <= self.config.verify_bytes and not _same_bytes(paths.data, meta.sha256):
+        if check and self.config.verifies(meta.size) and not _same_bytes(paths.data, meta.sha256):
             if not report:
                 return None
             _log.warning("cache %s: entry for %s fails its SHA-256 check; fetching it again", self.directory,
