@@ -11,10 +11,12 @@
 ``PEGASUS_CLOUDIO_CACHE_PIN_SECONDS``       entries handed out as symlinks are not evicted for
                                             this long after their last use.
 ``PEGASUS_CLOUDIO_CACHE_HARDLINK``          ``0`` to hand out copies instead of hard links.
-``PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES``      hits on entries up to this size re-check the SHA-256;
-                                            default ``all`` (every hit, whatever its size); bigger
-                                            ones are checked on insert and by ``pegasus-cloudio
-                                            cache verify``. ``0`` disables.
+``PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES``      hits on entries up to this size re-check the SHA-256
+                                            (default 1M; ``all``: every hit). A hit on a bigger
+                                            entry re-hashes it only when its change time (ctime)
+                                            moved since it was last known intact; ``pegasus-cloudio
+                                            cache verify`` re-hashes everything (silent media
+                                            errors change no ctime).
 ``PEGASUS_CLOUDIO_CACHE_UPLOADS``           ``1``: files jobs upload are written through into the
                                             cache; ``0``: never; ``auto`` (default): only when
                                             peer sharing is on (peers then serve them to other
@@ -40,6 +42,7 @@ OFF = "off"
 DEFAULT_MAX_BYTES = 10 << 30
 DEFAULT_FS_FRACTION = 0.10
 DEFAULT_MIN_FREE_BYTES = 1 << 30
+DEFAULT_VERIFY_BYTES = 1 << 20
 VERIFY_ALL = "all"
 _ENV = PREFIX + "CACHE_"
 _T = TypeVar("_T")
@@ -65,7 +68,9 @@ class CacheConfig:
                      (auto: only when the engine has peers, who can serve them to other nodes).
     verify_bytes:    a hit on an entry of at most this size re-hashes it against the SHA-256
                      recorded at insert (bit rot, tampering); a mismatch drops the entry and
-                     the object is fetched again. None (the default): every hit, any size.
+                     the object is fetched again. None: every hit, any size. A hit on a bigger
+                     entry re-hashes it when its ctime differs from the one recorded when it
+                     was last known intact (any write, chmod or utime moves the ctime).
     """
 
     directory: str
@@ -76,7 +81,7 @@ class CacheConfig:
     pin_seconds: float = 3600.0
     hardlink: bool = True
     fsync: bool = True
-    verify_bytes: Optional[int] = None
+    verify_bytes: Optional[int] = DEFAULT_VERIFY_BYTES
     uploads: Optional[bool] = None
 
     def __post_init__(self) -> None:
@@ -143,7 +148,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         pin_seconds=_number(raw, "PIN_SECONDS", float, 3600.0),
         hardlink=_flag(raw, "HARDLINK", True),
         fsync=_flag(raw, "FSYNC", True),
-        verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, None),
+        verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, DEFAULT_VERIFY_BYTES),
         uploads=_auto_flag(raw, "UPLOADS"),
     )
 
