@@ -44,6 +44,7 @@ DEFAULT_FS_FRACTION = 0.10
 DEFAULT_MIN_FREE_BYTES = 1 << 30
 DEFAULT_VERIFY_BYTES = 1 << 20
 VERIFY_ALL = "all"
+_DEFAULT_VERIFY: Optional[int] = DEFAULT_VERIFY_BYTES
 _ENV = PREFIX + "CACHE_"
 _T = TypeVar("_T")
 
@@ -148,7 +149,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         pin_seconds=_number(raw, "PIN_SECONDS", float, 3600.0),
         hardlink=_flag(raw, "HARDLINK", True),
         fsync=_flag(raw, "FSYNC", True),
-        verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, DEFAULT_VERIFY_BYTES),
+        verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, _DEFAULT_VERIFY),
         uploads=_auto_flag(raw, "UPLOADS"),
     )
 
