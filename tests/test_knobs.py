@@ -9,7 +9,12 @@ process environment: once with the knob in the environment, once in ``~/.pegasus
 """
 
 import argparse
+import json
+import os
 import re
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,10 +27,12 @@ from pegasus_cloudio.dropin.stock import find_stock_transfer
 from pegasus_cloudio.p2p.serve import load_settings
 from pegasus_cloudio.p2p.summary import summary_settings
 from pegasus_cloudio.s3cli import main as s3cli
+from pegasus_cloudio.testbed.stager import StagerProcess
 from transfer.backends import _gcs_auth
 from transfer.cache import config_from_env
 from transfer.errors import ConfigError, TransferError
 from transfer.p2p import peer_config_from_env
+from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 P = "PEGASUS_CLOUDIO_"
@@ -272,3 +279,52 @@ def test_cache_cli_options_win_over_environment_and_file(home):
     assert _config(unset, env).directory == f"{home}/from-env"
     flagged = argparse.Namespace(dir=f"{home}/from-flag", max_bytes=3 << 30)
     assert _config(flagged, env).directory == f"{home}/from-flag" and _config(flagged, env).max_bytes == 3 << 30
+
+
+# ----------------------------------------------------------------------------- the drop-in, end to end
+# The defects as users met them (before: each of these failed), through the installed command's
+# own entry point in a fresh process.
+
+def run_dropin(home, spec, *args, **env):
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.dropin", *args], input=json.dumps(spec).encode(),
+                          capture_output=True, cwd=home, timeout=120,
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                               "HOME": str(home), P + "CACHE_DIR": "off", "AWS_EC2_METADATA_DISABLED": "true", **env})
+    return done.returncode, done.stderr.decode()
+
+
+def entry(src, dst):
+    return {"type": "transfer", "src_urls": [{"site_label": "local", "url": src}],
+            "dest_urls": [{"site_label": "local", "url": dst}]}
+
+
+def test_dropin_max_attempts_from_the_environment_and_the_file_beat_the_flags_default(home):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/x"  # bound, never listening: refused
+        spec = [entry(url, f"file://{home}/out")]
+        fast = {P + "RETRY_BASE_DELAY": "0.01", P + "RETRY_MAX_DELAY": "0.02"}
+        rc, err = run_dropin(home, spec, **fast, **{P + "MAX_ATTEMPTS": "1"})
+        assert rc == 1 and "(after 1 attempt(s))" in err, err
+        (home / ".pegasus" / "cloudio.conf").write_text(f"{P}MAX_ATTEMPTS = 2\n")
+        rc, err = run_dropin(home, spec, **fast)
+        assert rc == 1 and "(after 2 attempt(s))" in err, err
+        rc, err = run_dropin(home, spec, "-m", "1", **fast)
+        assert rc == 1 and "(after 1 attempt(s))" in err, err
+
+
+def test_dropin_threads_stager_and_stock_tool_from_the_config_file(home):
+    (home / "in").write_bytes(b"data")
+    marker = home / "stock-ran"
+    stock = home / "pegasus-transfer"
+    stock.write_text(f"#!/bin/sh\ntouch {marker}\nexit 0\n")
+    (home / ".pegasus" / "cloudio.conf").write_text(f"{P}THREADS = 6\n{P}STOCK_TRANSFER = {stock}\n")
+    spec = [entry(f"file://{home}/in", f"file://{home}/out"), entry("gsiftp://grid.example/x", f"file://{home}/g")]
+    rc, err = run_dropin(home, spec, "-d", "--threads", "1")
+    assert rc == 0, err
+    assert "settings: Settings(threads=6," in err and marker.exists()
+    with StagerProcess() as stager:
+        (home / ".pegasus" / "cloudio.conf").write_text(f"{P}STAGER = {stager.socket_path}\n")
+        rc, err = run_dropin(home, spec[:1])
+        assert rc == 0, err
+        wait_for(lambda: " job pid " in stager.log_tail(1000), "the stager's log of the job it ran")
