@@ -128,7 +128,8 @@ def run_settings(args: argparse.Namespace, env: Mapping[str, str]) -> Tuple[Dict
     docstring says. Raises InvalidInput naming a bad file or value."""
     attempts = None if args.max_attempts is None else str(max(1, args.max_attempts))
     knobs = layered(env, config_file=True, command_line={"PEGASUS_CLOUDIO_MAX_ATTEMPTS": attempts})
-    settings = Settings.from_env(knobs).replace(threads=effective_threads(args.threads, knobs))
+    threads = effective_threads(args.threads, knobs)  # first: its message names the flag too
+    settings = Settings.from_env(knobs).replace(threads=threads)
     log.debug("settings: %s", settings)
     return knobs, settings
 
