@@ -54,15 +54,13 @@ def read_config_file(env: "Mapping[str, str]") -> "Dict[str, str]":
     try:
         with open(path, "rb") as fh:
             data = fh.read(1 << 20)
-    except FileNotFoundError:
-        if named:
-            raise _invalid("config file not found", path) from None
-        return {}
     except OSError as err:
         if named:
-            raise _invalid(f"cannot read config file: {err.strerror}", path) from err
-        import logging
-        logging.getLogger("transfer.config").warning("ignoring config file %s: %s", path, err.strerror)
+            reason = "not found" if isinstance(err, FileNotFoundError) else err.strerror
+            raise _invalid(f"cannot read config file {path} (named by {CONFIG_VAR}): {reason}") from None
+        if not isinstance(err, FileNotFoundError):  # e.g. a daemon's HOME=/root seen by a job's user
+            import logging
+            logging.getLogger("transfer.config").warning("ignoring config file %s: %s", path, err.strerror)
         return {}
     return _parse(data, path)
 
@@ -73,16 +71,16 @@ def _parse(data: bytes, path: str) -> "Dict[str, str]":
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise _invalid(f"line {number}: not UTF-8 text (byte {err.start + 1} of the line)", path) from None
+            raise _invalid(f"config file {path} line {number}: not UTF-8 text (byte {err.start + 1} of the line)") from None
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
         name, sep, value = text.partition("=")
         name = name.strip()
         if not sep or not name.startswith(PREFIX) or not name[len(PREFIX):].replace("_", "").isalnum():
-            raise _invalid(f"line {number}: expected {PREFIX}NAME = value", path)
+            raise _invalid(f"config file {path} line {number}: expected {PREFIX}NAME = value")
         if name == CONFIG_VAR:
-            raise _invalid(f"line {number}: {CONFIG_VAR} is read from the environment only", path)
+            raise _invalid(f"config file {path} line {number}: {CONFIG_VAR} is read from the environment only")
         if value.strip():
             values[name] = value.strip()
     return values
@@ -106,6 +104,6 @@ def layered(env: "Optional[Mapping[str, str]]" = None, *, config_file: bool,
     return merged
 
 
-def _invalid(message: str, path: str) -> Exception:
+def _invalid(message: str) -> Exception:
     from transfer.errors import InvalidInput
-    return InvalidInput(message, url=path, operation="config")
+    return InvalidInput(message, operation="config")
