@@ -152,7 +152,7 @@ KNOBS = {
     "CACHE_PIN_SECONDS": ("60", cache("pin_seconds"), 60.0, BOTH),
     "CACHE_HARDLINK": ("0", cache("hardlink"), False, BOTH),
     "CACHE_FSYNC": ("0", cache("fsync"), False, BOTH),
-    "CACHE_VERIFY_BYTES": ("1M", cache("verify_bytes"), 1 << 20, BOTH),
+    "CACHE_VERIFY_BYTES": ("2M", cache("verify_bytes"), 2 << 20, BOTH),
     "CACHE_UPLOADS": ("1", cache("uploads"), True, BOTH),
     "P2P_REDIS": ("redis://127.0.0.1:2/0", lambda env: (peer_config_from_env(dropin(
         {P + "P2P_TOKEN": "t0", **env})[0]) or argparse.Namespace(redis_url=None)).redis_url,
