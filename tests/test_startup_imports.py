@@ -33,7 +33,7 @@ ONE_FILE_S3 = frozenset({
     "transfer", "transfer._lean", "transfer._workers", "transfer.atomic", "transfer.backends",
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
     "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
-    "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors",
+    "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
     "transfer.http", "transfer.http.connection", "transfer.http.pool", "transfer.ops", "transfer.ranged",
     "transfer.retry", "transfer.session", "transfer.urls",
 })

@@ -435,9 +435,11 @@ class Engine:
         """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
         then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
         ``--symlink``)."""
-        # an indexed member needs no 404 first (no index is loaded before bundles were used)
-        known = self._bundle_stager.known_member(source) if self._bundle_stager is not None else None
-        if known is not None and not self._elsewhere(source, peers):
+        # an indexed member needs no 404 first (asked only when no cache or peer holds the file:
+        # the answer may fetch the member's bundle whole; no index is loaded before bundles were used)
+        stager = self._bundle_stager
+        known = None if stager is None or self._elsewhere(source, peers) else stager.known_member(source)
+        if known is not None:
             try:
                 return self._read_member(known, source, dest_path, symlink, peers)
             except NotFound:

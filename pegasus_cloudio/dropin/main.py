@@ -5,9 +5,11 @@ exit codes (0 all succeeded, 1 anything failed, 2 usage), same log format and fi
 same integrity data and monitoring records. Transfers run in this one process on the
 ``transfer`` engine; schemes without a native backend go to the stock tool in one call.
 
-Threads: ``PEGASUS_CLOUDIO_THREADS`` (a site or profile setting) wins over ``--threads``,
-because the planner passes ``--threads 1`` to PegasusLite jobs by default; then
-``--threads``, then ``PEGASUS_TRANSFER_THREADS``, then 8.
+Settings: the one rule of :mod:`transfer.knobs` (command line > environment > config file >
+default); ``-m`` is ``PEGASUS_CLOUDIO_MAX_ATTEMPTS``. One exception, for threads:
+``--threads`` is what the Pegasus planner passes (``1`` to PegasusLite jobs, unasked), so it is
+a default, not a choice: ``PEGASUS_CLOUDIO_THREADS`` (environment, then config file) wins over
+it; then ``--threads``, then ``PEGASUS_TRANSFER_THREADS``, then 8.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pegasus_cloudio.dropin.log import log
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from typing import List, Mapping, Optional, Sequence, TextIO
+    from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
     from pegasus_cloudio.dropin import reporting
     from pegasus_cloudio.dropin.monitoring import AttemptRecord
@@ -45,7 +47,7 @@ class Options:
 
     def __init__(self) -> None:
         self.file: "Optional[str]" = None
-        self.max_attempts = 3
+        self.max_attempts: "Optional[int]" = None  # PEGASUS_CLOUDIO_MAX_ATTEMPTS, else 3
         self.threads = 0
         self.symlink = False
         self.debug = False
@@ -88,10 +90,12 @@ def build_parser() -> "argparse.ArgumentParser":
 
     parser = _Parser(prog="pegasus-transfer", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("-f", "--file", help="read the transfer specification from FILE (default: stdin)")
-    parser.add_argument("-m", "--max-attempts", type=int, default=3, help="attempts per transfer (default 3)")
+    parser.add_argument("-m", "--max-attempts", type=int, default=None,
+                        help="attempts per transfer (default: PEGASUS_CLOUDIO_MAX_ATTEMPTS, else 3)")
     parser.add_argument("-n", "--threads", type=int, default=0,
-                        help="concurrent transfers (default: PEGASUS_CLOUDIO_THREADS, which wins over this "
-                             "flag, else this, else PEGASUS_TRANSFER_THREADS, else 8)")
+                        help="concurrent transfers (default: PEGASUS_CLOUDIO_THREADS from the environment "
+                             "or config file, which wins over this flag, else this, else "
+                             "PEGASUS_TRANSFER_THREADS, else 8)")
     parser.add_argument("-s", "--symlink", action="store_true", help="symlink local-to-local copies")
     parser.add_argument("-d", "--debug", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=version_line("pegasus-cloudio-transfer"))
@@ -132,7 +136,6 @@ def main(argv: "Optional[Sequence[str]]" = None, env: "Optional[Mapping[str, str
 def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: "TextIO",
          interrupts: "Optional[Interrupts]" = None) -> int:
     from pegasus_cloudio.dropin import stats
-    from transfer.config import Settings
     from transfer.errors import TransferError
     started = time.time()
     try:
@@ -140,8 +143,7 @@ def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: 
             from transfer.credentials import check_private
             check_private(env["PEGASUS_CREDENTIALS"])
         entries = _load(args, env, stdin)
-        threads = effective_threads(args.threads, env)
-        settings = Settings.from_env(env).replace(threads=threads, max_attempts=max(1, args.max_attempts))
+        knobs, settings = run_settings(args, env)
     except TransferError as err:
         log.critical("%s", err)
         return 1
@@ -156,13 +158,13 @@ def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: 
     failed = 0
     if native:
         from transfer.session import Session
-        with Session(settings, env) as session:
+        with Session(settings, knobs) as session:
             outcome = run_native(native, session, settings, interrupts)
         records, failed = outcome.records, outcome.failed
     stock_rc = 0
     if delegated:
         from pegasus_cloudio.dropin.stock import run_stock
-        stock_rc = run_stock(delegated, _stock_argv(args, threads), env)
+        stock_rc = run_stock(delegated, _stock_argv(args, settings), env, knobs)
     log.info(SEPARATOR)
     for line in stats.format_stats(records, total_seconds=time.time() - started):
         log.info("%s", line)
@@ -171,6 +173,20 @@ def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: 
         return 0
     log.critical("Some transfers failed! See above, and possibly stderr.")
     return 1
+
+
+def run_settings(args: "Options | argparse.Namespace", env: "Mapping[str, str]") -> "Tuple[Dict[str, str], Settings]":
+    """(the mapping every reader of settings gets, the engine's settings): ``-m`` over the
+    environment over the config file (:func:`transfer.knobs.layered`), threads as the module
+    docstring says. Raises InvalidInput naming a bad file or value."""
+    from transfer.config import Settings
+    from transfer.knobs import layered
+    attempts = None if args.max_attempts is None else str(max(1, args.max_attempts))
+    knobs = layered(env, config_file=True, command_line={"PEGASUS_CLOUDIO_MAX_ATTEMPTS": attempts})
+    threads = effective_threads(args.threads, knobs)  # first: its message names the flag too
+    settings = Settings.from_env(knobs).replace(threads=threads)
+    log.debug("settings: %s", settings)
+    return knobs, settings
 
 
 def _load(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: "TextIO") -> "List[Entry]":
@@ -256,15 +272,9 @@ def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]") -> "Optio
 
 
 def _peers_configured(env: "Mapping[str, str]") -> bool:
-    """Whether ``PEGASUS_CLOUDIO_P2P_REDIS`` is set (environment or config file): the P2P code
-    is imported only then. A config file that cannot be read is left to it to report."""
-    from transfer.config import read_config_file
-    from transfer.errors import TransferError
-    name = "PEGASUS_CLOUDIO_P2P_REDIS"
-    try:
-        return bool(env.get(name, "").strip() or read_config_file(env).get(name, "").strip())
-    except TransferError:
-        return True
+    """Whether ``PEGASUS_CLOUDIO_P2P_REDIS`` is set in the run's settings (environment or config
+    file, :mod:`transfer.knobs`): the P2P code is imported only then."""
+    return bool(env.get("PEGASUS_CLOUDIO_P2P_REDIS", "").strip())  # env: the run's knobs, file included
 
 
 def _log_failure(result: "Result") -> None:
@@ -274,8 +284,8 @@ def _log_failure(result: "Result") -> None:
         log.error("%s (after %d attempt(s))", result.error, result.attempts)
 
 
-def _stock_argv(args: "Options | argparse.Namespace", threads: int) -> "List[str]":
-    argv = ["--threads", str(threads), "--max-attempts", str(args.max_attempts)]
+def _stock_argv(args: "Options | argparse.Namespace", settings: "Settings") -> "List[str]":
+    argv = ["--threads", str(settings.threads), "--max-attempts", str(settings.max_attempts)]
     if args.symlink:
         argv.append("--symlink")
     if args.debug:

@@ -9,12 +9,12 @@ own shim of that name carries a marker line and is skipped).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
 import tempfile
 
+from pegasus_cloudio.dropin.log import log
 from pegasus_cloudio.dropin.spec import Entry, urls_of
 from transfer import backends
 
@@ -22,7 +22,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import List, Mapping, Optional, Sequence
 
-log = logging.getLogger("pegasus-transfer")
 MARKER = b"pegasus-cloudio drop-in"
 
 
@@ -49,9 +48,12 @@ def _is_ours(path: str) -> bool:
         return True
 
 
-def run_stock(entries: Sequence[Entry], argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run the stock tool on ``entries`` with the caller's options; returns its exit code."""
-    tool = find_stock_transfer(env)
+def run_stock(entries: Sequence[Entry], argv: Sequence[str], env: Mapping[str, str],
+              knobs: Optional[Mapping[str, str]] = None) -> int:
+    """Run the stock tool on ``entries`` with the caller's options and environment ``env``;
+    ``knobs`` (default ``env``) is where ``PEGASUS_CLOUDIO_STOCK_TRANSFER`` is read, the
+    settings layer's mapping (so the config file can name the tool); returns its exit code."""
+    tool = find_stock_transfer(env if knobs is None else knobs)
     schemes = sorted({u.scheme for e in entries for u in urls_of(e.op) if not backends.supports(u.scheme)})
     if tool is None:
         log.error("URL scheme(s) %s are not served natively and no stock pegasus-transfer was found "
