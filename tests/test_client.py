@@ -158,7 +158,7 @@ def _stalled(minio, proxy, threads: int) -> Client:
 def test_a_cancel_event_stops_the_run_promptly(minio, tmp_path):
     with TcpProxy((minio.host, minio.port)) as proxy, _stalled(minio, proxy, 2) as client:
         cancel = threading.Event()
-        pairs = [(f"s3://c/k{i}", str(tmp_path / f"k{i}")) for i in range(20)]
+        pairs = [(f"s3://stalled/k{i}", str(tmp_path / f"k{i}")) for i in range(20)]
         timer = threading.Timer(0.5, cancel.set)
         started = time.monotonic()
         timer.start()
@@ -171,7 +171,7 @@ def test_a_cancel_event_stops_the_run_promptly(minio, tmp_path):
 
 def test_asyncio_timeout_cancels_the_batch(minio, tmp_path):
     with TcpProxy((minio.host, minio.port)) as proxy, _stalled(minio, proxy, 2) as client:
-        pairs = [(f"s3://c/k{i}", str(tmp_path / f"k{i}")) for i in range(20)]
+        pairs = [(f"s3://stalled/k{i}", str(tmp_path / f"k{i}")) for i in range(20)]
 
         async def main() -> None:
             with pytest.raises(asyncio.TimeoutError):
