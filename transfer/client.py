@@ -23,7 +23,6 @@ allowed). Errors are :mod:`transfer.errors` classes (``NotFound`` is a FileNotFo
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import posixpath
@@ -111,7 +110,10 @@ class Client:
         """Copy every ``(source, destination)`` pair as one engine batch; one result per pair,
         in order. A destination ending in ``/`` is a directory (the source's name is added).
         ``check``: raise the first failure's error once the batch is done."""
-        ops = [Transfer((self.url(src),), self._dest(self.url(src), self.url(dst))) for src, dst in pairs]
+        ops = []
+        for src, dst in pairs:
+            source = self.url(src)
+            ops.append(Transfer((source,), self._dest(source, self.url(dst))))
         results = self.engine.run(ops, cancel)
         if check:
             _raise_first(results)
@@ -120,6 +122,8 @@ class Client:
     async def copy_async(self, pairs: Iterable[Tuple[UrlLike, UrlLike]], *, check: bool = True) -> List[Result]:
         """:meth:`copy` off the event loop; cancelling the awaiting task (``asyncio.wait_for``
         timing out) cancels the batch, which stops promptly."""
+        import asyncio  # only callers on an event loop pay for its import
+
         cancel = threading.Event()
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(None, lambda: self.copy(list(pairs), check=check, cancel=cancel))

@@ -35,7 +35,7 @@ from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional,
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
 from transfer.backends.base import (
-    Backend, CacheKeys, MultipartUploads, Namespace, ObjectInfo, RangedReads, ServerSideCopy, TreeRemoval, namespace,
+    Backend, MultipartUploads, ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, ranged_reads,
     uploads,
 )
 from transfer.bundles.directory import LoadedBundle
@@ -365,7 +365,8 @@ class Engine:
         if self._cache is None or url.is_local:
             return None
         backend = self._session.backend(url)
-        return backend.cache_key(url) if isinstance(backend, CacheKeys) else None
+        keys = cache_keys(backend)
+        return keys.cache_key(url) if keys is not None else None
 
     def _elsewhere(self, url: Url, peers: Optional[PeerRound]) -> bool:
         """Served by the node cache or a peer (steps 1-2 of the read order): no bundle fetch."""
@@ -451,8 +452,9 @@ class Engine:
                     peers.stored(key)
                 return nbytes
             with AtomicFile(dest_path) as out:
-                if isinstance(backend, RangedReads):
-                    return ranged.download(backend, source, out, self._parts,
+                in_ranges = ranged_reads(backend)
+                if in_ranges is not None:
+                    return ranged.download(in_ranges, source, out, self._parts,
                                            self._session.settings.download_part_size)
                 backend.get(source, out.file)
                 return out.commit()
@@ -467,13 +469,14 @@ class Engine:
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
         backend = self._session.backend(dest)
-        if isinstance(backend, MultipartUploads):
+        in_parts = multipart_uploads(backend)
+        if in_parts is not None:
             try:
                 size = os.stat(path).st_size
             except OSError as err:
                 raise local_error(err, path, "put") from err
-            if size >= backend.multipart_threshold:
-                size = self._multipart_upload(backend, path, dest, size)
+            if size >= in_parts.multipart_threshold:
+                size = self._multipart_upload(in_parts, path, dest, size)
                 if write_through:
                     self._write_through(dest, path, None, peers)
                 return size

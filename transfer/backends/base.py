@@ -15,7 +15,7 @@ capability.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, cast, runtime_checkable
 
 from transfer.errors import InvalidInput, TransferError
 from transfer.http.connection import FileRegion
@@ -179,24 +179,54 @@ class ServerSideCopy(Protocol):
         """Copy ``source`` to ``dest`` inside the store."""
 
 
+_KNOWN: Dict[Tuple[type, type], bool] = {}
+
+
+def _has(backend: object, protocol: type) -> bool:
+    """``isinstance(backend, protocol)``, remembered per class: a check against a runtime
+    protocol costs 30-80 us on CPython 3.11, and the engine asks for every file. (A pure memo of
+    what a class implements, never cleared; backends set their capability attributes in
+    ``__init__``.)"""
+    key = (type(backend), protocol)
+    known = _KNOWN.get(key)
+    if known is None:
+        known = _KNOWN[key] = isinstance(backend, protocol)
+    return known
+
+
+def ranged_reads(backend: Backend) -> Optional[RangedReads]:
+    """``backend`` as :class:`RangedReads`, or None."""
+    return cast(RangedReads, backend) if _has(backend, RangedReads) else None
+
+
+def multipart_uploads(backend: Backend) -> Optional[MultipartUploads]:
+    """``backend`` as :class:`MultipartUploads`, or None."""
+    return cast(MultipartUploads, backend) if _has(backend, MultipartUploads) else None
+
+
+def cache_keys(backend: Backend) -> Optional[CacheKeys]:
+    """``backend`` as :class:`CacheKeys`, or None."""
+    return cast(CacheKeys, backend) if _has(backend, CacheKeys) else None
+
+
 def uploads(backend: Backend, url: Url, operation: str = "put") -> Uploads:
     """``backend`` as :class:`Uploads`, or InvalidInput naming ``url`` when it cannot store files."""
-    if isinstance(backend, Uploads):
-        return backend
+    if _has(backend, Uploads):
+        return cast(Uploads, backend)
     raise _read_only(url, "uploaded to", operation)
 
 
 def namespace(backend: Backend, url: Url, operation: str) -> Namespace:
     """``backend`` as :class:`Namespace`, or InvalidInput naming ``url`` when it has none."""
-    if isinstance(backend, Namespace):
-        return backend
+    if _has(backend, Namespace):
+        return cast(Namespace, backend)
     raise _read_only(url, "listed, removed from or created", operation)
 
 
 def store(backend: Backend, url: Url, operation: str) -> Store:
     """``backend`` as a full :class:`Store`, or InvalidInput naming ``url``."""
-    if isinstance(backend, Store):
-        return backend
+    if _has(backend, Store):
+        return cast(Store, backend)
     raise _read_only(url, "used as a store", operation)
 
 
