@@ -202,3 +202,25 @@ def test_session_env_is_used_instead_of_os_environ(minio, monkeypatch):
         assert session.context.env is env or dict(session.context.env) == env
         with pytest.raises(Exception, match="no AWS credentials"):
             session.backend(parse_url("s3://bucket/key"))
+
+
+def test_the_public_api_type_checks_under_mypy_strict(tmp_path):
+    import subprocess
+    import sys
+
+    snippet = tmp_path / "user.py"
+    snippet.write_text(
+        "from typing import List\n"
+        "from transfer import Session, parse_url\n"
+        "from transfer.backends.base import ObjectInfo\n"
+        "from transfer.client import Client, Entry\n"
+        "def names(client: Client) -> List[str]:\n"
+        "    entries: List[Entry] = client.list('s3://bucket/dir/')\n"
+        "    return [e.name for e in entries if not e.is_dir]\n"
+        "def keys(session: Session) -> List[ObjectInfo]:\n"
+        "    url = parse_url('s3://bucket/dir')\n"
+        "    return list(session.store(url).list(url))\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(snippet)],
+                          capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, MYPYPATH=repo))
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -12,7 +12,7 @@ import threading
 from typing import Dict, Hashable, Mapping, Optional, Protocol, Tuple
 
 from transfer import backends
-from transfer.backends.base import Backend
+from transfer.backends.base import Backend, Store, store
 from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.context import Context
@@ -67,6 +67,11 @@ class Session:
         if found is None:
             found = self._by_location[location] = self._resolve(url)
         return found
+
+    def store(self, url: Url, operation: str = "use") -> Store:
+        """The backend for ``url`` typed as a full :class:`~transfer.backends.base.Store` (list,
+        delete, put, ...); InvalidInput naming the URL for a read-only source (plain HTTP)."""
+        return store(self.backend(url), url, operation)
 
     def _resolve(self, url: Url) -> Backend:
         opener = self._openers.get(url.scheme)

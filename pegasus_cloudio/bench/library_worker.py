@@ -12,7 +12,7 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 Job = Tuple[str, str, str, str, str, str, List[str], str, int]  # direction, endpoint, key, secret, bucket, prefix,
 #                                                                 names, local dir, threads
@@ -49,30 +49,31 @@ def ours_bundles(job: Job) -> None:
     ours(job, bundles=True)
 
 
-def ours_fsspec(job: Job) -> None:
-    import fsspec
-
-    direction, endpoint, key, secret, bucket, prefix, names, local, threads = job
-    fs = fsspec.filesystem("cloudio", endpoint=endpoint, access_key=key, secret_key=secret, threads=threads)
+def _fsspec_bulk(fs: Any, job: Job) -> None:
+    """One bulk ``put`` or ``get`` of every file, as an fsspec user writes it."""
+    direction, _, _, _, bucket, prefix, names, local, _ = job
     remote = [f"{bucket}/{prefix}/{n}" for n in names]
     files = [os.path.join(local, n) for n in names]
     if direction == "up":
         fs.put(files, remote)
     else:
         fs.get(remote, files)
+
+
+def ours_fsspec(job: Job) -> None:
+    import fsspec
+
+    _, endpoint, key, secret, _, _, _, _, threads = job
+    _fsspec_bulk(fsspec.filesystem("cloudio", endpoint=endpoint, access_key=key, secret_key=secret,
+                                   threads=threads), job)
 
 
 def s3fs_bulk(job: Job) -> None:
     import s3fs
 
-    direction, endpoint, key, secret, bucket, prefix, names, local, threads = job
-    fs = s3fs.S3FileSystem(key=key, secret=secret, endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"})
-    remote = [f"{bucket}/{prefix}/{n}" for n in names]
-    files = [os.path.join(local, n) for n in names]
-    if direction == "up":
-        fs.put(files, remote)
-    else:
-        fs.get(remote, files)
+    _, endpoint, key, secret, _, _, _, _, _ = job
+    _fsspec_bulk(s3fs.S3FileSystem(key=key, secret=secret, endpoint_url=endpoint,
+                                   client_kwargs={"region_name": "us-east-1"}), job)
 
 
 def boto3_pool(job: Job) -> None:
