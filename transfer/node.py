@@ -9,7 +9,7 @@ peer settings are one warning and the transfer goes on without them.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from transfer.cache import NodeCache, cache_from_settings
 from transfer.errors import TransferError
@@ -22,24 +22,29 @@ __all__ = ["open_node_cache", "open_peers"]
 _log = logging.getLogger(__name__)
 
 
-def open_node_cache(env: Mapping[str, str]) -> Optional[NodeCache]:
+Warn = Callable[[str], None]
+
+
+def open_node_cache(env: Mapping[str, str], warn: Optional[Warn] = None) -> Optional[NodeCache]:
     """The node cache ``PEGASUS_CLOUDIO_CACHE_*`` in ``env`` configures, or None when it is off
-    or unusable (one warning)."""
+    or unusable (one warning, to ``warn`` if given, else this module's logger)."""
     try:
         return cache_from_settings(env)
     except (TransferError, OSError) as err:
-        _log.warning("Node cache disabled: %s", err)
+        (warn or _log.warning)(f"Node cache disabled: {err}")
         return None
 
 
-def open_peers(env: Mapping[str, str], cache: Optional[NodeCache]) -> Optional["PeerIndexSource"]:
+def open_peers(env: Mapping[str, str], cache: Optional[NodeCache],
+               warn: Optional[Warn] = None) -> Optional["PeerIndexSource"]:
     """Peer sharing when ``PEGASUS_CLOUDIO_P2P_*`` configures it and there is a node cache;
     None otherwise, or (one warning) when its settings are bad or the redis package is missing."""
     if cache is None:
         return None
     from transfer.p2p import peer_source_from_env  # redis and the index client: only when asked
+    say = warn or _log.warning
     try:
-        return peer_source_from_env(env, cache, warn=_log.warning)
+        return peer_source_from_env(env, cache, warn=say)
     except TransferError as err:
-        _log.warning("Peer sharing disabled: %s", err)
+        say(f"Peer sharing disabled: {err}")
         return None
