@@ -6,7 +6,7 @@
 on ephemeral ones, no shared port). Jobs run as the non-root submitter ``cloudio``.
 
 Isolation, so that several pools (pytest processes, worktrees) run at once:
-- each pool lives in its own directory under ``/var/tmp/pegasus-cloudio-pools`` (not under
+- each pool lives in its own directory under ``/var/tmp/cloudio-pools`` (not under
   ``/tmp``: DAGMan refuses node logs there, ``DAGMAN_USE_STRICT``), ``$PEGASUS_CLOUDIO_POOL_DIR``
   overrides the base;
 - the root is an overlayfs over the cached root (cost: one mount, no copy), with the pool's
@@ -50,7 +50,7 @@ from .ports import free_port
 __all__ = ["CondorPool", "PoolError", "POOL_BASE", "reap_orphans"]
 
 POOL_BASE_ENV = "PEGASUS_CLOUDIO_POOL_DIR"
-POOL_BASE = "/var/tmp/pegasus-cloudio-pools"
+POOL_BASE = "/var/tmp/cloudio-pools"
 KEEP_ENV = "PEGASUS_CLOUDIO_KEEP_POOL"   # set: `stop` keeps the pool directory (logs) for a look
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _POLL_S = 0.5
