@@ -9,7 +9,8 @@ Isolation, so that several pools (pytest processes, worktrees) run at once:
 - each pool lives in its own directory under ``/var/tmp/cloudio-pools`` (not under
   ``/tmp``: DAGMan refuses node logs there, ``DAGMAN_USE_STRICT``), ``$PEGASUS_CLOUDIO_POOL_DIR``
   overrides the base;
-- the root is an overlayfs over the cached root (cost: one mount, no copy), with the pool's
+- the root is an overlayfs over the cached root (mount and unmount 0.2 s; a copy of the 594 MB
+  root took 28 s at load average 40), with the pool's
   own ``/etc/condor``, ``/var/lib/condor`` and ``/var/log/condor`` in its upper layer;
 - every mount (the overlay, ``/proc``, ``/dev``, ``/sys``, and the caller's directories,
   bind-mounted at the same path inside as outside) is made in a private mount namespace
