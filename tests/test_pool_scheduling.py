@@ -49,7 +49,7 @@ executable = {bin}/pegasus-cloudio-transfer
 arguments = -f spec.json
 transfer_executable = false
 should_transfer_files = NO
-requirements = regexp("@{node}@", TARGET.Name)
+requirements = regexp("@{node}@", TARGET.Name) && isString(TARGET.PegasusCloudioCacheDir)
 environment = "PEGASUS_CLOUDIO_CACHE_DIR=$$(PegasusCloudioCacheDir) PEGASUS_CLOUDIO_CONFIG=/dev/null"
 output = job.out
 error = job.err
