@@ -48,6 +48,7 @@ PACKAGES: Sequence[str] = (
     "python3-yaml", "python3-sqlalchemy", "python3-git",  # pegasus-plan/-run/-monitord/-statistics
     "openssh-client",
     "procps",                    # ps/pgrep for the tests' process checks
+    "python3-venv",              # the transfer plugin's venv (system site packages: classad2)
 )
 SUBMITTER = "cloudio"
 SUBMITTER_UID = 2420
