@@ -107,13 +107,13 @@ def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: V
     client = _boto(minio)
     for i in range(FILES):
         client.put_object(Bucket=bucket, Key=f"wf/inputs/in{i}.txt", Body=_content(i))
+        client.put_object(Bucket=bucket, Key=f"wf/extra/x{i}.txt", Body=_content(1000 + i))
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(ENGINES / "Snakefile", work / "Snakefile")
-    env = dict(env, SNAKEMAKE_STORAGE_PEGASUS_CLOUDIO_ACCESS_KEY=minio.access_key,
-               SNAKEMAKE_STORAGE_PEGASUS_CLOUDIO_SECRET_KEY=minio.secret_key)
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
     counted.reset_counters()
-    done = run([str(bin_dir / "snakemake"), "--cores", "2", "--verbose", "--config", f"n={FILES}",
+    done = run([str(bin_dir / "snakemake"), "--cores", "2", "--verbose", "--config", f"files={FILES}",
                 "--default-storage-provider", "pegasus-cloudio", "--default-storage-prefix", f"s3://{bucket}/wf",
                 "--storage-pegasus-cloudio-endpoint-url", counted.url()], env, work, timeout=600)
     log = done.stdout + done.stderr
@@ -122,12 +122,16 @@ def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: V
     for i in range(FILES):
         assert client.get_object(Bucket=bucket, Key=f"wf/parts/up{i}.txt")["Body"].read() == parts[i]
     summary = client.get_object(Bucket=bucket, Key="wf/summary.txt")["Body"].read()
-    assert summary == b"".join(parts) + b"".join(_content(i) for i in range(FILES))
-    # Snakemake retrieves every input of the run as one task group: one engine batch here.
+    assert summary == b"".join(parts) + b"".join(_content(1000 + i) for i in range(FILES))
+    # The gather job's FILES extra inputs, which only it reads, are retrieved as one engine batch.
     assert f"{FILES} files for {FILES} storage objects in one engine batch" in log, log[-6000:]
     methods = counted.requests_by_method()
-    assert methods.get("PUT", 0) == FILES + 1 + 1, methods  # parts, summary, the bucket check (mkdir)
-    assert methods.get("HEAD", 0) <= 2 * (FILES + 1), methods  # existence/mtime of outputs after upload
+    # Existence and modification times came from ONE listing (a GET): besides it, a GET per
+    # input, a PUT per output and a HEAD per output after its upload (Snakemake then asks for
+    # its existence and mtime repeatedly), plus the bucket check: no request per check.
+    assert methods.get("GET") == 2 * FILES + 1, methods
+    assert methods.get("PUT") == FILES + 1, methods
+    assert methods.get("HEAD") == FILES + 2, methods
 
 
 # --------------------------------------------------------------------------- Parsl

@@ -25,6 +25,7 @@ import os
 import posixpath
 import shutil
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
@@ -145,8 +146,11 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
         self.batches = _Batches(self.client, self.logger)
         self.listed: Dict[str, Entry] = {}  # url -> file entry, from inventories (dropped on store/remove)
         self.listed_dirs: Set[str] = set()  # directory URLs (ending in "/") listed whole
+        self.changed: Set[str] = set()  # URLs stored or removed since: listings no longer tell
         self.buckets: Set[str] = set()  # buckets known to exist
         self.lock = threading.Lock()
+        self._listings: Dict[str, "Future[List[Entry]]"] = {}  # directory URL -> its one listing
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="pegasus-cloudio-inventory")
 
     @classmethod
     def example_queries(cls) -> List[ExampleQuery]:
@@ -171,19 +175,56 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
             return StorageQueryValidationResult(query=query, valid=False, reason=str(err))
         return StorageQueryValidationResult(query=query, valid=True)
 
+    async def listing(self, directory: str) -> List[Entry]:
+        """Every file under ``directory``, listed once per provider however many objects ask
+        at the same time (Snakemake inventories a job's files concurrently)."""
+        with self.lock:
+            pending = self._listings.get(directory)
+            if pending is None:
+                pending = self._listings[directory] = self._pool.submit(self._find, directory)
+        return await asyncio.wrap_future(pending)
+
+    def _find(self, directory: str) -> List[Entry]:
+        try:
+            entries = self.client.find(directory)
+        except NotFound:
+            entries = []
+        with self.lock:
+            for entry in entries:
+                self.listed[entry.url] = entry
+            self.listed_dirs.add(directory)
+        return entries
+
     def forget(self, url: str) -> None:
         """Drop what inventories said about ``url`` and anything under it (it changed)."""
         with self.lock:
             for known in [u for u in self.listed if u == url or u.startswith(url.rstrip("/") + "/")]:
                 del self.listed[known]
-            self.listed_dirs.discard(posixpath.dirname(url) + "/")
+            self.changed.add(url.rstrip("/"))
+
+    def remember(self, url: str) -> None:
+        """Ask the store once what was just stored at ``url`` (file or directory), so Snakemake's
+        checks that follow an upload (exists, mtime, size, repeatedly) cost no request."""
+        found = self.client.info(url)
+        entries = self.client.find(url + "/") if found.is_dir else []
+        with self.lock:
+            self.changed.discard(url)
+            self.listed[url] = found
+            for entry in entries:
+                self.listed[entry.url] = entry
 
     def known(self, url: str) -> Optional[bool]:
         """True/False when an inventory listed ``url``'s directory, None when unknown."""
         with self.lock:
             if url in self.listed:
                 return True
-            return False if posixpath.dirname(url) + "/" in self.listed_dirs else None
+            at, listed = url, False
+            while "/" in at[len("s3://"):]:  # listings are recursive: any listed ancestor tells
+                if at in self.changed:
+                    return None
+                at = posixpath.dirname(at)
+                listed = listed or at + "/" in self.listed_dirs
+            return False if listed else None
 
 
 class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  # type: ignore[misc]
@@ -212,15 +253,8 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  
         if parent in cache.exists_in_storage:
             return
         directory = posixpath.dirname(self.url) + "/"
-        try:
-            entries = await asyncio.get_running_loop().run_in_executor(None, self.provider.client.find, directory)
-        except NotFound:
-            entries = []
+        entries = await self.provider.listing(directory)
         prefix = f"s3://{self.bucket}/"
-        with self.provider.lock:
-            for entry in entries:
-                self.provider.listed[entry.url] = entry
-            self.provider.listed_dirs.add(directory)
         for entry in entries:
             rest = entry.url[len(prefix):]
             if "/" in rest[len(directory) - len(prefix):]:  # deeper: marks its sub-directory present
@@ -319,6 +353,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  
         self._ensure_bucket()
         self.provider.forget(self.url)
         self.provider.client.copy(self._stores())
+        self.provider.remember(self.url)
 
     async def managed_store(self) -> None:
         """As the base class's, but the copies join the batch of stores started with it."""
@@ -326,6 +361,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  
             await asyncio.get_running_loop().run_in_executor(None, self._ensure_bucket)
             self.provider.forget(self.url)
             await self.provider.batches.copy(self._stores())
+            await asyncio.get_running_loop().run_in_executor(None, self.provider.remember, self.url)
         except Exception as err:
             raise WorkflowError(f"Failed to store output in storage {self.print_query}", err)
 
