@@ -23,6 +23,7 @@ endpoint, so all workers share one connection pool per endpoint.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 import tempfile
@@ -43,17 +44,18 @@ from transfer.bundles.reading import GroupState, MemberRead, read_group
 from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
 from transfer.uploads import InFlightUploads
 from transfer.cache import NodeCache
-from transfer.errors import NotFound
-from transfer.errors import TransferError
+from transfer.errors import Cancelled, InvalidInput, NotFound, TransferError
 from transfer.http.connection import FileRegion
 from transfer.peers import PeerRound, PeerSink, PeerSource, Replica
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
-from transfer.retry import RetryBudget, RetryPolicy
+from transfer.removes import RemoveTask
+from transfer.retry import RetryBudget, RetryPolicy, RunBudget, check_cancel
 from transfer.session import Session
 from transfer.urls import Url
 
 ResultCallback = Callable[[Result], None]
+_log = logging.getLogger(__name__)
 _Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
 
 
@@ -81,7 +83,10 @@ class InlineExecutor(Executor):
 
 
 class Engine:
-    """Runs batches of operations against the backends of one session."""
+    """Runs batches of operations against the backends of one session.
+
+    Several threads may call :meth:`run` on one engine at once. ``with Engine(...) as engine``
+    (or :meth:`close`) releases the part threads when done."""
 
     def __init__(
         self,
@@ -121,20 +126,40 @@ class Engine:
 
     # -- batch --------------------------------------------------------------------------
 
-    def run(self, ops: Sequence[Operation]) -> List[Result]:
-        """One result per operation, in order. Never raises for a failed operation."""
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Wait for part transfers still running and drop their threads (the engine stays
+        usable: a later run starts new ones). The session is the caller's to close."""
+        self._parts.shutdown()
+
+    def run(self, ops: Sequence[Operation], cancel: Optional[threading.Event] = None) -> List[Result]:
+        """One result per operation, in order. Never raises for a failed operation.
+
+        ``cancel``: once set (from any thread), operations not yet finished stop at their next
+        step (before a request, between retries) and fail with :class:`~transfer.errors.Cancelled`;
+        the run returns promptly with every result."""
         results: List[Optional[Result]] = [None] * len(ops)
-        budget = RetryBudget(capacity=20 + len(ops) / 10)
+        budget = RunBudget(20 + len(ops) / 10, cancel)
         executor = self._executor or ThreadPoolExecutor(self._threads, thread_name_prefix="transfer")
         peers = PeerRound(self._peers, self._replica) if self._peers is not None else None
+        self._parts.enter()
         try:
             self._run_mkdirs(ops, results, budget, executor)
             self._run_transfers(ops, results, budget, executor, peers)
-            self._run_removes(ops, results, budget)
+            removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
+            if removes:
+                task = RemoveTask(self._session, self._bundles, self._retry, self._rng, self._wait)
+                for i, result in task.run(removes, budget):
+                    self._finish(results, i, result)
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
-            self._parts.shutdown()
+            self._parts.leave()
             if peers is not None:
                 peers.publish()
             if self._cache is not None:
@@ -197,27 +222,6 @@ class Engine:
         return ThreadPoolExecutor(max(1, min(self._threads, os.cpu_count() or 1, groups)),
                                   thread_name_prefix="bundle")
 
-    def _run_removes(self, ops: Sequence[Operation], results: List[Optional[Result]],
-                     budget: RetryBudget) -> None:
-        groups: Dict[Hashable, List[Tuple[int, Remove]]] = {}
-        removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
-        failed = self._bundles.remove_members(removes) if self._bundles.enabled and removes else {}
-        for i, err in failed.items():
-            self._finish(results, i, Result(ops[i], False, attempts=1, error=err))
-        for i, op in removes:
-            if i not in failed:
-                try:
-                    backend = namespace(self._session.backend(op.target), op.target, "remove")
-                except TransferError as err:
-                    self._finish(results, i, Result(op, False, attempts=1, error=err))
-                    continue
-                groups.setdefault(id(backend), []).append((i, op))
-        for items in groups.values():
-            backend = namespace(self._session.backend(items[0][1].target), items[0][1].target, "remove")
-            for i, result in zip([i for i, _ in items], self._remove_group(backend, [op for _, op in items],
-                                                                            budget)):
-                self._finish(results, i, result)
-
     # -- retries ------------------------------------------------------------------------
 
     def _with_retries(self, op: Operation, budget: RetryBudget, action: _Action) -> Result:
@@ -225,16 +229,27 @@ class Engine:
         start = time.monotonic()
         for attempt in itertools.count(1):
             try:
+                check_cancel(budget)
                 nbytes, source = _contained(action, history)
             except TransferError as err:
                 if self._retry.should_retry(err, attempt) and budget.try_spend():
-                    self._sleep(self._retry.delay(attempt, err, self._rng))
+                    delay = self._retry.delay(attempt, err, self._rng)
+                    _log.debug("retrying in %.2f s (attempt %d failed): %s", delay, attempt, err)
+                    self._wait(delay, budget)
                     continue
                 err.attempts = attempt
                 return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
             budget.earn()
             return Result(op, True, nbytes, time.monotonic() - start, attempt, None, source, tuple(history))
         raise AssertionError("unreachable")
+
+    def _wait(self, seconds: float, budget: RetryBudget) -> None:
+        """Sleep before a retry; a cancelled run wakes at once."""
+        cancel = budget.cancel if isinstance(budget, RunBudget) else None
+        if cancel is None:
+            self._sleep(seconds)
+        else:
+            cancel.wait(seconds)
 
     def _mkdir(self, op: Mkdir, budget: RetryBudget) -> Result:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
@@ -303,12 +318,14 @@ class Engine:
 
     def _read_members(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
                       peers: Optional[PeerRound]) -> None:
-        """The one way into bundles: member-keyed node cache, then one streamed fetch."""
+        """The one way into bundles (:func:`~transfer.bundles.reading.read_group`): member-keyed
+        node cache, then one streamed fetch."""
         stored = peers.stored if peers is not None else None
         read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
 
     def _read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
                      symlink: bool, peers: Optional[PeerRound]) -> int:
+        """A plain read that resolved to a bundle member: a group of one."""
         backend, bundle, member = found
         state = GroupState.empty()
         self._read_members(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
@@ -516,61 +533,3 @@ class Engine:
                 os.unlink(temp)
             except OSError:
                 pass
-
-    # -- removes ------------------------------------------------------------------------
-
-    def _remove_group(self, backend: Namespace, ops: List[Remove], budget: RetryBudget) -> List[Result]:
-        """Removes for one endpoint: recursive ones expand to listings, then batch deletes."""
-        start = time.monotonic()
-        outcomes: List[Optional[TransferError]] = [None] * len(ops)
-        attempts = [0] * len(ops)
-        pending = list(range(len(ops)))
-        for attempt in itertools.count(1):
-            errors = self._remove_once(backend, [ops[i] for i in pending])
-            retry: List[int] = []
-            for i, err in zip(pending, errors):
-                attempts[i] = attempt
-                outcomes[i] = err
-                if err is not None and self._retry.should_retry(err, attempt) and budget.try_spend():
-                    retry.append(i)
-            if not retry:
-                break
-            self._sleep(self._retry.delay(attempt, outcomes[retry[0]], self._rng))
-            pending = retry
-        seconds = time.monotonic() - start
-        results = []
-        for i, op in enumerate(ops):
-            err = outcomes[i]
-            if err is not None:
-                err.attempts = attempts[i]
-            results.append(Result(op, err is None, 0, seconds, attempts[i], err))
-        return results
-
-    def _remove_once(self, backend: Namespace, ops: List[Remove]) -> List[Optional[TransferError]]:
-        urls: List[Url] = []
-        owners: List[int] = []
-        errors: List[Optional[TransferError]] = [None] * len(ops)
-        for index, op in enumerate(ops):
-            try:
-                expanded = self._expand_remove(backend, op)
-            except TransferError as err:
-                errors[index] = err
-                continue
-            urls.extend(expanded)
-            owners.extend([index] * len(expanded))
-        if urls:
-            for owner, failure in zip(owners, backend.delete(urls)):
-                if failure is not None and errors[owner] is None:
-                    errors[owner] = failure
-        return errors
-
-    def _expand_remove(self, backend: Namespace, op: Remove) -> List[Url]:
-        if not op.recursive:
-            return [op.target]
-        if isinstance(backend, TreeRemoval):
-            failure = backend.delete_tree(op.target)
-            if failure is not None:
-                raise failure
-            return []
-        prefix = op.target.with_path(op.target.path.rstrip("/").removesuffix("/*"))
-        return [info.url for info in backend.list(prefix)]

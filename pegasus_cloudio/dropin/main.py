@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO
+from typing import List, Mapping, Optional, Sequence, TextIO
 
 from pegasus_cloudio.dropin import reporting
 from pegasus_cloudio.dropin.signals import Interrupts
@@ -25,13 +25,11 @@ from pegasus_cloudio.dropin.spec import Entry, SpecError, parse_spec
 from pegasus_cloudio.dropin.stock import run_stock
 from pegasus_cloudio.version import plain, version_line
 from transfer import Engine, Result, Session, Settings
-from transfer.cache import NodeCache, cache_from_settings
+from transfer.node import open_node_cache, open_peers  # re-exported: the stager imports them from here
 from transfer.credentials import check_private
 from transfer.errors import ConfigError, TransferError
 from transfer.retry import RetryPolicy
 
-if TYPE_CHECKING:
-    from transfer.p2p.source import PeerIndexSource
 
 log = logging.getLogger("pegasus-transfer")
 LOG_FORMAT = "%(asctime)s %(levelname)7s:  %(message)s"
@@ -167,28 +165,6 @@ def run_native(entries: Sequence[Entry], session: Session, settings: Settings,
             peers.close()
         if cache is not None:
             cache.close()
-
-
-def open_node_cache(env: Mapping[str, str]) -> Optional[NodeCache]:
-    """The node cache, or None when it is off or unusable (a job never fails for its cache)."""
-    try:
-        return cache_from_settings(env)
-    except (TransferError, OSError) as err:
-        log.warning("Node cache disabled: %s", err)
-        return None
-
-
-def open_peers(env: Mapping[str, str], cache: Optional[NodeCache]) -> Optional["PeerIndexSource"]:
-    """Peer sharing when ``PEGASUS_CLOUDIO_P2P_*`` configures it and there is a node cache;
-    None otherwise, or (one warning) when its settings are bad or the redis package is missing."""
-    if cache is None:
-        return None
-    from transfer.p2p import peer_source_from_env
-    try:
-        return peer_source_from_env(env, cache, warn=log.warning)
-    except TransferError as err:
-        log.warning("Peer sharing disabled: %s", err)
-        return None
 
 
 def _log_failure(result: Result) -> None:

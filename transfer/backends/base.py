@@ -78,6 +78,14 @@ class Namespace(Protocol):
 
 
 @runtime_checkable
+class DirectoryListing(Protocol):
+    """Backends that list one level of a namespace themselves (S3's delimiter listing)."""
+
+    def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
+        """(objects directly under ``url`` taken as a directory, sub-directories' URLs ending in ``/``)."""
+
+
+@runtime_checkable
 class Store(Backend, Uploads, Namespace, Protocol):
     """A full object store: read, upload, list, remove, make directories (S3, GCS, SFTP, local)."""
 

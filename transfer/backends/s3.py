@@ -17,6 +17,7 @@ import base64
 import functools
 import hashlib
 import zlib
+import xml.etree.ElementTree as ET
 from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import unquote_plus
 
@@ -31,6 +32,8 @@ from transfer.backends._s3_wire import (
     check_bucket,
     check_endpoint,
     default_endpoint,
+    http_date_epoch,
+    iso8601_epoch,
     multipart_etag,
     s3_error,
     split_url,
@@ -56,7 +59,7 @@ from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url
 
-__all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
+__all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
 
 
@@ -76,7 +79,37 @@ def endpoint_key(url: Url, context: Opening) -> Hashable:
 
 
 def open_backend(url: Url, context: Opening) -> "S3Backend":
-    config = _site_config(url, context)
+    return _open(url, _site_config(url, context), context)
+
+
+class S3At:
+    """Opens plain ``s3://BUCKET/KEY`` URLs at a given endpoint with given keys (or unsigned,
+    or through the AWS chain of the session's environment when ``credentials`` is None and
+    ``anonymous`` is false), for :class:`~transfer.session.Session`'s ``backends`` argument.
+    ``s3://USER@SITE/...`` URLs keep their Pegasus credentials file."""
+
+    def __init__(self, endpoint: Optional[str] = None, region: Optional[str] = None,
+                 credentials: Optional[Credentials] = None, anonymous: bool = False) -> None:
+        self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self.region = region
+        self.credentials = credentials
+        self.anonymous = anonymous
+
+    def endpoint_key(self, url: Url, context: Opening) -> Hashable:
+        return endpoint_key(url, context)
+
+    def open_backend(self, url: Url, context: Opening) -> "S3Backend":
+        if "@" in url.host:
+            return open_backend(url, context)
+        config = S3SiteConfig(self.endpoint, self.region, self.credentials, where="the endpoint argument")
+        if self.credentials is None and not self.anonymous:
+            chain = _site_config(url, context)
+            config = S3SiteConfig(self.endpoint or chain.endpoint, self.region or chain.region, chain.credentials,
+                                  source=chain.source, where=chain.where)
+        return _open(url, config, context)
+
+
+def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)
     check_endpoint(endpoint, region, config.where)
@@ -132,7 +165,8 @@ class S3Backend:
         path = split_url(url)
         with self._send("HEAD", path, url=str(url)) as response:
             self._check(response, str(url), "stat")
-            return _info(url, response.status, response.headers)
+            info = _info(url, response.status, response.headers)
+            return ObjectInfo(info.url, info.size, info.version, http_date_epoch(response.headers.get("last-modified")))
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """Stream the object (or ``byte_range``) to ``sink``; a full object is verified against
@@ -182,20 +216,43 @@ class S3Backend:
         return ObjectInfo(url, size, etag.strip('"') or None)
 
     def list(self, url: Url) -> Iterator[ObjectInfo]:
+        for page in self._list_pages(url, delimiter=None):
+            yield from self._objects(url, page)
+
+    def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
+        """One level under ``url`` (ListObjectsV2 with delimiter ``/``): (objects, sub-prefixes,
+        each ending in ``/``)."""
+        bucket = split_url(url).bucket
+        objects: List[ObjectInfo] = []
+        prefixes: List[Url] = []
+        for page in self._list_pages(url, delimiter="/"):
+            objects.extend(self._objects(url, page))
+            prefixes.extend(_child_url(url, bucket, unquote_plus(item.findtext("Prefix") or ""))
+                            for item in page.iter("CommonPrefixes"))
+        return objects, prefixes
+
+    def _objects(self, url: Url, page: ET.Element) -> Iterator[ObjectInfo]:
+        bucket = split_url(url).bucket
+        for item in page.iter("Contents"):
+            key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks
+            yield ObjectInfo(_child_url(url, bucket, key), int(item.findtext("Size") or 0),
+                             (item.findtext("ETag") or "").strip('"') or None,
+                             iso8601_epoch(item.findtext("LastModified")))
+
+    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[ET.Element]:
         path = split_url(url)
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
         while True:
             query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
+            if delimiter:
+                query["delimiter"] = delimiter
             if token:
                 query["continuation-token"] = token
             with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
                 self._check(response, str(url), "list")
                 root = xml_tree(response.read())
-            for item in root.iter("Contents"):
-                key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks
-                yield ObjectInfo(_child_url(url, path.bucket, key), int(item.findtext("Size") or 0),
-                                 (item.findtext("ETag") or "").strip('"') or None)
+            yield root
             token = root.findtext("NextContinuationToken")
             if root.findtext("IsTruncated") != "true" or not token:
                 return
