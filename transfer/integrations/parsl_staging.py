@@ -35,7 +35,7 @@ try:
 except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[parsl]'") from missing
 
-from transfer.integrations._client import open_client
+from transfer.client import Client
 
 __all__ = ["S3Staging"]
 
@@ -55,7 +55,7 @@ class S3Staging(Staging, RepresentationMixin):
 
     def _options(self) -> Dict[str, Any]:
         return {"endpoint": self.endpoint_url, "region": self.region, "threads": self.threads,
-                "bundles": self.bundles}
+                "bundles": self.bundles}  # Client's arguments; no keys: workers find their own
 
     def can_stage_in(self, file: File) -> bool:
         return bool(file.scheme == "s3")
@@ -108,19 +108,16 @@ class StagedTask:
         return StagedTask(self.func, self.options, inputs, outputs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        client = open_client(endpoint=self.options["endpoint"], region=self.options["region"], access_key=None,
-                             secret_key=None, session_token=None, threads=self.options["threads"],
-                             bundles=self.options["bundles"])
-        try:
-            _make_parents([local for _, local in self.inputs] + [local for local, _ in self.outputs])
-            if self.inputs:
-                client.copy(list(self.inputs))
+        inputs = [(url, os.path.abspath(local)) for url, local in self.inputs]
+        outputs = [(os.path.abspath(local), url) for local, url in self.outputs]
+        _make_parents([local for _, local in inputs] + [local for local, _ in outputs])
+        with Client(**self.options) as client:
+            if inputs:
+                client.copy(inputs)
             result = self.func(*args, **kwargs)
-            if self.outputs:
-                client.copy(list(self.outputs))
+            if outputs:
+                client.copy(outputs)
             return result
-        finally:
-            client.close()
 
 
 def _make_parents(paths: List[str]) -> None:

@@ -50,7 +50,7 @@ except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[snakemake]'") from missing
 
 from transfer.errors import NotFound
-from transfer.integrations._client import ClientLike, Entry, open_client
+from transfer.client import Client, Entry
 
 __all__ = ["StorageObject", "StorageProvider", "StorageProviderSettings"]
 
@@ -92,7 +92,7 @@ class _Batches:
     :meth:`copy` before any of them waits on the network, so they meet here. The batch runs in
     a worker thread; the loop stays free."""
 
-    def __init__(self, client: ClientLike, log: Any) -> None:
+    def __init__(self, client: Client, log: Any) -> None:
         self._client = client
         self._log = log
         self._pending: List[Tuple[Pairs, "asyncio.Future[None]"]] = []
@@ -140,9 +140,9 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
 
     def __post_init__(self) -> None:
         settings = self.settings or StorageProviderSettings()
-        self.client = open_client(endpoint=settings.endpoint_url, region=settings.region,
-                                  access_key=settings.access_key, secret_key=settings.secret_key,
-                                  session_token=settings.session_token, threads=int(settings.threads or 8))
+        self.client = Client(endpoint=settings.endpoint_url, region=settings.region, access_key=settings.access_key,
+                             secret_key=settings.secret_key, session_token=settings.session_token,
+                             threads=int(settings.threads or 8))
         self.batches = _Batches(self.client, self.logger)
         self.listed: Dict[str, Entry] = {}  # url -> file entry, from inventories (dropped on store/remove)
         self.listed_dirs: Set[str] = set()  # directory URLs (ending in "/") listed whole
