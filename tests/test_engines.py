@@ -69,8 +69,37 @@ def _boto(minio: MinioServer):  # type: ignore[no-untyped-def]
                         aws_secret_access_key=minio.secret_key, region_name="us-east-1")
 
 
+def _blocks(lang: str) -> List[str]:
+    """The ```LANG blocks of docs/engines.md, in order."""
+    found, current = [], None
+    for line in (REPO / "docs" / "engines.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if current is None and line[3:].strip() == lang:
+                current = []
+            elif current is not None:
+                found.append("\n".join(current) + "\n")
+                current = None
+            continue
+        if current is not None:
+            current.append(line)
+    return found
+
+
+def _as_tested(text: str, minio: MinioServer, bucket: str) -> str:
+    return text.replace("http://127.0.0.1:9000", minio.endpoint).replace("mybucket", bucket)
+
+
 def _content(i: int) -> bytes:
     return f"file {i}: {'abc' * (i % 7)}\n".encode() + bytes(range(i % 5))
+
+
+def test_without_the_extra_the_import_names_it(wheel: Path, tmp_path: Path) -> None:
+    bin_dir, env = _venv(tmp_path, "--no-index", str(wheel))
+    for module, extra in (("transfer.integrations.parsl_staging", "parsl"),
+                          ("snakemake_storage_plugin_pegasus_cloudio", "snakemake")):
+        done = run([str(bin_dir / "python"), "-c", f"import {module}"], env, tmp_path)
+        assert done.returncode == 1
+        assert done.stderr.rstrip().splitlines()[-1].endswith(f"pip install 'pegasus-cloudio[{extra}]'"), done.stderr
 
 
 # --------------------------------------------------------------------------- Snakemake
@@ -125,7 +154,7 @@ def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: V
     assert summary == b"".join(parts) + b"".join(_content(1000 + i) for i in range(FILES))
     # The gather job's FILES extra inputs, which only it reads, are retrieved as one engine batch.
     assert f"{FILES} files for {FILES} storage objects in one engine batch" in log, log[-6000:]
-    methods = counted.requests_by_method()
+    methods = counted.requests_by_method
     # Existence and modification times came from ONE listing (a GET): besides it, a GET per
     # input, a PUT per output and a HEAD per output after its upload (Snakemake then asks for
     # its existence and mtime repeatedly), plus the bucket check: no request per check.
@@ -134,7 +163,32 @@ def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: V
     assert methods.get("HEAD") == FILES + 2, methods
 
 
+def test_snakemake_example_of_the_docs_runs_as_written(snakemake_venv: Venv, minio: MinioServer, bucket: str,
+                                                        tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="run1/in/hello.txt", Body=b"hello, world\n")
+    [snakefile] = _blocks("snakemake")
+    (tmp_path / "Snakefile").write_text(snakefile)
+    [command] = [c for c in _blocks("sh") if c.startswith("snakemake ")]
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run(["bash", "-c", _as_tested(command, minio, bucket)], env, tmp_path, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert _boto(minio).get_object(Bucket=bucket, Key="run1/out/hello.txt")["Body"].read() == b"HELLO, WORLD\n"
+
+
 # --------------------------------------------------------------------------- Parsl
+
+
+def test_parsl_example_of_the_docs_runs_as_written(parsl_venv: Venv, minio: MinioServer, bucket: str,
+                                                   tmp_path: Path) -> None:
+    bin_dir, env = parsl_venv
+    _boto(minio).put_object(Bucket=bucket, Key="in/hello.txt", Body=b"hello, world\n")
+    [example] = _blocks("python")
+    (tmp_path / "example.py").write_text(_as_tested(example, minio, bucket))
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), "example.py"], env, tmp_path, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert _boto(minio).get_object(Bucket=bucket, Key="out/hello.txt")["Body"].read() == b"HELLO, WORLD\n"
 
 
 def _parsl(venv: Venv, kind: str, endpoint: str, bucket: str, tasks: int, bundles: bool, minio: MinioServer,
@@ -167,11 +221,11 @@ def test_parsl_thread_pool_run_stages_s3_files_in_and_out(parsl_venv: Venv, mini
     for key, body in outputs.items():
         assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == body, key
     assert client.get_object(Bucket=bucket, Key="summary.txt")["Body"].read() == summary
-    methods = counted.requests_by_method()
+    methods = counted.requests_by_method
     assert methods.get("PUT") == tasks * FILES + 1, methods
     assert methods.get("GET") == 2 * tasks * FILES, methods
     # one warm pool per task and direction, not a connection per file (4 threads each)
-    assert counted.connections() <= 4 * (2 * tasks + 2), counted.snapshot()
+    assert counted.connections <= 4 * (2 * tasks + 2), counted.snapshot()
 
 
 def _bundled_inputs(minio: MinioServer, bucket: str, tasks: int, tmp_path: Path) -> None:
@@ -199,7 +253,7 @@ def test_parsl_htex_run_stages_each_tasks_files_in_one_batch(parsl_venv: Venv, m
     counted.reset_counters()
     assert _parsl(parsl_venv, "htex", counted.url(), bucket, tasks, True, minio, tmp_path) == \
         [FILES] * tasks + [FILES * tasks]
-    methods = counted.requests_by_method()
+    methods = counted.requests_by_method
     # Outputs: one bundle PUT per task (FILES files each), one plain PUT for the summary.
     assert methods.get("PUT") == tasks + 1, methods
     # Inputs: per task and for the summary, per directory one LIST and one ranged GET of the
