@@ -163,6 +163,38 @@ def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: V
     assert methods.get("HEAD") == FILES + 2, methods
 
 
+FAILED_RETRIEVAL = """
+import asyncio, logging, os, sys
+from pathlib import Path
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+settings = StorageProviderSettings(endpoint_url=sys.argv[1], access_key=sys.argv[2], secret_key=sys.argv[3])
+provider = StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings)
+obj = provider.object(sys.argv[4])
+async def both():  # one batch: the present object arrives, the absent one fails alone
+    return await asyncio.gather(obj.managed_retrieve(), provider.object(sys.argv[5]).managed_retrieve(),
+                                return_exceptions=True)
+failed, fine = asyncio.run(both())
+assert fine is None, fine
+assert isinstance(failed, WorkflowError), failed
+assert not obj.local_path().exists() and not obj.local_path().parent.exists() or \
+    not any(obj.local_path().parent.iterdir()), "a partial or empty file was left"
+print(failed)
+"""
+
+
+def test_snakemake_failed_retrieval_names_the_object_and_leaves_no_file(snakemake_venv: Venv, minio: MinioServer,
+                                                                         bucket: str, tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="here/present.txt", Body=b"present")
+    absent, present = f"s3://{bucket}/gone/absent.txt", f"s3://{bucket}/here/present.txt"
+    done = run([str(bin_dir / "python"), "-c", FAILED_RETRIEVAL, minio.endpoint, minio.access_key, minio.secret_key,
+                absent, present], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert absent in done.stdout and "no such object in storage" in done.stdout, done.stdout
+    assert (tmp_path / "local" / bucket / "here" / "present.txt").read_bytes() == b"present"
+
+
 def test_snakemake_example_of_the_docs_runs_as_written(snakemake_venv: Venv, minio: MinioServer, bucket: str,
                                                         tmp_path: Path) -> None:
     bin_dir, env = snakemake_venv
@@ -226,6 +258,20 @@ def test_parsl_thread_pool_run_stages_s3_files_in_and_out(parsl_venv: Venv, mini
     assert methods.get("GET") == 2 * tasks * FILES, methods
     # one warm pool per task and direction, not a connection per file (4 threads each)
     assert counted.connections <= 4 * (2 * tasks + 2), counted.snapshot()
+
+
+def test_parsl_task_with_a_missing_input_fails_naming_it_and_runs_no_app(parsl_venv: Venv, minio: MinioServer,
+                                                                          bucket: str, tmp_path: Path) -> None:
+    bin_dir, env = parsl_venv
+    client = _boto(minio)
+    client.put_object(Bucket=bucket, Key="in/t0/f0.txt", Body=b"present")
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), str(ENGINES / "parsl_run.py"), "threads", minio.endpoint, bucket, "1", "2",
+                "0", str(tmp_path)], env, tmp_path, timeout=600)
+    assert done.returncode != 0
+    assert f"s3://{bucket}/in/t0/f1.txt" in done.stderr, done.stderr[-3000:]
+    assert "NotFound" in done.stderr, done.stderr[-3000:]
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="out/")  # the app never ran
 
 
 def _bundled_inputs(minio: MinioServer, bucket: str, tasks: int, tmp_path: Path) -> None:

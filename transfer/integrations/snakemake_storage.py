@@ -108,16 +108,22 @@ class _Batches:
         await done
 
     async def _drain(self) -> None:
-        seen = -1
-        while seen != len(self._pending):  # let every task started together arrive
-            seen = len(self._pending)
-            await asyncio.sleep(0)
-        batch, self._pending, self._draining = self._pending, [], False
+        try:
+            seen = -1
+            while seen != len(self._pending):  # let every task started together arrive
+                seen = len(self._pending)
+                await asyncio.sleep(0)
+        finally:  # also when the loop is torn down meanwhile: the next copy starts afresh
+            batch, self._pending, self._draining = self._pending, [], False
         pairs = [pair for wanted, _ in batch for pair in wanted]
         try:
             results = await asyncio.get_running_loop().run_in_executor(
                 None, lambda: self._client.copy(pairs, check=False))
-        except BaseException as err:  # the batch itself failed: every waiter hears it
+        except asyncio.CancelledError:
+            for _, done in batch:
+                done.cancel()
+            raise
+        except Exception as err:  # the batch itself failed: every waiter hears it
             for _, done in batch:
                 if not done.done():
                     done.set_exception(err)
