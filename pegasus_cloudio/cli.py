@@ -44,6 +44,8 @@ BENCHES: Dict[str, Tuple[str, str]] = {
     "large": ("pegasus_cloudio.bench.large", "one large object down and up against the run's limit"),
     "disk": ("pegasus_cloudio.bench.disk", "a timed disk benchmark: fixed block and transfer size, sampled"),
     "threads": ("pegasus_cloudio.bench.threads", "small-file stage-in rate against 1 to 32 threads"),
+    "pool": ("pegasus_cloudio.bench.pool",
+             "a workflow planned by pegasus-plan and run by DAGMan on a real HTCondor pool, stock vs ours"),
     "report": ("pegasus_cloudio.bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
