@@ -15,6 +15,7 @@ message."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import uuid
@@ -67,7 +68,7 @@ def wheels(wheel: Path, pegasus_home: Path) -> Path:
 def pool(pegasus_home: Path, wheel: Path, wheels: Path) -> Iterator[CondorPool]:
     import pip
 
-    binds = [pegasus_home, wheel.parent, wheels, Path(pip.__file__).resolve().parent]
+    binds = [pegasus_home, wheels, Path(pip.__file__).resolve().parent]
     with CondorPool(binds=binds, packages=POOL_PACKAGES) as started:
         yield started
 
@@ -140,7 +141,7 @@ def _run_and_check(pegasus: PegasusOnPool, set_dir: Path, install_bin: Path, mod
     breakdown = (run.submit_dir / "statistics" / "breakdown.txt").read_text()
     assert "pegasus::transfer" in breakdown
     analyzer = pegasus.tool("analyzer", str(run.submit_dir))
-    assert analyzer.returncode == 0 and "Failed jobs" in analyzer.stdout and ": 0" in analyzer.stdout
+    assert analyzer.returncode == 0 and re.search(r"# jobs failed *: +0 ", analyzer.stdout), analyzer.stdout
     print(f"\n{mode}: {time.monotonic() - started:.1f} s in all; plan {run.plan_s:.1f} s, DAGMan {run.makespan_s:.1f} s, "
           f"{len(records)} kickstart records, {len(transfers)} transfer jobs ours")
 
@@ -195,6 +196,4 @@ def test_failed_stage_in_shows_our_message_in_pegasus_analyzer(pool, pegasus, in
     [failed] = [r for r in invocations(run.submit_dir) if r.exitcode != 0]
     assert failed.job.startswith("stage_in_") and os.path.realpath(failed.executable) == os.path.realpath(
         installs["bundle"] / "pegasus-cloudio-transfer")
-    assert "pegasus-cloudio-transfer" in analyzer and missing in analyzer and "not found" in analyzer.lower(), \
-        analyzer[-4000:]
-
+    assert f"ERROR:  read {missing}: no such file or directory" in analyzer, analyzer[-4000:]

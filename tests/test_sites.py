@@ -230,7 +230,8 @@ def test_tarball_pegasus_gets_an_overlay_home_whose_pegasus_transfer_is_the_shim
 
 def test_pegasus_bin_without_a_planner_is_one_line_naming_the_flag(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert generate("submit-host-scp", tmp_path / "set", "--pegasus-bin", str(tmp_path / "empty"))[0] == 2
+    argv = argv_for("submit-host-scp", str(tmp_path / "set")) + ["--pegasus-bin", str(tmp_path / "empty")]
+    assert cli.main(cli._parser().parse_args(argv)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--pegasus-bin {tmp_path / 'empty'} holds no pegasus-plan" in err
     assert not (tmp_path / "set").exists()

@@ -43,6 +43,7 @@ from pegasus_cloudio.testbed.pegasus_pool import (
     Invocation,
     PegasusOnPool,
     invocations,
+    run_in,
     stock_calls,
     worker_venv,
 )
@@ -96,7 +97,7 @@ def run(params: Params, progress: Progress) -> Dict[str, Any]:
     home = ensure_pegasus()
     with tempfile.TemporaryDirectory(prefix="bench-pool-wheel-") as scratch:
         wheel = Path(build_wheel(scratch))
-        with MinioServer() as minio, CondorPool(binds=[home, wheel.parent, _pip_dir()],
+        with MinioServer() as minio, CondorPool(binds=[home, _pip_dir()],
                                                 packages=POOL_PACKAGES) as pool:
             pegasus = PegasusOnPool(pool, home)
             venv_bin = worker_venv(pool, pool.user_dir("venv") / "v", wheel)
@@ -116,7 +117,7 @@ def _pip_dir() -> Path:
 def _one(pegasus: PegasusOnPool, minio: MinioServer, venv_bin: Path, config: str, params: Params,
          progress: Progress) -> Dict[str, Any]:
     pool = pegasus.pool
-    progress.start(f"pool: {config}")
+    progress.phase(f"pool: {config}")
     bucket = f"pool-{len(os.listdir(pool.shared))}-{int(time.time())}"
     _make_bucket(minio, bucket)
     run_dir = pool.user_dir(re.sub(r"[^a-z]+", "-", config))
@@ -192,8 +193,8 @@ def _condor_cpu(pool: CondorPool, submit_dir: Path) -> Dict[str, float]:
     found = re.search(r"condor_scheduniv_exec\.(\d+)\.", dagman_out)
     if not found:
         return {}
-    done = pool.run(["condor_history", "-constraint", f"DAGManJobId == {found.group(1)}", "-af", "DAGNodeName",
-                     "RemoteUserCpu", "RemoteSysCpu"], check=False)
+    done = run_in(pool, ["condor_history", "-constraint", f"DAGManJobId == {found.group(1)}", "-af",
+                         "DAGNodeName", "RemoteUserCpu", "RemoteSysCpu"], pool.shared, check=False)
     cpu: Dict[str, float] = {}
     for line in done.stdout.splitlines():
         parts = line.split()
@@ -243,7 +244,7 @@ class _Stager:
         os.chown(self.dir, self.pool.submitter_uid, self.pool.submitter_gid)
         line = (f"setsid {self.venv_bin}/pegasus-cloudio stager --socket {self.socket} "
                 f"> {self.dir}/stager.log 2>&1 < /dev/null & echo $!")
-        self.pid = int(self.pool.run(["sh", "-c", line]).stdout.split()[-1])
+        self.pid = int(run_in(self.pool, ["sh", "-c", line], self.dir).stdout.split()[-1])
         deadline = time.monotonic() + 30
         while not self.socket.exists():
             if time.monotonic() > deadline:

@@ -28,14 +28,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .condor_pool import CondorPool, PoolError
 from .condor_root import PACKAGES
 from .ports import free_port
 
-__all__ = ["POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations", "stock_calls",
-           "worker_venv"]
+__all__ = ["POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations", "run_in",
+           "stock_calls", "wheelhouse", "worker_venv"]
 
 # The pool's root for planned runs: the plugin tests' packages plus an sshd (submit-host mode).
 POOL_PACKAGES = tuple(dict.fromkeys([*PACKAGES, "openssh-server"]))
@@ -91,7 +91,7 @@ class PegasusOnPool:
         argv = [str(set_dir / planner) if "/" in planner else planner, *plan_argv[1:]]
         argv[-1:-1] = ["--relative-dir", "run"]
         started = time.monotonic()
-        done = self.pool.run(argv, cwd=set_dir, env=self.env(bin_dir), check=False, timeout=timeout)
+        done = run_in(self.pool, argv, set_dir, env=self.env(bin_dir), check=False, timeout=timeout)
         plan_s = time.monotonic() - started
         submit_dir = set_dir / _flag(argv, "--dir") / "run"
         if done.returncode != 0:
@@ -109,14 +109,21 @@ class PegasusOnPool:
             if status is not None and (submit_dir / "monitord.done").exists():
                 return status
             time.sleep(_POLL_S)
-        queue = self.pool.run(["condor_q", "-nobatch"], check=False).stdout[-2000:]
+        queue = run_in(self.pool, ["condor_q", "-nobatch"], self.pool.shared, check=False).stdout[-2000:]
         raise PoolError(f"workflow in {submit_dir} not done in {timeout:.0f} s (DAGMan status {status}); "
                         f"queue:\n{queue}")
 
     def tool(self, name: str, *args: str, timeout: float = 300.0) -> "subprocess.CompletedProcess[str]":
         """Run ``pegasus-<name> ARGS`` of the install inside the root (not checked)."""
-        return self.pool.run([str(self.home / "bin" / f"pegasus-{name}"), *args], env=self.env(),
-                             check=False, timeout=timeout)
+        return run_in(self.pool, [str(self.home / "bin" / f"pegasus-{name}"), *args], self.pool.shared,
+                      env=self.env(), check=False, timeout=timeout)
+
+
+def run_in(pool: CondorPool, argv: Sequence[str], cwd: Path, **kwargs: Any) -> "subprocess.CompletedProcess[str]":
+    """``pool.run`` of ``argv`` in ``cwd`` (a path inside the root), changing directory inside
+    the root: ``nsenter --wd`` resolves its directory before entering the root, which leaves
+    the process in a directory its ``getcwd`` cannot name (Java, pip and Python fail)."""
+    return pool.run(["sh", "-c", 'cd "$0" && exec "$@"', str(cwd), *argv], cwd="/", **kwargs)
 
 
 def _flag(argv: Sequence[str], name: str) -> str:
@@ -279,15 +286,16 @@ def _digest(text: str) -> str:
 
 
 def worker_venv(pool: CondorPool, venv: Path, wheel: Path, extras: str = "", wheels: Optional[Path] = None) -> Path:
-    """A venv made by the root's ``python3`` at ``venv`` (bound into the pool), with ``wheel``
+    """A venv made by the root's ``python3`` at ``venv`` (under ``pool.shared``), with ``wheel``
     installed, and its ``extras`` from ``wheels`` (no index; without ``wheels``, no
     dependencies: the core needs none); returns its ``bin``. pip runs from the pip package of
     this interpreter (pure Python), which must be bound into the root."""
     import pip
 
     pip_dir = Path(pip.__file__).resolve().parent
-    pool.run(["python3", "-m", "venv", "--without-pip", str(venv)])
+    wheel = Path(shutil.copy(wheel, venv.parent))  # readable by the submitter (pytest's tmp is not)
+    run_in(pool, ["python3", "-m", "venv", "--without-pip", str(venv)], pool.shared)
     source = ["--find-links", str(wheels), f"{wheel}[{extras}]"] if wheels else ["--no-deps", str(wheel)]
-    pool.run([str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index",
-              "--disable-pip-version-check", "--no-cache-dir", *source], timeout=600)
+    run_in(pool, [str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index",
+                  "--disable-pip-version-check", "--no-cache-dir", *source], pool.shared, timeout=600)
     return venv / "bin"

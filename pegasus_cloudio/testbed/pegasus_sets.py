@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import List, Sequence
 
-from .pegasus_pool import PoolError
+from .condor_pool import PoolError
 
 __all__ = ["EXAMPLE", "add_montage_like", "chown_tree", "expected_concat", "plan_argv", "write_set"]
 
