@@ -38,6 +38,7 @@ from pegasus_cloudio.testbed.condor_pool import CondorPool
 from pegasus_cloudio.testbed.minio import MinioServer
 from pegasus_cloudio.testbed.pegasus import ensure_pegasus
 from pegasus_cloudio.testbed.pegasus_pool import (
+    DAGMAN_CONFIG,
     POOL_PACKAGES,
     DagRun,
     Invocation,
@@ -98,7 +99,7 @@ def run(params: Params, progress: Progress) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-pool-wheel-") as scratch:
         wheel = Path(build_wheel(scratch))
         with MinioServer() as minio, CondorPool(binds=[home, _pip_dir()],
-                                                packages=POOL_PACKAGES) as pool:
+                                                packages=POOL_PACKAGES, config=DAGMAN_CONFIG) as pool:
             pegasus = PegasusOnPool(pool, home)
             venv_bin = worker_venv(pool, pool.user_dir("venv") / "v", wheel)
             runs = [_one(pegasus, minio, venv_bin, name, params, progress) for name in params.configs.split(",")]
@@ -138,7 +139,7 @@ def _one(pegasus: PegasusOnPool, minio: MinioServer, venv_bin: Path, config: str
         flags += ["--no-bundle", "--cache-dir", str(run_dir / "no-cache")]
     write_set(set_dir, flags)
     if config == "ours per file":
-        _replace_in(set_dir / "sites.yml", str(run_dir / "no-cache"), "off")
+        _replace_in(set_dir / "sites.yml", str(run_dir / "no-cache"), "'off'")  # a string, not YAML false
     if config == "stock":
         _replace_in(set_dir / "transformations.yml", str(venv_bin / "pegasus-cloudio-transfer"),
                     str(pegasus.home / "bin" / "pegasus-transfer"))

@@ -34,11 +34,13 @@ from .condor_pool import CondorPool, PoolError
 from .condor_root import PACKAGES
 from .ports import free_port
 
-__all__ = ["POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations", "run_in",
+__all__ = ["DAGMAN_CONFIG", "POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations", "run_in",
            "stock_calls", "wheelhouse", "worker_venv"]
 
 # The pool's root for planned runs: the plugin tests' packages plus an sshd (submit-host mode).
 POOL_PACKAGES = tuple(dict.fromkeys([*PACKAGES, "openssh-server"]))
+# DAGMan reads its nodes' logs every 5 s by default: with short jobs that is most of a level.
+DAGMAN_CONFIG = "DAGMAN_USER_LOG_SCAN_INTERVAL = 1"
 _EXIT = re.compile(r"EXITING WITH STATUS (\d+)")
 _POLL_S = 1.0
 _ROOT_PYTHON = "3.13"  # Debian 13's python3
