@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -44,7 +44,6 @@ from pegasus_cloudio.testbed.pegasus_pool import (
     Invocation,
     PegasusOnPool,
     invocations,
-    run_in,
     stock_calls,
     worker_venv,
 )
@@ -194,8 +193,8 @@ def _condor_cpu(pool: CondorPool, submit_dir: Path) -> Dict[str, float]:
     found = re.search(r"condor_scheduniv_exec\.(\d+)\.", dagman_out)
     if not found:
         return {}
-    done = run_in(pool, ["condor_history", "-constraint", f"DAGManJobId == {found.group(1)}", "-af",
-                         "DAGNodeName", "RemoteUserCpu", "RemoteSysCpu"], pool.shared, check=False)
+    done = pool.run(["condor_history", "-constraint", f"DAGManJobId == {found.group(1)}", "-af", "DAGNodeName",
+                     "RemoteUserCpu", "RemoteSysCpu"], check=False)
     cpu: Dict[str, float] = {}
     for line in done.stdout.splitlines():
         parts = line.split()
@@ -237,31 +236,31 @@ class _Stager:
     def __init__(self, pool: CondorPool, venv_bin: Path, directory: Path) -> None:
         self.pool, self.venv_bin, self.dir = pool, venv_bin, directory
         self.socket = directory / "stager.sock"
-        self.pid = 0
+        self.process: Optional["subprocess.Popen[bytes]"] = None
         self._start_cpu = 0.0
 
     def start(self) -> None:
-        os.chmod(self.dir, 0o700) if self.dir.exists() else self.dir.mkdir(mode=0o700)
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(self.dir, 0o700)
         os.chown(self.dir, self.pool.submitter_uid, self.pool.submitter_gid)
-        line = (f"setsid {self.venv_bin}/pegasus-cloudio stager --socket {self.socket} "
-                f"> {self.dir}/stager.log 2>&1 < /dev/null & echo $!")
-        self.pid = int(run_in(self.pool, ["sh", "-c", line], self.dir).stdout.split()[-1])
+        with open(self.dir / "stager.log", "wb") as log:
+            self.process = self.pool.popen([str(self.venv_bin / "pegasus-cloudio"), "stager", "--socket",
+                                            str(self.socket)], cwd=self.dir, stdout=log, stderr=log)
         deadline = time.monotonic() + 30
         while not self.socket.exists():
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or self.process.poll() is not None:
                 raise RuntimeError(f"stager did not create {self.socket}: {(self.dir / 'stager.log').read_text()}")
             time.sleep(0.1)
-        self._start_cpu = _proc_cpu(self.pid)
+        self._start_cpu = _proc_cpu(self.process.pid)
 
     def cpu_s(self) -> float:
-        return _proc_cpu(self.pid) - self._start_cpu
+        assert self.process is not None
+        return _proc_cpu(self.process.pid) - self._start_cpu
 
     def stop(self) -> None:
-        if self.pid:
-            try:
-                os.kill(self.pid, 15)
-            except ProcessLookupError:
-                pass
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
 
 
 def _proc_cpu(pid: int) -> float:

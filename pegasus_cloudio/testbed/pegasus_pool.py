@@ -28,13 +28,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from .condor_pool import CondorPool, PoolError
 from .condor_root import PACKAGES
 from .ports import free_port
 
-__all__ = ["DAGMAN_CONFIG", "POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations", "run_in",
+__all__ = ["DAGMAN_CONFIG", "POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations",
            "stock_calls", "wheelhouse", "worker_venv"]
 
 # The pool's root for planned runs: the plugin tests' packages plus an sshd (submit-host mode).
@@ -93,7 +93,7 @@ class PegasusOnPool:
         argv = [str(set_dir / planner) if "/" in planner else planner, *plan_argv[1:]]
         argv[-1:-1] = ["--relative-dir", "run"]
         started = time.monotonic()
-        done = run_in(self.pool, argv, set_dir, env=self.env(bin_dir), check=False, timeout=timeout)
+        done = self.pool.run(argv, cwd=set_dir, env=self.env(bin_dir), check=False, timeout=timeout)
         plan_s = time.monotonic() - started
         submit_dir = set_dir / _flag(argv, "--dir") / "run"
         if done.returncode != 0:
@@ -111,21 +111,14 @@ class PegasusOnPool:
             if status is not None and (submit_dir / "monitord.done").exists():
                 return status
             time.sleep(_POLL_S)
-        queue = run_in(self.pool, ["condor_q", "-nobatch"], self.pool.shared, check=False).stdout[-2000:]
+        queue = self.pool.run(["condor_q", "-nobatch"], check=False).stdout[-2000:]
         raise PoolError(f"workflow in {submit_dir} not done in {timeout:.0f} s (DAGMan status {status}); "
                         f"queue:\n{queue}")
 
     def tool(self, name: str, *args: str, timeout: float = 300.0) -> "subprocess.CompletedProcess[str]":
         """Run ``pegasus-<name> ARGS`` of the install inside the root (not checked)."""
-        return run_in(self.pool, [str(self.home / "bin" / f"pegasus-{name}"), *args], self.pool.shared,
-                      env=self.env(), check=False, timeout=timeout)
-
-
-def run_in(pool: CondorPool, argv: Sequence[str], cwd: Path, **kwargs: Any) -> "subprocess.CompletedProcess[str]":
-    """``pool.run`` of ``argv`` in ``cwd`` (a path inside the root), changing directory inside
-    the root: ``nsenter --wd`` resolves its directory before entering the root, which leaves
-    the process in a directory its ``getcwd`` cannot name (Java, pip and Python fail)."""
-    return pool.run(["sh", "-c", 'cd "$0" && exec "$@"', str(cwd), *argv], cwd="/", **kwargs)
+        return self.pool.run([str(self.home / "bin" / f"pegasus-{name}"), *args], env=self.env(), check=False,
+                             timeout=timeout)
 
 
 def _flag(argv: Sequence[str], name: str) -> str:
@@ -296,8 +289,8 @@ def worker_venv(pool: CondorPool, venv: Path, wheel: Path, extras: str = "", whe
 
     pip_dir = Path(pip.__file__).resolve().parent
     wheel = Path(shutil.copy(wheel, venv.parent))  # readable by the submitter (pytest's tmp is not)
-    run_in(pool, ["python3", "-m", "venv", "--without-pip", str(venv)], pool.shared)
+    pool.run(["python3", "-m", "venv", "--without-pip", str(venv)])
     source = ["--find-links", str(wheels), f"{wheel}[{extras}]"] if wheels else ["--no-deps", str(wheel)]
-    run_in(pool, [str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index",
-                  "--disable-pip-version-check", "--no-cache-dir", *source], pool.shared, timeout=600)
+    pool.run([str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index",
+                  "--disable-pip-version-check", "--no-cache-dir", *source], timeout=600)
     return venv / "bin"
