@@ -63,8 +63,8 @@ TRANSFERS = ("pegasus::transfer", "pegasus::dirmanager", "pegasus::cleanup")
 
 @dataclass(frozen=True)
 class Params:
-    producers: int = 8
-    files: int = 50
+    producers: int = 6
+    files: int = 40
     cluster_size: int = 2
     threads: int = 8
     configs: str = ",".join(CONFIGS)
@@ -72,7 +72,7 @@ class Params:
 
 HELPS = {"producers": "producer jobs", "files": "small files (~210 bytes) per producer",
          "cluster_size": "producers per clustered job", "threads": "PEGASUS_CLOUDIO_THREADS",
-         "configs": "comma-separated configurations to run, stock first"}
+         "configs": "comma-separated configurations to run, in this order"}
 _COUNTS = ("producers", "files", "cluster_size", "threads")
 
 
@@ -82,9 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def usage_problems(args: argparse.Namespace) -> List[str]:
     bad = [f"--{n.replace('_', '-')} must be at least 1" for n in _COUNTS if getattr(args, n) < 1]
-    configs = args.configs.split(",")
-    if configs[:1] != ["stock"] or not set(configs) <= set(CONFIGS):
-        bad.append(f"--configs must start with stock and name only {', '.join(CONFIGS)} (got {args.configs!r})")
+    if not set(args.configs.split(",")) <= set(CONFIGS):
+        bad.append(f"--configs must name only {', '.join(CONFIGS)} (got {args.configs!r})")
     return bad
 
 
@@ -102,10 +101,10 @@ def run(params: Params, progress: Progress) -> Dict[str, Any]:
             pegasus = PegasusOnPool(pool, home)
             venv_bin = worker_venv(pool, pool.user_dir("venv") / "v", wheel)
             runs = [_one(pegasus, minio, venv_bin, name, params, progress) for name in params.configs.split(",")]
-    stock = runs[0]
+    stock = [r for r in runs if r["config"] == "stock"]
     return {"scenario": "pool", "params": asdict(params), "load": os.getloadavg(), "runs": runs,
-            "ratios": {f"{r['config']}: stock makespan / ours": ratio(stock["makespan_s"], r["makespan_s"])
-                       for r in runs[1:]}}
+            "ratios": {f"{r['config']}: stock makespan / ours": ratio(stock[0]["makespan_s"], r["makespan_s"])
+                       for r in runs if stock and r is not stock[0]}}
 
 
 def _pip_dir() -> Path:
