@@ -41,6 +41,7 @@ from pegasus_cloudio.testbed.pegasus_pool import (
     SshdInRoot,
     invocations,
     stock_calls,
+    WORKER_EXTRAS,
     wheelhouse,
     worker_venv,
 )
@@ -68,8 +69,8 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheels(wheel: Path, pegasus_home: Path) -> Path:
-    return wheelhouse(wheel, "gcs,sftp", pegasus_home.parent)
+def wheels() -> Path:
+    return wheelhouse()  # fetched by `make pool`
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def installs(pool: CondorPool, wheel: Path, wheels: Path) -> Dict[str, Path]:
     """Worker installs, as `--install-bin` directories: ``bundle`` and ``venv``."""
     bundle = pool.user_dir("bundle")
     assert _run_ours(["worker-bundle", str(bundle / "pegasus-cloudio-transfer")]) == 0
-    venv_bin = worker_venv(pool, pool.user_dir("venv") / "v", wheel, "gcs,sftp", wheels)
+    venv_bin = worker_venv(pool, pool.user_dir("venv") / "v", wheel, ",".join(WORKER_EXTRAS), wheels)
     chown_tree(bundle, pool.submitter_uid, pool.submitter_gid)
     return {"bundle": bundle, "venv": venv_bin}
 

@@ -18,6 +18,7 @@ installs our wheel with extras under the root's Python, the way a site installs 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -32,6 +33,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from .condor_pool import CondorPool, PoolError
 from .condor_root import PACKAGES
+from .pegasus import cache_dir as pegasus_cache_dir
+from .pegasus import ensure_pegasus
 from .ports import free_port
 
 __all__ = ["DAGMAN_CONFIG", "POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations",
@@ -243,40 +246,49 @@ class SshdInRoot:
 
 # -- our wheel with extras under the root's Python --------------------------------------------
 
-def wheelhouse(wheel: Path, extras: str, cache: Path) -> Path:
-    """Wheels of ``wheel``'s ``extras`` dependencies for the root's CPython (downloaded with pip
-    for that interpreter and platform, once per machine and requirement set)."""
-    spec = f"{wheel.name}[{extras}]"
-    target = cache / f"wheelhouse-cp{_ROOT_PYTHON.replace('.', '')}-{_digest(spec + _deps(extras))}"
+WORKER_EXTRAS = ("gcs", "sftp")  # gs:// and scp:// on the workers (submit-host, GCS modes)
+
+
+def wheelhouse(extras: Sequence[str] = WORKER_EXTRAS, cache: Optional[Path] = None) -> Path:
+    """Wheels of the requirements setup.cfg lists for ``extras``, for the root's CPython
+    (``pip download`` for that interpreter and platform), once per machine and requirement set,
+    under ``cache`` (default: beside the unpacked Pegasus). ``make pool`` fetches them, so tests
+    send nothing off the machine."""
+    requirements = extra_requirements(extras)
+    root = cache or pegasus_cache_dir()
+    target = root / f"wheelhouse-cp{_ROOT_PYTHON.replace('.', '')}-{_digest(chr(10).join(requirements))}"
     if (target / ".complete").exists():
         return target
-    temp = cache / f".{target.name}.{os.getpid()}"
+    root.mkdir(parents=True, exist_ok=True)
+    temp = root / f".{target.name}.{os.getpid()}"
     shutil.rmtree(temp, ignore_errors=True)
     argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version",
             _ROOT_PYTHON, "--implementation", "cp", "-d", str(temp)]
     for platform in _WHEELHOUSE_PLATFORMS:
         argv += ["--platform", platform]
-    done = subprocess.run(argv + [f"{wheel}[{extras}]"], capture_output=True, text=True, timeout=900)
+    done = subprocess.run(argv + requirements, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         shutil.rmtree(temp, ignore_errors=True)
         raise PoolError(f"pip download for Python {_ROOT_PYTHON} failed: {done.stderr.strip()[-1500:]}")
-    for stale in temp.glob("pegasus_cloudio-*.whl"):
-        stale.unlink()  # the checkout's wheel changes; only dependencies are cached
-    (temp / ".complete").write_text(spec + "\n")
+    (temp / ".complete").write_text("\n".join(requirements) + "\n")
     if target.exists():
         shutil.rmtree(target)
     os.replace(temp, target)
     return target
 
 
-def _deps(extras: str) -> str:
-    """The setup.cfg extras text, so a changed pin downloads again."""
-    cfg = Path(__file__).resolve().parent.parent.parent / "setup.cfg"
-    return cfg.read_text() if cfg.exists() else extras
+def extra_requirements(extras: Sequence[str]) -> List[str]:
+    """The requirement lines of ``extras`` in this checkout's setup.cfg."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    if not cfg.read(Path(__file__).resolve().parent.parent.parent / "setup.cfg"):
+        raise PoolError("setup.cfg not found: planned runs need a source checkout")
+    table = cfg["options.extras_require"]
+    return [line.strip() for name in extras for line in table[name].splitlines() if line.strip()]
 
 
 def _digest(text: str) -> str:
-    import hashlib
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -294,3 +306,19 @@ def worker_venv(pool: CondorPool, venv: Path, wheel: Path, extras: str = "", whe
     pool.run([str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index",
                   "--disable-pip-version-check", "--no-cache-dir", *source], timeout=600)
     return venv / "bin"
+
+
+def main() -> int:
+    """``python -m pegasus_cloudio.testbed.pegasus_pool``: unpack Pegasus and fetch the workers'
+    wheelhouse (``make pool``), printing where they are."""
+    try:
+        print(ensure_pegasus())
+        print(wheelhouse())
+    except (RuntimeError, OSError) as err:
+        print(f"planned-run set-up: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
