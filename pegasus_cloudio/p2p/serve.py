@@ -15,9 +15,10 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, List, Optional
+from typing import Any, List, Mapping, Optional
 
 from transfer.errors import TransferError
+from transfer.knobs import layered
 from transfer.p2p.config import node_id
 from transfer.p2p.index import NodeInfo, PeerIndex
 
@@ -106,6 +107,11 @@ def index_for(settings: DaemonSettings) -> Optional[PeerIndex]:
     return PeerIndex(client, settings.namespace)
 
 
+def load_settings(env: Mapping[str, str]) -> DaemonSettings:
+    """The daemon's settings: environment over the config file (:mod:`transfer.knobs`)."""
+    return daemon_settings(layered(env, config_file=True))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="log every request")
 
@@ -114,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="pegasus-cloudio serve: %(message)s")
     try:
-        settings = daemon_settings(os.environ)
+        settings = load_settings(os.environ)
         daemon = Daemon(settings, index_for(settings)).start()
     except (TransferError, OSError, ImportError) as err:
         print(f"pegasus-cloudio serve: {err}", file=sys.stderr)

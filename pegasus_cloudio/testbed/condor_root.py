@@ -49,6 +49,7 @@ PACKAGES: Sequence[str] = (
     "openssh-client",
     "openssh-server",            # an sshd in the root for submit-host mode (tests/test_pegasus_pool.py)
     "procps",                    # ps/pgrep for the tests' process checks
+    "python3-venv",              # the transfer plugin's venv (system site packages: classad2)
 )
 SUBMITTER = "cloudio"
 SUBMITTER_UID = 2420

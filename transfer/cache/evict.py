@@ -93,6 +93,7 @@ def remove_entry(paths: KeyPaths) -> Optional[int]:
         size = None
     remove_quietly(paths.meta)
     remove_quietly(paths.pin)
+    remove_quietly(paths.stamp)
     for leftover in paths.leftovers():
         remove_quietly(leftover)
     return size

@@ -11,6 +11,7 @@
         <digest>.meta           JSON: key, size, sha256, mtime_ns, version, source, created
         <digest>.lock           per-key flock: exclusive to fill or remove, shared to read
         <digest>.pin            mtime = last hand-out as a symlink
+        <digest>.ok             mtime = the entry's change time (ctime) when last known intact
         <digest>.<pid>.<n>.part data or metadata being written
 
 ``<digest>`` is the SHA-256 of the key. An entry exists exactly when its data file does;
@@ -66,6 +67,11 @@ class KeyPaths:
     @property
     def pin(self) -> str:
         return self.data + ".pin"
+
+    @property
+    def stamp(self) -> str:
+        """Its mtime is the entry's ctime when the entry was last known intact."""
+        return self.data + ".ok"
 
     def new_temp(self) -> str:
         return f"{self.data}.{os.getpid()}.{next(_counter)}.part"
