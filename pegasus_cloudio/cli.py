@@ -46,6 +46,8 @@ BENCHES: Dict[str, Tuple[str, str]] = {
     "threads": ("pegasus_cloudio.bench.threads", "small-file stage-in rate against 1 to 32 threads"),
     "library": ("pegasus_cloudio.bench.library",
                 "the plain library and fsspec against boto3, s3fs and obstore: many small files up and down"),
+    "pool": ("pegasus_cloudio.bench.pool",
+             "a workflow planned by pegasus-plan and run by DAGMan on a real HTCondor pool, stock vs ours"),
     "report": ("pegasus_cloudio.bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
