@@ -11,6 +11,8 @@
         <digest>.meta           JSON: key, size, sha256, mtime_ns, version, source, created
         <digest>.lock           per-key flock: exclusive to fill or remove, shared to read
         <digest>.pin            mtime = last hand-out as a symlink
+        <digest>.peers          capabilities of the peer scopes this node's daemon may serve
+                                the entry to, one hex line each (``docs/security.md``)
         <digest>.<pid>.<n>.part data or metadata being written
 
 ``<digest>`` is the SHA-256 of the key. An entry exists exactly when its data file does;
@@ -66,6 +68,10 @@ class KeyPaths:
     @property
     def pin(self) -> str:
         return self.data + ".pin"
+
+    @property
+    def peers(self) -> str:
+        return self.data + ".peers"
 
     def new_temp(self) -> str:
         return f"{self.data}.{os.getpid()}.{next(_counter)}.part"
@@ -218,6 +224,32 @@ def write_meta(paths: KeyPaths, meta: Meta) -> None:
     except BaseException:
         remove_quietly(temp)
         raise
+
+
+MAX_GRANTS = 64  # scopes one entry is shared with; a daemon reads at most this many lines
+GRANT_LINE = 65
+
+
+def grant_capability(path: str, capability: str) -> bool:
+    """Append ``capability`` to the grants file at ``path`` unless it is there already
+    (True) or the file is full (False). Appends of one short line are atomic, so concurrent
+    grants need no lock; a duplicate line does no harm."""
+    line = (capability + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 FILE_MODE)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        known = os.pread(fd, MAX_GRANTS * GRANT_LINE, 0)
+        if line in known.splitlines(keepends=True):
+            return True
+        if len(known) >= MAX_GRANTS * GRANT_LINE:
+            return False
+        os.write(fd, line)
+        return True
+    finally:
+        os.close(fd)
 
 
 def remove_quietly(path: str) -> bool:
