@@ -13,12 +13,11 @@ as the cache's owner (``serve`` drops to it), so these checks are a second wall.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from typing import FrozenSet, Optional
 
-from transfer.cache.layout import OBJECTS, Meta
+from transfer.cache.layout import OBJECTS, Meta, parse_meta
 
 __all__ = ["MAX_META_BYTES", "open_entry_file", "open_root", "read_grants", "read_meta_fd", "read_small"]
 
@@ -84,15 +83,7 @@ def read_meta_fd(fd: int) -> Optional[Meta]:
     """An entry's metadata from its open ``.meta`` file (closed here); None when too large
     or malformed."""
     data = read_small(fd, MAX_META_BYTES)
-    if data is None:
-        return None
-    try:
-        fields = json.loads(data)
-        return Meta(key=str(fields["key"]), size=int(fields["size"]), sha256=str(fields["sha256"]),
-                    mtime_ns=int(fields["mtime_ns"]), created=float(fields["created"]),
-                    version=fields.get("version"), source=str(fields.get("source", "download")))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
+    return parse_meta(data) if data is not None else None
 
 
 def read_grants(fd: int, limit: int) -> FrozenSet[str]:

@@ -204,11 +204,19 @@ def read_meta(path: str) -> Optional[Meta]:
     """The metadata at ``path``; None when missing or unreadable (the entry is then corrupt)."""
     try:
         with open(path, "rb") as fh:
-            fields = json.loads(fh.read())
+            return parse_meta(fh.read())
+    except OSError:
+        return None
+
+
+def parse_meta(data: bytes) -> Optional[Meta]:
+    """Metadata from the bytes of a ``.meta`` file; None when malformed."""
+    try:
+        fields = json.loads(data)
         return Meta(key=str(fields["key"]), size=int(fields["size"]), sha256=str(fields["sha256"]),
                     mtime_ns=int(fields["mtime_ns"]), created=float(fields["created"]),
                     version=fields.get("version"), source=str(fields.get("source", "download")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
