@@ -35,6 +35,7 @@ the batch, with one warning.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import threading
@@ -55,6 +56,8 @@ class Scope:
     """The peer-sharing scope of one store identity for one bucket: a 32-byte secret that
     only processes holding that identity's store secret key can compute (see
     :func:`derive_scope`). Everything peers exchange about an object is bound to it:
+
+    Each is a keyed BLAKE2b of the scope (a MAC and pseudo-random function):
 
     * :meth:`index_name`: the name of the object's replica-index entry (other scopes cannot
       find it, and two scopes never share an entry);
@@ -81,20 +84,23 @@ class Scope:
     def __hash__(self) -> int:
         return hash(self._secret)
 
-    def _mac(self, *parts: str) -> str:
-        return hmac.digest(self._secret, "\0".join(parts).encode("utf-8", "surrogatepass"), "sha256").hex()
+    def _mac(self, purpose: bytes, *parts: str, size: int = 16) -> str:
+        # keyed BLAKE2b is a MAC and a PRF in one pass (a third of an HMAC-SHA256's CPU here),
+        # with the purpose as its personalisation so no value serves for another purpose
+        data = "\0".join(parts).encode("utf-8", "surrogatepass")
+        return hashlib.blake2b(data, key=self._secret, digest_size=size, person=purpose).hexdigest()
 
     def index_name(self, key: str) -> str:
         """The replica index's name for ``key`` in this scope: 128 bits, hex."""
-        return self._mac("index", key)[:32]
+        return self._mac(b"pcio-index", key)
 
     def entry_mac(self, node: str, key: str, size: int, sha256: str) -> str:
         """The tag of one registration (128 bits, hex)."""
-        return self._mac("entry", node, key, str(size), sha256)[:32]
+        return self._mac(b"pcio-entry", node, key, str(size), sha256)
 
     def capability(self, key: str) -> str:
         """The secret a producer's daemon checks readers' proofs against (256 bits, hex)."""
-        return self._mac("serve", key)
+        return self._mac(b"pcio-serve", key, size=32)
 
 
 def derive_scope(secret: str, *context: str) -> Scope:
@@ -109,7 +115,8 @@ def proof(capability: str, binding: str, digest: str) -> str:
     """What a reader sends a daemon for the entry ``digest``, bound to ``binding`` (the
     daemon's certificate as the reader verified it), so a proof a hostile daemon collects
     cannot be replayed to another one."""
-    return hmac.digest(bytes.fromhex(capability), f"proof\0{binding}\0{digest}".encode(), "sha256").hex()
+    data = f"{binding}\0{digest}".encode()
+    return hashlib.blake2b(data, key=bytes.fromhex(capability), digest_size=32, person=b"pcio-proof").hexdigest()
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ __all__ = ["ConnectionLimits", "Connections", "Slot"]
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    max_connections: int = 128
-    max_per_address: int = 16
+    max_connections: int = 256
+    max_per_address: int = 64  # one node: several jobs, each with its threads' kept-alive connections
     handshake_seconds: float = 5.0
     idle_seconds: float = 30.0
     send_seconds: float = 30.0

@@ -14,6 +14,8 @@ The daemon's own:
 ``P2P_URL``            scheme and host name peers use (default ``https://<bind address>``);
                        each user's port is added.
 ``P2P_MAX_SERVES``     concurrent serves before answering 503. Default 32.
+``P2P_MAX_CONNECTIONS`` open connections per served user, beyond which new ones are closed at
+                       once (a quarter of them from one address at most). Default 256.
 ``P2P_HEARTBEAT_TTL``  seconds a heartbeat keeps this node alive in the index (refreshed
                        every third of it). Default 30.
 """
@@ -30,7 +32,7 @@ from transfer.config import read_config_file
 from transfer.errors import ConfigError, InvalidInput
 from transfer.p2p.config import ENV, read_token
 
-from .server import ServeConfig
+from .server import ConnectionLimits, ServeConfig
 
 __all__ = ["DaemonSettings", "daemon_settings", "served_caches"]
 
@@ -65,13 +67,18 @@ def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     serve = ServeConfig(caches=caches, owners=_owners(caches),
                         token=read_token(raw.get("TOKEN_FILE"), raw.get("TOKEN")),
                         bind=bind, cert_file=cert, key_file=key, plain_http=plain,
-                        max_serves=_positive(raw, "MAX_SERVES", 32))
+                        max_serves=_positive(raw, "MAX_SERVES", 32),
+                        limits=_limits(_positive(raw, "MAX_CONNECTIONS", 256)))
     return DaemonSettings(
         serve=serve, node=raw.get("NODE") or socket.gethostname(), rack=raw.get("RACK", ""),
         url=raw.get("URL", ""), redis_url=raw.get("REDIS"),
         cluster=raw.get("CLUSTER", "").lower() in ("1", "true", "yes", "on"),
         namespace=raw.get("NAMESPACE", "pcio"),
         heartbeat_ttl=float(_positive(raw, "HEARTBEAT_TTL", 30)))
+
+
+def _limits(total: int) -> ConnectionLimits:
+    return ConnectionLimits(max_connections=total, max_per_address=max(1, total // 4))
 
 
 def _owners(caches: Mapping[str, str]) -> Dict[str, int]:

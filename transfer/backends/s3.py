@@ -105,6 +105,7 @@ class S3Backend:
         amazon = config.endpoint is None or pool.host.endswith(".amazonaws.com")
         source = config.source or (_fixed(config.credentials) if config.credentials else None)
         self._credentials = source
+        self._scopes: Dict[Tuple[Credentials, str], Scope] = {}  # a few entries: one per bucket read
         self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
@@ -278,8 +279,12 @@ class S3Backend:
         creds = self._credentials() if self._credentials is not None else None
         if creds is None or not creds.secret_key:
             return None
-        return derive_scope(creds.secret_key, "s3", self._pool.base_url, creds.access_key,
-                            split_url(url).bucket)
+        bucket = split_url(url).bucket
+        known = self._scopes.get((creds, bucket))
+        if known is None:  # one derivation per identity and bucket, not per file
+            known = derive_scope(creds.secret_key, "s3", self._pool.base_url, creds.access_key, bucket)
+            self._scopes[(creds, bucket)] = known
+        return known
 
     # -- RangedReads --------------------------------------------------------------------
 
