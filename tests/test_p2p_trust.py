@@ -311,8 +311,9 @@ def test_bob_asking_alices_daemon_for_her_entry_by_key_gets_404(world):
 
 def test_bobs_bytes_planted_for_alices_input_never_reach_her(world):
     """Bob caches his own bytes under the cache key of Alice's input on n1 and registers
-    them: under his scope's name, under her entry's name with a tag he cannot compute, and
-    under the name today's index used. Alice's job on n2 reads the store's bytes."""
+    them for each of his nodes (outvoting her one replica): under her entry's name with a tag
+    he cannot compute, and under the name today's index used. Alice's job on n2 gets the
+    store's bytes, and so does her cache."""
     good, evil = os.urandom(20_000), os.urandom(20_000)
     world.put("alice", "input.dat", good)
     entry, _ = world.read("alice", "n0", "alice", "input.dat")
@@ -325,12 +326,12 @@ def test_bobs_bytes_planted_for_alices_input_never_reach_her(world):
     subprocess.run(["setpriv", f"--reuid={bob.uid}", f"--regid={bob.gid}", "--clear-groups", world.python, "-c",
                     plant], env=world.python_env(), check=True, timeout=60)
     client = redis.Redis.from_url(world.redis.url)
-    node = f"n1/{bob.name}"
     value = f"{len(evil)} {hashlib.sha256(evil).hexdigest()}"
     plain = digest_of(key)[:32]
-    client.hset(f"{world.namespace}:{{{plain[0]}}}:r:{plain}", node, value)  # today's layout
-    for name in client.scan_iter(f"{world.namespace}:*:r:*"):  # every entry: alice's is among them
-        client.hset(name, node, value + " " + "0" * 32)
+    for node in (f"{n}/{bob.name}" for n in NODES):  # all his live node ids: a majority against hers
+        for name in client.scan_iter(f"{world.namespace}:*:r:*"):  # every entry: alice's is among them
+            client.hset(name, node, value + " " + "0" * 32)
+        client.hset(f"{world.namespace}:{{{plain[0]}}}:r:{plain}", node, value)  # today's layout
     entry, dest = world.read("alice", "n2", "alice", "input.dat")
     rc, err = world.job("alice", "n2", [entry])
     assert rc == 0 and dest.read_bytes() == good, err

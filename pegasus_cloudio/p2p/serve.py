@@ -112,7 +112,10 @@ class Daemon:
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
+            parent = os.getppid()
+            libc = _libc()
             drop_privileges(user)
+            _die_with(parent, libc)  # after the drop: changing credentials clears the setting
             server.run()
             stop.wait()
             server.stop()
@@ -179,6 +182,23 @@ class Daemon:
             if not self._warned:
                 _log.warning("peer index unavailable, heartbeat not sent: %s", err)
                 self._warned = True
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _libc() -> Any:
+    import ctypes
+    import ctypes.util
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _die_with(parent: int, libc: Any) -> None:
+    """Be killed when the main process dies, however it dies (a serving process must not
+    outlive the daemon that announces it)."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the setting took effect
+        os._exit(1)
 
 
 def drop_privileges(user: str) -> None:
