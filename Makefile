@@ -3,6 +3,7 @@
 #                builds only MinIO and s5cmd, needs no root
 #   make test    type checks and the test suite against real servers started on loopback;
 #                also installs the system packages the servers need (scripts/system-deps.sh)
+#                and builds the HTCondor pool's Debian 13 root (make pool)
 # Both create .venv from pinned requirements and build the pinned Go tools into .tools/; long
 # steps print a line every 30 s (scripts/heartbeat.sh).
 
@@ -15,7 +16,7 @@ BENCH_TOOLS := minio s5cmd
 HEARTBEAT := bash scripts/heartbeat.sh
 REQS   := $(sort $(wildcard requirements/*.txt))
 
-.PHONY: bench test tools env system
+.PHONY: bench test tools env system pool
 
 $(STAMP): $(REQS) setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,11 @@ bench: $(STAMP)
 	$(HEARTBEAT) "building $(BENCH_TOOLS)" $(PY) -m pegasus_cloudio.testbed.tools $(BENCH_TOOLS)
 	$(VENV)/bin/pegasus-cloudio bench small-files $(ARGS)
 
-test: tools
+# The Debian 13 root the real HTCondor pool of the tests runs in (root; cached per machine
+# under /var/cache/pegasus-cloudio, so later runs cost one lock).
+pool: $(STAMP) system
+	$(HEARTBEAT) "building the HTCondor pool root" $(PY) -m pegasus_cloudio.testbed.condor_root
+
+test: tools pool
 	$(PY) -m mypy
 	$(PY) -m pytest $(ARGS)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Debian packages the test servers need (sshd for the SFTP tests), installed only when missing.
+# Debian packages the test servers need (sshd for the SFTP tests, mmdebstrap for the HTCondor
+# pool's root), installed only when missing.
 # Run by `make test` (CI runs as root); `make bench` does not need it. apt waits up to
 # APT_LOCK_WAIT_S (default 600) for a lock another process holds instead of failing, and
 # prints a line every 30 s while it works.
@@ -17,6 +18,7 @@ redis-server redis-server
 redis-cli redis-tools
 ip iproute2
 curl curl
+mmdebstrap mmdebstrap
 LIST
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}" >&2

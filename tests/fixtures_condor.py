@@ -101,6 +101,14 @@ class Starter:
         outfile.write_text(" " * PREALLOCATED)
         return infile, outfile
 
+    def write_job_ad(self, lines: Sequence[str]) -> Path:
+        """``.job.ad`` (old format) beside the sandbox's files, named by ``_CONDOR_JOB_AD``
+        as every starter does; a 23.x starter passes no job variables besides."""
+        path = self.sandbox / ".job.ad"
+        path.write_text("".join(line + "\n" for line in ["ClusterId = 42", "ProcId = 0", *lines]))
+        self.env["_CONDOR_JOB_AD"] = str(path)
+        return path
+
     def argv(self, infile: Path, outfile: Path, upload: bool) -> List[str]:
         return [str(self.plugin), "-infile", str(infile), "-outfile", str(outfile)] + (["-upload"] if upload else [])
 
@@ -115,6 +123,15 @@ class Starter:
         proc = subprocess.Popen(self.argv(infile, outfile, upload), env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         return proc, outfile
+
+
+def hold_reason_details(run: "PluginRun", plugin: str) -> str:
+    """The text condor_starter 23.9 builds from a failed batch (one CondorError per failed
+    ad, the last pushed first, joined by ``|``) and sends through its transfer pipe."""
+    parts = [f"FILETRANSFER:1:non-zero exit ({run.returncode}) from {plugin}. |Error: "
+             f"{ad.eval('TransferError')} ( URL file = {ad.eval('TransferUrl')} )|"
+             for ad in run.ads if ad.eval("TransferSuccess") is not True]
+    return "|".join(reversed(parts))
 
 
 def base_env(home: Path) -> Dict[str, str]:

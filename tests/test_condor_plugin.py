@@ -12,13 +12,16 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import boto3
 import classad2
 from botocore.config import Config
 import pytest
-from fixtures_condor import ERROR_DATA_TYPES, PREALLOCATED, RESULT_TYPES, file_ad, parse_results
+from fixtures_condor import ERROR_DATA_TYPES, PREALLOCATED, RESULT_TYPES, file_ad, hold_reason_details, parse_results
 
 from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
 
@@ -160,6 +163,38 @@ def test_flags_in_any_order_and_an_outfile_not_prepared(starter, https_files):
     assert ad.eval("TransferSuccess") is True and (starter.sandbox / "x.bin").read_bytes() == https_files.objects["/x.bin"]
 
 
+@pytest.mark.parametrize("request_text, why", [
+    ('[ Url = "{url}"; LocalFileName = ', "ends inside ad 1 (truncated)"),
+    ('[ Url = "{url}"; LocalFileName = "/x/a" ][ Url = "{url}"; LocalFileName = "/x', "ends inside ad 2"),
+    ("", "holds no ads (empty)"),
+    (" \n ", "holds no ads (empty)"),
+    ('[ Url = "{url}"; LocalFileName = "/x/a" ] ]', "outside any ad"),
+    ('[ Url = "{url}"; LocalFileName = ]', "ad 1 does not parse"),
+    ('[ PluginData = [ a = 1 ] ]', "no file ads"),
+])
+def test_a_request_not_read_whole_is_an_error(starter, https_files, request_text, why):
+    """A truncated, empty or unparsable -infile: exit 3, one line naming the file, one failed ad
+    (so the starter holds the job rather than requeue it), and no request sent."""
+    https_files.objects["/a"] = b"a"
+    infile, outfile = starter.prepare([request_text.format(url=https_files.url("/a"))])
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout
+    [line] = done.stdout.strip().splitlines()
+    assert f"cannot read the transfer request {infile}: " in line and why in line
+    assert "files transferred" not in done.stdout and https_files.auth_seen == []
+    [ad] = parse_results(outfile.read_text())
+    assert ad.eval("TransferSuccess") is False and ad.eval("TransferError") in line
+    assert sandbox_leftovers(starter.sandbox) == []
+
+
+def test_brackets_inside_strings_do_not_cut_the_request():
+    from pegasus_cloudio.condor.ads import read_file_ads
+    text = '[ Url = "https://h/a]b[\\"c"; LocalFileName = "/x/[y]"; Note = \'odd]name\' ][Url="s3://b/k";LocalFileName="/x/k"]'
+    files = read_file_ads(text)
+    assert [(f.url, f.local) for f in files] == [('https://h/a]b["c', "/x/[y]"), ("s3://b/k", "/x/k")]
+
+
 # --------------------------------------------------------------------------- uploads
 
 
@@ -279,6 +314,105 @@ def test_node_configuration_and_job_override(starter, minio, bucket, tmp_path):
     assert "CLOUDIO_PEGASUS_CREDENTIALS in the job environment" in run.ad_for(other).eval("TransferError")
 
 
+def test_job_variables_reach_the_plugin_through_the_job_ad(starter, minio, bucket):
+    """HTCondor 23.x passes no job variables to plugins; the job ad carries the job's environment."""
+    put_objects(minio, bucket, {"k.dat": b"via the job ad"})
+    write_credentials(starter.sandbox / "job creds.conf", minio, minio.secret_key)
+    job_ad = starter.write_job_ad(['Environment = "CLOUDIO_PEGASUS_CREDENTIALS=\'job creds.conf\' '
+                                   'CLOUDIO_PEGASUS_CLOUDIO_THREADS=2 CLOUDIO_AWS_SECRET_ACCESS_KEY=do-not-take-me '
+                                   'OTHER=x"'])
+    assert not any(name.startswith("CLOUDIO_") for name in starter.env)
+    url = f"s3://test@minio/{bucket}/k.dat"
+    run = starter.run([file_ad(url, str(starter.sandbox / "k.dat"))])
+    assert run.returncode == 0, run.output
+    assert (starter.sandbox / "k.dat").read_bytes() == b"via the job ad"
+    assert "ignoring job variable CLOUDIO_AWS_SECRET_ACCESS_KEY" in run.output and "do-not-take-me" not in run.output
+
+    job_ad.write_text('ClusterId = 42\nEnv = "CLOUDIO_PEGASUS_CREDENTIALS=absent.conf;OTHER=y"\n')  # V1 syntax
+    run = starter.run([file_ad(url, str(starter.sandbox / "k2.dat"))])
+    assert run.returncode == 1
+    assert "CLOUDIO_PEGASUS_CREDENTIALS in the job environment" in run.ad_for(url).eval("TransferError")
+
+    job_ad.unlink()
+    run = starter.run([file_ad(url, str(starter.sandbox / "k3.dat"))])
+    assert run.returncode == 3
+    [line] = run.output.strip().splitlines()
+    assert f"cannot read the job ad {job_ad}" in line and not (starter.sandbox / "k3.dat").exists()
+
+
+def test_starter_variables_win_over_the_job_ad_only_where_they_agree(tmp_path):
+    """24.3+ starters pass the same <PLUGIN>_* variables: the two sources are one layer."""
+    from pegasus_cloudio.condor.environment import build_environment
+    from pegasus_cloudio.condor.jobenv import split_v2
+    ad = tmp_path / ".job.ad"
+    ad.write_text('Environment = "CLOUDIO_PEGASUS_CLOUDIO_THREADS=3 CLOUDIO_AWS_REGION=\'it\'\'s\'"\n')
+    env = {"_CONDOR_JOB_AD": str(ad), "CLOUDIO_PEGASUS_CLOUDIO_THREADS": "5",
+           "PEGASUS_CLOUDIO_CONDOR_CONFIG": "", "HOME": str(tmp_path)}
+    penv = build_environment(env, "/libexec/cloudio_plugin", str(tmp_path))
+    assert penv.env["PEGASUS_CLOUDIO_THREADS"] == "5" and penv.env["AWS_REGION"] == "it's"
+    assert split_v2("a=1  'b=two words' c='x''y'", "ad") == ["a=1", "b=two words", "c=x'y"]
+    with pytest.raises(ValueError, match="unclosed quote"):
+        split_v2("a='open", str(ad))
+
+
+# --------------------------------------------------------------------------- many failures
+
+
+def test_two_hundred_failures_give_a_short_hold_reason_naming_the_first_url(starter, minio, bucket, tmp_path):
+    """200 files denied: the starter's joined error text stays far below its 64 KiB pipe read
+    (23.9 restarted the job forever at ~90 KB), begins with the first URL and the count."""
+    (tmp_path / "long-directory-name" / "of-credentials").mkdir(parents=True)
+    creds = write_credentials(tmp_path / "long-directory-name" / "of-credentials" / "wrong.conf", minio, "wrong-secret")
+    urls = [f"s3://test@minio/{bucket}/inputs/file-{n:03d}.dat" for n in range(200)]
+    run = starter.run([file_ad(u, str(starter.sandbox / os.path.basename(u))) for u in urls],
+                      env=dict(starter.env, PEGASUS_CREDENTIALS=str(creds)))
+    assert run.returncode == 1
+    assert 1 <= len(run.ads) <= 10 and all(ad.eval("TransferSuccess") is False for ad in run.ads)
+    assert all(len(repr(ad)) < 3000 for ad in run.ads)  # one pipe message each, well below PIPE_BUF
+    details = hold_reason_details(run, str(starter.plugin))
+    assert len(details) < 16384, len(details)
+    first = details.split("|Error: ", 1)[1]
+    assert first.startswith(f"Download of {urls[0]} failed: access denied")
+    assert "the first of 200 failed files, out of 200" in first
+    assert first.index(f"( URL file = {urls[0]} )") > 0
+    assert run.output.count("failed: access denied") == 200  # every failure in the plugin's output
+    assert "0 of 200 files transferred; exit code 1" in run.output
+
+
+def test_long_errors_are_cut_in_the_ad_not_in_the_output(starter, https_files):
+    long_path = "/missing/" + "d" * 800 + ".dat"
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    run = starter.run([file_ad(https_files.url(long_path), str(starter.sandbox / "x.dat"))])
+    assert run.returncode == 1
+    [ad] = run.ads
+    assert len(ad.eval("TransferError")) <= 500 and ad.eval("TransferError").endswith("...")
+    assert all(len(e.eval("ErrorString")) <= 200 for e in ad.eval("TransferErrorData"))
+    assert https_files.url(long_path) in run.output
+
+
+# --------------------------------------------------------------------------- config files
+
+
+def test_an_unreadable_default_config_file_does_not_stop_a_transfer(starter, https_files, tmp_path):
+    """HOME=/root seen by a job's user: ~/.pegasus/cloudio.conf cannot be opened (here: a directory)."""
+    home = tmp_path / "root-home"
+    (home / ".pegasus" / "cloudio.conf").mkdir(parents=True)
+    https_files.objects["/in.dat"] = b"needs no config"
+    env = dict(starter.env, HOME=str(home), PEGASUS_CLOUDIO_CA_BUNDLE=https_files.ca_file)
+    del env["PEGASUS_CLOUDIO_CONFIG"]
+    run = starter.run([file_ad(https_files.url("/in.dat"), str(starter.sandbox / "in.dat"))], env=env)
+    assert run.returncode == 0, run.output
+    assert (starter.sandbox / "in.dat").read_bytes() == b"needs no config"
+
+    named = home / ".pegasus" / "cloudio.conf"
+    run = starter.run([file_ad(https_files.url("/in.dat"), str(starter.sandbox / "in2.dat"))],
+                      env=dict(env, PEGASUS_CLOUDIO_CONFIG=str(named)))
+    assert run.returncode == 1 and not (starter.sandbox / "in2.dat").exists()
+    error = run.ads[0].eval("TransferError")
+    assert f"cannot read config file {named} (named by PEGASUS_CLOUDIO_CONFIG)" in error
+    assert len(error.splitlines()) == 1 and len(https_files.auth_seen) == 1  # no request for the second run
+
+
 # --------------------------------------------------------------------------- a dying server
 
 
@@ -333,6 +467,34 @@ def test_sigterm_reports_every_file_and_leaves_no_partial_file(starter, behind_p
     results = {ad.eval("TransferUrl"): ad for ad in parse_results(outfile.read_text())}
     assert set(results) == set(urls)
     assert "interrupted by signal 15" in results[urls[3]].eval("TransferError")
+    assert sandbox_leftovers(starter.sandbox) == []
+
+
+def _running(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_plugin_stops_when_the_starter_kills_its_parent(starter, behind_proxy):
+    """condor_rm mid-transfer: the starter SIGKILLs its transfer process, the plugin's parent."""
+    proxy, urls, ads = behind_proxy
+    proxy.set_faults([Fault.stall(60, after_bytes=100, method="GET", path="slow.dat")])
+    infile, outfile = starter.prepare(ads)
+    spawn = "import subprocess, sys; p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); p.wait()"
+    parent = subprocess.Popen([sys.executable, "-c", spawn, *starter.argv(infile, outfile, False)], env=starter.env,
+                              stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    wait_until(lambda: proxy.pending_faults() == 0, "the request for slow.dat")
+    parent.kill()
+    parent.wait()
+    wait_until(lambda: not _running(pid), "the orphaned plugin to stop", 30)
+    results = {ad.eval("TransferUrl"): ad for ad in parse_results(outfile.read_text())}
+    assert set(results) == set(urls)
+    assert "interrupted by signal 15" in results[urls[2]].eval("TransferError")
+    slow = starter.sandbox / "slow.dat"  # a transfer in flight may finish (verified) before the plugin stops
+    assert not slow.exists() or slow.read_bytes() == b"slow.dat" * 1000
     assert sandbox_leftovers(starter.sandbox) == []
 
 

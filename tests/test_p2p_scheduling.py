@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import classad2
+import pytest
 
 from pegasus_cloudio.p2p.summary import ATTRIBUTE, add_cache_rank, rank_expression, short_id, summarise
 from transfer import Engine, Session, Settings, Transfer, parse_url
@@ -101,3 +102,67 @@ def test_sites_p2p_puts_the_pool_settings_on_the_compute_site_and_documents_the_
     assert "PEGASUS_CLOUDIO_P2P_REDIS" not in local.get("profiles", {}).get("env", {})
     readme = (tmp_path / "README.md").read_text()
     assert "add_cache_rank" in readme and "--p2p redis://10.0.0.5:6379/0" in readme
+
+
+def _cli(*args, env):
+    return subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "cache-summary", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cache_summary_written_by_root_is_what_the_cron_publishes(tmp_path):
+    cache = new_cache(tmp_path / "c")
+    put(cache, "s3://b/one", b"1")
+    env = dict(os.environ, PEGASUS_CLOUDIO_P2P_USERS=f"alice={cache.directory}", PEGASUS_CLOUDIO_P2P_NODE="w1",
+               PEGASUS_CLOUDIO_CONFIG=os.devnull)
+    target = tmp_path / "summary.ad"
+    assert _cli("--write", str(target), env=env).returncode == 0
+    assert target.stat().st_mode & 0o777 == 0o644
+    published = _cli("--read", str(target), env=dict(os.environ, PEGASUS_CLOUDIO_CONFIG="/nonexistent"))
+    assert published.returncode == 0 and published.stdout == target.read_text()
+    assert classad2.parseOne(published.stdout)["PegasusCloudioNode"] == "w1"
+
+
+def test_cron_publishes_an_empty_summary_when_roots_file_is_missing_or_stale(tmp_path):
+    target = tmp_path / "summary.ad"
+    env = dict(os.environ, PEGASUS_CLOUDIO_P2P_NODE="w2")
+    missing = _cli("--read", str(target), env=env)
+    assert missing.returncode == 0 and f'{ATTRIBUTE} = ""' in missing.stdout and "missing" in missing.stderr
+    target.write_text(f'{ATTRIBUTE} = "abcdef"\n{ATTRIBUTE}Files = 1\nPegasusCloudioNode = "w2"\n')
+    os.utime(target, (1, 1))
+    stale = _cli("--read", str(target), "--max-age", "60", env=env)
+    assert stale.returncode == 0 and f'{ATTRIBUTE} = ""' in stale.stdout and "older than 60 s" in stale.stderr
+
+
+@pytest.mark.parametrize("fault", ["group-writable", "not-root", "link", "foreign-attribute", "too-big"])
+def test_cron_refuses_a_summary_file_others_could_have_written(tmp_path, fault):
+    real = tmp_path / "real.ad"
+    real.write_text(f'{ATTRIBUTE} = "abcdef"\n{ATTRIBUTE}Files = 1\nPegasusCloudioNode = "w2"\n')
+    target = tmp_path / "summary.ad"
+    if fault == "link":
+        target.symlink_to(real)
+    else:
+        os.replace(real, target)
+    if fault == "group-writable":
+        target.chmod(0o664)
+    elif fault == "not-root":
+        os.chown(target, 65534, 65534)
+    elif fault == "foreign-attribute":
+        target.write_text('Start = True\n')
+    elif fault == "too-big":
+        target.write_text(f'{ATTRIBUTE} = "{"a" * (5 << 20)}"\n')
+    done = _cli("--read", str(target), env=dict(os.environ))
+    assert done.returncode == 1 and done.stdout == ""
+    assert str(target) in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_summary_follows_no_link_a_user_planted_in_the_cache(tmp_path):
+    elsewhere = new_cache(tmp_path / "elsewhere")
+    put(elsewhere, "s3://b/secret", b"s")
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o700)
+    (planted / "objects").symlink_to(tmp_path / "elsewhere" / "objects")
+    linked_root = tmp_path / "linked"
+    linked_root.symlink_to(tmp_path / "elsewhere")
+    unreadable = []
+    assert summarise([str(planted), str(linked_root)], unreadable=unreadable) == []
+    assert unreadable == [str(planted), str(linked_root)]

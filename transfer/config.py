@@ -99,20 +99,24 @@ class Settings:
 
 
 def read_config_file(env: Mapping[str, str]) -> Dict[str, str]:
-    """``NAME = value`` pairs of the config file, or ``{}`` when there is none."""
+    """``NAME = value`` pairs of the config file, or ``{}`` when there is none.
+
+    The default file is used only if it can be read: a missing or unreadable
+    ``~/.pegasus/cloudio.conf`` (a daemon's ``HOME=/root`` seen by a job's user) counts as
+    absent. A file named by ``PEGASUS_CLOUDIO_CONFIG`` must be readable; messages name it.
+    """
     path = env.get(PREFIX + "CONFIG") or os.path.join(
         env.get("HOME", os.path.expanduser("~")), ".pegasus", "cloudio.conf")
     explicit = bool(env.get(PREFIX + "CONFIG"))
     try:
         with open(path, encoding="utf-8") as fh:
             lines = fh.readlines()
-    except FileNotFoundError:
-        if explicit:
-            raise InvalidInput("config file not found", url=path, operation="config") from None
-        return {}
     except OSError as err:
-        raise InvalidInput(f"cannot read config file: {err.strerror}", url=path,
-                           operation="config") from err
+        if not explicit:
+            return {}
+        reason = "not found" if isinstance(err, FileNotFoundError) else err.strerror
+        raise InvalidInput(f"cannot read config file {path} (named by {PREFIX}CONFIG): {reason}",
+                           operation="config") from None
     values: Dict[str, str] = {}
     for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
@@ -120,7 +124,7 @@ def read_config_file(env: Mapping[str, str]) -> Dict[str, str]:
             continue
         name, sep, value = text.partition("=")
         if not sep or not name.strip().startswith(PREFIX):
-            raise InvalidInput(f"line {number}: expected {PREFIX}NAME = value", url=path,
+            raise InvalidInput(f"config file {path} line {number}: expected {PREFIX}NAME = value",
                                operation="config")
         values[name.strip()] = value.strip()
     return values

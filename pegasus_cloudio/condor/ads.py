@@ -1,7 +1,11 @@
 """ClassAds in and out, the way ``condor_starter`` writes and reads them.
 
 * Input (``-infile``): new-format ads back to back, parsed with a full ClassAd parser
-  (``classad2``); attribute names in any case, values may be expressions. An ad with
+  (``classad2``); attribute names in any case, values may be expressions. The whole request
+  must be read: ``classad2`` stops silently at text it cannot parse, so the input is first
+  cut at its top-level brackets and every piece must be exactly one ad; an empty input, a
+  truncated last ad or stray text is a :class:`ValueError` (the plugin then exits non-zero
+  and the job is held, never run without its inputs). An ad with
   neither ``Url`` nor ``LocalFileName`` is a protocol-v4 non-file ad (``PluginData``...) and
   gets no result ad; an ad with only one of them, or non-string values, is a malformed file
   ad that gets a failed result ad.
@@ -55,11 +59,50 @@ def query_ad_text(fields: Dict[str, Any]) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+def split_ads(text: str) -> List[str]:
+    """The top-level ``[ ... ]`` pieces of ``text``; ValueError unless they cover all of it.
+
+    Brackets inside string literals and quoted attribute names (``"..."``, ``'...'``, with
+    backslash escapes) do not count. Only whitespace may lie between and around the pieces.
+    """
+    pieces: List[str] = []
+    depth, start, quote, i = 0, -1, "", 0
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif char == quote:
+                quote = ""
+        elif char in "\"'" and depth:
+            quote = char
+        elif char == "[":
+            start = i if depth == 0 else start
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+            if depth == 0:
+                pieces.append(text[start:i + 1])
+        elif depth == 0 and not char.isspace():
+            raise ValueError(f"unexpected text at character {i + 1}, outside any ad")
+        i += 1
+    if depth or quote:
+        raise ValueError(f"the input ends inside ad {len(pieces) + 1} (truncated)")
+    if not pieces:
+        raise ValueError("the input holds no ads (empty)")
+    return pieces
+
+
 def read_file_ads(text: str) -> List[FileAd]:
-    """Every file ad of a concatenated input, in order; ValueError if it does not parse."""
+    """Every file ad of a concatenated input, in order; ValueError unless all of it parses
+    and at least one file ad is there (the starter never asks for nothing)."""
     module = classad()
     files = []
-    for ad in module.parseAds(text, module.ParserType.New):
+    for number, piece in enumerate(split_ads(text), 1):
+        parsed = list(module.parseAds(piece, module.ParserType.New))
+        if len(parsed) != 1:
+            raise ValueError(f"ad {number} does not parse")
+        ad = parsed[0]
         has_url, has_local = "Url" in ad, "LocalFileName" in ad
         if not has_url and not has_local:
             continue  # a v4 non-file ad (PluginData, <scheme>_PluginData)
@@ -72,6 +115,8 @@ def read_file_ads(text: str) -> List[FileAd]:
             problem = "the input ad has no string LocalFileName"
         files.append(FileAd(url if isinstance(url, str) else "", local if isinstance(local, str) else "",
                             problem))
+    if not files:
+        raise ValueError("the input holds no file ads (no Url/LocalFileName)")
     return files
 
 

@@ -7,11 +7,13 @@ The plugin's effective environment is built from three layers, later ones winnin
    ``#`` comments; relative paths are taken from the file's directory;
 2. the plugin's own environment (the starter's, e.g. ``PEGASUS_CREDENTIALS`` set by the
    administrator);
-3. job environment variables ``<PLUGIN>_<NAME>``, which the starter copies from the job's
-   ``environment`` submit command into the plugin's environment. ``<PLUGIN>`` is derived from
-   the plugin's file name exactly as HTCondor does it (see :func:`plugin_name`): installed as
-   ``cloudio_plugin`` it is ``CLOUDIO``, so ``CLOUDIO_PEGASUS_CREDENTIALS=creds.conf`` sets
-   ``PEGASUS_CREDENTIALS``. Relative paths are taken from the job's sandbox.
+3. job environment variables ``<PLUGIN>_<NAME>`` of the job's ``environment`` submit
+   command, read from the job ad (``$_CONDOR_JOB_AD``, see :mod:`.jobenv`: works on every
+   HTCondor version) and from the plugin's environment (the starter copies them there from
+   24.3 on; the same values). ``<PLUGIN>`` is derived from the plugin's file name exactly as
+   HTCondor does it (see :func:`plugin_name`): installed as ``cloudio_plugin`` it is
+   ``CLOUDIO``, so ``CLOUDIO_PEGASUS_CREDENTIALS=creds.conf`` sets ``PEGASUS_CREDENTIALS``.
+   Relative paths are taken from the job's sandbox.
 
 Only the names in :data:`ALLOWED` (and the ``PEGASUS_CREDENTIALS_<site>``,
 ``GOOGLE_PKCS12_<site>`` and ``PEGASUS_CLOUDIO_*`` families) are taken from layers 1 and 3. Secrets never are: a job's
@@ -24,6 +26,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
+
+from pegasus_cloudio.condor.jobenv import job_environment
 
 NODE_CONFIG_VAR = "PEGASUS_CLOUDIO_CONDOR_CONFIG"
 DEFAULT_NODE_CONFIG = "/etc/pegasus-cloudio/condor-plugin.conf"
@@ -94,7 +98,8 @@ class PluginEnvironment:
 def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) -> PluginEnvironment:
     """Merge node file < process environment < ``<PLUGIN>_*`` job variables (see module doc).
 
-    Raises NodeConfigError when the node file exists but cannot be used.
+    Raises NodeConfigError when the node file exists but cannot be used, JobAdError when
+    the job ad named by ``_CONDOR_JOB_AD`` cannot be read.
     """
     result = PluginEnvironment(env={})
     config_path = process_env.get(NODE_CONFIG_VAR) or DEFAULT_NODE_CONFIG
@@ -105,7 +110,9 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
     for name in process_env:
         result.origins.pop(name, None)
     prefix = plugin_name(argv0) + "_"
-    for raw, value in sorted(process_env.items()):
+    job_vars = {k: v for k, v in job_environment(process_env).items() if k.upper().startswith(prefix)}
+    job_vars.update((k, v) for k, v in process_env.items() if k.upper().startswith(prefix))
+    for raw, value in sorted(job_vars.items()):
         if not raw.upper().startswith(prefix) or len(raw) == len(prefix):
             continue
         target = accepted_name(raw[len(prefix):])

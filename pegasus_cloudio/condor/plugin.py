@@ -17,6 +17,7 @@ not finished get a failed (transient) ad and no partial file is left under a fin
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ from pegasus_cloudio.condor.batch import available_methods, build_items
 from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironment, build_environment, configured_methods
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import PluginSession
+from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
 from pegasus_cloudio.dropin.main import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
@@ -105,23 +107,42 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         return EXIT_PLUGIN
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Have Linux send SIGTERM when the process that started the plugin dies.
+
+    On ``condor_rm`` during a transfer the starter SIGKILLs its transfer process, the
+    plugin's parent; without this the plugin would run on, orphaned. SIGTERM takes the
+    usual path: unfinished files get failed ads, temporary files are removed.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     assert args.infile and args.outfile
+    _die_with_parent()
     sandbox = os.path.dirname(os.path.abspath(args.infile))
     try:
         penv = build_environment(environ, argv0, sandbox)
         with open(args.infile, encoding="utf-8") as fh:
             files = read_file_ads(fh.read())
         writer = ResultWriter(args.outfile)
-    except NodeConfigError as err:
-        say(str(err))
-        return EXIT_PLUGIN
+    except (NodeConfigError, JobAdError) as err:
+        return _unusable(args, str(err))
     except OSError as err:
-        say(f"cannot use {err.filename or 'a plugin file'}: {err.strerror or err}")
-        return EXIT_PLUGIN
+        return _unusable(args, f"cannot use {err.filename or 'a plugin file'}: {err.strerror or err}")
     except ValueError as err:
-        say(f"cannot parse the input ads in {args.infile}: {err}")
-        return EXIT_PLUGIN
+        return _unusable(args, f"cannot read the transfer request {args.infile}: {err}")
     for name in penv.refused:
         say(f"ignoring job variable {name}: not a setting the plugin takes from the job (secrets "
             "belong in a credentials file)")
@@ -130,6 +151,27 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     finally:
         writer.close()
     return code
+
+
+def _unusable(args: Args, message: str) -> int:
+    """The plugin cannot run this request: one line on stderr, one failed ad, EXIT_PLUGIN.
+
+    The ad makes the starter hold the job with ``message`` (a starter that finds no ad at
+    all may requeue the job instead, and it would fail the same way again).
+    """
+    say(message)
+    assert args.outfile
+    fields = {"TransferSuccess": False, "TransferError": message, "TransferUrl": "", "TransferFileName": "",
+              "TransferType": "upload" if args.upload else "download"}
+    try:
+        writer = ResultWriter(args.outfile)
+        try:
+            writer.write(fields)
+        finally:
+            writer.close()
+    except OSError as err:
+        say(f"cannot write the result file {args.outfile}: {err.strerror or err}")
+    return EXIT_PLUGIN
 
 
 def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbox: str,
@@ -149,6 +191,7 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
     ops = [item.op for item in items if item.op is not None]
     if ops:
         _run_engine(ops, settings, penv, reporter)
+    reporter.finish()
     code = exit_code(reporter.errors)
     if reporter.write_failed and code == 0:
         code = EXIT_FAILED

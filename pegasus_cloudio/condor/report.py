@@ -9,6 +9,17 @@ these names with exactly these types):
 ``TransferTotalBytes`` i, ``TransferFileBytes`` i, ``TransferStartTime`` i,
 ``TransferEndTime`` i, ``ConnectionTimeSeconds`` r (files that were attempted),
 ``DeveloperData`` ad, and on failure ``TransferError`` s and ``TransferErrorData`` list.
+
+Failures are bounded, because the starter joins the ``TransferError`` of every failed ad
+into one hold reason and passes it through a pipe it reads in one call: 200 joined texts of
+300 characters (about 90 KB with HTCondor's own prefixes) broke that read on 23.9 and the
+job was restarted instead of held, again and again. So a ``TransferError`` is at most
+:data:`MAX_ERROR_CHARS` characters (``TransferErrorData`` at most :data:`MAX_ERROR_ENTRIES`
+entries of :data:`MAX_ERROR_STRING` characters), success ads are written as files finish,
+and failed ads are written by :meth:`Reporter.finish`: at most :data:`MAX_FAILED_ADS`, in
+reverse request order, the first failed file last. HTCondor lists the error of the last ad
+first, so the hold reason begins with the first failed URL and the count of failures. Every
+failure, in full, is one line of the plugin's output (the StarterLog keeps its last 16 KiB).
 """
 
 from __future__ import annotations
@@ -30,6 +41,19 @@ from transfer.session import Session
 from transfer.urls import Url
 
 
+MAX_FAILED_ADS = 10
+MAX_ERROR_CHARS = 500
+MAX_ERROR_ENTRIES = 4
+MAX_ERROR_STRING = 200
+
+Fields = Dict[str, object]
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with "..."."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class Reporter:
     """Writes result ads for ``items`` and remembers every failure (for the exit code)."""
 
@@ -44,6 +68,8 @@ class Reporter:
         self._say = say
         self.session: Optional[Session] = None
         self.errors: List[TransferError] = []
+        self._failed: List[Tuple[int, Fields]] = []
+        self._index = {id(item): number for number, item in enumerate(self._items)}
         self.write_failed = False
         self.writing = False
         self.pending_signal: Optional[int] = None
@@ -97,17 +123,39 @@ class Reporter:
         server = self._server(item.url)
         entries = [outcome.error_entry(e, server, local, item.credential is not None)
                    for e in outcome.attempt_errors(history, error)]
+        if len(entries) > MAX_ERROR_ENTRIES:
+            entries = entries[:1] + entries[1 - MAX_ERROR_ENTRIES:]
+        for entry in entries:
+            entry["ErrorString"] = shorten(str(entry["ErrorString"]), MAX_ERROR_STRING)
         fields = self._base(item)
-        fields.update(TransferSuccess=False, TransferError=text, TransferErrorData=entries,
+        fields.update(TransferSuccess=False, TransferError=shorten(text, MAX_ERROR_CHARS), TransferErrorData=entries,
                       TransferTotalBytes=0, TransferFileBytes=0, TransferStartTime=start, TransferEndTime=end,
                       DeveloperData={"PluginVersion": PLUGIN_VERSION, "Attempts": attempts})
         if seconds is not None:
             fields["ConnectionTimeSeconds"] = float(seconds)
         self._say(text)
-        self._write(item, fields)
-
-    def _write(self, item: Item, fields: Dict[str, object]) -> None:
         self._reported.add(id(item))
+        self._failed.append((self._index[id(item)], fields))
+
+    def finish(self) -> None:
+        """Write the failed ads (see the module docstring); call once, after the batch."""
+        failed = [fields for _, fields in sorted(self._failed, key=lambda pair: pair[0])]
+        self._failed = []
+        if not failed:
+            return
+        shown = failed[:MAX_FAILED_ADS]
+        if len(failed) > 1:
+            first = shown[0]
+            first["TransferError"] = (f"{first['TransferError']} [the first of {len(failed)} failed files, out of "
+                                      f"{len(self._items)}; every failure is listed in the plugin's output]")
+        for fields in reversed(shown):
+            self._write_fields(fields)
+
+    def _write(self, item: Item, fields: Fields) -> None:
+        self._reported.add(id(item))
+        self._write_fields(fields)
+
+    def _write_fields(self, fields: Fields) -> None:
         if self.write_failed:
             return
         self.writing = True

@@ -1,7 +1,10 @@
 """Cache-aware scheduling: what a node holds, as a ClassAd attribute, and job ranks that use it.
 
-The daemon's host runs ``pegasus-cloudio cache-summary`` as an HTCondor startd cron job; it
-prints::
+Each worker publishes what its caches hold in its machine ad. HTCondor runs startd cron jobs
+as ``condor``, which cannot read users' private caches, so root writes the summary to a file
+(``cache-summary --write FILE``, a systemd timer) and the startd cron prints it
+(``cache-summary --read FILE``; :mod:`.summary_file`). The ad (also what plain
+``cache-summary`` prints, from the caches the caller can read)::
 
     PegasusCloudioCache = "3fa2c1,9b0e77,..."     one short id per entry of the served caches
     PegasusCloudioCacheFiles = 12345
@@ -27,10 +30,11 @@ import socket
 import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from transfer.cache.layout import Layout, digest_of
+from transfer.cache.layout import OBJECTS, digest_of
 from transfer.config import read_config_file
 from transfer.p2p.config import ENV
 
+from . import summary_file
 from .settings import served_caches
 
 __all__ = ["ATTRIBUTE", "add_cache_rank", "classad_text", "rank_expression", "short_id", "summarise"]
@@ -39,34 +43,70 @@ ATTRIBUTE = "PegasusCloudioCache"
 ID_CHARS = 6
 DEFAULT_MAX = 50_000
 _HEX = set("0123456789abcdef")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def short_id(cache_key: str) -> str:
     return digest_of(cache_key)[:ID_CHARS]
 
 
-def summarise(cache_dirs: Iterable[str], limit: int = DEFAULT_MAX) -> List[str]:
+def summarise(cache_dirs: Iterable[str], limit: int = DEFAULT_MAX,
+              unreadable: Optional[List[str]] = None) -> List[str]:
     """Short ids of every entry in ``cache_dirs`` (sorted; the ``limit`` most recently used
-    when there are more). Unreadable directories are skipped."""
+    when there are more). A cache directory that cannot be read is skipped (and appended to
+    ``unreadable``). No link is followed (root runs this on users' caches), and a cache is
+    listed up to ``16 * limit`` directory entries."""
     entries: List[Tuple[float, str]] = []
     for directory in cache_dirs:
-        for shard in Layout(directory).shards():
-            try:
-                with os.scandir(shard) as it:
-                    for item in it:
-                        name = item.name
-                        if len(name) == 64 and set(name) <= _HEX:
-                            entries.append((_last_use(item.path), name[:ID_CHARS]))
-            except OSError:
-                continue
+        try:
+            _scan(directory, entries, 16 * limit)
+        except OSError:
+            if unreadable is not None:
+                unreadable.append(directory)
     if len(entries) > limit:
         entries = sorted(entries, reverse=True)[:limit]
     return sorted({name for _, name in entries})
 
 
-def _last_use(path: str) -> float:
+def _scan(directory: str, entries: List[Tuple[float, str]], budget: int) -> None:
+    root = os.open(directory, _DIR_FLAGS)
     try:
-        return os.stat(path + ".meta").st_mtime
+        objects = os.open(OBJECTS, _DIR_FLAGS, dir_fd=root)
+    except FileNotFoundError:
+        return
+    finally:
+        os.close(root)
+    try:
+        for shard in sorted(os.listdir(objects)):
+            if len(shard) != 2 or budget <= 0:
+                continue
+            try:
+                fd = os.open(shard, _DIR_FLAGS, dir_fd=objects)
+            except OSError:
+                continue
+            try:
+                budget = _scan_shard(fd, entries, budget)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(objects)
+
+
+def _scan_shard(fd: int, entries: List[Tuple[float, str]], budget: int) -> int:
+    with os.scandir(fd) as it:
+        for item in it:
+            budget -= 1
+            if budget < 0:
+                break
+            name = item.name
+            if len(name) == 64 and set(name) <= _HEX:
+                entries.append((_last_use(fd, name), name[:ID_CHARS]))
+    return budget
+
+
+def _last_use(shard_fd: int, name: str) -> float:
+    try:
+        return os.stat(name + ".meta", dir_fd=shard_fd, follow_symlinks=False).st_mtime
     except OSError:
         return 0.0
 
@@ -137,18 +177,54 @@ def _cache_key(session: Any, url: Any) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max", type=int, default=None, help=f"cap on ids (default {DEFAULT_MAX})")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", metavar="FILE",
+                      help="as root: write the summary to FILE (atomically, mode 0644) instead of printing it")
+    mode.add_argument("--read", metavar="FILE",
+                      help="as the startd cron (user condor): print the summary root wrote to FILE")
+    parser.add_argument("--max-age", type=float, default=summary_file.DEFAULT_MAX_AGE_S,
+                        help="with --read: a FILE older than this many seconds counts as absent "
+                             "(default %(default)s)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.read:
+        return _print_published(args.read, args.max_age)
     env = dict(os.environ)
-    values: Dict[str, str] = dict(read_config_file(env))
-    values.update({k: v for k, v in env.items() if k.startswith(ENV)})
     try:
+        values: Dict[str, str] = dict(read_config_file(env))
+        values.update({k: v for k, v in env.items() if k.startswith(ENV)})
         caches = served_caches(values.get(ENV + "USERS", ""))
         limit = args.max or int(values.get(ENV + "SUMMARY_MAX", DEFAULT_MAX))
     except (ValueError, OSError) as err:
-        print(f"pegasus-cloudio cache-summary: {err}", file=sys.stderr)
+        summary_file.warn(str(err))
         return 2
     node = values.get(ENV + "NODE") or socket.gethostname()
-    sys.stdout.write(classad_text(summarise(caches.values(), limit), node))
+    unreadable: List[str] = []
+    text = classad_text(summarise(caches.values(), limit, unreadable), node)
+    for directory in unreadable:
+        summary_file.warn(f"cannot read cache {directory} (skipped); the startd cron runs as condor: "
+                          "run `cache-summary --write FILE` as root and `--read FILE` as the cron (docs/p2p.md)")
+    if not args.write:
+        sys.stdout.write(text)
+        return 0
+    try:
+        summary_file.publish(args.write, text)
+    except OSError as err:
+        summary_file.warn(f"cannot write {args.write}: {err.strerror}")
+        return 1
+    return 0
+
+
+def _print_published(path: str, max_age: float) -> int:
+    node = os.environ.get(ENV + "NODE") or socket.gethostname()
+    try:
+        text = summary_file.published(path, max_age)
+    except summary_file.SummaryFileError as err:
+        summary_file.warn(str(err))
+        return 1
+    if text is None:
+        summary_file.warn(f"{path} is missing or older than {max_age:g} s: publishing an empty summary")
+        text = classad_text([], node)
+    sys.stdout.write(text)
     return 0

@@ -121,7 +121,8 @@ def _p2p_notes(opts: SetOptions) -> List[str]:
             "already hold from their caches, shared only between jobs of the same store credentials "
             "(docs/security.md). The token file is each user's own copy (mode 0600), never a pool credential "
             "such as an HTCondor IDTOKEN. Each worker runs `pegasus-cloudio serve` and the startd cron "
-            "`pegasus-cloudio cache-summary` (docs/p2p.md). To prefer workers holding a job's inputs, call "
+            "`pegasus-cloudio cache-summary --read` publishing what root writes with `--write` "
+            "(docs/p2p.md). To prefer workers holding a job's inputs, call "
             "`pegasus_cloudio.p2p.summary.add_cache_rank(workflow, urls)` in your workflow script: it gives "
             "each job a `condor.rank` from its own inputs."]
 
