@@ -265,3 +265,18 @@ def test_the_client_never_trusts_the_system_cas_for_peers(tmp_path, tls, monkeyp
            "PEGASUS_CLOUDIO_P2P_TOKEN": TOKEN}
     with pytest.raises(ConfigError, match="PEGASUS_CLOUDIO_P2P_CA_FILE"):
         peer_config_from_env(env)
+
+
+def test_serve_as_root_refuses_a_user_that_does_not_exist(tmp_path):
+    """Each cache is served by a process running as its user: one that does not exist is a
+    one-line error, not a daemon serving her cache as root."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    token.chmod(0o600)
+    env = dict(os.environ, PEGASUS_CLOUDIO_CONFIG=os.devnull, PEGASUS_CLOUDIO_P2P_BIND="127.0.0.1:0",
+               PEGASUS_CLOUDIO_P2P_PLAIN_HTTP="1", PEGASUS_CLOUDIO_P2P_TOKEN_FILE=str(token),
+               PEGASUS_CLOUDIO_P2P_USERS=f"no-such-user-pcio={tmp_path}")
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "serve"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "no-such-user-pcio: no such user on this node" in done.stderr

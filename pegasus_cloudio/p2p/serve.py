@@ -234,6 +234,7 @@ def main(args: argparse.Namespace) -> int:
         settings = daemon_settings(os.environ)
         daemon = Daemon(settings, index_for(settings))
         if os.geteuid() == 0:
+            _all_exist(settings.serve)
             daemon.start_forked()
         else:
             _only_self(settings.serve)
@@ -247,6 +248,14 @@ def main(args: argparse.Namespace) -> int:
     daemon.wait()
     daemon.stop()
     return 1 if daemon.failed else 0
+
+
+def _all_exist(serve: ServeConfig) -> None:
+    """Each served user must exist here: her cache is served by a process running as her."""
+    missing = sorted(set(serve.caches) - set(serve.owners))
+    if missing:
+        raise TransferError(f"{ENV}USERS names {', '.join(missing)}: no such user on this node (each cache "
+                            "is served by a process running as its user)", operation="config")
 
 
 def _only_self(serve: ServeConfig) -> None:
