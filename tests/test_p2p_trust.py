@@ -111,9 +111,14 @@ class World:
         self.pool_token = base / "pool.token"
         self.pool_token.write_text(TOKEN)
         self.pool_token.chmod(0o600)
-        self.users = {label: User(f"pc{label[0]}{tag}", label, base) for label in ("alice", "bob")}
-        for label, user in self.users.items():
-            self._credentials(user, self.buckets[label])
+        self.users: dict = {}
+        try:
+            for label in ("alice", "bob"):
+                self.users[label] = User(f"pc{label[0]}{tag}", label, base)
+                self._credentials(self.users[label], self.buckets[label])
+        except BaseException:
+            self.remove_users()
+            raise
         self.daemons: dict = {}
         self.python = str(portable_python(base / "python"))
 
@@ -138,6 +143,10 @@ class World:
         token = user.home / "pool.token"
         token.write_text(TOKEN)
         user.own(token, 0o600)
+
+    def remove_users(self):
+        for user in self.users.values():
+            user.remove()
 
     def node(self, name):
         return next(n for n in self.pool.nodes if n.name == name)
@@ -242,8 +251,7 @@ def world(minio):
                 w.stop_daemons()
     finally:
         if w is not None:
-            for user in w.users.values():
-                user.remove()
+            w.remove_users()
         shutil.rmtree(base, ignore_errors=True)
 
 
