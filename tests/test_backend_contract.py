@@ -88,6 +88,12 @@ def test_delete_removes_objects_and_missing_ones_succeed(store, tmp_path):
     assert list(store.backend.list(store.url("x"))) == []
 
 
-def test_make_dirs_is_idempotent(store):
+def test_make_dirs_is_idempotent(store, tmp_path):
+    """A second make_dirs neither fails nor disturbs what the first one's directory holds."""
     store.backend.make_dirs(store.url("m"))
+    put_bytes(store, tmp_path, "m/kept", b"kept")
     store.backend.make_dirs(store.url("m"))
+    sink = io.BytesIO()
+    store.backend.get(store.url("m/kept"), sink)
+    assert sink.getvalue() == b"kept"
+    assert [info.url.path.rsplit("/m/", 1)[1] for info in store.backend.list(store.url("m"))] == ["kept"]

@@ -10,6 +10,7 @@ import time
 
 from pegasus_cloudio.bench import cache as cache_bench
 from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, minimum_sample, run_rows
+from waiting import wait_for
 
 
 def _m(files: int, wall: float, cpu: float, requests: int = 0) -> Measurement:
@@ -47,7 +48,7 @@ def test_progress_prints_periodic_lines_when_stderr_is_not_a_terminal() -> None:
     stream = io.StringIO()
     progress = Progress(stream, interval=0.1)
     progress.phase("stock pegasus-transfer: stage-in sample of 100 files")
-    time.sleep(0.35)
+    wait_for(lambda: len(stream.getvalue().splitlines()) >= 3, "two periodic progress lines", timeout=10)
     progress.done()
     lines = stream.getvalue().splitlines()
     assert lines[0] == "  stock pegasus-transfer: stage-in sample of 100 files ..."
@@ -72,3 +73,27 @@ def test_cache_bench_keeps_the_seed_figures_apart_as_published() -> None:
     head, _, tail = text.partition("published, not measured in this run")
     assert "3951" not in head and "1841" not in head
     assert "3951 ms" in tail and "1841 ms" in tail and "seed paper" in tail
+
+
+def _workflow_run(mode, compute, makespan, complete=True, correct=True):
+    return {"mode": mode, "compute_s": compute, "jobs": 101, "jobs_run": 101 if complete else 30,
+            "extrapolated": not complete, "makespan_lower_bound": not complete, "makespan_s": makespan,
+            "requests": 1, "mean_stage_in_s": 0.1, "mean_stage_out_s": 0.1, "mean_staging_cpu_s": 0.1,
+            "concat_stage_in_s": 0.1 if complete else None, "result_correct": correct if complete else None}
+
+
+def test_workflow_stock_lower_bound_is_not_a_figure_and_unchecked_results_are_not_met() -> None:
+    """Before: the extrapolated stock row at 5 s was a ratio and a bar like any other, and
+    ``results_correct`` read "met" though the stock result was never checked."""
+    from pegasus_cloudio.bench import workflow
+    runs = [_workflow_run("vm-local", 5.0, 100.0), _workflow_run("stager", 5.0, 102.0),
+            _workflow_run("stock", 5.0, 310.0, complete=False)]
+    result = workflow.report(workflow.Params(computes=(5.0,), modes=("stock", "stager", "vm-local")), runs, {})
+    assert "stock_vs_vm_local_at_5s" not in result["ratios"]
+    assert result["ratios_lower_bound"] == {"stock_vs_vm_local_at_5s": 3.1}
+    assert result["targets"]["results_correct"] is None and result["results_unchecked"] == ["stock at 5 s"]
+    table = workflow.format_table(result)
+    assert ">=310.00" in table and "stock_vs_vm_local_at_5s: >= 3.1 (lower bound)" in table
+    assert "target results_correct: met" not in table and "not checked for stock at 5 s" in table
+    runs[1]["result_correct"] = False
+    assert workflow.report(workflow.Params(computes=(5.0,)), runs, {})["targets"]["results_correct"] is False

@@ -60,6 +60,33 @@ def test_bit_rot_with_same_size_and_mtime_is_never_served(tmp_path):
     assert cache.stats().corrupt == 1
 
 
+@pytest.mark.parametrize("size", [1000, MiB, MiB + 1, 5 * MiB])
+def test_bit_rot_is_caught_on_a_hit_whatever_the_entry_size_by_default(tmp_path, size):
+    """Before: entries over 1 MiB (1,048,577 bytes here) were served rotten. Up to 1 MiB every
+    hit re-hashes; above, the change of ctime that any write, chmod or utime makes does."""
+    origin = Origin(os.urandom(size))
+    cache = NodeCache(config(tmp_path / "cache"))  # the defaults CacheConfig and the knob give
+    cache.fetch("k", str(tmp_path / "j1"), origin)
+    rot(entry_of(cache, "k"))
+    assert cache.fetch("k", str(tmp_path / "j2"), origin) == (size, False)
+    assert (tmp_path / "j2").read_bytes() == origin.data and origin.gets == 2
+    assert cache.stats().corrupt == 1
+
+
+def test_a_big_entry_is_re_hashed_only_when_its_ctime_moved(tmp_path):
+    origin = Origin(os.urandom(2 * MiB))
+    cache = NodeCache(config(tmp_path / "cache"))
+    cache.fetch("big", str(tmp_path / "j1"), origin)
+    entry = entry_of(cache, "big")
+    for n in range(2, 5):  # hard-link hits move the ctime themselves: each restamps, none re-hashes
+        assert cache.fetch("big", str(tmp_path / f"j{n}"), origin) == (2 * MiB, True)
+    stamp = os.stat(entry + ".ok").st_mtime_ns
+    assert stamp == os.stat(entry).st_ctime_ns
+    os.chmod(entry, 0o444)  # a change of metadata only: the bytes are intact, so it is re-hashed and kept
+    assert cache.fetch("big", str(tmp_path / "j5"), origin) == (2 * MiB, True) and origin.gets == 1
+    assert os.stat(entry + ".ok").st_mtime_ns != stamp
+
+
 def test_entries_above_the_verify_limit_are_checked_by_cache_verify(tmp_path):
     origin = Origin(os.urandom(2 * MiB))
     cache = NodeCache(config(tmp_path / "cache", verify_bytes=MiB))
@@ -76,7 +103,9 @@ def test_verify_bytes_is_a_setting(tmp_path):
                              "PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES": "4M"})
     assert found is not None and found.verify_bytes == 4 * MiB
     default = config_from_env({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
-    assert default is not None and default.verify_bytes >= MiB
+    assert default is not None and default.verify_bytes == MiB
+    every = config_from_env({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES": "all"})
+    assert every is not None and every.verify_bytes is None and every.verifies(1 << 40)
 
 
 def test_a_get_showing_a_new_version_drops_the_entry(tmp_path):

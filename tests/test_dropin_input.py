@@ -83,3 +83,33 @@ def test_missing_ca_bundle_names_the_setting_and_the_path(tmp_path, source):
     assert rc == 1 and "Traceback" not in err
     assert "PEGASUS_CLOUDIO_CA_BUNDLE=/nonexistent/ca.pem" in err and "internal error" not in err
     assert not (tmp_path / "out.dat").exists()
+
+
+def test_a_url_without_host_or_bucket_is_malformed_and_nothing_is_asked_of_any_network(tmp_path, source):
+    """Before: ``s3://`` walked the AWS credential chain, instance metadata included."""
+    from pegasus_cloudio.testbed.scripted import ScriptedServer
+    with ScriptedServer() as metadata:  # stands in for 169.254.169.254: it must hear nothing
+        env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata.endpoint}
+        for text in ("s3://", "s3:///key", "gs://", "https://"):
+            spec = json.dumps([transfer(f"file://{source}", text)]).encode()
+            rc, err = run(tmp_path, spec=spec, env=env)
+            assert_clean_failure(tmp_path, rc, err, "entry 0", "malformed URL", text)
+            assert len([line for line in err.splitlines() if "CRITICAL" in line]) == 1, err
+        assert metadata.requests == [] and metadata.connections == 0
+
+
+def test_an_empty_url_names_its_entry(tmp_path, source):
+    spec = json.dumps([transfer(f"file://{source}", f"file://{tmp_path}/out"), transfer("", f"file://{tmp_path}/x")])
+    rc, err = run(tmp_path, spec=spec.encode())
+    assert_clean_failure(tmp_path, rc, err, "entry 1: empty URL")
+
+
+def test_a_non_utf8_byte_in_the_config_file_is_one_line_naming_file_and_line(tmp_path, source):
+    conf = tmp_path / ".pegasus" / "cloudio.conf"
+    conf.parent.mkdir()
+    conf.write_bytes(b"PEGASUS_CLOUDIO_THREADS = 4\n# caf\xe9\n")
+    spec = json.dumps([transfer(f"file://{source}", f"file://{tmp_path}/out")]).encode()
+    rc, err = run(tmp_path, spec=spec)
+    assert rc == 1 and "Traceback" not in err, err
+    assert str(conf) in err and "line 2" in err and "UTF-8" in err
+    assert not (tmp_path / "out").exists()

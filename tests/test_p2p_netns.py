@@ -21,7 +21,9 @@ from pegasus_cloudio.testbed.netns import NetnsPool
 from pegasus_cloudio.testbed.proxy import TcpProxy
 from pegasus_cloudio.testbed.redis import RedisServer
 from transfer.cache.layout import Layout, digest_of, read_meta
+from transfer.p2p.index import PeerIndex
 from p2p_support import TOKEN
+from waiting import wait_for
 from test_dropin import transfer
 
 TTL = 3
@@ -190,6 +192,19 @@ def test_a_wrong_token_gets_nothing_and_the_job_reads_the_store(world, minio, bu
     assert gets(world) - before == 1 and "401" in err and err.count("WARNING") == 1, err
 
 
+def received(cache_dir):
+    """Bytes in the cache's partial downloads (``*.part``) under ``cache_dir``."""
+    total = 0
+    for root, _dirs, files in os.walk(cache_dir):
+        for name in files:
+            if name.endswith(".part"):
+                try:
+                    total += os.path.getsize(os.path.join(root, name))
+                except OSError:
+                    pass  # renamed into place meanwhile
+    return total
+
+
 def test_a_peer_killed_mid_serve_is_continued_from_another(world, minio, bucket):
     data = os.urandom(16 << 20)
     put_object(minio, bucket, "big.dat", data)
@@ -199,7 +214,7 @@ def test_a_peer_killed_mid_serve_is_continued_from_another(world, minio, bucket)
     world.pool.limit_rate(world.node("n1"), "40mbit")  # n1 (n2's rack) serves slowly...
     entry, dest = read(world, "n2", bucket, "big.dat")
     proc = world.job("n2", [entry], wait=False)
-    time.sleep(1.5)
+    wait_for(lambda: received(world.cache_dir("n2")) >= 1 << 20, "n2 to receive 1 MiB from n1")
     world.kill_daemon("n1")  # ... and dies part-way
     rc, err = finish(proc)
     assert rc == 0 and dest.read_bytes() == data, err
@@ -213,7 +228,8 @@ def test_a_node_whose_heartbeat_expired_is_never_asked(world, minio, bucket):
     put_object(minio, bucket, "hb.dat", data)
     assert world.job("n0", [read(world, "n0", bucket, "hb.dat")[0]])[0] == 0
     world.kill_daemon("n0")  # no clean retirement: the heartbeat just stops
-    time.sleep(TTL + 0.5)
+    index = PeerIndex(redis.Redis.from_url(world.redis.url), world.namespace)
+    wait_for(lambda: "n0/root" not in index.live_nodes(), "n0's heartbeat to expire", timeout=TTL + 30)
     before = gets(world)
     entry, dest = read(world, "n1", bucket, "hb.dat")
     rc, err = world.job("n1", [entry])

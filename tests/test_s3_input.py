@@ -76,3 +76,34 @@ def test_good_names_pass(tmp_path, fake):
             url = parse_url(text)
             session.backend(url).stat(url)
     assert len(fake.requests) == 3
+
+
+def test_rm_with_a_non_utf8_list_is_one_line_and_sends_nothing(tmp_path, fake):
+    """Before: a UnicodeDecodeError traceback."""
+    import os
+    import subprocess
+    import sys
+    _, creds = _session(tmp_path, fake.endpoint)
+    listing = tmp_path / "urls.txt"
+    listing.write_bytes(b"s3://u@site/bucket/a\ns3://u@site/bucket/caf\xe9\n")
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.s3cli.main", "rm", "-F", str(listing)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env=dict(os.environ, PEGASUS_CREDENTIALS=str(creds), HOME=str(tmp_path)))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.splitlines()
+    assert str(listing) in line and "line 2" in line and "UTF-8" in line
+    assert fake.requests == []
+
+
+def test_the_library_asks_no_instance_metadata_off_ec2(tmp_path):
+    """Before: with no credentials, the chain sent a PUT to 169.254.169.254. The link runs only
+    on a machine whose firmware says EC2, or when its endpoint is named (tests, proxies)."""
+    from transfer.aws_chain import aws_s3_config, on_ec2
+    with pytest.raises(ConfigError) as info:
+        aws_s3_config({"HOME": str(tmp_path)})  # this machine: no AWS firmware markers
+    assert "not an EC2 instance" in str(info.value)
+    vendor = tmp_path / "sys_vendor"
+    vendor.write_text("Amazon EC2\n")
+    assert on_ec2([(str(tmp_path / "absent"), "ec2"), (str(vendor), "amazon ec2")])
+    vendor.write_text("QEMU\n")
+    assert not on_ec2([(str(vendor), "amazon ec2")])

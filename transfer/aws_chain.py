@@ -10,6 +10,9 @@
    169.254.170.2) or ``..._FULL_URI``, with ``AWS_CONTAINER_AUTHORIZATION_TOKEN[_FILE]``;
 5. EC2 instance role through IMDSv2: PUT a session token, then GET the role and its keys
    (``AWS_EC2_METADATA_SERVICE_ENDPOINT``; skipped when ``AWS_EC2_METADATA_DISABLED=true``).
+   Without ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` the link is tried only on a machine whose
+   firmware says it is an EC2 instance (:func:`on_ec2`): elsewhere 169.254.169.254 is
+   nobody's, and a library must not send packets to it.
 
 Links 2, 4 and 5 hand out expiring credentials: :class:`RefreshingCredentials` renews them
 before they expire (with a margin of 5 minutes, or half their lifetime if shorter), in one
@@ -210,7 +213,12 @@ def _instance_metadata(env: Mapping[str, str], _profile: str, _shared: Dict[str,
     if env.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
         reasons.append("instance metadata: AWS_EC2_METADATA_DISABLED=true")
         return None
-    base = (env.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or _IMDS).rstrip("/")
+    named = env.get("AWS_EC2_METADATA_SERVICE_ENDPOINT", "").strip()
+    if not named and not on_ec2():
+        reasons.append("instance metadata: not asked, this machine is not an EC2 instance "
+                       "(set AWS_EC2_METADATA_SERVICE_ENDPOINT to ask an endpoint anyway)")
+        return None
+    base = (named or _IMDS).rstrip("/")
     link = f"instance metadata ({base})"
 
     def fetch() -> Fetched:
@@ -227,6 +235,24 @@ def _instance_metadata(env: Mapping[str, str], _profile: str, _shared: Dict[str,
     except TransferError as err:
         reasons.append(f"{link}: {err.message}")
         return None
+
+
+_EC2_MARKERS = (("/sys/devices/virtual/dmi/id/sys_vendor", "amazon ec2"),  # Nitro instances
+                ("/sys/devices/virtual/dmi/id/bios_vendor", "amazon ec2"),
+                ("/sys/hypervisor/uuid", "ec2"),                          # Xen instances
+                ("/sys/devices/virtual/dmi/id/product_uuid", "ec2"))
+
+
+def on_ec2(markers: Sequence[Tuple[str, str]] = _EC2_MARKERS) -> bool:
+    """Whether the firmware says this is an EC2 instance (files as cloud-init's ds-identify reads)."""
+    for path, start in markers:
+        try:
+            with open(path, encoding="ascii", errors="replace") as fh:
+                if fh.read(64).strip().lower().startswith(start):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 # --------------------------------------------------------------------------- wire

@@ -1,25 +1,21 @@
-"""Settings: every knob is an environment variable ``PEGASUS_CLOUDIO_<NAME>``.
+"""Settings of the transfer engine and backends: :class:`Settings`, read by :mod:`transfer.knobs`.
 
-The same names may be written one per line (``PEGASUS_CLOUDIO_THREADS = 5``; ``#`` starts a
-comment) in a config file named by ``PEGASUS_CLOUDIO_CONFIG`` (default
-``~/.pegasus/cloudio.conf``, used only if it exists). The environment wins over the file, so
-Pegasus ``env`` profiles can override a site-wide file. A bad value raises
-:class:`~transfer.errors.InvalidInput` naming the variable.
+Each field is the knob ``PEGASUS_CLOUDIO_<FIELD>``; where its value comes from (command line >
+environment > config file > default; the library reads the file only when asked) is
+:mod:`transfer.knobs`'s one rule. A bad value raises :class:`~transfer.errors.InvalidInput`
+naming the knob.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
 from transfer.errors import InvalidInput
+from transfer.knobs import PREFIX, layered
 
-PREFIX = "PEGASUS_CLOUDIO_"
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -75,15 +71,15 @@ class Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
-        """Defaults, then the config file, then ``PEGASUS_CLOUDIO_*`` variables in ``env``."""
-        env = os.environ if env is None else env
-        values = dict(read_config_file(env))
-        values.update({k: v for k, v in env.items() if k.startswith(PREFIX)})
+    def from_env(cls, env: Optional[Mapping[str, str]] = None, *, config_file: bool = False) -> "Settings":
+        """Defaults, then ``PEGASUS_CLOUDIO_*`` variables in ``env`` (default ``os.environ``);
+        with ``config_file``, the config file's values where ``env`` leaves a knob unset
+        (:func:`transfer.knobs.layered`; a mapping that function returned needs no second read)."""
+        values = layered(env, config_file=config_file)
         changes: Dict[str, object] = {}
         for field in dataclasses.fields(cls):
             name = PREFIX + field.name.upper()
-            if name in values and values[name].strip() != "":
+            if name in values:
                 changes[field.name] = _convert(name, values[name], field.default)
         settings = cls(**changes)  # type: ignore[arg-type]
         settings.validate()
@@ -98,50 +94,32 @@ class Settings:
                                operation="config")
 
 
-def read_config_file(env: Mapping[str, str]) -> Dict[str, str]:
-    """``NAME = value`` pairs of the config file, or ``{}`` when there is none.
-
-    The default file is used only if it can be read: a missing or unreadable
-    ``~/.pegasus/cloudio.conf`` (a daemon's ``HOME=/root`` seen by a job's user) counts as
-    absent. A file named by ``PEGASUS_CLOUDIO_CONFIG`` must be readable; messages name it.
-    """
-    path = env.get(PREFIX + "CONFIG") or os.path.join(
-        env.get("HOME", os.path.expanduser("~")), ".pegasus", "cloudio.conf")
-    explicit = bool(env.get(PREFIX + "CONFIG"))
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.readlines()
-    except OSError as err:
-        if not explicit:
-            return {}
-        reason = "not found" if isinstance(err, FileNotFoundError) else err.strerror
-        raise InvalidInput(f"cannot read config file {path} (named by {PREFIX}CONFIG): {reason}",
-                           operation="config") from None
-    values: Dict[str, str] = {}
-    for number, line in enumerate(lines, 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        name, sep, value = text.partition("=")
-        if not sep or not name.strip().startswith(PREFIX):
-            raise InvalidInput(f"config file {path} line {number}: expected {PREFIX}NAME = value",
-                               operation="config")
-        values[name.strip()] = value.strip()
-    return values
-
-
 def parse_size(text: str) -> int:
-    """``"8M"``, ``"64MiB"``, ``"1048576"`` -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
+    """``"8M"``, ``"64MiB"``, ``"1048576"`` -> bytes; ValueError for anything else."""
+    body = text.strip().upper()
+    body = body[:-1] if body.endswith("B") else body
+    body = body[:-1] if body.endswith("I") else body
+    unit = body[-1:] if body[-1:] in _UNITS else ""
+    digits = body[:len(body) - len(unit)].strip()
+    if not (digits.isascii() and digits.isdigit()):
         raise ValueError(text)
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+    return int(digits) * _UNITS.get(unit, 1)
+
+
+def parse_flag(text: str) -> bool:
+    """``1/true/yes/on`` -> True, ``0/false/no/off`` -> False (any case); ValueError otherwise."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
 
 
 def _convert(name: str, raw: str, default: object) -> object:
     try:
         if isinstance(default, bool):
-            return raw.strip().lower() in ("1", "true", "yes", "on")
+            return parse_flag(raw)
         if isinstance(default, int):
             return parse_size(raw) if name.endswith(("_THRESHOLD", "_SIZE", "_BYTES")) else int(raw)
         if isinstance(default, float):

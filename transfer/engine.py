@@ -419,8 +419,10 @@ class Engine:
         """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
         then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
         ``--symlink``)."""
-        known = self._bundles.known_member(source)  # an indexed member needs no 404 first
-        if known is not None and not self._elsewhere(source, peers):
+        # an indexed member needs no 404 first (asked only when no cache or peer holds the file:
+        # the answer may fetch the member's bundle whole)
+        known = None if self._elsewhere(source, peers) else self._bundles.known_member(source)
+        if known is not None:
             try:
                 return self._read_member(known, source, dest_path, symlink, peers)
             except NotFound:

@@ -5,8 +5,10 @@
   drop the scheme and an optional ``//``. The remaining path then has ``$VAR`` and ``${VAR}``
   expanded (names ``[a-zA-Z][a-zA-Z0-9_]+``; undefined variables expand to ``""``), because
   PegasusLite writes ``file://$PWD/f.a`` inside a quoted heredoc.
-* Everything else must match ``scheme://authority/path``; repeated ``/`` in the path collapse,
-  except in ``s3://`` and ``s3s://`` URLs, whose path holds an object key verbatim.
+* Everything else must match ``scheme://authority/path`` with a non-empty authority (a host,
+  ``user@site`` or an AWS-style bucket): ``s3://`` alone is malformed, refused before any
+  request, credential lookup included. Repeated ``/`` in the path collapse, except in
+  ``s3://`` and ``s3s://`` URLs, whose path holds an object key verbatim.
 
 Which schemes can actually be transferred is decided by the backend registry, not here.
 """
@@ -112,6 +114,8 @@ def parse_url(
     if not match:
         raise InvalidInput("unable to parse URL", url=text, operation="parse")
     scheme, host, path = match.group(1).lower(), match.group(2), match.group(3) or ""
+    if not host.strip("@:"):
+        raise InvalidInput("malformed URL: no host, site or bucket after '://'", url=text, operation="parse")
     if scheme in _EXACT_PATH_SCHEMES:
         return Url(scheme, host, path, site_label)
     if "?" in path:

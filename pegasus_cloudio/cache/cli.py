@@ -11,15 +11,15 @@ per-user default.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from transfer.cache import CacheConfig, EntryInfo, NodeCache, config_from_env
 from transfer.config import parse_size
+from transfer.knobs import layered
 from transfer.errors import TransferError
 
 ACTIONS = ("stats", "ls", "verify", "gc", "clear")
@@ -56,14 +56,13 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
 
-def _config(args: argparse.Namespace) -> Optional[CacheConfig]:
-    env = dict(os.environ)
-    if args.dir:
-        env["PEGASUS_CLOUDIO_CACHE_DIR"] = os.path.abspath(args.dir)
-    config = config_from_env(env)
-    if config is not None and getattr(args, "max_bytes", None):
-        config = dataclasses.replace(config, max_bytes=args.max_bytes)
-    return config
+def _config(args: argparse.Namespace, env: Optional[Mapping[str, str]] = None) -> Optional[CacheConfig]:
+    """--dir and --max-bytes, then the environment (default ``os.environ``), then the config file
+    (:mod:`transfer.knobs`)."""
+    max_bytes = getattr(args, "max_bytes", None)
+    return config_from_env(layered(env, config_file=True, command_line={
+        "PEGASUS_CLOUDIO_CACHE_DIR": os.path.abspath(args.dir) if args.dir else None,
+        "PEGASUS_CLOUDIO_CACHE_MAX_BYTES": str(max_bytes) if max_bytes else None}))
 
 
 def _run(cache: NodeCache, args: argparse.Namespace) -> int:

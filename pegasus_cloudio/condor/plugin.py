@@ -36,6 +36,7 @@ from pegasus_cloudio.condor.report import Reporter, say
 from pegasus_cloudio.dropin.main import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
+from transfer.knobs import layered
 from transfer.engine import Engine
 from transfer.errors import TransferError, TransientError
 from transfer.ops import Transfer
@@ -179,7 +180,7 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
     """Every file ad -> one result ad; returns the exit code."""
     items = build_items(files, upload, penv.env, sandbox, available_methods(configured_methods(environ)))
     try:
-        settings = Settings.from_env(penv.env)
+        settings = settings_for(penv)
     except TransferError as err:
         for item in items:
             item.problem, item.op = item.problem or err, None
@@ -197,6 +198,13 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
         code = EXIT_FAILED
     say(f"{len(items) - len(reporter.errors)} of {len(items)} files transferred; exit code {code}")
     return code
+
+
+def settings_for(penv: PluginEnvironment) -> Settings:
+    """The engine's settings; ``penv.env`` becomes the settings layer's mapping (the job user's
+    config file under the environment, :mod:`transfer.knobs`), which the cache and peers read too."""
+    penv.env = layered(penv.env, config_file=True)
+    return Settings.from_env(penv.env)
 
 
 def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment, reporter: Reporter) -> None:

@@ -5,9 +5,11 @@ exit codes (0 all succeeded, 1 anything failed, 2 usage), same log format and fi
 same integrity data and monitoring records. Transfers run in this one process on the
 ``transfer`` engine; schemes without a native backend go to the stock tool in one call.
 
-Threads: ``PEGASUS_CLOUDIO_THREADS`` (a site or profile setting) wins over ``--threads``,
-because the planner passes ``--threads 1`` to PegasusLite jobs by default; then
-``--threads``, then ``PEGASUS_TRANSFER_THREADS``, then 8.
+Settings: the one rule of :mod:`transfer.knobs` (command line > environment > config file >
+default); ``-m`` is ``PEGASUS_CLOUDIO_MAX_ATTEMPTS``. One exception, for threads:
+``--threads`` is what the Pegasus planner passes (``1`` to PegasusLite jobs, unasked), so it is
+a default, not a choice: ``PEGASUS_CLOUDIO_THREADS`` (environment, then config file) wins over
+it; then ``--threads``, then ``PEGASUS_TRANSFER_THREADS``, then 8.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from pegasus_cloudio.dropin import reporting
 from pegasus_cloudio.dropin.signals import Interrupts
@@ -28,6 +30,7 @@ from transfer import Engine, Result, Session, Settings
 from transfer.cache import NodeCache, cache_from_settings
 from transfer.credentials import check_private
 from transfer.errors import ConfigError, TransferError
+from transfer.knobs import layered
 from transfer.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -47,10 +50,12 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pegasus-transfer", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("-f", "--file", help="read the transfer specification from FILE (default: stdin)")
-    parser.add_argument("-m", "--max-attempts", type=int, default=3, help="attempts per transfer (default 3)")
+    parser.add_argument("-m", "--max-attempts", type=int, default=None,
+                        help="attempts per transfer (default: PEGASUS_CLOUDIO_MAX_ATTEMPTS, else 3)")
     parser.add_argument("-n", "--threads", type=int, default=0,
-                        help="concurrent transfers (default: PEGASUS_CLOUDIO_THREADS, which wins over this "
-                             "flag, else this, else PEGASUS_TRANSFER_THREADS, else 8)")
+                        help="concurrent transfers (default: PEGASUS_CLOUDIO_THREADS from the environment "
+                             "or config file, which wins over this flag, else this, else "
+                             "PEGASUS_TRANSFER_THREADS, else 8)")
     parser.add_argument("-s", "--symlink", action="store_true", help="symlink local-to-local copies")
     parser.add_argument("-d", "--debug", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=version_line("pegasus-cloudio-transfer"))
@@ -93,8 +98,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO,
         if env.get("PEGASUS_CREDENTIALS"):
             check_private(env["PEGASUS_CREDENTIALS"])
         entries = _load(args, env, stdin)
-        threads = effective_threads(args.threads, env)
-        settings = Settings.from_env(env).replace(threads=threads, max_attempts=max(1, args.max_attempts))
+        knobs, settings = run_settings(args, env)
     except TransferError as err:
         log.critical("%s", err)
         return 1
@@ -105,9 +109,9 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO,
         (native if entry.native else delegated).append(entry)
     log.info(SEPARATOR)
     log.info("Starting transfers - attempt 1")
-    with Session(settings, env) as session:
+    with Session(settings, knobs) as session:
         outcome = run_native(native, session, settings, interrupts)
-    stock_rc = run_stock(delegated, _stock_argv(args, threads), env) if delegated else 0
+    stock_rc = run_stock(delegated, _stock_argv(args, settings), env, knobs) if delegated else 0
     log.info(SEPARATOR)
     for line in reporting.stats_lines(outcome.records, started):
         log.info("%s", line)
@@ -116,6 +120,18 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO,
         return 0
     log.critical("Some transfers failed! See above, and possibly stderr.")
     return 1
+
+
+def run_settings(args: argparse.Namespace, env: Mapping[str, str]) -> Tuple[Dict[str, str], Settings]:
+    """(the mapping every reader of settings gets, the engine's settings): ``-m`` over the
+    environment over the config file (:func:`transfer.knobs.layered`), threads as the module
+    docstring says. Raises InvalidInput naming a bad file or value."""
+    attempts = None if args.max_attempts is None else str(max(1, args.max_attempts))
+    knobs = layered(env, config_file=True, command_line={"PEGASUS_CLOUDIO_MAX_ATTEMPTS": attempts})
+    threads = effective_threads(args.threads, knobs)  # first: its message names the flag too
+    settings = Settings.from_env(knobs).replace(threads=threads)
+    log.debug("settings: %s", settings)
+    return knobs, settings
 
 
 def _load(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> List[Entry]:
@@ -198,8 +214,8 @@ def _log_failure(result: Result) -> None:
         log.error("%s (after %d attempt(s))", result.error, result.attempts)
 
 
-def _stock_argv(args: argparse.Namespace, threads: int) -> List[str]:
-    argv = ["--threads", str(threads), "--max-attempts", str(args.max_attempts)]
+def _stock_argv(args: argparse.Namespace, settings: Settings) -> List[str]:
+    argv = ["--threads", str(settings.threads), "--max-attempts", str(settings.max_attempts)]
     if args.symlink:
         argv.append("--symlink")
     if args.debug:

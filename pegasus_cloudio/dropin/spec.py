@@ -156,7 +156,10 @@ def _url(entry: Any, index: int, env: Optional[Mapping[str, str]]) -> Url:
         raise SpecError(f"entry {index}: 'url' must be a string, got {text!r:.80}", operation="parse")
     if label is not None and not isinstance(label, str):
         raise SpecError(f"entry {index}: 'site_label' must be a string, got {label!r:.80}", operation="parse")
-    return parse_url(text, site_label=label.replace("-", "_") if label else None, env=env)
+    try:
+        return parse_url(text, site_label=label.replace("-", "_") if label else None, env=env)
+    except InvalidInput as err:
+        raise SpecError(f"entry {index}: {err.message}", url=err.url, operation="parse") from None
 
 
 def _priority(entry: Any, index: int) -> int:

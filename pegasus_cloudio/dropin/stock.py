@@ -46,9 +46,12 @@ def _is_ours(path: str) -> bool:
         return True
 
 
-def run_stock(entries: Sequence[Entry], argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run the stock tool on ``entries`` with the caller's options; returns its exit code."""
-    tool = find_stock_transfer(env)
+def run_stock(entries: Sequence[Entry], argv: Sequence[str], env: Mapping[str, str],
+              knobs: Optional[Mapping[str, str]] = None) -> int:
+    """Run the stock tool on ``entries`` with the caller's options and environment ``env``;
+    ``knobs`` (default ``env``) is where ``PEGASUS_CLOUDIO_STOCK_TRANSFER`` is read, the
+    settings layer's mapping (so the config file can name the tool); returns its exit code."""
+    tool = find_stock_transfer(env if knobs is None else knobs)
     schemes = sorted({u.scheme for e in entries for u in urls_of(e.op) if not backends.supports(u.scheme)})
     if tool is None:
         log.error("URL scheme(s) %s are not served natively and no stock pegasus-transfer was found "

@@ -24,10 +24,11 @@ import pwd
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 from urllib.parse import urlsplit
 
 from transfer.errors import TransferError
+from transfer.knobs import layered
 from transfer.p2p.config import ENV, node_id
 from transfer.p2p.index import NodeInfo, PeerIndex
 
@@ -223,6 +224,11 @@ def index_for(settings: DaemonSettings) -> Optional[PeerIndex]:
     return PeerIndex(client, settings.namespace)
 
 
+def load_settings(env: Mapping[str, str]) -> DaemonSettings:
+    """The daemon's settings: environment over the config file (:mod:`transfer.knobs`)."""
+    return daemon_settings(layered(env, config_file=True))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="log every request")
 
@@ -231,7 +237,7 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="pegasus-cloudio serve: %(message)s")
     try:
-        settings = daemon_settings(os.environ)
+        settings = load_settings(os.environ)
         daemon = Daemon(settings, index_for(settings))
         if os.geteuid() == 0:
             _all_exist(settings.serve)

@@ -28,7 +28,6 @@ import socket
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
-from transfer.config import read_config_file
 from transfer.errors import ConfigError, InvalidInput
 from transfer.p2p.config import ENV, read_token
 
@@ -54,9 +53,7 @@ class DaemonSettings:
 
 def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     """Read the settings; InvalidInput/ConfigError name the missing or bad one."""
-    values: Dict[str, str] = dict(read_config_file(env))
-    values.update({k: v for k, v in env.items() if k.startswith(ENV)})
-    raw = {k[len(ENV):]: v.strip() for k, v in values.items() if k.startswith(ENV) and v.strip()}
+    raw = {k[len(ENV):]: v.strip() for k, v in env.items() if k.startswith(ENV) and v.strip()}
     plain = raw.get("PLAIN_HTTP", "").lower() in ("1", "true", "yes", "on")
     bind = _bind(raw.get("BIND", ""))
     cert, key = raw.get("CERT"), raw.get("KEY")

@@ -31,7 +31,7 @@ import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from transfer.cache.layout import OBJECTS, digest_of
-from transfer.config import read_config_file
+from transfer.knobs import layered
 from transfer.p2p.config import ENV
 
 from . import summary_file
@@ -190,16 +190,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.read:
         return _print_published(args.read, args.max_age)
-    env = dict(os.environ)
     try:
-        values: Dict[str, str] = dict(read_config_file(env))
-        values.update({k: v for k, v in env.items() if k.startswith(ENV)})
-        caches = served_caches(values.get(ENV + "USERS", ""))
-        limit = args.max or int(values.get(ENV + "SUMMARY_MAX", DEFAULT_MAX))
-    except (ValueError, OSError) as err:
+        caches, limit, node = summary_settings(args, os.environ)
+    except (ValueError, OSError) as err:  # InvalidInput is a ValueError
         summary_file.warn(str(err))
         return 2
-    node = values.get(ENV + "NODE") or socket.gethostname()
     unreadable: List[str] = []
     text = classad_text(summarise(caches.values(), limit, unreadable), node)
     for directory in unreadable:
@@ -228,3 +223,11 @@ def _print_published(path: str, max_age: float) -> int:
         text = classad_text([], node)
     sys.stdout.write(text)
     return 0
+
+
+def summary_settings(args: argparse.Namespace, env: Mapping[str, str]) -> Tuple[Dict[str, str], int, str]:
+    """(caches served, id cap, node name): ``--max`` over the environment over the config file."""
+    values = layered(env, config_file=True, command_line={ENV + "SUMMARY_MAX": args.max and str(args.max)})
+    caches = served_caches(values.get(ENV + "USERS", ""))
+    limit = int(values.get(ENV + "SUMMARY_MAX", DEFAULT_MAX))
+    return caches, limit, values.get(ENV + "NODE") or socket.gethostname()

@@ -11,7 +11,6 @@ Exit codes: 0 success, 1 any failure (one line on stderr; 5.1.3 printed it on st
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
@@ -22,6 +21,7 @@ from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3
 from pegasus_cloudio.version import version_line
 from transfer import Session, Settings
 from transfer.errors import TransferError
+from transfer.knobs import layered
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
 LEGACY = {"rmdir": "URL..."}
@@ -131,8 +131,9 @@ def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO) -> Non
         raise CommandError(f"'{args.cmd}' is a pegasus-s3 4.x subcommand that pegasus-cloudio-s3 does "
                            "not implement")
     env["PEGASUS_CREDENTIALS"] = find_config(args.config, env)
-    settings = _settings(env, args)
-    with Session(settings, env) as session:
+    knobs = _knobs(env, args)
+    settings = _settings(knobs)
+    with Session(settings, knobs) as session:
         commands = S3Commands(session, out, threads=settings.threads)
         actions: Dict[str, Callable[[], None]] = {
             "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
@@ -154,34 +155,37 @@ def _each(action: Callable[[S3Uri], None], urls: Sequence[str]) -> None:
         action(parse_s3_uri(url))
 
 
-def _settings(env: Mapping[str, str], args: argparse.Namespace) -> Settings:
-    """Library settings for one run: legacy ``-p``/``-c`` applied; never bundles (one key per PUT)."""
-    settings = Settings.from_env(env)
-    changes: Dict[str, object] = {}
-    if getattr(args, "parallel", None):
-        changes["threads"] = max(1, args.parallel)
-    if getattr(args, "chunksize", None):
-        changes["multipart_part_size"] = args.chunksize << 20
-        changes["multipart_threshold"] = args.chunksize << 20
-    names = {f.name for f in dataclasses.fields(settings)}
-    changes.update({name: value for name, value in (("bundle", False), ("bundle_sites", None))
-                    if name in names})
-    settings = settings.replace(**changes)
-    settings.validate()
-    return settings
+def _knobs(env: Mapping[str, str], args: argparse.Namespace) -> Dict[str, str]:
+    """The run's settings environment (transfer.knobs): legacy ``-p`` is ``THREADS`` and ``-c``
+    is ``MULTIPART_PART_SIZE`` and ``_THRESHOLD``, over the environment and the config file."""
+    parallel, chunk = getattr(args, "parallel", None), getattr(args, "chunksize", None)
+    return layered(env, config_file=True, command_line={
+        "PEGASUS_CLOUDIO_THREADS": str(max(1, parallel)) if parallel else None,
+        "PEGASUS_CLOUDIO_MULTIPART_PART_SIZE": f"{chunk}M" if chunk else None,
+        "PEGASUS_CLOUDIO_MULTIPART_THRESHOLD": f"{chunk}M" if chunk else None})
+
+
+def _settings(knobs: Mapping[str, str]) -> Settings:
+    """Library settings for one run; never bundles (one key per PUT)."""
+    return Settings.from_env(knobs).replace(bundle=False, bundle_sites=None)
 
 
 def _rm_urls(args: argparse.Namespace) -> List[str]:
     urls = list(args.urls)
     if args.file:
-        with open(args.file, encoding="utf-8") as fh:
-            for line in fh:
-                fields = line.split()
-                if not fields or fields[0].startswith("#"):
-                    continue
-                if len(fields) != 1:
-                    raise CommandError(f"Invalid record: {line.strip()}")
-                urls.append(fields[0])
+        with open(args.file, "rb") as fh:
+            data = fh.read()
+        for number, raw in enumerate(data.splitlines(), 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CommandError(f"{args.file}: line {number} is not UTF-8 text") from None
+            fields = line.split()
+            if not fields or fields[0].startswith("#"):
+                continue
+            if len(fields) != 1:
+                raise CommandError(f"Invalid record: {line.strip()} ({args.file}, line {number})")
+            urls.append(fields[0])
     if not urls:
         raise CommandError("Specify URL")
     return urls

@@ -105,6 +105,15 @@ class MinioServer(ServerProcess):
             raise
         return self
 
+    def restart(self) -> "MinioServer":
+        """Kill the server process and start it again on the same data, as after a crash or a
+        reboot of the store (new ports: read :attr:`endpoint` again)."""
+        binary = self._binary or ensure_minio()
+        self._discard_process()
+        assert self._tmp is not None
+        self._launch(binary, self._tmp / "certs")  # the certificates made by start()
+        return self
+
     def write_pegasus_credentials(
         self,
         path: PathLike,

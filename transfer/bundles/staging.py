@@ -149,7 +149,8 @@ class BundleStager:
         return None if found is None else (backend, found[0], found[1])
 
     def known_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
-        """The member serving ``source`` if its directory's index is already loaded (no I/O)."""
+        """The member serving ``source`` if its directory's index is already loaded; no I/O but
+        the one whole-bundle fetch :meth:`BundleDirectory.resident` makes for a directory."""
         if source.scheme not in OBJECT_SCHEMES:
             return None
         backend = self._session.backend(source)
@@ -158,8 +159,9 @@ class BundleStager:
             future = self._directories.get((id(backend), directory.path))
         if future is None or not future.done() or future.exception() is not None:
             return None
-        found = future.result().lookup(name)
-        return None if found is None else (backend, found[0], found[1])
+        index = future.result()
+        found = index.lookup(name)
+        return None if found is None else (backend, index.resident(backend, found[0]), found[1])
 
     def resolve(self, source: Url) -> Tuple[Optional[Tuple[Backend, LoadedBundle, Member]], str]:
         """For a plain read that found nothing: the member standing in for it, if any, else a
@@ -175,7 +177,7 @@ class BundleStager:
         found = index.lookup(name)
         if found is None:
             return None, index.why_missing()
-        return (backend, found[0], found[1]), ""
+        return (backend, index.resident(backend, found[0]), found[1]), ""
 
     def find_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The bundle member holding ``source`` (removes); raises when the index cannot load."""

@@ -12,8 +12,11 @@
                                             this long after their last use.
 ``PEGASUS_CLOUDIO_CACHE_HARDLINK``          ``0`` to hand out copies instead of hard links.
 ``PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES``      hits on entries up to this size re-check the SHA-256
-                                            (default 1M); bigger ones are checked on insert and
-                                            by ``pegasus-cloudio cache verify``. ``0`` disables.
+                                            (default 1M; ``all``: every hit). A hit on a bigger
+                                            entry re-hashes it only when its change time (ctime)
+                                            moved since it was last known intact; ``pegasus-cloudio
+                                            cache verify`` re-hashes everything (silent media
+                                            errors change no ctime).
 ``PEGASUS_CLOUDIO_CACHE_UPLOADS``           ``1``: files jobs upload are written through into the
                                             cache; ``0``: never; ``auto`` (default): only when
                                             peer sharing is on (peers then serve them to other
@@ -21,8 +24,8 @@
 ``PEGASUS_CLOUDIO_CACHE_FSYNC``             ``0`` to skip fsync of new entries (faster, but an
                                             entry may be lost - never wrong - after a power cut).
 
-Values come from the config file named by ``PEGASUS_CLOUDIO_CONFIG`` too, the environment
-winning, exactly as for :class:`transfer.config.Settings`.
+:func:`config_from_env` reads the mapping it is given; where each value comes from (command
+line > environment > config file > default) is :func:`transfer.knobs.layered`'s one rule.
 """
 
 from __future__ import annotations
@@ -31,14 +34,17 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, TypeVar
 
-from transfer.config import PREFIX, parse_size, read_config_file
+from transfer.config import parse_flag, parse_size
 from transfer.errors import InvalidInput
+from transfer.knobs import PREFIX
 
 OFF = "off"
 DEFAULT_MAX_BYTES = 10 << 30
 DEFAULT_FS_FRACTION = 0.10
 DEFAULT_MIN_FREE_BYTES = 1 << 30
 DEFAULT_VERIFY_BYTES = 1 << 20
+VERIFY_ALL = "all"
+_DEFAULT_VERIFY: Optional[int] = DEFAULT_VERIFY_BYTES
 _ENV = PREFIX + "CACHE_"
 _T = TypeVar("_T")
 
@@ -63,7 +69,9 @@ class CacheConfig:
                      (auto: only when the engine has peers, who can serve them to other nodes).
     verify_bytes:    a hit on an entry of at most this size re-hashes it against the SHA-256
                      recorded at insert (bit rot, tampering); a mismatch drops the entry and
-                     the object is fetched again.
+                     the object is fetched again. None: every hit, any size. A hit on a bigger
+                     entry re-hashes it when its ctime differs from the one recorded when it
+                     was last known intact (any write, chmod or utime moves the ctime).
     """
 
     directory: str
@@ -74,7 +82,7 @@ class CacheConfig:
     pin_seconds: float = 3600.0
     hardlink: bool = True
     fsync: bool = True
-    verify_bytes: int = DEFAULT_VERIFY_BYTES
+    verify_bytes: Optional[int] = DEFAULT_VERIFY_BYTES
     uploads: Optional[bool] = None
 
     def __post_init__(self) -> None:
@@ -85,9 +93,13 @@ class CacheConfig:
         if not 0.0 < self.low_watermark <= self.high_watermark <= 1.0:
             raise InvalidInput(f"cache watermarks must satisfy 0 < low <= high <= 1, got "
                                f"{self.low_watermark} and {self.high_watermark}", operation="config")
-        if self.min_free_bytes < 0 or self.pin_seconds < 0 or self.verify_bytes < 0:
+        if self.min_free_bytes < 0 or self.pin_seconds < 0 or (self.verify_bytes or 0) < 0:
             raise InvalidInput(f"{_ENV}MIN_FREE_BYTES, {_ENV}PIN_SECONDS and {_ENV}VERIFY_BYTES must not be "
                                "negative", operation="config")
+
+    def verifies(self, size: int) -> bool:
+        """Whether a hit on an entry of ``size`` bytes re-hashes it."""
+        return self.verify_bytes is None or size <= self.verify_bytes
 
     @property
     def high_bytes(self) -> int:
@@ -122,9 +134,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
 
     Raises InvalidInput naming the variable for a malformed value.
     """
-    values: Dict[str, str] = dict(read_config_file(env))
-    values.update({k: v for k, v in env.items() if k.startswith(_ENV)})
-    raw = {k[len(_ENV):]: v.strip() for k, v in values.items() if k.startswith(_ENV) and v.strip()}
+    raw = {k[len(_ENV):]: v.strip() for k, v in env.items() if k.startswith(_ENV) and v.strip()}
     directory = raw.get("DIR") or default_directory(env)
     if directory.lower() == OFF:
         return None
@@ -139,7 +149,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         pin_seconds=_number(raw, "PIN_SECONDS", float, 3600.0),
         hardlink=_flag(raw, "HARDLINK", True),
         fsync=_flag(raw, "FSYNC", True),
-        verify_bytes=_number(raw, "VERIFY_BYTES", parse_size, DEFAULT_VERIFY_BYTES),
+        verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, _DEFAULT_VERIFY),
         uploads=_auto_flag(raw, "UPLOADS"),
     )
 
@@ -153,6 +163,10 @@ def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], def
         raise InvalidInput(f"invalid value {raw[name]!r} for {_ENV}{name}", operation="config") from None
 
 
+def _verify_limit(text: str) -> Optional[int]:
+    return None if text.strip().lower() == VERIFY_ALL else parse_size(text)
+
+
 def _auto_flag(raw: Mapping[str, str], name: str) -> Optional[bool]:
     """``auto`` (or unset) -> None; ``1/true/yes/on`` -> True; ``0/false/no/off`` -> False."""
     value = raw.get(name, "auto").lower()
@@ -164,6 +178,4 @@ def _auto_flag(raw: Mapping[str, str], name: str) -> Optional[bool]:
 
 
 def _flag(raw: Mapping[str, str], name: str, default: bool) -> bool:
-    if name not in raw:
-        return default
-    return raw[name].lower() in ("1", "true", "yes", "on")
+    return _number(raw, name, parse_flag, default)

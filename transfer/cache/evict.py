@@ -94,6 +94,7 @@ def remove_entry(paths: KeyPaths) -> Optional[int]:
     remove_quietly(paths.meta)
     remove_quietly(paths.pin)
     remove_quietly(paths.peers)
+    remove_quietly(paths.stamp)
     for leftover in paths.leftovers():
         remove_quietly(leftover)
     return size

@@ -13,6 +13,7 @@
         <digest>.pin            mtime = last hand-out as a symlink
         <digest>.peers          capabilities of the peer scopes this node's daemon may serve
                                 the entry to, one hex line each (``docs/security.md``)
+        <digest>.ok             mtime = the entry's change time (ctime) when last known intact
         <digest>.<pid>.<n>.part data or metadata being written
 
 ``<digest>`` is the SHA-256 of the key. An entry exists exactly when its data file does;
@@ -72,6 +73,11 @@ class KeyPaths:
     @property
     def peers(self) -> str:
         return self.data + ".peers"
+
+    @property
+    def stamp(self) -> str:
+        """Its mtime is the entry's ctime when the entry was last known intact."""
+        return self.data + ".ok"
 
     def new_temp(self) -> str:
         return f"{self.data}.{os.getpid()}.{next(_counter)}.part"

@@ -2,8 +2,10 @@
 
 Protocol for one key (the lock is ``<digest>.lock``, see :mod:`transfer.cache.locks`):
 
-1. Take the lock *shared*. If a valid entry exists (size and mtime as recorded, and for
-   entries up to ``verify_bytes`` the SHA-256 too), link or copy it to the destination while still holding the lock - eviction cannot take an entry
+1. Take the lock *shared*. If a valid entry exists (size and mtime as recorded; for entries
+   up to ``verify_bytes`` the SHA-256 too; for bigger ones the SHA-256 again whenever the
+   entry's ctime moved since it was last known intact), link or copy it to the destination
+   while still holding the lock - eviction cannot take an entry
    whose lock is held - and return a hit.
 2. Otherwise take the lock *exclusive* (this is where N-1 processes wait while one
    downloads). If a valid entry appeared meanwhile, go back to 1. Else remove what a
@@ -117,12 +119,14 @@ class NodeCache:
             if meta is None:
                 return None
             materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+            self._restamp(paths, meta.size)  # our own hard link moved the ctime
             _touch(paths, symlink)
             return meta.size
 
     def _valid(self, paths: KeyPaths, key: str, check: bool = False, report: bool = True) -> Optional[Meta]:
         """The entry's metadata if it exists and passes the cheap check (size, mtime, key);
-        with ``check``, entries up to ``verify_bytes`` must also match their SHA-256."""
+        with ``check``, its bytes must match their SHA-256: re-hashed for entries the config
+        verifies on every hit, else when the ctime moved since the entry was last known intact."""
         try:
             st = os.stat(paths.data)
         except FileNotFoundError:
@@ -130,7 +134,7 @@ class NodeCache:
         meta = read_meta(paths.meta)
         if meta is None or meta.key != key or not meta.matches(st):
             return None
-        if check and meta.size <= self.config.verify_bytes and not _same_bytes(paths.data, meta.sha256):
+        if check and not self._intact(paths, meta, st):
             if not report:
                 return None
             _log.warning("cache %s: entry for %s fails its SHA-256 check; fetching it again", self.directory,
@@ -138,6 +142,25 @@ class NodeCache:
             self._counters.add(corrupt=1)
             return None
         return meta
+
+    def _intact(self, paths: KeyPaths, meta: Meta, st: os.stat_result) -> bool:
+        """The SHA-256 check of a hit (see :meth:`_valid`); a big entry found intact is restamped."""
+        if self.config.verifies(meta.size):
+            return _same_bytes(paths.data, meta.sha256)
+        if _stamped_ctime(paths) == st.st_ctime_ns:
+            return True
+        if not _same_bytes(paths.data, meta.sha256):
+            return False
+        _set_stamp(paths, st.st_ctime_ns)
+        return True
+
+    def _restamp(self, paths: KeyPaths, size: int) -> None:
+        """After our own link or publish of a big entry: record its ctime as known intact."""
+        if not self.config.verifies(size):
+            try:
+                _set_stamp(paths, os.stat(paths.data).st_ctime_ns)
+            except OSError:
+                pass  # no stamp: the next hit re-hashes
 
     def observe(self, key: str, version: Optional[str]) -> None:
         """A fresh GET of ``key`` returned ``version``: drop an entry recorded with another
@@ -179,6 +202,7 @@ class NodeCache:
             staged = (sink.cache_fd(), temp, sink.hexdigest())
             if self._publish(paths, key, staged, info.version, "download"):
                 materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+                self._restamp(paths, sink.written)
                 _touch(paths, symlink)
                 self._counters.add(misses=1)
             else:
@@ -260,6 +284,7 @@ class NodeCache:
             write_meta(paths, Meta(key, st.st_size, sha, st.st_mtime_ns, time.time(), version, source))
             os.fchmod(fd, ENTRY_MODE)
             os.replace(temp, paths.data)
+            self._restamp(paths, st.st_size)
         except OSError as err:
             _log.warning("cache %s: cannot publish %s: %s", self.directory, key, err)
             remove_quietly(paths.meta)
@@ -461,6 +486,19 @@ def _changed(meta: Meta, version: Optional[str], sha256: Optional[str]) -> bool:
     if version is not None and meta.version is not None and version != meta.version:
         return True
     return sha256 is not None and sha256 != meta.sha256
+
+
+def _stamped_ctime(paths: KeyPaths) -> Optional[int]:
+    try:
+        return os.stat(paths.stamp).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _set_stamp(paths: KeyPaths, ctime_ns: int) -> None:
+    """Record ``ctime_ns`` as the mtime of the entry's stamp file (created if missing). Raises OSError."""
+    os.close(os.open(paths.stamp, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+    os.utime(paths.stamp, ns=(ctime_ns, ctime_ns))
 
 
 def _touch(paths: KeyPaths, symlink: bool) -> None:

@@ -1,4 +1,4 @@
-"""Peer-to-peer settings of a client node: ``PEGASUS_CLOUDIO_P2P_*`` (environment or config file).
+"""Peer-to-peer settings of a client node: ``PEGASUS_CLOUDIO_P2P_*`` (sources: :mod:`transfer.knobs`).
 
 ``P2P_REDIS``               ``redis://host:port/0`` (``rediss://`` for TLS) of the replica index;
                             unset: no peer sharing, everything runs as on a single node.
@@ -33,8 +33,9 @@ import stat
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple, Union
 
-from transfer.config import PREFIX, read_config_file
+from transfer.config import parse_flag
 from transfer.errors import ConfigError, InvalidInput
+from transfer.knobs import PREFIX
 
 __all__ = ["PeerConfig", "node_id", "peer_config_from_env", "read_token"]
 
@@ -103,12 +104,11 @@ def read_token(path: Optional[str], direct: Optional[str], name: str = ENV + "TO
 
 
 def peer_config_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[PeerConfig]:
-    """The configuration in ``env`` (default ``os.environ``) and the config file; None when
-    ``P2P_REDIS`` is unset. InvalidInput/ConfigError name the bad setting."""
+    """The configuration in ``env`` (default ``os.environ``; a command passes
+    :func:`transfer.knobs.layered`'s mapping, config file included); None when ``P2P_REDIS``
+    is unset. InvalidInput/ConfigError name the bad setting."""
     env = os.environ if env is None else env
-    values: Dict[str, str] = dict(read_config_file(env))
-    values.update({k: v for k, v in env.items() if k.startswith(ENV)})
-    raw = {k[len(ENV):]: v.strip() for k, v in values.items() if k.startswith(ENV) and v.strip()}
+    raw = {k[len(ENV):]: v.strip() for k, v in env.items() if k.startswith(ENV) and v.strip()}
     if not raw.get("REDIS"):
         return None
     if not raw.get("CA_FILE") and not _flag(raw, "PLAIN_HTTP"):
@@ -134,7 +134,10 @@ def peer_config_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[Pe
 
 
 def _flag(raw: Mapping[str, str], name: str) -> bool:
-    return raw.get(name, "").lower() in ("1", "true", "yes", "on")
+    try:
+        return parse_flag(raw.get(name, "0"))
+    except ValueError:
+        raise InvalidInput(f"{ENV}{name} must be 1 or 0 (got {raw[name]!r})", operation="config") from None
 
 
 def _seconds(raw: Mapping[str, str], name: str, default: float) -> float:

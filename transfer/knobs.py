@@ -1,0 +1,109 @@
+"""Where every setting comes from: one layer, one precedence, for every command and the library.
+
+Every knob is named ``PEGASUS_CLOUDIO_<NAME>``. Its value is the first of these that sets it
+(an empty value counts as unset):
+
+1. the command line, where a command has an option for the knob (``-m`` is
+   ``MAX_ATTEMPTS``, ``pegasus-cloudio cache --dir`` is ``CACHE_DIR``, ...);
+2. the environment (Pegasus ``env`` profiles, HTCondor job environments);
+3. the config file: ``NAME = value`` lines (``#`` starts a comment) in the file named by
+   ``PEGASUS_CLOUDIO_CONFIG`` (environment only), default ``~/.pegasus/cloudio.conf``;
+4. the knob's default, applied by the object that reads it (:class:`transfer.Settings`,
+   :class:`transfer.cache.CacheConfig`, ...).
+
+The commands read the config file. The library reads it only when asked
+(``Settings.from_env(config_file=True)``, or :func:`layered` with ``config_file=True``): a
+program importing ``transfer`` is configured by its arguments and environment, never by a
+file in the home directory it did not name. In the library, explicit arguments (a
+``Settings`` value, keyword arguments) win over the environment.
+
+A missing default file is no file. An unreadable default file (permissions, a directory) is
+skipped with one warning, so a transfer that needs none of its settings still runs; a file
+named by ``PEGASUS_CLOUDIO_CONFIG`` that cannot be read, and a malformed line or a byte that
+is not UTF-8 in any config file, raise :class:`~transfer.errors.InvalidInput` naming the file
+(and line). This module imports only ``os``: the drop-in reads it before deciding whether to
+hand its job to a stager.
+"""
+
+from __future__ import annotations
+
+import os
+TYPE_CHECKING = False  # typing is not imported at run time (start-up time of the drop-in)
+if TYPE_CHECKING:
+    from typing import Dict, Mapping, Optional
+
+PREFIX = "PEGASUS_CLOUDIO_"
+CONFIG_VAR = PREFIX + "CONFIG"
+
+__all__ = ["CONFIG_VAR", "PREFIX", "config_file_path", "layered", "read_config_file"]
+
+
+def config_file_path(env: "Mapping[str, str]") -> "tuple[str, bool]":
+    """(path of the config file, whether ``PEGASUS_CLOUDIO_CONFIG`` named it)."""
+    named = (env.get(CONFIG_VAR) or "").strip()
+    if named:
+        return named, True
+    home = env.get("HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".pegasus", "cloudio.conf"), False
+
+
+def read_config_file(env: "Mapping[str, str]") -> "Dict[str, str]":
+    """The file's ``PEGASUS_CLOUDIO_*`` values (empty ones dropped); ``{}`` when there is no file
+    or the default one cannot be read. Raises InvalidInput as the module docstring says."""
+    path, named = config_file_path(env)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(1 << 20)
+    except OSError as err:
+        if named:
+            reason = "not found" if isinstance(err, FileNotFoundError) else err.strerror
+            raise _invalid(f"cannot read config file {path} (named by {CONFIG_VAR}): {reason}") from None
+        if not isinstance(err, FileNotFoundError):  # e.g. a daemon's HOME=/root seen by a job's user
+            import logging
+            logging.getLogger("transfer.config").warning("ignoring config file %s: %s", path, err.strerror)
+        return {}
+    return _parse(data, path)
+
+
+def _parse(data: bytes, path: str) -> "Dict[str, str]":
+    values: "Dict[str, str]" = {}
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise _invalid(f"config file {path} line {number}: not UTF-8 text (byte {err.start + 1} of the line)") from None
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        name, sep, value = text.partition("=")
+        name = name.strip()
+        if not sep or not name.startswith(PREFIX) or not name[len(PREFIX):].replace("_", "").isalnum():
+            raise _invalid(f"config file {path} line {number}: expected {PREFIX}NAME = value")
+        if name == CONFIG_VAR:
+            raise _invalid(f"config file {path} line {number}: {CONFIG_VAR} is read from the environment only")
+        if value.strip():
+            values[name] = value.strip()
+    return values
+
+
+def layered(env: "Optional[Mapping[str, str]]" = None, *, config_file: bool,
+            command_line: "Optional[Mapping[str, Optional[str]]]" = None) -> "Dict[str, str]":
+    """``env`` (default ``os.environ``) as every reader of settings sees it: the config file's
+    knobs filled in where the environment leaves them unset (with ``config_file``), then the
+    command line's values (None: the option was not given) on top. Other variables pass as is.
+    """
+    source = os.environ if env is None else env
+    merged = {name: value for name, value in source.items()
+              if not (name.startswith(PREFIX) and not value.strip())}
+    if config_file:
+        for name, value in read_config_file(source).items():
+            merged.setdefault(name, value)
+    for name, given in (command_line or {}).items():
+        if given is not None and given.strip():
+            merged[name] = given
+    return merged
+
+
+def _invalid(message: str) -> Exception:
+    from transfer.errors import InvalidInput
+    return InvalidInput(message, operation="config")
