@@ -35,8 +35,8 @@ from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional,
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends import local
 from transfer.backends.base import (
-    Backend, MultipartUploads, ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, ranged_reads,
-    uploads,
+    Backend, MultipartUploads, ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes,
+    ranged_reads, uploads,
 )
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.format import Member
@@ -46,7 +46,7 @@ from transfer.uploads import InFlightUploads
 from transfer.cache import NodeCache
 from transfer.errors import Cancelled, InvalidInput, NotFound, TransferError
 from transfer.http.connection import FileRegion
-from transfer.peers import PeerRound, PeerSink, PeerSource, Replica
+from transfer.peers import PeerRound, PeerSink, PeerSource, Replica, Scope
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
 from transfer.removes import RemoveTask
@@ -379,15 +379,23 @@ class Engine:
         key = self._cache_key(url)
         return key is not None and self._cache is not None and self._cache.contains(key)
 
-    def _read_keys(self, transfers: Iterable[Transfer]) -> List[str]:
-        """The cache keys of every remote source the batch may read (for one peer lookup)."""
-        keys = []
+    def _read_keys(self, transfers: Iterable[Transfer]) -> Dict[str, Scope]:
+        """The cache keys of every remote source the batch may read that peers may share,
+        each with the scope of the identity reading it (for one peer lookup)."""
+        keys: Dict[str, Scope] = {}
         for op in transfers:
             for source in op.sources:
                 key = self._cache_key(source)
-                if key is not None:
-                    keys.append(key)
-        return list(dict.fromkeys(keys))
+                scope = self._peer_scope(source) if key is not None else None
+                if key is not None and scope is not None:
+                    keys.setdefault(key, scope)
+        return keys
+
+    def _peer_scope(self, url: Url) -> Optional[Scope]:
+        """The peer-sharing scope of the identity that reads ``url`` (None: not shared)."""
+        backend = self._session.backend(url)
+        scoped = peer_scopes(backend)
+        return scoped.peer_scope(url) if scoped is not None else None
 
     def _replica(self, key: str) -> Optional[Replica]:
         """What peers may be told about the node cache's entry for ``key``."""
@@ -495,7 +503,7 @@ class Engine:
         key = self._cache_key(dest)
         if key is not None and self._cache is not None:
             if self._cache.insert_file(key, path, version) and peers is not None:
-                peers.stored(key)
+                peers.stored(key, self._peer_scope(dest))
 
     def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
         step = backend.part_size

@@ -71,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "socket, started on each worker with `pegasus-cloudio stager --socket SOCKET` (default: not set)")
     add("--p2p", metavar="REDIS_URL",
         help="share the workers' node caches peer to peer through this replica index (docs/p2p.md)")
-    add("--p2p-token-file", default="/etc/pegasus-cloudio/pool.token", help="pool token file on the workers (default /etc/pegasus-cloudio/pool.token)")
+    add("--p2p-token-file", default="~/.pegasus/p2p.token",
+        help="pool token file on the workers: each user's own copy, mode 0600 (default ~/.pegasus/p2p.token)")
     add("--p2p-ca-file", default="/etc/pegasus-cloudio/pool-ca.crt", help="pool CA certificate on the workers (default /etc/pegasus-cloudio/pool-ca.crt)")
     add("--stage-clusters", default="4", help="pegasus.stagein/stageout.clusters (default 4)")
     add("--cluster-size", default="20", help="recommended clusters.size for small-file producers (default 20)")

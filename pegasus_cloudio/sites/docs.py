@@ -124,7 +124,9 @@ def _p2p_notes(opts: SetOptions) -> List[str]:
         return []
     return [f"* `PEGASUS_CLOUDIO_P2P_REDIS={opts.p2p_redis}`, `PEGASUS_CLOUDIO_P2P_TOKEN_FILE={opts.p2p_token_file}`, "
             f"`PEGASUS_CLOUDIO_P2P_CA_FILE={opts.p2p_ca_file}` (compute site): jobs read inputs other workers "
-            "already hold from their caches. Each worker runs `pegasus-cloudio serve` and the startd cron "
+            "already hold from their caches, shared only between jobs of the same store credentials "
+            "(docs/security.md). The token file is each user's own copy (mode 0600), never a pool credential "
+            "such as an HTCondor IDTOKEN. Each worker runs `pegasus-cloudio serve` and the startd cron "
             "`pegasus-cloudio cache-summary --read` publishing what root writes with `--write` "
             "(docs/p2p.md). To prefer workers holding a job's inputs, call "
             "`pegasus_cloudio.p2p.summary.add_cache_rank(workflow, urls)` in your workflow script: it gives "

@@ -152,7 +152,8 @@ def problems(opts: SetOptions) -> List[str]:
                         ("--gcs-key", opts.gcs_key), ("--boto-config", opts.boto_config),
                         ("--ssh-key", opts.ssh_key), ("--p2p-token-file", opts.p2p_token_file),
                         ("--p2p-ca-file", opts.p2p_ca_file), ("--stager", opts.stager)):
-        if value is not None and not os.path.isabs(value):
+        per_user = flag == "--p2p-token-file" and str(value).startswith("~/")  # each user's own copy
+        if value is not None and not os.path.isabs(value) and not per_user:
             out.append(f"{flag} must be an absolute path (got {value!r})")
     for flag, site in (("--compute-site", opts.compute_site), ("--staging-site", opts.staging_site)):
         if site is not None and (not _SITE.match(site) or site == "local"):

@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`ServerSideCopy`, :class:`TreeRemoval` and :class:`CacheKeys`. No backend has a
+:class:`RangedReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -15,11 +15,14 @@ capability.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, cast, runtime_checkable
+from typing import TYPE_CHECKING, BinaryIO, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, cast, runtime_checkable
 
 from transfer.errors import InvalidInput, TransferError
 from transfer.http.connection import FileRegion
 from transfer.urls import Url
+
+if TYPE_CHECKING:
+    from transfer.peers import Scope
 
 ByteRange = Tuple[int, int]  # [start, end) in bytes
 
@@ -172,6 +175,16 @@ class CacheKeys(Protocol):
 
 
 @runtime_checkable
+class PeerScopes(Protocol):
+    """Backends whose objects peers may share: each names the scope of the identity that
+    reads a URL (see :class:`transfer.peers.Scope`; ``docs/security.md``)."""
+
+    def peer_scope(self, url: Url) -> Optional["Scope"]:
+        """The scope of this backend's identity for ``url``'s bucket; None when the reads
+        are anonymous (nothing then proves who may read the object: it is not shared)."""
+
+
+@runtime_checkable
 class ServerSideCopy(Protocol):
     """Copy between two URLs of the same endpoint without moving bytes through the client."""
 
@@ -207,6 +220,11 @@ def multipart_uploads(backend: Backend) -> Optional[MultipartUploads]:
 def cache_keys(backend: Backend) -> Optional[CacheKeys]:
     """``backend`` as :class:`CacheKeys`, or None."""
     return cast(CacheKeys, backend) if _has(backend, CacheKeys) else None
+
+
+def peer_scopes(backend: Backend) -> Optional[PeerScopes]:
+    """``backend`` as :class:`PeerScopes`, or None."""
+    return cast(PeerScopes, backend) if _has(backend, PeerScopes) else None
 
 
 def uploads(backend: Backend, url: Url, operation: str = "put") -> Uploads:

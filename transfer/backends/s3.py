@@ -57,6 +57,7 @@ from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFoun
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.backends.opening import Opening
+from transfer.peers import Scope, derive_scope
 from transfer.urls import Url
 
 __all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
@@ -136,6 +137,8 @@ class S3Backend:
         self._region = region
         amazon = config.endpoint is None or pool.host.endswith(".amazonaws.com")
         source = config.source or (_fixed(config.credentials) if config.credentials else None)
+        self._credentials = source
+        self._scopes: Dict[Tuple[Credentials, str], Scope] = {}  # a few entries: one per bucket read
         self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
@@ -324,6 +327,21 @@ class S3Backend:
     def cache_key(self, url: Url) -> str:
         path = split_url(url)
         return f"{self._pool.base_url}/{path.bucket}/{path.key}"
+
+    # -- PeerScopes ---------------------------------------------------------------------
+
+    def peer_scope(self, url: Url) -> Optional[Scope]:
+        """Derived from the secret key of this backend's credentials, the endpoint, the key
+        id and the bucket (rotating credentials give a new scope at each rotation)."""
+        creds = self._credentials() if self._credentials is not None else None
+        if creds is None or not creds.secret_key:
+            return None
+        bucket = split_url(url).bucket
+        known = self._scopes.get((creds, bucket))
+        if known is None:  # one derivation per identity and bucket, not per file
+            known = derive_scope(creds.secret_key, "s3", self._pool.base_url, creds.access_key, bucket)
+            self._scopes[(creds, bucket)] = known
+        return known
 
     # -- RangedReads --------------------------------------------------------------------
 
