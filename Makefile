@@ -37,9 +37,11 @@ bench: $(STAMP)
 	$(VENV)/bin/pegasus-cloudio bench small-files $(ARGS)
 
 # The Debian 13 root the real HTCondor pool of the tests runs in (root; cached per machine
-# under /var/cache/pegasus-cloudio, so later runs cost one lock).
+# under /var/cache/pegasus-cloudio, so later runs cost one lock), the Pegasus tarball unpacked
+# there and the wheels the planned-run tests install on the pool's workers (Python 3.13).
 pool: $(STAMP) system
 	$(HEARTBEAT) "building the HTCondor pool root" $(PY) -m pegasus_cloudio.testbed.condor_root
+	$(HEARTBEAT) "unpacking Pegasus 5.1.2, fetching the workers' wheels" $(PY) -m pegasus_cloudio.testbed.pegasus_pool
 
 test: tools pool
 	$(PY) -m mypy

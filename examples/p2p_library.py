@@ -6,8 +6,10 @@ Two "nodes" in one process, each with its own node cache: node A's cache daemon 
 cache (plain HTTP on loopback, configured explicitly here; pools use HTTPS with a pool CA);
 A uploads a result, which writes through A's cache and registers it in the replica index on
 Redis; node B then reads it through its engine, and the peer source finds it on A. The end
-shows the lower-level calls: one batch lookup, and a verified fetch from a peer into any sink.
-Store credentials as for pegasus-transfer ($PEGASUS_CREDENTIALS).
+shows the lower-level calls: one batch lookup, and a verified fetch from a peer into any sink,
+both under the scope of the store identity that reads the URL (docs/security.md: only holders
+of the same store credentials share). Store credentials as for pegasus-transfer
+($PEGASUS_CREDENTIALS).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from transfer.cache import CacheConfig, NodeCache
 from transfer.p2p import PeerClient, PeerConfig, PeerIndex, PeerIndexSource, connect_redis, describer
 from transfer.p2p.config import node_id, parse_networks
 
-TOKEN = "example-pool-token"  # a pool reads it from PEGASUS_CLOUDIO_P2P_TOKEN_FILE
+TOKEN = "example-pool-token"  # a pool: each user's own copy in PEGASUS_CLOUDIO_P2P_TOKEN_FILE (0600)
 
 
 def node_cache(path: str) -> NodeCache:
@@ -37,7 +39,7 @@ def peer_source(name: str, cache: NodeCache, index: PeerIndex, redis_url: str) -
     config = PeerConfig(redis_url, TOKEN, plain_http=True, networks=parse_networks("127.0.0.0/8"),
                         node=name, user="example")
     return PeerIndexSource(index, PeerClient(config), node_id(name, "example"), claim_seconds=5,
-                           describe=describer(cache))
+                           describe=describer(cache), grant=cache.grant)
 
 
 def run(session: Session, cache: NodeCache, peers: PeerIndexSource, ops: list) -> None:
@@ -88,15 +90,17 @@ def main(argv: list) -> int:
             peers_b = peer_source("b", cache_b, index, args.redis)
             run(session, cache_b, peers_b, [Transfer((parse_url(url),), parse_url(os.path.join(args.work, "b", "result.dat")))])
             print(f"node b: peer hits: {peers_b.counters['peer_hits']}, bytes from peers: {peers_b.counters['peer_bytes']}")
-            key = session.backend(parse_url(url)).cache_key(parse_url(url))  # type: ignore[attr-defined]
+            backend = session.backend(parse_url(url))
+            key = backend.cache_key(parse_url(url))  # type: ignore[attr-defined]
+            scope = backend.peer_scope(parse_url(url))  # type: ignore[attr-defined]
         # b registered its copy as well, but runs no daemon (no heartbeat): only a is alive.
-        found = index.lookup([key])  # one round trip for any number of keys
+        found = index.lookup({key: scope})  # one round trip for any number of keys
         holders = found.holders.get(key, [])
         print("holders:", ", ".join(sorted(h.info.node for h in holders)))
         sink = Digest()
         client = PeerClient(PeerConfig(args.redis, TOKEN, plain_http=True, networks=parse_networks("127.0.0.0/8"),
                                        node="c", user="example"))
-        report = client.fetch(key, holders, sink)
+        report = client.fetch(key, holders, sink, scope)
         client.close()
         print(f"direct fetch: {report.size} bytes, sha256 verified: {sink.hash.hexdigest() == holders[0].sha256}")
     finally:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -77,10 +78,17 @@ class ServiceAccountKey:
 
 @pytest.fixture
 def gcs_key(tmp_path) -> Iterator[ServiceAccountKey]:
+    with service_account_key(tmp_path / "sa-key.json") as key:
+        yield key
+
+
+@contextlib.contextmanager
+def service_account_key(path: Path) -> Iterator[ServiceAccountKey]:
+    """A key written to ``path`` (mode 0600) and its token endpoint, served until the block ends."""
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     public = private.public_key()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _TokenHandler)
-    key = ServiceAccountKey(tmp_path / "sa-key.json", "stager@test-project.iam.gserviceaccount.com",
+    key = ServiceAccountKey(path, "stager@test-project.iam.gserviceaccount.com",
                             f"http://127.0.0.1:{server.server_address[1]}/token")
     # google-auth addresses the grant to Google's token endpoint whatever token_uri says.
     server.verify = lambda assertion: jwt.decode(  # type: ignore[attr-defined]

@@ -48,15 +48,11 @@ def our_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def install_in_root(pool: CondorPool, wheel: Path, venv: Path) -> Path:
     """A venv made by the root's ``python3`` at ``venv`` (under ``pool.shared``, readable by
-    every user of the pool) with ``wheel`` installed (no dependencies: the core has none),
-    the way a site installs us on workers; returns its ``bin``."""
-    import pip
-
-    pool.run(["python3", "-m", "venv", "--without-pip", str(venv)], user="root")
+    every user of the pool) with ``wheel`` installed by its own pip (no dependencies: the
+    core has none), the way a site installs us on workers; returns its ``bin``."""
     pool.bind(wheel.parent)
-    pip_dir = Path(pip.__file__).resolve().parent
-    pool.bind(pip_dir)
-    pool.run([str(venv / "bin" / "python"), str(pip_dir), "install", "--quiet", "--no-index", "--no-deps",
+    pool.run(["python3", "-m", "venv", str(venv)], user="root")
+    pool.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-index", "--no-deps",
               "--disable-pip-version-check", "--no-cache-dir", str(wheel)], user="root")
     return venv / "bin"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Set, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("transfer", "pegasus_cloudio")
+PACKAGES = ("transfer", "pegasus_cloudio", "snakemake_storage_plugin_pegasus_cloudio")
 SKIP = shutil.ignore_patterns(".git", ".venv", ".tools", "build", "dist", "*.egg-info", "__pycache__",
                                ".mypy_cache", ".pytest_cache", "bench-results")
 

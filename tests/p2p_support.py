@@ -12,18 +12,22 @@ from transfer.cache.config import CacheConfig
 from transfer.p2p.client import PeerClient
 from transfer.p2p.config import PeerConfig, parse_networks
 from transfer.p2p.index import Holder, NodeInfo
-from transfer.peers import Replica
+from transfer.peers import Replica, derive_scope
 
 TOKEN = "pool-token-0123456789"
+SCOPE = derive_scope("alice-store-secret", "s3", "http://store", "alice", "b")
 
 
 def new_cache(path) -> NodeCache:
     return NodeCache(CacheConfig(str(path), max_bytes=1 << 30, min_free_bytes=0, fsync=False))
 
 
-def put(cache: NodeCache, key: str, data: bytes) -> Replica:
+def put(cache: NodeCache, key: str, data: bytes, scope=SCOPE) -> Replica:
+    """``data`` cached under ``key`` and shared with ``scope`` (None: with nobody)."""
     assert cache.insert_bytes(key, data)
-    return Replica(key, len(data), hashlib.sha256(data).hexdigest())
+    if scope is not None:
+        assert cache.grant(key, scope.capability(key))
+    return Replica(key, len(data), hashlib.sha256(data).hexdigest(), scope)
 
 
 def serve(cache_dir, *, tls=None, user="alice", bind="127.0.0.1", **kw) -> CacheServer:
@@ -31,6 +35,15 @@ def serve(cache_dir, *, tls=None, user="alice", bind="127.0.0.1", **kw) -> Cache
                          cert_file=str(tls.cert) if tls else None, key_file=str(tls.key) if tls else None,
                          plain_http=tls is None, **kw)
     return CacheServer(config).start()
+
+
+def auth(server: CacheServer, key: str, scope=SCOPE) -> Dict[str, str]:
+    """The headers a reader of ``scope`` sends ``server`` for ``key``: token and proof."""
+    from transfer.cache.layout import digest_of
+    from transfer.p2p.client import PROOF_HEADER
+    from transfer.peers import proof
+    return {"Authorization": f"Bearer {TOKEN}",
+            PROOF_HEADER: proof(scope.capability(key), server._server.binding, digest_of(key))}
 
 
 def url_of(server: CacheServer, tls=True, user="alice", port: Optional[int] = None) -> str:
@@ -66,11 +79,11 @@ class MemorySink:
         self.resets += 1
 
 
-def fetch(config: PeerConfig, key: str, holders: List[Holder]):
+def fetch(config: PeerConfig, key: str, holders: List[Holder], scope=SCOPE):
     client = PeerClient(config)
     sink = MemorySink()
     try:
-        return client.fetch(key, holders, sink), sink
+        return client.fetch(key, holders, sink, scope), sink
     finally:
         client.close()
 

@@ -11,7 +11,7 @@ from pegasus_cloudio.monitor import series
 
 SCENARIO_FIGURES = {"workflow": ["workflow_makespan", "workflow_ratios"], "cost": ["cost"],
                     "sizes": ["sizes_download", "sizes_upload"], "threads": ["threads"], "large": ["large"],
-                    "cache": ["cache"], "disk": ["disk"], "monitor": ["monitor"]}
+                    "cache": ["cache"], "disk": ["disk"], "pool": ["pool"], "monitor": ["monitor"]}
 
 
 @pytest.mark.timeout(1800)  # a few minutes on an idle machine; far longer on a shared, loaded one
@@ -31,7 +31,7 @@ def test_quick_report_has_every_scenario_figure_data_and_published_numbers(tmp_p
             assert (out / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
             json.loads((out / "figures" / f"{name}.json").read_text())
             assert f"figures/{name}.png" in text
-    for scenario in ("workflow", "sizes", "threads", "large", "cache", "disk", "cost"):
+    for scenario in ("workflow", "sizes", "threads", "large", "cache", "disk", "pool", "cost"):
         json.loads((out / "results" / f"{scenario}.json").read_text())
     assert text.count("Published (not measured here)") >= 7 and "seed 002" in text and "seed 003" in text
     assert "report: scenario workflow" in done.stderr  # progress lines when stderr is not a terminal
@@ -41,3 +41,7 @@ def test_quick_report_has_every_scenario_figure_data_and_published_numbers(tmp_p
     assert all(r["extrapolated"] for r in unchecked)  # only a run stopped early goes unchecked...
     assert workflow["targets"]["results_correct"] is (None if unchecked else True)  # ...and then is no "met"
     assert json.loads((out / "figures" / "monitor.json").read_text())["shifts"]
+    pool = json.loads((out / "results" / "pool.json").read_text())
+    assert [(r["config"], r["dagman_status"], r["byte_exact"]) for r in pool["runs"]] == [
+        ("stock", 0, True), ("ours bundles+cache", 0, True)]
+    assert pool["runs"][0]["stock_calls"] > 0 and pool["runs"][1]["stock_calls"] == 0

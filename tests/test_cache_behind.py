@@ -20,3 +20,28 @@ def test_offers_are_refused_unless_collecting_and_within_the_budget(tmp_path, mo
     assert entry.meta.key == "k1" and entry.meta.sha256 == hashlib.sha256(b"12345678").hexdigest()
     assert not behind.offer(cache, "k3", b"x")  # draining ends collection
     cache.close()
+
+
+def test_offers_from_many_threads_keep_the_budget_and_lose_nothing(tmp_path, monkeypatch):
+    import threading
+
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "c"), "HOME": str(tmp_path),
+                                 "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0"})
+    monkeypatch.setattr(behind, "BUDGET_BYTES", 100 * 64)
+    behind.collect()
+    accepted = []
+
+    def offer(thread: int) -> None:
+        for n in range(50):
+            if behind.offer(cache, f"t{thread}-{n}", bytes([thread]) * 64):
+                accepted.append(f"t{thread}-{n}")
+
+    threads = [threading.Thread(target=offer, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(accepted) == 100  # exactly the budget, never more (an unlocked counter let more in)
+    assert behind.drain() == 100
+    assert sorted(e.meta.key for e in cache.entries()) == sorted(accepted)
+    cache.close()

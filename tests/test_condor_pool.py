@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pegasus_cloudio.testbed.condor_pool import CondorPool, reap_orphans
+import pytest
+
+from pegasus_cloudio.testbed.condor_pool import CondorPool, PoolError, reap_orphans
 
 JOB = """\
 #!/bin/sh
@@ -95,7 +97,7 @@ def test_pool_of_a_killed_owner_is_reaped(tmp_path: Path) -> None:
     script = tmp_path / "owner.py"
     script.write_text(
         "import sys, time\n"
-        "from pegasus_cloudio.testbed.condor_pool import CondorPool, reap_orphans\n"
+        "from pegasus_cloudio.testbed.condor_pool import CondorPool\n"
         "pool = CondorPool(startds=('orphan',), slots=1).start()\n"
         "print(pool.dir, pool.master_pid, flush=True)\n"
         "time.sleep(600)\n")
@@ -119,3 +121,15 @@ def _running(pid: str) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_pool_that_cannot_start_fails_loudly_and_leaves_nothing() -> None:
+    broken = CondorPool(startds=("broken",), slots=1, config="COLLECTOR = /bin/false", start_timeout=20)
+    base = Path(os.environ.get("PEGASUS_CLOUDIO_POOL_DIR") or "/var/tmp/cloudio-pools")
+    before = set(base.glob("pool-*"))
+    with pytest.raises(PoolError) as raised:
+        broken.start()
+    message = str(raised.value)
+    assert "not ready in 20 s" in message and "--- MasterLog" in message
+    assert not broken.dir.exists() and set(base.glob("pool-*")) <= before
+    assert not _running(str(broken.master_pid))

@@ -66,13 +66,17 @@ def cache(field):
     return lambda env: getattr(config_from_env(dropin(env)[0]), field)
 
 
-P2P_BASE = {P + "P2P_REDIS": "redis://127.0.0.1:1/0", P + "P2P_TOKEN": "t0"}
+P2P_BASE = {P + "P2P_REDIS": "redis://127.0.0.1:1/0", P + "P2P_TOKEN": "t0", P + "P2P_CA_FILE": "/etc/ca0.pem"}
 
 
 def peers(field):
     def probe(env):
-        knobs = dropin({**P2P_BASE, **env})[0]
-        return getattr(peer_config_from_env(knobs), field)
+        base = {k: v for k, v in P2P_BASE.items() if field != "ca_file" or not k.endswith("CA_FILE")}
+        knobs = dropin({**base, **env})[0]
+        try:
+            return getattr(peer_config_from_env(knobs), field)
+        except ConfigError:  # P2P_CA_FILE (required) from no source
+            return None
     return probe
 
 
@@ -96,7 +100,8 @@ def summary(env):
 
 def pool_token(env):
     try:
-        return peer_config_from_env(dropin({P + "P2P_REDIS": "redis://127.0.0.1:1/0", **env})[0]).token
+        return peer_config_from_env(dropin({P + "P2P_REDIS": "redis://127.0.0.1:1/0",
+                                            P + "P2P_CA_FILE": "/etc/ca0.pem", **env})[0]).token
     except ConfigError:  # no token from any source
         return None
 
@@ -155,7 +160,8 @@ KNOBS = {
     "CACHE_VERIFY_BYTES": ("2M", cache("verify_bytes"), 2 << 20, BOTH),
     "CACHE_UPLOADS": ("1", cache("uploads"), True, BOTH),
     "P2P_REDIS": ("redis://127.0.0.1:2/0", lambda env: (peer_config_from_env(dropin(
-        {P + "P2P_TOKEN": "t0", **env})[0]) or argparse.Namespace(redis_url=None)).redis_url,
+        {P + "P2P_TOKEN": "t0", P + "P2P_CA_FILE": "/etc/ca0.pem", **env})[0])
+        or argparse.Namespace(redis_url=None)).redis_url,
         "redis://127.0.0.1:2/0", BOTH),
     "P2P_CLUSTER": ("1", peers("cluster"), True, BOTH),
     "P2P_NAMESPACE": ("ns1", peers("namespace"), "ns1", BOTH),
@@ -177,6 +183,7 @@ KNOBS = {
     "P2P_USERS": ("root=/tmp/other", daemon(lambda s: s.serve.caches, "P2P_USERS"), {"root": "/tmp/other"}, BOTH),
     "P2P_URL": ("https://n7:8470", daemon(lambda s: s.url, "P2P_URL"), "https://n7:8470", BOTH),
     "P2P_MAX_SERVES": ("4", daemon(lambda s: s.serve.max_serves, "P2P_MAX_SERVES"), 4, BOTH),
+    "P2P_MAX_CONNECTIONS": ("40", daemon(lambda s: s.serve.limits.max_connections, "P2P_MAX_CONNECTIONS"), 40, BOTH),
     "P2P_HEARTBEAT_TTL": ("12", daemon(lambda s: s.heartbeat_ttl, "P2P_HEARTBEAT_TTL"), 12.0, BOTH),
     "P2P_SUMMARY_MAX": ("77", lambda env: summary(env)[1], 77, BOTH),
     "STAGER": ("{home}/stager.sock", launch.stager_socket, "{home}/stager.sock", BOTH),

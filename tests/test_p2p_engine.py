@@ -47,7 +47,7 @@ class Node:
     def source(self, claim_seconds=0.0, index=None, **kw):
         return PeerIndexSource(index or self.index, PeerClient(client_config(self.tls, node=self.name, **kw)),
                                node_id(self.name, "alice"), claim_seconds=claim_seconds,
-                               describe=describer(self.cache))
+                               describe=describer(self.cache), grant=self.cache.grant)
 
     def run(self, env, ops, source=None, **settings):
         source = source or self.source()
@@ -177,10 +177,14 @@ def test_malformed_entries_and_peers_outside_the_networks_fall_back_to_the_store
     a, b, _ = pool
     assert all(r.ok for r in a.run(env, reads(tmp_path, bucket, "ja", names)))
     key1, key2 = (a.cache.entries()[i].key for i in range(2))
-    a.index._redis.hset(a.index.entry_key(key1), "a/alice", "not a size and digest")
+    with Session(Settings(), env) as session:  # the scope the engine reads these keys under
+        url = s3(bucket, "in/m1")
+        scope = session.backend(url).peer_scope(url)
+    a.index._redis.hset(a.index.entry_key(key1, scope), "a/alice", "not a size and digest")
     a.index.heartbeat([NodeInfo("far/alice", "https://203.0.113.9:8470/v1/alice")], 30)
-    a.index._redis.hdel(a.index.entry_key(key2), "a/alice")
-    a.index._redis.hset(a.index.entry_key(key2), "far/alice", f"5000 {'0' * 64}")  # the only holder
+    a.index._redis.hdel(a.index.entry_key(key2, scope), "a/alice")
+    a.index._redis.hset(a.index.entry_key(key2, scope), "far/alice",  # the only holder
+                        f"5000 {'0' * 64} {scope.entry_mac('far/alice', key2, 5000, '0' * 64)}")
     proxy.reset_counters()
     with caplog.at_level(logging.WARNING):
         results = b.run(env, reads(tmp_path, bucket, "jb", names))

@@ -12,9 +12,19 @@ import redis.cluster
 
 from pegasus_cloudio.testbed.redis import RedisCluster, RedisServer
 from transfer.p2p.index import Claim, NodeInfo, PeerIndex
-from transfer.peers import Replica
+from transfer.peers import Replica, derive_scope
 
 SHA = "ab" * 32
+SCOPE = derive_scope("alice-secret-key", "s3", "http://store", "alice", "bucket")
+OTHER = derive_scope("mallory-secret-key", "s3", "http://store", "mallory", "bucket")
+
+
+def R(key, size, sha=SHA, scope=SCOPE):
+    return Replica(key, size, sha, scope)
+
+
+def scoped(*keys, scope=SCOPE):
+    return {k: scope for k in keys}
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +80,8 @@ def test_a_batch_of_a_thousand_keys_is_one_lookup_and_one_registration(client):
     index = PeerIndex(counting, "t")
     nodes(index, "a/alice")
     keys = [f"s3://bucket/run/f{i:04d}#etag{i}" for i in range(1000)]
-    index.register("a/alice", [Replica(k, i, SHA) for i, k in enumerate(keys)])
-    found = index.lookup(keys + ["s3://bucket/missing#x"])
+    index.register("a/alice", [R(k, i) for i, k in enumerate(keys)])
+    found = index.lookup(scoped(*keys, "s3://bucket/missing#x"))
     assert counting.pipelines == 2
     assert set(found.holders) == set(keys) and not found.problems
     h = found.holders[keys[7]]
@@ -82,8 +92,8 @@ def test_a_batch_of_a_thousand_keys_is_one_lookup_and_one_registration(client):
 def test_keys_spread_over_every_master_of_the_cluster(redis_cluster):
     c = redis.cluster.RedisCluster.from_url(redis_cluster.url)
     index = PeerIndex(c, "spread")
-    slots = {c.keyslot(index.entry_key(f"k{i}")) for i in range(200)}
-    owners = {c.get_node_from_key(index.entry_key(f"k{i}")).port for i in range(200)}
+    slots = {c.keyslot(index.entry_key(f"k{i}", SCOPE)) for i in range(200)}
+    owners = {c.get_node_from_key(index.entry_key(f"k{i}", SCOPE)).port for i in range(200)}
     assert len(slots) == 16 and owners == set(redis_cluster.ports)
 
 
@@ -91,23 +101,25 @@ def test_a_node_whose_heartbeat_expired_is_not_returned(client):
     index = PeerIndex(client, "t")
     nodes(index, "a/alice", ttl=0.3)
     nodes(index, "b/alice", ttl=60)
-    index.register("a/alice", [Replica("k", 3, SHA)])
-    index.register("b/alice", [Replica("k", 3, SHA)])
-    assert [h.info.node for h in index.lookup(["k"]).holders["k"]] == ["a/alice", "b/alice"]
+    index.register("a/alice", [R("k", 3)])
+    index.register("b/alice", [R("k", 3)])
+    assert [h.info.node for h in index.lookup(scoped("k")).holders["k"]] == ["a/alice", "b/alice"]
     time.sleep(0.5)  # expiry is judged by the Redis server's clock, not this process's
-    assert [h.info.node for h in index.lookup(["k"]).holders["k"]] == ["b/alice"]
+    assert [h.info.node for h in index.lookup(scoped("k")).holders["k"]] == ["b/alice"]
     index.retire(["b/alice"])
-    assert index.lookup(["k"]).holders == {} and index.live_nodes() == {}
+    assert index.lookup(scoped("k")).holders == {} and index.live_nodes() == {}
 
 
 def test_malformed_and_conflicting_entries_are_reported_and_ignored(client):
     index = PeerIndex(client, "t")
     nodes(index, "a/alice", "b/alice", "c/alice", "d/alice")
     client.hset(index.nodes_key, "bad/alice", "9999999999 {not json")
-    client.hset(index.entry_key("k"), mapping={"a/alice": f"5 {SHA}", "b/alice": f"5 {SHA}",
-                                               "c/alice": f"5 {'cd' * 32}", "d/alice": "five bytes",
-                                               "bad/alice": f"5 {SHA}"})
-    found = index.lookup(["k"])
+    def value(node, sha=SHA):
+        return f"5 {sha} {SCOPE.entry_mac(node, 'k', 5, sha)}"
+    client.hset(index.entry_key("k", SCOPE), mapping={
+        "a/alice": value("a/alice"), "b/alice": value("b/alice"), "c/alice": value("c/alice", "cd" * 32),
+        "d/alice": "five bytes", "bad/alice": value("bad/alice")})
+    found = index.lookup(scoped("k"))
     assert [h.info.node for h in found.holders["k"]] == ["a/alice", "b/alice"]
     text = "\n".join(found.problems)
     assert "malformed node entry 'bad/alice'" in text
@@ -118,13 +130,13 @@ def test_malformed_and_conflicting_entries_are_reported_and_ignored(client):
 def test_the_first_claim_wins_and_registration_ends_it(client):
     index = PeerIndex(client, "t")
     nodes(index, "a/alice", "b/alice")
-    first = index.lookup(["k1", "k2"], Claim("a/alice", 5, ["k1", "k2"]))
-    second = index.lookup(["k1", "k2"], Claim("b/alice", 5, ["k1", "k2"]))
+    first = index.lookup(scoped("k1", "k2"), Claim("a/alice", 5, ["k1", "k2"]))
+    second = index.lookup(scoped("k1", "k2"), Claim("b/alice", 5, ["k1", "k2"]))
     assert first.won == ["k1", "k2"] and first.in_flight == {}
     assert second.won == [] and second.in_flight == {"k1": "a/alice", "k2": "a/alice"}
-    index.register("a/alice", [Replica("k1", 1, SHA)])
-    index.release("k2", "a/alice")
-    third = index.lookup(["k1", "k2"], Claim("b/alice", 5, ["k2"]))
+    index.register("a/alice", [R("k1", 1)])
+    index.release("k2", SCOPE, "a/alice")
+    third = index.lookup(scoped("k1", "k2"), Claim("b/alice", 5, ["k2"]))
     assert [h.info.node for h in third.holders["k1"]] == ["a/alice"]
     assert third.won == ["k2"] and third.in_flight == {}
 
@@ -132,9 +144,28 @@ def test_the_first_claim_wins_and_registration_ends_it(client):
 def test_unregister_drops_one_nodes_entry(client):
     index = PeerIndex(client, "t")
     nodes(index, "a/alice", "b/alice")
-    index.register("a/alice", [Replica("k", 1, SHA)])
-    index.register("b/alice", [Replica("k", 1, SHA)])
-    index.unregister("a/alice", ["k"])
-    assert [h.info.node for h in index.lookup(["k"]).holders["k"]] == ["b/alice"]
+    index.register("a/alice", [R("k", 1)])
+    index.register("b/alice", [R("k", 1)])
+    index.unregister("a/alice", scoped("k"))
+    assert [h.info.node for h in index.lookup(scoped("k")).holders["k"]] == ["b/alice"]
     expires, _, text = client.hget(index.nodes_key, "a/alice").decode().partition(" ")
     assert json.loads(text)["url"].endswith("/v1/alice") and float(expires) > time.time() - 60
+
+
+def test_an_entry_forged_by_another_identity_is_ignored(client):
+    """Mallory (another store identity) registers her own bytes under alice's key: in her
+    own scope's entry (which alice never reads), in alice's entry with a tag she cannot
+    compute, and in the entry today's index used (the key's plain SHA-256)."""
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice", "m/mallory")
+    index.register("a/alice", [R("k", 5)])
+    index.register("m/mallory", [R("k", 5, "cd" * 32, OTHER)])
+    import hashlib
+    plain = hashlib.sha256(b"k").hexdigest()[:32]
+    for name in (index.entry_key("k", SCOPE), f"t:{{{plain[0]}}}:r:{plain}"):
+        client.hset(name, "m/mallory", f"5 {'cd' * 32} {'0' * 32}")
+    found = index.lookup(scoped("k"))
+    assert [(h.info.node, h.sha256) for h in found.holders["k"]] == [("a/alice", SHA)]
+    assert "unauthenticated replica entry 'm/mallory'" in "\n".join(found.problems)
+    assert [(h.info.node, h.sha256) for h in index.lookup(scoped("k", scope=OTHER)).holders["k"]] == [
+        ("m/mallory", "cd" * 32)]  # and mallory's own entry is hers alone

@@ -16,6 +16,7 @@ from pegasus_cloudio.testbed.proxy import TcpProxy
 from transfer.cache.layout import digest_of
 from transfer.p2p.config import parse_networks
 from p2p_support import TOKEN, client_config, corrupt_in_place, fetch, holder, new_cache, put, serve, url_of
+from p2p_support import auth as auth_for
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_a_peer_serves_verified_bytes_over_tls_and_keeps_the_connection(node_a, 
         from p2p_support import MemorySink
         client = PeerClient(client_config(tls))
         sinks = [MemorySink(), MemorySink()]
-        reports = [client.fetch(r.key, [holder("a", url, r)], s) for r, s in zip((small, big), sinks)]
+        reports = [client.fetch(r.key, [holder("a", url, r)], s, r.scope) for r, s in zip((small, big), sinks)]
         client.close()
         assert [r.size for r in reports] == [300, 3 << 20] and not reports[0].failures
         assert bytes(sinks[0].data) == b"x" * 300
@@ -61,7 +62,7 @@ def test_range_requests_and_ranges_past_the_end(node_a, tls):
     cache, server = node_a
     put(cache, "k", b"0123456789")
     path = f"/v1/alice/{digest_of('k')}"
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    auth = auth_for(server, "k")
     status, headers, body = raw_get(server, tls, path, {**auth, "Range": "bytes=3-5"})
     assert (status, body, headers["Content-Range"]) == (206, b"345", "bytes 3-5/10")
     status, headers, body = raw_get(server, tls, path, {**auth, "Range": "bytes=10-"})
@@ -201,7 +202,6 @@ def test_the_serve_cap_answers_503(node_a, tls, tmp_path):
 
 def test_symlinks_and_files_of_other_owners_in_a_cache_are_never_served(node_a, tls, tmp_path):
     cache, server = node_a
-    auth = {"Authorization": f"Bearer {TOKEN}"}
     for key in ("link", "foreign"):
         put(cache, key, b"0123456789")
     secret = tmp_path / "secret"
@@ -214,7 +214,7 @@ def test_symlinks_and_files_of_other_owners_in_a_cache_are_never_served(node_a, 
     with cache.pin("foreign") as path:
         os.chown(path, 12345, 12345)
     for key in ("link", "foreign"):
-        status, _, body = raw_get(server, tls, f"/v1/alice/{digest_of(key)}", auth)
+        status, _, body = raw_get(server, tls, f"/v1/alice/{digest_of(key)}", auth_for(server, key))
         assert status == 404 and b"root-only" not in body and b"0123456789" not in body
 
 

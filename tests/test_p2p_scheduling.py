@@ -97,7 +97,7 @@ def test_sites_p2p_puts_the_pool_settings_on_the_compute_site_and_documents_the_
     [compute] = [s for s in sites["sites"] if s["name"] == "condorpool"]
     env = compute["profiles"]["env"]
     assert env["PEGASUS_CLOUDIO_P2P_REDIS"] == "redis://10.0.0.5:6379/0"
-    assert env["PEGASUS_CLOUDIO_P2P_TOKEN_FILE"] == "/etc/pegasus-cloudio/pool.token"
+    assert env["PEGASUS_CLOUDIO_P2P_TOKEN_FILE"] == "~/.pegasus/p2p.token"  # the user's own copy
     [local] = [s for s in sites["sites"] if s["name"] == "local"]
     assert "PEGASUS_CLOUDIO_P2P_REDIS" not in local.get("profiles", {}).get("env", {})
     readme = (tmp_path / "README.md").read_text()

@@ -1,7 +1,7 @@
 """Cache-aware scheduling on a real negotiator (issue #20, item 4).
 
 Two startds (``node1``, ``node2``) with their own caches, owned by the submitter and private
-(0700). Root writes each node's summary file (``cache-summary --write``, what the documented
+(0700), each filled by a job on its node downloading a file with the drop-in. Root writes each node's summary file (``cache-summary --write``, what the documented
 systemd timer runs); each startd's cron runs ``cache-summary --read`` as HTCondor's own user
 ``condor`` and its machine ads carry the summary. Jobs get the rank `add_cache_rank`
 generates from their inputs, and the negotiator sends each to the node holding its input.
@@ -9,7 +9,10 @@ generates from their inputs, and the negotiator sends each to the node holding i
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import threading
 from pathlib import Path
 from typing import Dict, Iterator
 
@@ -21,12 +24,15 @@ from pegasus_cloudio.testbed.condor_pool import CondorPool
 from transfer import Session, parse_url
 
 SUMMARY_DIR = "/var/lib/pegasus-cloudio"
-# URLs are only named (cache keys are computed from them); nothing is fetched.
-URLS = {"a.dat": "http://127.0.0.1:9/run/a.dat", "b.dat": "http://127.0.0.1:9/run/b.dat"}
 HOLDER = {"a.dat": "node1", "b.dat": "node2"}
+SIZE = 2_000_000
 ENV = {"AWS_EC2_METADATA_DISABLED": "true", "PEGASUS_CLOUDIO_CONFIG": os.devnull}
 
 CRON = """\
+# where each node's jobs keep their cache (a job reads it as $$(PegasusCloudioCacheDir))
+NODE1.PegasusCloudioCacheDir = "{caches}/node1"
+NODE2.PegasusCloudioCacheDir = "{caches}/node2"
+STARTD_ATTRS = $(STARTD_ATTRS) PegasusCloudioCacheDir
 STARTD_CRON_JOBLIST = $(STARTD_CRON_JOBLIST) PCIOCACHE
 STARTD_CRON_PCIOCACHE_EXECUTABLE = {bin}/pegasus-cloudio
 STARTD_CRON_PCIOCACHE_PERIOD = 2s
@@ -38,13 +44,41 @@ CLAIM_WORKLIFE = 0
 """
 
 FILL = """\
-import sys
-from transfer.cache.config import CacheConfig
-from transfer.cache.store import NodeCache
-cache = NodeCache(CacheConfig(sys.argv[1], max_bytes=1 << 30, min_free_bytes=0, fsync=False))
-assert cache.insert_bytes(sys.argv[2], b"x" * 2_000_000)
-cache.close()
+universe = vanilla
+executable = {bin}/pegasus-cloudio-transfer
+arguments = -f spec.json
+transfer_executable = false
+should_transfer_files = NO
+requirements = regexp("@{node}@", TARGET.Name) && isString(TARGET.PegasusCloudioCacheDir)
+environment = "PEGASUS_CLOUDIO_CACHE_DIR=$$(PegasusCloudioCacheDir) PEGASUS_CLOUDIO_CONFIG=/dev/null"
+output = job.out
+error = job.err
+log = job.log
+queue
 """
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    data = {f"/run/{lfn}": bytes([i]) * SIZE for i, lfn in enumerate(HOLDER)}
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = self.data.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        body = self.data.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def _key(url: str) -> str:
@@ -57,24 +91,37 @@ def _key(url: str) -> str:
 
 @pytest.fixture(scope="module")
 def ranked_pool(our_wheel: Path) -> Iterator[CondorPool]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     pool = CondorPool()
     pool.start()
     try:
         bin_dir = install_in_root(pool, our_wheel, pool.shared / "venv")
-        pool.add_config("pcio-cache.conf", CRON.format(bin=bin_dir, dir=SUMMARY_DIR))
+        caches = pool.user_dir("caches")
+        pool.add_config("pcio-cache.conf", CRON.format(bin=bin_dir, dir=SUMMARY_DIR, caches=caches))
         pool.bin_dir = bin_dir  # type: ignore[attr-defined]
-        pool.caches = _caches(pool, bin_dir)  # type: ignore[attr-defined]
+        pool.urls = {lfn: f"http://127.0.0.1:{server.server_address[1]}/run/{lfn}"  # type: ignore[attr-defined]
+                     for lfn in HOLDER}
+        pool.caches = _fill_caches(pool, bin_dir, caches)  # type: ignore[attr-defined]
         yield pool
     finally:
         pool.stop()
+        server.shutdown()
 
 
-def _caches(pool: CondorPool, bin_dir: Path) -> Dict[str, Path]:
+def _fill_caches(pool: CondorPool, bin_dir: Path, home: Path) -> Dict[str, Path]:
+    """Each node's cache gets its file the way workers fill caches: a job on that node
+    downloads it with the drop-in, its cache on."""
     caches = {}
-    home = pool.user_dir("caches")
     for lfn, node in HOLDER.items():
+        work = pool.user_dir(f"fill-{node}")
+        (work / "spec.json").write_text(json.dumps([{
+            "type": "transfer", "src_urls": [{"site_label": "web", "url": pool.urls[lfn]}],  # type: ignore[attr-defined]
+            "dest_urls": [{"site_label": "local", "url": f"file://{work}/{lfn}"}]}]))
+        ad = pool.wait_done(pool.submit(FILL.format(bin=bin_dir, node=node), cwd=work))
+        assert ad["ExitCode"] == "0", (work / "job.err").read_text()[-2000:]
+        assert f"@{node}@" in ad["LastRemoteHost"]
         cache = home / node
-        pool.run([str(bin_dir / "python"), "-c", FILL, str(cache), _key(URLS[lfn])], cwd=pool.shared)
         assert cache.stat().st_mode & 0o777 == 0o700 and cache.stat().st_uid == pool.submitter_uid
         caches[node] = cache
     return caches
@@ -108,14 +155,15 @@ def test_the_negotiator_sends_each_job_to_the_node_caching_its_input(ranked_pool
         pool.run([str(bin_dir / "pegasus-cloudio"), "cache-summary", "--write", f"{SUMMARY_DIR}/{node}.ad"],
                  user="root", env={"PEGASUS_CLOUDIO_P2P_USERS": f"cloudio={cache}",
                                    "PEGASUS_CLOUDIO_P2P_NODE": node})
-    want = {node: short_id(_key(URLS[lfn])) for lfn, node in HOLDER.items()}
+    urls = pool.urls  # type: ignore[attr-defined]
+    want = {node: short_id(_key(urls[lfn])) for lfn, node in HOLDER.items()}
     _wait_for_summaries(pool, want)
 
     wf = Workflow("ranked")
     jobs = {lfn: [Job("reader", _id=f"{lfn}-{i}").add_inputs(File(lfn, size=2_000_000)) for i in range(2)]
-            for lfn in URLS}
+            for lfn in urls}
     wf.add_jobs(*[j for js in jobs.values() for j in js])
-    assert add_cache_rank(wf, URLS, env=ENV) == 4
+    assert add_cache_rank(wf, urls, env=ENV) == 4
     work = pool.user_dir("ranked")
     clusters = {lfn: [pool.submit(_submit(job.profiles["condor"]["rank"]), cwd=work) for job in js]
                 for lfn, js in jobs.items()}

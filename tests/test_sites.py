@@ -197,3 +197,41 @@ def test_stager_socket_goes_to_workers_and_the_readme(tmp_path, capsys):
     assert cli.main(cli._parser().parse_args(argv_for("s3-cloud-storage", str(tmp_path / "b")) +
                                              ["--stager", "relative.sock"])) == 2
     assert "--stager must be an absolute path (got 'relative.sock')" in capsys.readouterr().err
+
+
+def _fake_pegasus(root: Path) -> Path:
+    """A Pegasus tarball's layout: bin/ with tools, lib/, share/."""
+    for name in ("pegasus-plan", "pegasus-kickstart", "pegasus-transfer"):
+        tool = root / "bin" / name
+        tool.parent.mkdir(parents=True, exist_ok=True)
+        tool.write_text(f"#!/bin/sh\necho {name}\n")
+        tool.chmod(0o755)
+    (root / "lib" / "pegasus").mkdir(parents=True)
+    (root / "share" / "pegasus" / "sh").mkdir(parents=True)
+    return root / "bin"
+
+
+def test_tarball_pegasus_gets_an_overlay_home_whose_pegasus_transfer_is_the_shim(tmp_path):
+    pegasus_bin = _fake_pegasus(tmp_path / "pegasus-5.1.2")
+    rc, opts = generate("submit-host-scp", tmp_path / "set", "--pegasus-bin", str(pegasus_bin))
+    assert rc == 0 and check_set(str(tmp_path / "set"), opts) == []
+    overlay = tmp_path / "set" / "pegasus"
+    assert os.readlink(overlay / "bin" / "pegasus-plan") == str(pegasus_bin / "pegasus-plan")
+    assert os.readlink(overlay / "lib") == str(tmp_path / "pegasus-5.1.2" / "lib")
+    assert (overlay / "share" / "pegasus" / "sh").is_dir()
+    assert os.path.samefile(overlay / "bin" / "pegasus-transfer", tmp_path / "set" / "bin" / "pegasus-transfer")
+    readme = (tmp_path / "set" / "README.md").read_text()
+    assert "\npegasus/bin/pegasus-plan --conf pegasus.properties" in readme and "`pegasus/`" in readme
+    # Packages (/usr/bin) and modes that never run pegasus-transfer by name need no overlay.
+    assert generate("submit-host-scp", tmp_path / "usr")[0] == 0 and not (tmp_path / "usr" / "pegasus").exists()
+    assert generate("s3-cloud-storage", tmp_path / "s3", "--pegasus-bin", str(pegasus_bin))[0] == 0
+    assert not (tmp_path / "s3" / "pegasus").exists()
+
+
+def test_pegasus_bin_without_a_planner_is_one_line_naming_the_flag(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    argv = argv_for("submit-host-scp", str(tmp_path / "set")) + ["--pegasus-bin", str(tmp_path / "empty")]
+    assert cli.main(cli._parser().parse_args(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--pegasus-bin {tmp_path / 'empty'} holds no pegasus-plan" in err
+    assert not (tmp_path / "set").exists()

@@ -6,8 +6,12 @@ Pegasus credentials file (INI, ``pegasus-s3`` format):
   ``PEGASUS_CREDENTIALS``, then ``~/.pegasus/credentials.conf``;
 * refused when group or other have any permission bit (the message says how to fix it);
 * ``[SITE]`` holds ``endpoint``, ``region``, ``batch_delete``, ``batch_delete_size``;
-  ``[USER@SITE]`` holds ``access_key`` and ``secret_key``;
-  ``[https://host]`` or ``[host]`` hold ``header.<Name>`` values for HTTP downloads.
+  ``[USER@SITE]`` holds ``access_key`` and ``secret_key`` (and ``session_token`` for
+  temporary credentials);
+* ``[scheme://host:port]`` holds ``header.<Name>`` values for HTTP downloads from exactly
+  that origin; ``[scheme://host]`` means the scheme's default port and a bare ``[host]``
+  means ``https://host:443``. Credentials are scoped to scheme, host and port: a redirect
+  to plain ``http://`` or to another port never carries them.
 
 AWS-style URLs (``s3://BUCKET/KEY``) use the standard AWS chain: see :mod:`transfer.aws_chain`.
 
@@ -24,6 +28,8 @@ from transfer.errors import ConfigError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Dict, List, Mapping, Optional
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 _DEFAULTS = {"batch_delete": "True", "batch_delete_size": "1000"}
 
@@ -104,9 +110,18 @@ class PegasusCredentialsFile:
                               operation="credentials")
         return found
 
-    def headers_for(self, scheme: str, host: str) -> Dict[str, str]:
-        """``header.<Name>`` values of ``[scheme://host]`` or ``[host]``."""
-        found = self.section(f"{scheme}://{host}") or self.section(host) or {}
+    def headers_for(self, scheme: str, host: str, port: Optional[int] = None) -> Dict[str, str]:
+        """``header.<Name>`` values for the origin ``scheme://host:port`` (``port`` None: the
+        scheme's default): from ``[scheme://host:port]``, else (default port only)
+        ``[scheme://host]``, else (``https`` on 443 only) ``[host]``."""
+        default = DEFAULT_PORTS.get(scheme.lower())
+        port = default if port is None else port
+        names = [f"{scheme}://{host}:{port}"]
+        if port == default:
+            names.append(f"{scheme}://{host}")
+            if scheme.lower() == "https":
+                names.append(host)
+        found = next((s for s in map(self.section, names) if s is not None), {})
         return {k[len("header."):]: v for k, v in found.items() if k.startswith("header.")}
 
 
@@ -145,7 +160,7 @@ def pegasus_s3_config(creds: PegasusCredentialsFile, identity: str) -> S3SiteCon
     return S3SiteConfig(
         endpoint=endpoint.rstrip("/"),
         region=site_section.get("region") or None,
-        credentials=Credentials(ident["access_key"], ident["secret_key"]),
+        credentials=Credentials(ident["access_key"], ident["secret_key"], ident.get("session_token") or None),
         batch_delete=site_section.get("batch_delete", "True").lower() in ("1", "true", "yes", "t"),
         batch_delete_size=max(1, min(1000, batch_size)),
         where=f"{creds.path} [{site}]",

@@ -30,14 +30,14 @@ import time
 from transfer._workers import InlineExecutor, Workers
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 from transfer.backends.base import (
-    Backend, CacheKeys, MultipartUploads, Namespace, ObjectInfo, RangedReads, ServerSideCopy, TreeRemoval, namespace,
-    uploads,
+    Backend, MultipartUploads, ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes,
+    ranged_reads, uploads,
 )
-from transfer.errors import NotFound
-from transfer.errors import TransferError
+from transfer._lean import logger
+from transfer.errors import NotFound, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
-from transfer.retry import RetryBudget, RetryPolicy
+from transfer.retry import RetryBudget, RetryPolicy, RunBudget, check_cancel
 
 # A job step imports only what its operations use: bundles, the node cache, peers, multipart
 # bookkeeping and local copies are imported where they are first needed.
@@ -52,13 +52,15 @@ if TYPE_CHECKING:
     from transfer.bundles.reading import GroupState, MemberRead
     from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
     from transfer.cache import NodeCache
-    from transfer.peers import PeerRound, PeerSource, Replica
+    from transfer.peers import PeerRound, PeerSource, Replica, Scope
     from transfer.session import Session
     from transfer.uploads import InFlightUploads
     from transfer.urls import Url
 
     ResultCallback = Callable[[Result], None]
     _Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
+
+_log = logger(__name__)  # logging is imported at the first retry
 
 __all__ = ["Engine", "InlineExecutor"]
 
@@ -75,7 +77,10 @@ def _contained(action: _Action, history: List[Attempt]) -> Tuple[int, Optional[U
 
 
 class Engine:
-    """Runs batches of operations against the backends of one session."""
+    """Runs batches of operations against the backends of one session.
+
+    Several threads may call :meth:`run` on one engine at once. ``with Engine(...) as engine``
+    (or :meth:`close`) releases the part threads when done."""
 
     def __init__(
         self,
@@ -101,6 +106,7 @@ class Engine:
         self._sleep = sleep
         self._rng = rng
         self._callback_lock = threading.Lock()
+        self._lazy_lock = threading.Lock()  # runs on several threads share one stager and upload list
         self._bundle_stager: Optional[BundleStager] = None
         self._bundles_on = bool(settings.bundle or settings.bundle_sites)
         self._in_flight: Optional[InFlightUploads] = None
@@ -119,41 +125,69 @@ class Engine:
         """Bundles, imported when first used (a read that found nothing may be a member)."""
         if self._bundle_stager is None:
             from transfer.bundles.staging import BundleStager
-            self._bundle_stager = BundleStager(self._session)
+            with self._lazy_lock:
+                if self._bundle_stager is None:
+                    self._bundle_stager = BundleStager(self._session)
         return self._bundle_stager
 
     @property
     def _uploads(self) -> InFlightUploads:
         if self._in_flight is None:
             from transfer.uploads import InFlightUploads
-            self._in_flight = InFlightUploads()
+            with self._lazy_lock:
+                if self._in_flight is None:
+                    self._in_flight = InFlightUploads()
         return self._in_flight
 
     def _random(self) -> random.Random:
         if self._rng is None:
             import random
-            self._rng = random.Random()
+            with self._lazy_lock:
+                if self._rng is None:
+                    self._rng = random.Random()
         return self._rng
 
     # -- batch --------------------------------------------------------------------------
 
-    def run(self, ops: Sequence[Operation]) -> List[Result]:
-        """One result per operation, in order. Never raises for a failed operation."""
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Wait for part transfers still running and drop their threads (the engine stays
+        usable: a later run starts new ones). The session is the caller's to close."""
+        self._parts.shutdown()
+
+    def run(self, ops: Sequence[Operation], cancel: Optional[threading.Event] = None) -> List[Result]:
+        """One result per operation, in order. Never raises for a failed operation.
+
+        ``cancel``: once set (from any thread), operations not yet finished stop at their next
+        step (before a request, between retries) and fail with :class:`~transfer.errors.Cancelled`;
+        the run returns promptly with every result."""
         results: List[Optional[Result]] = [None] * len(ops)
-        budget = RetryBudget(capacity=20 + len(ops) / 10)
+        budget = RunBudget(20 + len(ops) / 10, cancel)
         executor = self._executor or Workers(self._threads, thread_name_prefix="transfer")
         peers = None
         if self._peers is not None:
             from transfer.peers import PeerRound
             peers = PeerRound(self._peers, self._replica)
+        self._parts.enter()
         try:
             self._run_mkdirs(ops, results, budget, executor)
             self._run_transfers(ops, results, budget, executor, peers)
-            self._run_removes(ops, results, budget)
+            removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
+            if removes:
+                from transfer.removes import RemoveTask
+                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._retry,
+                                  self._random(), self._wait)
+                for i, result in task.run(removes, budget):
+                    self._finish(results, i, result)
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
-            self._parts.shutdown()
+            self._parts.leave()
             if peers is not None:
                 peers.publish()
             if self._cache is not None:
@@ -215,27 +249,6 @@ class Engine:
             return executor
         return Workers(max(1, min(self._threads, os.cpu_count() or 1, groups)), thread_name_prefix="bundle")
 
-    def _run_removes(self, ops: Sequence[Operation], results: List[Optional[Result]],
-                     budget: RetryBudget) -> None:
-        groups: Dict[Hashable, List[Tuple[int, Remove]]] = {}
-        removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
-        failed = self._bundles.remove_members(removes) if self._bundles_on and removes else {}
-        for i, err in failed.items():
-            self._finish(results, i, Result(ops[i], False, attempts=1, error=err))
-        for i, op in removes:
-            if i not in failed:
-                try:
-                    backend = namespace(self._session.backend(op.target), op.target, "remove")
-                except TransferError as err:
-                    self._finish(results, i, Result(op, False, attempts=1, error=err))
-                    continue
-                groups.setdefault(id(backend), []).append((i, op))
-        for items in groups.values():
-            backend = namespace(self._session.backend(items[0][1].target), items[0][1].target, "remove")
-            for i, result in zip([i for i, _ in items], self._remove_group(backend, [op for _, op in items],
-                                                                            budget)):
-                self._finish(results, i, result)
-
     # -- retries ------------------------------------------------------------------------
 
     def _with_retries(self, op: Operation, budget: RetryBudget, action: _Action) -> Result:
@@ -243,16 +256,27 @@ class Engine:
         start = time.monotonic()
         for attempt in itertools.count(1):
             try:
+                check_cancel(budget)
                 nbytes, source = _contained(action, history)
             except TransferError as err:
                 if self._retry.should_retry(err, attempt) and budget.try_spend():
-                    self._sleep(self._retry.delay(attempt, err, self._random()))
+                    delay = self._retry.delay(attempt, err, self._random())
+                    _log.debug("retrying in %.2f s (attempt %d failed): %s", delay, attempt, err)
+                    self._wait(delay, budget)
                     continue
                 err.attempts = attempt
                 return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
             budget.earn()
             return Result(op, True, nbytes, time.monotonic() - start, attempt, None, source, tuple(history))
         raise AssertionError("unreachable")
+
+    def _wait(self, seconds: float, budget: RetryBudget) -> None:
+        """Sleep before a retry; a cancelled run wakes at once."""
+        cancel = budget.cancel if isinstance(budget, RunBudget) else None
+        if cancel is None:
+            self._sleep(seconds)
+        else:
+            cancel.wait(seconds)
 
     def _mkdir(self, op: Mkdir, budget: RetryBudget) -> Result:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
@@ -322,13 +346,15 @@ class Engine:
 
     def _read_members(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
                       peers: Optional[PeerRound]) -> None:
-        """The one way into bundles: member-keyed node cache, then one streamed fetch."""
+        """The one way into bundles (:func:`~transfer.bundles.reading.read_group`): member-keyed
+        node cache, then one streamed fetch."""
         from transfer.bundles.reading import read_group
         stored = peers.stored if peers is not None else None
         read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
 
     def _read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
                      symlink: bool, peers: Optional[PeerRound]) -> int:
+        """A plain read that resolved to a bundle member: a group of one."""
         from transfer.bundles.reading import GroupState, MemberRead
         backend, bundle, member = found
         state = GroupState.empty()
@@ -369,7 +395,8 @@ class Engine:
         if self._cache is None or url.is_local:
             return None
         backend = self._session.backend(url)
-        return backend.cache_key(url) if isinstance(backend, CacheKeys) else None
+        keys = cache_keys(backend)
+        return keys.cache_key(url) if keys is not None else None
 
     def _elsewhere(self, url: Url, peers: Optional[PeerRound]) -> bool:
         """Served by the node cache or a peer (steps 1-2 of the read order): no bundle fetch."""
@@ -382,15 +409,23 @@ class Engine:
         key = self._cache_key(url)
         return key is not None and self._cache is not None and self._cache.contains(key)
 
-    def _read_keys(self, transfers: Iterable[Transfer]) -> List[str]:
-        """The cache keys of every remote source the batch may read (for one peer lookup)."""
-        keys = []
+    def _read_keys(self, transfers: Iterable[Transfer]) -> Dict[str, Scope]:
+        """The cache keys of every remote source the batch may read that peers may share,
+        each with the scope of the identity reading it (for one peer lookup)."""
+        keys: Dict[str, Scope] = {}
         for op in transfers:
             for source in op.sources:
                 key = self._cache_key(source)
-                if key is not None:
-                    keys.append(key)
-        return list(dict.fromkeys(keys))
+                scope = self._peer_scope(source) if key is not None else None
+                if key is not None and scope is not None:
+                    keys.setdefault(key, scope)
+        return keys
+
+    def _peer_scope(self, url: Url) -> Optional[Scope]:
+        """The peer-sharing scope of the identity that reads ``url`` (None: not shared)."""
+        backend = self._session.backend(url)
+        scoped = peer_scopes(backend)
+        return scoped.peer_scope(url) if scoped is not None else None
 
     def _replica(self, key: str) -> Optional[Replica]:
         """What peers may be told about the node cache's entry for ``key``."""
@@ -461,8 +496,9 @@ class Engine:
                     peers.stored(key)
                 return nbytes
             with AtomicFile(dest_path) as out:
-                if isinstance(backend, RangedReads):
-                    return ranged.download(backend, source, out, self._parts,
+                in_ranges = ranged_reads(backend)
+                if in_ranges is not None:
+                    return ranged.download(in_ranges, source, out, self._parts,
                                            self._session.settings.download_part_size)
                 backend.get(source, out.file)
                 return out.commit()
@@ -477,13 +513,14 @@ class Engine:
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
         backend = self._session.backend(dest)
-        if isinstance(backend, MultipartUploads):
+        in_parts = multipart_uploads(backend)
+        if in_parts is not None:
             try:
                 size = os.stat(path).st_size
             except OSError as err:
                 raise local_error(err, path, "put") from err
-            if size >= backend.multipart_threshold:
-                size = self._multipart_upload(backend, path, dest, size)
+            if size >= in_parts.multipart_threshold:
+                size = self._multipart_upload(in_parts, path, dest, size)
                 if write_through:
                     self._write_through(dest, path, None, peers)
                 return size
@@ -500,7 +537,7 @@ class Engine:
         key = self._cache_key(dest)
         if key is not None and self._cache is not None:
             if self._cache.insert_file(key, path, version) and peers is not None:
-                peers.stored(key)
+                peers.stored(key, self._peer_scope(dest))
 
     def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
         from transfer.http.connection import FileRegion
@@ -545,61 +582,3 @@ class Engine:
                 os.unlink(temp)
             except OSError:
                 pass
-
-    # -- removes ------------------------------------------------------------------------
-
-    def _remove_group(self, backend: Namespace, ops: List[Remove], budget: RetryBudget) -> List[Result]:
-        """Removes for one endpoint: recursive ones expand to listings, then batch deletes."""
-        start = time.monotonic()
-        outcomes: List[Optional[TransferError]] = [None] * len(ops)
-        attempts = [0] * len(ops)
-        pending = list(range(len(ops)))
-        for attempt in itertools.count(1):
-            errors = self._remove_once(backend, [ops[i] for i in pending])
-            retry: List[int] = []
-            for i, err in zip(pending, errors):
-                attempts[i] = attempt
-                outcomes[i] = err
-                if err is not None and self._retry.should_retry(err, attempt) and budget.try_spend():
-                    retry.append(i)
-            if not retry:
-                break
-            self._sleep(self._retry.delay(attempt, outcomes[retry[0]], self._random()))
-            pending = retry
-        seconds = time.monotonic() - start
-        results = []
-        for i, op in enumerate(ops):
-            err = outcomes[i]
-            if err is not None:
-                err.attempts = attempts[i]
-            results.append(Result(op, err is None, 0, seconds, attempts[i], err))
-        return results
-
-    def _remove_once(self, backend: Namespace, ops: List[Remove]) -> List[Optional[TransferError]]:
-        urls: List[Url] = []
-        owners: List[int] = []
-        errors: List[Optional[TransferError]] = [None] * len(ops)
-        for index, op in enumerate(ops):
-            try:
-                expanded = self._expand_remove(backend, op)
-            except TransferError as err:
-                errors[index] = err
-                continue
-            urls.extend(expanded)
-            owners.extend([index] * len(expanded))
-        if urls:
-            for owner, failure in zip(owners, backend.delete(urls)):
-                if failure is not None and errors[owner] is None:
-                    errors[owner] = failure
-        return errors
-
-    def _expand_remove(self, backend: Namespace, op: Remove) -> List[Url]:
-        if not op.recursive:
-            return [op.target]
-        if isinstance(backend, TreeRemoval):
-            failure = backend.delete_tree(op.target)
-            if failure is not None:
-                raise failure
-            return []
-        prefix = op.target.with_path(op.target.path.rstrip("/").removesuffix("/*"))
-        return [info.url for info in backend.list(prefix)]

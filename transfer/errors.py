@@ -11,8 +11,9 @@
     ├── LocalIOError (OSError)         writing or reading the local side failed (permanent)
     │   └── NoSpace                    ENOSPC / EDQUOT on the local side
     ├── ChecksumMismatch (ValueError)  received bytes do not match size or checksum (retried)
-    └── TransientError (ConnectionError)  resets, timeouts, 5xx                 (retried)
-        └── Throttled                  503 SlowDown, 429: retried with a longer wait
+    ├── TransientError (ConnectionError)  resets, timeouts, 5xx                 (retried)
+    │   └── Throttled                  503 SlowDown, 429: retried with a longer wait
+    └── Cancelled                      the caller cancelled the batch before this ran
 
 Every error carries the URL and operation it concerns and the attempts made so far;
 backends raise them ``from`` the underlying cause. Whether an error is retried is a
@@ -114,3 +115,8 @@ class TransientError(TransferError, ConnectionError):
 
 class Throttled(TransientError):
     """The server asked the client to slow down (503 SlowDown, 429)."""
+
+
+class Cancelled(TransferError):
+    """The caller cancelled the batch (a cancel event, an asyncio cancellation) before this
+    operation finished; never retried."""

@@ -5,7 +5,10 @@ Every operation in a batch yields exactly one :class:`Result`, in input order.
 
 from __future__ import annotations
 
+import posixpath
+
 from transfer._lean import field, record
+from transfer.urls import Url, parse_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -13,7 +16,6 @@ if TYPE_CHECKING:
     from typing import Optional, Tuple, Union
 
     from transfer.errors import TransferError
-    from transfer.urls import Url
 
     class LinkMode(enum.Enum):
         """How a local source reaches a local destination."""
@@ -50,6 +52,11 @@ class Transfer:
     ``dest`` with scheme ``symlink`` asks for a symbolic link to a local source (a copy
     when the source is remote). ``verify_source`` reads a little of a local source before
     linking it (CVMFS-style lazy filesystems fail there rather than in the job).
+
+    ``sources`` may also be given as one :class:`Url` or ``str`` and ``dest`` as a ``str``
+    (parsed with :func:`~transfer.urls.parse_url`, no variable expansion); anything else is a
+    TypeError here, at construction. A remote ``dest`` whose path ends in ``/`` is a
+    directory: the first source's base name is appended (``s3://b/dir/`` -> ``s3://b/dir/f.a``).
     """
 
     sources: Tuple[Url, ...]
@@ -59,8 +66,28 @@ class Transfer:
     verify_source: bool = True
 
     def __post_init__(self) -> None:
-        if not self.sources:
+        sources = self.sources
+        if isinstance(sources, (Url, str)):
+            sources = (sources,)
+        if not isinstance(sources, (tuple, list)):
+            raise TypeError(f"Transfer sources must be a tuple of Url, not {type(sources).__name__}")
+        sources = tuple(_url(source, "Transfer source") for source in sources)
+        if not sources:
             raise ValueError("a transfer needs at least one source")
+        dest = _url(self.dest, "Transfer dest")
+        if not dest.is_local and dest.path.endswith("/") and sources[0].path.rstrip("/"):
+            dest = dest.with_path(dest.path + posixpath.basename(sources[0].path.rstrip("/")))
+        object.__setattr__(self, "sources", sources)
+        object.__setattr__(self, "dest", dest)
+
+
+def _url(value: object, role: str) -> Url:
+    """``value`` as a Url; ``role`` (``"Transfer dest"``) names the argument in the TypeError."""
+    if isinstance(value, Url):
+        return value
+    if isinstance(value, str):
+        return parse_url(value)
+    raise TypeError(f"{role} must be a Url or str, not {type(value).__name__}")
 
 
 @record(frozen=True)
@@ -69,13 +96,22 @@ class Mkdir:
 
     target: Url
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", _url(self.target, f"{type(self).__name__} target"))
+
 
 @record(frozen=True)
 class Remove:
-    """Remove a file or object; ``recursive`` removes everything under a directory/prefix."""
+    """Remove a file or object; ``recursive`` removes everything under a directory/prefix.
+
+    A non-recursive remove of a target ending in ``/`` fails (InvalidInput) instead of
+    succeeding without deleting anything."""
 
     target: Url
     recursive: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", _url(self.target, f"{type(self).__name__} target"))
 
 
 if TYPE_CHECKING:

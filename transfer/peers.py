@@ -18,6 +18,13 @@ fetches, :meth:`PeerSource.fetch` while filling the node cache, and
 :meth:`PeerSource.publish` once with what the batch stored in the node cache, each with the
 SHA-256 the cache computed while writing it (no second read).
 
+Trust (``docs/security.md``): every key handed to a source carries the :class:`Scope` of the
+store identity that reads it (a secret derived from that identity's store secret key and
+the bucket; :func:`derive_scope`). A source may only accept bytes whose size and SHA-256
+were registered under the same scope (authenticated with it), and may only ask a peer for
+an object with a proof derived from the scope. Keys without a scope (anonymous sources, a
+backend that cannot name its identity) are never looked up, fetched or published.
+
 Contract for implementations: no method raises for an index, network or peer failure (such
 failures mean "no peer has it" and are reported once through the implementation's own
 warning channel); bytes are verified against the size and SHA-256 the producer registered
@@ -28,16 +35,18 @@ the batch, with one warning.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
 from transfer._lean import Protocol, runtime_checkable
-from transfer._lean import record
+from transfer._lean import field, record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, List, Optional, Sequence, TypeVar, Union
+    from typing import Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
-__all__ = ["PeerRound", "PeerSink", "PeerSource", "Replica"]
+__all__ = ["PeerRound", "PeerSink", "PeerSource", "Replica", "Scope", "derive_scope", "proof"]
 
 _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
@@ -50,13 +59,85 @@ else:
     _T = object  # the alias above is for type checkers; typing is not imported at run time
 
 
+_CONTEXT = b"pegasus-cloudio p2p v1\0"
+
+
+class Scope:
+    """The peer-sharing scope of one store identity for one bucket: a 32-byte secret that
+    only processes holding that identity's store secret key can compute (see
+    :func:`derive_scope`). Everything peers exchange about an object is bound to it:
+
+    Each is a keyed BLAKE2b of the scope (a MAC and pseudo-random function):
+
+    * :meth:`index_name`: the name of the object's replica-index entry (other scopes cannot
+      find it, and two scopes never share an entry);
+    * :meth:`entry_mac`: the tag on each registered (node, size, SHA-256), which a reader
+      checks before trusting the SHA-256 (a forged entry is ignored);
+    * :meth:`capability`: what the producer leaves beside its cache entry; its daemon serves
+      the entry only to a request bearing a :func:`proof` made from it.
+
+    The secret is never written anywhere, logged or shown by ``repr``."""
+
+    __slots__ = ("_secret",)
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 16:
+            raise ValueError("a peer scope needs at least 16 secret bytes")
+        self._secret = bytes(secret)
+
+    def __repr__(self) -> str:
+        return "Scope(<secret>)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Scope) and hmac.compare_digest(self._secret, other._secret)
+
+    def __hash__(self) -> int:
+        return hash(self._secret)
+
+    def _mac(self, purpose: bytes, *parts: str, size: int = 16) -> str:
+        # keyed BLAKE2b is a MAC and a PRF in one pass (a third of an HMAC-SHA256's CPU here),
+        # with the purpose as its personalisation so no value serves for another purpose
+        data = "\0".join(parts).encode("utf-8", "surrogatepass")
+        return hashlib.blake2b(data, key=self._secret, digest_size=size, person=purpose).hexdigest()
+
+    def index_name(self, key: str) -> str:
+        """The replica index's name for ``key`` in this scope: 128 bits, hex."""
+        return self._mac(b"pcio-index", key)
+
+    def entry_mac(self, node: str, key: str, size: int, sha256: str) -> str:
+        """The tag of one registration (128 bits, hex)."""
+        return self._mac(b"pcio-entry", node, key, str(size), sha256)
+
+    def capability(self, key: str) -> str:
+        """The secret a producer's daemon checks readers' proofs against (256 bits, hex)."""
+        return self._mac(b"pcio-serve", key, size=32)
+
+
+def derive_scope(secret: str, *context: str) -> Scope:
+    """The scope of the identity whose store secret key is ``secret``, narrowed by
+    ``context`` (backend kind, endpoint, access key id, bucket): an HMAC of the context
+    keyed by the secret, so it reveals nothing about the secret key."""
+    message = _CONTEXT + "\0".join(context).encode("utf-8", "surrogatepass")
+    return Scope(hmac.digest(secret.encode("utf-8", "surrogatepass"), message, "sha256"))
+
+
+def proof(capability: str, binding: str, digest: str) -> str:
+    """What a reader sends a daemon for the entry ``digest``, bound to ``binding`` (the
+    daemon's certificate as the reader verified it), so a proof a hostile daemon collects
+    cannot be replayed to another one."""
+    data = f"{binding}\0{digest}".encode()
+    return hashlib.blake2b(data, key=bytes.fromhex(capability), digest_size=32, person=b"pcio-proof").hexdigest()
+
+
 @record(frozen=True)
 class Replica:
-    """What a node registers for one cached object: its cache key, size and SHA-256 (hex)."""
+    """What a node registers for one cached object: its cache key, size and SHA-256 (hex),
+    and the scope it was read under (None: not shareable)."""
 
     key: str
     size: int
     sha256: str
+    scope: Optional[Scope] = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable
@@ -77,8 +158,9 @@ class PeerSink(Protocol):
 class PeerSource(Protocol):
     """Where the engine asks for objects other nodes already hold. Thread-safe."""
 
-    def lookup(self, keys: Sequence[str]) -> None:
-        """Learn which peers hold which of a batch's cache keys, in one index round trip.
+    def lookup(self, keys: Mapping[str, Scope]) -> None:
+        """Learn which peers hold which of a batch's cache keys (each with the scope of the
+        identity that reads it), in one index round trip.
 
         Called once per batch before any :meth:`holds` or :meth:`fetch`; keys not looked up
         are held by no peer."""
@@ -94,7 +176,8 @@ class PeerSource(Protocol):
         (reset) and the caller goes on to the next source."""
 
     def publish(self, replicas: Sequence[Replica]) -> None:
-        """Register that this node's cache now holds ``replicas``, in one index round trip."""
+        """Register that this node's cache now holds ``replicas`` (each with its scope), in
+        one index round trip."""
 
 
 class PeerRound:
@@ -108,14 +191,19 @@ class PeerRound:
         self._describe = describe
         self._lock = threading.Lock()
         self._stored: List[str] = []
+        self._scopes: Dict[str, Scope] = {}
         self._broken = False
 
-    def lookup(self, keys: Sequence[str]) -> None:
+    def lookup(self, keys: Mapping[str, Scope]) -> None:
+        """Look up the keys that have a scope (the others are never shared)."""
+        with self._lock:
+            self._scopes.update(keys)
         if keys:
-            self._guard("lookup", lambda: self._source.lookup(keys))
+            self._guard("lookup", lambda: self._source.lookup(dict(keys)))
 
     def holds(self, key: str) -> bool:
-        return not self._broken and bool(self._guard("holds", lambda: self._source.holds(key)))
+        return (not self._broken and key in self._scopes
+                and bool(self._guard("holds", lambda: self._source.holds(key))))
 
     def fetch(self, key: str, sink: PeerSink) -> Optional[int]:
         """The peer's verified size, or None with ``sink`` empty."""
@@ -126,15 +214,20 @@ class PeerRound:
             sink.reset()  # whatever a failed or broken source left behind
         return size
 
-    def stored(self, key: str) -> None:
-        """The node cache now holds ``key`` because of this batch: publish it."""
+    def stored(self, key: str, scope: Optional[Scope] = None) -> None:
+        """The node cache now holds ``key`` because of this batch, read or written under
+        ``scope`` (default: the scope it was looked up with): publish it."""
         with self._lock:
+            if scope is not None:
+                self._scopes[key] = scope
             self._stored.append(key)
 
     def publish(self) -> None:
         with self._lock:
             keys, self._stored = list(dict.fromkeys(self._stored)), []
-        replicas = [r for r in map(self._describe, keys) if r is not None]
+            scopes = dict(self._scopes)
+        replicas = [replace(r, scope=scopes[r.key]) for r in map(self._describe, keys)
+                    if r is not None and r.key in scopes]
         if replicas:
             self._guard("publish", lambda: self._source.publish(replicas))
 

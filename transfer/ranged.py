@@ -59,6 +59,7 @@ class PartPool:
         self._given = executor
         self._pool: Optional[Workers] = None
         self._lock = threading.Lock()
+        self._runs = 0
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
         if self._given is not None:
@@ -67,6 +68,22 @@ class PartPool:
             if self._pool is None:
                 self._pool = Workers(self.workers, thread_name_prefix="part")
             return self._pool.submit(fn, *args)
+
+    def enter(self) -> None:
+        """A run starts using the pool (runs of one engine may overlap)."""
+        with self._lock:
+            self._runs += 1
+
+    def leave(self) -> None:
+        """A run is done: the last one out drops the threads (never while another run's parts
+        may still be queued, which once hung two threads calling ``run`` at once)."""
+        with self._lock:
+            self._runs -= 1
+            pool = None
+            if self._runs == 0:
+                pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def shutdown(self) -> None:
         """Wait for running parts and drop the threads; the next submit starts new ones."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from transfer._lean import record
 
-from transfer.errors import Throttled, TransferError
+from transfer.errors import Cancelled, Throttled, TransferError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,3 +61,21 @@ class RetryBudget:
     def earn(self) -> None:
         with self._lock:
             self._tokens = min(self._capacity, self._tokens + self._refill)
+
+
+class RunBudget(RetryBudget):
+    """The retry budget of one engine run, which also carries the run's cancel event: what the
+    tasks of a run share travels with them, so concurrent runs of one engine never mix."""
+
+    def __init__(self, capacity: float, cancel: Optional[threading.Event] = None) -> None:
+        super().__init__(capacity=capacity)
+        self.cancel = cancel
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+
+def check_cancel(budget: RetryBudget) -> None:
+    """Raise :class:`~transfer.errors.Cancelled` once the run of ``budget`` is cancelled."""
+    if isinstance(budget, RunBudget) and budget.cancelled():
+        raise Cancelled("cancelled before it finished", operation="transfer")

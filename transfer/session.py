@@ -11,7 +11,9 @@ import os
 import threading
 
 from transfer import backends
-from transfer.backends.base import Backend
+from transfer._lean import Protocol
+from transfer.backends.base import Backend, Store, store
+from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.context import Context
 from transfer.http.pool import PoolStats
@@ -21,15 +23,34 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Hashable, Mapping, Optional, Tuple
 
-__all__ = ["Context", "Session"]  # Context lives in transfer.context; re-exported for callers
+__all__ = ["BackendOpener", "Context", "Session"]  # Context lives in transfer.context; re-exported for callers
+
+
+class BackendOpener(Protocol):
+    """What opens the backends of one URL scheme: the two functions every backend module has
+    (see :mod:`transfer.backends`), as an object, so a caller can serve a scheme its own way."""
+
+    def endpoint_key(self, url: Url, context: Opening) -> Hashable:
+        """Equal keys share one backend instance (and its connection pool)."""
+
+    def open_backend(self, url: Url, context: Opening) -> Backend:
+        """A new backend for ``url``'s endpoint."""
 
 
 class Session:
-    """Backends by endpoint for one run; close() releases every connection."""
+    """Backends by endpoint for one run; close() releases every connection.
 
-    def __init__(self, settings: Optional[Settings] = None, env: Optional[Mapping[str, str]] = None):
+    ``settings``: None reads :meth:`Settings.from_env` from ``env``. ``env``: the environment
+    that credential lookups (``PEGASUS_CREDENTIALS*``, ``AWS_*``, ``HOME``) and settings read;
+    None takes a snapshot of ``os.environ``; a mapping is used *instead of* ``os.environ``
+    (which is then never read). ``backends``: scheme -> :class:`BackendOpener` serving that
+    scheme instead of the registry's module (e.g. S3 at a given endpoint with given keys)."""
+
+    def __init__(self, settings: Optional[Settings] = None, env: Optional[Mapping[str, str]] = None,
+                 backends: Optional[Mapping[str, BackendOpener]] = None):
         env = dict(os.environ) if env is None else env
         self.context = Context(settings or Settings.from_env(env), env)
+        self._openers: Dict[str, BackendOpener] = dict(backends or {})
         self._backends: Dict[Hashable, Backend] = {}
         self._by_location: Dict[Tuple[str, str, Optional[str]], Backend] = {}
         self._lock = threading.Lock()
@@ -51,16 +72,27 @@ class Session:
             found = self._by_location[location] = self._resolve(url)
         return found
 
+    def store(self, url: Url, operation: str = "use") -> Store:
+        """The backend for ``url`` typed as a full :class:`~transfer.backends.base.Store` (list,
+        delete, put, ...); InvalidInput naming the URL for a read-only source (plain HTTP)."""
+        return store(self.backend(url), url, operation)
+
     def _resolve(self, url: Url) -> Backend:
-        module = backends.backend_module(url.scheme)
-        key = (module.__name__, module.endpoint_key(url, self.context))
+        opener = self._openers.get(url.scheme)
+        if opener is None:
+            module = backends.backend_module(url.scheme)
+            key: Hashable = (module.__name__, module.endpoint_key(url, self.context))
+        else:
+            key = ("opener", id(opener), opener.endpoint_key(url, self.context))
         found = self._backends.get(key)
         if found is not None:
             return found
         with self._lock:
             found = self._backends.get(key)
             if found is None:
-                found = self._backends[key] = module.open_backend(url, self.context)
+                opened = module.open_backend(url, self.context) if opener is None else opener.open_backend(
+                    url, self.context)
+                found = self._backends[key] = opened
             return found
 
     def close(self) -> None:

@@ -1,10 +1,13 @@
 """URLs as Pegasus writes them, parsed by the rules of ``pegasus-transfer`` 5.x.
 
-* A string without ``:`` is a local path (``file://`` is implied).
+* A string without ``:``, or an absolute path (``/data/a:b``), is a local path (``file://`` is
+  implied).
 * ``file:`` drops ``file:``, ``file://`` or ``file://localhost``; ``symlink:`` and ``moveto:``
-  drop the scheme and an optional ``//``. The remaining path then has ``$VAR`` and ``${VAR}``
-  expanded (names ``[a-zA-Z][a-zA-Z0-9_]+``; undefined variables expand to ``""``), because
-  PegasusLite writes ``file://$PWD/f.a`` inside a quoted heredoc.
+  drop the scheme and an optional ``//``. When the caller passes ``env`` (the Pegasus front
+  ends do), the remaining path then has ``$VAR`` and ``${VAR}`` expanded from it (names
+  ``[a-zA-Z][a-zA-Z0-9_]+``; undefined variables expand to ``""``), because PegasusLite writes
+  ``file://$PWD/f.a`` inside a quoted heredoc. Without ``env`` a path is taken literally: the
+  library never reads ``os.environ`` here.
 * Everything else must match ``scheme://authority/path`` with a non-empty authority (a host,
   ``user@site`` or an AWS-style bucket): ``s3://`` alone is malformed, refused before any
   request, credential lookup included. Repeated ``/`` in the path collapse, except in
@@ -14,8 +17,6 @@ Which schemes can actually be transferred is decided by the backend registry, no
 """
 
 from __future__ import annotations
-
-import os
 
 from transfer._lean import record, replace
 from transfer.errors import InvalidInput
@@ -143,29 +144,36 @@ def _collapse(path: str) -> str:
     return path
 
 
+def _expand(path: str, env: Optional[Mapping[str, str]]) -> str:
+    return path if env is None else expand_vars(path, env)
+
+
 def parse_url(
     text: str, site_label: Optional[str] = None, env: Optional[Mapping[str, str]] = None
 ) -> Url:
-    """Parse ``text``; raise :class:`InvalidInput` naming the URL when it cannot be parsed."""
-    if env is None:
-        env = os.environ
+    """Parse ``text``; raise :class:`InvalidInput` naming the URL when it cannot be parsed.
+
+    ``env``: expand ``$VAR`` in local paths from this mapping (pegasus-transfer's rule); None
+    (the default) expands nothing."""
+    if not isinstance(text, str):
+        raise TypeError(f"parse_url() takes a str, not {type(text).__name__}")
     text = text.strip()
     if not text:
         raise InvalidInput("empty URL", operation="parse")
-    if ":" not in text:
-        return Url("file", "", expand_vars(text, env), site_label)
+    if ":" not in text or text.startswith("/"):
+        return Url("file", "", _expand(text, env), site_label)
     lowered = text[:8].lower()
     if lowered.startswith("file:"):
         path = text[5:]
         if text.startswith("file:") and path.startswith("//"):
             path = path[11:] if path.startswith("localhost", 2) else path[2:]
-        return Url("file", "", expand_vars(path, env), site_label)
+        return Url("file", "", _expand(path, env), site_label)
     for scheme in ("symlink", "moveto"):
         if lowered.startswith(scheme + ":"):
             rest = text[len(scheme) + 1 :]
             if rest.startswith("//"):
                 rest = rest[2:]
-            return Url(scheme, "", expand_vars(rest, env), site_label)
+            return Url(scheme, "", _expand(rest, env), site_label)
     parts = _split_remote(text)
     if parts is None:
         raise InvalidInput("unable to parse URL", url=text, operation="parse")

@@ -141,6 +141,27 @@ def large(result: Dict[str, Any], folder: str) -> List[Figure]:
     return [("large", "Large file rate against the run's limit", data)]
 
 
+
+def pool(result: Dict[str, Any], folder: str) -> List[Figure]:
+    """Makespan and staging CPU per job of each configuration on the real pool."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    runs = result["runs"]
+    labels = [r["config"] for r in runs]
+    colors = ["C1" if r["config"] == "stock" else "C0" for r in runs]
+    left.barh(labels, [r["makespan_s"] for r in runs], color=colors)
+    left.set_xlabel("DAGMan makespan (s)")
+    right.barh(labels, [r["staging_cpu_per_job_s"] for r in runs], color=colors)
+    right.set_xlabel("staging CPU per job (s)")
+    right.set_yticks([])
+    params = result["params"]
+    fig.suptitle(f"Planned workflow on a real HTCondor pool: {params['producers']} x {params['files']} files, "
+                 f"clustered by {params['cluster_size']}", fontsize=8)
+    fig.tight_layout()
+    data = {"runs": runs, "ratios": result["ratios"]}
+    save(folder, "pool", fig, data)
+    return [("pool", "Real pool: makespan and staging CPU per job, stock against ours", data)]
+
 SEED003_GET_S = {"copy": {0: 0.016, 1: 0.031, 10: 0.178, 100: 3.951},
                  "symlink": {0: 0.017, 1: 0.033, 10: 0.146, 100: 1.841}}
 

@@ -6,7 +6,10 @@ one redis-server, and ``--nodes`` nodes, each a node-cache directory with its
 ``--peer-rtt-ms`` (0.5 ms). Jobs are engine batches in threads of this process (one per node
 at a time), each with its own Session (fresh connections, as a job process has).
 
-* index lookups per second from one client, in batches of ``--batch`` keys (seed RIS: 650/s);
+* index lookups per second from one client, in batches of ``--batch`` keys (seed RIS: 650/s),
+  each key under the reading identity's scope (index name and tag checked per key);
+* the CPU per file of the trust checks (``docs/security.md``): the HMACs a reader and a
+  producer compute for one file (index name, tag, capability, proof); they add no request;
 * store requests (GET, HEAD, LIST: every request the store proxy sees) per distinct file for
   the whole pool when every node starts reading the shared set at once (Broadband-like
   reuse), with peers (in-flight claims) and without (about one per node);
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import getpass
 import os
 import shutil
 import statistics
@@ -46,12 +50,13 @@ from transfer.p2p.client import PeerClient
 from transfer.p2p.config import PeerConfig, node_id, parse_networks
 from transfer.p2p.index import NodeInfo, PeerIndex
 from transfer.p2p.source import PeerIndexSource
-from transfer.peers import Replica
+from transfer.peers import Replica, derive_scope, proof
 
 BUCKET = "bench-p2p"
 SITE = "minio"
 TOKEN = "bench-pool-token"
 MB = 1_000_000
+USER = getpass.getuser()  # the daemon serves this user's caches (as this user)
 TARGET_STORE_REQUESTS_PER_FILE = 1.05
 TARGET_LOOKUPS_PER_S = 50_000
 SEED_RIS_OPS_PER_S = 650
@@ -118,17 +123,17 @@ class _Node:
             [sys.executable, "-m", "pegasus_cloudio.cli", "serve"], stdout=self.log, stderr=subprocess.STDOUT,
             env=dict(env, PEGASUS_CLOUDIO_P2P_REDIS=redis_url, PEGASUS_CLOUDIO_P2P_NAMESPACE="bench",
                      PEGASUS_CLOUDIO_P2P_TOKEN_FILE=token_file, PEGASUS_CLOUDIO_P2P_NODE=name,
-                     PEGASUS_CLOUDIO_P2P_BIND=f"127.0.0.1:{port}", PEGASUS_CLOUDIO_P2P_USERS=f"bench={self.cache_dir}",
+                     PEGASUS_CLOUDIO_P2P_BIND=f"127.0.0.1:{port}", PEGASUS_CLOUDIO_P2P_USERS=f"{USER}={self.cache_dir}",
                      PEGASUS_CLOUDIO_P2P_URL=self.proxy.url("http" if plain else "https"),
                      PEGASUS_CLOUDIO_P2P_HEARTBEAT_TTL="60", **security))
         self._wait_for_daemon(root)
         self.config = PeerConfig(redis_url, TOKEN, ca_file=str(tls.ca_cert), networks=parse_networks("127.0.0.0/8"),
-                                 node=name, user="bench", connect_timeout=2.0, first_byte_timeout=5.0,
+                                 node=name, user=USER, connect_timeout=2.0, first_byte_timeout=5.0,
                                  read_timeout=10.0, claim_seconds=30.0, plain_http=plain)
 
     def _wait_for_daemon(self, root: str) -> None:
         deadline = time.monotonic() + 30
-        while node_id(self.name, "bench") not in self.index.live_nodes():
+        while node_id(self.name, USER) not in self.index.live_nodes():
             if self.daemon.poll() is not None or time.monotonic() > deadline:
                 with open(os.path.join(root, f"daemon-{self.name}.log"), encoding="utf-8", errors="replace") as fh:
                     raise RuntimeError(f"the daemon of {self.name} did not start:\n{fh.read()[-2000:]}")
@@ -140,8 +145,9 @@ class _Node:
 
     def run(self, ops: Sequence[Transfer], peers: bool) -> float:
         """One job; its wall time. Raises if any transfer failed."""
-        source = (PeerIndexSource(self.index, PeerClient(self.config), node_id(self.name, "bench"),
-                                  claim_seconds=self.config.claim_seconds, describe=describer(self.cache))
+        source = (PeerIndexSource(self.index, PeerClient(self.config), node_id(self.name, USER),
+                                  claim_seconds=self.config.claim_seconds, describe=describer(self.cache),
+                                  grant=self.cache.grant)
                   if peers else None)
         started = time.monotonic()
         try:
@@ -233,9 +239,10 @@ class _Bench:
     def lookups(self, redis_url: str, progress: Progress) -> Dict[str, Any]:
         progress.phase(f"index: {self.params.lookup_batches} lookups of {self.params.batch} keys")
         index = PeerIndex(connect_redis(redis_url), "bench-lookups")
-        keys = [f"s3://bench/{BUCKET}/run/f{i:05d}" for i in range(self.params.batch)]
+        scope = derive_scope("bench-secret-key", "s3", "http://127.0.0.1", "bench", BUCKET)
+        keys = {f"s3://bench/{BUCKET}/run/f{i:05d}": scope for i in range(self.params.batch)}
         index.heartbeat([NodeInfo("n0/bench", "https://127.0.0.1:1/v1/bench")], 60)
-        index.register("n0/bench", [Replica(k, i, "ab" * 32) for i, k in enumerate(keys)])
+        index.register("n0/bench", [Replica(k, i, "ab" * 32, scope) for i, k in enumerate(keys)])
         index.lookup(keys)  # connect
         started, cpu = time.monotonic(), time.process_time()
         for _ in range(self.params.lookup_batches):
@@ -247,7 +254,7 @@ class _Bench:
         return {"batch": len(keys), "batches": self.params.lookup_batches, "seconds": round(wall, 4),
                 "lookups_per_s": round(total / wall), "client_cpu_us_per_lookup": round(1e6 * cpu / total, 2),
                 "load_average": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
-                "seed_ris_ops_per_s": SEED_RIS_OPS_PER_S}
+                "seed_ris_ops_per_s": SEED_RIS_OPS_PER_S, "trust_checks": _trust_cost(list(keys), scope)}
 
     # -- shared reads -------------------------------------------------------------------
 
@@ -355,6 +362,23 @@ class _Bench:
         return wall + node.run(ups, peers)
 
 
+def _trust_cost(keys: Sequence[str], scope: Any) -> Dict[str, Any]:
+    """CPU per file of the HMACs peer sharing adds (``docs/security.md``): the reader's index
+    name, tag check and proof, the producer's tag and capability (a daemon's proof check is
+    one more HMAC per granted scope). Requests added: none."""
+    sha = "ab" * 32
+    started = time.process_time()
+    for key in keys:
+        scope.index_name(key)
+        mac = scope.entry_mac("n0/bench", key, 1, sha)  # producer's tag = reader's check
+        scope.entry_mac("n0/bench", key, 1, sha) == mac
+        proof(scope.capability(key), "tls:" + sha, sha)  # reader; the daemon computes it again
+        proof(scope.capability(key), "tls:" + sha, sha)
+    cpu = time.process_time() - started
+    return {"cpu_us_per_file": round(1e6 * cpu / len(keys), 2), "store_requests_added": 0,
+            "index_round_trips_added": 0}
+
+
 def _targets(result: Dict[str, Any]) -> Dict[str, Optional[bool]]:
     with_peers = next(r for r in result["shared_reads"] if r["mode"] == "peers")
     return {
@@ -370,7 +394,9 @@ def format_table(result: Dict[str, Any]) -> str:
             f"({'plain HTTP' if p.get('peer_plain_http') else 'HTTPS'}), {p['nodes']} nodes",
             f"index lookups: {look['lookups_per_s']:,}/s in batches of {look['batch']} "
             f"(client CPU {look['client_cpu_us_per_lookup']} us/lookup; load average {look['load_average']} on "
-            f"{look['cpus']} CPUs; seed RIS: {look['seed_ris_ops_per_s']} ops/s)", "",
+            f"{look['cpus']} CPUs; seed RIS: {look['seed_ris_ops_per_s']} ops/s)",
+            f"trust checks: {look['trust_checks']['cpu_us_per_file']} us of CPU per file, no request added"
+            if "trust_checks" in look else "", "",
             f"{'shared reads (all start together)':<36} {'files':>6} {'store req':>10} {'req/file':>9} {'wall s':>8}"]
     for r in result["shared_reads"]:
         rows.append(f"{r['mode']:<36} {r['files']:>6} {r['store_requests']:>10} "

@@ -4,9 +4,9 @@ The library's http backend downloads only and knows no ``$_CONDOR_CREDS`` tokens
 plugin must upload to URLs HTCondor pre-signed for PUT (``output_destination = s3://...`` is
 handed over as ``https://...?X-Amz-Signature=...``) and honour ``<name>+https://`` prefixes as
 curl_plugin does. :class:`PluginHttpBackend` adds exactly that on top of the session's own
-http backend and delegates everything else to it; :class:`PluginSession` hands it out for
-http/https URLs, so the one :class:`~transfer.engine.Engine` still does all threading,
-retries and atomic writes.
+http backend and delegates everything else to it; :func:`plugin_session` hands it out for
+http/https URLs (the session's ``backends`` seam), so the one :class:`~transfer.engine.Engine`
+still does all threading, retries and atomic writes.
 
 * An upload is one PUT with ``Content-Length`` and ``Content-MD5`` (a store that checks it
   rejects corrupted bodies; left out when a V2-style URL signature would cover it);
@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import base64
 import re
-import threading
-
-from typing import BinaryIO, List, Mapping, Optional, Tuple
+from typing import BinaryIO, Hashable, List, Mapping, Optional, Tuple
 
 from pegasus_cloudio.condor.credentials import is_presigned, may_add_headers, read_token
 from transfer._lean import record
@@ -34,7 +32,8 @@ from transfer.errors import ChecksumMismatch, InvalidInput, TransferError
 from transfer.http.connection import Body, file_body
 from transfer.http.origins import REDIRECTS, OriginPools, origin_of
 from transfer.http.pool import PooledResponse
-from transfer.session import Context, Session
+from transfer.backends.opening import Opening
+from transfer.session import Session
 from transfer.config import Settings
 from transfer.urls import Url
 
@@ -62,7 +61,7 @@ def without_query(url: Url) -> Url:
 class PluginHttpBackend:
     """The session's http backend plus PUT uploads and bearer-token downloads. Thread-safe."""
 
-    def __init__(self, inner: Backend, context: Context) -> None:
+    def __init__(self, inner: Backend, context: Opening) -> None:
         self._inner = inner
         self._context = context
         self._origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
@@ -105,8 +104,11 @@ class PluginHttpBackend:
         return ObjectInfo(url, size, etag.strip('"') or None)
 
     def close(self) -> None:
-        """Closes this backend's own pools (the inner backend belongs to the session)."""
-        self._origins.close()
+        """Closes this backend's own pools and the inner backend it was opened with."""
+        try:
+            self._origins.close()
+        finally:
+            self._inner.close()
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -130,27 +132,20 @@ class PluginHttpBackend:
         return response
 
 
+class _PluginHttp:
+    """Opens http/https URLs as one :class:`PluginHttpBackend` around the registry's http backend
+    (a :class:`~transfer.session.BackendOpener`)."""
+
+    def endpoint_key(self, url: Url, context: Opening) -> Hashable:
+        return "plugin-http"  # one backend for both schemes, as HTCondor hands them together
+
+    def open_backend(self, url: Url, context: Opening) -> Backend:
+        from transfer.backends import http
+
+        return PluginHttpBackend(http.open_backend(url, context), context)
 
 
-class PluginSession(Session):
+def plugin_session(settings: Settings, env: Mapping[str, str]) -> Session:
     """A :class:`Session` whose http/https URLs go to :class:`PluginHttpBackend`."""
-
-    def __init__(self, settings: Settings, env: Mapping[str, str]) -> None:
-        super().__init__(settings, env)
-        self._http: Optional[PluginHttpBackend] = None
-        self._http_lock = threading.Lock()
-
-    def backend(self, url: Url) -> Backend:
-        if url.scheme not in ("http", "https"):
-            return super().backend(url)
-        with self._http_lock:
-            if self._http is None:
-                self._http = PluginHttpBackend(super().backend(url), self.context)
-            return self._http
-
-    def close(self) -> None:
-        with self._http_lock:
-            http, self._http = self._http, None
-        if http is not None:
-            http.close()
-        super().close()
+    opener = _PluginHttp()
+    return Session(settings, env, backends={"http": opener, "https": opener})

@@ -30,10 +30,10 @@ from pegasus_cloudio.condor.ads import BindingsMissing, FileAd, ResultWriter, qu
 from pegasus_cloudio.condor.batch import available_methods, build_items
 from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironment, build_environment, configured_methods
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
-from pegasus_cloudio.condor.http_transfers import PluginSession
+from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
-from pegasus_cloudio.dropin.main import open_node_cache, open_peers
+from transfer.node import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
 from transfer.knobs import layered
@@ -208,7 +208,7 @@ def settings_for(penv: PluginEnvironment) -> Settings:
 
 
 def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment, reporter: Reporter) -> None:
-    with PluginSession(settings, penv.env) as session:
+    with plugin_session(settings, penv.env) as session:
         reporter.session = session
         cache = open_node_cache(penv.env)
         peers = open_peers(penv.env, cache)

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from pegasus_cloudio.dropin.signals import Interrupts
     from pegasus_cloudio.dropin.spec import Entry
     from transfer import Result, Session, Settings
-    from transfer.cache import NodeCache
-    from transfer.p2p.source import PeerIndexSource
 
 SEPARATOR = "-" * 80
 _VALUED = {"-f": "file", "--file": "file", "-m": "max_attempts", "--max-attempts": "max_attempts",
@@ -218,10 +216,11 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
     """Run entries on the engine, then integrity steps and monitoring; never raises per file."""
     from pegasus_cloudio.dropin import reporting
     from transfer.engine import Engine
+    from transfer.node import open_node_cache, open_peers
     from transfer.retry import RetryPolicy
-    cache = open_node_cache(session.context.env) if entries else None
+    cache = open_node_cache(session.context.env, log.warning) if entries else None
 
-    peers = open_peers(session.context.env, cache)
+    peers = open_peers(session.context.env, cache, log.warning)
 
     def on_result(result: "Result") -> None:
         _log_failure(result)
@@ -242,39 +241,6 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
             peers.close()
         if cache is not None:
             cache.close()
-
-
-def open_node_cache(env: "Mapping[str, str]") -> "Optional[NodeCache]":
-    """The node cache, or None when it is off or unusable (a job never fails for its cache)."""
-    if env.get("PEGASUS_CLOUDIO_CACHE_DIR", "").strip().lower() == "off":
-        return None  # what cache_from_settings says too, without importing the cache
-    from transfer.cache import cache_from_settings
-    from transfer.errors import TransferError
-    try:
-        return cache_from_settings(env)
-    except (TransferError, OSError) as err:
-        log.warning("Node cache disabled: %s", err)
-        return None
-
-
-def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]") -> "Optional[PeerIndexSource]":
-    """Peer sharing when ``PEGASUS_CLOUDIO_P2P_*`` configures it and there is a node cache;
-    None otherwise, or (one warning) when its settings are bad or the redis package is missing."""
-    if cache is None or not _peers_configured(env):
-        return None
-    from transfer.p2p import peer_source_from_env
-    from transfer.errors import TransferError
-    try:
-        return peer_source_from_env(env, cache, warn=log.warning)
-    except TransferError as err:
-        log.warning("Peer sharing disabled: %s", err)
-        return None
-
-
-def _peers_configured(env: "Mapping[str, str]") -> bool:
-    """Whether ``PEGASUS_CLOUDIO_P2P_REDIS`` is set in the run's settings (environment or config
-    file, :mod:`transfer.knobs`): the P2P code is imported only then."""
-    return bool(env.get("PEGASUS_CLOUDIO_P2P_REDIS", "").strip())  # env: the run's knobs, file included
 
 
 def _log_failure(result: "Result") -> None:

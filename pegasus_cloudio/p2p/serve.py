@@ -1,73 +1,144 @@
 """``pegasus-cloudio serve``: the cache daemon of one worker node.
 
-Serves the configured users' node caches to the pool (``pegasus_cloudio.p2p.server``) and
-keeps one entry per user alive in the replica index (heartbeat every third of the TTL; a
-clean stop removes them at once, a crash lets them expire). Settings: ``PEGASUS_CLOUDIO_P2P_*``
-(:mod:`pegasus_cloudio.p2p.settings`); runs until SIGTERM/SIGINT. See ``docs/p2p.md`` for a
-systemd unit and the HTCondor configuration.
+Serves the configured users' node caches to the pool (``pegasus_cloudio.p2p.server``), one
+server per user on its own port (``P2P_BIND``'s port for the first user in name order,
+the next port for the next, ...), and keeps one entry per user alive in the replica index
+(heartbeat every third of the TTL; a clean stop removes them at once, a crash lets them
+expire). Settings: ``PEGASUS_CLOUDIO_P2P_*`` (:mod:`pegasus_cloudio.p2p.settings`); runs
+until SIGTERM/SIGINT. See ``docs/p2p.md`` for a systemd unit and the HTCondor configuration.
+
+No process reads every user's files: started as root, the daemon binds each user's port
+and loads the node's key, then forks one process per user that drops to that user (uid,
+gid, no supplementary groups) before serving: a user's cache is read only with that user's
+rights, so a link planted in it reaches nothing she could not read herself. The root
+process keeps only the heartbeat. Started as a user, it serves that user's cache alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
+import pwd
 import signal
 import sys
 import threading
-from typing import Any, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
+from urllib.parse import urlsplit
 
 from transfer.errors import TransferError
 from transfer.knobs import layered
-from transfer.p2p.config import node_id
+from transfer.p2p.config import ENV, node_id
 from transfer.p2p.index import NodeInfo, PeerIndex
 
-from .server import CacheServer
+from .server import CacheServer, ServeConfig
 from .settings import DaemonSettings, daemon_settings
 
-__all__ = ["Daemon", "add_arguments", "main"]
+__all__ = ["Daemon", "add_arguments", "drop_privileges", "main"]
 
 _log = logging.getLogger("pegasus_cloudio.p2p")
 
 
 class Daemon:
-    """The server plus its heartbeat. ``index`` None: serve without announcing."""
+    """The per-user servers plus the heartbeat. ``index`` None: serve without announcing.
+
+    :meth:`start` serves every user in this process (threads; what a user's own daemon and
+    the tests do); :meth:`start_forked` serves each user in a child process running as that
+    user (what ``main`` does as root)."""
 
     def __init__(self, settings: DaemonSettings, index: Optional[PeerIndex] = None) -> None:
         self.settings = settings
         self._index = index
-        self._server = CacheServer(settings.serve)
+        self._users = sorted(settings.serve.caches)
+        base = settings.serve.bind
+        self._servers = [CacheServer(dataclasses.replace(
+            settings.serve, caches={user: settings.serve.caches[user]},
+            bind=(base[0], base[1] + i if base[1] else 0))) for i, user in enumerate(self._users)]
+        self._children: Dict[int, str] = {}
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
         self._warned = False
+        self.failed = False  # a serving process exited on its own
 
-    @property
-    def url(self) -> str:
-        """The base URL peers use: the configured one, else the bound address (once started)."""
-        if self.settings.url:
-            return self.settings.url
-        host, port = self._server.address
+    def url(self, user: str) -> str:
+        """The URL peers use for ``user``'s cache (once bound): ``P2P_URL``'s scheme and host
+        (default: the bound address) with that user's port (``P2P_URL``'s port, when it has
+        one, counts as the first user's: a port forward for each)."""
+        i = self._users.index(user)
+        host, port = self._servers[i].address
         scheme = "http" if self.settings.serve.plain_http else "https"
-        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+        if self.settings.url:
+            parts = urlsplit(self.settings.url)
+            scheme, host = parts.scheme or scheme, parts.hostname or host
+            port = parts.port + i if parts.port else port
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}/v1/{user}"
 
     @property
     def nodes(self) -> List[NodeInfo]:
-        """One index node per served user: ``<node>/<user>`` at ``<url>/v1/<user>``."""
+        """One index node per served user: ``<node>/<user>`` at its own port."""
         s = self.settings
-        return [NodeInfo(node_id(s.node, user), f"{self.url.rstrip('/')}/v1/{user}", s.node, s.rack)
-                for user in sorted(s.serve.caches)]
+        return [NodeInfo(node_id(s.node, user), self.url(user), s.node, s.rack) for user in self._users]
 
     def request_stop(self) -> None:
         """Make :meth:`wait` return (signal handlers)."""
         self._stop.set()
 
     def start(self) -> "Daemon":
-        self._server.start()
+        for server in self._servers:
+            server.start()
+        self._start_heartbeat()
+        return self
+
+    def start_forked(self) -> "Daemon":
+        """Bind every user's port here, then serve each in a child dropped to that user."""
+        for server in self._servers:
+            server.bind()
+        for user, server in zip(self._users, self._servers):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(self._child(user, server))
+            self._children[pid] = user
+        for server in self._servers:
+            server.close_listener()  # the children serve; the address stays known here
+        self._start_heartbeat()
+        return self
+
+    def _child(self, user: str, server: CacheServer) -> int:
+        code = 1
+        try:
+            for other in self._servers:
+                if other is not server:
+                    other.close_listener()
+            stop = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+            parent = os.getppid()
+            libc = _libc()
+            drop_privileges(user)
+            _die_with(parent, libc)  # after the drop: changing credentials clears the setting
+            server.run()
+            stop.wait()
+            server.stop()
+            code = 0
+        except BaseException as err:  # noqa: BLE001 - reported; the parent stops the daemon
+            _log.error("serving %s failed: %s", user, err)
+        return code
+
+    def _start_heartbeat(self) -> None:
         if self._index is not None:
             self._heartbeat()
             self._beat = threading.Thread(target=self._beat_loop, name="p2p-heartbeat", daemon=True)
             self._beat.start()
-        return self
+
+    def child_exited(self) -> Optional[str]:
+        """The user whose serving process has exited (reaped here), if any."""
+        for pid, user in list(self._children.items()):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                del self._children[pid]
+                return user
+        return None
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,10 +149,26 @@ class Daemon:
                 self._index.retire([n.node for n in self.nodes])
             except Exception as err:  # noqa: BLE001 - the entries expire anyway
                 _log.warning("could not retire from the peer index: %s", err)
-        self._server.stop()
+        for pid in self._children:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for pid in list(self._children):
+            os.waitpid(pid, 0)
+        self._children.clear()
+        for server in self._servers:
+            server.stop()
 
     def wait(self) -> None:
-        self._stop.wait()
+        """Until asked to stop or (forked) a serving process exits."""
+        while not self._stop.wait(1.0 if self._children else None):
+            user = self.child_exited()
+            if user is not None:
+                _log.error("the process serving %s exited; stopping", user)
+                self.failed = True
+                self._stop.set()
+
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.settings.heartbeat_ttl / 3):
@@ -96,6 +183,36 @@ class Daemon:
             if not self._warned:
                 _log.warning("peer index unavailable, heartbeat not sent: %s", err)
                 self._warned = True
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _libc() -> Any:
+    import ctypes
+    import ctypes.util
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _die_with(parent: int, libc: Any) -> None:
+    """Be killed when the main process dies, however it dies (a serving process must not
+    outlive the daemon that announces it)."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the setting took effect
+        os._exit(1)
+
+
+def drop_privileges(user: str) -> None:
+    """Become ``user`` (uid, gid, no supplementary groups) for good; a no-op when this
+    process already runs as that user. Raises OSError/KeyError when it cannot."""
+    entry = pwd.getpwnam(user)
+    if os.geteuid() == entry.pw_uid and os.getuid() == entry.pw_uid:
+        return
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    if os.geteuid() != entry.pw_uid or os.getegid() != entry.pw_gid:
+        raise OSError(f"could not drop privileges to {user}")
 
 
 def index_for(settings: DaemonSettings) -> Optional[PeerIndex]:
@@ -121,14 +238,36 @@ def main(args: argparse.Namespace) -> int:
                         format="pegasus-cloudio serve: %(message)s")
     try:
         settings = load_settings(os.environ)
-        daemon = Daemon(settings, index_for(settings)).start()
+        daemon = Daemon(settings, index_for(settings))
+        if os.geteuid() == 0:
+            _all_exist(settings.serve)
+            daemon.start_forked()
+        else:
+            _only_self(settings.serve)
+            daemon.start()
     except (TransferError, OSError, ImportError) as err:
         print(f"pegasus-cloudio serve: {err}", file=sys.stderr)
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.request_stop())
-    _log.info("serving %s on %s (node %s)", ", ".join(sorted(settings.serve.caches)),
-              daemon.url, settings.node)
+    _log.info("serving %s (node %s)", ", ".join(n.url for n in daemon.nodes), settings.node)
     daemon.wait()
     daemon.stop()
-    return 0
+    return 1 if daemon.failed else 0
+
+
+def _all_exist(serve: ServeConfig) -> None:
+    """Each served user must exist here: her cache is served by a process running as her."""
+    missing = sorted(set(serve.caches) - set(serve.owners))
+    if missing:
+        raise TransferError(f"{ENV}USERS names {', '.join(missing)}: no such user on this node (each cache "
+                            "is served by a process running as its user)", operation="config")
+
+
+def _only_self(serve: ServeConfig) -> None:
+    """A daemon not started as root serves its own user's cache only."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    others = sorted(set(serve.caches) - {me})
+    if others:
+        raise TransferError(f"{ENV}USERS names {', '.join(others)}: serving other users' caches needs "
+                            "root (the daemon then serves each user as that user)", operation="config")

@@ -3,15 +3,24 @@
 Protocol (one resource per entry; ``<digest>`` is the SHA-256 of the cache key, which is
 how the node cache names its files)::
 
-    GET|HEAD /v1/<user>/<digest>       Authorization: Bearer <pool token>   [Range: bytes=a-b]
+    GET|HEAD /v1/<user>/<digest>       Authorization: Bearer <pool token>
+                                       X-Pcio-Proof: <proof>   [Range: bytes=a-b]
     200 / 206  Content-Length, X-Sha256 (as the cache recorded it), Content-Range on 206
-    401 no or wrong token; 404 unknown user, entry or invalid path; 416 range past the end;
-    503 the cap on concurrent serves is reached (the client moves on to another replica)
+    401 no or wrong token (the connection is then closed); 404 unknown user, entry, invalid
+    path, or no valid proof (the same answer: a reader without the scope learns nothing);
+    416 range past the end; 503 the cap on concurrent serves is reached (the client moves on)
+
+Who gets an entry (``docs/security.md``): a request whose proof
+(:func:`transfer.peers.proof`) matches one of the capabilities the producing job left in
+``<digest>.peers``, bound to this daemon's certificate, that is, a reader of the same store
+identity and bucket who reached this very daemon. The pool token only keeps strangers from using the daemon.
 
 Only the caches of the configured users are served, only complete entries (the cache's
 size and mtime check against its metadata, the key's digest matching the name), each file
-opened once so eviction during a serve cannot change what is sent. HTTP/1.1 keep-alive;
-TLS with the pool's certificate unless plain HTTP was configured explicitly.
+opened once (:mod:`.files`: no links, regular files of the cache's owner only, bounded
+reads) so eviction during a serve cannot change what is sent. Connections are bounded in
+number and time (:mod:`.limits`). HTTP/1.1 keep-alive; TLS with the pool's certificate
+unless plain HTTP was configured explicitly.
 """
 
 from __future__ import annotations
@@ -23,27 +32,32 @@ import os
 import re
 import socket
 import ssl
-import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from transfer.cache.layout import Layout, digest_of, read_meta
+from transfer.cache.layout import GRANT_LINE, MAX_GRANTS, Meta, digest_of
+from transfer.p2p.client import PLAIN_BINDING, PROOF_HEADER, certificate_binding
+from transfer.peers import proof
 
-__all__ = ["CacheServer", "ServeConfig"]
+from .files import open_entry_file, open_root, read_grants, read_meta_fd
+from .limits import ConnectionLimits, Connections, Slot
+
+__all__ = ["CacheServer", "ConnectionLimits", "ServeConfig"]
 
 _log = logging.getLogger("pegasus_cloudio.p2p")
 _PATH = re.compile(r"^/v1/([A-Za-z0-9._-]{1,64})/([0-9a-f]{64})$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-IDLE_TIMEOUT_S = 30.0
+_MAX_DIGITS = 18  # beyond this a range bound is past the end of any file (and int() stays cheap)
 BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
 class ServeConfig:
     """What one daemon serves: user -> cache directory, the pool token, TLS files (both
-    None only with ``plain_http``), the bound address and the cap on concurrent serves."""
+    None only with ``plain_http``), the bound address, the cap on concurrent serves, each user's uid
+    (a cache directory owned by anyone else is not served) and the connection limits."""
 
     caches: Mapping[str, str]
     token: str
@@ -52,13 +66,19 @@ class ServeConfig:
     key_file: Optional[str] = None
     plain_http: bool = False
     max_serves: int = 32
+    owners: Mapping[str, int] = field(default_factory=dict)
+    limits: ConnectionLimits = ConnectionLimits()
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a burst of peers waits in the kernel, not in a SYN-ACK retry
     config: ServeConfig
     slots: threading.BoundedSemaphore
     tls: Optional[ssl.SSLContext]
+    connections: Connections
+    binding: str
+    admitted: Dict[int, Slot]
 
     def handle_error(self, request: object, client_address: object) -> None:
         _log.debug("connection from %s ended with an error", client_address, exc_info=True)
@@ -72,14 +92,40 @@ class _Server(ThreadingHTTPServer):
             sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return sock, addr
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Admit the connection (a slot and a deadline) or close it at once, threadless."""
+        address = str(client_address[0]) if isinstance(client_address, tuple) else str(client_address)
+        slot = self.connections.admit(request, address)
+        if slot is None:
+            self.shutdown_request(request)
+            return
+        self.admitted[id(request)] = slot
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._forget(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._forget(request)
+
+    def _forget(self, request: Any) -> None:
+        slot = self.admitted.pop(id(request), None)
+        if slot is not None:
+            self.connections.release(slot)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    timeout = IDLE_TIMEOUT_S
     server: _Server
 
     def setup(self) -> None:
+        self.slot = self.server.admitted[id(self.request)]
         super().setup()
+        self.connection.settimeout(self.server.config.limits.handshake_seconds)
         if isinstance(self.connection, ssl.SSLSocket):
             try:
                 self.connection.do_handshake()
@@ -87,6 +133,18 @@ class _Handler(BaseHTTPRequestHandler):
                 _log.debug("TLS handshake with %s failed: %s", self.client_address, err)
                 self.close_connection = True
                 raise ConnectionAbortedError() from err
+
+    def handle(self) -> None:
+        """Requests until the client or a deadline closes the connection."""
+        self.close_connection = True
+        self._next_request()
+        while not self.close_connection:
+            self._next_request()
+
+    def _next_request(self) -> None:
+        self.connection.settimeout(self.server.config.limits.idle_seconds)
+        self.handle_one_request()
+        self.slot.expire_in(self.server.config.limits.idle_seconds)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self._serve(body=True)
@@ -98,16 +156,26 @@ class _Handler(BaseHTTPRequestHandler):
         _log.debug("%s " + format, self.client_address[0], *args)
 
     def _serve(self, body: bool) -> None:
+        self.slot.expire_in(None)  # headers are in: the response has its own send timeouts
+        self.connection.settimeout(self.server.config.limits.send_seconds)
         if not self._authorised():
+            self.close_connection = True
             return self._refuse(401, "missing or wrong pool token")
         match = _PATH.match(self.path)
-        directory = self.server.config.caches.get(match.group(1)) if match else None
+        user = match.group(1) if match else ""
+        directory = self.server.config.caches.get(user)
         if match is None or directory is None:
             return self._refuse(404, "no such cache")
         if not self.server.slots.acquire(blocking=False):
             return self._refuse(503, "too many concurrent serves", retry=True)
         try:
-            self._serve_entry(Layout(directory), match.group(2), body)
+            root = open_root(directory, self.server.config.owners.get(user))
+            if root is None:
+                return self._refuse(404, "no such cache")
+            try:
+                self._serve_entry(root, match.group(2), body)
+            finally:
+                os.close(root)
         finally:
             self.server.slots.release()
 
@@ -117,16 +185,35 @@ class _Handler(BaseHTTPRequestHandler):
         expected = self.server.config.token.encode()
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected)
 
-    def _serve_entry(self, layout: Layout, digest: str, body: bool) -> None:
-        paths = layout.paths_for_digest(digest)
-        meta = read_meta(paths.meta)
-        fh = _open_entry(paths.data, layout.root)
-        if fh is None:
+    def _proven(self, root: int, digest: str) -> bool:
+        """The request's proof matches a capability granted for this entry."""
+        given = self.headers.get(PROOF_HEADER, "").strip().lower()
+        if len(given) != 64:
+            return False
+        fd = open_entry_file(root, digest, ".peers")
+        grants = read_grants(fd, MAX_GRANTS * GRANT_LINE) if fd is not None else frozenset()
+        here = self.server.binding
+        return any(hmac.compare_digest(proof(c, here, digest), given) for c in grants)
+
+    def _entry(self, root: int, digest: str) -> Tuple[Optional[Meta], Optional[int]]:
+        """The entry's metadata and open data file, when both are sound and agree."""
+        meta_fd = open_entry_file(root, digest, ".meta")
+        meta = read_meta_fd(meta_fd) if meta_fd is not None else None
+        if meta is None or digest_of(meta.key) != digest:
+            return None, None
+        fd = open_entry_file(root, digest)
+        if fd is not None and not meta.matches(os.fstat(fd)):
+            os.close(fd)
+            fd = None
+        return meta, fd
+
+    def _serve_entry(self, root: int, digest: str, body: bool) -> None:
+        if not self._proven(root, digest):
             return self._refuse(404, "no such entry")
-        with fh:
-            st = os.fstat(fh.fileno())
-            if meta is None or digest_of(meta.key) != digest or not meta.matches(st):
-                return self._refuse(404, "no such entry")
+        meta, fd = self._entry(root, digest)
+        if meta is None or fd is None:
+            return self._refuse(404, "no such entry")
+        with os.fdopen(fd, "rb") as fh:
             span = _span(self.headers.get("Range"), meta.size)
             if span is None:
                 self.send_response(416)
@@ -152,33 +239,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if retry:
             self.send_header("Retry-After", "1")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
 
 
-def _open_entry(path: str, root: str) -> Optional[io.BufferedReader]:
-    """The entry file, or None. The daemon may run as root and serves directories its users
-    write, so a symlink (O_NOFOLLOW) or a file not owned by the cache's owner (a hard link to
-    someone else's file) is never served."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.stat(root).st_uid:
-            os.close(fd)
-            return None
-    except OSError:
-        os.close(fd)
-        return None
-    return os.fdopen(fd, "rb")
-
-
 def _send_span(sock: socket.socket, fh: io.BufferedReader, start: int, count: int) -> None:
-    """Bytes ``start..start+count`` of ``fh`` to ``sock``: ``sendfile`` on a plain socket; over
-    TLS, 1 MiB reads (``socket.sendfile`` would fall back to 8 KiB sends)."""
+    """Bytes ``start..start+count`` of ``fh`` to ``sock``, never more: ``sendfile`` on a
+    plain socket; over TLS, 1 MiB reads (``socket.sendfile`` would fall back to 8 KiB sends)."""
     if not isinstance(sock, ssl.SSLSocket):
         sock.sendfile(fh, start, count)
         return
@@ -193,6 +263,19 @@ def _send_span(sock: socket.socket, fh: io.BufferedReader, start: int, count: in
         count -= n
 
 
+def _first_certificate(path: str) -> bytes:
+    """DER of the first certificate in a PEM chain file (the server's own)."""
+    with open(path, encoding="ascii") as fh:
+        text = fh.read()
+    end = "-----END CERTIFICATE-----"
+    return ssl.PEM_cert_to_DER_cert(text[: text.index(end) + len(end)])
+
+
+def _bound(digits: str) -> int:
+    """A range bound; one of more than 18 digits is past the end of any file."""
+    return int(digits) if len(digits) <= _MAX_DIGITS else 1 << 63
+
+
 def _span(header: Optional[str], size: int) -> Optional[Tuple[int, int]]:
     """The byte span [start, end) a Range header asks for; (0, size) without one (or with
     one this server does not support, as RFC 9110 allows); None when it starts past the end."""
@@ -203,10 +286,10 @@ def _span(header: Optional[str], size: int) -> Optional[Tuple[int, int]]:
         return 0, size
     first, last = match.group(1), match.group(2)
     if first == "":  # suffix range: the last N bytes
-        n = int(last)
+        n = _bound(last)
         return (max(0, size - n), size) if n > 0 else None
-    start = int(first)
-    end = min(size, int(last) + 1) if last else size
+    start = _bound(first)
+    end = min(size, _bound(last) + 1) if last else size
     if start >= size or end <= start:
         return None
     return start, end
@@ -222,31 +305,63 @@ class CacheServer:
         self._config = config
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
+        self._address: Optional[Tuple[str, int]] = None
+
+    @property
+    def connections(self) -> Connections:
+        assert self._server is not None
+        return self._server.connections
 
     @property
     def address(self) -> Tuple[str, int]:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        """Where it listens (known from :meth:`bind` on, also after :meth:`close_listener`)."""
+        assert self._address is not None
+        return self._address
 
-    def start(self) -> "CacheServer":
+    def bind(self) -> "CacheServer":
+        """Listen and load the TLS key (both may need privileges), start no thread (the
+        process may fork and drop privileges before :meth:`run`)."""
         server = _Server(self._config.bind, _Handler)
         server.config = self._config
         server.slots = threading.BoundedSemaphore(self._config.max_serves)
+        server.admitted = {}
+        host, port = server.server_address[:2]
+        self._address = (str(host), int(port))
+        server.binding = PLAIN_BINDING
         server.tls = None
         if not self._config.plain_http:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.load_cert_chain(str(self._config.cert_file), str(self._config.key_file))
             server.tls = tls
+            server.binding = certificate_binding(_first_certificate(str(self._config.cert_file)))
         self._server = server
+        return self
+
+    def run(self) -> "CacheServer":
+        """Serve in a thread (after :meth:`bind`)."""
+        server = self._server
+        assert server is not None
+        server.connections = Connections(self._config.limits)
         self._thread = threading.Thread(target=server.serve_forever, name="p2p-serve", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def start(self) -> "CacheServer":
+        return self.bind().run()
+
+    def close_listener(self) -> None:
+        """Close the listening socket without serving (a forked sibling's)."""
         server, self._server = self._server, None
         if server is not None:
+            server.server_close()
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None and self._thread is not None:
             server.shutdown()
+            server.server_close()
+            server.connections.close()
+        elif server is not None:
             server.server_close()
         if self._thread is not None:
             self._thread.join()

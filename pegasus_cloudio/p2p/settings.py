@@ -4,13 +4,18 @@ Shared with the clients (see :mod:`transfer.p2p.config`): ``P2P_REDIS``, ``P2P_C
 ``P2P_NAMESPACE``, ``P2P_TOKEN_FILE``/``P2P_TOKEN``, ``P2P_PLAIN_HTTP``, ``P2P_NODE``, ``P2P_RACK``.
 The daemon's own:
 
-``P2P_BIND``           ``address:port`` to listen on (required: a pool-facing address).
+``P2P_BIND``           ``address:port`` to listen on (required: a pool-facing address); each
+                       served user gets a port of her own: this one for the first user in
+                       name order, the next one for the next user, ...
 ``P2P_CERT``           PEM certificate chain signed by the pool CA, naming the bound address.
 ``P2P_KEY``            its private key.
 ``P2P_USERS``          comma-separated ``user`` or ``user=/cache/dir`` whose caches are served
                        (a bare user's cache is ``~user/.cache/pegasus-cloudio``). Required.
-``P2P_URL``            base URL peers use (default ``https://<bind address>:<port>``).
+``P2P_URL``            scheme and host name peers use (default ``https://<bind address>``);
+                       each user's port is added.
 ``P2P_MAX_SERVES``     concurrent serves before answering 503. Default 32.
+``P2P_MAX_CONNECTIONS`` open connections per served user, beyond which new ones are closed at
+                       once (a quarter of them from one address at most). Default 256.
 ``P2P_HEARTBEAT_TTL``  seconds a heartbeat keeps this node alive in the index (refreshed
                        every third of it). Default 30.
 """
@@ -26,7 +31,7 @@ from typing import Dict, Mapping, Optional, Tuple
 from transfer.errors import ConfigError, InvalidInput
 from transfer.p2p.config import ENV, read_token
 
-from .server import ServeConfig
+from .server import ConnectionLimits, ServeConfig
 
 __all__ = ["DaemonSettings", "daemon_settings", "served_caches"]
 
@@ -55,16 +60,33 @@ def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     if not plain and not (cert and key):
         raise ConfigError(f"{ENV}CERT and {ENV}KEY are required (or {ENV}PLAIN_HTTP=1 on a "
                           "trusted network)", operation="config")
-    serve = ServeConfig(caches=served_caches(raw.get("USERS", "")),
+    caches = served_caches(raw.get("USERS", ""))
+    serve = ServeConfig(caches=caches, owners=_owners(caches),
                         token=read_token(raw.get("TOKEN_FILE"), raw.get("TOKEN")),
                         bind=bind, cert_file=cert, key_file=key, plain_http=plain,
-                        max_serves=_positive(raw, "MAX_SERVES", 32))
+                        max_serves=_positive(raw, "MAX_SERVES", 32),
+                        limits=_limits(_positive(raw, "MAX_CONNECTIONS", 256)))
     return DaemonSettings(
         serve=serve, node=raw.get("NODE") or socket.gethostname(), rack=raw.get("RACK", ""),
         url=raw.get("URL", ""), redis_url=raw.get("REDIS"),
         cluster=raw.get("CLUSTER", "").lower() in ("1", "true", "yes", "on"),
         namespace=raw.get("NAMESPACE", "pcio"),
         heartbeat_ttl=float(_positive(raw, "HEARTBEAT_TTL", 30)))
+
+
+def _limits(total: int) -> ConnectionLimits:
+    return ConnectionLimits(max_connections=total, max_per_address=max(1, total // 4))
+
+
+def _owners(caches: Mapping[str, str]) -> Dict[str, int]:
+    """uid of each served user that exists here (a cache owned by anyone else is not served)."""
+    owners: Dict[str, int] = {}
+    for user in caches:
+        try:
+            owners[user] = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            continue
+    return owners
 
 
 def _bind(text: str) -> Tuple[str, int]:

@@ -195,6 +195,26 @@ def shim_text(opts: SetOptions) -> str:
             f"exec {opts.transfer_tool} \"$@\"\n")
 
 
+def overlay_links(opts: SetOptions) -> Dict[str, str]:
+    """``{relative link name: target}`` of the overlay Pegasus home (empty unless
+    :attr:`SetOptions.needs_overlay`): ``pegasus/bin/<tool>`` -> the install's tool,
+    ``pegasus/bin/pegasus-transfer`` -> the set's shim, ``pegasus/<entry>`` -> the install's
+    other top-level entries (``lib``, ``share``, ``etc``), so the Pegasus tools run from the
+    overlay find everything where they look (relative to ``$0``). Raises FileNotFoundError
+    when ``pegasus_bin`` holds no ``pegasus-plan``."""
+    if not opts.needs_overlay:
+        return {}
+    if not os.path.isfile(os.path.join(opts.pegasus_bin, "pegasus-plan")):
+        raise FileNotFoundError(os.path.join(opts.pegasus_bin, "pegasus-plan"))
+    home = os.path.dirname(os.path.normpath(opts.pegasus_bin))
+    links = {f"pegasus/{name}": os.path.join(home, name) for name in sorted(os.listdir(home))
+             if name != os.path.basename(os.path.normpath(opts.pegasus_bin)) and not name.startswith(".")}
+    for name in sorted(os.listdir(opts.pegasus_bin)):
+        links[f"pegasus/bin/{name}"] = os.path.join(opts.pegasus_bin, name)
+    links["pegasus/bin/pegasus-transfer"] = "../../bin/pegasus-transfer"
+    return links
+
+
 def render(opts: SetOptions, properties_header: str = "", replicas_header: str = "") -> Dict[str, str]:
     """All files of the set, by relative name."""
     return {

@@ -11,7 +11,9 @@
   ``local``, a shared-scratch directory with a file server of the right scheme on the staging
   site, credentials profiles for that scheme, and ``pegasus::transfer`` (version-less,
   installed, absolute path) on ``local`` and the compute site;
-* the ``pegasus-transfer`` shim carries the marker that stops the drop-in delegating to itself.
+* the ``pegasus-transfer`` shim carries the marker that stops the drop-in delegating to itself,
+  and the overlay Pegasus home (when the set has one) runs the planner and resolves
+  ``pegasus-transfer`` to that shim.
 
 The Pegasus JSON schemas are not shipped by any Pegasus wheel, so no schema validation is done.
 """
@@ -59,6 +61,20 @@ def check_set(directory: str, opts: SetOptions) -> List[str]:
     if props.get("pegasus.data.configuration") != data_configuration(opts):
         problems.append(f"pegasus.properties: pegasus.data.configuration must be {data_configuration(opts)}")
     problems += _check_shim(os.path.join(directory, "bin", "pegasus-transfer"))
+    if opts.needs_overlay:
+        problems += _check_overlay(directory)
+    return problems
+
+
+def _check_overlay(directory: str) -> List[str]:
+    """``pegasus/bin`` runs the planner and resolves ``pegasus-transfer`` to the shim."""
+    bin_dir = os.path.join(directory, "pegasus", "bin")
+    problems = [] if os.path.isfile(os.path.join(bin_dir, "pegasus-plan")) else [
+        "pegasus/bin/pegasus-plan: missing or a dangling link"]
+    shim = os.path.join(directory, "bin", "pegasus-transfer")
+    linked = os.path.join(bin_dir, "pegasus-transfer")
+    if not (os.path.exists(linked) and os.path.exists(shim) and os.path.samefile(linked, shim)):
+        problems.append("pegasus/bin/pegasus-transfer: must be the set's bin/pegasus-transfer")
     return problems
 
 

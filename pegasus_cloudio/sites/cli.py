@@ -14,7 +14,7 @@ import shutil
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from pegasus_cloudio.sites.build import render
+from pegasus_cloudio.sites.build import overlay_links, render
 from pegasus_cloudio.sites.check import check_set
 from pegasus_cloudio.sites.docs import extras, properties_header, readme, replicas_header
 from pegasus_cloudio.sites.options import SetOptions, UsageError, problems
@@ -56,8 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ssh-port", help="scp port (default 22)")
     add("--worker-package", default="installed", help="installed (default) | staged")
     add("--worker-pegasus-home", default="/usr", help="Pegasus install on the workers (default /usr)")
-    add("--pegasus-bin", default="/usr/bin", help="the submit host's Pegasus bin, on PATH of local jobs after the "
-                                                  "shim (submit-host mode, --worker-package staged; default /usr/bin)")
+    add("--pegasus-bin", default="/usr/bin",
+        help="the submit host's Pegasus bin, on PATH of local jobs after the shim (submit-host mode, "
+             "--worker-package staged; default /usr/bin); another one (a tarball's) also gets the set a "
+             "pegasus/ home of links to plan from, so jobs that run pegasus-transfer by name run the drop-in")
     add("--threads", default="8", help="PEGASUS_CLOUDIO_THREADS (default 8)")
     add("--cache-dir", help="PEGASUS_CLOUDIO_CACHE_DIR on workers (default: not set, so the drop-in's own "
                             "default, $XDG_CACHE_HOME/pegasus-cloudio else ~/.cache/pegasus-cloudio)")
@@ -69,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "socket, started on each worker with `pegasus-cloudio stager --socket SOCKET` (default: not set)")
     add("--p2p", metavar="REDIS_URL",
         help="share the workers' node caches peer to peer through this replica index (docs/p2p.md)")
-    add("--p2p-token-file", default="/etc/pegasus-cloudio/pool.token", help="pool token file on the workers (default /etc/pegasus-cloudio/pool.token)")
+    add("--p2p-token-file", default="~/.pegasus/p2p.token",
+        help="pool token file on the workers: each user's own copy, mode 0600 (default ~/.pegasus/p2p.token)")
     add("--p2p-ca-file", default="/etc/pegasus-cloudio/pool-ca.crt", help="pool CA certificate on the workers (default /etc/pegasus-cloudio/pool-ca.crt)")
     add("--stage-clusters", default="4", help="pegasus.stagein/stageout.clusters (default 4)")
     add("--cluster-size", default="20", help="recommended clusters.size for small-file producers (default 20)")
@@ -143,14 +146,17 @@ def write_set(opts: SetOptions, out: str, argv: Sequence[str], force: bool = Fal
     files = render(opts, properties_header(opts), replicas_header())
     files.update(extras(opts))
     files["README.md"] = readme(opts, argv)
+    links = overlay_links(opts)
     if not force:
-        for name in files:
-            if os.path.exists(os.path.join(out, name)):
+        for name in list(files) + list(links):
+            if os.path.lexists(os.path.join(out, name)):
                 raise FileExistsError(name)
     for name, text in files.items():
         mode = 0o755 if name in EXECUTABLE else 0o600 if name in PRIVATE else 0o644
         _write_atomic(os.path.join(out, name), text, mode)
-    return sorted(files)
+    for name, target in links.items():
+        _link_atomic(os.path.join(out, name), target)
+    return sorted(list(files) + list(links))
 
 
 def _write_atomic(path: str, text: str, mode: int) -> None:
@@ -166,6 +172,15 @@ def _write_atomic(path: str, text: str, mode: int) -> None:
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+def _link_atomic(path: str, target: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.part")
+    if os.path.lexists(temp):
+        os.unlink(temp)
+    os.symlink(target, temp)
+    os.replace(temp, path)
 
 
 def _argv_of(args: argparse.Namespace) -> List[str]:

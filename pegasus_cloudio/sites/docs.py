@@ -14,19 +14,22 @@ STAGE_WORKER = (
     "`pegasus.transfer.worker.package` says; it skips the job only when source and destination are the "
     "same `file://` path on `local`, and here the destination is the `scp://` scratch server. That job "
     "ignores the transformation catalog: it runs `pegasus-transfer` by name through `pegasus-lite-local.sh`, "
-    "which puts `$PEGASUS_BIN_DIR` (the directory of `pegasus-plan`) first on PATH unless it is `/usr/bin`. "
-    "So with Pegasus installed from packages (`/usr/bin/pegasus-plan`) the `PATH` env profile on `local` "
-    "puts `bin/pegasus-transfer` of this set first and the job runs the drop-in (the submit host then needs "
-    "`pegasus-cloudio[sftp]`); with Pegasus unpacked from a tarball that one job runs the stock "
-    "`pegasus-transfer`, which copies the worker package (one file) onto itself over scp. Every other job "
-    "runs the drop-in. Checked against `pegasus-plan` built from the Pegasus 5.1 source.")
+    "which puts `$PEGASUS_BIN_DIR` (the directory `pegasus-plan` ran from) first on PATH unless it is "
+    "`/usr/bin`. With Pegasus installed from packages (`/usr/bin/pegasus-plan`) the `PATH` env profile on "
+    "`local` puts `bin/pegasus-transfer` of this set first. With Pegasus unpacked from a tarball, generate "
+    "the set with `--pegasus-bin` naming its `bin`: the set then holds `pegasus/`, a Pegasus home of links "
+    "to that install whose `bin/pegasus-transfer` is the shim; plan with `pegasus/bin/pegasus-plan` (the "
+    "command above) and `$PEGASUS_BIN_DIR` is that `bin`. Either way the job runs the drop-in (the submit "
+    "host then needs `pegasus-cloudio[sftp]`), as does every other job. Checked with `pegasus-plan` 5.1.2 "
+    "and DAGMan on a real HTCondor pool.")
 TITLES = {"cloud-storage": "intermediate files in a cloud bucket", "vm-storage": "intermediate files on "
           "the worker VM's disk", "submit-host": "intermediate files on the submit host (scp)"}
 
 
 def plan_command(opts: SetOptions) -> str:
     staging = "" if opts.mode == "vm-storage" else f" --staging-site {opts.compute_site}={staging_site(opts)}"
-    return (f"pegasus-plan --conf pegasus.properties --sites {opts.compute_site}{staging} --output-sites local "
+    planner = "pegasus/bin/pegasus-plan" if opts.needs_overlay else "pegasus-plan"
+    return (f"{planner} --conf pegasus.properties --sites {opts.compute_site}{staging} --output-sites local "
             "--dir submit --cluster horizontal --submit workflow.yml")
 
 
@@ -76,6 +79,9 @@ def readme(opts: SetOptions, argv: Sequence[str]) -> str:
         "| `pegasus.properties` | catalogs, data configuration, transfer threads and clustering |",
         "| `bin/pegasus-transfer` | shim running the drop-in, for jobs that call `pegasus-transfer` by name |",
     ]
+    if opts.needs_overlay:
+        lines.append(f"| `pegasus/` | links to the Pegasus in `{opts.pegasus_bin}/..` with `bin/pegasus-transfer` "
+                     "the shim: plan from here (see the last section) |")
     lines += [f"| `{name}` | fill in and copy where its first line says |" for name in extras(opts)]
     lines += ["", "## Plan", "", "```sh", plan_command(opts), "```", ""]
     lines += _mode_notes(opts)
@@ -118,7 +124,9 @@ def _p2p_notes(opts: SetOptions) -> List[str]:
         return []
     return [f"* `PEGASUS_CLOUDIO_P2P_REDIS={opts.p2p_redis}`, `PEGASUS_CLOUDIO_P2P_TOKEN_FILE={opts.p2p_token_file}`, "
             f"`PEGASUS_CLOUDIO_P2P_CA_FILE={opts.p2p_ca_file}` (compute site): jobs read inputs other workers "
-            "already hold from their caches. Each worker runs `pegasus-cloudio serve` and the startd cron "
+            "already hold from their caches, shared only between jobs of the same store credentials "
+            "(docs/security.md). The token file is each user's own copy (mode 0600), never a pool credential "
+            "such as an HTCondor IDTOKEN. Each worker runs `pegasus-cloudio serve` and the startd cron "
             "`pegasus-cloudio cache-summary --read` publishing what root writes with `--write` "
             "(docs/p2p.md). To prefer workers holding a job's inputs, call "
             "`pegasus_cloudio.p2p.summary.add_cache_rank(workflow, urls)` in your workflow script: it gives "
@@ -154,5 +162,8 @@ def _uncovered(opts: SetOptions) -> str:
                 "on the compute site).")
     return ("With the worker package staged, create-dir, remove-dir and stage-worker jobs run "
             "`pegasus-transfer` by name. Local jobs get `bin/pegasus-transfer` first on PATH (env profile "
-            "on `local`); if your Pegasus sets `PEGASUS_BIN_DIR` for local jobs, its `pegasus-transfer` "
-            "wins and those jobs run the stock tool (slower, and 5.1.3's S3 remove-dir deletes nothing).")
+            "on `local`), but `pegasus-lite-local.sh` puts `$PEGASUS_BIN_DIR` (the directory `pegasus-plan` "
+            "ran from) before it unless that is `/usr/bin`: with Pegasus from a tarball, regenerate with "
+            "`--pegasus-bin` naming its `bin` and plan with `pegasus/bin/pegasus-plan`, whose directory "
+            "holds the shim. Otherwise those jobs run the stock tool (slower, and 5.1.3's S3 remove-dir "
+            "deletes nothing).")

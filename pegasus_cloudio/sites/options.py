@@ -46,7 +46,8 @@ class SetOptions:
     ssh_key, ssh_port: private key (shipped to jobs) and port for scp.
     worker_pegasus_home: Pegasus install on the workers (used when the worker package is not staged).
     pegasus_bin:     the submit host's Pegasus ``bin`` (on PATH of local jobs behind the shim, see
-                     :attr:`shim_on_path`).
+                     :attr:`shim_on_path`). Not ``/usr/bin`` (a tarball install): the set also gets
+                     the overlay :attr:`overlay_dir` to plan from (see :attr:`needs_overlay`).
     worker_package:  installed (default: no worker-package staging, every invocation is ours) |
                      staged (the planner's default; create-dir/cleanup/stage-worker stay stock).
     threads, cache_dir, bundle: PEGASUS_CLOUDIO_THREADS / _CACHE_DIR / _BUNDLE env profiles
@@ -114,6 +115,19 @@ class SetOptions:
         return self.worker_package == "staged" or self.mode == "submit-host"
 
     @property
+    def needs_overlay(self) -> bool:
+        """Whether the set needs its own Pegasus home to plan from. ``pegasus-lite-local.sh`` puts
+        ``$PEGASUS_BIN_DIR`` (the directory ``pegasus-plan`` ran from) first on PATH unless it is
+        ``/usr/bin``, ahead of the shim; planning from the overlay makes that directory hold the shim."""
+        return self.shim_on_path and os.path.normpath(self.pegasus_bin) != "/usr/bin"
+
+    @property
+    def overlay_dir(self) -> str:
+        """The overlay Pegasus home: ``bin/`` links every tool of :attr:`pegasus_bin` but
+        ``pegasus-transfer`` (the shim); its other entries link those beside :attr:`pegasus_bin`."""
+        return os.path.join(self.work_dir, "pegasus")
+
+    @property
     def shim_dir(self) -> str:
         """Where the generated ``pegasus-transfer`` shim lives (``bin/`` of the set)."""
         return os.path.join(self.work_dir, "bin")
@@ -138,7 +152,8 @@ def problems(opts: SetOptions) -> List[str]:
                         ("--gcs-key", opts.gcs_key), ("--boto-config", opts.boto_config),
                         ("--ssh-key", opts.ssh_key), ("--p2p-token-file", opts.p2p_token_file),
                         ("--p2p-ca-file", opts.p2p_ca_file), ("--stager", opts.stager)):
-        if value is not None and not os.path.isabs(value):
+        per_user = flag == "--p2p-token-file" and str(value).startswith("~/")  # each user's own copy
+        if value is not None and not os.path.isabs(value) and not per_user:
             out.append(f"{flag} must be an absolute path (got {value!r})")
     for flag, site in (("--compute-site", opts.compute_site), ("--staging-site", opts.staging_site)):
         if site is not None and (not _SITE.match(site) or site == "local"):
@@ -147,6 +162,9 @@ def problems(opts: SetOptions) -> List[str]:
                               ("--cluster-size", opts.cluster_size, 1)):
         if number < low:
             out.append(f"{flag} must be at least {low} (got {number})")
+    if opts.needs_overlay and os.path.isabs(opts.pegasus_bin) and not os.path.isfile(
+            os.path.join(opts.pegasus_bin, "pegasus-plan")):
+        out.append(f"--pegasus-bin {opts.pegasus_bin} holds no pegasus-plan (the submit host's Pegasus bin)")
     if opts.ssh_port is not None and not 0 < opts.ssh_port < 65536:
         out.append(f"--ssh-port must be a TCP port (got {opts.ssh_port})")
     if opts.mode in MODES:

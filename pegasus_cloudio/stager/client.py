@@ -55,6 +55,10 @@ def hand_off(path: str, argv: "Sequence[str]", env: "Mapping[str, str]") -> "Opt
             started, reason = None, err.strerror or str(err)
         else:
             reason = "it closed the connection"
+        if started is not None and started[0] == wire.REFUSED:
+            _warn(f"node stager {path} refused the job: {wire.read_reason(sock, started[1])}; "
+                  "transferring in this process")
+            return None
         if started is None or started[0] != wire.PID:
             _warn(f"node stager {path} did not take the job ({reason}); transferring in this process")
             return None

@@ -65,13 +65,33 @@ def preload() -> List[str]:
 
 
 def check_directory(directory: str) -> None:
-    """Create the socket's directory (mode 700) or refuse one that others could reach into."""
+    """Create the socket's directory (mode 700) or refuse one that others could reach into,
+    or one reached through a symbolic link another user owns (as the node cache does)."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    foreign = foreign_link(directory)
+    if foreign:
+        raise StagerError(f"{directory}: reached through {foreign}, a symbolic link owned by another user; "
+                          "choose a --socket path of your own")
     st = os.stat(directory)
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise StagerError(f"{directory}: the stager's socket directory must belong to this user and be private "
                           f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}; want uid {os.getuid()}, "
                           "mode 700)")
+
+
+def foreign_link(path: str) -> str:
+    """The first component of ``path`` that is a symbolic link owned by neither this user
+    nor root ("" when none): whoever owns it decides where the path leads."""
+    current = "/"
+    for part in os.path.abspath(path).strip("/").split("/"):
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except OSError:
+            return ""
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, os.getuid()):
+            return current
+    return ""
 
 
 def listen(path: str) -> socket.socket:
@@ -105,6 +125,24 @@ def listen(path: str) -> socket.socket:
 def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end (``struct ucred``: pid, uid, gid)."""
     return int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[4:8], sys.byteorder)
+
+
+def peer_pid(conn: socket.socket) -> int:
+    return int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[0:4], sys.byteorder)
+
+
+def foreign_view(pid: int) -> str:
+    """Why process ``pid`` sees another file system than this one ("" when it sees the
+    same): a different mount namespace (a container, HTCondor's ``MOUNT_UNDER_SCRATCH``) or
+    root directory. Paths it sends would then name other files here."""
+    for what, name in (("mount namespace", "ns/mnt"), ("root directory", "root")):
+        try:
+            theirs, ours = os.stat(f"/proc/{pid}/{name}"), os.stat(f"/proc/self/{name}")
+        except OSError as err:
+            return f"cannot check its {what} ({err.strerror})"
+        if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+            return f"it runs in another {what} (a container or MOUNT_UNDER_SCRATCH)"
+    return ""
 
 
 class Stager:
@@ -147,6 +185,12 @@ class Stager:
             log.warning("refused a connection from uid %d (this stager serves uid %d only)", uid, os.getuid())
             conn.close()
             return
+        pid = peer_pid(conn)
+        why = foreign_view(pid)
+        if why:
+            log.warning("refused a job (pid %d): %s", pid, why)
+            _refuse(conn, why)
+            return
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
@@ -187,6 +231,22 @@ class Stager:
         self._stop_asked = True
         if self._serving and not self._reaping:
             raise _Stop()
+
+
+def _refuse(conn: socket.socket, why: str) -> None:
+    """Take the client's request (its descriptors closed unused, so it finishes sending),
+    tell it why it must run its job itself (one line), then hang up."""
+    try:
+        conn.settimeout(1.0)
+        header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
+        for fd in fds:
+            os.close(fd)
+        if len(header) == wire.LENGTH_BYTES:
+            _request(conn, int.from_bytes(header, "big"))
+        conn.sendall(wire.refusal(why))
+    except OSError:
+        pass
+    conn.close()
 
 
 def _child(conn: socket.socket) -> int:

@@ -7,7 +7,9 @@ as ``SCM_RIGHTS`` and a 4-byte big-endian length, then that many bytes: NUL-sepa
 a NUL).
 
 Replies (stager -> client), 5 bytes each: ``P`` + pid of the process running the request
-(first), ``X`` + its exit code (last), as signed big-endian integers. The connection closing
+(first), ``X`` + its exit code (last), as signed big-endian integers. Or, instead of ``P``,
+``R`` + a length, then that many bytes of UTF-8: the stager refuses the job and says why
+(the client runs it itself). The connection closing
 without ``X`` means that process died; the client then exits 1. The client closing the
 connection means the job is gone (SIGKILL from HTCondor): the stager's process then stops as
 on SIGTERM.
@@ -30,7 +32,8 @@ VERSION = b"v1"
 MAX_REQUEST = 16 * 1024 * 1024
 LENGTH_BYTES = 4
 REPLY_BYTES = 5
-PID, EXIT = b"P", b"X"
+PID, EXIT, REFUSED = b"P", b"X", b"R"
+MAX_REASON = 1024
 
 
 def encode_request(cwd: str, umask: int, argv: "Sequence[str]", env: "Mapping[str, str]") -> bytes:
@@ -61,6 +64,22 @@ def length(size: int) -> bytes:
 
 def reply(kind: bytes, value: int) -> bytes:
     return kind + value.to_bytes(REPLY_BYTES - 1, "big", signed=True)
+
+
+def refusal(why: str) -> bytes:
+    text = why.encode("utf-8", "replace")[:MAX_REASON]
+    return reply(REFUSED, len(text)) + text
+
+
+def read_reason(sock: "_socket.socket", size: int) -> str:
+    """The text of a refusal of ``size`` bytes (what arrives of it)."""
+    data = b""
+    while len(data) < min(size, MAX_REASON):
+        chunk = sock.recv(min(size, MAX_REASON) - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
 
 
 def read_reply(sock: "_socket.socket") -> "Optional[Tuple[bytes, int]]":

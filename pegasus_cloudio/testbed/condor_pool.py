@@ -6,16 +6,17 @@
 on ephemeral ones, no shared port). Jobs run as the non-root submitter ``cloudio``.
 
 Isolation, so that several pools (pytest processes, worktrees) run at once:
-- each pool lives in its own directory under ``/var/tmp/pegasus-cloudio-pools`` (not under
+- each pool lives in its own directory under ``/var/tmp/cloudio-pools`` (not under
   ``/tmp``: DAGMan refuses node logs there, ``DAGMAN_USE_STRICT``), ``$PEGASUS_CLOUDIO_POOL_DIR``
   overrides the base;
-- the root is an overlayfs over the cached root (cost: one mount, no copy), with the pool's
-  own ``/etc/condor``, ``/var/lib/condor`` and ``/var/log/condor`` in its upper layer;
+- the root is an overlayfs over the cached root, with the pool's own ``/etc/condor``,
+  ``/var/lib/condor`` and ``/var/log/condor`` in its upper layer (mount and unmount 0.2 s;
+  a copy of the 594 MB root took 28 s at load average 40);
 - every mount (the overlay, ``/proc``, ``/dev``, ``/sys``, and the caller's directories,
   bind-mounted at the same path inside as outside) is made in a private mount namespace
   created for the master (``unshare --mount``), so nothing is mounted in the machine's
   namespace, no two pools share a mount point, and the kernel drops every mount when the
-  pool's last process exits, also when a test dies;
+  pool's last process exits;
 - cgroups are named per pool (``BASE_CGROUP``), so two pools' slots never share one.
 
 Commands run inside the root with `run` (by ``nsenter`` into the master's namespace and
@@ -50,7 +51,7 @@ from .ports import free_port
 __all__ = ["CondorPool", "PoolError", "POOL_BASE", "reap_orphans"]
 
 POOL_BASE_ENV = "PEGASUS_CLOUDIO_POOL_DIR"
-POOL_BASE = "/var/tmp/pegasus-cloudio-pools"
+POOL_BASE = "/var/tmp/cloudio-pools"
 KEEP_ENV = "PEGASUS_CLOUDIO_KEEP_POOL"   # set: `stop` keeps the pool directory (logs) for a look
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _POLL_S = 0.5

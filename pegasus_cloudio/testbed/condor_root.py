@@ -47,6 +47,7 @@ PACKAGES: Sequence[str] = (
     "openjdk-21-jre-headless",   # pegasus-plan
     "python3-yaml", "python3-sqlalchemy", "python3-git",  # pegasus-plan/-run/-monitord/-statistics
     "openssh-client",
+    "openssh-server",            # an sshd in the root for submit-host mode (tests/test_pegasus_pool.py)
     "procps",                    # ps/pgrep for the tests' process checks
     "python3-venv",              # the transfer plugin's venv (system site packages: classad2)
 )

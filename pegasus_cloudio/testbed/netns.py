@@ -3,17 +3,24 @@
 ``NetnsPool(n)`` creates a bridge in the root namespace with ``10.<a>.<b>.1/24`` and ``n``
 namespaces, each joined to it by a veth pair and given ``10.<a>.<b>.<10+i>``, with a default
 route through the bridge address (where the test bed's Redis and store proxy listen). Names
-carry a random tag, so concurrent test runs do not collide; ``close`` removes everything
+carry a random tag and the subnet is one no interface on the machine uses, both chosen and
+claimed (the bridge created with its address) under a machine-wide lock file, so concurrent
+test runs cannot collide on a name or an address; ``close`` removes everything
 (deleting a namespace deletes its veth end, which deletes the pair). ``limit_rate`` caps a
 node's egress with a token bucket (``tc tbf``; this kernel has no ``netem``).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import re
 import secrets
 import subprocess
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Sequence, Set
+
+LOCK_FILE = "/run/lock/pegasus-cloudio-netns.lock"
 
 __all__ = ["NetnsNode", "NetnsPool"]
 
@@ -37,17 +44,50 @@ class NetnsNode:
         return ["ip", "netns", "exec", self.netns, *command]
 
 
+def _used_subnets() -> Set[str]:
+    """``10.231.<b>`` prefixes any interface or route of this machine uses now."""
+    text = "".join(subprocess.run(["ip", "-o", "-4", *args], capture_output=True, text=True, timeout=30,
+                                  check=False).stdout for args in (["addr", "show"], ["route", "show"]))
+    return set(re.findall(r"\b(10\.231\.\d+)\.\d+", text))
+
+
+def _used_names() -> str:
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30, check=False)
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=False)
+    return links.stdout + spaces.stdout
+
+
 class NetnsPool:
     def __init__(self, count: int) -> None:
-        tag = secrets.token_hex(3)
-        octet = 16 + secrets.randbelow(200)
+        self._count = count
+        self._made: List[NetnsNode] = []
+        self._bridge_made = False
+        self._name(secrets.token_hex(3), 16 + secrets.randbelow(200))
+
+    def _name(self, tag: str, octet: int) -> None:
         self.subnet = f"10.231.{octet}"
         self.gateway = f"{self.subnet}.1"
         self.bridge = f"pc{tag}br"
         self.nodes = [NetnsNode(f"n{i}", f"pc{tag}n{i}", f"{self.subnet}.{10 + i}", f"pc{tag}h{i}",
-                                f"pc{tag}v{i}") for i in range(count)]
-        self._made: List[NetnsNode] = []
-        self._bridge_made = False
+                                f"pc{tag}v{i}") for i in range(self._count)]
+
+    def _claim(self) -> None:
+        """Choose a tag and subnet nobody uses and create the bridge with its address, under
+        the machine-wide lock (another run's choice is visible to the next one)."""
+        os.makedirs(os.path.dirname(LOCK_FILE), exist_ok=True)
+        with open(LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            used, names = _used_subnets(), _used_names()
+            free = [o for o in range(16, 216) if f"10.231.{o}" not in used]
+            if not free:
+                raise RuntimeError("no free 10.231.x.0/24 subnet for a network-namespace pool")
+            tag = secrets.token_hex(3)
+            while f"pc{tag}" in names:
+                tag = secrets.token_hex(3)
+            self._name(tag, free[secrets.randbelow(len(free))])
+            _ip("link", "add", self.bridge, "type", "bridge")
+            self._bridge_made = True
+            _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
 
     @property
     def cidr(self) -> str:
@@ -55,9 +95,7 @@ class NetnsPool:
 
     def start(self) -> "NetnsPool":
         try:
-            _ip("link", "add", self.bridge, "type", "bridge")
-            self._bridge_made = True
-            _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            self._claim()
             _ip("link", "set", self.bridge, "up")
             for node in self.nodes:
                 self._add(node)

@@ -17,7 +17,7 @@ import sys
 import sysconfig
 from typing import Optional
 
-__all__ = ["installed_bin", "source_checkout"]
+__all__ = ["build_wheel", "installed_bin", "source_checkout"]
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TIMEOUT_S = 300
@@ -37,16 +37,23 @@ def installed_bin(root: str, checkout: Optional[str] = None) -> str:
     benchmark's "before"); raises RuntimeError naming the step that failed."""
     if checkout is None and not source_checkout():
         return os.path.dirname(sys.executable)
-    src, dist, venv = (os.path.join(root, name) for name in ("src", "dist", "venv"))
-    shutil.copytree(checkout or PACKAGE_ROOT, src, ignore=_NOT_BUILT)  # the build leaves build/ where it runs
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-          "-w", dist, src], "building the wheel")
-    [wheel] = [os.path.join(dist, n) for n in os.listdir(dist) if n.endswith(".whl")]
+    wheel, venv = build_wheel(root, checkout), os.path.join(root, "venv")
     _run([sys.executable, "-m", "venv", "--without-pip", venv], "creating a venv")
     python = os.path.join(venv, "bin", "python")
     _run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index",
           wheel], "installing the wheel")
     return os.path.join(venv, "bin")
+
+
+def build_wheel(root: str, checkout: Optional[str] = None) -> str:
+    """Build this source checkout's wheel (or another source ``checkout``'s) into ``root/dist``
+    (from a copy in ``root/src``); its path."""
+    src, dist = os.path.join(root, "src"), os.path.join(root, "dist")
+    shutil.copytree(checkout or PACKAGE_ROOT, src, ignore=_NOT_BUILT)  # the build leaves build/ where it runs
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+          "-w", dist, src], "building the wheel")
+    [wheel] = [os.path.join(dist, n) for n in os.listdir(dist) if n.endswith(".whl")]
+    return wheel
 
 
 def _run(argv: list[str], step: str) -> None:

@@ -170,6 +170,17 @@ def _info(url: Url, status: int, headers: Dict[str, str]) -> ObjectInfo:
     return ObjectInfo(url, size, headers.get("etag", "").strip('"') or None)
 
 
+def http_date_epoch(text: Optional[str]) -> Optional[float]:
+    """Epoch seconds of an HTTP date (``Wed, 25 Nov 2026 23:00:00 GMT``); None when absent or malformed."""
+    if not text:
+        return None
+    import calendar  # stat() only; strptime imports re and datetime too
+    try:
+        return float(calendar.timegm(time.strptime(text.strip(), "%a, %d %b %Y %H:%M:%S GMT")))
+    except ValueError:
+        return None
+
+
 def _range_length(headers: Dict[str, str], byte_range: ByteRange) -> int:
     """Bytes a 206 answer must carry: the request's span, cut at the object's end."""
     span = headers.get("content-range", "")  # "bytes START-END/TOTAL"

@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`ServerSideCopy`, :class:`TreeRemoval` and :class:`CacheKeys`. No backend has a
+:class:`RangedReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -23,12 +23,17 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple
+    from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+
+    from transfer.peers import Scope
 
 if TYPE_CHECKING:
     ByteRange = Tuple[int, int]  # [start, end) in bytes
 else:
     ByteRange = object  # the alias above is for type checkers; typing is not imported at run time
+
+    def cast(kind, value):  # typing.cast, without importing typing
+        return value
 
 
 @record(frozen=True)
@@ -82,6 +87,14 @@ class Namespace(Protocol):
 
     def make_dirs(self, url: Url) -> None:
         """Create the directory (or the bucket of an object URL) if missing; idempotent."""
+
+
+@runtime_checkable
+class DirectoryListing(Protocol):
+    """Backends that list one level of a namespace themselves (S3's delimiter listing)."""
+
+    def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
+        """(objects directly under ``url`` taken as a directory, sub-directories' URLs ending in ``/``)."""
 
 
 @runtime_checkable
@@ -171,6 +184,16 @@ class CacheKeys(Protocol):
 
 
 @runtime_checkable
+class PeerScopes(Protocol):
+    """Backends whose objects peers may share: each names the scope of the identity that
+    reads a URL (see :class:`transfer.peers.Scope`; ``docs/security.md``)."""
+
+    def peer_scope(self, url: Url) -> Optional["Scope"]:
+        """The scope of this backend's identity for ``url``'s bucket; None when the reads
+        are anonymous (nothing then proves who may read the object: it is not shared)."""
+
+
+@runtime_checkable
 class ServerSideCopy(Protocol):
     """Copy between two URLs of the same endpoint without moving bytes through the client."""
 
@@ -178,24 +201,59 @@ class ServerSideCopy(Protocol):
         """Copy ``source`` to ``dest`` inside the store."""
 
 
+_KNOWN: Dict[Tuple[type, type], bool] = {}
+
+
+def _has(backend: object, protocol: type) -> bool:
+    """``isinstance(backend, protocol)``, remembered per class: a check against a runtime
+    protocol costs 30-80 us on CPython 3.11, and the engine asks for every file. (A pure memo of
+    what a class implements, never cleared; backends set their capability attributes in
+    ``__init__``.)"""
+    key = (type(backend), protocol)
+    known = _KNOWN.get(key)
+    if known is None:
+        known = _KNOWN[key] = isinstance(backend, protocol)
+    return known
+
+
+def ranged_reads(backend: Backend) -> Optional[RangedReads]:
+    """``backend`` as :class:`RangedReads`, or None."""
+    return cast(RangedReads, backend) if _has(backend, RangedReads) else None
+
+
+def multipart_uploads(backend: Backend) -> Optional[MultipartUploads]:
+    """``backend`` as :class:`MultipartUploads`, or None."""
+    return cast(MultipartUploads, backend) if _has(backend, MultipartUploads) else None
+
+
+def cache_keys(backend: Backend) -> Optional[CacheKeys]:
+    """``backend`` as :class:`CacheKeys`, or None."""
+    return cast(CacheKeys, backend) if _has(backend, CacheKeys) else None
+
+
+def peer_scopes(backend: Backend) -> Optional[PeerScopes]:
+    """``backend`` as :class:`PeerScopes`, or None."""
+    return cast(PeerScopes, backend) if _has(backend, PeerScopes) else None
+
+
 def uploads(backend: Backend, url: Url, operation: str = "put") -> Uploads:
     """``backend`` as :class:`Uploads`, or InvalidInput naming ``url`` when it cannot store files."""
-    if isinstance(backend, Uploads):
-        return backend
+    if _has(backend, Uploads):
+        return cast(Uploads, backend)
     raise _read_only(url, "uploaded to", operation)
 
 
 def namespace(backend: Backend, url: Url, operation: str) -> Namespace:
     """``backend`` as :class:`Namespace`, or InvalidInput naming ``url`` when it has none."""
-    if isinstance(backend, Namespace):
-        return backend
+    if _has(backend, Namespace):
+        return cast(Namespace, backend)
     raise _read_only(url, "listed, removed from or created", operation)
 
 
 def store(backend: Backend, url: Url, operation: str) -> Store:
     """``backend`` as a full :class:`Store`, or InvalidInput naming ``url``."""
-    if isinstance(backend, Store):
-        return backend
+    if _has(backend, Store):
+        return cast(Store, backend)
     raise _read_only(url, "used as a store", operation)
 
 

@@ -1,7 +1,9 @@
 """HTTP(S) downloads over keep-alive connections, one pool per origin.
 
 Follows up to five redirects (a redirect to another origin uses that origin's pool), adds
-``header.<Name>`` values from the Pegasus credentials file for the URL's host, checks the
+``header.<Name>`` values from the Pegasus credentials file for each hop's origin (scheme,
+host and port: a redirect to plain HTTP or another port carries none of the first
+origin's credentials), checks the
 byte count against Content-Length, and verifies TLS unless the URL is plain ``http://``.
 HTTP is a download-only source here: the backend reads only (no ``Uploads``, no ``Namespace``).
 """
@@ -33,7 +35,7 @@ def endpoint_key(url: Url, context: Opening) -> Hashable:
     return "http"
 
 
-HeaderLookup = Callable[[Url, str], List[Tuple[str, str]]]  # (URL, host of this hop) -> headers
+HeaderLookup = Callable[[Url, str], List[Tuple[str, str]]]  # (URL, origin of this hop) -> headers
 
 
 def open_backend(url: Url, context: Opening) -> "HttpBackend":
@@ -43,10 +45,11 @@ def open_backend(url: Url, context: Opening) -> "HttpBackend":
 
 
 def credential_headers(context: Opening) -> HeaderLookup:
-    """``header.<Name>`` values of the Pegasus credentials file for a URL's site and host."""
+    """``header.<Name>`` values of the Pegasus credentials file for a URL's site and the
+    origin (``scheme://host[:port]``) of one hop."""
     env = context.env
 
-    def lookup(url: Url, host: str) -> List[Tuple[str, str]]:
+    def lookup(url: Url, origin: str) -> List[Tuple[str, str]]:
         if not (env.get("PEGASUS_CREDENTIALS") or _has_site_credentials(url, env)):
             return []
         try:
@@ -55,7 +58,12 @@ def credential_headers(context: Opening) -> HeaderLookup:
             if "not found" in err.message:
                 return []
             raise
-        return list(creds.headers_for(url.scheme, host).items())
+        parts = urlsplit(origin)
+        try:
+            port = parts.port
+        except ValueError:
+            return []
+        return list(creds.headers_for(parts.scheme, parts.hostname or "", port).items())
     return lookup
 
 
@@ -69,7 +77,7 @@ class HttpBackend:
 
     def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
         def hop_headers(origin: str) -> List[Tuple[str, str]]:
-            return self._headers(url, urlsplit(origin).hostname or "") + extra
+            return self._headers(url, origin) + extra
 
         try:
             return self._origins.request(method, url.full, hop_headers)

@@ -27,6 +27,8 @@ from transfer.backends._s3_wire import (
     check_bucket,
     check_endpoint,
     default_endpoint,
+    http_date_epoch,
+    iso8601_epoch,
     md5_of_etag,
     multipart_etag,
     s3_error,
@@ -55,9 +57,12 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
-__all__ = ["S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
+    from transfer.peers import Scope
+
+__all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
 
 
@@ -77,7 +82,37 @@ def endpoint_key(url: Url, context: Opening) -> Hashable:
 
 
 def open_backend(url: Url, context: Opening) -> "S3Backend":
-    config = _site_config(url, context)
+    return _open(url, _site_config(url, context), context)
+
+
+class S3At:
+    """Opens plain ``s3://BUCKET/KEY`` URLs at a given endpoint with given keys (or unsigned,
+    or through the AWS chain of the session's environment when ``credentials`` is None and
+    ``anonymous`` is false), for :class:`~transfer.session.Session`'s ``backends`` argument.
+    ``s3://USER@SITE/...`` URLs keep their Pegasus credentials file."""
+
+    def __init__(self, endpoint: Optional[str] = None, region: Optional[str] = None,
+                 credentials: Optional[Credentials] = None, anonymous: bool = False) -> None:
+        self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self.region = region
+        self.credentials = credentials
+        self.anonymous = anonymous
+
+    def endpoint_key(self, url: Url, context: Opening) -> Hashable:
+        return endpoint_key(url, context)
+
+    def open_backend(self, url: Url, context: Opening) -> "S3Backend":
+        if "@" in url.host:
+            return open_backend(url, context)
+        config = S3SiteConfig(self.endpoint, self.region, self.credentials, where="the endpoint argument")
+        if self.credentials is None and not self.anonymous:
+            chain = _site_config(url, context)
+            config = S3SiteConfig(self.endpoint or chain.endpoint, self.region or chain.region, chain.credentials,
+                                  source=chain.source, where=chain.where)
+        return _open(url, config, context)
+
+
+def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)
     check_endpoint(endpoint, region, config.where)
@@ -104,6 +139,8 @@ class S3Backend:
         self._region = region
         amazon = config.endpoint is None or pool.host.endswith(".amazonaws.com")
         source = config.source or (_fixed(config.credentials) if config.credentials else None)
+        self._credentials = source
+        self._scopes: Dict[Tuple[Credentials, str], Scope] = {}  # a few entries: one per bucket read
         self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
@@ -133,7 +170,8 @@ class S3Backend:
         path = split_url(url)
         with self._send("HEAD", path, url=str(url)) as response:
             self._check(response, str(url), "stat")
-            return _info(url, response.status, response.headers)
+            info = _info(url, response.status, response.headers)
+            return ObjectInfo(info.url, info.size, info.version, http_date_epoch(response.headers.get("last-modified")))
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """Stream the object (or ``byte_range``) to ``sink``; a full object is verified against
@@ -184,21 +222,45 @@ class S3Backend:
         return ObjectInfo(url, size, etag.strip('"') or None)
 
     def list(self, url: Url) -> Iterator[ObjectInfo]:
+        for page in self._list_pages(url, delimiter=None):
+            yield from self._objects(url, page)
+
+    def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
+        """One level under ``url`` (ListObjectsV2 with delimiter ``/``): (objects, sub-prefixes,
+        each ending in ``/``)."""
         from urllib.parse import unquote_plus  # imports re: only listings pay for it
+        bucket = split_url(url).bucket
+        objects: List[ObjectInfo] = []
+        prefixes: List[Url] = []
+        for page in self._list_pages(url, delimiter="/"):
+            objects.extend(self._objects(url, page))
+            prefixes.extend(_child_url(url, bucket, unquote_plus(item.findtext("Prefix") or ""))
+                            for item in page.iter("CommonPrefixes"))
+        return objects, prefixes
+
+    def _objects(self, url: Url, page: ET.Element) -> Iterator[ObjectInfo]:
+        from urllib.parse import unquote_plus
+        bucket = split_url(url).bucket
+        for item in page.iter("Contents"):
+            key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks
+            yield ObjectInfo(_child_url(url, bucket, key), int(item.findtext("Size") or 0),
+                             (item.findtext("ETag") or "").strip('"') or None,
+                             iso8601_epoch(item.findtext("LastModified")))
+
+    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[ET.Element]:
         path = split_url(url)
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
         while True:
             query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
+            if delimiter:
+                query["delimiter"] = delimiter
             if token:
                 query["continuation-token"] = token
             with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
                 self._check(response, str(url), "list")
                 root = xml_tree(response.read())
-            for item in root.iter("Contents"):
-                key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks
-                yield ObjectInfo(_child_url(url, path.bucket, key), int(item.findtext("Size") or 0),
-                                 (item.findtext("ETag") or "").strip('"') or None)
+            yield root
             token = root.findtext("NextContinuationToken")
             if root.findtext("IsTruncated") != "true" or not token:
                 return
@@ -270,6 +332,22 @@ class S3Backend:
     def cache_key(self, url: Url) -> str:
         path = split_url(url)
         return f"{self._pool.base_url}/{path.bucket}/{path.key}"
+
+    # -- PeerScopes ---------------------------------------------------------------------
+
+    def peer_scope(self, url: Url) -> Optional[Scope]:
+        """Derived from the secret key of this backend's credentials, the endpoint, the key
+        id and the bucket (rotating credentials give a new scope at each rotation)."""
+        creds = self._credentials() if self._credentials is not None else None
+        if creds is None or not creds.secret_key:
+            return None
+        bucket = split_url(url).bucket
+        known = self._scopes.get((creds, bucket))
+        if known is None:  # one derivation per identity and bucket, not per file
+            from transfer.peers import derive_scope  # peer sharing only
+            known = derive_scope(creds.secret_key, "s3", self._pool.base_url, creds.access_key, bucket)
+            self._scopes[(creds, bucket)] = known
+        return known
 
     # -- RangedReads --------------------------------------------------------------------
 

@@ -89,16 +89,6 @@ def read_group(backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], 
             state.failed[read.position] = BundleFormatError(err.message, url=str(read.source), operation="get")
 
 
-def read_one(backend: Backend, bundle: LoadedBundle, read: MemberRead, cache: Optional[NodeCache] = None,
-             bundle_key: Optional[str] = None, stored: Optional[Stored] = None) -> int:
-    """A single member (a plain read that resolved to a bundle); raises its error."""
-    state = GroupState.empty()
-    read_group(backend, bundle, [read], state, cache, bundle_key, stored)
-    if read.position in state.failed:
-        raise state.failed[read.position]
-    return state.done[read.position]
-
-
 def _single(backend: Backend, bundle: LoadedBundle, member: Member) -> Callable[[BinaryIO], ObjectInfo]:
     """A download for :meth:`NodeCache.fetch`: the one member streamed into the cache's sink."""
     def download(sink: BinaryIO) -> ObjectInfo:

@@ -105,8 +105,9 @@ class BundleStager:
 
     def forget(self, source: Url) -> None:
         """Drop the cached index of ``source``'s directory (a bundle vanished)."""
-        if source.scheme in OBJECT_SCHEMES:
-            self._forget(self._session.backend(source), _split(source)[0])
+        located = self._locate(source)
+        if located is not None:
+            self._forget(located[0], located[1])
 
     # -- downloads --------------------------------------------------------------------
 
@@ -151,13 +152,20 @@ class BundleStager:
         found = index.lookup(name)
         return None if found is None else (backend, found[0], found[1])
 
+    def _locate(self, source: Url) -> Optional[Tuple[Backend, Url, str]]:
+        """(backend, directory, name) of an object-store URL that may be a bundle member."""
+        if source.scheme not in OBJECT_SCHEMES:
+            return None
+        directory, name = _split(source)
+        return self._session.backend(source), directory, name
+
     def known_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The member serving ``source`` if its directory's index is already loaded; no I/O but
         the one whole-bundle fetch :meth:`BundleDirectory.resident` makes for a directory."""
-        if source.scheme not in OBJECT_SCHEMES:
+        located = self._locate(source)
+        if located is None:
             return None
-        backend = self._session.backend(source)
-        directory, name = _split(source)
+        backend, directory, name = located
         with self._lock:
             future = self._directories.get((id(backend), directory.path))
         if future is None or not future.done() or future.exception() is not None:
@@ -169,10 +177,10 @@ class BundleStager:
     def resolve(self, source: Url) -> Tuple[Optional[Tuple[Backend, LoadedBundle, Member]], str]:
         """For a plain read that found nothing: the member standing in for it, if any, else a
         note for the NotFound error (bundles of the directory that could not be read)."""
-        if source.scheme not in OBJECT_SCHEMES:
+        located = self._locate(source)
+        if located is None:
             return None, ""
-        backend = self._session.backend(source)
-        directory, name = _split(source)
+        backend, directory, name = located
         try:
             index = self._directory(backend, directory)
         except TransferError as err:
@@ -184,10 +192,10 @@ class BundleStager:
 
     def find_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The bundle member holding ``source`` (removes); raises when the index cannot load."""
-        if source.scheme not in OBJECT_SCHEMES:
+        located = self._locate(source)
+        if located is None:
             return None
-        backend = self._session.backend(source)
-        directory, name = _split(source)
+        backend, directory, name = located
         found = self._directory(backend, directory).lookup(name)
         return None if found is None else (backend, found[0], found[1])
 

@@ -11,6 +11,7 @@ A process killed before it drains loses only cache entries, never correctness.
 
 from __future__ import annotations
 
+import threading
 
 from transfer._lean import logger
 
@@ -26,28 +27,32 @@ BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
 _log = logger(__name__)  # logging is imported when a warning is first logged
 _queue: Optional[List[Tuple["NodeCache", str, bytes]]] = None
 _queued_bytes = 0
+_lock = threading.Lock()  # offer() runs in the engine's worker threads
 
 
 def collect() -> None:
     """From now on, :func:`offer` queues inserts (until :func:`drain`)."""
     global _queue, _queued_bytes
-    _queue, _queued_bytes = [], 0
+    with _lock:
+        _queue, _queued_bytes = [], 0
 
 
 def offer(cache: "NodeCache", key: str, data: bytes) -> bool:
     """Queue ``data`` as ``key`` for ``cache``; False when the caller must insert it now."""
     global _queued_bytes
-    if _queue is None or _queued_bytes + len(data) > BUDGET_BYTES:
-        return False
-    _queue.append((cache, key, data))
-    _queued_bytes += len(data)
-    return True
+    with _lock:
+        if _queue is None or _queued_bytes + len(data) > BUDGET_BYTES:
+            return False
+        _queue.append((cache, key, data))
+        _queued_bytes += len(data)
+        return True
 
 
 def drain() -> int:
     """Insert everything queued, then stop collecting; the number of entries stored."""
     global _queue, _queued_bytes
-    queue, _queue, _queued_bytes = _queue or [], None, 0
+    with _lock:
+        queue, _queue, _queued_bytes = _queue or [], None, 0
     stored = 0
     caches: Dict[int, "NodeCache"] = {}
     for cache, key, data in queue:

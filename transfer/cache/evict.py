@@ -96,6 +96,7 @@ def remove_entry(paths: KeyPaths) -> Optional[int]:
         size = None
     remove_quietly(paths.meta)
     remove_quietly(paths.pin)
+    remove_quietly(paths.peers)
     remove_quietly(paths.stamp)
     for leftover in paths.leftovers():
         remove_quietly(leftover)
@@ -153,7 +154,7 @@ def _clean_key(paths: KeyPaths) -> int:
     with try_held(paths.lock, EXCLUSIVE) as fd:
         if fd is None or os.path.exists(paths.data):
             return 0
-        removed = sum(remove_quietly(p) for p in [paths.meta, paths.pin, *paths.leftovers()])
+        removed = sum(remove_quietly(p) for p in [paths.meta, paths.pin, paths.peers, *paths.leftovers()])
         remove_quietly(paths.lock)
         return removed
 

@@ -11,6 +11,8 @@
         <digest>.meta           JSON: key, size, sha256, mtime_ns, version, source, created
         <digest>.lock           per-key flock: exclusive to fill or remove, shared to read
         <digest>.pin            mtime = last hand-out as a symlink
+        <digest>.peers          capabilities of the peer scopes this node's daemon may serve
+                                the entry to, one hex line each (``docs/security.md``)
         <digest>.ok             mtime = the entry's change time (ctime) when last known intact
         <digest>.<pid>.<n>.part data or metadata being written
 
@@ -70,6 +72,10 @@ class KeyPaths:
     @property
     def pin(self) -> str:
         return self.data + ".pin"
+
+    @property
+    def peers(self) -> str:
+        return self.data + ".peers"
 
     @property
     def stamp(self) -> str:
@@ -207,11 +213,19 @@ def read_meta(path: str) -> Optional[Meta]:
     """The metadata at ``path``; None when missing or unreadable (the entry is then corrupt)."""
     try:
         with open(path, "rb") as fh:
-            fields = json.loads(fh.read())
+            return parse_meta(fh.read())
+    except OSError:
+        return None
+
+
+def parse_meta(data: bytes) -> Optional[Meta]:
+    """Metadata from the bytes of a ``.meta`` file; None when malformed."""
+    try:
+        fields = json.loads(data)
         return Meta(key=str(fields["key"]), size=int(fields["size"]), sha256=str(fields["sha256"]),
                     mtime_ns=int(fields["mtime_ns"]), created=float(fields["created"]),
                     version=fields.get("version"), source=str(fields.get("source", "download")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -227,6 +241,32 @@ def write_meta(paths: KeyPaths, meta: Meta) -> None:
     except BaseException:
         remove_quietly(temp)
         raise
+
+
+MAX_GRANTS = 64  # scopes one entry is shared with; a daemon reads at most this many lines
+GRANT_LINE = 65
+
+
+def grant_capability(path: str, capability: str) -> bool:
+    """Append ``capability`` to the grants file at ``path`` unless it is there already
+    (True) or the file is full (False). Appends of one short line are atomic, so concurrent
+    grants need no lock; a duplicate line does no harm."""
+    line = (capability + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 FILE_MODE)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        known = os.pread(fd, MAX_GRANTS * GRANT_LINE, 0)
+        if line in known.splitlines(keepends=True):
+            return True
+        if len(known) >= MAX_GRANTS * GRANT_LINE:
+            return False
+        os.write(fd, line)
+        return True
+    finally:
+        os.close(fd)
 
 
 def remove_quietly(path: str) -> bool:

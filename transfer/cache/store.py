@@ -33,7 +33,7 @@ from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
 from transfer.cache.layout import (
-    ENTRY_MODE, KeyPaths, Layout, Meta, prepare_root, read_meta, remove_quietly, write_meta,
+    ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, read_meta, remove_quietly, write_meta,
 )
 from transfer.cache.locks import EXCLUSIVE, SHARED, acquire, held
 from transfer.cache.materialise import materialise
@@ -342,6 +342,19 @@ class NodeCache:
             return self._valid(self._layout.paths(key), key)
         except OSError:
             return None
+
+    def grant(self, key: str, capability: str) -> bool:
+        """Let this node's cache daemon serve ``key``'s entry to readers proving
+        ``capability`` (a 64-digit hex string): one line appended to ``<digest>.peers``
+        (0600). False when there is no valid entry, or the file holds too many already.
+        Raises OSError when it cannot be written."""
+        if len(capability) != 64 or capability.strip("0123456789abcdef"):
+            raise ValueError("a capability is 64 lower-case hex digits")
+        paths = self._layout.paths(key)
+        with held(paths.lock, SHARED):
+            if self._valid(paths, key) is None:
+                return False
+            return grant_capability(paths.peers, capability)
 
     @contextlib.contextmanager
     def pin(self, key: str) -> Iterator[Optional[str]]:

@@ -47,7 +47,8 @@ def peer_source(config: PeerConfig, cache: Optional[NodeCache] = None,
                       config.namespace)
     return PeerIndexSource(index, PeerClient(config), config.node_id,
                            claim_seconds=config.claim_seconds,
-                           describe=describer(cache) if cache is not None else None, warn=warn)
+                           describe=describer(cache) if cache is not None else None,
+                           grant=cache.grant if cache is not None else None, warn=warn)
 
 
 def describer(cache: NodeCache) -> Callable[[str], Optional[Replica]]:

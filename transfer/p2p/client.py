@@ -7,8 +7,15 @@ most ``max_peers``; when one fails mid-body, the next continues where it stopped
 size and SHA-256 match what the producer registered. Otherwise the sink is emptied and the
 caller reads the store: wrong bytes are never delivered.
 
+Each request carries the pool token and a proof for this object and this peer
+(:func:`transfer.peers.proof` of the reader's scope's capability, bound to the certificate
+the peer presented): the peer's daemon serves only readers of the scope its producer
+registered under, and a proof collected by a hostile daemon (with a certificate of its own)
+cannot be replayed to another.
+
 A peer must be inside the pool's networks (every address its host name resolves to), speak
-HTTPS verified against the pool CA (``http://`` only with ``plain_http``), answer the TCP
+HTTPS verified against the pool CA and nothing else (without ``ca_file`` no HTTPS peer is
+trusted: the system CAs never are; ``http://`` only with ``plain_http``), answer the TCP
 and TLS handshake within ``connect_timeout`` and send its headers within
 ``first_byte_timeout``. Connections are kept alive per peer and reused.
 """
@@ -30,11 +37,12 @@ from urllib.parse import urlsplit
 from transfer.cache.layout import digest_of
 from transfer.p2p.config import Network, PeerConfig
 from transfer.p2p.index import Holder
-from transfer.peers import PeerSink
+from transfer.peers import PeerSink, Scope, proof
 
-__all__ = ["FetchReport", "PeerClient", "PeerFailure"]
+__all__ = ["FetchReport", "PLAIN_BINDING", "PROOF_HEADER", "PeerClient", "PeerFailure", "certificate_binding"]
 
 BUFFER = 1 << 20
+PROOF_HEADER = "X-Pcio-Proof"
 _Conn = http.client.HTTPConnection
 
 
@@ -105,8 +113,9 @@ class PeerClient:
             return 1 if rack and h.info.rack == rack else 2
         return sorted(shuffled, key=rank)
 
-    def fetch(self, key: str, holders: Sequence[Holder], sink: PeerSink) -> FetchReport:
-        """Copy ``key`` from the first peers that can send it into ``sink`` (empty).
+    def fetch(self, key: str, holders: Sequence[Holder], sink: PeerSink, scope: Scope) -> FetchReport:
+        """Copy ``key`` from the first peers that can send it into ``sink`` (empty), proving
+        to each that this reader holds ``scope`` (the scope the holders were found in).
 
         Never raises for a peer's failure; on any outcome but success ``sink`` is reset
         (empty). All holders share one registered (size, sha256) (the index guarantees it)."""
@@ -116,9 +125,10 @@ class PeerClient:
             return report
         size, sha = chosen[0].size, chosen[0].sha256
         progress = _Progress(sink)
+        capability = scope.capability(key)
         for holder in chosen:
             try:
-                self._copy(holder, key, sink, progress, size)
+                self._copy(holder, key, sink, progress, size, capability)
             except PeerFailure as err:
                 report.failures.append(str(err))
                 if err.status == 404:
@@ -143,7 +153,8 @@ class PeerClient:
 
     # -- one peer -----------------------------------------------------------------------
 
-    def _copy(self, holder: Holder, key: str, sink: PeerSink, progress: _Progress, size: int) -> None:
+    def _copy(self, holder: Holder, key: str, sink: PeerSink, progress: _Progress, size: int,
+              capability: str) -> None:
         """Append bytes ``progress.done..size`` from ``holder`` (raises PeerFailure)."""
         name = holder.info.node
         target = self._target(holder)
@@ -151,8 +162,10 @@ class PeerClient:
         if reused and not _alive(conn):  # the peer closed it while idle
             conn.close()
             conn, reused = self._connection(target, name)
-        path = urlsplit(holder.info.url).path.rstrip("/") + "/" + digest_of(key)
-        headers = {"Authorization": f"Bearer {self._config.token}"}
+        digest = digest_of(key)
+        path = urlsplit(holder.info.url).path.rstrip("/") + "/" + digest
+        headers = {"Authorization": f"Bearer {self._config.token}",
+                   PROOF_HEADER: proof(capability, _binding(conn), digest)}
         if progress.done:
             headers["Range"] = f"bytes={progress.done}-{size - 1}"
         try:
@@ -226,8 +239,30 @@ def _alive(conn: _Conn) -> bool:
 
 
 def _tls_context(ca_file: Optional[str]) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=ca_file)
+    """Trusts the pool CA only; without one, nothing (every HTTPS peer then fails its
+    handshake): a certificate from a public CA proves nothing about a pool's node."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
     return context
+
+
+PLAIN_BINDING = "plain"
+
+
+def certificate_binding(der: bytes) -> str:
+    """What a proof is bound to over TLS: the daemon's certificate (as both sides see it)."""
+    return "tls:" + hashlib.sha256(der).hexdigest()
+
+
+def _binding(conn: _Conn) -> str:
+    sock = conn.sock
+    if isinstance(sock, ssl.SSLSocket):
+        der = sock.getpeercert(binary_form=True)
+        if der:
+            return certificate_binding(der)
+    return PLAIN_BINDING  # plain HTTP protects nothing in transit anyway (trusted networks only)
 
 
 def _outside(host: str, port: int, networks: Sequence[Network]) -> str:

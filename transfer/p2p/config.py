@@ -4,9 +4,11 @@
                             unset: no peer sharing, everything runs as on a single node.
 ``P2P_CLUSTER``             ``1`` when that address is a Redis Cluster node.
 ``P2P_NAMESPACE``           prefix of every index key (one per pool). Default ``pcio``.
-``P2P_TOKEN_FILE``          file holding the pool's bearer token (must not be readable by group
-                            or others); ``P2P_TOKEN`` gives it directly (the file wins).
-``P2P_CA_FILE``             PEM of the pool CA that signed the daemons' certificates.
+``P2P_TOKEN_FILE``          file holding the pool's bearer token (``~`` is the user's home; must
+                            not be readable by group or others); ``P2P_TOKEN`` gives it directly
+                            (the file wins; never put it in a job's environment).
+``P2P_CA_FILE``             PEM of the pool CA that signed the daemons' certificates; required
+                            (the system CAs are never trusted for peers) unless ``P2P_PLAIN_HTTP``.
 ``P2P_PLAIN_HTTP``          ``1`` allows ``http://`` peers (trusted networks only).
 ``P2P_NETWORKS``            comma-separated CIDRs peers must be in. Default: loopback and the
                             private ranges (10/8, 172.16/12, 192.168/16, fc00::/7).
@@ -84,7 +86,7 @@ def read_token(path: Optional[str], direct: Optional[str], name: str = ENV + "TO
     """The pool token from ``path`` (private file) or ``direct``; ConfigError if neither."""
     if path:
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(os.path.expanduser(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             with os.fdopen(fd, "rb") as fh:
                 if stat.S_IMODE(os.fstat(fh.fileno()).st_mode) & 0o077:
                     raise ConfigError(f"{name}: the token file is readable by group or others; "
@@ -109,6 +111,9 @@ def peer_config_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[Pe
     raw = {k[len(ENV):]: v.strip() for k, v in env.items() if k.startswith(ENV) and v.strip()}
     if not raw.get("REDIS"):
         return None
+    if not raw.get("CA_FILE") and not _flag(raw, "PLAIN_HTTP"):
+        raise ConfigError(f"peer sharing needs {ENV}CA_FILE (the pool CA that signed the daemons' "
+                          "certificates); the system CAs are never trusted for peers", operation="config")
     return PeerConfig(
         redis_url=raw["REDIS"],
         token=read_token(raw.get("TOKEN_FILE"), raw.get("TOKEN")),

@@ -1,10 +1,17 @@
 """PeerIndex: the replica index on Redis (one server or a Redis Cluster).
 
-Layout (``ns`` is the pool's namespace, default ``pcio``; ``d`` the SHA-256 of a cache key)::
+Layout (``ns`` is the pool's namespace, default ``pcio``; ``d`` the scope's name for a cache
+key, :meth:`transfer.peers.Scope.index_name`: an HMAC only holders of the reading identity's
+store secret can compute)::
 
     ns:{n}:nodes        hash  node id -> "<expires> " + JSON {"url", "host", "rack"}
-    ns:{b}:r:<d>        hash  node id -> "<size> <sha256>"   (b = d[0]: 16 hash tags)
+    ns:{b}:r:<d>        hash  node id -> "<size> <sha256> <mac>"   (b = d[0]: 16 hash tags)
     ns:{b}:c:<d>        string  node id of the one node fetching <d> from the store now
+
+``mac`` is :meth:`~transfer.peers.Scope.entry_mac` of (node, key, size, sha256): a value
+written by anyone without the scope (another user of the pool, anyone who can reach Redis)
+fails the check and is ignored, with a line in :attr:`Lookup.problems`. Two identities never
+share an entry: each has its own names.
 
 A node is alive while its ``expires`` is in the future; entries of other nodes are ignored,
 so a dead node is never asked. ``expires`` is the Redis server's clock plus the TTL, set by a
@@ -13,27 +20,27 @@ pool's own clocks do not matter. A lookup is one pipeline (the node table plus o
 per hash tag) and a registration another; on a cluster the 16 hash tags spread a batch over
 every master and the client sends it as one pipelined round per master.
 
-Nothing here verifies bytes: the values are what producers registered, and consumers check
-what peers send against them (``transfer.p2p.client``). Malformed values are reported in
-:attr:`Lookup.problems` and otherwise ignored.
+Nothing here verifies bytes: the values are what producers of the same scope registered,
+and consumers check what peers send against them (``transfer.p2p.client``). Malformed and
+unauthenticated values are reported in :attr:`Lookup.problems` and otherwise ignored.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from transfer.cache.layout import digest_of
-from transfer.peers import Replica
+from transfer.peers import Replica, Scope
 
 __all__ = ["Claim", "Holder", "Lookup", "NodeInfo", "PeerIndex"]
 
 DEFAULT_NAMESPACE = "pcio"
 ENTRY_TTL_S = 7 * 86400  # an entry nobody re-registers goes after a week
-_SHA = re.compile(r"[0-9a-f]{64}")
+_MAC = re.compile(r"[0-9a-f]{32}")
 # KEYS[1]: the node table; ARGV: ttl, then node, JSON pairs. Stamps "<server time + ttl> JSON".
 _HEARTBEAT_LUA = """
 local t = redis.call('TIME')
@@ -81,8 +88,9 @@ class NodeInfo:
 
 
 class Holder(NamedTuple):
-    """One live node holding a key, with the size and SHA-256 it registered. (A named tuple:
-    a lookup makes one per key, and tuples are cheaper to build than frozen dataclasses.)"""
+    """One live node holding a key, with the size and SHA-256 it registered (authenticated
+    with the reader's scope). (A named tuple: a lookup makes one per key, and tuples are
+    cheaper to build than frozen dataclasses.)"""
 
     info: NodeInfo
     size: int
@@ -125,12 +133,12 @@ class PeerIndex:
     def nodes_key(self) -> str:
         return f"{self._ns}:{{n}}:nodes"
 
-    def entry_key(self, key: str) -> str:
-        d = _short(key)
+    def entry_key(self, key: str, scope: Scope) -> str:
+        d = scope.index_name(key)
         return f"{self._ns}:{{{d[0]}}}:r:{d}"
 
-    def claim_key(self, key: str) -> str:
-        d = _short(key)
+    def claim_key(self, key: str, scope: Scope) -> str:
+        d = scope.index_name(key)
         return f"{self._ns}:{{{d[0]}}}:c:{d}"
 
     # -- nodes --------------------------------------------------------------------------
@@ -154,18 +162,18 @@ class PeerIndex:
 
     # -- replicas -----------------------------------------------------------------------
 
-    def lookup(self, keys: Sequence[str], claim: Optional[Claim] = None) -> Lookup:
-        """Live holders of each of ``keys``, in one round trip; with ``claim``, the keys it
+    def lookup(self, keys: Mapping[str, Scope], claim: Optional[Claim] = None) -> Lookup:
+        """Live holders of each of ``keys`` (key -> the reader's scope) whose entries that
+        scope authenticates, in one round trip; with ``claim``, the keys it
         names that have no index entry at all are claimed in the same round trip (first come
         wins; a claim ends on :meth:`register`, :meth:`release` or after its seconds).
 
         The batch is sent as one small server-side script per hash tag (at most 16), so the
         client packs and parses 16 commands instead of one per key."""
-        unique = list(dict.fromkeys(keys))
         claimed = set(claim.keys) if claim is not None else set()
         groups: Dict[str, List[Tuple[str, str]]] = {}
-        for key in unique:
-            d = _short(key)
+        for key, scope in keys.items():
+            d = scope.index_name(key)
             groups.setdefault(d[0], []).append((key, d))
         pipe = self._redis.pipeline(transaction=False)
         pipe.execute_command("EVAL", _NODES_LUA, 1, self.nodes_key)
@@ -183,7 +191,8 @@ class PeerIndex:
         decode = _Decoder()
         for members, reply in zip(groups.values(), replies[1:]):
             for (key, _), (entry, holder) in zip(members, reply):
-                holders = _holders(key, decode.pairs(entry), live, found.problems) if entry else []
+                holders = (_holders(key, keys[key], decode.pairs(entry), live, found.problems)
+                           if entry else [])
                 if holders:
                     found.holders[key] = holders
                 if holder is not None:
@@ -198,31 +207,34 @@ class PeerIndex:
             found.in_flight[key] = holder
 
     def register(self, node: str, replicas: Sequence[Replica]) -> None:
-        """Record that ``node`` holds ``replicas`` and end its claims on them (one round trip)."""
-        if not replicas:
+        """Record that ``node`` holds ``replicas`` (each in its scope; those without one are
+        skipped) and end its claims on them (one round trip)."""
+        scoped = [r for r in replicas if r.scope is not None]
+        if not scoped:
             return
         pipe = self._redis.pipeline(transaction=False)
-        for r in replicas:
-            entry = self.entry_key(r.key)
-            pipe.hset(entry, node, f"{r.size} {r.sha256}")
+        for r in scoped:
+            assert r.scope is not None
+            entry = self.entry_key(r.key, r.scope)
+            pipe.hset(entry, node, f"{r.size} {r.sha256} {r.scope.entry_mac(node, r.key, r.size, r.sha256)}")
             pipe.expire(entry, ENTRY_TTL_S)
-            pipe.delete(self.claim_key(r.key))
+            pipe.delete(self.claim_key(r.key, r.scope))
         pipe.execute()
 
-    def unregister(self, node: str, keys: Sequence[str]) -> None:
+    def unregister(self, node: str, keys: Mapping[str, Scope]) -> None:
         """Forget ``node``'s replicas of ``keys`` (evicted, or found missing by a reader)."""
         if not keys:
             return
         pipe = self._redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.hdel(self.entry_key(key), node)
+        for key, scope in keys.items():
+            pipe.hdel(self.entry_key(key, scope), node)
         pipe.execute()
 
     # -- in-flight claims ---------------------------------------------------------------
 
-    def release(self, key: str, node: str) -> None:
+    def release(self, key: str, scope: Scope, node: str) -> None:
         """Give up ``node``'s claim on ``key`` (its store read failed)."""
-        name = self.claim_key(key)
+        name = self.claim_key(key, scope)
         if _text(self._redis.get(name)) == node:
             self._redis.delete(name)
 
@@ -231,11 +243,6 @@ def _text(value: Any) -> Optional[str]:
     if value is None:
         return None
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _short(key: str) -> str:
-    """The index's name for a cache key: 128 bits of its SHA-256 (hex)."""
-    return digest_of(key)[:32]
 
 
 class _Decoder:
@@ -283,31 +290,43 @@ def _live(reply: Any, problems: List[str]) -> Dict[str, NodeInfo]:
     return live
 
 
-def _holders(key: str, entry: Mapping[str, str], live: Mapping[str, NodeInfo],
+def _holders(key: str, scope: Scope, entry: Mapping[str, str], live: Mapping[str, NodeInfo],
              problems: List[str]) -> List[Holder]:
-    """Live holders of one key that agree on (size, sha256) with the most others."""
+    """Live holders of one key whose entries ``scope`` authenticates, agreeing on (size,
+    sha256) with the most others. (Called once per key of a batch: the usual case, one
+    holder or several that agree, takes the short path.)"""
     values: Dict[str, Tuple[int, str]] = {}
     for node, raw in entry.items():
         parsed = _parse_value(raw)
         if parsed is None:
             problems.append(f"malformed replica entry {node!r} for {key!r} in the replica index")
-        elif node in live:
-            values[node] = parsed
+        elif node in live:  # a dead node's entry is never used: no need to check it
+            size, sha, mac = parsed
+            if hmac.compare_digest(mac, scope.entry_mac(node, key, size, sha)):
+                values[node] = (size, sha)
+            else:
+                problems.append(f"unauthenticated replica entry {node!r} for {key!r} in the replica index "
+                                "(not registered under this identity)")
     if not values:
         return []
-    first = next(iter(values.values()))
-    if all(v == first for v in values.values()):  # the usual case: every holder agrees
-        return [Holder(live[n], first[0], first[1]) for n in sorted(values)]
+    if len(values) == 1:
+        ((node, (size, sha)),) = values.items()
+        return [Holder(live[node], size, sha)]
     counts = Counter(values.values())
-    best, _ = counts.most_common(1)[0]
+    best, agreeing = counts.most_common(1)[0]
     if len(counts) > 1:
         problems.append(f"replica entries for {key!r} disagree on size/checksum; "
-                        f"using the {counts[best]} that agree")
+                        f"using the {agreeing} that agree")
     return [Holder(live[n], best[0], best[1]) for n, v in sorted(values.items()) if v == best]
 
 
-def _parse_value(text: str) -> Optional[Tuple[int, str]]:
-    size, _, sha = text.partition(" ")
-    if not size.isdigit() or _SHA.fullmatch(sha) is None:
+def _parse_value(text: str) -> Optional[Tuple[int, str, str]]:
+    """(size, sha256, tag) of a registration; None when malformed. The SHA-256 needs no
+    closer look: the tag covers it, and a wrong one only fails to match the bytes."""
+    parts = text.split(" ")
+    if len(parts) != 3:
         return None
-    return int(size), sha
+    size, sha, mac = parts
+    if not size.isdigit() or len(size) > 19 or len(sha) != 64 or _MAC.fullmatch(mac) is None:
+        return None
+    return int(size), sha, mac

@@ -1,6 +1,7 @@
 """PeerIndexSource: the engine's :class:`~transfer.peers.PeerSource` on a PeerIndex and a PeerClient.
 
-* ``lookup`` asks the index for a batch in one round trip and remembers the live holders.
+* ``lookup`` asks the index for a batch in one round trip and remembers the live holders
+  whose entries the reader's scope authenticates (and each key's scope).
   With claims on (``claim_seconds`` > 0), the same round trip claims every key this node's
   cache lacks and no live node holds: the first node to claim a key reads it from the store,
   and ``holds`` is true for keys another node is reading now (in flight).
@@ -9,7 +10,9 @@
   start together reads each file from the store about once.
 * Replicas of the keys this node claimed are registered as soon as the node cache holds them
   (a small publisher thread polls the cache), not only at the end of the batch, because
-  other nodes are waiting for them. ``publish`` registers the rest in one round trip.
+  other nodes are waiting for them. ``publish`` registers the rest in one round trip. Before
+  registering, the key's capability is left beside the node cache's entry (``grant``), so
+  this node's daemon serves it to readers of the same scope, and only to them.
 
 No method raises for an index, network or peer failure: each kind of failure is logged once
 per source (``transfer.p2p`` logger, or the ``warn`` callback), and the engine goes on to the
@@ -21,11 +24,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from dataclasses import replace
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from transfer.p2p.client import PeerClient
 from transfer.p2p.index import Claim, Holder, PeerIndex
-from transfer.peers import PeerSink, Replica
+from transfer.peers import PeerSink, Replica, Scope
 
 __all__ = ["PeerIndexSource"]
 
@@ -33,6 +37,7 @@ _log = logging.getLogger("transfer.p2p")
 _WAIT_POLL_S = 0.01      # a waiting node asks the index again (one small round trip)
 _PUBLISH_POLL_S = 0.005  # the publisher checks the node cache (a stat per claimed key)
 Describe = Callable[[str], Optional[Replica]]
+Grant = Callable[[str, str], bool]  # (key, capability) -> kept beside the cache entry
 
 
 class PeerIndexSource:
@@ -40,18 +45,23 @@ class PeerIndexSource:
 
     ``describe(key)`` reports this node's cache entry for ``key`` (None when absent); it lets
     claims skip keys the node already holds and publishes claimed keys early. Without it
-    claims are off. Call :meth:`close` when done (ends claims that were never published)."""
+    claims are off. ``grant(key, capability)`` lets this node's daemon serve the entry to
+    that capability's holders; without it nothing is published (peers could not read it).
+    Call :meth:`close` when done (ends claims that were never published)."""
 
     def __init__(self, index: PeerIndex, client: PeerClient, node: str, *,
                  claim_seconds: float = 0.0, describe: Optional[Describe] = None,
+                 grant: Optional[Grant] = None,
                  warn: Optional[Callable[[str], None]] = None) -> None:
         self._index = index
         self._client = client
         self._node = node
         self._claim_seconds = claim_seconds if describe is not None else 0.0
         self._describe = describe
+        self._grant = grant
         self._warn_fn = warn or _log.warning
         self._lock = threading.Lock()
+        self._scopes: Dict[str, Scope] = {}
         self._holders: Dict[str, List[Holder]] = {}
         self._in_flight: Dict[str, str] = {}
         self._claimed: Set[str] = set()
@@ -63,9 +73,11 @@ class PeerIndexSource:
 
     # -- PeerSource ---------------------------------------------------------------------
 
-    def lookup(self, keys: Sequence[str]) -> None:
+    def lookup(self, keys: Mapping[str, Scope]) -> None:
+        with self._lock:
+            self._scopes.update(keys)
         claim = None
-        if self._claim_seconds > 0 and self._describe is not None:
+        if self._claim_seconds > 0 and self._describe is not None and self._grant is not None:
             missing = [k for k in keys if self._describe(k) is None]
             claim = Claim(self._node, self._claim_seconds, missing) if missing else None
         try:
@@ -92,32 +104,49 @@ class PeerIndexSource:
         with self._lock:
             holders = self._holders.get(key, [])
             waiting = key in self._in_flight
+            scope = self._scopes.get(key)
+        if scope is None:
+            return None
         if not holders and waiting:
-            holders = self._wait_for_replica(key)
+            holders = self._wait_for_replica(key, scope)
         if not holders:
             return None
-        report = self._client.fetch(key, holders, sink)
+        report = self._client.fetch(key, holders, sink, scope)
         if report.failures:
             self._count("peer_failures", len(report.failures))
             outcome = "reading from the store" if report.size is None else "another peer sent the rest"
             self._warn("peer", f"peer read failed, {outcome}: {report.failures[0]}")
         for node in report.missing:  # evicted there since it registered
-            self._quietly(lambda: self._index.unregister(node, [key]))
+            self._quietly(lambda: self._index.unregister(node, {key: scope}))
         if report.size is not None:
             self._count("peer_hits", 1)
             self._count("peer_bytes", report.size)
         return report.size
 
     def publish(self, replicas: Sequence[Replica]) -> None:
-        if not replicas:
+        with self._lock:
+            scopes = dict(self._scopes)
+        scoped = [r if r.scope is not None else replace(r, scope=scopes.get(r.key)) for r in replicas]
+        granted = [r for r in scoped if r.scope is not None and self._granted(r.key, r.scope)]
+        if not granted:
             return
         try:
-            self._index.register(self._node, replicas)
+            self._index.register(self._node, granted)
         except Exception as err:  # noqa: BLE001
             self._warn("index", f"peer index unavailable, replicas not shared: {_brief(err)}")
             return
         with self._lock:
             self._claimed.difference_update(r.key for r in replicas)
+
+    def _granted(self, key: str, scope: Scope) -> bool:
+        """Let this node's daemon serve ``key`` to ``scope``'s readers (False: it cannot)."""
+        if self._grant is None:
+            return False
+        try:
+            return self._grant(key, scope.capability(key))
+        except OSError as err:
+            self._warn("grant", f"node cache: cannot share {key}: {err}")
+            return False
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -129,13 +158,14 @@ class PeerIndexSource:
             self._publisher.join()
         with self._lock:
             claimed, self._claimed = self._claimed, set()
+            scopes = dict(self._scopes)
         for key in claimed:
-            self._quietly(lambda: self._index.release(key, self._node))
+            self._quietly(lambda: self._index.release(key, scopes[key], self._node))
         self._client.close()
 
     # -- claims -------------------------------------------------------------------------
 
-    def _wait_for_replica(self, key: str) -> List[Holder]:
+    def _wait_for_replica(self, key: str, scope: Scope) -> List[Holder]:
         """Holders that appeared while another node read ``key`` from the store; [] when the
         claim ended without a replica, the wait timed out or the index failed."""
         self._count("claims_waited", 1)
@@ -143,7 +173,7 @@ class PeerIndexSource:
         while time.monotonic() < deadline:
             time.sleep(_WAIT_POLL_S)
             try:
-                found = self._index.lookup([key], Claim(self._node, self._claim_seconds, [key]))
+                found = self._index.lookup({key: scope}, Claim(self._node, self._claim_seconds, [key]))
             except Exception as err:  # noqa: BLE001
                 self._warn("index", f"peer index unavailable, reading from the store: {_brief(err)}")
                 return []

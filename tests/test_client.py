@@ -1,0 +1,226 @@
+"""The plain library API (transfer.client) and the friction points of issue #23, on a real MinIO."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import uuid
+
+import pytest
+
+from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
+from transfer import Engine, Remove, Session, Settings, Transfer, parse_url
+from transfer.client import Client
+from transfer.errors import Cancelled, InvalidInput, NotFound
+from transfer.urls import Url
+
+
+@pytest.fixture
+def client(minio):
+    with Client(endpoint=minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key,
+                env={}) as made:
+        yield made
+
+
+@pytest.fixture
+def where(client) -> str:
+    name = f"c-{uuid.uuid4().hex[:12]}"
+    client.mkdir(f"s3://{name}")
+    return f"s3://{name}"
+
+
+def _files(directory, count: int, size: int = 300) -> list:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = directory / f"f{i:03d}.dat"
+        path.write_bytes(os.urandom(size))
+        paths.append(path)
+    return paths
+
+
+def test_write_read_list_remove_with_endpoint_and_keys_as_arguments(client, where):
+    client.write_bytes(f"{where}/run/a.txt", b"hello")
+    client.write_bytes(f"{where}/run/sub/b.txt", b"world!")
+    assert client.read_bytes(f"{where}/run/a.txt") == b"hello"
+    assert client.read_bytes(f"{where}/run/sub/b.txt", 1, 4) == b"orl"
+    listed = client.list(f"{where}/run/")
+    assert [(e.name, e.size, e.is_dir) for e in listed] == [("a.txt", 5, False), ("sub", 0, True)]
+    assert listed[0].url == f"{where}/run/a.txt" and listed[0].mtime is not None
+    assert [e.url for e in client.find(f"{where}/run")] == [f"{where}/run/a.txt", f"{where}/run/sub/b.txt"]
+    assert client.info(f"{where}/run/sub").is_dir and client.info(f"{where}/run/a.txt").size == 5
+    client.remove(f"{where}/run", recursive=True)
+    assert not client.exists(f"{where}/run/a.txt") and not client.exists(f"{where}/run")
+
+
+def test_copy_many_into_a_directory_destination_and_back(client, where, tmp_path):
+    sources = _files(tmp_path / "src", 20)
+    results = client.copy([(str(p), f"{where}/in/") for p in sources])
+    assert all(r.ok for r in results)
+    assert sorted(e.name for e in client.list(f"{where}/in")) == [p.name for p in sources]
+    out = tmp_path / "out"
+    out.mkdir()
+    client.copy([(f"{where}/in/{p.name}", f"{out}/") for p in sources])
+    assert all((out / p.name).read_bytes() == p.read_bytes() for p in sources)
+
+
+def test_bundle_members_are_files_to_list_info_read_and_remove(minio, tmp_path):
+    sources = _files(tmp_path / "src", 12)
+    with Client(endpoint=minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key,
+                bundles=True, env={}) as client:
+        where = f"s3://b-{uuid.uuid4().hex[:12]}"
+        client.mkdir(where)
+        client.copy([(str(p), f"{where}/d/") for p in sources])
+        listed = client.list(f"{where}/d")
+        assert [e.name for e in listed] == [p.name for p in sources]  # no .cloudio-bundles shown
+        assert client.info(f"{where}/d/{sources[3].name}").size == 300
+        assert client.read_bytes(f"{where}/d/{sources[3].name}") == sources[3].read_bytes()
+        assert client.read_bytes(f"{where}/d/{sources[4].name}", 10, 20) == sources[4].read_bytes()[10:20]
+        assert [e.name for e in client.find(where)] == [p.name for p in sources]
+        client.remove(f"{where}/d/{sources[0].name}")
+        assert not client.exists(f"{where}/d/{sources[0].name}")
+        assert len(client.list(f"{where}/d")) == len(sources) - 1
+
+
+def test_remove_never_silently_deletes_nothing(client, where):
+    client.write_bytes(f"{where}/dir/x", b"x")
+    with pytest.raises(InvalidInput, match="recursive"):
+        client.remove(f"{where}/dir")
+    with pytest.raises(NotFound):
+        client.remove(f"{where}/missing")
+    assert client.read_bytes(f"{where}/dir/x") == b"x"
+    session = client.session
+    [result] = Engine(session).run([Remove(parse_url(f"{where}/dir/"))])
+    assert not result.ok and isinstance(result.error, InvalidInput)
+
+
+def test_missing_object_is_not_found_naming_it(client, where):
+    with pytest.raises(NotFound) as info:
+        client.read_bytes(f"{where}/nope")
+    assert "nope" in str(info.value)
+    with pytest.raises(FileNotFoundError):
+        client.list(f"{where}/nope")
+
+
+def test_transfer_takes_a_url_or_strings_and_refuses_other_types_at_construction(tmp_path):
+    url = parse_url(str(tmp_path / "a"))
+    assert Transfer(url, str(tmp_path / "b")).sources == (url,)
+    assert Transfer(str(tmp_path / "a"), str(tmp_path / "b")).dest == parse_url(str(tmp_path / "b"))
+    with pytest.raises(TypeError, match="Transfer source must be a Url or str, not int"):
+        Transfer((1,), url)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Transfer dest"):
+        Transfer(url, None)  # type: ignore[arg-type]
+    assert Transfer(url, "s3://b/dir/").dest == Url("s3", "b", "/dir/a")
+
+
+def test_parse_url_takes_local_paths_literally(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert parse_url("$HOME/x").path == "$HOME/x"
+    assert parse_url("file://$HOME/x").path == "$HOME/x"
+    assert parse_url("file://$HOME/x", env={"HOME": "/h"}).path == "/h/x"  # the drop-in's rule, asked for
+    assert parse_url("/data/run:1/a:b.txt").path == "/data/run:1/a:b.txt"
+
+
+def test_two_threads_running_one_engine_both_finish(minio, tmp_path):
+    settings = Settings(threads=4, download_part_size=64 << 10)
+    data = os.urandom(640 << 10)  # ten ranged parts each: both runs use the engine's part pool
+    with Client(endpoint=minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key,
+                settings=settings, env={}) as client:
+        where = f"s3://e-{uuid.uuid4().hex[:12]}"
+        client.mkdir(where)
+        for i in range(4):
+            client.write_bytes(f"{where}/big{i}", data)
+        done = []
+        with Engine(client.session) as engine:
+            def worker(n: int) -> None:
+                results = engine.run([Transfer(f"{where}/big{i}", str(tmp_path / f"{n}-{i}")) for i in range(4)])
+                done.append(all(r.ok for r in results))
+
+            threads = [threading.Thread(target=worker, args=(n,)) for n in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+        assert done == [True, True, True]
+        assert all((tmp_path / f"{n}-{i}").read_bytes() == data for n in range(3) for i in range(4))
+
+
+def _stalled(minio, proxy, threads: int) -> Client:
+    """A client whose every GET stalls 3 s at the proxy (20 files on 2 threads: 30 s uncancelled)."""
+    proxy.set_faults([Fault.stall(seconds=3, method="GET", times=10_000)])
+    return Client(endpoint=proxy.url(), access_key=minio.access_key, secret_key=minio.secret_key,
+                  settings=Settings(threads=threads), env={})
+
+
+def test_a_cancel_event_stops_the_run_promptly(minio, tmp_path):
+    with TcpProxy((minio.host, minio.port)) as proxy, _stalled(minio, proxy, 2) as client:
+        cancel = threading.Event()
+        pairs = [(f"s3://stalled/k{i}", str(tmp_path / f"k{i}")) for i in range(20)]
+        timer = threading.Timer(0.5, cancel.set)
+        started = time.monotonic()
+        timer.start()
+        results = client.copy(pairs, check=False, cancel=cancel)
+        elapsed = time.monotonic() - started
+    assert len(results) == 20
+    assert sum(isinstance(r.error, Cancelled) for r in results) >= 14
+    assert elapsed < 15
+
+
+def test_asyncio_timeout_cancels_the_batch(minio, tmp_path):
+    with TcpProxy((minio.host, minio.port)) as proxy, _stalled(minio, proxy, 2) as client:
+        pairs = [(f"s3://stalled/k{i}", str(tmp_path / f"k{i}")) for i in range(20)]
+
+        async def main() -> None:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.copy_async(pairs, check=False), 0.5)
+
+        started = time.monotonic()
+        asyncio.run(main())  # the loop's executor joins the cancelled batch's thread on exit
+        assert time.monotonic() - started < 15
+
+
+def test_retries_are_logged_at_debug(minio, caplog):
+    with TcpProxy((minio.host, minio.port)) as proxy:
+        with Client(endpoint=proxy.url(), access_key=minio.access_key, secret_key=minio.secret_key,
+                    settings=Settings(max_attempts=2, retry_base_delay=0.01), env={}) as client:
+            where = f"s3://r-{uuid.uuid4().hex[:12]}"
+            client.mkdir(where)
+            proxy.set_faults([Fault.status(503, method="PUT")])
+            with caplog.at_level(logging.DEBUG, logger="transfer.engine"):
+                client.write_bytes(f"{where}/k", b"data")
+    assert any("retrying" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+def test_session_env_is_used_instead_of_os_environ(minio, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", minio.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", minio.secret_key)
+    env = {"AWS_EC2_METADATA_DISABLED": "true", "HOME": "/nonexistent", "AWS_ENDPOINT_URL": minio.endpoint}
+    with Session(Settings(), env) as session:
+        assert session.context.env is env or dict(session.context.env) == env
+        with pytest.raises(Exception, match="no AWS credentials"):
+            session.backend(parse_url("s3://bucket/key"))
+
+
+def test_the_public_api_type_checks_under_mypy_strict(tmp_path):
+    import subprocess
+    import sys
+
+    snippet = tmp_path / "user.py"
+    snippet.write_text(
+        "from typing import List\n"
+        "from transfer import Session, parse_url\n"
+        "from transfer.backends.base import ObjectInfo\n"
+        "from transfer.client import Client, Entry\n"
+        "def names(client: Client) -> List[str]:\n"
+        "    entries: List[Entry] = client.list('s3://bucket/dir/')\n"
+        "    return [e.name for e in entries if not e.is_dir]\n"
+        "def keys(session: Session) -> List[ObjectInfo]:\n"
+        "    url = parse_url('s3://bucket/dir')\n"
+        "    return list(session.store(url).list(url))\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(snippet)],
+                          capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, MYPYPATH=repo))
+    assert done.returncode == 0, done.stdout + done.stderr

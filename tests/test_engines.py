@@ -1,0 +1,319 @@
+"""The Snakemake storage plugin and the Parsl staging provider as users get them: the wheel
+installed with ``[snakemake]`` / ``[parsl]`` into fresh venvs (pinned: requirements/snakemake/,
+requirements/parsl.txt), against MinIO behind a counting proxy.
+
+* Snakemake: its interface package's own ``TestStorageBase``, unmodified (tests/engines/
+  snakemake_suite.py), and a real ``snakemake`` run of a many-small-files workflow with the
+  plugin as the default storage provider; outputs byte-exact, inputs staged in one batch.
+* Parsl: real runs on a ThreadPoolExecutor and a HighThroughputExecutor on loopback whose apps
+  take s3:// files in and out; byte-exact outputs; each task's files in one engine batch,
+  shown by request counts (bundles: one PUT per task's outputs, not one per file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import boto3
+import pytest
+
+from installed import REPO, build_sdist_and_wheel, clean_env, constraints_file, make_venv, run
+from pegasus_cloudio.testbed.minio import MinioServer
+from pegasus_cloudio.testbed.proxy import TcpProxy
+from transfer import Engine, Session, Settings, Transfer, parse_url
+
+ENGINES = REPO / "tests" / "engines"
+Venv = Tuple[Path, Dict[str, str]]
+FILES = 24
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_sdist_and_wheel(tmp_path_factory.mktemp("dist"))[1]
+
+
+def _venv(root: Path, *requirements: str) -> Venv:
+    bin_dir = make_venv(root / "venv")
+    env = clean_env(str(bin_dir), {"AWS_EC2_METADATA_DISABLED": "true", "HOME": str(root)})
+    done = run([str(bin_dir / "pip"), "install", "--quiet", *requirements], env, root, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return bin_dir, env
+
+
+@pytest.fixture(scope="module")
+def snakemake_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """``[snakemake]`` held to its own lock (it conflicts with the main one: see the file)."""
+    lock = REPO / "requirements" / "snakemake" / "snakemake.txt"
+    return _venv(tmp_path_factory.mktemp("snakemake"), "-c", str(lock), f"{wheel}[snakemake]", "pytest")
+
+
+@pytest.fixture(scope="module")
+def parsl_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    root = tmp_path_factory.mktemp("parsl")
+    return _venv(root, "-c", str(constraints_file(root / "constraints.txt")), f"{wheel}[parsl]")
+
+
+@pytest.fixture
+def counted(minio: MinioServer) -> Iterator[TcpProxy]:
+    with TcpProxy((minio.host, minio.port)) as proxy:
+        yield proxy
+
+
+def _boto(minio: MinioServer):  # type: ignore[no-untyped-def]
+    return boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                        aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+
+
+def _blocks(lang: str) -> List[str]:
+    """The ```LANG blocks of docs/engines.md, in order."""
+    found, current = [], None
+    for line in (REPO / "docs" / "engines.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if current is None and line[3:].strip() == lang:
+                current = []
+            elif current is not None:
+                found.append("\n".join(current) + "\n")
+                current = None
+            continue
+        if current is not None:
+            current.append(line)
+    return found
+
+
+def _as_tested(text: str, minio: MinioServer, bucket: str) -> str:
+    return text.replace("http://127.0.0.1:9000", minio.endpoint).replace("mybucket", bucket)
+
+
+def _content(i: int) -> bytes:
+    return f"file {i}: {'abc' * (i % 7)}\n".encode() + bytes(range(i % 5))
+
+
+def test_without_the_extra_the_import_names_it(wheel: Path, tmp_path: Path) -> None:
+    bin_dir, env = _venv(tmp_path, "--no-index", str(wheel))
+    for module, extra in (("transfer.integrations.parsl_staging", "parsl"),
+                          ("snakemake_storage_plugin_pegasus_cloudio", "snakemake")):
+        done = run([str(bin_dir / "python"), "-c", f"import {module}"], env, tmp_path)
+        assert done.returncode == 1
+        assert done.stderr.rstrip().splitlines()[-1].endswith(f"pip install 'pegasus-cloudio[{extra}]'"), done.stderr
+
+
+# --------------------------------------------------------------------------- Snakemake
+
+
+def test_snakemake_registry_finds_the_installed_plugin(snakemake_venv: Venv, tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    code = ("from snakemake_interface_storage_plugins.registry import StoragePluginRegistry as R\n"
+            "import snakemake_storage_plugin_pegasus_cloudio as p\n"
+            "print(R().get_plugin('pegasus-cloudio').storage_provider.__module__, p.__file__)")
+    done = run([str(bin_dir / "python"), "-c", code], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    module, path = done.stdout.split()
+    assert module == "transfer.integrations.snakemake_storage"
+    assert path.startswith(str(bin_dir.parent)), path  # the wheel's copy, not the checkout
+
+
+def test_snakemake_storage_base_suite_passes_unmodified(snakemake_venv: Venv, minio: MinioServer, bucket: str,
+                                                        tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    shutil.copy(ENGINES / "snakemake_suite.py", tmp_path / "test_suite.py")
+    env = dict(env, SUITE_ENDPOINT=minio.endpoint, SUITE_BUCKET=bucket, SUITE_ACCESS_KEY=minio.access_key,
+               SUITE_SECRET_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                "-c", os.devnull, "test_suite.py"], env, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    assert "8 passed" in done.stdout, done.stdout[-2000:]  # 4 tests x 2 classes, none skipped
+
+
+def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: Venv, minio: MinioServer,
+                                                               bucket: str, counted: TcpProxy,
+                                                               tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    client = _boto(minio)
+    for i in range(FILES):
+        client.put_object(Bucket=bucket, Key=f"wf/inputs/in{i}.txt", Body=_content(i))
+        client.put_object(Bucket=bucket, Key=f"wf/extra/x{i}.txt", Body=_content(1000 + i))
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(ENGINES / "Snakefile", work / "Snakefile")
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    counted.reset_counters()
+    done = run([str(bin_dir / "snakemake"), "--cores", "2", "--verbose", "--config", f"files={FILES}",
+                "--default-storage-provider", "pegasus-cloudio", "--default-storage-prefix", f"s3://{bucket}/wf",
+                "--storage-pegasus-cloudio-endpoint-url", counted.url()], env, work, timeout=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    parts = [_content(i).upper() for i in range(FILES)]
+    for i in range(FILES):
+        assert client.get_object(Bucket=bucket, Key=f"wf/parts/up{i}.txt")["Body"].read() == parts[i]
+    summary = client.get_object(Bucket=bucket, Key="wf/summary.txt")["Body"].read()
+    assert summary == b"".join(parts) + b"".join(_content(1000 + i) for i in range(FILES))
+    # The gather job's FILES extra inputs, which only it reads, are retrieved as one engine batch.
+    assert f"{FILES} files for {FILES} storage objects in one engine batch" in log, log[-6000:]
+    methods = counted.requests_by_method
+    # Existence and modification times came from ONE listing (a GET): besides it, a GET per
+    # input, a PUT per output and a HEAD per output after its upload (Snakemake then asks for
+    # its existence and mtime repeatedly), plus the bucket check: no request per check.
+    assert methods.get("GET") == 2 * FILES + 1, methods
+    assert methods.get("PUT") == FILES + 1, methods
+    assert methods.get("HEAD") == FILES + 2, methods
+
+
+FAILED_RETRIEVAL = """
+import asyncio, logging, os, sys
+from pathlib import Path
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+settings = StorageProviderSettings(endpoint_url=sys.argv[1], access_key=sys.argv[2], secret_key=sys.argv[3])
+provider = StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings)
+obj = provider.object(sys.argv[4])
+async def both():  # one batch: the present object arrives, the absent one fails alone
+    return await asyncio.gather(obj.managed_retrieve(), provider.object(sys.argv[5]).managed_retrieve(),
+                                return_exceptions=True)
+failed, fine = asyncio.run(both())
+assert fine is None, fine
+assert isinstance(failed, WorkflowError), failed
+assert not obj.local_path().exists() and not obj.local_path().parent.exists() or \
+    not any(obj.local_path().parent.iterdir()), "a partial or empty file was left"
+print(failed)
+"""
+
+
+def test_snakemake_failed_retrieval_names_the_object_and_leaves_no_file(snakemake_venv: Venv, minio: MinioServer,
+                                                                         bucket: str, tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="here/present.txt", Body=b"present")
+    absent, present = f"s3://{bucket}/gone/absent.txt", f"s3://{bucket}/here/present.txt"
+    done = run([str(bin_dir / "python"), "-c", FAILED_RETRIEVAL, minio.endpoint, minio.access_key, minio.secret_key,
+                absent, present], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert absent in done.stdout and "no such object in storage" in done.stdout, done.stdout
+    assert (tmp_path / "local" / bucket / "here" / "present.txt").read_bytes() == b"present"
+
+
+def test_snakemake_example_of_the_docs_runs_as_written(snakemake_venv: Venv, minio: MinioServer, bucket: str,
+                                                        tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="run1/in/hello.txt", Body=b"hello, world\n")
+    [snakefile] = _blocks("snakemake")
+    (tmp_path / "Snakefile").write_text(snakefile)
+    [command] = [c for c in _blocks("sh") if c.startswith("snakemake ")]
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run(["bash", "-c", _as_tested(command, minio, bucket)], env, tmp_path, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert _boto(minio).get_object(Bucket=bucket, Key="run1/out/hello.txt")["Body"].read() == b"HELLO, WORLD\n"
+
+
+# --------------------------------------------------------------------------- Parsl
+
+
+def test_parsl_example_of_the_docs_runs_as_written(parsl_venv: Venv, minio: MinioServer, bucket: str,
+                                                   tmp_path: Path) -> None:
+    bin_dir, env = parsl_venv
+    _boto(minio).put_object(Bucket=bucket, Key="in/hello.txt", Body=b"hello, world\n")
+    [example] = _blocks("python")
+    (tmp_path / "example.py").write_text(_as_tested(example, minio, bucket))
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), "example.py"], env, tmp_path, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert _boto(minio).get_object(Bucket=bucket, Key="out/hello.txt")["Body"].read() == b"HELLO, WORLD\n"
+
+
+def _parsl(venv: Venv, kind: str, endpoint: str, bucket: str, tasks: int, bundles: bool, minio: MinioServer,
+           tmp_path: Path) -> List[int]:
+    bin_dir, env = venv
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), str(ENGINES / "parsl_run.py"), kind, endpoint, bucket, str(tasks),
+                str(FILES), "1" if bundles else "0", str(tmp_path)], env, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    counts: List[int] = json.loads(done.stdout.strip().splitlines()[-1])["counts"]
+    return counts
+
+
+def _expected(tasks: int) -> Tuple[Dict[str, bytes], bytes]:
+    outputs = {f"out/t{t}/f{i}.txt": _content(t * 100 + i).upper() for t in range(tasks) for i in range(FILES)}
+    return outputs, b"".join(outputs[f"out/t{t}/f{i}.txt"] for t in range(tasks) for i in range(FILES))
+
+
+def test_parsl_thread_pool_run_stages_s3_files_in_and_out(parsl_venv: Venv, minio: MinioServer, bucket: str,
+                                                          counted: TcpProxy, tmp_path: Path) -> None:
+    tasks = 2
+    client = _boto(minio)
+    for t in range(tasks):
+        for i in range(FILES):
+            client.put_object(Bucket=bucket, Key=f"in/t{t}/f{i}.txt", Body=_content(t * 100 + i))
+    counted.reset_counters()
+    assert _parsl(parsl_venv, "threads", counted.url(), bucket, tasks, False, minio, tmp_path) == \
+        [FILES] * tasks + [FILES * tasks]
+    outputs, summary = _expected(tasks)
+    for key, body in outputs.items():
+        assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == body, key
+    assert client.get_object(Bucket=bucket, Key="summary.txt")["Body"].read() == summary
+    methods = counted.requests_by_method
+    assert methods.get("PUT") == tasks * FILES + 1, methods
+    assert methods.get("GET") == 2 * tasks * FILES, methods
+    # one warm pool per task and direction, not a connection per file (4 threads each)
+    assert counted.connections <= 4 * (2 * tasks + 2), counted.snapshot()
+
+
+def test_parsl_task_with_a_missing_input_fails_naming_it_and_runs_no_app(parsl_venv: Venv, minio: MinioServer,
+                                                                          bucket: str, tmp_path: Path) -> None:
+    bin_dir, env = parsl_venv
+    client = _boto(minio)
+    client.put_object(Bucket=bucket, Key="in/t0/f0.txt", Body=b"present")
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), str(ENGINES / "parsl_run.py"), "threads", minio.endpoint, bucket, "1", "2",
+                "0", str(tmp_path)], env, tmp_path, timeout=600)
+    assert done.returncode != 0
+    assert f"s3://{bucket}/in/t0/f1.txt" in done.stderr, done.stderr[-3000:]
+    assert "NotFound" in done.stderr, done.stderr[-3000:]
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="out/")  # the app never ran
+
+
+def _bundled_inputs(minio: MinioServer, bucket: str, tasks: int, tmp_path: Path) -> None:
+    """The inputs of each task as one bundle (one batch with bundling on)."""
+    creds = minio.write_pegasus_credentials(tmp_path / "creds.conf", site="minio", user="test")
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
+    local = tmp_path / "inputs"
+    local.mkdir()
+    ops = []
+    for t in range(tasks):
+        for i in range(FILES):
+            path = local / f"t{t}f{i}"
+            path.write_bytes(_content(t * 100 + i))
+            ops.append(Transfer((parse_url(str(path)),), parse_url(f"s3://test@minio/{bucket}/in/t{t}/f{i}.txt",
+                                                                   site_label="minio")))
+    with Session(Settings(bundle=True), env) as session:
+        assert all(r.ok for r in Engine(session).run(ops))
+
+
+def test_parsl_htex_run_stages_each_tasks_files_in_one_batch(parsl_venv: Venv, minio: MinioServer, bucket: str,
+                                                             counted: TcpProxy, tmp_path: Path) -> None:
+    tasks = 2
+    _bundled_inputs(minio, bucket, tasks, tmp_path)
+    assert len(_boto(minio).list_objects_v2(Bucket=bucket)["Contents"]) == tasks  # one bundle per task
+    counted.reset_counters()
+    assert _parsl(parsl_venv, "htex", counted.url(), bucket, tasks, True, minio, tmp_path) == \
+        [FILES] * tasks + [FILES * tasks]
+    methods = counted.requests_by_method
+    # Outputs: one bundle PUT per task (FILES files each), one plain PUT for the summary.
+    assert methods.get("PUT") == tasks + 1, methods
+    # Inputs: per task and for the summary, per directory one LIST and one ranged GET of the
+    # bundle's head (which holds every member): 2 per directory read, never one per file.
+    assert methods.get("GET") == 2 * tasks + 2 * tasks, methods
+    outputs, summary = _expected(tasks)
+    scratch = tmp_path / "check"
+    creds = minio.write_pegasus_credentials(tmp_path / "check.conf", site="minio", user="test")
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
+    keys = sorted(outputs) + ["summary.txt"]
+    with Session(Settings(), env) as session:
+        results = Engine(session).run([Transfer((parse_url(f"s3://test@minio/{bucket}/{key}", site_label="minio"),),
+                                                parse_url(str(scratch / key))) for key in keys])
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    for key, body in outputs.items():
+        assert (scratch / key).read_bytes() == body, key
+    assert (scratch / "summary.txt").read_bytes() == summary

@@ -1,0 +1,247 @@
+"""The plain API for workflow engines that are not Pegasus: copy many, read, write, list, remove.
+
+::
+
+    from transfer.client import Client
+
+    with Client(endpoint="http://127.0.0.1:9000", access_key="minio", secret_key="minio123") as client:
+        client.mkdir("s3://run1")
+        client.write_bytes("s3://run1/in/a.txt", b"hello")
+        client.copy([("s3://run1/in/a.txt", "/scratch/a.txt"), ("/scratch/b.txt", "s3://run1/out/")])
+        print([(e.name, e.is_dir) for e in client.list("s3://run1/")])
+        client.remove("s3://run1/in/", recursive=True)
+
+A :class:`Client` is a :class:`~transfer.session.Session` (one warm connection pool per
+endpoint) and an :class:`~transfer.engine.Engine` (threads, retries, bundles, node cache) with
+the endpoint and credentials as arguments. Nothing is read unasked: no config file, no
+``PEGASUS_CLOUDIO_*`` variable; the environment only for credentials of URLs whose keys were
+not given (and only ``env`` when passed, instead of ``os.environ``). URLs are strings:
+``s3://BUCKET/KEY`` at ``endpoint``, ``s3://USER@SITE/BUCKET/KEY`` (Pegasus credentials file),
+``gs://``, ``http(s)://``, ``scp://``, plain local paths (taken literally: no ``$VAR``; ``:``
+allowed). Errors are :mod:`transfer.errors` classes (``NotFound`` is a FileNotFoundError...).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from transfer import listing
+from transfer.backends.base import namespace, uploads
+from transfer.cache import CacheConfig, NodeCache
+from transfer.config import Settings
+from transfer.credentials import Credentials
+from transfer.engine import Engine
+from transfer.errors import InvalidInput, NotFound, TransferError
+from transfer.listing import Entry
+from transfer.ops import Mkdir, Remove, Result, Transfer
+from transfer.session import BackendOpener, Session
+from transfer.urls import Url, parse_url
+
+__all__ = ["Client", "Entry"]
+
+UrlLike = Union[str, Url]
+
+
+@dataclass(frozen=True)
+class _Options:
+    endpoint: Optional[str]
+    region: Optional[str]
+    credentials: Optional[Credentials]
+    anonymous: bool
+
+
+class Client:
+    """One endpoint configuration, one warm pool, one engine. Thread-safe; close it (or use
+    ``with``) to release connections and threads."""
+
+    def __init__(self, *, endpoint: Optional[str] = None, region: Optional[str] = None,
+                 access_key: Optional[str] = None, secret_key: Optional[str] = None,
+                 session_token: Optional[str] = None, anonymous: bool = False, threads: int = 8,
+                 bundles: bool = False, cache_dir: Optional[str] = None, cache_bytes: int = 10 << 30,
+                 settings: Optional[Settings] = None,
+                 env: Optional[Mapping[str, str]] = None) -> None:
+        """See the module doc. ``access_key`` and ``secret_key`` go together (else InvalidInput);
+        ``settings`` replaces the defaults (``threads`` and ``bundles`` then come from it);
+        ``cache_dir`` turns on the node cache there, holding at most ``cache_bytes``."""
+        if (access_key is None) != (secret_key is None):
+            raise InvalidInput("access_key and secret_key must be given together", operation="config")
+        credentials = Credentials(access_key, secret_key, session_token) if access_key and secret_key else None
+        if settings is None:
+            settings = Settings(threads=threads, bundle=bundles)
+            settings.validate()
+        from transfer.backends.s3 import S3At  # the S3 backend module, only when a Client is made
+
+        opener: BackendOpener = S3At(endpoint, region, credentials, anonymous)
+        self.session = Session(settings, dict(os.environ) if env is None else dict(env),
+                               backends={"s3": opener, "s3s": opener})
+        self._cache = NodeCache(CacheConfig(cache_dir, cache_bytes)) if cache_dir else None
+        self.engine = Engine(self.session, cache=self._cache)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        try:
+            self.engine.close()
+            if self._cache is not None:
+                self._cache.close()
+        finally:
+            self.session.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def url(self, text: UrlLike) -> Url:
+        """``text`` parsed (local paths literally); a Url passes through."""
+        return text if isinstance(text, Url) else parse_url(text)
+
+    # -- many files -----------------------------------------------------------------------
+
+    def copy(self, pairs: Iterable[Tuple[UrlLike, UrlLike]], *, check: bool = True,
+             cancel: Optional[threading.Event] = None) -> List[Result]:
+        """Copy every ``(source, destination)`` pair as one engine batch; one result per pair,
+        in order. A destination ending in ``/`` is a directory (the source's name is added).
+        ``check``: raise the first failure's error once the batch is done."""
+        ops = []
+        for src, dst in pairs:
+            source = self.url(src)
+            ops.append(Transfer((source,), self._dest(source, self.url(dst))))
+        results = self.engine.run(ops, cancel)
+        if check:
+            _raise_first(results)
+        return results
+
+    async def copy_async(self, pairs: Iterable[Tuple[UrlLike, UrlLike]], *, check: bool = True) -> List[Result]:
+        """:meth:`copy` off the event loop; cancelling the awaiting task (``asyncio.wait_for``
+        timing out) cancels the batch, which stops promptly."""
+        import asyncio  # only callers on an event loop pay for its import
+
+        cancel = threading.Event()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, lambda: self.copy(list(pairs), check=check, cancel=cancel))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+
+    def remove(self, urls: Union[UrlLike, Sequence[UrlLike]], *, recursive: bool = False) -> None:
+        """Remove objects (bundle members too), or whole prefixes with ``recursive``. Without it
+        a missing object raises NotFound and a directory InvalidInput: nothing is removed
+        silently-not. Several URLs go as one batch (batched deletes)."""
+        targets = [self.url(u) for u in ([urls] if isinstance(urls, (str, Url)) else urls)]
+        if not recursive:
+            for target in targets:
+                if self._info(target).is_dir:
+                    raise InvalidInput("is a directory: pass recursive=True to remove everything under it",
+                                       url=str(target), operation="remove")
+        _raise_first(self.engine.run([Remove(t, recursive) for t in targets]))
+
+    def mkdir(self, url: UrlLike) -> None:
+        """Create a local directory, or the bucket of an object-store URL (idempotent)."""
+        _raise_first(self.engine.run([Mkdir(self.url(url))]))
+
+    # -- one object -----------------------------------------------------------------------
+
+    def read_bytes(self, url: UrlLike, start: Optional[int] = None, end: Optional[int] = None) -> bytes:
+        """The object's bytes (``[start, end)`` when given; bundle members too). One GET when
+        it answers; a missing object (a bundle member?) or an error worth retrying goes the
+        engine's way (retries, bundles, node cache)."""
+        target = self.url(url)
+        if self._cache is None and not target.is_local:
+            try:
+                return self._get(target, start, end)
+            except TransferError as err:
+                if not (err.retryable or isinstance(err, NotFound)):
+                    raise
+        return self._read_via_engine(target, start, end)
+
+    def _get(self, target: Url, start: Optional[int], end: Optional[int]) -> bytes:
+        backend = self.session.backend(target)
+        if start is None and end is None:
+            sink = io.BytesIO()
+            backend.get(target, sink)
+            return sink.getvalue()
+        first = start or 0
+        last = backend.stat(target).size if end is None else end
+        if last <= first:
+            return b""
+        sink = io.BytesIO()
+        backend.get(target, sink, (first, last))
+        return sink.getvalue()
+
+    def _read_via_engine(self, target: Url, start: Optional[int], end: Optional[int]) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="pegasus-cloudio-") as scratch:
+            dest = parse_url(os.path.join(scratch, "object"))
+            _raise_first(self.engine.run([Transfer((target,), dest)]))
+            with open(dest.path, "rb") as fh:
+                if start:
+                    fh.seek(start)
+                return fh.read() if end is None else fh.read(max(0, end - (start or 0)))
+
+    def write_bytes(self, url: UrlLike, data: bytes) -> None:
+        """Store ``data`` as the object ``url`` (verified by size and checksum)."""
+        target = self.url(url)
+        uploads(self.session.backend(target), target, "put")
+        with tempfile.TemporaryDirectory(prefix="pegasus-cloudio-") as scratch:
+            path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
+            with open(path, "wb") as fh:
+                fh.write(data)
+            _raise_first(self.engine.run([Transfer((parse_url(path),), target)]))
+
+    # -- namespace ------------------------------------------------------------------------
+
+    def info(self, url: UrlLike) -> Entry:
+        """The object, bundle member or directory at ``url``; NotFound when none is there."""
+        return self._info(self.url(url))
+
+    def exists(self, url: UrlLike) -> bool:
+        try:
+            self.info(url)
+        except NotFound:
+            return False
+        return True
+
+    def list(self, url: UrlLike) -> List[Entry]:
+        """One level under ``url``: files (bundle members included) and directories, by name.
+        NotFound when ``url`` is neither a directory nor a file."""
+        target = self.url(url)
+        return listing.one_level(self._namespace(target), target)
+
+    def find(self, url: UrlLike) -> List[Entry]:
+        """Every file under ``url``, recursively (bundle members included), by URL."""
+        target = self.url(url)
+        return listing.recursive(self._namespace(target), target)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _namespace(self, url: Url) -> listing.Lister:
+        backend = self.session.backend(url)
+        namespace(backend, url, "list")  # InvalidInput naming the URL when it cannot be listed
+        return backend
+
+    def _info(self, url: Url) -> Entry:
+        return listing.info(self.session.backend(url), url)
+
+    def _dest(self, source: Url, dest: Url) -> Url:
+        if dest.is_local and dest.path.endswith(os.sep) and source.path.rstrip("/"):
+            return dest.with_path(os.path.join(dest.path, posixpath.basename(source.path.rstrip("/"))))
+        return dest
+
+
+def _raise_first(results: Sequence[Result]) -> None:
+    failed = [r for r in results if not r.ok]
+    if failed and failed[0].error is not None:
+        error = failed[0].error
+        if len(failed) > 1:
+            error.message += f" (and {len(failed) - 1} more of {len(results)} failed)"
+            error.args = (error.message,)
+        raise error

@@ -1,0 +1,266 @@
+"""An fsspec filesystem on the transfer engine: ``fsspec.filesystem("cloudio", endpoint=...)``.
+
+Registered through the ``fsspec.specs`` entry point as protocol ``cloudio`` (extra
+``[fsspec]``); paths are ``bucket/key`` (or ``cloudio://bucket/key``) and name
+``s3://bucket/key`` at the given endpoint (``scheme="gs"`` for GCS). Keyword arguments are
+those of :class:`transfer.client.Client`.
+
+Bulk ``get``/``put``/``copy``/``rm`` keep fsspec's own path expansion and then run every file
+of the call as ONE engine batch (threads, warm pool, bundles, node cache), instead of fsspec's
+file-by-file loop: the per-file methods only collect while a bulk call is in progress.
+Bundle members are files to ``ls``/``info``/``open``/``cat``. Object stores have no empty
+directories: ``mkdir`` of a bucket creates the bucket, other directories exist once
+something is stored under them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+from transfer.client import Client
+from transfer.errors import NotFound
+from transfer.listing import Entry
+
+__all__ = ["CloudioFileSystem"]
+
+_Pair = Tuple[str, str]
+
+
+class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is untyped
+    """fsspec's interface over :class:`transfer.client.Client` (see the module doc)."""
+
+    protocol = ("cloudio",)
+    root_marker = ""
+
+    def __init__(self, *args: Any, scheme: str = "s3", client: Optional[Client] = None, **kwargs: Any) -> None:
+        client_args = {k: kwargs.pop(k) for k in list(kwargs) if k in _CLIENT_ARGS}
+        super().__init__(*args, **kwargs)
+        self.scheme = scheme
+        self.client = client or Client(**client_args)
+        self._collecting = threading.local()
+
+    # -- paths ------------------------------------------------------------------------
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        text = str(path)
+        for prefix in ("cloudio://", "cloudio::"):
+            if text.startswith(prefix):
+                text = text[len(prefix):]
+        return text.rstrip("/")
+
+    def _url(self, path: str) -> str:
+        return f"{self.scheme}://{self._strip_protocol(path)}"
+
+    def _name(self, entry: Entry) -> str:
+        return entry.url.split("://", 1)[1].rstrip("/")
+
+    def _details(self, entry: Entry) -> Dict[str, Any]:
+        return {"name": self._name(entry), "size": entry.size, "type": "directory" if entry.is_dir else "file",
+                "ETag": entry.version, "mtime": entry.mtime}
+
+    # -- namespace --------------------------------------------------------------------
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> List[Any]:
+        path = self._strip_protocol(path)
+        cached = self.dircache.get(path)
+        if cached is None:
+            cached = [self._details(e) for e in self.client.list(self._url(path))]
+            if not (len(cached) == 1 and cached[0]["name"] == path):  # a file lists as itself: not a directory
+                self.dircache[path] = cached
+        return cached if detail else [d["name"] for d in cached]
+
+    def info(self, path: str, **kwargs: Any) -> Dict[str, Any]:
+        path = self._strip_protocol(path)
+        parent = self._parent(path)
+        for item in self.dircache.get(parent, ()):
+            if item["name"] == path:
+                return dict(item)
+        if path in self.dircache:
+            return {"name": path, "size": 0, "type": "directory"}
+        return self._details(self.client.info(self._url(path)))
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        path = self._strip_protocol(path)
+        if "/" not in path:  # a bucket; deeper directories exist once something is under them
+            self.client.mkdir(self._url(path))
+            self.invalidate_cache()
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        path = self._strip_protocol(path)
+        if not exist_ok and "/" in path and self.exists(path):
+            raise FileExistsError(path)
+        self.mkdir(path)
+
+    def rmdir(self, path: str) -> None:
+        pass  # nothing to remove: a prefix disappears with its last object
+
+    def modified(self, path: str) -> Any:
+        import datetime
+
+        mtime = self.info(path).get("mtime")
+        if mtime is None:
+            raise NotImplementedError("the store gave no modification time")
+        return datetime.datetime.fromtimestamp(mtime, tz=datetime.timezone.utc)
+
+    # -- bulk operations: fsspec's expansion, one engine batch ---------------------------
+
+    def get(self, rpath: Any, lpath: Any, recursive: bool = False, **kwargs: Any) -> None:
+        self._bulk(lambda: super(CloudioFileSystem, self).get(rpath, lpath, recursive=recursive, **kwargs),
+                   self._run_get)
+
+    def put(self, lpath: Any, rpath: Any, recursive: bool = False, **kwargs: Any) -> None:
+        self._bulk(lambda: super(CloudioFileSystem, self).put(lpath, rpath, recursive=recursive, **kwargs),
+                   self._run_put)
+
+    def copy(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> None:
+        self._bulk(lambda: super(CloudioFileSystem, self).copy(path1, path2, recursive=recursive, **kwargs),
+                   self._run_copy)
+
+    def get_file(self, rpath: str, lpath: Any, callback: Any = None, outfile: Any = None, **kwargs: Any) -> None:
+        if not isinstance(lpath, (str, os.PathLike)):
+            lpath.write(self.cat_file(rpath))
+            return
+        self._one((self._strip_protocol(rpath), os.fspath(lpath)), self._run_get)
+
+    def put_file(self, lpath: Any, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any) -> None:
+        if mode == "create" and self.exists(rpath):
+            raise FileExistsError(rpath)
+        self._one((os.fspath(lpath), self._strip_protocol(rpath)), self._run_put)
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        self._one((self._strip_protocol(path1), self._strip_protocol(path2)), self._run_copy)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: Optional[int] = None) -> None:
+        paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        files = [p for p in paths if not self._known_dir(p)]
+        self.invalidate_cache()
+        if files:
+            self.client.remove([self._url(p) for p in files])
+
+    def rm_file(self, path: str) -> None:
+        self.rm(path)
+
+    def _bulk(self, expand: Callable[[], None], run: Callable[[List[_Pair]], None]) -> None:
+        """Run fsspec's expansion with the per-file methods collecting, then one batch."""
+        if getattr(self._collecting, "pairs", None) is not None:
+            expand()  # nested: the outer call runs the batch
+            return
+        pairs: List[_Pair] = []
+        self._collecting.pairs = pairs
+        try:
+            expand()
+        finally:
+            self._collecting.pairs = None
+        if pairs:
+            run(pairs)
+
+    def _one(self, pair: _Pair, run: Callable[[List[_Pair]], None]) -> None:
+        pairs = getattr(self._collecting, "pairs", None)
+        if pairs is not None:
+            pairs.append(pair)
+        else:
+            run([pair])
+
+    def _run_get(self, pairs: List[_Pair]) -> None:
+        files = []
+        for rpath, lpath in pairs:
+            if self._known_dir(rpath):
+                os.makedirs(lpath, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(lpath) or ".", exist_ok=True)
+                files.append((self._url(rpath), lpath))
+        results = self.client.copy(files, check=False)
+        for (rpath, lpath), result in zip(files, results):
+            if not result.ok:
+                if isinstance(result.error, NotFound) and self.isdir(rpath[len(self.scheme) + 3:]):
+                    os.makedirs(lpath, exist_ok=True)
+                    continue
+                raise result.error  # type: ignore[misc]
+
+    def _run_put(self, pairs: List[_Pair]) -> None:
+        files = [(lpath, self._url(rpath)) for lpath, rpath in pairs if not os.path.isdir(lpath)]
+        self.invalidate_cache()
+        self.client.copy(files)
+
+    def _run_copy(self, pairs: List[_Pair]) -> None:
+        files = [(self._url(a), self._url(b)) for a, b in pairs if not self._known_dir(a)]
+        self.invalidate_cache()
+        self.client.copy(files)
+
+    def _known_dir(self, path: str) -> bool:
+        """Whether a listing this filesystem already made shows ``path`` as a directory."""
+        path = self._strip_protocol(path)
+        if path in self.dircache:
+            return True
+        return any(item["name"] == path and item["type"] == "directory"
+                   for item in self.dircache.get(self._parent(path), ()))
+
+    # -- single objects ---------------------------------------------------------------
+
+    def cat_file(self, path: str, start: Optional[int] = None, end: Optional[int] = None, **kwargs: Any) -> bytes:
+        if start is not None and start < 0 or end is not None and end < 0:
+            size = self.info(path)["size"]
+            start = None if start is None else max(0, size + start) if start < 0 else start
+            end = None if end is None else max(0, size + end) if end < 0 else end
+        return self.client.read_bytes(self._url(path), start, end)
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        if mode == "create" and self.exists(path):
+            raise FileExistsError(path)
+        self.invalidate_cache()
+        self.client.write_bytes(self._url(path), bytes(value))
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
+              cache_options: Any = None, **kwargs: Any) -> "CloudioFile":
+        if "x" in mode and self.exists(path):
+            raise FileExistsError(path)
+        return CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
+                           cache_options=cache_options, **kwargs)
+
+    def invalidate_cache(self, path: Optional[str] = None) -> None:
+        self.dircache.clear()
+
+
+class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
+    """Reads are ranged GETs (bundle members: the member's bytes); a write is spooled to a
+    temporary file and stored as one object (one engine transfer) when the file is closed."""
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        if start >= self.size:
+            return b""
+        data: bytes = self.fs.client.read_bytes(self.fs._url(self.path), start, min(end, self.size))
+        return data
+
+    def _initiate_upload(self) -> None:
+        self._spool = tempfile.NamedTemporaryFile(prefix="pegasus-cloudio-", delete=False)
+
+    def _upload_chunk(self, final: bool = False) -> bool:
+        if not hasattr(self, "_spool"):
+            self._initiate_upload()
+        self._spool.write(self.buffer.getvalue())
+        if final:
+            self._spool.close()
+            try:
+                self.fs.invalidate_cache()
+                self.fs.client.copy([(self._spool.name, self.fs._url(self.path))])
+            finally:
+                os.unlink(self._spool.name)
+        return True
+
+    def discard(self) -> None:
+        spool = getattr(self, "_spool", None)
+        if spool is not None:
+            spool.close()
+            os.unlink(spool.name)
+
+
+_CLIENT_ARGS = frozenset({"endpoint", "region", "access_key", "secret_key", "session_token", "anonymous",
+                          "threads", "bundles", "cache_dir", "settings", "env"})

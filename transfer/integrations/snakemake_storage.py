@@ -1,0 +1,400 @@
+"""A Snakemake storage plugin for ``s3://BUCKET/KEY`` on the transfer engine (``[snakemake]``).
+
+Snakemake finds it by its package name, ``snakemake_storage_plugin_pegasus_cloudio`` (shipped
+in this wheel), as the storage provider ``pegasus-cloudio``::
+
+    snakemake --default-storage-provider pegasus-cloudio --default-storage-prefix s3://bucket/run \\
+        --storage-pegasus-cloudio-endpoint-url http://127.0.0.1:9000
+
+Keys come from ``--storage-pegasus-cloudio-access-key``/``-secret-key`` or the variables
+``SNAKEMAKE_STORAGE_PEGASUS_CLOUDIO_ACCESS_KEY``/``_SECRET_KEY``, else from the AWS chain.
+
+What is bulk: one provider holds one warm connection pool and one engine. ``inventory`` lists
+an object's directory once (one request per 1,000 keys) and answers existence, modification
+time and size of every file in it, for Snakemake's cache and for this provider's own
+``exists``/``size``/``mtime``. Retrievals (and stores) that Snakemake starts together (one
+``asyncio`` task group: a job's inputs) run as ONE engine batch on the thread pool; a
+``directory()`` is one batch too. Snakemake's local mode stores a job's outputs one after
+the other (it awaits each), so those are single-file batches over the same warm pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+try:
+    from snakemake_interface_common.exceptions import WorkflowError
+    from snakemake_interface_storage_plugins.common import Operation
+    from snakemake_interface_storage_plugins.io import IOCacheStorageInterface, Mtime, get_constant_prefix
+    from snakemake_interface_storage_plugins.settings import StorageProviderSettingsBase
+    from snakemake_interface_storage_plugins.storage_object import (
+        StorageObjectGlob,
+        StorageObjectRead,
+        StorageObjectWrite,
+    )
+    from snakemake_interface_storage_plugins.storage_provider import (
+        ExampleQuery,
+        QueryType,
+        StorageProviderBase,
+        StorageQueryValidationResult,
+    )
+except ImportError as missing:  # the extra is not installed
+    raise ImportError(f"{missing}: pip install 'pegasus-cloudio[snakemake]'") from missing
+
+from transfer.errors import NotFound
+from transfer.client import Client, Entry
+
+__all__ = ["StorageObject", "StorageProvider", "StorageProviderSettings"]
+
+Pairs = List[Tuple[str, str]]
+
+
+def _setting(help_text: str, secret: bool = False, kind: Any = str, default: Any = None) -> Any:
+    return field(default=default, metadata={"help": help_text, "env_var": secret, "required": False,
+                                            "type": kind})
+
+
+@dataclass
+class StorageProviderSettings(StorageProviderSettingsBase):  # type: ignore[misc]
+    """``--storage-pegasus-cloudio-<name>`` options (secrets also as environment variables)."""
+
+    endpoint_url: Optional[str] = _setting("S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS)")
+    region: Optional[str] = _setting("S3 region (default: us-east-1 or the AWS configuration's)")
+    access_key: Optional[str] = _setting("S3 access key (default: the AWS credential chain)", secret=True)
+    secret_key: Optional[str] = _setting("S3 secret key (default: the AWS credential chain)", secret=True)
+    session_token: Optional[str] = _setting("S3 session token of temporary keys", secret=True)
+    threads: Optional[int] = _setting("concurrent transfers and connections kept (default 8)", kind=int,
+                                      default=8)
+
+
+def _split(query: str) -> Tuple[str, str]:
+    """(bucket, key) of ``s3://bucket/key``; ValueError naming the query otherwise."""
+    if not query.startswith("s3://"):
+        raise ValueError(f"{query}: not an s3://BUCKET/KEY URL")
+    bucket, _, key = query[len("s3://"):].partition("/")
+    if not bucket or not key.strip("/"):
+        raise ValueError(f"{query}: an s3:// query needs a bucket and a key (s3://BUCKET/KEY)")
+    return bucket, key
+
+
+class _Batches:
+    """Copies asked for in the same turn of the event loop run as one engine batch.
+
+    Snakemake starts a job's retrievals as tasks of one ``asyncio.TaskGroup``: each reaches
+    :meth:`copy` before any of them waits on the network, so they meet here. The batch runs in
+    a worker thread; the loop stays free."""
+
+    def __init__(self, client: Client, log: Any) -> None:
+        self._client = client
+        self._log = log
+        self._pending: List[Tuple[Pairs, "asyncio.Future[None]"]] = []
+        self._draining = False
+
+    async def copy(self, pairs: Pairs) -> None:
+        loop = asyncio.get_running_loop()
+        done: "asyncio.Future[None]" = loop.create_future()
+        self._pending.append((pairs, done))
+        if not self._draining:
+            self._draining = True
+            loop.create_task(self._drain())
+        await done
+
+    async def _drain(self) -> None:
+        try:
+            seen = -1
+            while seen != len(self._pending):  # let every task started together arrive
+                seen = len(self._pending)
+                await asyncio.sleep(0)
+        finally:  # also when the loop is torn down meanwhile: the next copy starts afresh
+            batch, self._pending, self._draining = self._pending, [], False
+        pairs = [pair for wanted, _ in batch for pair in wanted]
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: self._client.copy(pairs, check=False))
+        except asyncio.CancelledError:
+            for _, done in batch:
+                done.cancel()
+            raise
+        except Exception as err:  # the batch itself failed: every waiter hears it
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(err)
+            return
+        self._log.debug(f"pegasus-cloudio: {len(pairs)} files for {len(batch)} storage objects in one engine batch")
+        at = 0
+        for wanted, done in batch:
+            mine, at = results[at:at + len(wanted)], at + len(wanted)
+            failed = [r.error for r in mine if not r.ok]
+            if done.done():
+                continue
+            if failed:
+                done.set_exception(failed[0] or RuntimeError("transfer failed"))
+            else:
+                done.set_result(None)
+
+
+class StorageProvider(StorageProviderBase):  # type: ignore[misc]
+    """One warm pool and engine for the run; a memo of what inventories listed."""
+
+    def __post_init__(self) -> None:
+        settings = self.settings or StorageProviderSettings()
+        self.client = Client(endpoint=settings.endpoint_url, region=settings.region, access_key=settings.access_key,
+                             secret_key=settings.secret_key, session_token=settings.session_token,
+                             threads=int(settings.threads or 8))
+        self.batches = _Batches(self.client, self.logger)
+        self.listed: Dict[str, Entry] = {}  # url -> file entry, from inventories (dropped on store/remove)
+        self.listed_dirs: Set[str] = set()  # directory URLs (ending in "/") listed whole
+        self.changed: Set[str] = set()  # URLs stored or removed since: listings no longer tell
+        self.buckets: Set[str] = set()  # buckets known to exist
+        self.lock = threading.Lock()
+        self._listings: Dict[str, "Future[List[Entry]]"] = {}  # directory URL -> its one listing
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="pegasus-cloudio-inventory")
+
+    @classmethod
+    def example_queries(cls) -> List[ExampleQuery]:
+        return [ExampleQuery(query="s3://mybucket/results/sample1.txt",
+                             description="an object in an S3 bucket (endpoint: --storage-pegasus-cloudio-endpoint-url)",
+                             type=QueryType.ANY)]
+
+    def rate_limiter_key(self, query: str, operation: Operation) -> Any:
+        return self.settings.endpoint_url if self.settings else None
+
+    def default_max_requests_per_second(self) -> float:
+        return 1000.0
+
+    def use_rate_limiter(self) -> bool:
+        return False  # the engine bounds concurrency and retries with backoff itself
+
+    @classmethod
+    def is_valid_query(cls, query: str) -> StorageQueryValidationResult:
+        try:
+            _split(query)
+        except ValueError as err:
+            return StorageQueryValidationResult(query=query, valid=False, reason=str(err))
+        return StorageQueryValidationResult(query=query, valid=True)
+
+    async def listing(self, directory: str) -> List[Entry]:
+        """Every file under ``directory``, listed once per provider however many objects ask
+        at the same time (Snakemake inventories a job's files concurrently)."""
+        with self.lock:
+            pending = self._listings.get(directory)
+            if pending is None:
+                pending = self._listings[directory] = self._pool.submit(self._find, directory)
+        return await asyncio.wrap_future(pending)
+
+    def _find(self, directory: str) -> List[Entry]:
+        try:
+            entries = self.client.find(directory)
+        except NotFound:
+            entries = []
+        with self.lock:
+            for entry in entries:
+                self.listed[entry.url] = entry
+            self.listed_dirs.add(directory)
+        return entries
+
+    def forget(self, url: str) -> None:
+        """Drop what inventories said about ``url`` and anything under it (it changed)."""
+        with self.lock:
+            for known in [u for u in self.listed if u == url or u.startswith(url.rstrip("/") + "/")]:
+                del self.listed[known]
+            self.changed.add(url.rstrip("/"))
+
+    def remember(self, url: str) -> None:
+        """Ask the store once what was just stored at ``url`` (file or directory), so Snakemake's
+        checks that follow an upload (exists, mtime, size, repeatedly) cost no request."""
+        found = self.client.info(url)
+        entries = self.client.find(url + "/") if found.is_dir else []
+        with self.lock:
+            self.changed.discard(url)
+            self.listed[url] = found
+            for entry in entries:
+                self.listed[entry.url] = entry
+
+    def known(self, url: str) -> Optional[bool]:
+        """True/False when an inventory listed ``url``'s directory, None when unknown."""
+        with self.lock:
+            if url in self.listed:
+                return True
+            at, listed = url, False
+            while "/" in at[len("s3://"):]:  # listings are recursive: any listed ancestor tells
+                if at in self.changed:
+                    return None
+                at = posixpath.dirname(at)
+                listed = listed or at + "/" in self.listed_dirs
+            return False if listed else None
+
+
+class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  # type: ignore[misc]
+    """``s3://BUCKET/KEY``: an object, or a ``directory()`` (every object under ``KEY/``)."""
+
+    provider: StorageProvider
+
+    def __post_init__(self) -> None:
+        self.bucket, self.key = _split(self.query) if self.is_valid_query() else ("", "")
+        self.url = f"s3://{self.bucket}/{self.key.rstrip('/')}"
+
+    def local_suffix(self) -> str:
+        return f"{self.bucket}/{self.key.rstrip('/')}"
+
+    def cleanup(self) -> None:
+        pass
+
+    # -- inventory ------------------------------------------------------------------------
+
+    def get_inventory_parent(self) -> Optional[str]:
+        return str(self.cache_key(f"{self.bucket}/{posixpath.dirname(self.key.rstrip('/'))}"))
+
+    async def inventory(self, cache: IOCacheStorageInterface) -> None:
+        """One listing of this object's directory fills the cache for every file in it."""
+        parent = self.get_inventory_parent()
+        if parent in cache.exists_in_storage:
+            return
+        directory = posixpath.dirname(self.url) + "/"
+        entries = await self.provider.listing(directory)
+        prefix = f"s3://{self.bucket}/"
+        for entry in entries:
+            rest = entry.url[len(prefix):]
+            if "/" in rest[len(directory) - len(prefix):]:  # deeper: marks its sub-directory present
+                sub = directory[len(prefix):] + rest[len(directory) - len(prefix):].split("/", 1)[0]
+                cache.exists_in_storage[self.cache_key(f"{self.bucket}/{sub}")] = True
+                continue
+            key = self.cache_key(f"{self.bucket}/{rest}")
+            cache.exists_in_storage[key] = True
+            cache.mtime[key] = Mtime(storage=entry.mtime if entry.mtime is not None else 0.0)
+            cache.size[key] = entry.size
+        cache.exists_in_storage[parent] = bool(entries)
+        if self.cache_key() not in cache.exists_in_storage:
+            cache.exists_in_storage[self.cache_key()] = False
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _entry(self) -> Optional[Entry]:
+        """The file or directory at this URL, or None; a file an inventory listed costs nothing."""
+        with self.provider.lock:
+            listed = self.provider.listed.get(self.url)
+        if listed is not None:
+            return listed
+        if self.provider.known(self.url) is False and not self._has_children_listed():
+            return None
+        try:
+            return self.provider.client.info(self.url)
+        except NotFound:
+            return None
+
+    def _has_children_listed(self) -> bool:
+        inside = self.url + "/"
+        with self.provider.lock:
+            return any(u.startswith(inside) for u in self.provider.listed)
+
+    def _existing(self) -> Entry:
+        found = self._entry()
+        if found is None:
+            raise FileNotFoundError(f"{self.query}: no such object in storage")
+        return found
+
+    def exists(self) -> bool:
+        return self._entry() is not None
+
+    def mtime(self) -> float:
+        found = self._existing()
+        if found.is_dir:
+            times = [e.mtime for e in self.provider.client.find(self.url + "/") if e.mtime is not None]
+            return max(times, default=0.0)
+        return found.mtime if found.mtime is not None else 0.0
+
+    def size(self) -> int:
+        found = self._existing()
+        return 0 if found.is_dir else found.size
+
+    def local_footprint(self) -> int:
+        found = self._existing()
+        return sum(e.size for e in self.provider.client.find(self.url + "/")) if found.is_dir else found.size
+
+    # -- moving bytes ---------------------------------------------------------------------
+
+    def _retrievals(self) -> Pairs:
+        """(source URL, local path) of this object, or of every object under the directory."""
+        local = self.local_path()
+        found = self._existing()
+        if not found.is_dir:
+            return [(self.url, str(local))]
+        inside = self.url + "/"
+        return [(e.url, str(local / e.url[len(inside):])) for e in self.provider.client.find(inside)]
+
+    def _stores(self) -> Pairs:
+        local = self.local_path()
+        if not local.is_dir():
+            return [(str(local), self.url)]
+        return [(str(path), f"{self.url}/{path.relative_to(local).as_posix()}")
+                for path in sorted(local.rglob("*")) if path.is_file()]
+
+    def retrieve_object(self) -> None:
+        self.provider.client.copy(self._retrievals())
+
+    async def managed_retrieve(self) -> None:
+        """As the base class's, but the copies join the batch of retrievals started with it."""
+        await self.wait_for_free_space()
+        try:
+            self.local_path().parent.mkdir(parents=True, exist_ok=True)
+            await self.provider.batches.copy(self._retrievals())
+        except Exception as err:
+            _remove_local(self.local_path())
+            raise WorkflowError(f"Failed to retrieve storage object from {self.print_query}", err)
+
+    def _ensure_bucket(self) -> None:
+        if self.bucket not in self.provider.buckets:
+            self.provider.client.mkdir(f"s3://{self.bucket}")
+            self.provider.buckets.add(self.bucket)
+
+    def store_object(self) -> None:
+        self._ensure_bucket()
+        self.provider.forget(self.url)
+        self.provider.client.copy(self._stores())
+        self.provider.remember(self.url)
+
+    async def managed_store(self) -> None:
+        """As the base class's, but the copies join the batch of stores started with it."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._ensure_bucket)
+            self.provider.forget(self.url)
+            await self.provider.batches.copy(self._stores())
+            await asyncio.get_running_loop().run_in_executor(None, self.provider.remember, self.url)
+        except Exception as err:
+            raise WorkflowError(f"Failed to store output in storage {self.print_query}", err)
+
+    def remove(self) -> None:
+        found = self._entry()
+        self.provider.forget(self.url)
+        if found is not None:
+            self.provider.client.remove([self.url + ("/" if found.is_dir else "")], recursive=found.is_dir)
+
+    # -- glob_wildcards -------------------------------------------------------------------
+
+    def list_candidate_matches(self) -> Iterable[str]:
+        prefix = get_constant_prefix(self.query)
+        bucket, _, key_prefix = prefix[len("s3://"):].partition("/")
+        if not prefix.startswith("s3://") or bucket != self.bucket or not bucket:
+            raise WorkflowError(f"{self.query}: the bucket name may not contain a wildcard")
+        directory = posixpath.dirname(key_prefix)
+        base = f"s3://{bucket}/{directory + '/' if directory else ''}"
+        try:
+            entries = self.provider.client.find(base)
+        except NotFound:
+            return []
+        return [e.url for e in entries if e.url.startswith(prefix)]
+
+
+def _remove_local(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        path.unlink()
