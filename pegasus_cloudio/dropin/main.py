@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from pegasus_cloudio.dropin.signals import Interrupts
     from pegasus_cloudio.dropin.spec import Entry
     from transfer import Result, Session, Settings
+    from transfer.cache import NodeCache
+    from transfer.p2p.source import PeerIndexSource
 
 SEPARATOR = "-" * 80
 _VALUED = {"-f": "file", "--file": "file", "-m": "max_attempts", "--max-attempts": "max_attempts",
@@ -216,11 +218,14 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
     """Run entries on the engine, then integrity steps and monitoring; never raises per file."""
     from pegasus_cloudio.dropin import reporting
     from transfer.engine import Engine
-    from transfer.node import open_node_cache, open_peers
     from transfer.retry import RetryPolicy
-    cache = open_node_cache(session.context.env, log.warning) if entries else None
-
-    peers = open_peers(session.context.env, cache, log.warning)
+    env = session.context.env
+    cache: "Optional[NodeCache]" = None
+    peers: "Optional[PeerIndexSource]" = None
+    if entries and env.get("PEGASUS_CLOUDIO_CACHE_DIR", "").strip().lower() != "off":
+        from transfer.node import open_node_cache, open_peers  # no cache, no peers: neither is imported
+        cache = open_node_cache(env, log.warning)
+        peers = open_peers(env, cache, log.warning)
 
     def on_result(result: "Result") -> None:
         _log_failure(result)
