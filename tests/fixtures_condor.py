@@ -109,6 +109,14 @@ class Starter:
         self.env["_CONDOR_JOB_AD"] = str(path)
         return path
 
+    def write_machine_ad(self, version: str) -> Path:
+        """``.machine.ad`` named by ``_CONDOR_MACHINE_AD``, with the starter's ``CondorVersion``."""
+        path = self.sandbox / ".machine.ad"
+        path.write_text(f'Arch = "X86_64"\nCondorVersion = "$CondorVersion: {version} 2025-10-30 BuildID: 1 $"\n'
+                        'OpSys = "LINUX"\n')
+        self.env["_CONDOR_MACHINE_AD"] = str(path)
+        return path
+
     def argv(self, infile: Path, outfile: Path, upload: bool) -> List[str]:
         return [str(self.plugin), "-infile", str(infile), "-outfile", str(outfile)] + (["-upload"] if upload else [])
 
@@ -153,10 +161,13 @@ def condor_plugin(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def starter(condor_plugin: Path, tmp_path: Path) -> Starter:
-    """A starter with an empty job sandbox and a bare environment."""
+    """A 25.0.3 starter (one that reads every pipe message) with an empty job sandbox and a
+    bare environment; ``write_machine_ad("23.9.6")`` makes it an older one."""
     sandbox = tmp_path / "execute" / "dir_4242"
     sandbox.mkdir(parents=True)
-    return Starter(condor_plugin, sandbox, base_env(tmp_path))
+    simulated = Starter(condor_plugin, sandbox, base_env(tmp_path))
+    simulated.write_machine_ad("25.0.3")
+    return simulated
 
 
 # --------------------------------------------------------------------------- HTTPS server

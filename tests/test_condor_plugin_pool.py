@@ -274,8 +274,29 @@ def test_a_job_removed_mid_transfer_leaves_no_plugin_and_no_partial_file(plugin_
     wait_for(lambda: not leftovers().strip(), "the execute directory to be empty", 60, leftovers)
 
 
+def test_one_missing_input_among_many_holds_the_job_on_its_first_run(plugin_pool: CondorPool, store: Store) -> None:
+    """A 23.9 starter reads one pipe message after a failed transfer, and every result ad is one:
+    with 120 success ads ahead of the final status it lost the hold reason and requeued the job,
+    which then ran again (and failed the same way). The plugin now leaves it one ad."""
+    present = {f"mixed/f{n:03d}.dat": b"m" * n for n in range(120)}
+    store.put(present)
+    missing = store.url("mixed/zzz-absent.dat")
+    work = job_dir(plugin_pool, "mixed", store)
+    store.proxy.reset_counters()
+    cluster = plugin_pool.submit(submit_text([store.url(k) for k in present] + [missing]), cwd=work)
+    ad = wait_held(plugin_pool, cluster)
+    plugin_pool.run(["condor_rm", str(cluster)])
+    assert ad["HoldReasonCode"] == "13" and ad.get("NumHolds") == "1", ad
+    assert ad.get("NumShadowStarts") == "1", (ad.get("NumShadowStarts"), store.proxy.requests)
+    # one run: a GET per input, and after the 404 one look for a bundle holding the file
+    assert store.proxy.requests_by_method.get("GET", 0) == len(present) + 2, store.proxy.requests_by_method
+    reason = unquote(ad["HoldReason"])
+    assert missing in reason and "does not exist" in reason, reason
+
+
 def test_two_hundred_failures_hold_the_job_once_with_a_short_reason(plugin_pool: CondorPool, store: Store) -> None:
-    """23.9 restarted such a job forever when the joined error texts were long (~90 KB)."""
+    """23.9 restarted such a job when the joined error texts were long (~90 KB), and when the
+    plugin wrote several failed ads (see the test above)."""
     keys = [f"denied/f{n:03d}.dat" for n in range(200)]
     store.put({keys[0]: b"x"})
     work = job_dir(plugin_pool, "denied", store, secret="wrong-secret-key-0123456789")
@@ -284,6 +305,7 @@ def test_two_hundred_failures_hold_the_job_once_with_a_short_reason(plugin_pool:
     plugin_pool.run(["condor_rm", str(cluster)])
     reason = unquote(ad["HoldReason"])
     assert ad["HoldReasonCode"] == "13" and ad.get("NumHolds") == "1", ad
+    assert ad.get("NumShadowStarts") == "1", ad.get("NumShadowStarts")
     # the plugin ran once (every 403 is final: one request per file), and the starter read its report
     assert store.proxy.requests == len(keys), (store.proxy.requests, ad.get("NumShadowStarts"))
     assert "Failed to read status report" not in (plugin_pool.log_dir / "ShadowLog").read_text(errors="replace")

@@ -155,6 +155,14 @@ class ResultWriter:
         self._file.flush()
         self.count += 1
 
+    def rewrite(self, fields: Dict[str, Any]) -> None:
+        """Replace every ad written so far with this one (the file then holds exactly one ad)."""
+        self._file.seek(0)
+        self._file.write(format_result(fields) + "\n")
+        self._file.truncate()
+        self._file.flush()
+        self.count = 1
+
     def close(self) -> None:
         try:
             self._file.truncate()

@@ -33,6 +33,7 @@ from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
+from pegasus_cloudio.condor.starter import reads_one_message_after_failure, starter_version
 from transfer.node import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
@@ -185,7 +186,8 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
         for item in items:
             item.problem, item.op = item.problem or err, None
         settings = Settings()
-    reporter = Reporter(writer, items, upload=upload, penv=penv, say=say)
+    compact = reads_one_message_after_failure(starter_version(environ))
+    reporter = Reporter(writer, items, upload=upload, penv=penv, say=say, compact=compact)
     for item in items:
         if item.problem is not None:
             reporter.problem(item)

@@ -20,6 +20,12 @@ and failed ads are written by :meth:`Reporter.finish`: at most :data:`MAX_FAILED
 reverse request order, the first failed file last. HTCondor lists the error of the last ad
 first, so the hold reason begins with the first failed URL and the count of failures. Every
 failure, in full, is one line of the plugin's output (the StarterLog keeps its last 16 KiB).
+
+``compact`` (for a starter older than 24.4, see :mod:`.starter`): such a starter reads one pipe
+message after a failed transfer, and each ad is one message, so on failure the file is
+rewritten to hold exactly one ad, the first failed file's, with the count of failures. The
+success ads written meanwhile (kept if the plugin is killed) are dropped from the file, and
+with them those files' records in the transfer history of an attempt that failed anyway.
 """
 
 from __future__ import annotations
@@ -58,8 +64,9 @@ class Reporter:
     """Writes result ads for ``items`` and remembers every failure (for the exit code)."""
 
     def __init__(self, writer: ResultWriter, items: Sequence[Item], *, upload: bool, penv: PluginEnvironment,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], compact: bool = False) -> None:
         self._writer = writer
+        self._compact = compact
         self._items = list(items)
         self._by_op = {id(item.op): item for item in items if item.op is not None}
         self._reported: Set[int] = set()
@@ -143,11 +150,14 @@ class Reporter:
         self._failed = []
         if not failed:
             return
-        shown = failed[:MAX_FAILED_ADS]
+        shown = failed[:1] if self._compact else failed[:MAX_FAILED_ADS]
         if len(failed) > 1:
             first = shown[0]
             first["TransferError"] = (f"{first['TransferError']} [the first of {len(failed)} failed files, out of "
                                       f"{len(self._items)}; every failure is listed in the plugin's output]")
+        if self._compact:
+            self._write_fields(shown[0], replace=True)
+            return
         for fields in reversed(shown):
             self._write_fields(fields)
 
@@ -155,12 +165,15 @@ class Reporter:
         self._reported.add(id(item))
         self._write_fields(fields)
 
-    def _write_fields(self, fields: Fields) -> None:
+    def _write_fields(self, fields: Fields, replace: bool = False) -> None:
         if self.write_failed:
             return
         self.writing = True
         try:
-            self._writer.write(fields)
+            if replace:
+                self._writer.rewrite(fields)
+            else:
+                self._writer.write(fields)
         except OSError as err:
             self.write_failed = True
             self._say(f"cannot write the result file: {err.strerror or err}")
