@@ -172,12 +172,36 @@ def test_large_bundle_with_few_members_wanted_uses_ranges(proxied, bucket, tmp_p
     files = make_files(tmp_path / "src", 40, size=20_000)
     upload(env, bucket, files, bundle=True)
     proxy.reset_counters()
-    results = download(env, bucket, [files[5].name, files[30].name], tmp_path / "dst", bundle=True)
+    wanted = [files[n] for n in (5, 6, 30, 31)]
+    results = download(env, bucket, [f.name for f in wanted], tmp_path / "dst", bundle=True)
     assert all(r.ok for r in results)
     counters = proxy.snapshot()
     assert counters["requests"] == 1 + 1 + 2  # LIST, head (index), two coalesced ranges
-    assert counters["bytes_down"] < 400_000  # the 256 KiB head and two 20 KB ranges, not the 800 KB bundle
-    assert (tmp_path / "dst" / files[30].name).read_bytes() == files[30].read_bytes()
+    assert counters["bytes_down"] < 400_000  # the 256 KiB head and two 40 KB ranges, not the 800 KB bundle
+    for f in wanted:
+        assert (tmp_path / "dst" / f.name).read_bytes() == f.read_bytes()
+
+
+def test_a_batch_of_few_files_of_a_directory_skips_its_listing(proxied, bucket, tmp_path):
+    """One plain file beside bundles: one GET, no LIST and no bundle heads. One member alone:
+    its 404, then the LIST and the bundle (small: fetched whole), as a reader without bundling."""
+    proxy, env = proxied
+    bundled = make_files(tmp_path / "b", 12)
+    upload(env, bucket, bundled, bundle=True)
+    header = tmp_path / "p" / "header.hdr"
+    header.parent.mkdir()
+    header.write_bytes(b"SIMPLE = T")
+    upload(env, bucket, [header])
+    proxy.reset_counters()
+    [result] = download(env, bucket, ["header.hdr"], tmp_path / "dst", bundle=True)
+    assert result.ok and (tmp_path / "dst" / "header.hdr").read_bytes() == b"SIMPLE = T"
+    assert proxy.snapshot()["requests_by_method"] == {"GET": 1}
+    proxy.reset_counters()
+    results = download(env, bucket, [bundled[3].name, bundled[7].name], tmp_path / "dst2", bundle=True)
+    assert all(r.ok for r in results)
+    for f in (bundled[3], bundled[7]):
+        assert (tmp_path / "dst2" / f.name).read_bytes() == f.read_bytes()
+    assert proxy.snapshot()["requests"] <= 2 + 1 + 1  # a 404 per file in flight, LIST, the bundle
 
 
 def test_corrupt_bundle_is_retried_then_reported_leaving_no_files(s3_env, bucket, minio, tmp_path):

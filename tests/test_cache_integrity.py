@@ -159,3 +159,33 @@ def test_a_symlinked_cache_directory_must_be_the_users(tmp_path):
     os.lchown(planted, 4242, 4242)
     with pytest.raises(ConfigError, match="symbolic link owned by uid 4242"):
         NodeCache(config(planted))
+
+
+@pytest.mark.parametrize("verify_bytes, size, fsyncs", [
+    (MiB, 300, 0),            # re-hashed on every hit: a power cut's damage is a miss
+    (MiB, MiB + 1, 1),        # trusted on its ctime: made durable before it is published
+    (0, 300, 1),              # VERIFY_BYTES=0: nothing is re-hashed, every entry is fsynced
+    (None, 3 * MiB, 0),       # "all": every hit re-hashes
+])
+def test_only_entries_a_hit_does_not_re_hash_are_fsynced(tmp_path, monkeypatch, verify_bytes, size, fsyncs):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    cache = NodeCache(config(tmp_path / "c", fsync=True, verify_bytes=verify_bytes))
+    origin = Origin(os.urandom(size))
+    assert cache.fetch("s3://b/k", str(tmp_path / "job"), origin) == (size, False)
+    assert len(calls) == fsyncs
+def test_a_torn_small_entry_left_by_a_power_cut_is_a_miss_not_wrong_bytes(tmp_path):
+    """What skipping its fsync risks: the data never reached the disk (zeros, same size and mtime)."""
+    cache = NodeCache(config(tmp_path / "c", fsync=True))
+    origin = Origin(os.urandom(300))
+    cache.fetch("k", str(tmp_path / "job1"), origin)
+    data = entry_of(cache, "k")
+    before = os.stat(data)
+    os.chmod(data, 0o644)
+    with open(data, "r+b") as fh:
+        fh.write(bytes(300))
+    os.chmod(data, 0o444)
+    os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert cache.fetch("k", str(tmp_path / "job2"), origin) == (300, False)
+    assert (tmp_path / "job2").read_bytes() == origin.data and origin.gets == 2

@@ -30,7 +30,7 @@ ONE_FILE_S3 = frozenset({
     "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log",
     "pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.monitoring", "pegasus_cloudio.dropin.reporting",
     "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
-    "transfer", "transfer._lean", "transfer._workers", "transfer.atomic", "transfer.backends",
+    "transfer", "transfer._lean", "transfer._lean_json", "transfer._workers", "transfer.atomic", "transfer.backends",
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
     "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
@@ -108,6 +108,22 @@ def test_the_node_cache_brings_no_bundles_or_peers(job: Dict[str, object]) -> No
                      str(job["spec"]))
     assert "transfer.cache.store" in found
     assert not [name for name in found if name.startswith(("transfer.bundles", "transfer.p2p", "transfer.peers"))]
+
+
+def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: Dict[str, object]) -> None:
+    """A producer's stage-in of one plain file with bundles and the node cache on (the workflow's
+    "bundles + cache" mode): no listing is made for one file, and the cache's metadata and the
+    bundle code use transfer._lean_json, so none of the heavy parsers comes in."""
+    env = dict(job["env"], PEGASUS_CLOUDIO_BUNDLE="1",  # type: ignore[call-overload]
+               PEGASUS_CLOUDIO_CACHE_DIR=str(Path(str(job["cwd"])).parent / "cache"))
+    bin_dir = str(job["bin"])
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], env, job["cwd"],  # type: ignore[arg-type]
+                     str(job["spec"]))
+    assert (Path(str(job["cwd"])) / "f.a").read_bytes() == b"x" * 300
+    assert "transfer.cache.store" in found and "transfer.bundles.staging" in found  # both were on
+    heavy = {"re", "json", "json.decoder", "xml.etree.ElementTree", "urllib.parse", "calendar", "_strptime",
+             "datetime", "locale", "tempfile", "shutil", "typing", "dataclasses", "logging"}
+    assert not found & heavy, sorted(found & heavy)
 
 
 def test_the_startup_benchmark_reports_every_contestant_and_its_ratios() -> None:

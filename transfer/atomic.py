@@ -17,7 +17,7 @@ from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotF
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, Optional, Set
+    from typing import BinaryIO, Callable, Optional, Set, Tuple
 
 _counter = itertools.count()  # unique temp names within this process
 
@@ -225,3 +225,22 @@ def _atomic_link(make_link: Callable[[str, str], None], target: str, link_path: 
         os.unlink(temp)
     except FileNotFoundError:
         pass
+
+
+def scratch_file(prefix: str, suffix: str = "") -> "Tuple[int, str]":
+    """``tempfile.mkstemp(prefix=prefix, suffix=suffix)``: a new 0600 file in the temp directory,
+    opened read-write; returns (fd, path). The directory is ``$TMPDIR``, ``$TEMP``, ``$TMP`` or
+    ``/tmp``, the first set; when that one cannot take the file, ``tempfile`` itself decides (it
+    imports ``shutil`` and ``random``, milliseconds a job step's bundle upload need not pay)."""
+    directory = os.environ.get("TMPDIR") or os.environ.get("TEMP") or os.environ.get("TMP") or "/tmp"
+    for _ in range(8):
+        path = os.path.join(os.path.abspath(directory), f"{prefix}{os.urandom(6).hex()}{suffix}")
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), path
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+    import tempfile
+    return tempfile.mkstemp(prefix=prefix, suffix=suffix)
+

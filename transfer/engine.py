@@ -28,7 +28,7 @@ import threading
 import time
 
 from transfer._workers import InlineExecutor, Workers
-from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
+from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, scratch_file
 from transfer.backends.base import (
     Backend, MultipartUploads, ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes,
     ranged_reads, uploads,
@@ -571,8 +571,7 @@ class Engine:
         if source_backend is dest_backend and isinstance(source_backend, ServerSideCopy):
             return source_backend.copy(source, dest).size
         uploads(dest_backend, dest, "put")  # a read-only destination is refused before any GET
-        import tempfile
-        fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-", suffix=".data")
+        fd, temp = scratch_file("pegasus-cloudio-", ".data")
         os.close(fd)
         try:
             self._download(source, temp, peers=peers)

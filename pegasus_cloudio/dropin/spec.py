@@ -206,32 +206,8 @@ def _v1_label(line: str) -> Optional[str]:
     return word[:length]
 
 
-class _Decoding:
-    """What the C scanner of :mod:`json` reads from its decoder: ``json.loads``'s defaults."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-
-    @staticmethod
-    def parse_constant(name: str) -> float:
-        return float(name.replace("Infinity", "inf"))  # NaN, Infinity, -Infinity
-
-
 def _loads(text: str) -> Any:
-    """``json.loads(text)``, parsed by the C scanner ``json`` itself uses; ``json`` is imported
-    (its decoder imports ``re``) only to raise its exact error for input that does not parse."""
-    try:
-        import _json
-        scan = _json.make_scanner(_Decoding())  # type: ignore[arg-type]  # a duck-typed decoder
-        start = len(text) - len(text.lstrip(" \t\n\r"))
-        value, end = scan(text, start)
-        if not text[end:].strip(" \t\n\r"):
-            return value
-    except (ImportError, StopIteration, ValueError, SystemError):
-        pass  # not JSON: the scanner raises JSONDecodeError only once json.decoder is imported
-        # (before that, CPython 3.11's scanner fails with SystemError); json.loads says why
-    import json
-    return json.loads(text)
+    """``json.loads(text)`` without importing ``json`` unless the text does not parse
+    (:mod:`transfer._lean_json`)."""
+    from transfer._lean_json import loads
+    return loads(text)

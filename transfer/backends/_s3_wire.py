@@ -244,15 +244,37 @@ def xml_escape(text: str) -> str:
 
 
 def iso8601_epoch(text: Optional[str]) -> Optional[float]:
-    """Epoch seconds of an ISO 8601 UTC time such as ``2026-11-24T19:00:00Z`` (fractions
-    ignored); None when absent or malformed."""
-    if not text:
+    """Epoch seconds of an ISO 8601 UTC time such as ``2026-11-24T19:00:00Z`` (fractions and
+    anything after the seconds ignored); None when absent or malformed. Computed, not parsed
+    with ``time.strptime`` (its ``_strptime`` imports ``calendar``, ``datetime``, ``locale`` and
+    ``re``: milliseconds of the first listing a job step reads)."""
+    if not text or len(text) < 19 or text[4] != "-" or text[7] != "-" or text[10] not in "Tt" \
+            or text[13] != ":" or text[16] != ":":
         return None
-    import calendar
-    try:
-        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
+    fields = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
+    if not all(f.isdigit() and f.isascii() for f in fields):
         return None
+    year, month, day, hour, minute, second = (int(f) for f in fields)
+    if not (year >= 1 and 1 <= month <= 12 and 1 <= day <= _days_in_month(year, month) and hour <= 23 and minute <= 59
+            and second <= 61):
+        return None
+    return float(_days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second)
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
 
 
 def multipart_etag(part_etags: Sequence[str]) -> Optional[str]:

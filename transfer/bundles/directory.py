@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import io
 import os
-import json
 import posixpath
 import threading
 import time
 from transfer._lean import logger, field, record
+from transfer._lean_json import loads
 
 from transfer.backends.base import Backend, Namespace, ObjectInfo
 from transfer.bundles.format import (
@@ -275,7 +275,7 @@ def _read_record(backend: Backend, url: Url) -> List[str]:
     sink = io.BytesIO()
     backend.get(url, sink)
     try:
-        names = json.loads(sink.getvalue().decode())
+        names = loads(sink.getvalue().decode())
     except ValueError:
         raise BundleFormatError("malformed removal record", url=str(url)) from None
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []

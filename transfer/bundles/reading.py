@@ -20,13 +20,14 @@ from transfer.backends.base import Backend, ObjectInfo
 from transfer.bundles.directory import LoadedBundle
 from transfer.bundles.fetch import Writer, stream_members
 from transfer.bundles.format import BundleFormatError, Member
-from transfer.cache import NodeCache, behind
 from transfer.errors import TransferError
 from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, List, Optional
+
+    from transfer.cache import NodeCache  # imported at run time only with the cache on
 
 BUFFERED = 1 << 20  # members up to this size are written from memory in one go
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ class _FanOut:
         for read in self._reads:
             self._state.done[read.position] = self._size
         if self._cache is not None and self._key is not None:
+            from transfer.cache import behind
             if data is not None and self._stored is None and behind.offer(self._cache, self._key, data):
                 return  # inserted after the job has its answer (node stager; peers publish at once)
             # A hard link where the cache hands out links anyway (what a hit would give the job):

@@ -8,9 +8,8 @@ KiB of text, one row at a time, so peak memory does not grow with the text.
 from __future__ import annotations
 
 import codecs
-import json
-import re
 
+from transfer._lean_json import raw_decode
 from transfer.errors import ChecksumMismatch
 
 TYPE_CHECKING = False
@@ -23,8 +22,7 @@ else:
     Buffer = object  # the alias above is for type checkers; typing is not imported at run time
 FORMAT = 1
 WINDOW = 64 << 10  # text kept ahead of the cursor: far more than any valid row (names <= 1 KiB)
-_SPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+_SPACE = " \t\n\r"
 
 
 class IndexSyntaxError(ChecksumMismatch):
@@ -89,8 +87,11 @@ class _Scanner:
 
     def _skip(self) -> None:
         self._fill()
-        match = _SPACE.match(self._text, self._pos)
-        self._pos = match.end() if match else self._pos
+        text, pos = self._text, self._pos
+        end = len(text)
+        while pos < end and text[pos] in _SPACE:
+            pos += 1
+        self._pos = pos
         self._fill()
 
     def peek(self, char: str) -> bool:
@@ -109,7 +110,7 @@ class _Scanner:
     def value(self) -> object:
         self._skip()
         try:
-            found, self._pos = _DECODER.raw_decode(self._text, self._pos)
+            found, self._pos = raw_decode(self._text, self._pos)
         except (ValueError, RecursionError):
             raise IndexSyntaxError("bundle index is not valid JSON of format 1") from None
         return found

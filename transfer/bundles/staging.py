@@ -1,9 +1,10 @@
 """Bundling as the engine uses it: which transfers go through bundles, and how.
 
 * Downloads: for object-store sources on sites with bundling on, the source's directory index
-  is read once per directory per process (one listing shows plain objects and bundles);
-  transfers whose file is a bundle member, and not also a plain object, are grouped per
-  bundle and each bundle is fetched once (whole, or in coalesced ranges). A file that is not
+  is read once per directory per process (one listing shows plain objects and bundles) when a
+  batch reads at least :data:`LIST_MIN_FILES` files of that directory or the index is loaded
+  already; transfers whose file is a bundle member, and not also a plain object, are grouped
+  per bundle and each bundle is fetched once (whole, or in coalesced ranges). A file that is not
   in any bundle is an ordinary GET, so plain objects and members mix freely. A plain GET that
   answers 404 also looks in the directory's bundles, whatever the settings; once a
   directory's index is loaded, later reads of its members skip the 404. Indexes load once
@@ -16,14 +17,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import threading
 from transfer._workers import Task
 from transfer._lean import record
+from transfer._lean_json import dumps
 
-from transfer.atomic import local_error
+from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import Backend, store
 from transfer.bundles.directory import BundleDirectory, LoadedBundle, MapFn, new_bundle_url, removal_record_url
 from transfer.bundles.format import Member, pack
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
     from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 OBJECT_SCHEMES = frozenset({"s3", "s3s", "gs"})
+# A batch reading fewer files than this from one directory reads them as plain objects: a
+# LIST and the heads of the directory's bundles cost more than the 404 that sends a member to
+# its bundle (at most one per thread, in parallel; the index then loads as it would have).
+LIST_MIN_FILES = 4
 if TYPE_CHECKING:
     Indexed = List[Tuple[int, Transfer]]
 else:
@@ -59,6 +64,10 @@ class UploadGroup:
 
     directory: Url
     items: List[Tuple[int, Transfer, int]]
+
+
+def _directory_key(url: Url) -> Tuple[str, str, str]:
+    return url.scheme, url.host, posixpath.dirname(url.path)
 
 
 def _split(url: Url) -> Tuple[Url, str]:
@@ -114,16 +123,27 @@ class BundleStager:
     def plan_downloads(self, transfers: Indexed, map_fn: MapFn,
                        cached: Callable[[Url], bool] = lambda url: False) -> Tuple[List[DownloadGroup], Indexed]:
         """Group transfers by the bundle holding their source; files the node cache already has
-        (``cached``) and files in no bundle are left to the per-file path."""
+        (``cached``), files in no bundle, and files of a directory the batch reads fewer than
+        :data:`LIST_MIN_FILES` of (unless its index is loaded) are left to the per-file path."""
         groups: Dict[Tuple[int, str], DownloadGroup] = {}
         rest: Indexed = []
         indexes: Dict[Tuple[int, str], BundleDirectory] = {}
+        eligible = [(position, op) for position, op in transfers if self._may_be_bundled(op, cached)]
+        if not eligible:
+            return [], list(transfers)
+        wanted: Dict[Tuple[str, str, str], int] = {}
+        for _, op in eligible:
+            key = _directory_key(op.sources[0])
+            wanted[key] = wanted.get(key, 0) + 1
+        chosen = {id(op) for _, op in eligible
+                  if wanted[_directory_key(op.sources[0])] >= LIST_MIN_FILES or self._loaded(op.sources[0])}
         for position, op in transfers:
-            source = op.sources[0]
-            try:
-                found = self._bundled(source, op, indexes, map_fn, cached)
-            except TransferError:
-                found = None  # the per-file path meets the same error and reports it per file
+            found = None
+            if id(op) in chosen:
+                try:
+                    found = self._bundled(op.sources[0], indexes, map_fn)
+                except TransferError:
+                    found = None  # the per-file path meets the same error and reports it per file
             if found is None:
                 rest.append((position, op))
                 continue
@@ -132,13 +152,28 @@ class BundleStager:
             group.items.append((position, op, member))
         return list(groups.values()), rest
 
-    def _bundled(self, source: Url, op: Transfer, indexes: Dict[Tuple[int, str], BundleDirectory],
-                 map_fn: MapFn, cached: Callable[[Url], bool]) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
-        """The bundle member that serves ``op``, if bundling applies and one does."""
-        if not (op.dest.is_local and source.scheme in OBJECT_SCHEMES and self._bundles_for(source.site_label)):
-            return None
-        if cached(source):
-            return None
+    def _may_be_bundled(self, op: Transfer, cached: Callable[[Url], bool]) -> bool:
+        """Bundling applies to ``op``'s source: a local destination, an object store with bundles
+        on for its site, and not already in the node cache or a peer's."""
+        source = op.sources[0]
+        return (op.dest.is_local and source.scheme in OBJECT_SCHEMES and self._bundles_for(source.site_label)
+                and not cached(source))
+
+    def _loaded(self, source: Url) -> bool:
+        """The index of ``source``'s directory is loaded in this process (no I/O)."""
+        try:
+            located = self._locate(source)
+        except TransferError:
+            return False  # the per-file path meets the same error and reports it per file
+        if located is None:
+            return False
+        with self._lock:
+            future = self._directories.get((id(located[0]), located[1].path))
+        return future is not None and future.done() and future.exception() is None
+
+    def _bundled(self, source: Url, indexes: Dict[Tuple[int, str], BundleDirectory],
+                 map_fn: MapFn) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
+        """The bundle member that serves ``source``, if one does (its directory's index loaded once)."""
         backend = self._session.backend(source)
         directory_path, name = posixpath.split(source.path)
         index = indexes.get((id(backend), directory_path))
@@ -254,8 +289,7 @@ class BundleStager:
         """Pack the group's files into one bundle and upload it with ``upload(path, url)``."""
         members = [(_split(op.dest)[1], _read(op.sources[0].path)) for _, op, _ in group.items]
         bundle_url = new_bundle_url(group.directory)
-        import tempfile
-        fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-bundle-", suffix=".pcb")
+        fd, temp = scratch_file("pegasus-cloudio-bundle-", ".pcb")
         try:
             with os.fdopen(fd, "wb") as out:
                 pack(members, out)
@@ -302,11 +336,10 @@ class BundleStager:
             if failures:
                 raise failures[0]
         else:
-            import tempfile
-            fd, temp = tempfile.mkstemp(prefix="pegasus-cloudio-rm-")
+            fd, temp = scratch_file("pegasus-cloudio-rm-")
             try:
                 with os.fdopen(fd, "w") as out:
-                    json.dump(sorted(names), out)
+                    out.write(dumps(sorted(names)))
                 backend.put(temp, removal_record_url(bundle))
             finally:
                 os.unlink(temp)

@@ -23,6 +23,8 @@
                                             nodes). Each costs a few file creations on the node.
 ``PEGASUS_CLOUDIO_CACHE_FSYNC``             ``0`` to skip fsync of new entries (faster, but an
                                             entry may be lost - never wrong - after a power cut).
+                                            Entries a hit re-hashes (``VERIFY_BYTES``) are never
+                                            fsynced: damage from a power cut fails that hash.
 
 :func:`config_from_env` reads the mapping it is given; where each value comes from (command
 line > environment > config file > default) is :func:`transfer.knobs.layered`'s one rule.

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
 import stat
 from transfer._lean import asdict, record
+from transfer._lean_json import dumps, loads
 
 from transfer.atomic import track_temp, untrack_temp
 from transfer.errors import ConfigError
@@ -221,7 +221,7 @@ def read_meta(path: str) -> Optional[Meta]:
 def parse_meta(data: bytes) -> Optional[Meta]:
     """Metadata from the bytes of a ``.meta`` file; None when malformed."""
     try:
-        fields = json.loads(data)
+        fields = loads(data)
         return Meta(key=str(fields["key"]), size=int(fields["size"]), sha256=str(fields["sha256"]),
                     mtime_ns=int(fields["mtime_ns"]), created=float(fields["created"]),
                     version=fields.get("version"), source=str(fields.get("source", "download")))
@@ -235,7 +235,7 @@ def write_meta(paths: KeyPaths, meta: Meta) -> None:
     try:
         os.fchmod(fd, FILE_MODE)  # the umask may have taken bits away, never added: be exact
         with os.fdopen(fd, "wb") as fh:
-            fh.write(json.dumps(asdict(meta), sort_keys=True).encode())
+            fh.write(dumps(asdict(meta), sort_keys=True).encode())
         os.replace(temp, paths.meta)
         untrack_temp(temp)
     except BaseException:

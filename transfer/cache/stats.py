@@ -10,11 +10,11 @@ a process killed between publishing an entry and counting it).
 from __future__ import annotations
 
 
-import json
 import os
 import threading
 from transfer import _lean
 from transfer._lean import record
+from transfer._lean_json import dumps, loads
 
 from transfer.cache.layout import FILE_MODE, Layout, remove_quietly
 from transfer.cache.locks import EXCLUSIVE, held
@@ -71,7 +71,7 @@ class StatsFile:
     def read(self) -> Dict[str, int]:
         try:
             with open(self._layout.stats_file, "rb") as fh:
-                values = json.loads(fh.read())
+                values = loads(fh.read())
             return {name: int(values.get(name, 0)) for name in FIELDS}
         except (OSError, ValueError, TypeError, AttributeError):
             return dict.fromkeys(FIELDS, 0)
@@ -95,7 +95,7 @@ class StatsFile:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
             os.fchmod(fd, FILE_MODE)
             with os.fdopen(fd, "w", encoding="ascii") as fh:
-                json.dump(values, fh, sort_keys=True)
+                fh.write(dumps(values, sort_keys=True))
             os.replace(temp, self._layout.stats_file)
         except BaseException:
             remove_quietly(temp)

@@ -276,7 +276,8 @@ class NodeCache:
 
     def _publish(self, paths: KeyPaths, key: str, staged: Staged, version: Optional[str],
                  source: str) -> bool:
-        """Make the complete staged temp file the entry: fsync, metadata, 0444, rename.
+        """Make the complete staged temp file the entry: fsync (entries a hit does not re-hash),
+        metadata, 0444, rename.
 
         False (nothing published) when the cache cannot keep it: larger than the cap,
         below the free-space floor, or a write fails."""
@@ -285,8 +286,8 @@ class NodeCache:
             st = os.fstat(fd)
             if not (self._has_room(0) and self._within_cap(st.st_size)):
                 return False
-            if self.config.fsync:
-                os.fsync(fd)
+            if self.config.fsync and not self.config.verifies(st.st_size):
+                os.fsync(fd)  # a smaller entry is re-hashed on every hit (and by peers): damage shows
             write_meta(paths, Meta(key, st.st_size, sha, st.st_mtime_ns, time.time(), version, source))
             os.fchmod(fd, ENTRY_MODE)
             os.replace(temp, paths.data)
