@@ -48,7 +48,8 @@ from pegasus_cloudio.testbed.stock import make_stock_home
 from pegasus_cloudio.testbed.wheel import installed_bin
 
 MODES = ("stock", "per-file", "bundles+cache", "stager", "vm-local")
-TARGET_RATIO = 1.2
+# Issue 24's targets at 0.5 s of compute: the drop-in alone (bundles + cache), and with the stager.
+TARGET_RATIOS = {"bundles+cache": 1.3, "stager": 1.1}
 HEADER_TEXT = b"SIMPLE  = T\nNAXIS   = 2\nCTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\nEND\n"
 
 
@@ -308,10 +309,10 @@ def report(params: Params, runs: List[Dict[str, object]], startup: Dict[str, flo
                 value = ratio(float(run["makespan_s"]), float(local["makespan_s"]))  # type: ignore[arg-type]
                 into = lower_bounds if run.get("makespan_lower_bound") else ratios
                 into[f"{mode}_vs_vm_local_at_{compute:g}s"] = round(value, 2) if value is not None else None
-    for mode in ("bundles+cache", "stager"):
+    for mode, limit in TARGET_RATIOS.items():
         key = f"{mode}_vs_vm_local_at_0.5s"
         if key in ratios:
-            targets[f"{mode}_within_{TARGET_RATIO:g}x_vm_local_at_0.5s"] = (ratios[key] or 99) <= TARGET_RATIO
+            targets[f"{mode}_within_{limit:g}x_vm_local_at_0.5s"] = (ratios[key] or 99) <= limit
     targets["results_correct"] = results_correct(runs)
     return {
         "benchmark": "workflow", "params": {**params.__dict__, "cores": os.cpu_count()},
