@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import abc
 
-__all__ = ["Protocol", "asdict", "field", "fields", "logger", "record", "replace", "runtime_checkable"]
+__all__ = ["Buffer", "Headers", "Protocol", "asdict", "field", "fields", "logger", "record", "replace",
+           "runtime_checkable"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -199,6 +200,17 @@ class _LazyLogger:
     def __getattr__(self, attribute: str) -> object:
         import logging
         return getattr(logging.getLogger(self._name), attribute)
+
+
+# Type aliases used at run time too (in signatures of modules that do not import typing):
+# objects at run time, the real unions for type checkers.
+if TYPE_CHECKING:
+    from typing import List, Tuple, Union
+
+    Buffer = Union[bytes, bytearray, memoryview]
+    Headers = List[Tuple[str, str]]
+else:
+    Buffer = Headers = object
 
 
 def logger(name: str) -> "Logger":

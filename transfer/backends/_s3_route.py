@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 
-from transfer._lean import record
+from transfer._lean import Headers, record
 from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
 from transfer.errors import TransferError, TransientError
@@ -32,10 +32,6 @@ if TYPE_CHECKING:
     from transfer.credentials import CredentialSource
     from transfer.http.connection import Body
 
-if TYPE_CHECKING:
-    Headers = List[Tuple[str, str]]
-else:
-    Headers = object  # the alias above is for type checkers; typing is not imported at run time
 if TYPE_CHECKING:
     PoolFactory = Callable[[str], ConnectionPool]
 else:

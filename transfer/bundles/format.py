@@ -24,10 +24,10 @@ from __future__ import annotations
 import hashlib
 import struct
 from array import array
-from transfer._lean import record
+from transfer._lean import Buffer, record
 from transfer._lean_json import dumps
 
-from transfer.bundles.scan import Buffer, IndexSyntaxError, index_rows
+from transfer.bundles.scan import IndexSyntaxError, index_rows
 from transfer.errors import ChecksumMismatch
 
 TYPE_CHECKING = False

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import codecs
 
+from transfer._lean import Buffer
 from transfer._lean_json import raw_decode
 from transfer.errors import ChecksumMismatch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterable, Iterator, Union
+    from typing import Iterable, Iterator
 
-if TYPE_CHECKING:
-    Buffer = Union[bytes, bytearray, memoryview]
-else:
-    Buffer = object  # the alias above is for type checkers; typing is not imported at run time
 FORMAT = 1
 WINDOW = 64 << 10  # text kept ahead of the cursor: far more than any valid row (names <= 1 KiB)
 _SPACE = " \t\n\r"

@@ -19,18 +19,15 @@ import hashlib
 import io
 import os
 
+from transfer._lean import Buffer
 from transfer.atomic import AtomicFile, local_error
 from transfer.cache.layout import remove_quietly
 from transfer.cache.materialise import copy_range
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional, Union
+    from typing import Optional
 
-if TYPE_CHECKING:
-    Buffer = Union[bytes, bytearray, memoryview]
-else:
-    Buffer = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 class CacheSink(io.RawIOBase):

@@ -7,18 +7,15 @@ import ssl
 import threading
 from urllib.parse import urljoin, urlsplit
 
+from transfer._lean import Headers
 from transfer.errors import RemoteError
 from transfer.http.connection import Body, Timeouts
 from transfer.http.pool import ConnectionPool, PooledResponse, PoolStats
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Tuple
+    from typing import Callable, Dict, Optional, Tuple
 
-if TYPE_CHECKING:
-    Headers = List[Tuple[str, str]]
-else:
-    Headers = object  # the alias above is for type checkers; typing is not imported at run time
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 5
 
