@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+import boto3
 import classad2
 import pytest
 
@@ -140,6 +141,46 @@ def hold_reason_details(run: "PluginRun", plugin: str) -> str:
              f"{ad.eval('TransferError')} ( URL file = {ad.eval('TransferUrl')} )|"
              for ad in run.ads if ad.eval("TransferSuccess") is not True]
     return "|".join(reversed(parts))
+
+
+# --------------------------------------------------------------------------- shared test helpers
+
+
+def s3_client(server, **extra):
+    return boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.access_key,
+                        aws_secret_access_key=server.secret_key, region_name="us-east-1", **extra)
+
+
+def put_objects(server, bucket, objects):
+    client = s3_client(server)
+    for key, data in objects.items():
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def assert_filter_types(ad):
+    """Every attribute survives the starter's result filter unchanged (name and exact type)."""
+    for name in ad.keys():
+        expected = RESULT_TYPES.get(name.lower())
+        assert expected is not None, f"{name} would be dropped by the starter"
+        value = ad.eval(name)
+        assert type(value) is expected, f"{name} = {value!r} is not {expected.__name__}"
+    for entry in ad.eval("TransferErrorData") if "TransferErrorData" in ad else []:
+        for name in entry.keys():
+            expected = ERROR_DATA_TYPES.get(name.lower())
+            assert expected is not None and type(entry.eval(name)) is expected, f"TransferErrorData.{name}"
+
+
+def sandbox_leftovers(sandbox):
+    """Hidden files in the sandbox besides the starter's own (request, results, job and machine ads)."""
+    return sorted(p.name for p in sandbox.rglob(".*")
+                  if not p.name.startswith(".cloudio_plugin.") and p.name not in (".job.ad", ".machine.ad"))
+
+
+def write_credentials(path, server, secret):
+    path.write_text(f"[minio]\nendpoint = {server.endpoint}\n[test@minio]\naccess_key = {server.access_key}\n"
+                    f"secret_key = {secret}\n")
+    path.chmod(0o600)
+    return path
 
 
 def base_env(home: Path) -> Dict[str, str]:
