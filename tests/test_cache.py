@@ -468,3 +468,25 @@ def test_the_cache_benchmark_runs_small_and_meets_its_targets():
     assert all(row["get_unchecked_ms"] > 0 for row in result["latency_ms"])
     assert result["targets"]["files_identical"] is True
     assert result["targets"]["hardlink_get_of_100MB_under_5ms"] is None  # not measured at this size
+
+
+def test_removing_an_entry_takes_its_files_and_no_other_keys(tmp_path):
+    """remove_entry lists the shard once and unlinks the key's own files: data, metadata, pin,
+    peers capability, intact stamp and temp files; never its lock, nor a neighbour's files."""
+    from transfer.cache.evict import remove_entry
+    from transfer.cache.layout import Layout
+
+    layout = Layout(str(tmp_path))
+    mine = layout.paths_for_digest("ab" + "1" * 62)
+    other = layout.paths_for_digest("ab" + "2" * 62)
+    os.makedirs(mine.shard)
+    for paths in (mine, other):
+        for name in (paths.data, paths.meta, paths.pin, paths.peers, paths.stamp, paths.lock,
+                     f"{paths.data}.123.4.part"):
+            with open(name, "wb") as fh:
+                fh.write(b"12345")
+    assert remove_entry(mine) == 5
+    assert sorted(os.listdir(mine.shard)) == sorted(
+        [os.path.basename(mine.lock)] + [n for n in os.listdir(mine.shard) if n.startswith(other.digest)])
+    assert len([n for n in os.listdir(mine.shard) if n.startswith(other.digest)]) == 7
+    assert remove_entry(mine) is None  # nothing left to remove

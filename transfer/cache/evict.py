@@ -87,19 +87,20 @@ def _mtime(path: str) -> float:
 def remove_entry(paths: KeyPaths) -> Optional[int]:
     """Remove the entry and its files; the caller holds the key's lock exclusively.
 
-    Returns the size of the data file removed, None when there was none."""
-    try:
-        size: Optional[int] = os.stat(paths.data).st_size
-    except OSError:
-        size = None
-    if size is not None and not remove_quietly(paths.data):
-        size = None
-    remove_quietly(paths.meta)
-    remove_quietly(paths.pin)
-    remove_quietly(paths.peers)
-    remove_quietly(paths.stamp)
-    for leftover in paths.leftovers():
-        remove_quietly(leftover)
+    Returns the size of the data file removed, None when there was none. One listing of the
+    shard says which of the key's files exist; only those are unlinked (a new key: none)."""
+    names = paths.own_files()
+    size: Optional[int] = None
+    if paths.digest in names:
+        try:
+            size = os.stat(paths.data).st_size
+        except OSError:
+            size = None
+        if size is not None and not remove_quietly(paths.data):
+            size = None
+    for name in names:
+        if name != paths.digest:
+            remove_quietly(f"{paths.shard}/{name}")
     return size
 
 

@@ -34,7 +34,7 @@ from transfer.errors import ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterator, Optional, Tuple
+    from typing import Iterator, List, Optional, Tuple
 
 DIR_MODE = 0o700
 ENTRY_MODE = 0o444
@@ -59,7 +59,7 @@ class KeyPaths:
 
     @property
     def data(self) -> str:
-        return os.path.join(self.shard, self.digest)
+        return f"{self.shard}/{self.digest}"  # os.path.join's checks, 14 times per insert, cost more
 
     @property
     def meta(self) -> str:
@@ -95,6 +95,17 @@ class KeyPaths:
             make_private_dirs(self.shard)
             fd = os.open(path, _TEMP_FLAGS, FILE_MODE)
         return fd, path
+
+    def own_files(self) -> List[str]:
+        """Names in the shard of this key's files but its lock: data, metadata, pin, peers
+        capability, intact stamp and temp files (one listing; only under the key's exclusive lock)."""
+        try:
+            names = os.listdir(self.shard)
+        except FileNotFoundError:
+            return []
+        prefix = self.digest + "."
+        fixed = {self.digest, prefix + "meta", prefix + "pin", prefix + "peers", prefix + "ok"}
+        return [n for n in names if n in fixed or (n.startswith(prefix) and n.endswith(".part"))]
 
     def leftovers(self) -> Iterator[str]:
         """Temp files of this key (only ever called under the key's exclusive lock)."""
