@@ -3,7 +3,7 @@
 #                builds only MinIO and s5cmd, needs no root
 #   make test    type checks and the test suite against real servers started on loopback;
 #                also installs the system packages the servers need (scripts/system-deps.sh)
-#                and builds the HTCondor pool's Debian 13 root (make pool)
+#                and builds the HTCondor pools' Debian 13 and testing roots (make pool)
 # Both create .venv from pinned requirements and build the pinned Go tools into .tools/; long
 # steps print a line every 30 s (scripts/heartbeat.sh).
 
@@ -36,11 +36,13 @@ bench: $(STAMP)
 	$(HEARTBEAT) "building $(BENCH_TOOLS)" $(PY) -m pegasus_cloudio.testbed.tools $(BENCH_TOOLS)
 	$(VENV)/bin/pegasus-cloudio bench small-files $(ARGS)
 
-# The Debian 13 root the real HTCondor pool of the tests runs in (root; cached per machine
-# under /var/cache/pegasus-cloudio, so later runs cost one lock), the Pegasus tarball unpacked
+# The Debian roots the real HTCondor pools of the tests run in (root; cached per machine
+# under /var/cache/pegasus-cloudio, so later runs cost one lock): Debian 13 (HTCondor 23.9)
+# and Debian testing (HTCondor 25.x, the plugin tests only); the Pegasus tarball unpacked
 # there and the wheels the planned-run tests install on the pool's workers (Python 3.13).
 pool: $(STAMP) system
-	$(HEARTBEAT) "building the HTCondor pool root" $(PY) -m pegasus_cloudio.testbed.condor_root
+	$(HEARTBEAT) "building the HTCondor pool root (Debian 13)" $(PY) -m pegasus_cloudio.testbed.condor_root trixie
+	$(HEARTBEAT) "building the HTCondor pool root (Debian testing)" $(PY) -m pegasus_cloudio.testbed.condor_root testing
 	$(HEARTBEAT) "unpacking Pegasus 5.1.2, fetching the workers' wheels" $(PY) -m pegasus_cloudio.testbed.pegasus_pool
 
 test: tools pool

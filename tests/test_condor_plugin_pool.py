@@ -1,4 +1,5 @@
-"""The plugin through the real ``condor_starter`` (HTCondor 23.9 from Debian 13; tests/fixtures_pool.py).
+"""The plugin through the real ``condor_starter``, on two pools (tests/fixtures_pool.py): HTCondor
+23.9 from Debian 13 (id ``23.9``) and 25.x from Debian testing (id ``25.x``); every test runs on both.
 
 Installed as docs/condor.md says, on the execute host (the pool's root, Python 3.13): a venv
 with the system site packages (Debian's python3-htcondor gives ``classad2``), the wheel
@@ -7,7 +8,10 @@ built from this checkout, a link ``/usr/libexec/condor/cloudio_plugin``, listed 
 reach the plugin as written. MinIO runs on the host's loopback behind a counting proxy;
 credentials travel with each job (``credentials.conf``, mode 0600) and are named by the
 job's ``CLOUDIO_PEGASUS_CREDENTIALS``, which a 23.9 starter does not pass to plugins: the
-plugin reads it from the job ad. Every wait is on a condition with a bound.
+plugin reads it from the job ad. The 23.9 starter speaks protocol 2 to the plugin (it knows no
+other multi-file version), a 25.6+ starter the plugin's ``ProtocolVersion = 4``: the starters log
+at ``D_FULLDEBUG`` and the protocol test reads the plugin's input from the StarterLog. Every wait
+is on a condition with a bound.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from typing import Callable, Dict, Iterator, List, Sequence
 
 import boto3
 import pytest
-from installed import build_sdist_and_wheel
 
+from pegasus_cloudio.condor.ads import split_ads
 from pegasus_cloudio.testbed.condor_pool import CondorPool
+from pegasus_cloudio.testbed.condor_root import SUITE, TESTING_SUITE
 from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
 
 PLUGIN = "/usr/libexec/condor/cloudio_plugin"
@@ -34,7 +39,12 @@ FILETRANSFER_PLUGINS = $(FILETRANSFER_PLUGINS), {PLUGIN}
 SIGN_S3_URLS = false
 # the plugin's stderr on failure lands here, for the tests' diagnostics
 LOG_FILETRANSFER_PLUGIN_STDOUT_ON_FAILURE = D_ALWAYS
+# the plugin's command line and (25.x) its input file, for the protocol test
+STARTER_DEBUG = D_FULLDEBUG
 """
+# (suite, the HTCondor series its root must run) and the multi-file protocol its starter must speak
+POOLS = [pytest.param((SUITE, (23, 9)), id="23.9"), pytest.param((TESTING_SUITE, (25,)), id="25.x")]
+PROTOCOL = {SUITE: 2, TESTING_SUITE: 4}
 STARTD_HOME = 'STARTD_EXEC1_ENVIRONMENT = "HOME=/root"\n'
 JOB = """\
 #!/bin/sh
@@ -60,15 +70,16 @@ def wait_for(condition: Callable[[], object], what: str, limit: float = 180.0,
 # --------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def plugin_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CondorPool]:
-    """A pool of its own (one startd, two slots) with the plugin installed from the wheel."""
-    dist = tmp_path_factory.mktemp("plugin-dist")
-    _, wheel = build_sdist_and_wheel(dist)
-    os.chmod(dist, 0o755)
+@pytest.fixture(scope="module", params=POOLS)
+def plugin_pool(request: pytest.FixtureRequest, our_wheel: Path) -> Iterator[CondorPool]:
+    """A pool of its own (one startd, two slots) on the parameter's root, with the plugin
+    installed from our wheel (tests/fixtures_pool.py)."""
+    suite, series = request.param
+    wheel = our_wheel
     # HOME=/root, as a master started from a root shell hands it down: the job's user cannot
     # read /root/.pegasus/cloudio.conf, and that default file must not stop any transfer.
-    with CondorPool(startds=("exec1",), slots=2, binds=[dist], config=STARTD_HOME) as pool:
+    with CondorPool(startds=("exec1",), slots=2, binds=[wheel.parent], config=STARTD_HOME, suite=suite) as pool:
+        assert pool.version[:len(series)] == series, f"the {suite} root runs HTCondor {pool.version}"
         assert "HOME=/root" in _startd_environment(pool), "the startd runs without HOME=/root"
         pool.run(["python3", "-m", "venv", "--system-site-packages", VENV], user="root")
         pool.run([f"{VENV}/bin/pip", "install", "--quiet", "--no-index", "--no-deps", str(wheel)], user="root")
@@ -209,6 +220,52 @@ def test_the_starter_accepts_the_query_and_advertises_the_methods(plugin_pool: C
         assert version not in ("", "undefined"), line
 
 
+def starter_log_lines(pool: CondorPool, marker: str) -> List[str]:
+    """The text after ``marker`` on every line of every StarterLog that holds it."""
+    found = []
+    for path in sorted(pool.log_dir.glob("StarterLog*")):
+        for line in path.read_text(errors="replace").splitlines():
+            if marker in line:
+                found.append(line.split(marker, 1)[1])
+    return found
+
+
+def protocol_of(plugin_input: str) -> int:
+    """The multi-file protocol of a plugin input that carries the job's ``PluginData``: 4 when
+    it travels in a non-file ad ahead of the file ads, 2 when it is copied into every file ad."""
+    ads = split_ads(plugin_input)
+    files = [ad for ad in ads if re.search(r"\bUrl\s*=", ad, re.I)]
+    others = [ad for ad in ads if ad not in files]
+    if others and re.search(r"\bPluginData\s*=", others[0]) and not any("PluginData" in ad for ad in files):
+        return 4
+    if files and all("PluginData" in ad for ad in files):
+        return 2
+    raise AssertionError(f"no PluginData where protocol 2 or 4 puts it: {plugin_input[:600]}")
+
+
+def test_the_starter_speaks_the_newest_protocol_it_knows(plugin_pool: CondorPool, store: Store) -> None:
+    """The plugin answers ``ProtocolVersion = 4``; a 25.6+ starter then sends a job's
+    ``PluginData`` as a non-file ad (logged at D_FULLDEBUG as "with plugin input"), which the
+    plugin skips. A 23.9 starter knows only protocol 2: it runs the plugin with ``-infile``
+    and neither logs the input nor sends ``PluginData``. The file arrives either way."""
+    store.put({"probe/p.dat": b"protocol probe"})
+    work = job_dir(plugin_pool, "protocol", store)
+    url = store.url("probe/p.dat")
+    probe = 'My.PluginData = [ probe = "cloudio-protocol-probe" ]'
+    cluster = plugin_pool.submit(submit_text([url], extra=probe), cwd=work)
+    assert plugin_pool.wait_done(cluster)["ExitCode"] == "0"
+    assert "p.dat" in (work / "listing.txt").read_text()
+    invoked = [line for line in starter_log_lines(plugin_pool, "FILETRANSFER: invoking: ") if PLUGIN in line]
+    assert any("-infile" in line and "-upload" not in line for line in invoked), invoked[-3:]
+    inputs = [text for text in starter_log_lines(plugin_pool, "FILETRANSFER: with plugin input: ") if url in text]
+    if PROTOCOL[plugin_pool.suite] == 2:
+        assert not inputs and plugin_pool.version < (25, 6, 1), (plugin_pool.version, inputs[-1:])
+        return
+    assert len(inputs) == 1, inputs
+    assert "cloudio-protocol-probe" in inputs[0], inputs[0][:600]
+    assert protocol_of(inputs[0]) == 4, inputs[0][:600]
+
+
 def test_two_hundred_inputs_arrive_byte_exact_on_few_connections(plugin_pool: CondorPool, store: Store) -> None:
     objects = {f"inputs/f{n:03d}.dat": os.urandom(1000 + 37 * n) for n in range(210)}
     store.put(objects)
@@ -310,7 +367,7 @@ def test_two_hundred_failures_hold_the_job_once_with_a_short_reason(plugin_pool:
     assert store.proxy.requests == len(keys), (store.proxy.requests, ad.get("NumShadowStarts"))
     assert "Failed to read status report" not in (plugin_pool.log_dir / "ShadowLog").read_text(errors="replace")
     assert len(reason) < 16384, len(reason)
-    first = reason.split("|Error: ", 1)[1]
+    first = reason[reason.find("Download of "):]   # 23.9: after "|Error: "; 25.x: after "Details: "
     assert first.startswith(f"Download of {store.url(keys[0])} failed: access denied"), first[:400]
     assert "the first of 200 failed files, out of 200" in first
     assert "wrong-secret" not in reason

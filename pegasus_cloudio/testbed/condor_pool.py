@@ -1,9 +1,10 @@
 """A real HTCondor pool on loopback: collector, negotiator, schedd and named startds.
 
-`CondorPool` runs the cached Debian 13 root of `condor_root` (HTCondor 23.x from
-``minicondor``) as a service manager would: ``condor_master -f`` by ``chroot`` under
-``env -i``, as root, with the daemons on 127.0.0.1 (the collector on a free port, the others
-on ephemeral ones, no shared port). Jobs run as the non-root submitter ``cloudio``.
+`CondorPool` runs a cached Debian root of `condor_root` (``suite``: Debian 13 with HTCondor
+23.9 from ``minicondor`` by default, or ``testing`` with HTCondor 25.x) as a service manager
+would: ``condor_master -f`` by ``chroot`` under ``env -i``, as root, with the daemons on
+127.0.0.1 (the collector on a free port, the others on ephemeral ones, no shared port). Jobs
+run as the non-root submitter ``cloudio``.
 
 Isolation, so that several pools (pytest processes, worktrees) run at once:
 - each pool lives in its own directory under ``/var/tmp/cloudio-pools`` (not under
@@ -45,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Dict, List, Mapping, Optional, Sequence, Type, Union
 
-from .condor_root import PACKAGES, SUBMITTER, build_root
+from .condor_root import ROOTS, SUBMITTER, SUITE, build_root
 from .ports import free_port
 
 __all__ = ["CondorPool", "PoolError", "POOL_BASE", "reap_orphans"]
@@ -121,28 +122,33 @@ class CondorPool:
             missing): work dirs, a Pegasus dist, a venv.
         config: extra HTCondor configuration (plugin registration, startd cron), written to
             the pool's config directory before the daemons start; `add_config` adds more later.
-        packages: the root's packages (`condor_root.PACKAGES` extended, for example).
+        suite: the Debian suite of the root (a key of `condor_root.ROOTS`).
+        packages: the root's packages (default: the suite's in `condor_root.ROOTS`;
+            `condor_root.PACKAGES` extended, for example).
 
     Attributes (meaningful once started): ``dir`` (the pool directory), ``shared`` (bound
     inside at the same path), ``log_dir`` (HTCondor's logs, seen from outside), ``port``
     (collector), ``master_pid``, ``submitter``, ``submitter_uid``, ``submitter_gid``,
-    ``startd_names``, ``hostname``.
+    ``startd_names``, ``hostname``, ``version`` (HTCondor's, e.g. ``(25, 0, 1)``).
     """
 
     def __init__(self, *, startds: Sequence[str] = ("node1", "node2"), slots: int = 2,
                  binds: Sequence[Union[str, Path]] = (), config: str = "",
-                 packages: Sequence[str] = PACKAGES, start_timeout: float = 240.0,
-                 memory_mb: int = 2048) -> None:
+                 suite: str = SUITE, packages: Optional[Sequence[str]] = None,
+                 start_timeout: float = 240.0, memory_mb: int = 2048) -> None:
         if len(set(startds)) != len(startds) or not startds:
             raise ValueError(f"startd names must be distinct and at least one: {list(startds)}")
         for name in startds:
             if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
                 raise ValueError(f"startd name {name!r}: lower-case letters, digits, '-'")
+        if packages is None and suite not in ROOTS:
+            raise ValueError(f"suite {suite!r} has no package list: pass packages (known: {', '.join(ROOTS)})")
         self.startd_names = list(startds)
         self.slots = slots
         self.binds = [Path(b).resolve() for b in binds]
         self.extra_config = config
-        self.packages = list(packages)
+        self.suite = suite
+        self.packages = list(ROOTS[suite] if packages is None else packages)
         self.start_timeout = start_timeout
         self.memory_mb = memory_mb
         self.submitter = SUBMITTER
@@ -154,6 +160,7 @@ class CondorPool:
         self.dir = Path()
         self.shared = Path()
         self.log_dir = Path()
+        self.version: "tuple[int, int, int]" = (0, 0, 0)
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._mnt_ns = ""
         self._homes: Dict[str, str] = {}
@@ -163,7 +170,7 @@ class CondorPool:
     def start(self) -> "CondorPool":
         """Build the root if needed, start the master, wait until every slot and the schedd
         are in the collector. Raises PoolError (with log tails) when they are not in time."""
-        lower = build_root(self.packages)
+        lower = build_root(self.packages, suite=self.suite)
         base = Path(os.environ.get(POOL_BASE_ENV) or POOL_BASE)
         base.mkdir(parents=True, exist_ok=True)
         reap_orphans(base)
@@ -174,6 +181,7 @@ class CondorPool:
             self._prepare(lower)
             self._launch(lower)
             self._wait_ready()
+            self.version = self._condor_version()
         except BaseException:
             self.stop()
             raise
@@ -251,6 +259,14 @@ class CondorPool:
             time.sleep(_POLL_S)
         raise PoolError(f"pool {self.dir} not ready in {self.start_timeout:.0f} s "
                         f"(slots seen: {seen}){self._diagnostics()}")
+
+    def _condor_version(self) -> "tuple[int, int, int]":
+        text = self.run(["condor_version"], user="root").stdout
+        found = re.search(r"\$CondorVersion: (\d+)\.(\d+)\.(\d+) ", text)
+        if not found:
+            raise PoolError(f"condor_version in pool {self.dir.name} printed no version: {text[:200]!r}")
+        major, minor, patch = (int(g) for g in found.groups())
+        return major, minor, patch
 
     def _diagnostics(self) -> str:
         parts = []
