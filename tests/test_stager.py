@@ -1,6 +1,8 @@
 """The node stager: the drop-in hands its job to ``pegasus-cloudio stager`` and behaves exactly
 as in-process (streams, exit code, environment, directory, umask, signals), falls back to
-in-process when no stager answers, and the stager guards its socket."""
+in-process when no stager answers, and the stager guards its socket. Jobs run the installed
+command, the native front end (``tests/fixtures_native.py``; ``test_native_front_end.py``
+compares it with the Python client)."""
 
 import json
 import os
@@ -20,7 +22,6 @@ from pegasus_cloudio.testbed.proxy import Fault
 from pegasus_cloudio.testbed.stager import StagerProcess
 from transfer.cache import cache_from_settings
 
-OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 MiB = 1 << 20
 
 
@@ -37,8 +38,8 @@ def job_env(stager_socket, **extra):
     return env
 
 
-def run_job(argv, env, cwd, stdin=b"", umask=None):
-    return subprocess.run(OURS + list(argv), input=stdin, capture_output=True, env=env, cwd=cwd, timeout=120,
+def run_job(ours, argv, env, cwd, stdin=b"", umask=None):
+    return subprocess.run(list(ours) + list(argv), input=stdin, capture_output=True, env=env, cwd=cwd, timeout=120,
                           preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
 
 
@@ -59,12 +60,13 @@ def stager():
         yield daemon
 
 
-def test_a_job_runs_in_the_stager_with_its_own_streams_directory_umask_and_exit_code(stager, tmp_path):
+def test_a_job_runs_in_the_stager_with_its_own_streams_directory_umask_and_exit_code(native_dropin, stager, tmp_path):
     job = tmp_path / "job"
     job.mkdir()
     (job / "in.dat").write_bytes(b"input bytes")
     (job / "spec.json").write_text(json.dumps([entry(f"file://{job}/in.dat", f"file://{job}/out/copy.dat")]))
-    done = run_job(["-f", "spec.json"], job_env(stager.socket_path), job, umask=0o027)  # a path relative to the job
+    done = run_job(native_dropin, ["-f", "spec.json"], job_env(stager.socket_path), job,  # a path relative to the job
+                   umask=0o027)
     assert done.returncode == 0, done.stderr.decode()
     assert (job / "out" / "copy.dat").read_bytes() == b"input bytes"
     assert stat.S_IMODE(os.stat(job / "out" / "copy.dat").st_mode) == 0o640  # the job's umask, not the stager's
@@ -73,31 +75,32 @@ def test_a_job_runs_in_the_stager_with_its_own_streams_directory_umask_and_exit_
     wait_for(lambda: served(stager), "the stager's log line")
     assert served(stager)[-1].split(" exited ")[1].startswith("0 ")
 
-    missing = run_job([], job_env(stager.socket_path), job,
+    missing = run_job(native_dropin, [], job_env(stager.socket_path), job,
                       stdin=json.dumps([entry(f"file://{job}/absent.dat", f"file://{job}/x.dat")]).encode())
     assert missing.returncode == 1 and b"absent.dat" in missing.stderr
     assert not (job / "x.dat").exists()
     wait_for(lambda: len(served(stager)) == 2, "the second job's log line")
 
 
-def test_the_job_sees_the_clients_environment_not_the_stagers(stager, tmp_path):
-    done = run_job([], job_env(stager.socket_path, PEGASUS_CLOUDIO_THREADS="lots"), tmp_path,
+def test_the_job_sees_the_clients_environment_not_the_stagers(native_dropin, stager, tmp_path):
+    done = run_job(native_dropin, [], job_env(stager.socket_path, PEGASUS_CLOUDIO_THREADS="lots"), tmp_path,
                    stdin=json.dumps([entry(f"file://{tmp_path}/a", f"file://{tmp_path}/b")]).encode())
     assert done.returncode == 1
     assert b"PEGASUS_CLOUDIO_THREADS must be a whole number" in done.stderr
     wait_for(lambda: served(stager), "the stager's log line")  # it ran in the stager, which has no such setting
 
 
-def test_usage_errors_and_version_keep_their_exit_codes(stager, tmp_path):
-    assert run_job(["--version"], job_env(stager.socket_path), tmp_path).stdout.startswith(b"pegasus-cloudio-transfer ")
-    bad = run_job(["--no-such-flag"], job_env(stager.socket_path), tmp_path)
+def test_usage_errors_and_version_keep_their_exit_codes(native_dropin, stager, tmp_path):
+    version = run_job(native_dropin, ["--version"], job_env(stager.socket_path), tmp_path)
+    assert version.stdout.startswith(b"pegasus-cloudio-transfer ")
+    bad = run_job(native_dropin, ["--no-such-flag"], job_env(stager.socket_path), tmp_path)
     assert bad.returncode == 2 and b"unrecognized arguments: --no-such-flag" in bad.stderr
 
 
-def test_without_a_stager_the_job_runs_in_process_after_one_warning(tmp_path):
+def test_without_a_stager_the_job_runs_in_process_after_one_warning(native_dropin, tmp_path):
     (tmp_path / "a").write_bytes(b"x" * 10)
     absent = tmp_path / "no-stager.sock"
-    done = run_job([], job_env(absent), tmp_path,
+    done = run_job(native_dropin, [], job_env(absent), tmp_path,
                    stdin=json.dumps([entry(f"file://{tmp_path}/a", f"file://{tmp_path}/b")]).encode())
     assert done.returncode == 0 and (tmp_path / "b").read_bytes() == b"x" * 10
     warnings = [line for line in done.stderr.decode().splitlines() if "node stager" in line]
@@ -118,19 +121,22 @@ def _parts(job):
     return [p for p in job.rglob("*") if p.name.endswith(".part")]
 
 
-def _job_in_a_stalled_download(stager, proxied, minio, bucket, tmp_path, stderr):
-    """A drop-in job handed to ``stager``, once its download has written some bytes and stalled."""
+def _job_in_a_stalled_download(ours, stager, proxied, minio, bucket, tmp_path, stderr):
+    """A job of command ``ours`` handed to ``stager``, once its download has written some bytes
+    and stalled."""
     proxy, env = proxied
     job, spec = _stalled_get(proxy, minio, bucket, tmp_path)
-    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=stderr, cwd=job, env=job_env(stager.socket_path, **env))
+    proc = subprocess.Popen(ours, stdin=subprocess.PIPE, stderr=stderr, cwd=job,
+                            env=job_env(stager.socket_path, **env))
     proc.stdin.write(json.dumps(spec).encode())
     proc.stdin.close()
     wait_for(lambda: _parts(job) and os.path.getsize(_parts(job)[0]) > 0, "a partial download")
     return proc, job
 
 
-def test_sigterm_to_the_job_reaches_the_stager_process_running_it(stager, proxied, minio, bucket, tmp_path):
-    proc, job = _job_in_a_stalled_download(stager, proxied, minio, bucket, tmp_path, subprocess.PIPE)
+def test_sigterm_to_the_job_reaches_the_stager_process_running_it(native_dropin, stager, proxied, minio, bucket,
+                                                                  tmp_path):
+    proc, job = _job_in_a_stalled_download(native_dropin, stager, proxied, minio, bucket, tmp_path, subprocess.PIPE)
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=30)
     err = proc.stderr.read().decode()
@@ -139,8 +145,9 @@ def test_sigterm_to_the_job_reaches_the_stager_process_running_it(stager, proxie
     assert _parts(job) == [] and not (job / "big.dat").exists()
 
 
-def test_a_killed_job_stops_its_stager_process_and_leaves_no_part_file(stager, proxied, minio, bucket, tmp_path):
-    proc, job = _job_in_a_stalled_download(stager, proxied, minio, bucket, tmp_path, subprocess.DEVNULL)
+def test_a_killed_job_stops_its_stager_process_and_leaves_no_part_file(native_dropin, stager, proxied, minio, bucket,
+                                                                       tmp_path):
+    proc, job = _job_in_a_stalled_download(native_dropin, stager, proxied, minio, bucket, tmp_path, subprocess.DEVNULL)
     proc.kill()  # HTCondor's SIGKILL: the client cannot pass anything on
     proc.wait(timeout=30)
     wait_for(lambda: served(stager), "the stager's process to end")
@@ -199,7 +206,8 @@ def test_a_stager_of_another_user_is_not_used(tmp_path, monkeypatch):
         server.close()
 
 
-def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(stager, proxied, bucket, tmp_path):
+def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(native_dropin, stager, proxied, bucket,
+                                                                         tmp_path):
     """Write-behind: the stager answers the job, then inserts the members it fetched; the next
     job on the node reads them from the cache without a request."""
     proxy, env = proxied
@@ -211,7 +219,7 @@ def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(stager
     url = f"s3://test@minio/{bucket}/run"
     common = dict(env, PEGASUS_CLOUDIO_BUNDLE="1", PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES="0")
     up = [entry(f"file://{src}/{n}", f"{url}/{n}", "local", "minio") for n in names]
-    done = run_job([], job_env(stager.socket_path, **common), tmp_path, stdin=json.dumps(up).encode())
+    done = run_job(native_dropin, [], job_env(stager.socket_path, **common), tmp_path, stdin=json.dumps(up).encode())
     assert done.returncode == 0, done.stderr.decode()
     cache = tmp_path / "cache"
     node = job_env(stager.socket_path, **dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache)))
@@ -219,7 +227,7 @@ def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(stager
         (tmp_path / job).mkdir()
         proxy.reset_counters()
         down = [entry(f"{url}/{n}", f"file://{tmp_path}/{job}/{n}", "minio", "local") for n in names]
-        done = run_job([], node, tmp_path / job, stdin=json.dumps(down).encode())
+        done = run_job(native_dropin, [], node, tmp_path / job, stdin=json.dumps(down).encode())
         assert done.returncode == 0, done.stderr.decode()
         assert all((tmp_path / job / n).read_bytes() == n.encode() * 30 for n in names)
         if job == "first":
@@ -244,7 +252,7 @@ def test_requests_round_trip_any_argument_and_environment_and_refuse_garbage():
         assert wire.decode_request(bad) is None, bad
 
 
-def test_a_client_that_sends_garbage_gets_exit_2_and_the_stager_serves_on(stager, tmp_path):
+def test_a_client_that_sends_garbage_gets_exit_2_and_the_stager_serves_on(native_dropin, stager, tmp_path):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(stager.socket_path)
     with open(os.devnull, "rb") as null_in, open(tmp_path / "err", "wb") as err:
@@ -256,7 +264,7 @@ def test_a_client_that_sends_garbage_gets_exit_2_and_the_stager_serves_on(stager
     assert (tmp_path / "err").read_bytes() == b"pegasus-transfer: the node stager got a malformed request\n"
     wait_for(lambda: served(stager), "the refused request's log line")
     assert " exited 2 " in served(stager)[-1]
-    assert run_job(["--version"], job_env(stager.socket_path), tmp_path).returncode == 0
+    assert run_job(native_dropin, ["--version"], job_env(stager.socket_path), tmp_path).returncode == 0
 
 
 def test_a_job_handed_to_the_stager_imports_only_the_lean_client(stager, tmp_path):
@@ -264,7 +272,7 @@ def test_a_job_handed_to_the_stager_imports_only_the_lean_client(stager, tmp_pat
     (_socket, _signal), so neither re (the generated console_scripts wrapper), socket, signal,
     enum, json nor typing is imported before the stager has the job."""
     repo = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-S", "-X", "importtime", str(repo / "bin" / "pegasus-cloudio-transfer")],
+    done = subprocess.run([sys.executable, "-S", "-X", "importtime", str(repo / "bin" / "pegasus-cloudio-transfer-py")],
                           input=b"[]", capture_output=True, env=job_env(stager.socket_path, PYTHONPATH=str(repo)),
                           cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

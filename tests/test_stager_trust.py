@@ -12,7 +12,7 @@ import pytest
 
 from pegasus_cloudio.stager.server import StagerError, listen
 from pegasus_cloudio.testbed.stager import StagerProcess
-from test_stager import OURS, entry, job_env, served, wait_for
+from test_stager import entry, job_env, served, wait_for
 
 NOBODY = 65534
 
@@ -33,7 +33,7 @@ def test_a_socket_path_through_another_users_symlink_is_refused(tmp_path):
     listen(str(own / "s.sock")).close()
 
 
-def test_a_job_from_another_mount_namespace_runs_in_its_own_process(tmp_path):
+def test_a_job_from_another_mount_namespace_runs_in_its_own_process(native_dropin, tmp_path):
     """The job's cwd and paths are resolved in its mount namespace; the stager would resolve
     them in its own and could write outside the job's sandbox. It refuses, the job says why
     in one line and transfers in-process, and the stager serves no job."""
@@ -42,7 +42,7 @@ def test_a_job_from_another_mount_namespace_runs_in_its_own_process(tmp_path):
     (job / "in.dat").write_bytes(b"input")
     spec = json.dumps([entry(f"file://{job}/in.dat", f"file://{job}/out.dat")])
     with StagerProcess() as stager:
-        argv = ["unshare", "--mount", "--propagation", "private", *OURS]
+        argv = ["unshare", "--mount", "--propagation", "private", *native_dropin]
         done = subprocess.run(argv, input=spec.encode(), capture_output=True, env=job_env(stager.socket_path),
                               cwd=job, timeout=120)
         err = done.stderr.decode()
@@ -53,7 +53,7 @@ def test_a_job_from_another_mount_namespace_runs_in_its_own_process(tmp_path):
         assert "transferring in this process" in refusals[0]
         assert not served(stager)
         # the same job from this namespace is served by the stager
-        done = subprocess.run(OURS, input=spec.encode(), capture_output=True, env=job_env(stager.socket_path),
+        done = subprocess.run(native_dropin, input=spec.encode(), capture_output=True, env=job_env(stager.socket_path),
                               cwd=job, timeout=120)
         assert done.returncode == 0 and b"refused" not in done.stderr
         wait_for(lambda: served(stager), "the stager's log line")

@@ -83,7 +83,7 @@ def imported(bin_dir: str, argv: List[str], env: Dict[str, str], cwd: Path, stdi
 
 def test_a_one_file_s3_job_imports_only_the_pinned_modules(job: Dict[str, object]) -> None:
     bin_dir = str(job["bin"])
-    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], job["env"],  # type: ignore[arg-type]
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer-py")], job["env"],  # type: ignore[arg-type]
                      job["cwd"], str(job["spec"]))  # type: ignore[arg-type]
     assert (Path(str(job["cwd"])) / "f.a").read_bytes() == b"x" * 300
     assert not found & NEVER, sorted(found & NEVER)
@@ -92,7 +92,7 @@ def test_a_one_file_s3_job_imports_only_the_pinned_modules(job: Dict[str, object
 
 def test_an_empty_job_imports_no_engine_session_or_backend(job: Dict[str, object]) -> None:
     bin_dir = str(job["bin"])
-    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], job["env"],  # type: ignore[arg-type]
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer-py")], job["env"],  # type: ignore[arg-type]
                      job["cwd"], "[]")  # type: ignore[arg-type]
     assert found <= ONE_FILE_S3 and not found & NEVER, sorted(found - ONE_FILE_S3)
     assert not found & {"transfer.engine", "transfer.session", "transfer.backends.s3", "transfer.http.connection",
@@ -104,7 +104,7 @@ def test_the_node_cache_brings_no_bundles_or_peers(job: Dict[str, object]) -> No
     env = dict(job["env"])  # type: ignore[call-overload]
     env.pop("PEGASUS_CLOUDIO_CACHE_DIR")
     bin_dir = str(job["bin"])
-    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], env, job["cwd"],  # type: ignore[arg-type]
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer-py")], env, job["cwd"],  # type: ignore[arg-type]
                      str(job["spec"]))
     assert "transfer.cache.store" in found
     assert not [name for name in found if name.startswith(("transfer.bundles", "transfer.p2p", "transfer.peers"))]
@@ -117,7 +117,7 @@ def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: D
     env = dict(job["env"], PEGASUS_CLOUDIO_BUNDLE="1",  # type: ignore[call-overload]
                PEGASUS_CLOUDIO_CACHE_DIR=str(Path(str(job["cwd"])).parent / "cache"))
     bin_dir = str(job["bin"])
-    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], env, job["cwd"],  # type: ignore[arg-type]
+    found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer-py")], env, job["cwd"],  # type: ignore[arg-type]
                      str(job["spec"]))
     assert (Path(str(job["cwd"])) / "f.a").read_bytes() == b"x" * 300
     assert "transfer.cache.store" in found and "transfer.bundles.staging" in found  # both were on

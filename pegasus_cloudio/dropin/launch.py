@@ -1,9 +1,17 @@
-"""The ``pegasus-cloudio-transfer`` command: hand the job to the node stager, else run it here.
+"""The Python drop-in command: hand the job to the node stager, else run it here.
 
 With ``PEGASUS_CLOUDIO_STAGER`` set to a stager's socket (:mod:`pegasus_cloudio.stager`), in
 the environment or else in the config file (:mod:`transfer.knobs`), the job runs in that
-stager (no interpreter start-up or imports paid here when the environment names it); when it
-is unset, or no stager takes the job, the drop-in runs in this process as usual.
+stager; when it is unset, or no stager takes the job, the drop-in runs in this process.
+
+Installed from a wheel built with a C compiler, ``pegasus-cloudio-transfer`` is the native
+front end (``native/pegasus_cloudio_transfer.c``): it hands a job to a stager the environment
+names without starting Python, and otherwise execs this script
+(``pegasus-cloudio-transfer-py``), telling it two things in internal variables that are
+removed here before anything else reads the environment (so no job, stock tool or stager
+request sees them): :data:`NATIVE_VAR`, its own path, which becomes ``sys.argv[0]`` (what the
+stock-tool finder skips as itself); :data:`TRIED_VAR`, set when it has already tried the
+stager and said why it runs the job here, so the stager is not tried (nor warned about) twice.
 """
 
 from __future__ import annotations
@@ -16,8 +24,16 @@ if TYPE_CHECKING:
     from typing import Mapping
 
 
+NATIVE_VAR = "_PEGASUS_CLOUDIO_NATIVE"
+TRIED_VAR = "_PEGASUS_CLOUDIO_STAGER_TRIED"
+
+
 def console_main() -> None:
-    path = stager_socket(os.environ)
+    native = os.environ.pop(NATIVE_VAR, "")
+    if native and sys.argv:
+        sys.argv[0] = native
+    tried = os.environ.pop(TRIED_VAR, "")
+    path = "" if tried else stager_socket(os.environ)
     if path:
         from pegasus_cloudio.stager.client import hand_off
         code = hand_off(path, sys.argv[1:], os.environ)

@@ -46,6 +46,10 @@ def hand_off(path: str, argv: "Sequence[str]", env: "Mapping[str, str]") -> "Opt
         umask = os.umask(0o22)
         os.umask(umask)
         request = wire.encode_request(os.getcwd(), umask, argv, env)
+        if len(request) > wire.MAX_REQUEST:  # the stager would refuse it after reading the header
+            _warn(f"node stager {path} did not take the job (a request of {len(request)} bytes, over "
+                  f"{wire.MAX_REQUEST}); transferring in this process")
+            return None
         fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))  # an array of C ints
         try:
             sock.sendmsg([wire.length(len(request))], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
