@@ -15,10 +15,11 @@
  *   run the job in-process as below, with _PEGASUS_CLOUDIO_STAGER_TRIED=1 so the Python side
  *   does not try (and warn) again.
  * - Otherwise (and after such a fallback): execv the Python drop-in, PY_NAME in the directory
- *   of this program's real path (/proc/self/exe, so a pegasus-transfer symlink to it works),
- *   with the same arguments and _PEGASUS_CLOUDIO_NATIVE=<that real path>, which launch.py makes
- *   its sys.argv[0] (the stock-tool finder skips this program by it). launch.py removes both
- *   variables before the job runs. A stager named only in the config file is found there.
+ *   of this program's real path (/proc/self/exe, else argv[0]'s; so a pegasus-transfer symlink
+ *   to it works), with the same arguments and _PEGASUS_CLOUDIO_NATIVE=<that real path>, which
+ *   launch.py makes its sys.argv[0] (the stock-tool finder skips this program by it).
+ *   launch.py removes both variables before the job runs. A stager named only in the config
+ *   file is found there.
  *
  * C99 and POSIX with Linux's SO_PEERCRED; no allocation is unbounded: the request is sized
  * first and refused over MAX_REQUEST; reads are of fixed sizes; EINTR is retried.
@@ -65,31 +66,24 @@ static void warn_line(const char *path, const char *what, const char *detail)
     fprintf(stderr, "pegasus-transfer: node stager %s %s%s; transferring in this process\n", path, what, detail);
 }
 
-/* Python's bytes.decode("utf-8", "replace"): each maximal invalid subpart becomes U+FFFD. */
+/* Python's bytes.decode("utf-8", "replace") written out: each maximal invalid subpart of a
+ * sequence (a bad lead byte, or a lead byte and the valid continuations that follow it) becomes
+ * one U+FFFD. */
 static void put_utf8_replaced(const unsigned char *s, size_t n)
 {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t need = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 99;
-        unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-        size_t got = 0;
-        if (need == 99) {
-            fputs("\xef\xbf\xbd", stderr);
-            i++;
-            continue;
-        }
-        while (got < need && i + 1 + got < n) {
+    for (size_t i = 0, got; i < n; i += got + 1) {
+        unsigned char c = s[i], lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+        unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+        size_t need = c < 0x80 ? 0 : c < 0xc2 ? 9 : c < 0xe0 ? 1 : c < 0xf0 ? 2 : c < 0xf5 ? 3 : 9;
+        for (got = 0; need != 9 && got < need && i + 1 + got < n; got++) {
             unsigned char d = s[i + 1 + got];
-            if (got == 0 ? d < lo || d > hi : d < 0x80 || d > 0xbf)
+            if (d < (got == 0 ? lo : 0x80) || d > (got == 0 ? hi : 0xbf))
                 break;
-            got++;
         }
         if (got == need)
             fwrite(s + i, 1, need + 1, stderr);
         else
             fputs("\xef\xbf\xbd", stderr);
-        i += got + 1;
     }
 }
 
@@ -389,11 +383,12 @@ static int run_python(char **argv)
     char self[PATH_MAX], script[PATH_MAX + sizeof PY_NAME];
     char *fallback[] = {PY_NAME, NULL}, *slash;
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n < 0) {
+    if (n >= 0)
+        self[n] = '\0';
+    else if (!(argv && argv[0] && strchr(argv[0], '/') && realpath(argv[0], self))) { /* no /proc */
         fprintf(stderr, "pegasus-transfer: cannot find this program's path (/proc/self/exe): %s\n", strerror(errno));
         return 127;
     }
-    self[n] = '\0';
     slash = strrchr(self, '/');
     snprintf(script, sizeof script, "%.*s/%s", slash ? (int)(slash - self) : 1, slash ? self : ".", PY_NAME);
     if (setenv(NATIVE_VAR, self, 1) == 0)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -185,6 +186,79 @@ def test_both_clients_say_the_same_when_no_stager_answers(clients: Dict[str, Lis
         assert line == (f"pegasus-transfer: node stager {path} (PEGASUS_CLOUDIO_STAGER) not reachable ({why}); "
                         "transferring in this process")
         assert found["native"][0] == 0 and found["native"][2]["out/copy.dat"] == b"input"
+
+
+class ScriptedStager:
+    """A stand-in for the stager on a Unix socket: takes each request whole (its descriptors
+    closed), answers with the bytes ``reply`` holds, and hangs up."""
+
+    def __init__(self, path: Path) -> None:
+        self.reply = b""
+        self.requests: List[int] = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(4)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
+                for fd in fds:
+                    os.close(fd)
+                size, got = int.from_bytes(header, "big"), 0
+                while got < size:
+                    chunk = conn.recv(size - got)
+                    if not chunk:
+                        break
+                    got += len(chunk)
+                self.requests.append(got)
+                conn.sendall(self.reply)
+
+    def close(self) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        self.sock.close()
+        self.thread.join(timeout=10)
+
+
+def test_both_clients_read_every_reply_alike(clients: Dict[str, List[str]], tmp_path: Path) -> None:
+    """Replies a real stager rarely sends: a refusal whose text is over MAX_REASON and not valid
+    UTF-8 (read up to the limit, invalid bytes shown as U+FFFD as Python decodes them), a
+    hang-up before or after the pid, an exit code first, exit codes past 255 and negative."""
+    start = b"bad \xff\xfe, cut \xe2\x82, ok \xc3\xa9, surrogate \xed\xa0\x80, "
+    reason = start + b"x" * (wire.MAX_REASON - 2 - len(start)) + b"\xe2\x82\xac tail"  # the limit cuts the euro sign
+    cases = {"refusal": (wire.reply(wire.REFUSED, len(reason)) + reason, 0),
+             "hang-up": (b"", 0), "exit first": (wire.reply(wire.EXIT, 3), 0),
+             "pid, hang-up": (wire.reply(wire.PID, 999_999), 1),
+             "exit 300": (wire.reply(wire.PID, 999_999) + wire.reply(wire.EXIT, 300), 44),
+             "exit -1": (wire.reply(wire.PID, 999_999) + wire.reply(wire.EXIT, -1), 255)}
+    path = tmp_path / "scripted.sock"
+    scripted = ScriptedStager(path)
+    lines = {}
+    try:
+        for name, (reply, code) in cases.items():
+            scripted.reply = reply
+            found = run_both(clients, tmp_path / name.replace(" ", "-"), copy_spec(), job_env(path))
+            assert found["native"][0] == code, (name, found["native"][1])
+            assert ("out/copy.dat" in found["native"][2]) == (code == 0), name  # run in-process after a no
+            lines[name] = warnings(found["native"])
+    finally:
+        scripted.close()
+    assert len(scripted.requests) == 2 * len(cases) and min(scripted.requests) > 0
+    shown = reason[:wire.MAX_REASON].decode("utf-8", "replace")
+    assert lines["refusal"] == [f"pegasus-transfer: node stager {path} refused the job: {shown}; "
+                                "transferring in this process"]
+    assert "\ufffd" in shown and shown.endswith("x\ufffd")  # the euro sign cut at the limit
+    assert lines["hang-up"] == lines["exit first"] == [
+        f"pegasus-transfer: node stager {path} did not take the job (it closed the connection); "
+        "transferring in this process"]
+    assert lines["pid, hang-up"] == ["pegasus-transfer: the node stager's process 999999 ended without an exit status"]
+    assert lines["exit 300"] == lines["exit -1"] == []
 
 
 def test_neither_client_sends_anything_to_another_users_stager(clients: Dict[str, List[str]], tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ outside falls on all of them alike, each ``--rounds`` times:
 * ours staging in ``--objects`` small objects from MinIO (plain HTTP on loopback), node cache
   off, into a fresh directory each time;
 * the same handed to a node stager (``pegasus-cloudio stager``): the step's own CPU plus the
-  CPU of the stager's forked copy that ran it;
+  CPU of the stager's forked copy that ran it, by the installed command (the native front
+  end, ``native/pegasus_cloudio_transfer.c``) and by the Python client it replaces
+  (``pegasus-cloudio-transfer-py``); each also split into the client's and the stager's CPU;
 * with ``--before CHECKOUT``, ours from a wheel of another source tree (an earlier commit),
   empty and with the objects: before and after in one run.
 
@@ -23,11 +25,13 @@ ratios the targets name (ours against the stock tool's empty start, in the same 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import statistics
 import tempfile
+import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from pegasus_cloudio.bench.harness import Progress, make_inputs, measure, ratio, tool_env
@@ -38,7 +42,10 @@ from pegasus_cloudio.testbed.stager import StagerProcess
 from pegasus_cloudio.testbed.stock import make_stock_home
 from pegasus_cloudio.testbed.wheel import installed_bin
 
-CONTESTANTS = ("python -c pass", "stock empty", "ours empty", "ours objects", "ours objects via stager")
+CONTESTANTS = ("python -c pass", "stock empty", "ours empty", "ours objects", "ours objects via stager",
+               "ours objects via stager, Python client")
+VIA_STAGER = {"ours objects via stager": "pegasus-cloudio-transfer",
+              "ours objects via stager, Python client": "pegasus-cloudio-transfer-py"}
 EMPTY_TARGET = 0.7  # ours empty <= 0.7x the stock tool's empty start
 OBJECTS_TARGET = 1.0  # ours with --objects files <= the stock tool's empty start
 
@@ -56,6 +63,7 @@ def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
 
 
 Step = Callable[[int], Tuple[float, float]]  # round -> (CPU s, wall s)
+Split = Dict[str, Tuple[List[float], List[float]]]  # stager contestant -> (client CPU s, stager CPU s) per round
 
 
 def run(rounds: int, objects: int, size: int, threads: int, progress: Progress,
@@ -73,7 +81,8 @@ def run(rounds: int, objects: int, size: int, threads: int, progress: Progress,
             names = _upload(root, objects, size, ours, env, proxy)
             stock = make_stock_home(os.path.join(root, "stock"))
             with StagerProcess(env, [os.path.join(bin_dir, "pegasus-cloudio")]) as stager:
-                steps = _steps(root, bin_dir, ours, names, env, stock, stager, proxy, threads)
+                split: Split = {name: ([], []) for name in VIA_STAGER}
+                steps = _steps(root, bin_dir, ours, names, env, stock, stager, proxy, threads, split)
                 if before:
                     old = [os.path.join(installed_bin(os.path.join(root, "before"), before),
                                         "pegasus-cloudio-transfer"), "--threads", str(threads)]
@@ -82,7 +91,9 @@ def run(rounds: int, objects: int, size: int, threads: int, progress: Progress,
     finally:
         shutil.rmtree(root, ignore_errors=True)
     progress.done()
-    return report(cpu, wall, rounds, objects, size, threads)
+    return dict(report(cpu, wall, rounds, objects, size, threads), stager_split_ms_median={
+        name: {"client": round(1000 * statistics.median(c), 1), "stager": round(1000 * statistics.median(s), 1)}
+        for name, (c, s) in split.items()})
 
 
 def _upload(root: str, objects: int, size: int, ours: List[str], env: Dict[str, str], proxy: TcpProxy) -> List[str]:
@@ -100,7 +111,7 @@ def _url(name: str) -> str:
 
 
 def _steps(root: str, bin_dir: str, ours: List[str], names: List[str], env: Dict[str, str], stock: object,
-           stager: StagerProcess, proxy: TcpProxy, threads: int) -> Dict[str, Step]:
+           stager: StagerProcess, proxy: TcpProxy, threads: int, split: Split) -> Dict[str, Step]:
     stock_argv = [str(stock.transfer), "--threads", str(threads)]  # type: ignore[attr-defined]
     stock_env = stock.env(env)  # type: ignore[attr-defined]
     staged = dict(env, PEGASUS_CLOUDIO_STAGER=stager.socket_path)
@@ -111,22 +122,49 @@ def _steps(root: str, bin_dir: str, ours: List[str], names: List[str], env: Dict
             raise RuntimeError(f"{argv[0]} exited {done.exit_code} (see above)")
         return done.cpu_s, done.wall_s
 
-    def objects(n: int, via_stager: bool) -> Tuple[float, float]:
-        dest = os.path.join(root, f"job-{'s' if via_stager else 'o'}{n}")
+    def objects(n: int, via: str = "") -> Tuple[float, float]:
+        """The step in-process, or handed to the stager by command ``via`` (its CPU split kept)."""
+        dest = os.path.join(root, f"job-{list(VIA_STAGER).index(via) if via else 'o'}-{n}")
         os.makedirs(dest)
         spec = transfer_spec([(_url(name), f"file://{dest}/{name}") for name in names], SITE, "local")
-        before = stager.children_cpu_s()
-        cpu, wall = run_one(ours, staged if via_stager else env, spec)
+        served = len(_stager_jobs_cpu_s(stager))
+        argv = [os.path.join(bin_dir, VIA_STAGER[via]), *ours[1:]] if via else ours
+        cpu, wall = run_one(argv, staged if via else env, spec)
         shutil.rmtree(dest)
-        return cpu + (stager.children_cpu_s() - before if via_stager else 0.0), wall
+        if not via:
+            return cpu, wall
+        in_stager = _next_job_cpu_s(stager, served)
+        split[via][0].append(cpu)
+        split[via][1].append(in_stager)
+        return cpu + in_stager, wall
 
     return {
         "python -c pass": lambda n: run_one([os.path.join(bin_dir, "python"), "-c", "pass"], env, b""),
         "stock empty": lambda n: run_one(stock_argv, stock_env, b"[]"),
         "ours empty": lambda n: run_one(ours, env, b"[]"),
-        "ours objects": lambda n: objects(n, False),
-        "ours objects via stager": lambda n: objects(n, True),
+        "ours objects": lambda n: objects(n),
+        **{name: functools.partial(objects, via=name) for name in VIA_STAGER},
     }
+
+
+def _stager_jobs_cpu_s(stager: StagerProcess) -> List[float]:
+    """The CPU seconds of each job the stager has reaped, from its log ("job pid N exited C
+    (S s CPU)", from wait4: exact, where /proc's children total moves in clock ticks and only
+    once the stager has reaped)."""
+    return [float(line.rsplit("(", 1)[1].split()[0]) for line in stager.log_tail(1 << 30).splitlines()
+            if " job pid " in line]
+
+
+def _next_job_cpu_s(stager: StagerProcess, served: int, timeout_s: float = 30.0) -> float:
+    """The CPU of the job after the first ``served`` ones, once the stager has logged it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        jobs = _stager_jobs_cpu_s(stager)
+        if len(jobs) > served:
+            return jobs[served]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the stager logged no end of its job {served + 1} within {timeout_s:g} s")
+        time.sleep(0.005)
 
 
 def _before_steps(root: str, old: List[str], names: List[str], env: Dict[str, str],
@@ -189,6 +227,8 @@ def format_table(result: Dict[str, object]) -> str:
     for name in [*CONTESTANTS, *(n for n in result["cpu_ms_median"] if n not in CONTESTANTS)]:  # type: ignore[attr-defined]
         rows.append(f"{name:<26} {result['cpu_ms_median'][name]:>16.1f} "  # type: ignore[index]
                     f"{result['wall_ms_median'][name]:>17.1f}")  # type: ignore[index]
+    for name, cpu in result.get("stager_split_ms_median", {}).items():  # type: ignore[attr-defined]
+        rows.append(f"{name}: client {cpu['client']:.1f} ms + stager {cpu['stager']:.1f} ms CPU (medians)")
     rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]
     rows += [f"target {k}: {'met' if v else 'NOT MET'}" for k, v in result["targets"].items()]  # type: ignore[attr-defined]
     return "\n".join(rows)
