@@ -56,10 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=_positive, default=300, help="bytes per object (default 300)")
     parser.add_argument("--threads", type=_positive, default=5, help="--threads of both tools (default 5)")
     parser.add_argument("--before", metavar="CHECKOUT", help="also measure ours from a wheel of this source tree")
+    parser.add_argument("--rtt-ms", type=float, default=0.0, help="emulated round trip added by the proxy (default 0)")
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
-    return run(args.rounds, args.objects, args.size, args.threads, Progress(), args.before)
+    return run(args.rounds, args.objects, args.size, args.threads, Progress(), args.before, args.rtt_ms)
 
 
 Step = Callable[[int], Tuple[float, float]]  # round -> (CPU s, wall s)
@@ -67,10 +68,10 @@ Split = Dict[str, Tuple[List[float], List[float]]]  # stager contestant -> (clie
 
 
 def run(rounds: int, objects: int, size: int, threads: int, progress: Progress,
-        before: Optional[str] = None) -> Dict[str, object]:
+        before: Optional[str] = None, rtt_ms: float = 0.0) -> Dict[str, object]:
     root = tempfile.mkdtemp(prefix="pegasus-cloudio-startup-")
     try:
-        with MinioServer() as server, TcpProxy((server.host, server.port)) as proxy:
+        with MinioServer() as server, TcpProxy((server.host, server.port), delay_ms=rtt_ms / 2) as proxy:
             progress.phase("installing the wheel into a fresh venv")
             bin_dir = installed_bin(os.path.join(root, "wheel"))
             creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE,
@@ -91,7 +92,7 @@ def run(rounds: int, objects: int, size: int, threads: int, progress: Progress,
     finally:
         shutil.rmtree(root, ignore_errors=True)
     progress.done()
-    return dict(report(cpu, wall, rounds, objects, size, threads), stager_split_ms_median={
+    return dict(report(cpu, wall, rounds, objects, size, threads), rtt_ms=rtt_ms, stager_split_ms_median={
         name: {"client": round(1000 * statistics.median(c), 1), "stager": round(1000 * statistics.median(s), 1)}
         for name, (c, s) in split.items()})
 
