@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,11 +19,13 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
+from installed import SKIP, run
 from pegasus_cloudio.stager import wire
 from pegasus_cloudio.testbed.stager import StagerProcess
 from test_stager import _parts, _stalled_get, entry, job_env, served, stager, wait_for  # noqa: F401 (stager)
@@ -408,3 +411,21 @@ def test_a_request_over_the_limit_is_not_sent_and_runs_in_process(python_dropin:
         monkeypatch.setattr(sys, "stderr", stream)
         assert client.hand_off(stager.socket_path, [], env) is None
     assert python_err.read_text().splitlines() == [expected]
+
+
+def test_without_a_c_compiler_the_wheel_is_the_pure_python_one(tmp_path: Path) -> None:
+    """The build says why in a warning and installs the Python drop-in under both names, in a
+    ``py3-none-any`` wheel (as before the front end existed)."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=SKIP)
+    done = run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--no-index",
+                "-w", str(tmp_path / "dist"), str(src)], dict(os.environ, CC="/nonexistent/cc"), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cannot compile the native pegasus-cloudio-transfer (/nonexistent/cc: " in done.stdout + done.stderr
+    [wheel] = (tmp_path / "dist").glob("pegasus_cloudio-*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        scripts = {name.rsplit("/", 1)[1]: archive.read(name) for name in archive.namelist()
+                   if ".data/scripts/" in name}
+    assert scripts["pegasus-cloudio-transfer"] == scripts["pegasus-cloudio-transfer-py"]
+    assert scripts["pegasus-cloudio-transfer"].startswith(b"#!python\n")
