@@ -6,6 +6,11 @@ caller runs it in-process). Only a stager running as this user is used (``SO_PEE
 SIGTERM, SIGINT and SIGHUP received while the stager runs the job are passed on to the
 process running it, so HTCondor's eviction works as without the stager.
 
+The installed ``pegasus-cloudio-transfer`` does the same in C (``native/pegasus_cloudio_transfer.c``)
+when the environment names the stager; this module serves the Python drop-in (a stager named
+in the config file, a wheel built without a C compiler). Their warnings and exit codes are
+the same (``tests/test_native_front_end.py``): change both together.
+
 Every job step pays this module's imports, so it uses the C modules ``_socket`` and
 ``_signal`` directly: ``socket`` and ``signal`` would add ``enum``, ``selectors`` and
 ``functools`` (about 5 ms of CPU per step on a 2-core VM).

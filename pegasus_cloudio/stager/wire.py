@@ -15,7 +15,9 @@ connection means the job is gone (SIGKILL from HTCondor): the stager's process t
 on SIGTERM.
 
 Standard library only and cheap to import (no json, no socket, no typing at run time): the client
-imports it on every job.
+imports it on every job. ``native/pegasus_cloudio_transfer.c``, the installed command's native
+client, writes and reads the same bytes (its MAX_REQUEST and MAX_REASON are these): a change
+here is a change there.
 """
 
 from __future__ import annotations
