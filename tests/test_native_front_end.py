@@ -9,6 +9,7 @@ a large environment delivered intact; the internal variables seen by no job."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -429,3 +430,15 @@ def test_without_a_c_compiler_the_wheel_is_the_pure_python_one(tmp_path: Path) -
                    if ".data/scripts/" in name}
     assert scripts["pegasus-cloudio-transfer"] == scripts["pegasus-cloudio-transfer-py"]
     assert scripts["pegasus-cloudio-transfer"].startswith(b"#!python\n")
+
+
+def test_the_c_source_and_the_python_side_share_their_constants() -> None:
+    from pegasus_cloudio.dropin import launch
+
+    defines = dict(re.findall(r"^#define (\w+) ([^/\n]+?)\s*(?:/\*.*)?$", SOURCE.read_text(), re.M))
+    numbers = {k: math.prod(int(n) for n in re.findall(r"\d+", defines[k])) for k in
+               ("MAX_REQUEST", "MAX_REASON", "REPLY_BYTES")}
+    assert numbers == {"MAX_REQUEST": wire.MAX_REQUEST, "MAX_REASON": wire.MAX_REASON, "REPLY_BYTES": wire.REPLY_BYTES}
+    names = {k: defines[k].strip('"') for k in ("ENV_VAR", "TRIED_VAR", "NATIVE_VAR")}
+    assert names == {"ENV_VAR": wire.ENV_VAR, "TRIED_VAR": launch.TRIED_VAR, "NATIVE_VAR": launch.NATIVE_VAR}
+    assert set(INTERNAL) == {launch.TRIED_VAR, launch.NATIVE_VAR}
