@@ -24,13 +24,11 @@ from installed import clean_env
 
 # Beyond `python -c pass`: what a stage-in of one S3 object (node cache off) may import.
 ONE_FILE_S3 = frozenset({
-    "__future__", "_blake2", "_collections", "_functools", "_hashlib", "_json", "_operator", "_queue", "_socket",
-    "_weakrefset", "binascii", "collections", "errno", "functools", "hashlib", "hmac", "itertools", "keyword",
-    "operator", "reprlib", "threading", "types", "warnings", "zlib",
+    "__future__", "_json", "_md5", "_queue", "_sha256", "_sha2", "_socket", "binascii", "errno", "itertools", "zlib",
     "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log",
     "pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.monitoring", "pegasus_cloudio.dropin.reporting",
     "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
-    "transfer", "transfer._lean", "transfer._lean_json", "transfer._workers", "transfer.atomic", "transfer.backends",
+    "transfer", "transfer._digests", "transfer._lean", "transfer._lean_json", "transfer._threads", "transfer._workers", "transfer.atomic", "transfer.backends",
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
     "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
@@ -39,7 +37,7 @@ ONE_FILE_S3 = frozenset({
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.
 NEVER = frozenset({
-    "re", "typing", "dataclasses", "inspect", "pathlib", "logging", "argparse", "enum", "socket", "ssl",
+    "threading", "hashlib", "hmac", "_hashlib", "functools", "collections", "re", "typing", "dataclasses", "inspect", "pathlib", "logging", "argparse", "enum", "socket", "ssl",
     "selectors", "json", "json.decoder", "configparser", "urllib.parse", "concurrent.futures", "tempfile",
     "shutil", "subprocess", "random", "email.utils", "xml.etree.ElementTree", "datetime", "glob",
     "transfer.bundles", "transfer.cache", "transfer.p2p", "transfer.peers", "transfer.uploads",

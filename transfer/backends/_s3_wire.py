@@ -5,8 +5,9 @@ Pure functions over strings and bytes; nothing here sends a request.
 
 from __future__ import annotations
 
-import hashlib
 import time
+
+from transfer import _digests
 from transfer._lean import record
 
 from transfer.backends.base import ByteRange, ObjectInfo
@@ -286,4 +287,4 @@ def multipart_etag(part_etags: Sequence[str]) -> Optional[str]:
         if not found:
             return None
         digests.append(bytes.fromhex(found))
-    return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
+    return f"{_digests.md5(b''.join(digests)).hex()}-{len(digests)}"

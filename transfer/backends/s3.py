@@ -14,9 +14,9 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 from __future__ import annotations
 
 import binascii
-import hashlib
 import zlib
 
+from transfer import _digests
 from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
     S3Path,
@@ -181,7 +181,7 @@ class S3Backend:
         with self._send("GET", path, headers=headers, url=str(url)) as response:
             self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response.status, response.headers)
-            check = None if byte_range else response_check(response.headers, _etag_md5(info, response.headers))
+            check = None if byte_range else response_check(response.headers, _etag_md5(info, response.headers), info.size)
             if check is not None:
                 write, update = sink.write, check.update
 
@@ -285,11 +285,11 @@ class S3Backend:
     def _delete_batch(self, bucket: str, keys: List[str]) -> Dict[str, TransferError]:
         objects = "".join(f"<Object><Key>{xml_escape(k)}</Key></Object>" for k in keys)
         body = f'<?xml version="1.0" encoding="UTF-8"?><Delete><Quiet>true</Quiet>{objects}</Delete>'.encode()
-        headers = [("Content-MD5", binascii.b2a_base64(hashlib.md5(body).digest(), newline=False).decode()),
+        headers = [("Content-MD5", binascii.b2a_base64(_digests.md5(body), newline=False).decode()),
                    ("Content-Type", "application/xml")]
         url = f"s3 bucket {bucket}"
         with self._send("POST", S3Path(bucket, ""), query={"delete": ""}, headers=headers, body=body,
-                        payload_hash=hashlib.sha256(body).hexdigest(), url=url) as response:
+                        payload_hash=_digests.sha256_hex(body), url=url) as response:
             self._check(response, url, "delete")
             root = xml_tree(response.read())
         errors: Dict[str, TransferError] = {}
@@ -309,7 +309,7 @@ class S3Backend:
         if self._region != "us-east-1":
             body = (f"<CreateBucketConfiguration><LocationConstraint>{self._region}"
                     f"</LocationConstraint></CreateBucketConfiguration>").encode()
-        with self._send("PUT", bucket, body=body, payload_hash=hashlib.sha256(body).hexdigest(),
+        with self._send("PUT", bucket, body=body, payload_hash=_digests.sha256_hex(body),
                         url=str(url)) as response:
             if response.status == 409:
                 text = response.read()
@@ -362,7 +362,7 @@ class S3Backend:
             response.discard()
             raise
         info = _info(url, response.status, response.headers)
-        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers)), text)
+        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers), info.size), text)
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
@@ -436,7 +436,7 @@ class S3Backend:
                         for n, (etag, crc) in enumerate(pairs, 1))
         body = f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
         with self._send("POST", split_url(url), query={"uploadId": upload_id}, body=body,
-                        payload_hash=hashlib.sha256(body).hexdigest(), url=str(url)) as response:
+                        payload_hash=_digests.sha256_hex(body), url=str(url)) as response:
             self._check(response, str(url), "put")
             text = response.read()
         if b"<Error>" in text:
