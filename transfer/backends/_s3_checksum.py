@@ -23,7 +23,9 @@ from transfer import _digests
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Optional
+    from typing import Callable, Dict, Optional
+
+    from transfer._digests import Hash
 
 __all__ = ["StreamCheck", "response_check", "CHECKSUM_MODE"]
 
@@ -68,7 +70,7 @@ def response_check(headers: Dict[str, str], etag_md5: Optional[str], size: Optio
     return None
 
 
-def _hash_check(name: str, digest: "Any", expected: str, *, base64_digest: bool) -> StreamCheck:
+def _hash_check(name: str, digest: "Hash", expected: str, *, base64_digest: bool) -> StreamCheck:
     def final() -> str:
         return binascii.b2a_base64(digest.digest(), newline=False).decode() if base64_digest else digest.hexdigest()
     return StreamCheck(name, expected, digest.update, final)

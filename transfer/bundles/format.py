@@ -21,9 +21,9 @@ Readers verify each member's SHA-256 before writing it anywhere.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from array import array
+from transfer import _digests
 from transfer._lean import Buffer, record
 from transfer._lean_json import dumps
 
@@ -133,7 +133,7 @@ def pack(members: Sequence[Tuple[str, bytes]], out: BinaryIO) -> BundleIndex:
     entries: List[Member] = []
     offset = 0
     for name, data in members:
-        entries.append(Member(check_name(name), offset, len(data), hashlib.sha256(data).hexdigest()))
+        entries.append(Member(check_name(name), offset, len(data), _digests.sha256_hex(data)))
         offset += len(data)
     if len({m.name for m in entries}) != len(entries):
         raise BundleFormatError("duplicate member names")
@@ -201,7 +201,7 @@ def member_bytes(index: BundleIndex, member: Member, data: bytes, data_offset: i
     blob = data[start:start + member.size]
     if start < 0 or len(blob) != member.size:
         raise BundleFormatError(f"member {member.name!r} is truncated")
-    if hashlib.sha256(blob).hexdigest() != member.sha256:
+    if _digests.sha256_hex(blob) != member.sha256:
         raise BundleFormatError(f"member {member.name!r} fails its SHA-256 check")
     return blob
 

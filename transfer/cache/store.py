@@ -23,10 +23,10 @@ drops the entry: the object changed under its name.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 
+from transfer import _digests
 from transfer._lean import logger
 from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo
@@ -234,7 +234,7 @@ class NodeCache:
         """Store ``data`` as ``key`` (bundle members fetched along with a wanted one)."""
         if len(data) > self.config.max_bytes:
             return False
-        return self._insert(key, version, hashlib.sha256(data).hexdigest(), "bundle",
+        return self._insert(key, version, _digests.sha256_hex(data), "bundle",
                             lambda paths: stage_bytes(paths, data))
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
