@@ -37,7 +37,7 @@ ONE_FILE_S3 = frozenset({
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.
 NEVER = frozenset({
-    "threading", "hashlib", "hmac", "_hashlib", "functools", "collections", "re", "typing", "dataclasses", "inspect", "pathlib", "logging", "argparse", "enum", "socket", "ssl",
+    "threading", "hashlib", "hmac", "_hashlib", "functools", "collections", "contextlib", "re", "typing", "dataclasses", "inspect", "pathlib", "logging", "argparse", "enum", "socket", "ssl",
     "selectors", "json", "json.decoder", "configparser", "urllib.parse", "concurrent.futures", "tempfile",
     "shutil", "subprocess", "random", "email.utils", "xml.etree.ElementTree", "datetime", "glob",
     "transfer.bundles", "transfer.cache", "transfer.p2p", "transfer.peers", "transfer.uploads",
@@ -121,7 +121,7 @@ def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: D
     assert "transfer.cache.store" in found and "transfer.bundles.staging" in found  # both were on
     heavy = {"re", "json", "json.decoder", "xml.etree.ElementTree", "urllib.parse", "calendar", "_strptime",
              "datetime", "locale", "tempfile", "shutil", "typing", "dataclasses", "logging", "threading", "hashlib",
-             "hmac", "_hashlib"}
+             "hmac", "_hashlib", "collections", "functools", "contextlib", "array"}
     assert not found & heavy, sorted(found & heavy)
 
 
