@@ -138,3 +138,20 @@ def test_the_startup_benchmark_reports_every_contestant_and_its_ratios() -> None
     assert result["ratios"]["ours empty / stock empty"] == round(cpu["ours empty"] / cpu["stock empty"], 2)  # type: ignore[index]
     assert set(result["targets"]) == {"ours_empty_within_0.7x_stock_empty", "ours_2_objects_within_stock_empty"}  # type: ignore[arg-type]
     assert "ours objects via stager" in startup.format_table(result)
+
+
+def test_a_stage_out_opens_the_node_cache_only_when_uploads_are_written_through(job: Dict[str, object]) -> None:
+    """A batch of uploads alone uses no cache unless PEGASUS_CLOUDIO_CACHE_UPLOADS asks for
+    write-through: then the cache is neither imported nor created."""
+    cwd = Path(str(job["cwd"]))
+    (cwd / "out.dat").write_bytes(b"y" * 300)
+    bucket = json.loads(str(job["spec"]))[0]["src_urls"][0]["url"].rsplit("/in/", 1)[0]
+    spec = json.dumps([{"type": "transfer", "lfn": "out.dat", "src_urls": [{"site_label": "local", "url": f"file://{cwd}/out.dat"}],
+                        "dest_urls": [{"site_label": "minio", "url": f"{bucket}/out/out.dat"}]}])
+    bin_dir = str(job["bin"])
+    for uploads, cached in (("auto", False), ("1", True)):
+        cache = cwd.parent / f"cache-{uploads}"
+        env = dict(job["env"], PEGASUS_CLOUDIO_CACHE_DIR=str(cache), PEGASUS_CLOUDIO_CACHE_UPLOADS=uploads)  # type: ignore[call-overload]
+        found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], env, cwd, spec)
+        assert ("transfer.cache.store" in found) is cached, (uploads, sorted(found))
+        assert cache.exists() is cached
