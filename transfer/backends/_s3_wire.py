@@ -25,7 +25,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import xml.etree.ElementTree as ET
+    from transfer.backends._s3_xml import Node
     from typing import Dict, Optional, Sequence, Tuple
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -202,16 +202,14 @@ def _child_url(url: Url, bucket: str, key: str) -> Url:
     return url.with_path(f"/{key}")
 
 
-def xml_tree(data: bytes) -> ET.Element:
-    import xml.etree.ElementTree as ET  # listings and error bodies only
+def xml_tree(data: bytes) -> Node:
+    """The document element of an S3 XML answer (:mod:`transfer.backends._s3_xml`: names
+    without their namespace); TransientError when it is malformed."""
+    from transfer.backends._s3_xml import XmlError, parse  # listings and error bodies only
     try:
-        root = ET.fromstring(data)
-    except ET.ParseError as err:
+        return parse(data)
+    except XmlError as err:
         raise TransientError(f"malformed XML from S3: {err}") from None
-    for element in root.iter():
-        if "}" in element.tag:
-            element.tag = element.tag.split("}", 1)[1]
-    return root
 
 
 def s3_error(status: int, body: bytes, url: str, operation: str, *, code: Optional[str] = None,

@@ -57,7 +57,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import xml.etree.ElementTree as ET
+    from transfer.backends._s3_xml import Node
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
     from transfer.peers import Scope
@@ -238,7 +238,7 @@ class S3Backend:
                             for item in page.iter("CommonPrefixes"))
         return objects, prefixes
 
-    def _objects(self, url: Url, page: ET.Element) -> Iterator[ObjectInfo]:
+    def _objects(self, url: Url, page: Node) -> Iterator[ObjectInfo]:
         from urllib.parse import unquote_plus
         bucket = split_url(url).bucket
         for item in page.iter("Contents"):
@@ -247,7 +247,7 @@ class S3Backend:
                              (item.findtext("ETag") or "").strip('"') or None,
                              iso8601_epoch(item.findtext("LastModified")))
 
-    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[ET.Element]:
+    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[Node]:
         path = split_url(url)
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
