@@ -307,3 +307,17 @@ def test_a_reader_without_bundling_gets_6173_members_with_one_404_and_one_listin
     threads = 4  # download() runs 4: the first 4 reads may all meet a 404 before the index loads
     assert gets <= threads + 4, f"{gets} GETs for {count} bundled files"  # + LIST, head, index range, bundle
     assert all((tmp_path / "dst" / n).read_bytes() == n.encode() * 60 for n in names[::97])
+
+
+def test_an_index_keeps_offsets_sizes_and_digests_of_any_width():
+    """The index stores offsets and sizes as 8-byte integers: big values, zero sizes and
+    many members come back exactly, and the total size adds them up."""
+    from transfer.bundles.format import BundleIndex, Member
+    members = [Member(f"m{i}", offset, size, f"{i:064x}")
+               for i, (offset, size) in enumerate([(0, 0), (0, 1), (1, 2 ** 40), (2 ** 62, 2 ** 31 - 1)] +
+                                                  [(n * 300, 300) for n in range(1000)])]
+    index = BundleIndex(members, 4096)
+    assert index.members == tuple(members) and index.get("m3") == members[3] and index.get("zz") is None
+    assert index.total_size == 4096 + sum(m.size for m in members)
+    with pytest.raises(BundleFormatError):
+        BundleIndex(members + [members[0]], 0)

@@ -565,3 +565,24 @@ def test_write_without_hard_links_still_never_overwrites(tmp_path: Path, monkeyp
     assert os.path.basename(first) == "1795343278-transfer"
     assert os.path.basename(second) == "1795343278-transfer-%d-1" % os.getpid()
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(first), os.path.basename(second)]
+
+
+def test_yaml_quote_escapes_exactly_the_characters_yaml_forbids():
+    """The fast path (printable ASCII without a quote or backslash) and the per-character one
+    give what the definition says: escape \\, ", C0/C1 controls but tab, DEL, surrogates,
+    U+FFFE/U+FFFF; keep everything else (the stock bytes)."""
+    import random
+    from pegasus_cloudio.dropin.monitoring import yaml_quote
+    forbidden = set('\\"') | set(map(chr, [*range(0x00, 0x09), *range(0x0a, 0x20), *range(0x7f, 0xa0),
+                                           *range(0xd800, 0xe000), 0xfffe, 0xffff]))
+    rng = random.Random(7)
+    pool = [chr(i) for i in [*range(0, 0x250), *range(0xd7f0, 0xe010), 0xfffe, 0xffff, 0x1f600, 0x10ffff]]
+    for _ in range(20000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randrange(10)))
+        quoted = yaml_quote(text)
+        assert quoted.startswith('"') and quoted.endswith('"')
+        if not forbidden & set(text):
+            assert quoted == f'"{text}"'
+        else:
+            assert quoted != f'"{text}"' and not forbidden - {"\\", '"'} & set(quoted)
+    assert yaml_quote('a"b\\c\td\x7f\ud800') == '"a\\"b\\\\c\td\\x7f\\ud800"'

@@ -24,13 +24,11 @@ from installed import clean_env
 
 # Beyond `python -c pass`: what a stage-in of one S3 object (node cache off) may import.
 ONE_FILE_S3 = frozenset({
-    "__future__", "_blake2", "_collections", "_functools", "_hashlib", "_json", "_operator", "_queue", "_socket",
-    "_weakrefset", "binascii", "collections", "errno", "functools", "hashlib", "hmac", "itertools", "keyword",
-    "operator", "reprlib", "threading", "types", "warnings", "zlib",
+    "__future__", "_json", "_md5", "_queue", "_sha256", "_sha2", "_socket", "binascii", "errno", "itertools", "zlib",
     "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log",
     "pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.monitoring", "pegasus_cloudio.dropin.reporting",
     "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
-    "transfer", "transfer._lean", "transfer._lean_json", "transfer._workers", "transfer.atomic", "transfer.backends",
+    "transfer", "transfer._digests", "transfer._lean", "transfer._lean_json", "transfer._threads", "transfer._workers", "transfer.atomic", "transfer.backends",
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
     "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
@@ -39,7 +37,7 @@ ONE_FILE_S3 = frozenset({
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.
 NEVER = frozenset({
-    "re", "typing", "dataclasses", "inspect", "pathlib", "logging", "argparse", "enum", "socket", "ssl",
+    "threading", "hashlib", "hmac", "_hashlib", "functools", "collections", "contextlib", "re", "typing", "dataclasses", "inspect", "pathlib", "logging", "argparse", "enum", "socket", "ssl",
     "selectors", "json", "json.decoder", "configparser", "urllib.parse", "concurrent.futures", "tempfile",
     "shutil", "subprocess", "random", "email.utils", "xml.etree.ElementTree", "datetime", "glob",
     "transfer.bundles", "transfer.cache", "transfer.p2p", "transfer.peers", "transfer.uploads",
@@ -122,7 +120,8 @@ def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: D
     assert (Path(str(job["cwd"])) / "f.a").read_bytes() == b"x" * 300
     assert "transfer.cache.store" in found and "transfer.bundles.staging" in found  # both were on
     heavy = {"re", "json", "json.decoder", "xml.etree.ElementTree", "urllib.parse", "calendar", "_strptime",
-             "datetime", "locale", "tempfile", "shutil", "typing", "dataclasses", "logging"}
+             "datetime", "locale", "tempfile", "shutil", "typing", "dataclasses", "logging", "threading", "hashlib",
+             "hmac", "_hashlib", "collections", "functools", "contextlib", "array"}
     assert not found & heavy, sorted(found & heavy)
 
 
@@ -139,3 +138,20 @@ def test_the_startup_benchmark_reports_every_contestant_and_its_ratios() -> None
     assert result["ratios"]["ours empty / stock empty"] == round(cpu["ours empty"] / cpu["stock empty"], 2)  # type: ignore[index]
     assert set(result["targets"]) == {"ours_empty_within_0.7x_stock_empty", "ours_2_objects_within_stock_empty"}  # type: ignore[arg-type]
     assert "ours objects via stager" in startup.format_table(result)
+
+
+def test_a_stage_out_opens_the_node_cache_only_when_uploads_are_written_through(job: Dict[str, object]) -> None:
+    """A batch of uploads alone uses no cache unless PEGASUS_CLOUDIO_CACHE_UPLOADS asks for
+    write-through: then the cache is neither imported nor created."""
+    cwd = Path(str(job["cwd"]))
+    (cwd / "out.dat").write_bytes(b"y" * 300)
+    bucket = json.loads(str(job["spec"]))[0]["src_urls"][0]["url"].rsplit("/in/", 1)[0]
+    spec = json.dumps([{"type": "transfer", "lfn": "out.dat", "src_urls": [{"site_label": "local", "url": f"file://{cwd}/out.dat"}],
+                        "dest_urls": [{"site_label": "minio", "url": f"{bucket}/out/out.dat"}]}])
+    bin_dir = str(job["bin"])
+    for uploads, cached in (("auto", False), ("1", True)):
+        cache = cwd.parent / f"cache-{uploads}"
+        env = dict(job["env"], PEGASUS_CLOUDIO_CACHE_DIR=str(cache), PEGASUS_CLOUDIO_CACHE_UPLOADS=uploads)  # type: ignore[call-overload]
+        found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], env, cwd, spec)
+        assert ("transfer.cache.store" in found) is cached, (uploads, sorted(found))
+        assert cache.exists() is cached

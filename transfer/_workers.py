@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import _queue
 import _thread
-import threading
+
+from transfer import _threads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from concurrent.futures import Executor as _Executor, Future as _Future
     from typing import Any, Callable, Iterable, Iterator, List, Optional, TypeVar
+
+    from transfer._threads import Joinable
 
     _T = TypeVar("_T")
 else:
@@ -97,8 +100,8 @@ class Workers(_Executor):
         self._threads = max(1, threads)
         self._name = thread_name_prefix
         self._queue: Any = _queue.SimpleQueue()
-        self._started: List[threading.Thread] = []
-        self._lock = threading.Lock()
+        self._started: List[Joinable] = []
+        self._lock = _threads.Lock()
         self._closed = False
 
     def submit(self, fn: "Callable[..., _T]", /, *args: Any, **kwargs: Any) -> "Task":
@@ -108,9 +111,7 @@ class Workers(_Executor):
                 raise RuntimeError("cannot submit after shutdown")
             self._queue.put(task)
             if len(self._started) < self._threads:
-                thread = threading.Thread(target=self._work, name=f"{self._name}_{len(self._started)}", daemon=True)
-                self._started.append(thread)
-                thread.start()
+                self._started.append(_threads.start(self._work, f"{self._name}_{len(self._started)}"))
         return task
 
     def map(self, fn: "Callable[..., _T]", *iterables: "Iterable[Any]", timeout: Optional[float] = None,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import threading
 
+from transfer import _threads
 from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotFound, TransferError
 
 TYPE_CHECKING = False
@@ -26,7 +26,7 @@ class _TempNames:
     """Temp files this process has open right now (process-wide, like the files themselves)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
         self._names: Set[str] = set()
 
     def add(self, path: str) -> None:

@@ -5,8 +5,8 @@ module, never :mod:`transfer.session` (which imports the backend registry)."""
 from __future__ import annotations
 
 import os
-import threading
 
+from transfer import _threads
 from transfer._lean import field, record
 from transfer.config import Settings
 from transfer.credentials import PegasusCredentialsFile, pegasus_credentials_path
@@ -17,6 +17,7 @@ from transfer.http.pool import PoolStats
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
+    from _thread import LockType
     from typing import Dict, Mapping, Optional
 
 __all__ = ["Context"]
@@ -31,7 +32,7 @@ class Context:
     stats: PoolStats = field(default_factory=PoolStats)
     _credentials: Dict[str, PegasusCredentialsFile] = field(default_factory=dict)
     _ssl: Optional[ssl.SSLContext] = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: LockType = field(default_factory=_threads.Lock)
 
     @property
     def timeouts(self) -> Timeouts:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
 
+from transfer import _threads
 from transfer._workers import InlineExecutor, Workers
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, scratch_file
 from transfer.backends.base import (
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
     from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
     from transfer.bundles.directory import LoadedBundle
     from transfer.bundles.format import Member
     from transfer.bundles.reading import GroupState, MemberRead
@@ -105,8 +106,8 @@ class Engine:
         self._on_result = on_result
         self._sleep = sleep
         self._rng = rng
-        self._callback_lock = threading.Lock()
-        self._lazy_lock = threading.Lock()  # runs on several threads share one stager and upload list
+        self._callback_lock = _threads.Lock()
+        self._lazy_lock = _threads.Lock()  # runs on several threads share one stager and upload list
         self._bundle_stager: Optional[BundleStager] = None
         self._bundles_on = bool(settings.bundle or settings.bundle_sites)
         self._in_flight: Optional[InFlightUploads] = None
@@ -160,7 +161,7 @@ class Engine:
         usable: a later run starts new ones). The session is the caller's to close."""
         self._parts.shutdown()
 
-    def run(self, ops: Sequence[Operation], cancel: Optional[threading.Event] = None) -> List[Result]:
+    def run(self, ops: Sequence[Operation], cancel: Optional[Cancel] = None) -> List[Result]:
         """One result per operation, in order. Never raises for a failed operation.
 
         ``cancel``: once set (from any thread), operations not yet finished stop at their next

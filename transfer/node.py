@@ -13,14 +13,15 @@ from transfer._lean import logger
 # A job step imports this module: the cache, P2P code, logging and typing only when used.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Mapping, Optional
+    from typing import Callable, Iterable, Mapping, Optional
 
     from transfer.cache import NodeCache
+    from transfer.ops import Operation
     from transfer.p2p.source import PeerIndexSource
 
     Warn = Callable[[str], None]
 
-__all__ = ["open_node_cache", "open_peers"]
+__all__ = ["cache_needed", "open_node_cache", "open_peers"]
 
 _log = logger(__name__)
 
@@ -37,6 +38,22 @@ def open_node_cache(env: "Mapping[str, str]", warn: "Optional[Warn]" = None) -> 
     except (TransferError, OSError) as err:
         (warn or _log.warning)(f"Node cache disabled: {err}")
         return None
+
+
+def cache_needed(ops: "Iterable[Operation]", env: "Mapping[str, str]") -> bool:
+    """Whether a batch of ``ops`` uses the node cache: it reads a remote object, or it uploads
+    and ``PEGASUS_CLOUDIO_CACHE_UPLOADS`` writes uploads through (``auto``: when peer sharing
+    is configured). A batch of uploads alone then opens no cache (nor imports it). True when
+    the setting is malformed, so that opening the cache reports it."""
+    if any(not source.is_local for op in ops for source in getattr(op, "sources", ())):
+        return True
+    from transfer.cache.config import uploads_setting
+    from transfer.errors import TransferError
+    try:
+        uploads = uploads_setting(env)
+    except TransferError:
+        return True
+    return uploads if uploads is not None else bool(env.get("PEGASUS_CLOUDIO_P2P_REDIS", "").strip())
 
 
 def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]",

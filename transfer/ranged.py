@@ -29,8 +29,8 @@ Node-cache and peer sinks are not plain files and keep the single stream.
 from __future__ import annotations
 
 import os
-import threading
 
+from transfer import _threads
 from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo, ObjectStream, RangedReads, RunningCheck
 from transfer.errors import ChecksumMismatch
@@ -58,7 +58,7 @@ class PartPool:
         self.workers = max(1, workers)
         self._given = executor
         self._pool: Optional[Workers] = None
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
         self._runs = 0
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
@@ -112,10 +112,10 @@ class _Parts:
         self.size = size
         self.part_size = part_size
         self.count = -(-size // part_size)
-        self.done = [threading.Event() for _ in range(self.count)]
+        self.done = [_threads.Event() for _ in range(self.count)]
         self.failure: Optional[BaseException] = None
         self._front, self._back = 0, self.count
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
 
     def span(self, index: int) -> Tuple[int, int]:
         start = index * self.part_size

@@ -8,7 +8,7 @@ hammered: every retry spends a token, every success earns a fraction back.
 
 from __future__ import annotations
 
-import threading
+from transfer import _threads
 from transfer._lean import record
 
 from transfer.errors import Cancelled, Throttled, TransferError
@@ -17,6 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import random
     from typing import Optional
+
+    from transfer._threads import Cancel
 
 
 @record(frozen=True)
@@ -49,7 +51,7 @@ class RetryBudget:
         self._capacity = capacity
         self._tokens = capacity
         self._refill = refill
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
 
     def try_spend(self) -> bool:
         with self._lock:
@@ -67,7 +69,7 @@ class RunBudget(RetryBudget):
     """The retry budget of one engine run, which also carries the run's cancel event: what the
     tasks of a run share travels with them, so concurrent runs of one engine never mix."""
 
-    def __init__(self, capacity: float, cancel: Optional[threading.Event] = None) -> None:
+    def __init__(self, capacity: float, cancel: Optional[Cancel] = None) -> None:
         super().__init__(capacity=capacity)
         self.cancel = cancel
 

@@ -8,8 +8,8 @@ one instance and therefore one connection pool sized to ``settings.threads``.
 from __future__ import annotations
 
 import os
-import threading
 
+from transfer import _threads
 from transfer import backends
 from transfer._lean import Protocol
 from transfer.backends.base import Backend, Store, store
@@ -53,7 +53,7 @@ class Session:
         self._openers: Dict[str, BackendOpener] = dict(backends or {})
         self._backends: Dict[Hashable, Backend] = {}
         self._by_location: Dict[Tuple[str, str, Optional[str]], Backend] = {}
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
 
     @property
     def settings(self) -> Settings:

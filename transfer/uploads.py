@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 
+from transfer import _threads
 from transfer.backends.base import MultipartUploads
 from transfer.errors import TransferError
 from transfer.retry import RetryPolicy
@@ -30,7 +30,7 @@ class InFlightUploads:
     """The multipart uploads one engine has started and not yet finished. Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
         self._live: Dict[str, Tuple[MultipartUploads, Url]] = {}
 
     def start(self, backend: MultipartUploads, url: Url, upload_id: str) -> None:
@@ -69,11 +69,12 @@ class InFlightUploads:
             except TransferError as err:
                 _log.warning("could not abort multipart upload %s of %s: %s", upload_id, url, err)
 
-        threads = [threading.Thread(target=one, args=(uid, backend, url), daemon=True)
-                   for uid, (backend, url) in live]
-        for thread in threads:
-            thread.start()
+        threads = [_threads.start(_bound(one, uid, backend, url), f"abort-{uid}") for uid, (backend, url) in live]
         deadline = time.monotonic() + seconds
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         return [str(url) for uid, (_, url) in live if not done.get(uid)]
+
+
+def _bound(fn: "Callable[..., None]", *args: object) -> "Callable[[], None]":
+    return lambda: fn(*args)

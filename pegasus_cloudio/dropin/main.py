@@ -223,9 +223,10 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
     cache: "Optional[NodeCache]" = None
     peers: "Optional[PeerIndexSource]" = None
     if entries and env.get("PEGASUS_CLOUDIO_CACHE_DIR", "").strip().lower() != "off":
-        from transfer.node import open_node_cache, open_peers  # no cache, no peers: neither is imported
-        cache = open_node_cache(env, log.warning)
-        peers = open_peers(env, cache, log.warning)
+        from transfer.node import cache_needed, open_node_cache, open_peers  # neither is imported unless used
+        if cache_needed([e.op for e in entries], env):
+            cache = open_node_cache(env, log.warning)
+            peers = open_peers(env, cache, log.warning)
 
     def on_result(result: "Result") -> None:
         _log_failure(result)

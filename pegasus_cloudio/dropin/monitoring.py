@@ -44,8 +44,6 @@ PAYLOAD_START = "@@@MONITORING_PAYLOAD - START@@@"
 PAYLOAD_END = "@@@MONITORING_PAYLOAD - END@@@"
 
 _temp_counter = itertools.count()  # unique temp names within this process; no other state
-_NEEDS_ESCAPE = frozenset('\\"') | frozenset(map(chr, [*range(0x00, 0x09), *range(0x0a, 0x20), *range(0x7f, 0xa0),
-                                                     *range(0xd800, 0xe000), 0xfffe, 0xffff]))
 _EXCL_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -94,9 +92,9 @@ def yaml_quote(text: str) -> str:
     surrogates from undecodable path bytes, U+FFFE/U+FFFF) are escaped so that the value
     round-trips instead of breaking the parser.
     """
-    if _NEEDS_ESCAPE.isdisjoint(text):
-        return '"' + text + '"'
-    return '"' + "".join(_escape_char(c) for c in text) + '"'
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return '"' + text + '"'  # the common case, without looking at each character
+    return '"' + "".join(map(_escape_char, text)) + '"'
 
 
 def _escape_char(char: str) -> str:

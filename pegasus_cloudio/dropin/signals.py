@@ -12,7 +12,8 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]  # signal's C module: signal imports enum (start-up time)
 import os
 import sys
-import threading
+
+from transfer import _threads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,13 +36,15 @@ class Interrupts:
         self._abort_seconds = abort_seconds
         self._engine: Optional[Engine] = None
         self._pending: Dict[int, Operation] = {}
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
         self._previous: Dict[int, Any] = {}
 
     def __enter__(self) -> "Interrupts":
-        if threading.current_thread() is threading.main_thread():
-            for signum in HANDLED:
+        for signum in HANDLED:
+            try:
                 self._previous[signum] = _signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread (a library caller's worker): handlers stay
+                break
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,7 +8,9 @@ standard streams, working directory, umask, environment and arguments, runs the 
 inserts of bundle members the job fetched are made after that answer
 (:mod:`transfer.cache.behind`), so they overlap with the job's compute instead of delaying it. The stager
 itself never runs a transfer and holds no threads, so forking it is safe; it reaps its
-children and logs one line per job (pid, exit code, CPU seconds).
+children and logs one line per job (pid, exit code, CPU seconds). Before serving it freezes
+what it has loaded out of the garbage collector (:func:`gc.freeze`), so a child's collections
+do not touch, and copy, the pages it shares with the stager.
 
 What a job does in the stager is what it would do in-process; what differs: its CPU and
 memory are charged to the stager's process tree, not to the job's (HTCondor's accounting and
@@ -17,6 +19,7 @@ cgroup limits do not see them), and the job's resource limits are the stager's.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import logging
@@ -34,10 +37,17 @@ from typing import Dict, List, Optional, Tuple
 from pegasus_cloudio.stager import wire
 from transfer.cache import behind
 
+# Imported once, before the first fork: the drop-in, its backends and features, and what its
+# main() imports lazily on the way to a transfer, so a job's process imports nothing itself
+# (tests/test_stager_preload.py pins this).
 PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.monitoring",
+           "pegasus_cloudio.dropin.reporting", "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec",
+           "pegasus_cloudio.dropin.stats",
            "transfer.backends.s3", "transfer.backends.http", "transfer.backends.local", "transfer.backends.gcs",
-           "transfer.backends.sftp", "transfer.bundles", "transfer.cache", "transfer.p2p", "ssl", "hashlib",
-           "zlib", "tarfile", "awscrt.checksums")
+           "transfer.backends.sftp", "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch",
+           "transfer.bundles.reading", "transfer.cache", "transfer.cache.store", "transfer.p2p", "transfer.engine", "transfer.node",
+           "transfer.session", "transfer.ranged", "transfer.retry", "transfer.ops", "transfer.context",
+           "transfer._workers", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile", "awscrt.checksums")
 REQUEST_TIMEOUT_S = 30.0
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
@@ -159,6 +169,8 @@ class Stager:
 
     def serve(self) -> None:
         self._listener = listen(self.path)
+        gc.collect()
+        gc.freeze()  # what is loaded now stays put: forked children do not copy its pages to collect it
         signal.signal(signal.SIGCHLD, self._reap)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._stop)

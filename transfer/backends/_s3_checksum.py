@@ -17,12 +17,15 @@ object, and are not checked; the byte count always is.
 from __future__ import annotations
 
 import binascii
-import hashlib
 import zlib
+
+from transfer import _digests
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Dict, Optional
+
+    from transfer._digests import Hash
 
 __all__ = ["StreamCheck", "response_check", "CHECKSUM_MODE"]
 
@@ -46,19 +49,20 @@ class StreamCheck:
         return self._final() == self.expected
 
 
-def response_check(headers: Dict[str, str], etag_md5: Optional[str]) -> Optional[StreamCheck]:
-    """The check for a full-object GET answered with ``headers`` (None: size only)."""
+def response_check(headers: Dict[str, str], etag_md5: Optional[str], size: Optional[int] = None) -> Optional[StreamCheck]:
+    """The check for a full-object GET of ``size`` bytes (None: unknown) answered with ``headers``
+    (None: size only)."""
     composite = headers.get("x-amz-checksum-type", "").upper() == "COMPOSITE"
     found = {} if composite else {
         name: value for name in ("sha256", "sha1", "crc32", "crc64nvme", "crc32c")
         if (value := headers.get(f"x-amz-checksum-{name}")) and "-" not in value}
     for name in ("sha256", "sha1"):
         if name in found:
-            return _hash_check(name, hashlib.new(name), found[name], base64_digest=True)
+            return _hash_check(name, _digests.new(name, size), found[name], base64_digest=True)
     if "crc32" in found:
         return _crc_check("crc32", zlib.crc32, 4, found["crc32"])
     if etag_md5:
-        return _hash_check("md5", hashlib.md5(), etag_md5.lower(), base64_digest=False)
+        return _hash_check("md5", _digests.new("md5", size), etag_md5.lower(), base64_digest=False)
     for name, width in (("crc64nvme", 8), ("crc32c", 4)):
         crc = _crt(name) if name in found else None
         if crc is not None:
@@ -66,7 +70,7 @@ def response_check(headers: Dict[str, str], etag_md5: Optional[str]) -> Optional
     return None
 
 
-def _hash_check(name: str, digest: "hashlib._Hash", expected: str, *, base64_digest: bool) -> StreamCheck:
+def _hash_check(name: str, digest: "Hash", expected: str, *, base64_digest: bool) -> StreamCheck:
     def final() -> str:
         return binascii.b2a_base64(digest.digest(), newline=False).decode() if base64_digest else digest.hexdigest()
     return StreamCheck(name, expected, digest.update, final)

@@ -16,9 +16,9 @@ backed off per file by the engine.
 
 from __future__ import annotations
 
-import threading
 import time
 
+from transfer import _threads
 from transfer._lean import Headers, record
 from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
@@ -137,7 +137,7 @@ class Router:
         self._routes: Dict[str, Route] = {region: self._home}
         self._bucket_regions: Dict[str, str] = {}
         self._redirect_pools: Dict[str, ConnectionPool] = {}
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
 
     @property
     def home(self) -> Route:

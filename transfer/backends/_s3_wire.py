@@ -5,8 +5,9 @@ Pure functions over strings and bytes; nothing here sends a request.
 
 from __future__ import annotations
 
-import hashlib
 import time
+
+from transfer import _digests
 from transfer._lean import record
 
 from transfer.backends.base import ByteRange, ObjectInfo
@@ -24,7 +25,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import xml.etree.ElementTree as ET
+    from transfer.backends._s3_xml import Node
     from typing import Dict, Optional, Sequence, Tuple
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -201,16 +202,14 @@ def _child_url(url: Url, bucket: str, key: str) -> Url:
     return url.with_path(f"/{key}")
 
 
-def xml_tree(data: bytes) -> ET.Element:
-    import xml.etree.ElementTree as ET  # listings and error bodies only
+def xml_tree(data: bytes) -> Node:
+    """The document element of an S3 XML answer (:mod:`transfer.backends._s3_xml`: names
+    without their namespace); TransientError when it is malformed."""
+    from transfer.backends._s3_xml import XmlError, parse  # listings and error bodies only
     try:
-        root = ET.fromstring(data)
-    except ET.ParseError as err:
+        return parse(data)
+    except XmlError as err:
         raise TransientError(f"malformed XML from S3: {err}") from None
-    for element in root.iter():
-        if "}" in element.tag:
-            element.tag = element.tag.split("}", 1)[1]
-    return root
 
 
 def s3_error(status: int, body: bytes, url: str, operation: str, *, code: Optional[str] = None,
@@ -286,4 +285,4 @@ def multipart_etag(part_etags: Sequence[str]) -> Optional[str]:
         if not found:
             return None
         digests.append(bytes.fromhex(found))
-    return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
+    return f"{_digests.md5(b''.join(digests)).hex()}-{len(digests)}"

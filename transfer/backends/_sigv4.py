@@ -7,9 +7,9 @@ where integrity matters, so a request is signed without hashing its body.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
+
+from transfer._digests import hmac_sha256, sha256_hex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from transfer.credentials import Credentials
 
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+EMPTY_SHA256 = sha256_hex(b"")
 UNSIGNED = "UNSIGNED-PAYLOAD"
 
 
@@ -70,7 +70,7 @@ class SigV4Signer:
         if day != cached_day or secret != cached_secret:
             key = ("AWS4" + secret).encode()
             for part in (day, self._region, self._service, "aws4_request"):
-                key = hmac.digest(key, part.encode(), "sha256")
+                key = hmac_sha256(key, part.encode())
             self._key = (day, secret, key)
         return key
 
@@ -105,8 +105,8 @@ class SigV4Signer:
         signed, canonical = self.canonical_request(method, host_header, encoded_path, query, payload_hash,
                                                    headers + list(extra or ()))
         scope = f"{day}/{self._region}/{self._service}/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.digest(self._signing_key(day, credentials.secret_key), to_sign.encode(), "sha256").hex()
+        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{sha256_hex(canonical.encode())}"
+        signature = hmac_sha256(self._signing_key(day, credentials.secret_key), to_sign.encode()).hex()
         headers.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/"
                                           f"{scope}, SignedHeaders={signed}, Signature={signature}"))
         if extra:

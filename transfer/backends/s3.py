@@ -14,9 +14,9 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 from __future__ import annotations
 
 import binascii
-import hashlib
 import zlib
 
+from transfer import _digests
 from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
     S3Path,
@@ -57,7 +57,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import xml.etree.ElementTree as ET
+    from transfer.backends._s3_xml import Node
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
     from transfer.peers import Scope
@@ -181,7 +181,7 @@ class S3Backend:
         with self._send("GET", path, headers=headers, url=str(url)) as response:
             self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response.status, response.headers)
-            check = None if byte_range else response_check(response.headers, _etag_md5(info, response.headers))
+            check = None if byte_range else response_check(response.headers, _etag_md5(info, response.headers), info.size)
             if check is not None:
                 write, update = sink.write, check.update
 
@@ -238,7 +238,7 @@ class S3Backend:
                             for item in page.iter("CommonPrefixes"))
         return objects, prefixes
 
-    def _objects(self, url: Url, page: ET.Element) -> Iterator[ObjectInfo]:
+    def _objects(self, url: Url, page: Node) -> Iterator[ObjectInfo]:
         from urllib.parse import unquote_plus
         bucket = split_url(url).bucket
         for item in page.iter("Contents"):
@@ -247,7 +247,7 @@ class S3Backend:
                              (item.findtext("ETag") or "").strip('"') or None,
                              iso8601_epoch(item.findtext("LastModified")))
 
-    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[ET.Element]:
+    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[Node]:
         path = split_url(url)
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
@@ -285,11 +285,11 @@ class S3Backend:
     def _delete_batch(self, bucket: str, keys: List[str]) -> Dict[str, TransferError]:
         objects = "".join(f"<Object><Key>{xml_escape(k)}</Key></Object>" for k in keys)
         body = f'<?xml version="1.0" encoding="UTF-8"?><Delete><Quiet>true</Quiet>{objects}</Delete>'.encode()
-        headers = [("Content-MD5", binascii.b2a_base64(hashlib.md5(body).digest(), newline=False).decode()),
+        headers = [("Content-MD5", binascii.b2a_base64(_digests.md5(body), newline=False).decode()),
                    ("Content-Type", "application/xml")]
         url = f"s3 bucket {bucket}"
         with self._send("POST", S3Path(bucket, ""), query={"delete": ""}, headers=headers, body=body,
-                        payload_hash=hashlib.sha256(body).hexdigest(), url=url) as response:
+                        payload_hash=_digests.sha256_hex(body), url=url) as response:
             self._check(response, url, "delete")
             root = xml_tree(response.read())
         errors: Dict[str, TransferError] = {}
@@ -309,7 +309,7 @@ class S3Backend:
         if self._region != "us-east-1":
             body = (f"<CreateBucketConfiguration><LocationConstraint>{self._region}"
                     f"</LocationConstraint></CreateBucketConfiguration>").encode()
-        with self._send("PUT", bucket, body=body, payload_hash=hashlib.sha256(body).hexdigest(),
+        with self._send("PUT", bucket, body=body, payload_hash=_digests.sha256_hex(body),
                         url=str(url)) as response:
             if response.status == 409:
                 text = response.read()
@@ -362,7 +362,7 @@ class S3Backend:
             response.discard()
             raise
         info = _info(url, response.status, response.headers)
-        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers)), text)
+        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers), info.size), text)
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
@@ -436,7 +436,7 @@ class S3Backend:
                         for n, (etag, crc) in enumerate(pairs, 1))
         body = f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
         with self._send("POST", split_url(url), query={"uploadId": upload_id}, body=body,
-                        payload_hash=hashlib.sha256(body).hexdigest(), url=str(url)) as response:
+                        payload_hash=_digests.sha256_hex(body), url=str(url)) as response:
             self._check(response, str(url), "put")
             text = response.read()
         if b"<Error>" in text:

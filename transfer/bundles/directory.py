@@ -23,8 +23,9 @@ from __future__ import annotations
 import io
 import os
 import posixpath
-import threading
 import time
+
+from transfer import _threads
 from transfer._lean import logger, field, record
 from transfer._lean_json import loads
 
@@ -45,6 +46,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from _thread import LockType
     from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 BUNDLE_DIR = ".cloudio-bundles"
@@ -117,8 +119,8 @@ class BundleDirectory:
                 for name in bundle.index:
                     self._where[name] = position
         self._kept = sum(len(b.head) for b in self.bundles)
-        self._fill_locks: Dict[str, threading.Lock] = {}
-        self._lock = threading.Lock()
+        self._fill_locks: Dict[str, LockType] = {}
+        self._lock = _threads.Lock()
         self.conflicts = sorted(name for name in self.plain if self._member(name) is not None)
         if self.conflicts:
             _log.warning("%s: %d plain object(s) share a name with a bundle member (e.g. %s); the plain "
@@ -150,7 +152,7 @@ class BundleDirectory:
         if bundle.complete or bundle.size > KEPT_HEAD_BYTES:
             return bundle
         with self._lock:
-            lock = self._fill_locks.setdefault(bundle.url.path, threading.Lock())
+            lock = self._fill_locks.setdefault(bundle.url.path, _threads.Lock())
         with lock:  # one fetch per bundle; other bundles of the directory are not held up
             with self._lock:
                 if bundle.complete or self._kept + bundle.size > KEPT_HEAD_BYTES:

@@ -10,8 +10,8 @@ member's writer alone and is reported for it, naming the bundle.
 
 from __future__ import annotations
 
-import hashlib
 
+from transfer import _digests
 from transfer._lean import Protocol
 from transfer.backends.base import Backend
 from transfer.bundles.directory import WHOLE_FRACTION, LoadedBundle
@@ -87,7 +87,7 @@ class _Open:
 
     def __init__(self, member: Member, start: int, writer: Writer) -> None:
         self.member, self.start, self.end, self.writer = member, start, start + member.size, writer
-        self.digest = hashlib.sha256()
+        self.digest = _digests.new("sha256", member.size)
         self.written = 0
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-import threading
+
+from transfer import _threads
 from transfer._workers import Task
 from transfer._lean import record
 from transfer._lean_json import dumps
@@ -84,7 +85,7 @@ class BundleStager:
         self.enabled = bool(self._settings.bundle or self._settings.bundle_sites)
         self._site_answers: Dict[Optional[str], bool] = {}
         self._directories: Dict[Hashable, Task] = {}
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
 
     def _bundles_for(self, site_label: Optional[str]) -> bool:
         answer = self._site_answers.get(site_label)

@@ -11,8 +11,8 @@ A process killed before it drains loses only cache entries, never correctness.
 
 from __future__ import annotations
 
-import threading
 
+from transfer import _threads
 from transfer._lean import logger
 
 TYPE_CHECKING = False
@@ -27,7 +27,7 @@ BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
 _log = logger(__name__)  # logging is imported when a warning is first logged
 _queue: Optional[List[Tuple["NodeCache", str, bytes]]] = None
 _queued_bytes = 0
-_lock = threading.Lock()  # offer() runs in the engine's worker threads
+_lock = _threads.Lock()  # offer() runs in the engine's worker threads
 
 
 def collect() -> None:

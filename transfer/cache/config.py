@@ -142,7 +142,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
 
     Raises InvalidInput naming the variable for a malformed value.
     """
-    raw = {k[len(_ENV):]: v.strip() for k, v in env.items() if k.startswith(_ENV) and v.strip()}
+    raw = _raw(env)
     directory = raw.get("DIR") or default_directory(env)
     if directory.lower() == OFF:
         return None
@@ -160,6 +160,16 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, _DEFAULT_VERIFY),
         uploads=_auto_flag(raw, "UPLOADS"),
     )
+
+
+def uploads_setting(env: Mapping[str, str]) -> Optional[bool]:
+    """``PEGASUS_CLOUDIO_CACHE_UPLOADS`` alone (what :func:`config_from_env` puts in
+    ``uploads``), read without the rest. Raises InvalidInput naming it when malformed."""
+    return _auto_flag(_raw(env), "UPLOADS")
+
+
+def _raw(env: Mapping[str, str]) -> Dict[str, str]:
+    return {k[len(_ENV):]: v.strip() for k, v in env.items() if k.startswith(_ENV) and v.strip()}
 
 
 def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], default: _T) -> _T:

@@ -7,9 +7,10 @@ lock file itself is unlinked while held, which :mod:`transfer.cache.locks` toler
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
+
+from transfer import _digests
 from transfer._lean import record
 
 from transfer.cache.config import CacheConfig
@@ -179,11 +180,12 @@ def verify(layout: Layout, config: CacheConfig) -> List[str]:
 def _intact(paths: KeyPaths, meta: Meta) -> bool:
     if digest_of(meta.key) != paths.digest:
         return False
-    digest = hashlib.sha256()
     try:
         with open(paths.data, "rb") as fh:
-            if not meta.matches(os.fstat(fh.fileno())):
+            st = os.fstat(fh.fileno())
+            if not meta.matches(st):
                 return False
+            digest = _digests.new("sha256", st.st_size)
             for block in iter(lambda: fh.read(_HASH_CHUNK), b""):
                 digest.update(block)
     except OSError:

@@ -22,10 +22,11 @@ the metadata is renamed into place before the data and removed after it.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import stat
+
+from transfer import _digests
 from transfer._lean import asdict, record
 from transfer._lean_json import dumps, loads
 
@@ -47,7 +48,7 @@ _counter = itertools.count()  # unique temp names within this process
 
 
 def digest_of(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return _digests.sha256_hex(key.encode("utf-8", "surrogatepass"))
 
 
 @record(frozen=True)

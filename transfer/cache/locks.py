@@ -12,7 +12,6 @@ starts over if not.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 
@@ -20,7 +19,7 @@ from transfer.cache.layout import make_private_dirs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterator, Optional
+    from typing import Optional
 
 SHARED = fcntl.LOCK_SH
 EXCLUSIVE = fcntl.LOCK_EX
@@ -65,23 +64,31 @@ def _still_named(fd: int, path: str) -> bool:
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
-@contextlib.contextmanager
-def held(path: str, mode: int) -> Iterator[int]:
+class Held:
+    """A lock taken by :func:`held` or :func:`try_held`: ``with`` gives its descriptor (None
+    when :func:`try_held` found it busy) and releases it at the end. (A class, not
+    ``contextlib.contextmanager``: contextlib brings collections and functools into every job
+    step that uses the cache.)"""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: Optional[int]) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> Optional[int]:
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def held(path: str, mode: int) -> Held:
     """``with held(path, SHARED):`` - blocks until the lock is granted."""
-    fd = acquire(path, mode)
-    assert fd is not None
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+    return Held(acquire(path, mode))
 
 
-@contextlib.contextmanager
-def try_held(path: str, mode: int) -> Iterator[Optional[int]]:
+def try_held(path: str, mode: int) -> Held:
     """``with try_held(path, EXCLUSIVE) as fd:`` - fd is None when the lock is busy."""
-    fd = acquire(path, mode, blocking=False)
-    try:
-        yield fd
-    finally:
-        if fd is not None:
-            os.close(fd)
+    return Held(acquire(path, mode, blocking=False))

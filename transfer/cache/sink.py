@@ -15,10 +15,10 @@ sink calls ``write`` instead and every byte passes through the hash.
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import os
 
+from transfer import _digests
 from transfer._lean import Buffer
 from transfer.atomic import AtomicFile, local_error
 from transfer.cache.layout import remove_quietly
@@ -45,7 +45,7 @@ class CacheSink(io.RawIOBase):
         self._dest_path = dest_path
         self.fallback: Optional[AtomicFile] = None
         self.written = 0
-        self._hash = hashlib.sha256()
+        self._hash = _digests.Stream()
 
     def writable(self) -> bool:
         return True
@@ -74,7 +74,7 @@ class CacheSink(io.RawIOBase):
     def reset(self) -> None:
         """Discard everything written so far (a peer's bytes that failed verification)."""
         self.written = 0
-        self._hash = hashlib.sha256()
+        self._hash = _digests.Stream()
         if self.fallback is None:
             try:
                 os.lseek(self.cache_fd(), 0, os.SEEK_SET)

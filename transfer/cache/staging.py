@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 
+from transfer import _digests
 from transfer.cache.layout import KeyPaths, remove_quietly
 
 TYPE_CHECKING = False
@@ -43,14 +43,14 @@ def stage_bytes(paths: KeyPaths, data: bytes) -> Staged:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        return hashlib.sha256(data).hexdigest()
+        return _digests.sha256_hex(data)
 
     return _filled(fd, temp, write)
 
 
 def hash_fd(fd: int) -> str:
     """SHA-256 of the whole file open as ``fd`` (read with pread: the offset is untouched)."""
-    digest = hashlib.sha256()
+    digest = _digests.new("sha256", os.fstat(fd).st_size)
     offset = 0
     while True:
         block = os.pread(fd, _CHUNK, offset)
@@ -61,7 +61,7 @@ def hash_fd(fd: int) -> str:
 
 
 def _copy_hashing(path: str, dst: int) -> str:
-    digest = hashlib.sha256()
+    digest = _digests.Stream()
     with open(path, "rb", buffering=0) as src:
         while True:
             block = src.read(_CHUNK)

@@ -9,9 +9,10 @@ a process killed between publishing an entry and counting it).
 
 from __future__ import annotations
 
-
+import _thread
 import os
-import threading
+
+from transfer import _threads
 from transfer import _lean
 from transfer._lean import record
 from transfer._lean_json import dumps, loads
@@ -90,7 +91,7 @@ class StatsFile:
             return values
 
     def _write(self, values: Mapping[str, int]) -> None:
-        temp = f"{self._layout.stats_file}.{os.getpid()}.{threading.get_ident()}.part"
+        temp = f"{self._layout.stats_file}.{os.getpid()}.{_thread.get_ident()}.part"
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
             os.fchmod(fd, FILE_MODE)
@@ -113,7 +114,7 @@ class Counters:
     """Deltas not yet flushed, shared by the threads of one process."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
         self._pending: Dict[str, int] = {}
 
     def add(self, **delta: int) -> None:

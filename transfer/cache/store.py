@@ -22,11 +22,10 @@ drops the entry: the object changed under its name.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import time
 
+from transfer import _digests
 from transfer._lean import logger
 from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo
@@ -35,7 +34,7 @@ from transfer.cache.config import CacheConfig, config_from_env
 from transfer.cache.layout import (
     ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, read_meta, remove_quietly, write_meta,
 )
-from transfer.cache.locks import EXCLUSIVE, SHARED, acquire, held
+from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire, held
 from transfer.cache.materialise import materialise
 from transfer.cache.sink import CacheSink
 from transfer.cache.staging import Staged, hash_fd, stage_bytes, stage_file
@@ -44,7 +43,7 @@ from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, Iterator, List, Mapping, Optional, Tuple, cast
+    from typing import BinaryIO, Callable, List, Mapping, Optional, Tuple
 
 if TYPE_CHECKING:
     Download = Callable[[BinaryIO], ObjectInfo]
@@ -234,7 +233,7 @@ class NodeCache:
         """Store ``data`` as ``key`` (bundle members fetched along with a wanted one)."""
         if len(data) > self.config.max_bytes:
             return False
-        return self._insert(key, version, hashlib.sha256(data).hexdigest(), "bundle",
+        return self._insert(key, version, _digests.sha256_hex(data), "bundle",
                             lambda paths: stage_bytes(paths, data))
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
@@ -357,13 +356,10 @@ class NodeCache:
                 return False
             return grant_capability(paths.peers, capability)
 
-    @contextlib.contextmanager
-    def pin(self, key: str) -> Iterator[Optional[str]]:
+    def pin(self, key: str) -> "_Pinned":
         """``with cache.pin(key) as path:`` - the entry's path (None if absent), which
         eviction leaves alone until the block ends."""
-        paths = self._layout.paths(key)
-        with held(paths.lock, SHARED):
-            yield paths.data if self._valid(paths, key) is not None else None
+        return _Pinned(self, key)
 
     def stats(self) -> CacheStats:
         """Counters of every process that used this directory, plus this one's unflushed ones."""
@@ -446,6 +442,30 @@ class NodeCache:
             self.gc(wait=False)
         except OSError as err:
             _log.warning("cache %s: eviction failed: %s", self.directory, err)
+
+
+class _Pinned:
+    """What :meth:`NodeCache.pin` returns: the entry's shared lock, held for the ``with`` block."""
+
+    __slots__ = ("_cache", "_key", "_lock")
+
+    def __init__(self, cache: NodeCache, key: str) -> None:
+        self._cache, self._key = cache, key
+        self._lock: Optional[Held] = None
+
+    def __enter__(self) -> Optional[str]:
+        paths = self._cache._layout.paths(self._key)
+        self._lock = held(paths.lock, SHARED)
+        try:
+            return paths.data if self._cache._valid(paths, self._key) is not None else None
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            self._lock.__exit__()
+            self._lock = None
 
 
 def cache_from_settings(env: Mapping[str, str], *, strict: bool = False) -> Optional[NodeCache]:

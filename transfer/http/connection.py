@@ -13,11 +13,11 @@ the pool answers by retrying once on a fresh connection.
 from __future__ import annotations
 
 import _socket
-import hashlib
 import io
 import os
 import sys
 
+from transfer import _digests
 from transfer._lean import record
 from transfer.errors import InvalidInput, RemoteError, TransientError
 
@@ -68,8 +68,9 @@ def file_body(path: str) -> Tuple[int, bytes, Body]:
     with open(path, "rb") as fh:
         data = fh.read(_SMALL_FILE + 1)
         if len(data) <= _SMALL_FILE:
-            return len(data), hashlib.md5(data).digest(), data
-        digest = hashlib.md5(data)
+            return len(data), _digests.md5(data), data
+        digest = _digests.new("md5")
+        digest.update(data)
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
         size = fh.tell()

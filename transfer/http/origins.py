@@ -4,9 +4,9 @@ across them (a redirect to another origin uses that origin's pool)."""
 from __future__ import annotations
 
 import ssl
-import threading
 from urllib.parse import urljoin, urlsplit
 
+from transfer import _threads
 from transfer._lean import Headers
 from transfer.errors import RemoteError
 from transfer.http.connection import Body, Timeouts
@@ -36,7 +36,7 @@ class OriginPools:
         self._timeouts = timeouts
         self._stats = stats
         self._pools: Dict[str, ConnectionPool] = {}
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
 
     def pool(self, origin: str) -> ConnectionPool:
         pool = self._pools.get(origin)

@@ -8,8 +8,8 @@ connection (the only retry at this level; per-file retries live in the engine).
 
 from __future__ import annotations
 
-import threading
 
+from transfer import _threads
 from transfer.errors import InvalidInput, TransferError, TransientError
 from transfer.http.connection import (
     Body,
@@ -35,7 +35,7 @@ class PoolStats:
     def __init__(self) -> None:
         self.connections_opened = 0
         self.requests_sent = 0
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
 
     def count(self, *, connections: int = 0, requests: int = 0) -> None:
         with self._lock:
@@ -74,9 +74,9 @@ class ConnectionPool:
         self._timeouts = timeouts
         self._max_idle = max(1, max_idle)
         self._idle: List[Connection] = []
-        self._lock = threading.Lock()
+        self._lock = _threads.Lock()
         self._max_open = max_open
-        self._slots = threading.BoundedSemaphore(max_open) if max_open else None
+        self._slots = _threads.BoundedSemaphore(max_open) if max_open else None
         self.stats = stats or PoolStats()
 
     def sibling(self, base_url: str) -> "ConnectionPool":
