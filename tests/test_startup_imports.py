@@ -152,6 +152,6 @@ def test_a_stage_out_opens_the_node_cache_only_when_uploads_are_written_through(
     for uploads, cached in (("auto", False), ("1", True)):
         cache = cwd.parent / f"cache-{uploads}"
         env = dict(job["env"], PEGASUS_CLOUDIO_CACHE_DIR=str(cache), PEGASUS_CLOUDIO_CACHE_UPLOADS=uploads)  # type: ignore[call-overload]
-        found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer")], env, cwd, spec)
+        found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer-py")], env, cwd, spec)
         assert ("transfer.cache.store" in found) is cached, (uploads, sorted(found))
         assert cache.exists() is cached
