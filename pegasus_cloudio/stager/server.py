@@ -43,7 +43,7 @@ from transfer.cache import behind
 PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.monitoring",
            "pegasus_cloudio.dropin.reporting", "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec",
            "pegasus_cloudio.dropin.stats",
-           "transfer.backends.s3", "transfer.backends.http", "transfer.backends.local", "transfer.backends.gcs",
+           "transfer.backends.s3", "transfer.backends._s3_xml", "transfer.backends.http", "transfer.backends.local", "transfer.backends.gcs",
            "transfer.backends.sftp", "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch",
            "transfer.bundles.reading", "transfer.cache", "transfer.cache.store", "transfer.p2p", "transfer.engine", "transfer.node",
            "transfer.session", "transfer.ranged", "transfer.retry", "transfer.ops", "transfer.context",
