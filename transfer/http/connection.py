@@ -339,15 +339,16 @@ class Connection:
         rfile = self._rfile
         assert rfile is not None
         while True:
-            line = rfile.readline(_MAX_LINE)
-            if not line:
-                raise _EmptyStatus()
-            version, _, rest = line.partition(b" ")
-            code, _, reason = rest.partition(b" ")
-            if not version.startswith(b"HTTP/") or not code.isdigit():
-                raise TransientError(f"bad status line {line[:80]!r}", url=self.endpoint)
-            status = int(code)
-            headers = self._read_headers(rfile)
+            head = _buffered_head(rfile)
+            if head is None:  # the head spans reads, or has odd line ends: line by line
+                line = rfile.readline(_MAX_LINE)
+                if not line:
+                    raise _EmptyStatus()
+                version, status, reason = self._status_line(line)
+                headers = self._read_headers(rfile)
+            else:
+                version, status, reason = self._status_line(head[0])
+                headers = self._header_lines(head[1])
             if status != 100:
                 break
         if version == b"HTTP/1.0" or "close" in headers.get("connection", "").lower():
@@ -360,6 +361,14 @@ class Connection:
             self.must_close = True
         return response
 
+    def _status_line(self, line: bytes) -> Tuple[bytes, int, bytes]:
+        """(version, status, reason) of a status line (with its line end)."""
+        version, _, rest = line.partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        if not version.startswith(b"HTTP/") or not code.isdigit():
+            raise TransientError(f"bad status line {line[:80]!r}", url=self.endpoint)
+        return version, int(code), reason
+
     def _read_headers(self, rfile: BinaryIO) -> Dict[str, str]:
         headers: Dict[str, str] = {}
         for _ in range(_MAX_HEADERS):
@@ -371,6 +380,18 @@ class Connection:
             value = value.strip()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         raise TransientError("too many response headers", url=self.endpoint)
+
+    def _header_lines(self, lines: List[str]) -> Dict[str, str]:
+        """:meth:`_read_headers` over lines already split (each without its CRLF)."""
+        if len(lines) >= _MAX_HEADERS:
+            raise TransientError("too many response headers", url=self.endpoint)
+        headers: Dict[str, str] = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            value = value.strip()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        return headers
 
     def read_exact(self, length: int, write: Callable[[bytes], object]) -> int:
         rfile = self._rfile
@@ -428,6 +449,24 @@ def _unsafe_field(method: str, target: str, lines: List[str], what: str = "CR, L
         if any(c in line for c in "\r\n\0") if what.startswith("CR") else any(ord(c) > 255 for c in line):
             return f"header {line.partition(':')[0][:60]!r} contains {what}; request not sent"
     return f"request line {f'{method} {target}'[:80]!r} contains {what} or a space; request not sent"
+
+
+def _buffered_head(rfile: BinaryIO) -> Optional[Tuple[bytes, List[str]]]:
+    """(status line with its CRLF, header lines without theirs) of a response head that is
+    whole in the reader's buffer (one receive: the usual case), consumed from it; None, with
+    nothing consumed, when the head is not all there yet or ends a line with a bare LF (the
+    line-by-line path reads those exactly as it always has). Only heads of at most
+    ``_MAX_LINE`` bytes qualify, so no line here is longer than ``readline`` would return."""
+    data = rfile.peek(_MAX_LINE)  # type: ignore[attr-defined]  # at most one receive, and only when empty
+    end = data.find(b"\r\n\r\n", 0, _MAX_LINE)
+    if end < 0:
+        return None
+    size = end + 4
+    if data.count(b"\n", 0, size) != data.count(b"\r\n", 0, size):  # a bare LF ends a line too
+        return None
+    head = rfile.read(size)
+    first = head.find(b"\n") + 1
+    return head[:first], head[first:end + 2].decode("latin-1").split("\r\n")[:-1]
 
 
 class _EmptyStatus(Exception):
