@@ -214,10 +214,11 @@ class Connection:
             if self._ssl_context is not None:
                 sock: _socket.socket = self._tls_socket(self._ssl_context)
                 rfile = sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
+                sock.settimeout(self._timeouts.read)
             else:
                 sock = _plain_socket(self._address, self._timeouts.connect)
                 rfile = io.BufferedReader(_SocketReader(sock), _CHUNK)
-            sock.settimeout(self._timeouts.read)
+                _kernel_timeouts(sock, self._timeouts.read)
         except OSError as err:  # ssl.SSLError included
             if type(err).__name__ == "SSLCertVerificationError":
                 raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",  # type: ignore[attr-defined]
@@ -275,14 +276,17 @@ class Connection:
 
     def _send(self, head: bytes, body: Body) -> None:
         assert self._sock is not None
-        if isinstance(body, bytes) and len(body) <= _CHUNK:
-            self._sock.sendall(head + body)
-            return
-        self._sock.sendall(head)
-        if isinstance(body, bytes):
-            self._sock.sendall(body)
-        elif isinstance(body, FileRegion):
-            self._send_file(body)
+        try:
+            if isinstance(body, bytes) and len(body) <= _CHUNK:
+                self._sock.sendall(head + body)
+                return
+            self._sock.sendall(head)
+            if isinstance(body, bytes):
+                self._sock.sendall(body)
+            elif isinstance(body, FileRegion):
+                self._send_file(body)
+        except BlockingIOError:  # the send timeout of a blocking plain socket ran out
+            raise TimeoutError("timed out") from None
 
     def _head(self, method: str, target: str, headers: HeaderList, body: Body) -> bytes:
         """The request head with exactly one ``Host`` (the caller's, if given: virtual-hosted
@@ -317,7 +321,7 @@ class Connection:
         assert self._sock is not None
         with open(region.path, "rb") as fh:
             if self._ssl_context is None:
-                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length)
+                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length, self._timeouts.read)
                 if sent != region.length:
                     raise TransientError(f"sent {sent} of {region.length} bytes of {region.path}")
                 return
@@ -515,25 +519,47 @@ class _SocketReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: "memoryview | bytearray") -> int:  # type: ignore[override]
-        return self._sock.recv_into(buffer)
+        try:
+            return self._sock.recv_into(buffer)
+        except BlockingIOError:  # the receive timeout of a blocking socket ran out
+            raise TimeoutError("timed out") from None
 
 
-def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int) -> int:
-    """``socket.sendfile`` on a socket with a timeout (non-blocking underneath): zero-copy
-    ``os.sendfile``, waiting for room up to the socket's timeout; returns the bytes sent."""
+def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: float) -> int:
+    """``socket.sendfile`` on a plain socket: zero-copy ``os.sendfile``; a socket with a
+    timeout is non-blocking underneath, so room is waited for here, up to ``timeout``, and a
+    blocking one with a kernel send timeout (:func:`_kernel_timeouts`) reports it as EAGAIN
+    (TimeoutError here). Returns the bytes sent."""
     import select
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLOUT)
-    timeout = sock.gettimeout()
+    blocking = sock.gettimeout() is None
     sent = 0
     while sent < length:
         try:
             count = os.sendfile(sock.fileno(), fd, offset + sent, length - sent)
         except BlockingIOError:
-            if not poller.poll(None if timeout is None else timeout * 1000):
+            if blocking or not poller.poll(timeout * 1000):
                 raise TimeoutError("timed out") from None
             continue
         if count == 0:
             break
         sent += count
     return sent
+
+
+def _kernel_timeouts(sock: _socket.socket, seconds: float) -> None:
+    """Make ``sock`` blocking with ``seconds`` as the kernel's receive and send timeouts
+    (SO_RCVTIMEO, SO_SNDTIMEO): a receive or send that waits longer fails with EAGAIN, which
+    the callers turn into TimeoutError. The same wait between bytes as ``settimeout``, without
+    the poll() Python puts before every receive and send of a socket with a timeout (two
+    system calls per request). Where the timeval layout is not known, ``settimeout``."""
+    if not (sys.platform.startswith("linux") and sys.maxsize > 2 ** 32) or not 0 < seconds < 2 ** 31:
+        sock.settimeout(seconds)
+        return
+    whole = int(seconds)
+    micros = min(999_999, int((seconds - whole) * 1e6))
+    timeval = whole.to_bytes(8, sys.byteorder) + micros.to_bytes(8, sys.byteorder)  # struct timeval, LP64
+    sock.settimeout(None)
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, timeval)

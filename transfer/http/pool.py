@@ -8,6 +8,7 @@ connection (the only retry at this level; per-file retries live in the engine).
 
 from __future__ import annotations
 
+import _queue
 import threading
 
 from transfer.errors import InvalidInput, TransferError, TransientError
@@ -76,7 +77,13 @@ class ConnectionPool:
         self._idle: List[Connection] = []
         self._lock = threading.Lock()
         self._max_open = max_open
-        self._slots = threading.BoundedSemaphore(max_open) if max_open else None
+        # One token per connection that may be open at once: a C queue, where a semaphore's
+        # acquire and release run a condition variable's Python code on every request.
+        self._slots: Optional[_queue.SimpleQueue[None]] = None
+        if max_open:
+            self._slots = _queue.SimpleQueue()
+            for _ in range(max_open):
+                self._slots.put(None)
         self.stats = stats or PoolStats()
 
     def sibling(self, base_url: str) -> "ConnectionPool":
@@ -104,13 +111,16 @@ class ConnectionPool:
         return self._new_connection()
 
     def _take_slot(self) -> None:
-        if self._slots is not None and not self._slots.acquire(timeout=self._timeouts.read):
-            raise TransientError(f"all {self._max_open} connections stayed busy for {self._timeouts.read:.0f} s",
-                                 url=self.base_url, operation="connect")
+        if self._slots is not None:
+            try:
+                self._slots.get(timeout=self._timeouts.read)
+            except _queue.Empty:
+                raise TransientError(f"all {self._max_open} connections stayed busy for {self._timeouts.read:.0f} s",
+                                     url=self.base_url, operation="connect") from None
 
     def _give_slot(self) -> None:
         if self._slots is not None:
-            self._slots.release()
+            self._slots.put(None)
 
     def _checkin(self, conn: Connection) -> None:
         """Keep ``conn`` for reuse (if open and room) and free its slot."""
