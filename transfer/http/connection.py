@@ -60,20 +60,36 @@ if TYPE_CHECKING:
 else:
     Body = object  # the alias above is for type checkers; typing is not imported at run time
 _SMALL_FILE = 1 << 20
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def file_body(path: str) -> Tuple[int, bytes, Body]:
     """(size, MD5 digest, body) of a local file to upload: small files are read into memory
-    (sent with the request head in one write), larger ones are sent from disk. Raises OSError."""
-    with open(path, "rb") as fh:
-        data = fh.read(_SMALL_FILE + 1)
-        if len(data) <= _SMALL_FILE:
-            return len(data), hashlib.md5(data).digest(), data
+    (sent with the request head in one write), larger ones are sent from disk. Raises OSError.
+    Read through the bare descriptor: ``open()``'s file object costs three more system calls
+    (fstat, isatty, lseek) per file."""
+    fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    try:
+        chunks: List[bytes] = []
+        size = 0
+        while size <= _SMALL_FILE:
+            block = os.read(fd, _SMALL_FILE + 1 - size)
+            if not block:
+                break
+            chunks.append(block)
+            size += len(block)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if size <= _SMALL_FILE:
+            return size, hashlib.md5(data).digest(), data
         digest = hashlib.md5(data)
-        for block in iter(lambda: fh.read(1 << 20), b""):
+        while block := os.read(fd, 1 << 20):
             digest.update(block)
-        size = fh.tell()
+            size += len(block)
+    finally:
+        os.close(fd)
     return size, digest.digest(), FileRegion(path, 0, size)
+
+
 if TYPE_CHECKING:
     HeaderList = Iterable[Tuple[str, str]]
 else:
