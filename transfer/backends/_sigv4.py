@@ -145,6 +145,6 @@ class SigV4Signer:
             if lower.startswith("x-amz-") or lower == "content-md5":
                 signed.append((lower, " ".join(value.split())))
         signed.sort()
-        names = ";".join(name for name, _ in signed)
-        canon_headers = "".join(f"{name}:{value}\n" for name, value in signed)
+        names = ";".join([name for name, _ in signed])
+        canon_headers = "".join([f"{name}:{value}\n" for name, value in signed])
         return names, f"{method}\n{encoded_path}\n{query}\n{canon_headers}\n{names}\n{payload_hash}"

@@ -43,6 +43,11 @@ class PoolStats:
             self.connections_opened += connections
             self.requests_sent += requests
 
+    def count_request(self) -> None:
+        """``count(requests=1)``, once per request."""
+        with self._lock:
+            self.requests_sent += 1
+
 
 class ConnectionPool:
     """Keep-alive connections to ``scheme://host:port`` shared by all threads of a process."""
@@ -144,7 +149,7 @@ class ConnectionPool:
     ) -> "PooledResponse":
         """Send a request; the caller must read or discard the body (``with`` does it), which
         gives the connection back."""
-        header_list = list(headers)
+        header_list = headers if type(headers) is list else list(headers)  # sent twice on a stale connection
         self._take_slot()
         conn: Optional[Connection] = None
         try:
@@ -163,9 +168,8 @@ class ConnectionPool:
                 self._give_slot()
             raise
         finally:
-            self.stats.count(requests=1)
-        used = conn
-        return PooledResponse(response, lambda: self._checkin(used))
+            self.stats.count_request()
+        return PooledResponse(response, self._checkin, conn)
 
     def close(self) -> None:
         with self._lock:
@@ -177,11 +181,13 @@ class ConnectionPool:
 class PooledResponse:
     """A response that returns its connection to the pool once its body is consumed."""
 
-    __slots__ = ("_response", "_release", "status", "headers")
+    __slots__ = ("_response", "_release", "_conn", "status", "headers")
 
-    def __init__(self, response: Response, release: Callable[[], None]) -> None:
+    def __init__(self, response: Response, release: Callable[[Connection], None], conn: Connection) -> None:
+        """``release(conn)`` gives the connection back, once the body is consumed."""
         self._response = response
-        self._release = release
+        self._release: Optional[Callable[[Connection], None]] = release
+        self._conn = conn
         self.status = response.status
         self.headers = response.headers
 
@@ -227,8 +233,9 @@ class PooledResponse:
             self._finish()
 
     def _finish(self) -> None:
-        release, self._release = self._release, _noop
-        release()
+        release, self._release = self._release, None
+        if release is not None:
+            release(self._conn)
 
     def __enter__(self) -> "PooledResponse":
         return self
@@ -252,10 +259,6 @@ def _origin(base_url: str) -> Tuple[str, str, Optional[int]]:
     from urllib.parse import urlsplit
     parts = urlsplit(base_url)
     return parts.scheme, parts.hostname or "", parts.port
-
-
-def _noop() -> None:
-    return None
 
 
 __all__ = ["ConnectionPool", "PooledResponse", "PoolStats", "FileRegion", "Timeouts"]
