@@ -1,5 +1,5 @@
 """transfer._digests against hashlib and hmac, and transfer._threads against threading's
-contracts (waiters woken, timeouts, bounds), on what a job step uses them for."""
+contracts (waiters woken, timeouts, joins), on what a job step uses them for."""
 
 from __future__ import annotations
 
@@ -79,48 +79,6 @@ def test_an_event_wakes_every_waiter_and_times_out_when_unset() -> None:
     assert woken == [True] * 8 and event.is_set() and event.wait(0) is True
     event.clear()
     assert not event.is_set() and event.wait(0.01) is False and event._waiters == []
-
-
-def test_a_bounded_semaphore_bounds_hands_over_and_refuses_an_extra_release() -> None:
-    slots = _threads.BoundedSemaphore(2)
-    assert slots.acquire() and slots.acquire(timeout=0)
-    assert slots.acquire(blocking=False) is False and slots.acquire(timeout=0.02) is False
-    assert slots._waiters == []  # a timed-out waiter leaves nothing behind
-    got: List[bool] = []
-    waiter = threading.Thread(target=lambda: got.append(slots.acquire(timeout=30)))
-    waiter.start()
-    while not slots._waiters:
-        time.sleep(0.001)
-    slots.release()  # handed to the waiter
-    waiter.join(30)
-    assert got == [True] and slots.acquire(blocking=False) is False
-    slots.release()
-    slots.release()
-    with pytest.raises(ValueError):
-        slots.release()
-
-
-def test_many_threads_never_hold_more_slots_than_the_bound() -> None:
-    slots, lock = _threads.BoundedSemaphore(3), _threads.Lock()
-    held, peak, done = [0], [0], []
-
-    def work() -> None:
-        for _ in range(200):
-            with slots:
-                with lock:
-                    held[0] += 1
-                    peak[0] = max(peak[0], held[0])
-                with lock:
-                    held[0] -= 1
-        done.append(True)
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert len(done) == 8 and peak[0] <= 3 and held[0] == 0
-    assert [slots.acquire(blocking=False) for _ in range(4)] == [True, True, True, False]
 
 
 def test_started_threads_are_named_when_threading_is_loaded_and_joinable_either_way() -> None:

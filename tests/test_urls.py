@@ -73,3 +73,20 @@ def test_query_strings_keep_their_slashes_and_are_hidden_in_messages():
     assert url.path == "/a/b?X-Amz-Signature=abc//def&x=1"
     assert "abc" not in str(url) and str(url) == "https://bucket.example.org/a/b?<query hidden>"
     assert url.full == "https://bucket.example.org/a/b?X-Amz-Signature=abc//def&x=1"
+
+
+def test_remote_split_matches_the_grammar_regex_on_random_text():
+    """``_split_remote`` (hand-written, with an ASCII fast path) against the regular expression
+    in the module's comment, on random ASCII and non-ASCII text."""
+    import random
+    import re
+
+    from transfer.urls import _split_remote
+    grammar = re.compile(r"(\w+)://([\w.\-:@#]*)(/[\S ]*)?")
+    rng = random.Random(24)
+    alphabet = "aZ09_.-:@#/ \t\n\u00e9\u0660\u00b2\u2028$?~%+"
+    for _ in range(100_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 8))) \
+            + rng.choice(["://", ":/", "", "://"]) + "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 16)))
+        found = grammar.fullmatch(text)
+        assert _split_remote(text) == (None if found is None else (found[1], found[2], found[3] or "")), repr(text)

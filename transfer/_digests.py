@@ -15,7 +15,8 @@ of another algorithm, or once something has loaded :mod:`hashlib`, goes to OpenS
 * :class:`Stream` - a hash of a stream of unknown length: its first :data:`SMALL` bytes are
   held, then handed to OpenSSL if more come (the choice above, made when the size is known).
 * :func:`sha256_hex(data)` / :func:`md5(data)` - digests of one buffer.
-* :func:`hmac_sha256(key, message)` - ``hmac.digest(key, message, "sha256")`` (RFC 2104).
+* :func:`hmac_sha256(key, message)` - ``hmac.digest(key, message, "sha256")`` (RFC 2104);
+  :func:`hmac_sha256_states(key)` - the keyed states, to sign many messages with one key.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional, Protocol
+    from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
     from transfer._lean import Buffer
 
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
 
         def hexdigest(self) -> str: ...
 
-__all__ = ["SMALL", "Stream", "hmac_sha256", "md5", "new", "sha256_hex"]
+        def copy(self) -> "Hash": ...
+
+__all__ = ["SMALL", "Stream", "hmac_sha256", "hmac_sha256_states", "md5", "new", "sha256_hex"]
 
 SMALL = 256 << 10
 _BLOCK = 64  # SHA-256's block size, the HMAC key's padded length
@@ -115,13 +118,22 @@ def md5(data: "Buffer") -> bytes:
 
 
 def hmac_sha256(key: bytes, message: bytes) -> bytes:
+    inner, outer = hmac_sha256_states(key)
+    inner.update(message)
+    outer.update(inner.digest())
+    return outer.digest()
+
+
+def hmac_sha256_states(key: bytes) -> "Tuple[Hash, Hash]":
+    """HMAC-SHA256 keyed with ``key`` as its (inner, outer) hash states (RFC 2104:
+    H(K^opad, H(K^ipad, m))): copy both, feed ``m`` to the inner copy and its digest to the
+    outer copy, and the outer digest is the HMAC. Many messages under one key then cost two
+    hash copies each instead of re-keying."""
     if len(key) > _BLOCK:
         key = bytes.fromhex(sha256_hex(key))
     key = key.ljust(_BLOCK, b"\0")
-    inner = new("sha256", _BLOCK + len(message))
+    inner = new("sha256", _BLOCK)
     inner.update(key.translate(_IPAD))
-    inner.update(message)
-    outer = new("sha256", _BLOCK + 32)
+    outer = new("sha256", _BLOCK)
     outer.update(key.translate(_OPAD))
-    outer.update(inner.digest())
-    return outer.digest()
+    return inner, outer

@@ -1,4 +1,4 @@
-"""Locks, events, a bounded semaphore and threads on :mod:`_thread`, without :mod:`threading`.
+"""Locks, events and threads on :mod:`_thread`, without :mod:`threading`.
 
 Every job step starts the drop-in, and ``import threading`` (with the ``functools``,
 ``collections`` and ``_weakrefset`` it pulls in) costs about 5 ms of CPU of each one. The
@@ -7,10 +7,6 @@ modules on a job's path use these instead; their contracts are :mod:`threading`'
 * :data:`Lock` *is* ``threading.Lock`` (both are ``_thread.allocate_lock``).
 * :class:`Event`: ``set``, ``clear``, ``is_set`` and ``wait(timeout)`` (True once set,
   else False at the timeout); any number of waiters.
-* :class:`BoundedSemaphore`: ``acquire(blocking=True, timeout=None)`` (False at the timeout
-  or when it would block and ``blocking`` is False), ``release()`` (ValueError past the initial
-  value), and ``with``. A release hands its slot to the longest waiter (first come, first
-  served).
 * :func:`start` runs ``target()`` on a new daemon thread and returns something to ``join()``.
   The thread is a ``threading.Thread`` named ``name`` when :mod:`threading` is loaded
   already (a library user, a test, the stager: ``threading.enumerate()`` and logging then
@@ -39,7 +35,7 @@ if TYPE_CHECKING:
 
         def wait(self, timeout: Optional[float] = None) -> bool: ...
 
-__all__ = ["BoundedSemaphore", "Event", "Lock", "start"]
+__all__ = ["Event", "Lock", "start"]
 
 Lock = _thread.allocate_lock
 
@@ -91,51 +87,6 @@ class Event:
                 self._waiters.remove(waiter)
                 return False
         return True  # set() released it between the timeout and the mutex
-
-
-class BoundedSemaphore:
-    """``value`` slots (``threading.BoundedSemaphore``'s contract, see the module docstring)."""
-
-    __slots__ = ("_free", "_initial", "_mutex", "_waiters")
-
-    def __init__(self, value: int = 1) -> None:
-        if value < 0:
-            raise ValueError("semaphore initial value must be >= 0")
-        self._free = self._initial = value
-        self._mutex = _thread.allocate_lock()
-        self._waiters: "List[_thread.LockType]" = []
-
-    def acquire(self, blocking: bool = True, timeout: "Optional[float]" = None) -> bool:
-        with self._mutex:
-            if self._free > 0:
-                self._free -= 1
-                return True
-            if not blocking:
-                return False
-            waiter = _waiter()
-            self._waiters.append(waiter)
-        if _block(waiter, timeout):
-            return True  # release() handed its slot to this waiter
-        with self._mutex:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-                return False
-        return True  # handed a slot between the timeout and the mutex: it is this caller's now
-
-    def release(self) -> None:
-        with self._mutex:
-            if self._waiters:
-                self._waiters.pop(0).release()
-                return
-            if self._free >= self._initial:
-                raise ValueError("semaphore released too many times")
-            self._free += 1
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class _Bare:

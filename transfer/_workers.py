@@ -83,6 +83,13 @@ class Task(_Future):  # type: ignore[type-arg]
     def done(self) -> bool:
         return self._step >= 2
 
+    def wait(self) -> None:
+        """Return once the task has finished or was cancelled (its error, if any, stays for
+        :meth:`result`)."""
+        if self._step < 2:
+            self._lock.acquire()
+            self._lock.release()
+
     def result(self, timeout: Optional[float] = None) -> Any:
         if self._step < 2:
             if not self._lock.acquire(True, -1 if timeout is None else timeout):

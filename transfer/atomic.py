@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Optional, Set, Tuple
 
 _counter = itertools.count()  # unique temp names within this process
+_PID = [os.getpid()]  # getpid() is a system call: asked once, and again in a forked child
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 class _TempNames:
@@ -91,25 +93,34 @@ class AtomicFile:
 
     ``commit(expected_size)`` checks the byte count, then renames into place. Leaving the
     block without committing (or any error) deletes the temp file. Parent directories are
-    created as needed.
+    created as needed. ``fd`` is the temp file's descriptor, for writers that ``pwrite`` at
+    offsets (then :meth:`commit_written`); ``file`` wraps it in an unbuffered file object,
+    made on first use (most small downloads never need one).
     """
 
     def __init__(self, path: str, make_parents: bool = True) -> None:
         self.path = path
-        directory, name = os.path.split(path)
+        slash = path.rfind("/") + 1
+        name = path[slash:]
         if not name:
             raise InvalidInput("destination is a directory path", url=path, operation="write")
-        self._temp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.part")
+        self._temp = f"{path[:slash]}.{name}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's result, cheaper
         self._make_parents = make_parents
-        self.file: BinaryIO
+        self.fd = -1
+        self._file: Optional[BinaryIO] = None
         self._committed = False
+
+    @property
+    def file(self) -> BinaryIO:
+        if self._file is None:
+            self._file = os.fdopen(self.fd, "wb", buffering=0)
+        return self._file
 
     def __enter__(self) -> "AtomicFile":
         try:
-            fd = self._open()
+            self.fd = self._open()
         except OSError as err:
             raise local_error(err, self.path, "write") from err
-        self.file = os.fdopen(fd, "wb", buffering=0)
         return self
 
     def _open(self) -> int:
@@ -122,18 +133,32 @@ class AtomicFile:
         os.makedirs(os.path.dirname(self._temp) or ".", exist_ok=True)
         return os.open(self._temp, _READ_WRITE, 0o666)
 
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if self._file is not None:
+            self._file.close()
+        elif fd >= 0:
+            os.close(fd)
+
     def commit(self, expected_size: Optional[int] = None) -> int:
-        """Check the size, rename into place, and return the number of bytes written."""
+        """Check the size (the file position), rename into place, and return the number of
+        bytes written."""
         try:
             size = self.file.tell()
-            self.file.close()
-            if expected_size is not None and size != expected_size:
-                raise LocalIOError(f"wrote {size} bytes, expected {expected_size}", url=self.path,
-                                   operation="write")
+        except OSError as err:
+            raise local_error(err, self.path, "write") from err
+        if expected_size is not None and size != expected_size:
+            self._close()
+            raise LocalIOError(f"wrote {size} bytes, expected {expected_size}", url=self.path, operation="write")
+        return self.commit_written(size)
+
+    def commit_written(self, size: int) -> int:
+        """Rename into place a file the caller wrote ``size`` bytes of by ``pwrite`` at
+        offsets (and counted); returns ``size``."""
+        try:
+            self._close()
             os.replace(self._temp, self.path)
         except OSError as err:
-            if isinstance(err, TransferError):
-                raise
             raise local_error(err, self.path, "write") from err
         _LIVE.discard(self._temp)
         self._committed = True
@@ -143,7 +168,7 @@ class AtomicFile:
         if self._committed:
             return
         try:
-            self.file.close()
+            self._close()
         except OSError:
             pass
         try:
@@ -160,7 +185,7 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
 
     The lean path for many small in-memory files (bundle members): four system calls each."""
     directory, name = os.path.split(path)
-    temp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.part")
+    temp = os.path.join(directory, f".{name}.{_PID[0]}.{next(_counter)}.part")
     _LIVE.add(temp)
     try:
         try:

@@ -27,7 +27,7 @@ import os
 import time
 
 from transfer import _threads
-from transfer._workers import InlineExecutor, Workers
+from transfer._workers import InlineExecutor, Task, Workers
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, scratch_file
 from transfer.backends.base import (
     Backend, MultipartUploads, ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes,
@@ -64,6 +64,14 @@ if TYPE_CHECKING:
 _log = logger(__name__)  # logging is imported at the first retry
 
 __all__ = ["Engine", "InlineExecutor"]
+
+
+def _wait(future: Future) -> None:  # type: ignore[type-arg]
+    """Wait for ``future`` to finish without raising its error."""
+    if isinstance(future, Task):
+        future.wait()
+    else:
+        future.exception()
 
 
 def _contained(action: _Action, history: List[Attempt]) -> Tuple[int, Optional[Url]]:
@@ -239,7 +247,10 @@ class Engine:
             for group in groups:
                 for i, result in group.result():
                     self._finish(results, i, result)
-            for i, future in futures:
+            ahead = 4 * self._threads
+            for position, (i, future) in enumerate(futures):
+                if not future.done():  # wake once per several results, not once per file
+                    _wait(futures[min(position + ahead, len(futures) - 1)][1])
                 self._finish(results, i, future.result())
         finally:
             if group_pool is not None and group_pool is not executor:

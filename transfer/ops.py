@@ -71,7 +71,7 @@ class Transfer:
             sources = (sources,)
         if not isinstance(sources, (tuple, list)):
             raise TypeError(f"Transfer sources must be a tuple of Url, not {type(sources).__name__}")
-        sources = tuple(_url(source, "Transfer source") for source in sources)
+        sources = tuple([_url(source, "Transfer source") for source in sources])
         if not sources:
             raise ValueError("a transfer needs at least one source")
         dest = _url(self.dest, "Transfer dest")

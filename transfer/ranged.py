@@ -159,7 +159,7 @@ def download(backend: RangedReads, url: Url, out: AtomicFile, pool: PartPool, pa
     stream = backend.open_read(url)
     info, check = stream.info, stream.check
     try:
-        fd = out.file.fileno()
+        fd = out.fd
         if info.size < 2 * part_size or not info.version:
             count = stream.read(info.size, _writer(fd, 0, check))
         else:
@@ -171,8 +171,7 @@ def download(backend: RangedReads, url: Url, out: AtomicFile, pool: PartPool, pa
     if check is not None and not check.matches():
         raise ChecksumMismatch(f"{check.name.upper()} of received bytes differs from the store's", url=str(url),
                                operation="get")
-    out.file.seek(info.size)
-    return out.commit(info.size)
+    return out.commit_written(info.size)  # every byte of [0, size) was written at its offset and counted
 
 
 def _parallel(backend: RangedReads, url: Url, stream: ObjectStream, fd: int, parts: _Parts, pool: PartPool,

@@ -23,7 +23,7 @@ from transfer.errors import InvalidInput
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Mapping, Optional, Tuple
+    from typing import Dict, Mapping, Optional, Tuple
 
 LOCAL_SCHEMES = frozenset({"file", "symlink", "moveto"})
 
@@ -34,6 +34,8 @@ _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _NAME_CHARS = _LETTERS | frozenset("0123456789_")
 _WORD_PUNCT = str.maketrans("", "", "_")  # \w is isalnum() or "_"
 _HOST_PUNCT = str.maketrans("", "", "_.-:@#")
+_ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_ASCII_HOST = _ASCII_WORD | frozenset(".-:@#")
 # pegasus-transfer hands S3 URLs to pegasus-s3 unparsed, so an object key keeps its "//".
 _EXACT_PATH_SCHEMES = frozenset({"s3", "s3s"})
 
@@ -125,17 +127,24 @@ def _name_end(text: str, start: int) -> int:
 def _split_remote(text: str) -> Optional[Tuple[str, str, str]]:
     """(scheme, authority, path) of ``scheme://authority/path``, or None when ``text`` is not one."""
     scheme, sep, rest = text.partition("://")
-    letters = scheme.translate(_WORD_PUNCT)
-    if not sep or not scheme or (letters and not letters.isalnum()):
+    if not sep or not scheme or not _all_in(scheme, _ASCII_WORD, _WORD_PUNCT):
         return None
     slash = rest.find("/")
     host, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
-    letters = host.translate(_HOST_PUNCT)
-    if letters and not letters.isalnum():
+    if not _all_in(host, _ASCII_HOST, _HOST_PUNCT):
         return None
     if not path.isprintable() and any(c.isspace() and c != " " for c in path):  # only spaces may be blank
         return None
     return scheme, host, path
+
+
+def _all_in(text: str, ascii_chars: "frozenset[str]", punct: "Dict[int, Optional[int]]") -> bool:
+    """Every character of ``text`` is ``isalnum()`` or in ``punct`` (ASCII text: a set lookup per
+    character; ``str.translate`` looks each one up in a dict from Python)."""
+    if text.isascii():
+        return ascii_chars.issuperset(text)
+    letters = text.translate(punct)
+    return not letters or letters.isalnum()
 
 
 def _collapse(path: str) -> str:

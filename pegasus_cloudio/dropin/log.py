@@ -45,7 +45,8 @@ class JobLog:
         self.stream.flush()
 
     def debug(self, message: str, *args: object) -> None:
-        self.log(DEBUG, message, *args)
+        if DEBUG >= self.level:  # called once per file: off, it costs one comparison
+            self.log(DEBUG, message, *args)
 
     def info(self, message: str, *args: object) -> None:
         self.log(INFO, message, *args)

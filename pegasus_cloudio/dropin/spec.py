@@ -125,11 +125,16 @@ def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Map
     dests = _field(item, "dest_urls", index)
     if not isinstance(sources, list) or not sources or not isinstance(dests, list) or not dests:
         raise SpecError(f"entry {index}: src_urls and dest_urls must be non-empty lists", operation="parse")
-    priorities = [_priority(entry, index) for entry in sources]  # checked even for one source
-    ranked = sorted(range(len(sources)), key=lambda n: (-priorities[n], n))
-    src_urls: Tuple[Url, ...] = tuple(_url(sources[n], index, env) for n in ranked)
+    src_urls: Tuple[Url, ...]
+    if len(sources) == 1:  # the usual entry: nothing to rank
+        _priority(sources[0], index)  # checked even for one source
+        src_urls = (_url(sources[0], index, env),)
+    else:
+        priorities = [_priority(entry, index) for entry in sources]
+        ranked = sorted(range(len(sources)), key=lambda n: (-priorities[n], n))
+        src_urls = tuple([_url(sources[n], index, env) for n in ranked])
     dest = _url(dests[0], index, env)
-    local_pair = dest.scheme == "file" and all(u.scheme == "file" for u in src_urls)
+    local_pair = dest.scheme == "file" and all([u.scheme == "file" for u in src_urls])
     return Entry(
         Transfer(src_urls, dest, lfn=item.get("lfn"),
                  link=LinkMode.SYMLINK if symlink and local_pair else LinkMode.COPY,

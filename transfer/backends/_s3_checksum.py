@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["StreamCheck", "response_check", "CHECKSUM_MODE"]
 
 CHECKSUM_MODE = ("x-amz-checksum-mode", "ENABLED")
+_HEADERS = tuple((name, f"x-amz-checksum-{name}") for name in ("sha256", "sha1", "crc32", "crc64nvme", "crc32c"))
 if TYPE_CHECKING:
     _Crc = Callable[[bytes, int], int]
 else:
@@ -54,8 +55,7 @@ def response_check(headers: Dict[str, str], etag_md5: Optional[str], size: Optio
     (None: size only)."""
     composite = headers.get("x-amz-checksum-type", "").upper() == "COMPOSITE"
     found = {} if composite else {
-        name: value for name in ("sha256", "sha1", "crc32", "crc64nvme", "crc32c")
-        if (value := headers.get(f"x-amz-checksum-{name}")) and "-" not in value}
+        name: value for name, header in _HEADERS if (value := headers.get(header)) and "-" not in value}
     for name in ("sha256", "sha1"):
         if name in found:
             return _hash_check(name, _digests.new(name, size), found[name], base64_digest=True)

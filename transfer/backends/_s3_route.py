@@ -213,9 +213,7 @@ class Router:
     @staticmethod
     def _send(route: Route, method: str, host: str, encoded: str, query: str, headers: Headers, body: Body,
               payload_hash: str, url: str) -> PooledResponse:
-        extra = list(headers)
-        if host != route.host_header:
-            extra.insert(0, ("Host", host))
+        extra = headers if host == route.host_header else [("Host", host), *headers]  # never changed below
         if route.signer is not None:
             extra = route.signer.sign(method, host, encoded, query, payload_hash, extra)
         target = f"{encoded}?{query}" if query else encoded

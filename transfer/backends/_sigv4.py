@@ -1,7 +1,7 @@
 """AWS Signature Version 4 for S3 requests, tuned for many small requests.
 
-The signing key is derived once per (day, region); the canonical request is built from
-pre-encoded parts. ``tests/test_s3_conformance.py`` proves it against botocore's signer. Payloads are sent as ``UNSIGNED-PAYLOAD`` with a ``Content-MD5`` header
+The signing key is derived once per (day, keys) and kept as the two HMAC hash states it
+keys; the canonical request is built from pre-encoded parts. ``tests/test_s3_conformance.py`` proves it against botocore's signer. Payloads are sent as ``UNSIGNED-PAYLOAD`` with a ``Content-MD5`` header
 where integrity matters, so a request is signed without hashing its body.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 
-from transfer._digests import hmac_sha256, sha256_hex
+from transfer._digests import hmac_sha256, hmac_sha256_states, sha256_hex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Dict, List, Optional, Tuple, Union
 
+    from transfer._digests import Hash as _Hash
     from transfer.credentials import Credentials
 
 EMPTY_SHA256 = sha256_hex(b"")
@@ -61,18 +62,31 @@ class SigV4Signer:
         self._clock = clock
         self._region = region
         self._service = service
-        self._key: Tuple[str, str, bytes] = ("", "", b"")  # (day, secret, key): replaced whole
+        # (day, access key, secret, scope, Authorization up to SignedHeaders=, HMAC inner and
+        # outer states of the signing key): derived once per day and key, replaced whole
+        self._state: Tuple[str, str, str, str, str, _Hash, _Hash] = ("", "", "", "", "", *hmac_sha256_states(b""))
         self._clock_second = -1
         self._amz_date = ""
 
     def _signing_key(self, day: str, secret: str) -> bytes:
-        cached_day, cached_secret, key = self._key
-        if day != cached_day or secret != cached_secret:
-            key = ("AWS4" + secret).encode()
-            for part in (day, self._region, self._service, "aws4_request"):
-                key = hmac_sha256(key, part.encode())
-            self._key = (day, secret, key)
+        key = ("AWS4" + secret).encode()
+        for part in (day, self._region, self._service, "aws4_request"):
+            key = hmac_sha256(key, part.encode())
         return key
+
+    def _day_state(self, day: str, credentials: Credentials) -> Tuple[str, str, str, str, str, _Hash, _Hash]:
+        """What every signature of ``day`` with these keys shares: the scope, the start of the
+        Authorization value and HMAC-SHA256 keyed with the signing key, as hash states to copy
+        (RFC 2104: H(K^opad, H(K^ipad, m)); the key is 32 bytes, under SHA-256's 64-byte block)."""
+        state = self._state
+        if state[0] == day and state[1] == credentials.access_key and state[2] == credentials.secret_key:
+            return state
+        inner, outer = hmac_sha256_states(self._signing_key(day, credentials.secret_key))
+        scope = f"{day}/{self._region}/{self._service}/aws4_request"
+        prefix = f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, SignedHeaders="
+        state = (day, credentials.access_key, credentials.secret_key, scope, prefix, inner, outer)
+        self._state = state
+        return state
 
     def _now(self) -> str:
         second = int(self._clock())
@@ -98,17 +112,18 @@ class SigV4Signer:
         """
         credentials = self._source()
         amz_date = self._now()
-        day = amz_date[:8]
+        _, _, _, scope, prefix, inner_key, outer_key = self._day_state(amz_date[:8], credentials)
         headers = [("x-amz-content-sha256", payload_hash), ("x-amz-date", amz_date)]
         if credentials.session_token:
             headers.append(("x-amz-security-token", credentials.session_token))
         signed, canonical = self.canonical_request(method, host_header, encoded_path, query, payload_hash,
-                                                   headers + list(extra or ()))
-        scope = f"{day}/{self._region}/{self._service}/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{sha256_hex(canonical.encode())}"
-        signature = hmac_sha256(self._signing_key(day, credentials.secret_key), to_sign.encode()).hex()
-        headers.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/"
-                                          f"{scope}, SignedHeaders={signed}, Signature={signature}"))
+                                                   headers + extra if extra else headers)
+        inner = inner_key.copy()
+        inner.update(f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{sha256_hex(canonical.encode())}"
+                     .encode())
+        outer = outer_key.copy()
+        outer.update(inner.digest())
+        headers.append(("Authorization", f"{prefix}{signed}, Signature={outer.hexdigest()}"))
         if extra:
             headers.extend(extra)
         return headers
@@ -123,6 +138,6 @@ class SigV4Signer:
             if lower.startswith("x-amz-") or lower == "content-md5":
                 signed.append((lower, " ".join(value.split())))
         signed.sort()
-        names = ";".join(name for name, _ in signed)
-        canon_headers = "".join(f"{name}:{value}\n" for name, value in signed)
+        names = ";".join([name for name, _ in signed])
+        canon_headers = "".join([f"{name}:{value}\n" for name, value in signed])
         return names, f"{method}\n{encoded_path}\n{query}\n{canon_headers}\n{names}\n{payload_hash}"

@@ -155,7 +155,7 @@ class S3Backend:
               headers: Optional[List[Tuple[str, str]]] = None, body: Body = None,
               payload_hash: str = EMPTY_SHA256, url: str = "") -> AnyReply:
         query_text = canonical_query(query) if query else ""
-        return self._router.send(method, path, query_text, list(headers or ()), body, payload_hash, url)
+        return self._router.send(method, path, query_text, headers or [], body, payload_hash, url)
 
     def _check(self, response: AnyReply, url: str, operation: str,
                ok: Tuple[int, ...] = (200,)) -> None:

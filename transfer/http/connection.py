@@ -60,21 +60,37 @@ if TYPE_CHECKING:
 else:
     Body = object  # the alias above is for type checkers; typing is not imported at run time
 _SMALL_FILE = 1 << 20
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def file_body(path: str) -> Tuple[int, bytes, Body]:
     """(size, MD5 digest, body) of a local file to upload: small files are read into memory
-    (sent with the request head in one write), larger ones are sent from disk. Raises OSError."""
-    with open(path, "rb") as fh:
-        data = fh.read(_SMALL_FILE + 1)
-        if len(data) <= _SMALL_FILE:
-            return len(data), _digests.md5(data), data
+    (sent with the request head in one write), larger ones are sent from disk. Raises OSError.
+    Read through the bare descriptor: ``open()``'s file object costs three more system calls
+    (fstat, isatty, lseek) per file."""
+    fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    try:
+        chunks: List[bytes] = []
+        size = 0
+        while size <= _SMALL_FILE:
+            block = os.read(fd, _SMALL_FILE + 1 - size)
+            if not block:
+                break
+            chunks.append(block)
+            size += len(block)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if size <= _SMALL_FILE:
+            return size, _digests.md5(data), data
         digest = _digests.new("md5")
         digest.update(data)
-        for block in iter(lambda: fh.read(1 << 20), b""):
+        while block := os.read(fd, 1 << 20):
             digest.update(block)
-        size = fh.tell()
+            size += len(block)
+    finally:
+        os.close(fd)
     return size, digest.digest(), FileRegion(path, 0, size)
+
+
 if TYPE_CHECKING:
     HeaderList = Iterable[Tuple[str, str]]
 else:
@@ -215,10 +231,11 @@ class Connection:
             if self._ssl_context is not None:
                 sock: _socket.socket = self._tls_socket(self._ssl_context)
                 rfile = sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
+                sock.settimeout(self._timeouts.read)
             else:
                 sock = _plain_socket(self._address, self._timeouts.connect)
                 rfile = io.BufferedReader(_SocketReader(sock), _CHUNK)
-            sock.settimeout(self._timeouts.read)
+                _kernel_timeouts(sock, self._timeouts.read)
         except OSError as err:  # ssl.SSLError included
             if type(err).__name__ == "SSLCertVerificationError":
                 raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",  # type: ignore[attr-defined]
@@ -276,14 +293,17 @@ class Connection:
 
     def _send(self, head: bytes, body: Body) -> None:
         assert self._sock is not None
-        if isinstance(body, bytes) and len(body) <= _CHUNK:
-            self._sock.sendall(head + body)
-            return
-        self._sock.sendall(head)
-        if isinstance(body, bytes):
-            self._sock.sendall(body)
-        elif isinstance(body, FileRegion):
-            self._send_file(body)
+        try:
+            if isinstance(body, bytes) and len(body) <= _CHUNK:
+                self._sock.sendall(head + body)
+                return
+            self._sock.sendall(head)
+            if isinstance(body, bytes):
+                self._sock.sendall(body)
+            elif isinstance(body, FileRegion):
+                self._send_file(body)
+        except BlockingIOError:  # the send timeout of a blocking plain socket ran out
+            raise TimeoutError("timed out") from None
 
     def _head(self, method: str, target: str, headers: HeaderList, body: Body) -> bytes:
         """The request head with exactly one ``Host`` (the caller's, if given: virtual-hosted
@@ -318,7 +338,7 @@ class Connection:
         assert self._sock is not None
         with open(region.path, "rb") as fh:
             if self._ssl_context is None:
-                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length)
+                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length, self._timeouts.read)
                 if sent != region.length:
                     raise TransientError(f"sent {sent} of {region.length} bytes of {region.path}")
                 return
@@ -340,15 +360,16 @@ class Connection:
         rfile = self._rfile
         assert rfile is not None
         while True:
-            line = rfile.readline(_MAX_LINE)
-            if not line:
-                raise _EmptyStatus()
-            version, _, rest = line.partition(b" ")
-            code, _, reason = rest.partition(b" ")
-            if not version.startswith(b"HTTP/") or not code.isdigit():
-                raise TransientError(f"bad status line {line[:80]!r}", url=self.endpoint)
-            status = int(code)
-            headers = self._read_headers(rfile)
+            head = _buffered_head(rfile)
+            if head is None:  # the head spans reads, or has odd line ends: line by line
+                line = rfile.readline(_MAX_LINE)
+                if not line:
+                    raise _EmptyStatus()
+                version, status, reason = self._status_line(line)
+                headers = self._read_headers(rfile)
+            else:
+                version, status, reason = self._status_line(head[0])
+                headers = self._header_lines(head[1])
             if status != 100:
                 break
         if version == b"HTTP/1.0" or "close" in headers.get("connection", "").lower():
@@ -361,6 +382,14 @@ class Connection:
             self.must_close = True
         return response
 
+    def _status_line(self, line: bytes) -> Tuple[bytes, int, bytes]:
+        """(version, status, reason) of a status line (with its line end)."""
+        version, _, rest = line.partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        if not version.startswith(b"HTTP/") or not code.isdigit():
+            raise TransientError(f"bad status line {line[:80]!r}", url=self.endpoint)
+        return version, int(code), reason
+
     def _read_headers(self, rfile: BinaryIO) -> Dict[str, str]:
         headers: Dict[str, str] = {}
         for _ in range(_MAX_HEADERS):
@@ -372,6 +401,18 @@ class Connection:
             value = value.strip()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         raise TransientError("too many response headers", url=self.endpoint)
+
+    def _header_lines(self, lines: List[str]) -> Dict[str, str]:
+        """:meth:`_read_headers` over lines already split (each without its CRLF)."""
+        if len(lines) >= _MAX_HEADERS:
+            raise TransientError("too many response headers", url=self.endpoint)
+        headers: Dict[str, str] = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            value = value.strip()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        return headers
 
     def read_exact(self, length: int, write: Callable[[bytes], object]) -> int:
         rfile = self._rfile
@@ -431,6 +472,24 @@ def _unsafe_field(method: str, target: str, lines: List[str], what: str = "CR, L
     return f"request line {f'{method} {target}'[:80]!r} contains {what} or a space; request not sent"
 
 
+def _buffered_head(rfile: BinaryIO) -> Optional[Tuple[bytes, List[str]]]:
+    """(status line with its CRLF, header lines without theirs) of a response head that is
+    whole in the reader's buffer (one receive: the usual case), consumed from it; None, with
+    nothing consumed, when the head is not all there yet or ends a line with a bare LF (the
+    line-by-line path reads those exactly as it always has). Only heads of at most
+    ``_MAX_LINE`` bytes qualify, so no line here is longer than ``readline`` would return."""
+    data = rfile.peek(_MAX_LINE)  # type: ignore[attr-defined]  # at most one receive, and only when empty
+    end = data.find(b"\r\n\r\n", 0, _MAX_LINE)
+    if end < 0:
+        return None
+    size = end + 4
+    if data.count(b"\n", 0, size) != data.count(b"\r\n", 0, size):  # a bare LF ends a line too
+        return None
+    head = rfile.read(size)
+    first = head.find(b"\n") + 1
+    return head[:first], head[first:end + 2].decode("latin-1").split("\r\n")[:-1]
+
+
 class _EmptyStatus(Exception):
     """The server closed the connection instead of sending a status line."""
 
@@ -477,25 +536,47 @@ class _SocketReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: "memoryview | bytearray") -> int:  # type: ignore[override]
-        return self._sock.recv_into(buffer)
+        try:
+            return self._sock.recv_into(buffer)
+        except BlockingIOError:  # the receive timeout of a blocking socket ran out
+            raise TimeoutError("timed out") from None
 
 
-def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int) -> int:
-    """``socket.sendfile`` on a socket with a timeout (non-blocking underneath): zero-copy
-    ``os.sendfile``, waiting for room up to the socket's timeout; returns the bytes sent."""
+def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: float) -> int:
+    """``socket.sendfile`` on a plain socket: zero-copy ``os.sendfile``; a socket with a
+    timeout is non-blocking underneath, so room is waited for here, up to ``timeout``, and a
+    blocking one with a kernel send timeout (:func:`_kernel_timeouts`) reports it as EAGAIN
+    (TimeoutError here). Returns the bytes sent."""
     import select
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLOUT)
-    timeout = sock.gettimeout()
+    blocking = sock.gettimeout() is None
     sent = 0
     while sent < length:
         try:
             count = os.sendfile(sock.fileno(), fd, offset + sent, length - sent)
         except BlockingIOError:
-            if not poller.poll(None if timeout is None else timeout * 1000):
+            if blocking or not poller.poll(timeout * 1000):
                 raise TimeoutError("timed out") from None
             continue
         if count == 0:
             break
         sent += count
     return sent
+
+
+def _kernel_timeouts(sock: _socket.socket, seconds: float) -> None:
+    """Make ``sock`` blocking with ``seconds`` as the kernel's receive and send timeouts
+    (SO_RCVTIMEO, SO_SNDTIMEO): a receive or send that waits longer fails with EAGAIN, which
+    the callers turn into TimeoutError. The same wait between bytes as ``settimeout``, without
+    the poll() Python puts before every receive and send of a socket with a timeout (two
+    system calls per request). Where the timeval layout is not known, ``settimeout``."""
+    if not (sys.platform.startswith("linux") and sys.maxsize > 2 ** 32) or not 0 < seconds < 2 ** 31:
+        sock.settimeout(seconds)
+        return
+    whole = int(seconds)
+    micros = min(999_999, int((seconds - whole) * 1e6))
+    timeval = whole.to_bytes(8, sys.byteorder) + micros.to_bytes(8, sys.byteorder)  # struct timeval, LP64
+    sock.settimeout(None)
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, timeval)

@@ -8,6 +8,7 @@ connection (the only retry at this level; per-file retries live in the engine).
 
 from __future__ import annotations
 
+import _queue
 
 from transfer import _threads
 from transfer.errors import InvalidInput, TransferError, TransientError
@@ -41,6 +42,11 @@ class PoolStats:
         with self._lock:
             self.connections_opened += connections
             self.requests_sent += requests
+
+    def count_request(self) -> None:
+        """``count(requests=1)``, once per request."""
+        with self._lock:
+            self.requests_sent += 1
 
 
 class ConnectionPool:
@@ -76,7 +82,13 @@ class ConnectionPool:
         self._idle: List[Connection] = []
         self._lock = _threads.Lock()
         self._max_open = max_open
-        self._slots = _threads.BoundedSemaphore(max_open) if max_open else None
+        # One token per connection that may be open at once: a C queue, where a semaphore's
+        # acquire and release run a condition variable's Python code on every request.
+        self._slots: Optional[_queue.SimpleQueue[None]] = None
+        if max_open:
+            self._slots = _queue.SimpleQueue()
+            for _ in range(max_open):
+                self._slots.put(None)
         self.stats = stats or PoolStats()
 
     def sibling(self, base_url: str) -> "ConnectionPool":
@@ -104,13 +116,16 @@ class ConnectionPool:
         return self._new_connection()
 
     def _take_slot(self) -> None:
-        if self._slots is not None and not self._slots.acquire(timeout=self._timeouts.read):
-            raise TransientError(f"all {self._max_open} connections stayed busy for {self._timeouts.read:.0f} s",
-                                 url=self.base_url, operation="connect")
+        if self._slots is not None:
+            try:
+                self._slots.get(timeout=self._timeouts.read)
+            except _queue.Empty:
+                raise TransientError(f"all {self._max_open} connections stayed busy for {self._timeouts.read:.0f} s",
+                                     url=self.base_url, operation="connect") from None
 
     def _give_slot(self) -> None:
         if self._slots is not None:
-            self._slots.release()
+            self._slots.put(None)
 
     def _checkin(self, conn: Connection) -> None:
         """Keep ``conn`` for reuse (if open and room) and free its slot."""
@@ -134,7 +149,7 @@ class ConnectionPool:
     ) -> "PooledResponse":
         """Send a request; the caller must read or discard the body (``with`` does it), which
         gives the connection back."""
-        header_list = list(headers)
+        header_list = headers if type(headers) is list else list(headers)  # sent twice on a stale connection
         self._take_slot()
         conn: Optional[Connection] = None
         try:
@@ -153,9 +168,8 @@ class ConnectionPool:
                 self._give_slot()
             raise
         finally:
-            self.stats.count(requests=1)
-        used = conn
-        return PooledResponse(response, lambda: self._checkin(used))
+            self.stats.count_request()
+        return PooledResponse(response, self._checkin, conn)
 
     def close(self) -> None:
         with self._lock:
@@ -167,11 +181,13 @@ class ConnectionPool:
 class PooledResponse:
     """A response that returns its connection to the pool once its body is consumed."""
 
-    __slots__ = ("_response", "_release", "status", "headers")
+    __slots__ = ("_response", "_release", "_conn", "status", "headers")
 
-    def __init__(self, response: Response, release: Callable[[], None]) -> None:
+    def __init__(self, response: Response, release: Callable[[Connection], None], conn: Connection) -> None:
+        """``release(conn)`` gives the connection back, once the body is consumed."""
         self._response = response
-        self._release = release
+        self._release: Optional[Callable[[Connection], None]] = release
+        self._conn = conn
         self.status = response.status
         self.headers = response.headers
 
@@ -217,8 +233,9 @@ class PooledResponse:
             self._finish()
 
     def _finish(self) -> None:
-        release, self._release = self._release, _noop
-        release()
+        release, self._release = self._release, None
+        if release is not None:
+            release(self._conn)
 
     def __enter__(self) -> "PooledResponse":
         return self
@@ -242,10 +259,6 @@ def _origin(base_url: str) -> Tuple[str, str, Optional[int]]:
     from urllib.parse import urlsplit
     parts = urlsplit(base_url)
     return parts.scheme, parts.hostname or "", parts.port
-
-
-def _noop() -> None:
-    return None
 
 
 __all__ = ["ConnectionPool", "PooledResponse", "PoolStats", "FileRegion", "Timeouts"]
