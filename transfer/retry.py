@@ -61,6 +61,8 @@ class RetryBudget:
             return True
 
     def earn(self) -> None:
+        if self._tokens >= self._capacity:  # full (the usual case): as if this came before any spend
+            return
         with self._lock:
             self._tokens = min(self._capacity, self._tokens + self._refill)
 

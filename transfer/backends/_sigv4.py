@@ -67,6 +67,7 @@ class SigV4Signer:
         self._state: Tuple[str, str, str, str, str, _Hash, _Hash] = ("", "", "", "", "", *hmac_sha256_states(b""))
         self._clock_second = -1
         self._amz_date = ""
+        self._last_tail: Tuple[object, str, str] = (None, "", "")
 
     def _signing_key(self, day: str, secret: str) -> bytes:
         key = ("AWS4" + secret).encode()
@@ -116,8 +117,8 @@ class SigV4Signer:
         headers = [("x-amz-content-sha256", payload_hash), ("x-amz-date", amz_date)]
         if credentials.session_token:
             headers.append(("x-amz-security-token", credentials.session_token))
-        signed, canonical = self.canonical_request(method, host_header, encoded_path, query, payload_hash,
-                                                   headers + extra if extra else headers)
+        signed, tail = self._canonical_tail(method, host_header, payload_hash, headers, extra)
+        canonical = f"{method}\n{encoded_path}\n{query}\n{tail}"
         inner = inner_key.copy()
         inner.update(f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{sha256_hex(canonical.encode())}"
                      .encode())
@@ -127,6 +128,21 @@ class SigV4Signer:
         if extra:
             headers.extend(extra)
         return headers
+
+    def _canonical_tail(self, method: str, host_header: str, payload_hash: str, headers: List[Tuple[str, str]],
+                        extra: Optional[List[Tuple[str, str]]]) -> Tuple[str, str]:
+        """(SignedHeaders, the canonical request after its path and query): the same for every
+        request of one second with the same method, host and headers (a batch of GETs), so the
+        last one is kept, replaced whole."""
+        key = (method, host_header, payload_hash, tuple(headers), tuple(extra) if extra else ())  # sign() appends
+        last = self._last_tail
+        if last[0] == key:
+            return last[1], last[2]
+        signed, canonical = self.canonical_request(method, host_header, "", "", payload_hash,
+                                                   headers + extra if extra else headers)
+        tail = canonical[len(method) + 3:]  # after "METHOD\n" + "" + "\n" + "" + "\n"
+        self._last_tail = (key, signed, tail)
+        return signed, tail
 
     @staticmethod
     def canonical_request(method: str, host_header: str, encoded_path: str, query: str, payload_hash: str,
