@@ -54,7 +54,8 @@ def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock()
 def test_benchmarks_run_our_commands_from_a_wheel_in_a_fresh_venv_not_the_checkout(tmp_path: Path) -> None:
     bin_dir = Path(installed_bin(str(tmp_path)))
     assert source_checkout() and bin_dir == tmp_path / "venv" / "bin"
-    script = (bin_dir / "pegasus-cloudio-transfer").read_text()
+    assert (bin_dir / "pegasus-cloudio-transfer").read_bytes()[:4] == b"\x7fELF"  # the native front end
+    script = (bin_dir / "pegasus-cloudio-transfer-py").read_text()  # the Python drop-in it execs
     assert script.startswith(f"#!{bin_dir / 'python'}") and "import re" not in script  # the plain script
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     where = subprocess.run([str(bin_dir / "python"), "-c", "import transfer, pegasus_cloudio.stager as s; "
