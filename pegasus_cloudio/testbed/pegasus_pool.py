@@ -26,6 +26,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,8 @@ class PegasusOnPool:
     def __init__(self, pool: CondorPool, pegasus_home: Path) -> None:
         self.pool = pool
         self.home = pegasus_home
+        self._master_lock = threading.Lock()
+        self._master_ready = False
 
     def env(self, bin_dir: Optional[Path] = None) -> Dict[str, str]:
         """PATH with ``bin_dir`` (default the install's ``bin``) first, then the root's."""
@@ -95,6 +98,7 @@ class PegasusOnPool:
         bin_dir = (set_dir / planner).parent if "/" in planner else None
         argv = [str(set_dir / planner) if "/" in planner else planner, *plan_argv[1:]]
         argv[-1:-1] = ["--relative-dir", "run"]
+        self._master_database(bin_dir, set_dir / _flag(argv, "--conf"))
         started = time.monotonic()
         done = self.pool.run(argv, cwd=set_dir, env=self.env(bin_dir), check=False, timeout=timeout)
         plan_s = time.monotonic() - started
@@ -103,6 +107,17 @@ class PegasusOnPool:
             raise PoolError(f"pegasus-plan exited {done.returncode}: {(done.stdout + done.stderr)[-3000:]}")
         status = self.wait(submit_dir, timeout)
         return DagRun(submit_dir, status, plan_s, dagman_makespan(submit_dir))
+
+    def _master_database(self, bin_dir: Optional[Path], properties: Path) -> None:
+        """Create the submitter's master database (``~/.pegasus/workflow.db``) once, before any
+        plan: pegasus-plan creates it when missing, and plans started at once on a new pool
+        raced to (``table dbversion already exists``, a failed plan)."""
+        with self._master_lock:
+            if not self._master_ready:
+                tool = str((bin_dir or self.home / "bin") / "pegasus-db-admin")
+                self.pool.run([tool, "update", "-t", "master", "-c", str(properties)], env=self.env(bin_dir),
+                              timeout=300)
+                self._master_ready = True
 
     def wait(self, submit_dir: Path, timeout: float) -> int:
         """DAGMan's exit status once it exited and monitord finished; PoolError on timeout."""
