@@ -45,7 +45,8 @@ def cache_needed(ops: "Iterable[Operation]", env: "Mapping[str, str]") -> bool:
     and ``PEGASUS_CLOUDIO_CACHE_UPLOADS`` writes uploads through (``auto``: when peer sharing
     is configured). A batch of uploads alone then opens no cache (nor imports it). True when
     the setting is malformed, so that opening the cache reports it."""
-    if any(not source.is_local for op in ops for source in getattr(op, "sources", ())):
+    from transfer.ops import Transfer  # loaded already: the batch is made of its operations
+    if any(not source.is_local for op in ops if isinstance(op, Transfer) for source in op.sources):
         return True
     from transfer.cache.config import uploads_setting
     from transfer.errors import TransferError
