@@ -1,0 +1,128 @@
+"""The engine's pipelined first pass over small S3 downloads (transfer/batched.py), through a
+fault-injecting proxy in front of a real MinIO: every file arrives whole and right, a fault
+costs a file nothing but the ordinary path's usual attempts, an answer is never written to
+another request's file, and no partial file is left where a job reads."""
+
+import os
+
+import pytest
+
+from pegasus_cloudio.testbed.proxy import Fault
+from transfer import Engine, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
+
+FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
+COUNT = 24
+
+
+def s3(bucket, key):
+    return parse_url(f"s3://test@minio/{bucket}/{key}", site_label="minio")
+
+
+@pytest.fixture
+def stored(proxied, bucket, tmp_path):
+    """COUNT small objects uploaded through the proxy; returns (proxy, env, {name: bytes})."""
+    proxy, env = proxied
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"f{i:02d}": os.urandom(100 + i) for i in range(COUNT)}
+    for name, content in data.items():
+        (src / name).write_bytes(content)
+    with Session(Settings(threads=3), env) as session:
+        results = Engine(session).run([Transfer((parse_url(str(src / n)),), s3(bucket, n)) for n in data])
+    assert all(r.ok for r in results)
+    proxy.reset_counters()
+    return proxy, env, data
+
+
+def download(env, bucket, dest, names, threads=3):
+    with Session(Settings(threads=threads), env) as session:
+        return Engine(session, retry=FAST_RETRY).run(
+            [Transfer((s3(bucket, n),), parse_url(f"file://{dest}/{n}")) for n in names])
+
+
+def hidden(directory):
+    return [n for n in os.listdir(directory) if n.startswith(".")]
+
+
+def test_a_batch_is_pipelined_over_few_connections_and_arrives_whole(stored, bucket, tmp_path):
+    proxy, env, data = stored
+    results = download(env, bucket, tmp_path / "out", list(data))
+    assert all(r.ok and r.attempts == 1 and len(r.history) == 1 for r in results)
+    assert [r.bytes for r in results] == [len(v) for v in data.values()]
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in data} == data
+    counts = proxy.snapshot()
+    assert counts["requests_by_method"] == {"GET": COUNT} and counts["connections"] <= 3
+    assert hidden(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("fault", [
+    Fault.reset(after_bytes=0, method="GET"),
+    Fault.reset(after_bytes=500, method="GET"),
+    Fault.truncate(after_bytes=200, method="GET"),
+], ids=["reset-before-answer", "reset-mid-stream", "truncate-mid-stream"])
+def test_a_connection_lost_mid_pipeline_costs_no_file_an_attempt(stored, bucket, tmp_path, fault):
+    proxy, env, data = stored
+    proxy.set_faults([fault])
+    results = download(env, bucket, tmp_path / "out", list(data))
+    assert all(r.ok and r.attempts == 1 for r in results), [r.error for r in results if not r.ok]
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in data} == data
+    assert hidden(tmp_path / "out") == []
+
+
+def test_answers_out_of_order_are_never_written_to_another_file(stored, bucket, tmp_path):
+    """The proxy answers a 503 itself, at once, ahead of the store's answers to the requests
+    pipelined before it: each answer's echoed tag keeps it from the wrong file."""
+    proxy, env, data = stored
+    proxy.set_faults([Fault.status(503, method="GET", times=3)])
+    results = download(env, bucket, tmp_path / "out", list(data), threads=1)
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in data} == data
+
+
+def test_persistent_faults_fail_each_file_after_its_attempts_leaving_nothing(stored, bucket, tmp_path):
+    proxy, env, data = stored
+    proxy.set_faults([Fault.truncate(after_bytes=50, method="GET", times=10_000)])
+    names = list(data)[:4]
+    results = download(env, bucket, tmp_path / "out", names)
+    assert all(not r.ok and isinstance(r.error, TransientError) and r.attempts == 3 for r in results), [(r.ok, r.error, r.attempts) for r in results]
+    out = tmp_path / "out"
+    assert not out.exists() or os.listdir(out) == []
+
+
+def test_a_missing_object_fails_alone_as_the_ordinary_path_reports_it(stored, bucket, tmp_path):
+    proxy, env, data = stored
+    names = list(data)[:5] + ["absent"] + list(data)[5:10]
+    results = download(env, bucket, tmp_path / "out", names)
+    by_name = dict(zip(names, results))
+    missing = by_name.pop("absent")
+    assert isinstance(missing.error, NotFound) and missing.attempts == 1
+    assert "absent" in str(missing.error)
+    assert all(r.ok for r in by_name.values())
+    assert not (tmp_path / "out" / "absent").exists() and hidden(tmp_path / "out") == []
+
+
+def test_a_destination_that_cannot_be_written_fails_alone(stored, bucket, tmp_path):
+    proxy, env, data = stored
+    names = list(data)[:6]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "blocked").write_bytes(b"a file where a directory should be")
+    with Session(Settings(threads=2), env) as session:
+        results = Engine(session, retry=FAST_RETRY).run(
+            [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/out/{'blocked/' if i == 2 else ''}{n}"))
+             for i, n in enumerate(names)])
+    assert [r.ok for r in results] == [True, True, False, True, True, True]
+    assert str(tmp_path / "out" / "blocked") in str(results[2].error)
+    assert hidden(tmp_path / "out") == []
+
+
+def test_large_objects_go_the_ordinary_way_among_small_ones(stored, bucket, tmp_path):
+    proxy, env, data = stored
+    big = os.urandom(3 << 20)
+    (tmp_path / "big").write_bytes(big)
+    with Session(Settings(threads=2), env) as session:
+        assert Engine(session).run([Transfer((parse_url(str(tmp_path / "big")),), s3(bucket, "big"))])[0].ok
+    names = list(data)[:6] + ["big"] + list(data)[6:12]
+    results = download(env, bucket, tmp_path / "out", names)
+    assert all(r.ok for r in results)
+    assert (tmp_path / "out" / "big").read_bytes() == big
+    assert all((tmp_path / "out" / n).read_bytes() == data[n] for n in names if n != "big")
