@@ -8,7 +8,7 @@ import os
 import pytest
 
 from pegasus_cloudio.testbed.proxy import Fault
-from transfer import Engine, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
+from transfer import Engine, Mkdir, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
 COUNT = 24
@@ -126,3 +126,23 @@ def test_large_objects_go_the_ordinary_way_among_small_ones(stored, bucket, tmp_
     assert all(r.ok for r in results)
     assert (tmp_path / "out" / "big").read_bytes() == big
     assert all((tmp_path / "out" / n).read_bytes() == data[n] for n in names if n != "big")
+
+
+def test_a_batch_over_tls_is_pipelined_too(minio_tls, tmp_path):
+    creds = minio_tls.write_pegasus_credentials(tmp_path / "tls.conf", site="minio", user="test")
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+    data = {f"t{i:02d}": os.urandom(200 + i) for i in range(12)}
+    for name, content in data.items():
+        (tmp_path / name).write_bytes(content)
+    url = "s3s://test@minio/tlsbatch/{}"
+    with Session(Settings(threads=2, ca_bundle=str(minio_tls.ca_file)), env) as session:
+        engine = Engine(session, retry=FAST_RETRY)
+        assert all(r.ok for r in engine.run([Mkdir(parse_url(url.format(""), site_label="minio"))]))
+        assert all(r.ok for r in engine.run([Transfer((parse_url(str(tmp_path / n)),),
+                                                      parse_url(url.format(n), site_label="minio")) for n in data]))
+        sent = session.stats.requests_sent
+        results = engine.run([Transfer((parse_url(url.format(n), site_label="minio"),),
+                                       parse_url(f"file://{tmp_path}/out/{n}")) for n in data])
+        assert all(r.ok and r.attempts == 1 for r in results), [r.error for r in results]
+        assert session.stats.requests_sent - sent == len(data)
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in data} == data

@@ -1,6 +1,6 @@
 """transfer.http.pipeline against a scripted server: pipelined GETs are answered in order,
 a connection closed mid-pipeline costs nothing but a resend of its unanswered requests,
-and whatever the reader does not take (odd answers, no answer, a cancel, TLS) is handed back
+and whatever the reader does not take (odd answers, no answer, a cancel) is handed back
 for the ordinary path, never lost nor delivered twice."""
 
 import socket
@@ -10,7 +10,7 @@ import pytest
 
 from transfer._threads import Event
 from transfer.http.connection import Timeouts
-from transfer.http.pipeline import fetch
+from transfer.http.pipeline import GiveUp, fetch
 from transfer.http.pool import ConnectionPool
 
 CLOSE = object()
@@ -18,14 +18,14 @@ CLOSE = object()
 
 class RawServer:
     """Answers each request with ``answer(connection, nth_on_it, target)``: bytes to send,
-    CLOSE to close the connection there, or (bytes, CLOSE) for both. Records how many requests each connection read
-    before it answered the first (proof of pipelining)."""
+    CLOSE to close the connection there, or (bytes, CLOSE) for both. Records how many requests
+    had arrived unanswered each time it answered one (more than one: pipelining)."""
 
     def __init__(self, answer):
         self.answer = answer
         self.connections = 0
         self.targets = []
-        self.first_batch = []
+        self.queued = []
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -50,13 +50,15 @@ class RawServer:
         with conn:
             while True:
                 while b"\r\n\r\n" not in buffer:
-                    data = conn.recv(65536)
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:  # reset by the client
+                        return
                     if not data:
                         return
                     buffer += data
-                if nth == 0:
-                    with self._lock:
-                        self.first_batch.append(buffer.count(b"\r\n\r\n"))
+                with self._lock:
+                    self.queued.append(buffer.count(b"\r\n\r\n"))
                 head, _, buffer = buffer.partition(b"\r\n\r\n")
                 target = head.split(b" ")[1].decode()
                 with self._lock:
@@ -117,7 +119,7 @@ def test_every_request_is_answered_once_over_few_pipelined_connections(serve):
     left = fetch(pool, 40, head, taker, connections=2, depth=8, max_body=1 << 20)
     assert left == [] and sorted(taker.taken) == list(range(40)) and len(set(taker.taken)) == 40
     assert server.connections == 2 and len(server.targets) == 40
-    assert max(server.first_batch) > 1  # several requests were on the wire before the first answer
+    assert max(server.queued) > 1  # several requests were on the wire at once
     assert pool.stats.requests_sent == 40
 
 
@@ -228,11 +230,6 @@ def test_a_cancelled_run_hands_everything_back(serve):
     assert fetch(pool, 5, head, Taker(), connections=2, depth=8, max_body=1 << 20, cancel=cancel) == list(range(5))
 
 
-def test_tls_pools_are_not_read_here():
-    pool = ConnectionPool("https://127.0.0.1:1", max_idle=1)
-    assert fetch(pool, 3, head, Taker(), connections=2, depth=8, max_body=1 << 20) == [0, 1, 2]
-
-
 def test_connections_go_back_to_the_pool_clean():
     server = RawServer(lambda number, nth, target: ok(target))
     try:
@@ -254,3 +251,50 @@ def test_a_response_cut_inside_its_head_is_an_error_not_an_empty_body(serve, cut
     with pytest.raises(TransientError, match="inside the response head"):
         with pool.request("GET", "/k0", [("Host", "test")]) as response:
             response.read()
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\nETag:  \"abc\" \r\nX-Other: 1\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length:12\r\nCACHE-CONTROL: tag-7\r\nx-amz-checksum-crc32: AAAA==\r\n",
+    b"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\nServer: x\r\n",  # a name that ends like a wanted one
+    b"HTTP/1.1 404 Not Found\r\n",
+    b"HTTP/1.1 200 OK\r\nVary: a\r\nVary: b\r\nETag: 1\r\n",  # repeats of a name not asked for
+])
+def test_picked_headers_read_as_the_whole_head_parse_does(head):
+    from transfer.http.connection import header_lines, picked_headers
+    names = ("content-length", "etag", "cache-control", "x-amz-checksum-crc32")
+    whole = header_lines(head[head.find(b"\n") + 1:].decode("latin-1").split("\r\n")[:-1], "x")
+    picked = picked_headers(head, tuple(f"\r\n{n}:".encode() for n in names))
+    assert picked == {k: v for k, v in whole.items() if k in names}
+
+
+def test_picked_headers_give_way_to_the_whole_parse_for_a_repeated_name():
+    from transfer.http.connection import picked_headers
+    head = b"HTTP/1.1 200 OK\r\nETag: a\r\nContent-Length: 1\r\netag: b\r\n"
+    assert picked_headers(head, (b"\r\netag:", b"\r\ncontent-length:")) is None
+
+
+def test_a_delivery_that_gives_up_ends_the_run_and_hands_back_the_rest(serve):
+    server, pool = serve(lambda number, nth, target: ok(target))
+    taker = Taker()
+
+    def deliver(k, status, headers, body, sent):
+        if k == 9:
+            raise GiveUp()
+        return taker(k, status, headers, body, sent)
+
+    left = fetch(pool, 40, head, deliver, connections=1, depth=8, max_body=1 << 20)
+    assert 9 in left and sorted(left + taker.taken) == list(range(40))
+    assert len(server.targets) < 40
+
+
+def test_a_store_with_nothing_to_give_costs_one_request_per_connection(serve):
+    server, pool = serve(lambda number, nth, target: b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    def deliver(k, status, headers, body, sent):
+        assert status == 404
+        raise GiveUp()
+
+    left = fetch(pool, 50, head, deliver, connections=3, depth=8, max_body=1 << 20)
+    assert left == list(range(50))
+    assert len(server.targets) <= 3  # each connection starts with one request in flight

@@ -184,19 +184,21 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
     """Write ``data`` to ``path`` atomically (temp name beside it, then rename); returns its size.
 
     The lean path for many small in-memory files (bundle members): four system calls each."""
-    directory, name = os.path.split(path)
-    temp = os.path.join(directory, f".{name}.{_PID[0]}.{next(_counter)}.part")
+    slash = path.rfind("/") + 1
+    temp = f"{path[:slash]}.{path[slash:]}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's result, cheaper
     _LIVE.add(temp)
     try:
         try:
             fd = os.open(temp, _FLAGS, 0o666)
         except FileNotFoundError:
-            os.makedirs(directory or ".", exist_ok=True)
+            os.makedirs(path[:slash].rstrip("/") or ("/" if slash else "."), exist_ok=True)
             fd = os.open(temp, _FLAGS, 0o666)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            written = os.write(fd, data)
+            if written < len(data):
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view):]
         finally:
             os.close(fd)
         os.replace(temp, path)

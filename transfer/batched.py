@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from transfer._threads import Cancel
     from transfer.retry import RetryBudget
     from transfer.session import Session
+    from transfer.urls import Url
 
     Finish = Callable[[int, Result], None]
+    StandsIn = Callable[[Url], bool]
 
 __all__ = ["read_batched"]
 
@@ -39,9 +41,12 @@ _MIN_BATCH = 2  # one file gains nothing from a pass of its own
 
 
 def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
-                 cancel: Optional[Cancel], finish: Finish) -> List[Tuple[int, Transfer]]:
+                 cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
     """Read what it can of ``indexed`` (position, transfer) in one pass, calling
-    ``finish(position, result)`` for each file done; returns the rest, in order."""
+    ``finish(position, result)`` for each file done; returns the rest, in order.
+    ``stands_in(source)``, asked of a source the store does not have, says whether a bundle
+    member stands in for it (loading its directory's index): then the pass ends, and the
+    per-file path finds the members without a request for each."""
     rest: List[Tuple[int, Transfer]] = []
     groups: Dict[int, Tuple[BatchReads, List[Tuple[int, Transfer]]]] = {}
     for item in indexed:
@@ -62,7 +67,7 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
         if len(group) < _MIN_BATCH:
             rest.extend(group)
         else:
-            rest.extend(_read_group(reader, group, connections, budget, cancel, finish))
+            rest.extend(_read_group(reader, group, connections, budget, cancel, finish, stands_in))
     rest.sort(key=_position)
     return rest
 
@@ -72,7 +77,7 @@ def _position(item: Tuple[int, Transfer]) -> int:
 
 
 def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
-                cancel: Optional[Cancel], finish: Finish) -> List[Tuple[int, Transfer]]:
+                cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
     def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
         position, op = group[k]
         try:
@@ -86,5 +91,12 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
         finish(position, Result(op, True, size, seconds, 1, None, source, (attempt,)))
         return True
 
-    left = reader.read_small([op.sources[0] for _, op in group], take, connections=connections, cancel=cancel)
+    def missing(k: int) -> bool:
+        try:
+            return stands_in(group[k][1].sources[0])
+        except TransferError:
+            return False
+
+    left = reader.read_small([op.sources[0] for _, op in group], take, connections=connections, cancel=cancel,
+                             missing=missing)
     return [group[k] for k in left]

@@ -247,7 +247,7 @@ class Engine:
             from transfer.batched import read_batched  # small downloads, pipelined from this thread first
             indexed = read_batched(self._session, indexed, self._threads, budget,
                                    budget.cancel if isinstance(budget, RunBudget) else None,
-                                   lambda i, result: self._finish(results, i, result))
+                                   lambda i, result: self._finish(results, i, result), self._stands_in)
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             for group in groups:
@@ -407,6 +407,10 @@ class Engine:
                       outcome.error, source if outcome.ok else None, (attempt,))
 
     # -- node cache ---------------------------------------------------------------------
+
+    def _stands_in(self, source: Url) -> bool:
+        """For a read the store answered 404: whether a bundle member stands in for it."""
+        return self._bundles.resolve(source)[0] is not None
 
     def _cache_key(self, url: Url) -> Optional[str]:
         """The node-cache name of a remote object, or None when it is not cached."""

@@ -173,14 +173,16 @@ class RangedReads(Protocol):
 class BatchReads(Protocol):
     """Backends that read many small whole objects at once (pipelined requests, one thread)."""
 
-    def read_small(self, urls: Sequence[Url], take: Take, *, connections: int,
-                   cancel: Optional[Cancel] = None) -> List[int]:
+    def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
+                   missing: Optional[Callable[[int], bool]] = None) -> List[int]:
         """Fetch the objects of ``urls`` over up to ``connections`` connections and give each
         whose body arrived whole and passed the checks :meth:`Backend.get` makes (size, and
         the store's checksum) to ``take(index, body, info, sent)`` (``sent``: monotonic time
-        of its request), which returns whether it took it. Returns, in order, the indexes of
-        the rest -- any other answer, a failed check, a large object, no answer, ``take``
-        said no -- for the caller to read one by one, which reports their errors. Never raises."""
+        of its request), which returns whether it took it. ``missing(index)`` is told of an
+        object the store does not have; True ends the pass (the caller found where the rest
+        is: a bundle). Returns, in order, the indexes of the rest -- any other answer, a failed
+        check, a large object, no answer, ``take`` said no, the pass ended -- for the caller
+        to read one by one, which reports their errors. Never raises."""
 
 
 @runtime_checkable

@@ -37,7 +37,7 @@ from transfer.backends._s3_wire import (
     xml_escape,
     xml_tree,
 )
-from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
+from transfer.backends._s3_checksum import _HEADERS as _CHECKSUM_HEADERS, CHECKSUM_MODE, response_check
 from transfer.backends._s3_route import AnyReply, PoolFactory, Route, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
@@ -388,8 +388,8 @@ class S3Backend:
 
     # -- BatchReads ---------------------------------------------------------------------
 
-    def read_small(self, urls: Sequence[Url], take: Take, *, connections: int,
-                   cancel: Optional[Cancel] = None) -> List[int]:
+    def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
+                   missing: Optional[Callable[[int], bool]] = None) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
         the route of their bucket; see :class:`~transfer.backends.base.BatchReads`."""
         left: List[int] = []
@@ -405,7 +405,7 @@ class S3Backend:
             group[1].append(index)
             group[2].append(path)
         for route, indexes, paths in groups.values():
-            left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel)
+            left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel, missing)
         return sorted(left)
 
     # -- ServerSideCopy -----------------------------------------------------------------
@@ -506,7 +506,7 @@ _SMALL_BODY = 1 << 20
 
 
 def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: List[int], take: Take,
-                connections: int, cancel: Optional[Cancel]) -> List[int]:
+                connections: int, cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]]) -> List[int]:
     """:meth:`S3Backend.read_small` for the objects of one route (``indexes``: their
     positions in the caller's list, which ``take`` and the result speak of)."""
     from transfer.http import pipeline
@@ -526,6 +526,8 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
         return request_head("GET", f"{encoded}?{query}", headers, None, default_host, endpoint)
 
     def deliver(k: int, status: int, headers: Dict[str, str], body: bytes, sent: float) -> bool:
+        if status == 404 and missing is not None and missing(indexes[k]):
+            raise pipeline.GiveUp()
         if status != 200 or headers.get("cache-control") != f"{_TAG}{k}":  # not this request's answer
             return False
         url = urls[k]
@@ -540,11 +542,14 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
         return take(indexes[k], body, info, sent)
 
     left = pipeline.fetch(pool, len(urls), head, deliver, connections=connections, depth=_DEPTH,
-                          max_body=_SMALL_BODY, cancel=cancel)
+                          max_body=_SMALL_BODY, cancel=cancel, wanted=_READ_HEADERS)
     return [indexes[k] for k in left]
 
 
 _DEPTH = 8
+# What deliver() and the checks it calls (_info, _etag_md5, response_check) read of an answer.
+_READ_HEADERS = ("cache-control", "content-length", "etag", "x-amz-server-side-encryption", "x-amz-checksum-type",
+                 *(header for _, header in _CHECKSUM_HEADERS))
 # Each pipelined GET asks the store to echo a tag naming it (the response-cache-control
 # override), so an answer is written only to the file it was asked for, even behind an
 # intermediary that answers pipelined requests out of order.

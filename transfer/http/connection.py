@@ -227,10 +227,11 @@ class Connection:
         return self._endpoint
 
     @property
-    def plain_socket(self) -> Optional[_socket.socket]:
-        """The connected socket of a plain-HTTP connection (None: TLS, or not connected), for
-        :mod:`transfer.http.pipeline`, which sends and receives on it directly."""
-        return self._sock if self._ssl_context is None else None
+    def live_socket(self) -> Optional[_socket.socket]:
+        """The connected socket (an ``ssl.SSLSocket`` with a timeout for TLS; a blocking one
+        with kernel timeouts for plain HTTP), for :mod:`transfer.http.pipeline`, which sends
+        and receives on it directly; None when not connected."""
+        return self._sock
 
     def connect(self) -> None:
         try:
@@ -367,9 +368,8 @@ class Connection:
         headers: Dict[str, str] = {}
         for _ in range(_MAX_HEADERS):
             line = rfile.readline(_MAX_LINE)
-            if not line.endswith(b"\n"):  # closed (or a line past _MAX_LINE) before the blank line
-                raise TransientError("connection closed inside the response head" if len(line) < _MAX_LINE
-                                     else "response header line too long", url=self.endpoint)
+            if len(line) < _MAX_LINE and not line.endswith(b"\n"):  # the stream ended before the blank line
+                raise TransientError("connection closed inside the response head", url=self.endpoint)
             if line in (b"\r\n", b"\n"):
                 return headers
             name, _, value = line.decode("latin-1").partition(":")
@@ -489,6 +489,25 @@ def header_lines(lines: List[str], endpoint: str) -> Dict[str, str]:
         value = value.strip()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     return headers
+
+
+def picked_headers(head: bytes, names: Tuple[bytes, ...]) -> Optional[Dict[str, str]]:
+    """The headers of ``names`` (lower case, as ``b"\\r\\nname:"``) that the response head
+    ``head`` (status line first, CRLF line ends, ending in CRLF) has, as :func:`header_lines`
+    gives them (values stripped), found without splitting the rest; None when one of them
+    appears twice (the caller then parses the head whole, which joins repeats)."""
+    low = head.lower()
+    found: Dict[str, str] = {}
+    for name in names:
+        at = low.find(name)
+        if at < 0:
+            continue
+        start = at + len(name)
+        end = low.find(b"\r\n", start)
+        if low.find(name, end) >= 0:
+            return None
+        found[name[2:-1].decode()] = head[start:end].strip().decode("latin-1")
+    return found
 
 
 def _unsafe_field(method: str, target: str, lines: List[str], what: str = "CR, LF or NUL") -> str:

@@ -3,10 +3,10 @@
 Why: a small GET through worker threads costs the client more CPU in hand-offs than in the
 request itself: the interpreter lock changes hands at every system call of five threads
 (18 futex calls per file), and every request is one send and one receive. Here the calling
-thread keeps up to ``depth`` requests in flight on each of up to ``connections`` plain-HTTP
-connections leased from the pool, writes each connection's new requests in one send, and
-parses every response that one receive brought (RFC 9112, section 9.3.2: a server answers
-pipelined requests in order; GET is idempotent, so unanswered ones may be sent again).
+thread keeps up to ``depth`` requests in flight on each of up to ``connections`` keep-alive
+connections leased from the pool (plain or TLS), writes each connection's new requests in one
+send, and parses every response that one receive brought (RFC 9112, section 9.3.2: a server
+answers pipelined requests in order; GET is idempotent, so unanswered ones may be sent again).
 
 Contract of :func:`fetch` (never raises for the network or the server):
 
@@ -23,9 +23,13 @@ Contract of :func:`fetch` (never raises for the network or the server):
   a body over ``max_body``, a malformed head) and, after ``_MAX_LARGE`` bodies over
   ``max_body``, everything not yet answered (large objects are the ordinary path's: ranged
   reads); every item of a run that heard nothing for the pool's read timeout; everything not
-  answered once ``cancel`` is set; every item of a TLS pool (its sockets are not read here);
+  answered once ``cancel`` is set;
 * a ``head(index)`` or ``deliver`` that raises leaves that item over (the ordinary path meets
-  the same error and reports it); connections come back to the pool clean, or closed.
+  the same error and reports it); a ``deliver`` that raises :class:`GiveUp` ends the run:
+  everything not yet taken is left over;
+* a connection starts with one request in flight and doubles that with each answer taken, up
+  to ``depth`` (a store that answers nothing useful costs one request per connection);
+  connections come back to the pool clean, or closed.
 """
 
 from __future__ import annotations
@@ -36,11 +40,11 @@ import time
 from collections import deque
 
 from transfer.errors import TransferError
-from transfer.http.connection import header_lines, status_line
+from transfer.http.connection import header_lines, picked_headers, status_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Deque, Dict, List, Optional, Tuple
+    from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
     from transfer.http.connection import Connection
@@ -48,13 +52,18 @@ if TYPE_CHECKING:
 
     Deliver = Callable[[int, int, Dict[str, str], bytes, float], bool]
 
-__all__ = ["fetch"]
+__all__ = ["GiveUp", "fetch"]
 
 _MAX_HEAD = 65536
 _RECEIVE = 1 << 18
 _MAX_SENDS = 3
 _MAX_UNREADABLE = 2
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
+_FRAMING = ("content-length", "transfer-encoding", "connection")  # what this reader needs of a head
+
+
+class GiveUp(Exception):
+    """Raised by a ``deliver`` to end the run (its item and every unanswered one are left over)."""
 
 
 class _Entry:
@@ -71,25 +80,28 @@ class _Entry:
 class _Link:
     """A leased connection, its unparsed bytes and the requests it still owes answers to."""
 
-    __slots__ = ("conn", "sock", "fd", "buffer", "waiting", "sent", "answered", "fresh", "alive")
+    __slots__ = ("conn", "sock", "fd", "pending", "buffer", "waiting", "sent", "answered", "fresh", "alive", "limit")
 
     def __init__(self, conn: Connection, sock: _socket.socket) -> None:
         self.conn = conn
         self.sock = sock
         self.fd = sock.fileno()
+        # TLS: decrypted bytes a receive left in the TLS layer, which poll() cannot see
+        self.pending: Optional[Callable[[], int]] = getattr(sock, "pending", None)
         self.buffer = bytearray()
         self.waiting: Deque[_Entry] = deque()
         self.sent = 0
         self.answered = 0
         self.fresh = conn.requests_sent == 0
         self.alive = True
+        self.limit = 1  # requests in flight at most: doubled by each answer taken, up to the depth
 
 
 class _Run:
     """The state of one :func:`fetch`."""
 
     def __init__(self, pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver,
-                 depth: int, max_body: int) -> None:
+                 depth: int, max_body: int, wanted: Optional[Sequence[str]] = None) -> None:
         self.pool = pool
         self.pending: Deque[_Entry] = deque(_Entry(index) for index in range(count))
         self.head = head
@@ -101,7 +113,10 @@ class _Run:
         self.poller = select.poll()
         self.unreadable = 0
         self.cap = 0  # requests per connection after which the server was seen to close it (0: none)
+        self.stopped = False  # a deliver gave up
         self.endpoint = pool.base_url
+        self.wanted = None if wanted is None else tuple(
+            f"\r\n{name}:".encode() for name in dict.fromkeys([*_FRAMING, *(n.lower() for n in wanted)]))
 
     # -- connections ------------------------------------------------------------------
 
@@ -113,8 +128,8 @@ class _Run:
             return False
         if conn is None:
             return False
-        sock = conn.plain_socket
-        if sock is None:  # TLS: not read here
+        sock = conn.live_socket
+        if sock is None:
             self.pool.release(conn)
             return False
         link = _Link(conn, sock)
@@ -186,14 +201,14 @@ class _Run:
                 if self.pending:
                     self.open(wait=not self.links)
         for link in list(self.links.values()):
-            if link.alive and self.pending and len(link.waiting) <= self.depth // 2:
+            if link.alive and self.pending and len(link.waiting) <= link.limit // 2:
                 self.send(link)
 
     def send(self, link: _Link) -> None:
-        """Top ``link`` up to ``depth`` requests in flight, in one send."""
+        """Top ``link`` up to its limit of requests in flight, in one send."""
         heads: List[bytes] = []
         batch: List[_Entry] = []
-        room = self.depth - len(link.waiting)
+        room = link.limit - len(link.waiting)
         if self.cap:
             room = min(room, self.cap - link.sent)
         while self.pending and len(batch) < room:
@@ -223,10 +238,10 @@ class _Run:
 
     def receive(self, link: _Link) -> None:
         try:
-            data = link.sock.recv(_RECEIVE, _DONTWAIT)
+            data = _receive(link)
         except BlockingIOError:
             return
-        except OSError:
+        except OSError:  # a reset, a timeout, a TLS failure: as if closed
             data = b""
         if not data:
             self.lost(link)
@@ -269,9 +284,15 @@ class _Run:
             link.answered += 1
             try:
                 taken = self.deliver(entry.index, status, headers, bytes(buffer[start:position]), entry.sent)
+            except GiveUp:
+                self.left.append(entry.index)
+                self.stopped = True
+                return position
             except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
                 taken = False
-            if not taken:
+            if taken:
+                link.limit = min(self.depth, 2 * link.limit)
+            else:
                 self.left.append(entry.index)
             if closing:  # the server closes after this answer: the rest go out again elsewhere
                 self.lost(link, suspect=False)
@@ -287,7 +308,9 @@ class _Run:
         first = head.find(b"\n") + 1
         try:
             version, status, _ = status_line(head[:first], self.endpoint)
-            headers = header_lines(head[first:].decode("latin-1").split("\r\n")[:-1], self.endpoint)
+            headers = None if self.wanted is None else picked_headers(head, self.wanted)
+            if headers is None:
+                headers = header_lines(head[first:].decode("latin-1").split("\r\n")[:-1], self.endpoint)
         except TransferError:
             return None
         closing = version == b"HTTP/1.0" or "close" in headers.get("connection", "").lower()
@@ -299,19 +322,32 @@ class _Run:
         return status, headers, int(text) if text is not None and text.isdigit() else None, closing
 
 
+def _receive(link: _Link) -> bytes:
+    """What has arrived on ``link``: plain sockets without waiting; TLS ones wait (up to the
+    read timeout) for the rest of a record poll() saw the start of, then drain the TLS layer."""
+    if link.pending is None:
+        return link.sock.recv(_RECEIVE, _DONTWAIT)
+    data = link.sock.recv(_RECEIVE)
+    while data and link.pending():
+        data += link.sock.recv(link.pending())
+    return data
+
+
 def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver, *,
-          connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None) -> List[int]:
+          connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None,
+          wanted: Optional[Sequence[str]] = None) -> List[int]:
     """Send GETs ``0 .. count - 1`` (``head(index)`` gives each request head) and deliver
-    their answers; returns the indexes left over for the ordinary path (see the module doc)."""
-    if not count or pool.scheme != "http" or not _DONTWAIT:
+    their answers; returns the indexes left over for the ordinary path (see the module doc).
+    ``wanted``: the only headers ``deliver`` reads (None: all), found without parsing the rest."""
+    if not count or not _DONTWAIT:
         return list(range(count))
-    run = _Run(pool, count, head, deliver, depth, max_body)
-    wanted = max(1, min(connections, -(-count // run.depth)))
+    run = _Run(pool, count, head, deliver, depth, max_body, wanted)
+    links = max(1, min(connections, -(-count // run.depth)))
     try:
-        while len(run.links) < wanted and run.open(wait=not run.links):
+        while len(run.links) < links and run.open(wait=not run.links):
             pass
         timeout = int(pool.timeouts.read * 1000)
-        while run.links:
+        while run.links and not run.stopped:
             if cancel is not None and cancel.is_set():
                 break
             run.top_up()
@@ -322,7 +358,7 @@ def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], delive
                 break  # nothing heard for the read timeout: the ordinary path takes over
             for fd, _ in events:
                 ready = run.links.get(fd)
-                if ready is not None:
+                if ready is not None and not run.stopped:
                     run.receive(ready)
     finally:
         run.leave_all()
