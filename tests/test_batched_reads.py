@@ -146,3 +146,15 @@ def test_a_batch_over_tls_is_pipelined_too(minio_tls, tmp_path):
         assert all(r.ok and r.attempts == 1 for r in results), [r.error for r in results]
         assert session.stats.requests_sent - sent == len(data)
     assert {n: (tmp_path / "out" / n).read_bytes() for n in data} == data
+
+
+def test_a_store_that_refuses_the_tag_costs_a_few_requests_then_the_ordinary_path(stored, bucket, tmp_path):
+    """A store (or proxy) answering every pipelined GET with an error: the pass gives up
+    after a few answers, and every file comes the ordinary way."""
+    proxy, env, data = stored
+    proxy.set_faults([Fault.status(400, body=b"<Error><Code>InvalidArgument</Code></Error>", method="GET",
+                                   path="response-cache-control", times=10_000)])
+    results = download(env, bucket, tmp_path / "out", list(data))
+    assert all(r.ok and r.attempts == 1 for r in results), [r.error for r in results if not r.ok]
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in data} == data
+    assert proxy.snapshot()["requests_by_method"]["GET"] <= COUNT + 12

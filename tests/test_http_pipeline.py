@@ -3,11 +3,11 @@ a connection closed mid-pipeline costs nothing but a resend of its unanswered re
 and whatever the reader does not take (odd answers, no answer, a cancel) is handed back
 for the ordinary path, never lost nor delivered twice."""
 
-import socket
 import threading
 
 import pytest
 
+from pegasus_cloudio.testbed.scripted import ScriptedServer
 from transfer._threads import Event
 from transfer.http.connection import Timeouts
 from transfer.http.pipeline import GiveUp, fetch
@@ -16,36 +16,29 @@ from transfer.http.pool import ConnectionPool
 CLOSE = object()
 
 
-class RawServer:
+class RawServer(ScriptedServer):
     """Answers each request with ``answer(connection, nth_on_it, target)``: bytes to send,
     CLOSE to close the connection there, or (bytes, CLOSE) for both. Records how many requests
     had arrived unanswered each time it answered one (more than one: pipelining)."""
 
     def __init__(self, answer):
+        super().__init__()
         self.answer = answer
-        self.connections = 0
         self.targets = []
         self.queued = []
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._served = 0
+        self.__enter__()
 
     def close(self):
-        self._listener.close()
+        self.__exit__()
 
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
-                number = self.connections
-            threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
+    def _serve(self, conn):
+        with self._lock:
+            self._served += 1
+            number = self._served
+        self._exchange(conn, number)
 
-    def _serve(self, conn, number):
+    def _exchange(self, conn, number):
         buffer, nth = b"", 0
         with conn:
             while True:

@@ -525,28 +525,42 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
         headers = signer.sign("GET", host, encoded, query, EMPTY_SHA256, extra)
         return request_head("GET", f"{encoded}?{query}", headers, None, default_host, endpoint)
 
+    taken = [0, 0]  # answers taken, answers not taken
+
     def deliver(k: int, status: int, headers: Dict[str, str], body: bytes, sent: float) -> bool:
         if status == 404 and missing is not None and missing(indexes[k]):
             raise pipeline.GiveUp()
-        if status != 200 or headers.get("cache-control") != f"{_TAG}{k}":  # not this request's answer
-            return False
-        url = urls[k]
-        info = _info(url, 200, headers)
-        if info.size != len(body):
-            return False
-        check = response_check(headers, _etag_md5(info, headers), info.size)
-        if check is not None:
-            check.update(body)
-            if not check.matches():
-                return False
-        return take(indexes[k], body, info, sent)
+        info = _verified(urls[k], status, headers, body, f"{_TAG}{k}")
+        done = info is not None and take(indexes[k], body, info, sent)
+        taken[0 if done else 1] += 1
+        if not taken[0] and taken[1] >= _USELESS:  # a store that answers nothing here (refuses the tag?)
+            raise pipeline.GiveUp()
+        return done
 
     left = pipeline.fetch(pool, len(urls), head, deliver, connections=connections, depth=_DEPTH,
                           max_body=_SMALL_BODY, cancel=cancel, wanted=_READ_HEADERS)
     return [indexes[k] for k in left]
 
 
+def _verified(url: Url, status: int, headers: Dict[str, str], body: bytes, tag: str) -> Optional[ObjectInfo]:
+    """What the store says of the object when a pipelined answer is this request's (its tag
+    echoed), whole and right: the checks :meth:`S3Backend.get` makes (size, then checksum
+    header or MD5 ETag); None otherwise."""
+    if status != 200 or headers.get("cache-control") != tag:
+        return None
+    info = _info(url, 200, headers)
+    if info.size != len(body):
+        return None
+    check = response_check(headers, _etag_md5(info, headers), info.size)
+    if check is not None:
+        check.update(body)
+        if not check.matches():
+            return None
+    return info
+
+
 _DEPTH = 8
+_USELESS = 8  # answers none of which could be taken, after which the pass gives up
 # What deliver() and the checks it calls (_info, _etag_md5, response_check) read of an answer.
 _READ_HEADERS = ("cache-control", "content-length", "etag", "x-amz-server-side-encryption", "x-amz-checksum-type",
                  *(header for _, header in _CHECKSUM_HEADERS))
