@@ -115,8 +115,7 @@ class _Run:
         self.cap = 0  # requests per connection after which the server was seen to close it (0: none)
         self.stopped = False  # a deliver gave up
         self.endpoint = pool.base_url
-        self.wanted = None if wanted is None else tuple(
-            f"\r\n{name}:".encode() for name in dict.fromkeys([*_FRAMING, *(n.lower() for n in wanted)]))
+        self.wanted = None if wanted is None else _probes([*_FRAMING, *wanted])
 
     # -- connections ------------------------------------------------------------------
 
@@ -320,6 +319,17 @@ class _Run:
             return status, headers, None, closing
         text = headers.get("content-length")
         return status, headers, int(text) if text is not None and text.isdigit() else None, closing
+
+
+def _probes(names: Sequence[str]) -> Tuple[Tuple[bytes, Tuple[bytes, ...]], ...]:
+    """``names`` for :func:`~transfer.http.connection.picked_headers`: those that share a start
+    up to a dash (``x-amz-checksum-``) behind one probe for it."""
+    groups: Dict[bytes, List[bytes]] = {}
+    for name in dict.fromkeys(n.lower() for n in names):
+        dash = name.rfind("-")
+        groups.setdefault(f"\r\n{name[:dash + 1] if dash > 0 else name}".encode(), []).append(
+            f"\r\n{name}:".encode())
+    return tuple((probe if len(group) > 1 else b"", tuple(group)) for probe, group in groups.items())
 
 
 def _receive(link: _Link) -> bytes:
