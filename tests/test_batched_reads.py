@@ -158,3 +158,20 @@ def test_a_store_that_refuses_the_tag_costs_a_few_requests_then_the_ordinary_pat
     assert all(r.ok and r.attempts == 1 for r in results), [r.error for r in results if not r.ok]
     assert {n: (tmp_path / "out" / n).read_bytes() for n in data} == data
     assert proxy.snapshot()["requests_by_method"]["GET"] <= COUNT + 12
+
+
+def test_the_signal_handlers_cleanup_may_interrupt_the_thread_holding_its_lock():
+    """The engine's own thread writes files now: a SIGTERM handler removing the temp files can
+    arrive while that thread is inside their bookkeeping, and must not wait on it forever."""
+    import threading
+
+    from transfer import atomic
+
+    def handler_inside_bookkeeping():
+        with atomic._LIVE._lock:
+            atomic.remove_temp_files()
+
+    thread = threading.Thread(target=handler_inside_bookkeeping, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()

@@ -8,11 +8,11 @@ all (:func:`remove_temp_files`) before the process exits without unwinding its t
 
 from __future__ import annotations
 
+import _thread
 import errno
 import itertools
 import os
 
-from transfer import _threads
 from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotFound, TransferError
 
 TYPE_CHECKING = False
@@ -28,7 +28,9 @@ class _TempNames:
     """Temp files this process has open right now (process-wide, like the files themselves)."""
 
     def __init__(self) -> None:
-        self._lock = _threads.Lock()
+        # Reentrant: a signal handler that removes the temp files may interrupt the very
+        # thread that holds it (the engine's own thread writes files too).
+        self._lock = _thread.RLock()
         self._names: Set[str] = set()
 
     def add(self, path: str) -> None:
