@@ -291,3 +291,11 @@ def test_a_store_with_nothing_to_give_costs_one_request_per_connection(serve):
     left = fetch(pool, 50, head, deliver, connections=3, depth=8, max_body=1 << 20)
     assert left == list(range(50))
     assert len(server.targets) <= 3  # each connection starts with one request in flight
+
+
+def test_one_early_close_is_not_taken_for_a_request_limit(serve):
+    server, pool = serve(lambda number, nth, target: CLOSE if number == 1 and nth == 1 else ok(target))
+    taker = Taker()
+    left = fetch(pool, 60, head, taker, connections=1, depth=8, max_body=1 << 20)
+    assert left == [] and sorted(taker.taken) == list(range(60))
+    assert server.connections == 2  # the second connection carried all the rest

@@ -17,8 +17,9 @@ Contract of :func:`fetch` (never raises for the network or the server):
   attempts and reports its own errors;
 * a connection closed or reset with requests unanswered: those are sent again on a new
   connection, each at most ``_MAX_SENDS`` times in all (then left over); a fresh connection
-  that closes before answering anything is not replaced; once a server closed a connection
-  after ``n`` answers (a keep-alive request limit), no connection carries more than ``n``;
+  that closes before answering anything is not replaced; once a server closed two
+  connections after ``n`` answers each (a keep-alive request limit), no connection carries
+  more than ``n``;
 * left over as well: an answer this reader does not take (chunked or close-delimited body,
   a body over ``max_body``, a malformed head) and, after ``_MAX_LARGE`` bodies over
   ``max_body``, everything not yet answered (large objects are the ordinary path's: ranged
@@ -112,7 +113,8 @@ class _Run:
         self.links: Dict[int, _Link] = {}
         self.poller = select.poll()
         self.unreadable = 0
-        self.cap = 0  # requests per connection after which the server was seen to close it (0: none)
+        self.cap = 0  # requests per connection after which the server closes them (0: none seen)
+        self.closed_after: Dict[int, int] = {}  # answers -> connections closed after that many
         self.stopped = False  # a deliver gave up
         self.endpoint = pool.base_url
         self.wanted = None if wanted is None else _probes([*_FRAMING, *wanted])
@@ -151,8 +153,10 @@ class _Run:
         line but for the ``suspect`` one (the oldest, which the server may have closed over:
         it goes last, so it cannot take the others down with it again); a fresh link that
         answered nothing is not replaced."""
-        if link.waiting and link.answered and (not self.cap or link.answered < self.cap):
-            self.cap = link.answered  # e.g. a keep-alive request limit: no more in flight than that
+        if link.waiting and link.answered:  # a keep-alive request limit shows as the same count twice
+            seen = self.closed_after[link.answered] = self.closed_after.get(link.answered, 0) + 1
+            if seen >= 2 and (not self.cap or link.answered < self.cap):
+                self.cap = link.answered
         again = [entry for entry in link.waiting if entry.sends < _MAX_SENDS]
         self.left.extend(entry.index for entry in link.waiting if entry.sends >= _MAX_SENDS)
         if suspect and again and again[0] is link.waiting[0]:
