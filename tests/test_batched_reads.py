@@ -175,3 +175,29 @@ def test_the_signal_handlers_cleanup_may_interrupt_the_thread_holding_its_lock()
     thread.start()
     thread.join(10)
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("headers,body,ok", [
+    ({"etag": '"{md5}"'}, b"x" * 10, True),
+    ({"etag": '"{md5}"'.upper()}, b"x" * 10, True),
+    ({"etag": '"0123456789abcdef0123456789abcdef"'}, b"x" * 10, False),  # the MD5 ETag disagrees
+    ({"etag": '"{md5}"', "content-length": "11"}, b"x" * 10, False),  # short body
+    ({"etag": '"{md5}"', "cache-control": "pegasus-cloudio-get-8"}, b"x" * 10, False),  # another request's answer
+    ({"etag": '"{md5}"', "x-amz-checksum-sha256": "{sha256}"}, b"x" * 10, True),
+    ({"etag": '"{md5}"', "x-amz-checksum-sha256": "AAAA"}, b"x" * 10, False),  # a checksum header wins over the ETag
+    ({"etag": '"{md5}"', "x-amz-server-side-encryption": "aws:kms"}, b"y" * 10, True),  # no MD5 ETag: size only
+    ({"etag": '"abc-2"'}, b"x" * 10, True),  # multipart ETag: size only
+])
+def test_a_pipelined_answer_is_taken_only_when_it_passes_the_checks_get_makes(headers, body, ok):
+    import base64
+    import hashlib
+
+    from transfer.backends.s3 import _verified
+    md5, sha = hashlib.md5(b"x" * 10).hexdigest(), base64.b64encode(hashlib.sha256(b"x" * 10).digest()).decode()
+    answer = {k: v.replace("{md5}", md5).replace("{MD5}", md5.upper()).replace("{sha256}", sha)
+              for k, v in headers.items()}
+    answer.setdefault("content-length", "10")
+    answer.setdefault("cache-control", "pegasus-cloudio-get-7")
+    info = _verified(s3("b", "k"), 200, answer, body, "pegasus-cloudio-get-7")
+    assert (info is not None) is ok
+    assert _verified(s3("b", "k"), 206, answer, body, "pegasus-cloudio-get-7") is None

@@ -10,7 +10,7 @@ import pytest
 from pegasus_cloudio.testbed.scripted import ScriptedServer
 from transfer._threads import Event
 from transfer.http.connection import Timeouts
-from transfer.http.pipeline import GiveUp, _probes, fetch
+from transfer.http.pipeline import GiveUp, fetch
 from transfer.http.pool import ConnectionPool
 
 CLOSE = object()
@@ -244,27 +244,6 @@ def test_a_response_cut_inside_its_head_is_an_error_not_an_empty_body(serve, cut
     with pytest.raises(TransientError, match="inside the response head"):
         with pool.request("GET", "/k0", [("Host", "test")]) as response:
             response.read()
-
-
-@pytest.mark.parametrize("head", [
-    b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\nETag:  \"abc\" \r\nX-Other: 1\r\n",
-    b"HTTP/1.1 200 OK\r\ncontent-length:12\r\nCACHE-CONTROL: tag-7\r\nx-amz-checksum-crc32: AAAA==\r\n",
-    b"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\nServer: x\r\n",  # a name that ends like a wanted one
-    b"HTTP/1.1 404 Not Found\r\n",
-    b"HTTP/1.1 200 OK\r\nVary: a\r\nVary: b\r\nETag: 1\r\n",  # repeats of a name not asked for
-])
-def test_picked_headers_read_as_the_whole_head_parse_does(head):
-    from transfer.http.connection import header_lines, picked_headers
-    names = ("content-length", "etag", "cache-control", "x-amz-checksum-crc32", "x-amz-checksum-sha256")
-    whole = header_lines(head[head.find(b"\n") + 1:].decode("latin-1").split("\r\n")[:-1], "x")
-    picked = picked_headers(head, _probes(names))
-    assert picked == {k: v for k, v in whole.items() if k in names}
-
-
-def test_picked_headers_give_way_to_the_whole_parse_for_a_repeated_name():
-    from transfer.http.connection import picked_headers
-    head = b"HTTP/1.1 200 OK\r\nETag: a\r\nContent-Length: 1\r\netag: b\r\n"
-    assert picked_headers(head, _probes(["etag", "content-length"])) is None
 
 
 def test_a_delivery_that_gives_up_ends_the_run_and_hands_back_the_rest(serve):

@@ -37,7 +37,7 @@ from transfer.backends._s3_wire import (
     xml_escape,
     xml_tree,
 )
-from transfer.backends._s3_checksum import _HEADERS as _CHECKSUM_HEADERS, CHECKSUM_MODE, response_check
+from transfer.backends._s3_checksum import CHECKSUM_HEADERS, CHECKSUM_MODE, response_check
 from transfer.backends._s3_route import AnyReply, PoolFactory, Route, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
@@ -538,7 +538,7 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
         return done
 
     left = pipeline.fetch(pool, len(urls), head, deliver, connections=connections, depth=_DEPTH,
-                          max_body=_SMALL_BODY, cancel=cancel, wanted=_READ_HEADERS)
+                          max_body=_SMALL_BODY, cancel=cancel)
     return [indexes[k] for k in left]
 
 
@@ -551,7 +551,10 @@ def _verified(url: Url, status: int, headers: Dict[str, str], body: bytes, tag: 
     info = _info(url, 200, headers)
     if info.size != len(body):
         return None
-    check = response_check(headers, _etag_md5(info, headers), info.size)
+    etag_md5 = _etag_md5(info, headers)
+    if etag_md5 is not None and not any(header in headers for header in CHECKSUM_HEADERS):
+        return info if _digests.md5(body).hex() == etag_md5.lower() else None  # response_check's choice, at once
+    check = response_check(headers, etag_md5, info.size)
     if check is not None:
         check.update(body)
         if not check.matches():
@@ -561,9 +564,6 @@ def _verified(url: Url, status: int, headers: Dict[str, str], body: bytes, tag: 
 
 _DEPTH = 8
 _USELESS = 8  # answers none of which could be taken, after which the pass gives up
-# What deliver() and the checks it calls (_info, _etag_md5, response_check) read of an answer.
-_READ_HEADERS = ("cache-control", "content-length", "etag", "x-amz-server-side-encryption", "x-amz-checksum-type",
-                 *(header for _, header in _CHECKSUM_HEADERS))
 # Each pipelined GET asks the store to echo a tag naming it (the response-cache-control
 # override), so an answer is written only to the file it was asked for, even behind an
 # intermediary that answers pipelined requests out of order.

@@ -491,30 +491,6 @@ def header_lines(lines: List[str], endpoint: str) -> Dict[str, str]:
     return headers
 
 
-def picked_headers(head: bytes, names: Tuple[Tuple[bytes, Tuple[bytes, ...]], ...]) -> Optional[Dict[str, str]]:
-    """The headers of ``names`` that the response head ``head`` (status line first, CRLF line
-    ends, ending in CRLF) has, as :func:`header_lines` gives them (values stripped), found
-    without splitting the rest; None when one of them appears twice (the caller then parses
-    the head whole, which joins repeats). ``names``: (probe, names) pairs, each name lower
-    case as ``b"\\r\\nname:"``; a probe (a common start of its names, or ``b""``) absent
-    from the head skips its names."""
-    low = head.lower()
-    found: Dict[str, str] = {}
-    for probe, group in names:
-        if probe and low.find(probe) < 0:
-            continue
-        for name in group:
-            at = low.find(name)
-            if at < 0:
-                continue
-            start = at + len(name)
-            end = low.find(b"\r\n", start)
-            if low.find(name, end) >= 0:
-                return None
-            found[name[2:-1].decode()] = head[start:end].strip().decode("latin-1")
-    return found
-
-
 def _unsafe_field(method: str, target: str, lines: List[str], what: str = "CR, LF or NUL") -> str:
     """A one-line message naming (never quoting: values may be secrets) the first bad field."""
     for line in lines[1:]:

@@ -41,11 +41,11 @@ import time
 from collections import deque
 
 from transfer.errors import TransferError
-from transfer.http.connection import header_lines, picked_headers, status_line
+from transfer.http.connection import header_lines, status_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
+    from typing import Callable, Deque, Dict, List, Optional, Tuple
 
     from transfer._threads import Cancel
     from transfer.http.connection import Connection
@@ -60,7 +60,6 @@ _RECEIVE = 1 << 18
 _MAX_SENDS = 3
 _MAX_UNREADABLE = 2
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
-_FRAMING = ("content-length", "transfer-encoding", "connection")  # what this reader needs of a head
 
 
 class GiveUp(Exception):
@@ -102,7 +101,7 @@ class _Run:
     """The state of one :func:`fetch`."""
 
     def __init__(self, pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver,
-                 depth: int, max_body: int, wanted: Optional[Sequence[str]] = None) -> None:
+                 depth: int, max_body: int) -> None:
         self.pool = pool
         self.pending: Deque[_Entry] = deque(_Entry(index) for index in range(count))
         self.head = head
@@ -117,7 +116,6 @@ class _Run:
         self.closed_after: Dict[int, int] = {}  # answers -> connections closed after that many
         self.stopped = False  # a deliver gave up
         self.endpoint = pool.base_url
-        self.wanted = None if wanted is None else _probes([*_FRAMING, *wanted])
 
     # -- connections ------------------------------------------------------------------
 
@@ -311,9 +309,7 @@ class _Run:
         first = head.find(b"\n") + 1
         try:
             version, status, _ = status_line(head[:first], self.endpoint)
-            headers = None if self.wanted is None else picked_headers(head, self.wanted)
-            if headers is None:
-                headers = header_lines(head[first:].decode("latin-1").split("\r\n")[:-1], self.endpoint)
+            headers = header_lines(head[first:].decode("latin-1").split("\r\n")[:-1], self.endpoint)
         except TransferError:
             return None
         closing = version == b"HTTP/1.0" or "close" in headers.get("connection", "").lower()
@@ -323,17 +319,6 @@ class _Run:
             return status, headers, None, closing
         text = headers.get("content-length")
         return status, headers, int(text) if text is not None and text.isdigit() else None, closing
-
-
-def _probes(names: Sequence[str]) -> Tuple[Tuple[bytes, Tuple[bytes, ...]], ...]:
-    """``names`` for :func:`~transfer.http.connection.picked_headers`: those that share a start
-    up to a dash (``x-amz-checksum-``) behind one probe for it."""
-    groups: Dict[bytes, List[bytes]] = {}
-    for name in dict.fromkeys(n.lower() for n in names):
-        dash = name.rfind("-")
-        groups.setdefault(f"\r\n{name[:dash + 1] if dash > 0 else name}".encode(), []).append(
-            f"\r\n{name}:".encode())
-    return tuple((probe if len(group) > 1 else b"", tuple(group)) for probe, group in groups.items())
 
 
 def _receive(link: _Link) -> bytes:
@@ -348,14 +333,12 @@ def _receive(link: _Link) -> bytes:
 
 
 def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver, *,
-          connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None,
-          wanted: Optional[Sequence[str]] = None) -> List[int]:
+          connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None) -> List[int]:
     """Send GETs ``0 .. count - 1`` (``head(index)`` gives each request head) and deliver
-    their answers; returns the indexes left over for the ordinary path (see the module doc).
-    ``wanted``: the only headers ``deliver`` reads (None: all), found without parsing the rest."""
+    their answers; returns the indexes left over for the ordinary path (see the module doc)."""
     if not count or not _DONTWAIT:
         return list(range(count))
-    run = _Run(pool, count, head, deliver, depth, max_body, wanted)
+    run = _Run(pool, count, head, deliver, depth, max_body)
     links = max(1, min(connections, -(-count // run.depth)))
     try:
         while len(run.links) < links and run.open(wait=not run.links):
