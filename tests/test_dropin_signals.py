@@ -98,7 +98,9 @@ def test_sigterm_during_a_pipelined_batch_of_small_gets_leaves_no_part_file(prox
     names = [f"s{i:02d}" for i in range(40)]
     for name in names:
         s3.put_object(Bucket=bucket, Key=name, Body=os.urandom(300))
-    proxy.set_faults([Fault.stall(60, after_bytes=3000, method="GET")])
+    # every GET arms the stall (the proxy frames pipelined requests but re-arms at each head):
+    # each connection stalls some 3,000 bytes into its answers, after a few whole files
+    proxy.set_faults([Fault.stall(60, after_bytes=3000, method="GET", times=10_000)])
     job = tmp_path / "job"
     job.mkdir()
     spec = [entry(f"s3://test@minio/{bucket}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]

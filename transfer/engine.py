@@ -398,6 +398,10 @@ class Engine:
                 self._write_through(op.dest, op.sources[0].path, None, peers)
         return [(i, self._group_result(op, outcome, size, started)) for i, op, size in group.items]
 
+    def _stands_in(self, source: Url) -> bool:
+        """For a read the store answered 404: whether a bundle member stands in for it."""
+        return self._bundles.resolve(source)[0] is not None
+
     @staticmethod
     def _group_result(op: Transfer, outcome: Result, size: int, started: float) -> Result:
         source = op.sources[0]
@@ -407,10 +411,6 @@ class Engine:
                       outcome.error, source if outcome.ok else None, (attempt,))
 
     # -- node cache ---------------------------------------------------------------------
-
-    def _stands_in(self, source: Url) -> bool:
-        """For a read the store answered 404: whether a bundle member stands in for it."""
-        return self._bundles.resolve(source)[0] is not None
 
     def _cache_key(self, url: Url) -> Optional[str]:
         """The node-cache name of a remote object, or None when it is not cached."""
