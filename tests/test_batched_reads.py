@@ -59,7 +59,9 @@ def test_a_batch_is_pipelined_over_few_connections_and_arrives_whole(stored, buc
     Fault.reset(after_bytes=0, method="GET"),
     Fault.reset(after_bytes=500, method="GET"),
     Fault.truncate(after_bytes=200, method="GET"),
-], ids=["reset-before-answer", "reset-mid-stream", "truncate-mid-stream"])
+    # every request head re-arms it: each connection is reset some answers into its pipeline
+    Fault.reset(after_bytes=5000, method="GET", times=10_000),
+], ids=["reset-before-answer", "reset-mid-answer", "truncate-mid-answer", "reset-every-few-answers"])
 def test_a_connection_lost_mid_pipeline_costs_no_file_an_attempt(stored, bucket, tmp_path, fault):
     proxy, env, data = stored
     proxy.set_faults([fault])
