@@ -3,7 +3,7 @@
 A small GET through the worker threads costs the client more CPU in thread hand-offs than in
 the request itself. So, in a run without node cache, peers or bundles, the downloads of a
 remote object to a local file whose backend offers
-:class:`~transfer.backends.base.BatchReads` (S3 over plain HTTP: pipelined GETs from the
+:class:`~transfer.backends.base.BatchReads` (S3, over HTTP or HTTPS: pipelined GETs from the
 engine's own thread, see :mod:`transfer.http.pipeline`) are read in one pass first, each
 verified body written to its destination atomically (:func:`~transfer.atomic.atomic_write_bytes`:
 a temp name beside it, then a rename; never a partial file under the final name).

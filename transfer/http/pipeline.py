@@ -21,10 +21,10 @@ Contract of :func:`fetch` (never raises for the network or the server):
   connections after ``n`` answers each (a keep-alive request limit), no connection carries
   more than ``n``;
 * left over as well: an answer this reader does not take (chunked or close-delimited body,
-  a body over ``max_body``, a malformed head) and, after ``_MAX_LARGE`` bodies over
-  ``max_body``, everything not yet answered (large objects are the ordinary path's: ranged
-  reads); every item of a run that heard nothing for the pool's read timeout; everything not
-  answered once ``cancel`` is set;
+  a body over ``max_body``, a malformed head) and, after ``_MAX_UNREADABLE`` such answers,
+  everything not yet answered (large objects are the ordinary path's: ranged reads); every
+  item of a run that heard nothing for the pool's read timeout; everything not answered once
+  ``cancel`` is set;
 * a ``head(index)`` or ``deliver`` that raises leaves that item over (the ordinary path meets
   the same error and reports it); a ``deliver`` that raises :class:`GiveUp` ends the run:
   everything not yet taken is left over;
