@@ -88,3 +88,28 @@ def test_sigterm_during_a_multipart_upload_aborts_it(proxied, bucket, minio, tmp
     assert rc == 1, err
     assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads"), err
     assert f"Not finished: file://{src}" in err or f"Not finished: {src}" in err or "Not finished:" in err
+
+
+def test_sigterm_during_a_pipelined_batch_of_small_gets_leaves_no_part_file(proxied, bucket, minio, tmp_path):
+    """Small downloads go pipelined from the main thread (transfer/batched.py), which also
+    writes the files: the handler still runs, removes what is half written and exits."""
+    proxy, env = proxied
+    s3 = client(minio)
+    names = [f"s{i:02d}" for i in range(40)]
+    for name in names:
+        s3.put_object(Bucket=bucket, Key=name, Body=os.urandom(300))
+    # every GET arms the stall (the proxy frames pipelined requests but re-arms at each head):
+    # each connection stalls some 3,000 bytes into its answers, after a few whole files
+    proxy.set_faults([Fault.stall(60, after_bytes=3000, method="GET", times=10_000)])
+    job = tmp_path / "job"
+    job.mkdir()
+    spec = [entry(f"s3://test@minio/{bucket}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
+    proc = start(spec, env, job)
+    wait_for(lambda: proxy.snapshot()["faults_triggered"] >= 1 and any(job.iterdir()), "a stalled batch")
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert rc == 1, err
+    assert parts(job) == []
+    assert "Exiting due to signal 15" in err and "Not finished: s3://" in err
+    assert "completed successfully" not in err

@@ -8,11 +8,11 @@ all (:func:`remove_temp_files`) before the process exits without unwinding its t
 
 from __future__ import annotations
 
+import _thread
 import errno
 import itertools
 import os
 
-from transfer import _threads
 from transfer.errors import AuthError, InvalidInput, LocalIOError, NoSpace, NotFound, TransferError
 
 TYPE_CHECKING = False
@@ -28,7 +28,9 @@ class _TempNames:
     """Temp files this process has open right now (process-wide, like the files themselves)."""
 
     def __init__(self) -> None:
-        self._lock = _threads.Lock()
+        # Reentrant: a signal handler that removes the temp files may interrupt the very
+        # thread that holds it (the engine's own thread writes files too).
+        self._lock = _thread.RLock()
         self._names: Set[str] = set()
 
     def add(self, path: str) -> None:
@@ -184,19 +186,21 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
     """Write ``data`` to ``path`` atomically (temp name beside it, then rename); returns its size.
 
     The lean path for many small in-memory files (bundle members): four system calls each."""
-    directory, name = os.path.split(path)
-    temp = os.path.join(directory, f".{name}.{_PID[0]}.{next(_counter)}.part")
+    slash = path.rfind("/") + 1
+    temp = f"{path[:slash]}.{path[slash:]}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's result, cheaper
     _LIVE.add(temp)
     try:
         try:
             fd = os.open(temp, _FLAGS, 0o666)
         except FileNotFoundError:
-            os.makedirs(directory or ".", exist_ok=True)
+            os.makedirs(path[:slash].rstrip("/") or ("/" if slash else "."), exist_ok=True)
             fd = os.open(temp, _FLAGS, 0o666)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            written = os.write(fd, data)
+            if written < len(data):
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view):]
         finally:
             os.close(fd)
         os.replace(temp, path)

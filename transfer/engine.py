@@ -10,7 +10,8 @@ operation, in input order. It
 * writes local destinations atomically (temp name, verify, rename) and never leaves a
   partial file behind;
 * reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
-  from bundles, then from the store, and fills the node cache once;
+  from bundles, then from the store, and fills the node cache once; without cache and
+  bundles, small objects are first read many per round trip (:mod:`transfer.batched`);
 * drives multipart uploads and parallel ranged downloads (:mod:`transfer.ranged`) of large
   files, all their parts sharing one :class:`~transfer.ranged.PartPool` of ``threads``, and
   server-side copies between objects of one endpoint, or a two-hop copy through a local temp
@@ -242,6 +243,11 @@ class Engine:
                 pool = group_pool = self._group_pool(executor, len(downloads) + len(bundled_up))
                 groups = [pool.submit(self._bundle_download, g, budget, peers) for g in downloads]
                 groups += [pool.submit(self._bundle_upload, g, budget, peers) for g in bundled_up]
+        if len(indexed) > 1 and self._cache is None and self._bundle_stager is None and not self._bundles_on:
+            from transfer.batched import read_batched  # small downloads, pipelined from this thread first
+            indexed = read_batched(self._session, indexed, self._threads, budget,
+                                   budget.cancel if isinstance(budget, RunBudget) else None,
+                                   lambda i, result: self._finish(results, i, result), self._stands_in)
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             for group in groups:
@@ -391,6 +397,10 @@ class Engine:
             for _, op, _ in group.items:
                 self._write_through(op.dest, op.sources[0].path, None, peers)
         return [(i, self._group_result(op, outcome, size, started)) for i, op, size in group.items]
+
+    def _stands_in(self, source: Url) -> bool:
+        """For a read the store answered 404: whether a bundle member stands in for it."""
+        return self._bundles.resolve(source)[0] is not None
 
     @staticmethod
     def _group_result(op: Transfer, outcome: Result, size: int, started: float) -> Result:

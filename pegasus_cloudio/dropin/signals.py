@@ -9,11 +9,10 @@ unwinding worker threads that may sit in network reads. It never logs success.
 
 from __future__ import annotations
 
+import _thread
 import _signal  # type: ignore[import-not-found]  # signal's C module: signal imports enum (start-up time)
 import os
 import sys
-
-from transfer import _threads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ class Interrupts:
         self._abort_seconds = abort_seconds
         self._engine: Optional[Engine] = None
         self._pending: Dict[int, Operation] = {}
-        self._lock = _threads.Lock()
+        self._lock = _thread.RLock()  # the handler may interrupt the main thread holding it
         self._previous: Dict[int, Any] = {}
 
     def __enter__(self) -> "Interrupts":

@@ -27,10 +27,11 @@ if TYPE_CHECKING:
 
     from transfer._digests import Hash
 
-__all__ = ["StreamCheck", "response_check", "CHECKSUM_MODE"]
+__all__ = ["StreamCheck", "response_check", "CHECKSUM_HEADERS", "CHECKSUM_MODE"]
 
 CHECKSUM_MODE = ("x-amz-checksum-mode", "ENABLED")
 _HEADERS = tuple((name, f"x-amz-checksum-{name}") for name in ("sha256", "sha1", "crc32", "crc64nvme", "crc32c"))
+CHECKSUM_HEADERS = tuple(header for _, header in _HEADERS)  # an answer without any: size and MD5 ETag only
 if TYPE_CHECKING:
     _Crc = Callable[[bytes, int], int]
 else:

@@ -49,7 +49,10 @@ def split_url(url: Url) -> S3Path:
         bucket, _, key = path.partition("/")
     else:
         bucket, key = url.host, path
-    check_bucket(bucket, str(url))
+    if bucket not in _GOOD_BUCKETS:
+        check_bucket(bucket, str(url))
+        if len(_GOOD_BUCKETS) < 256:
+            _GOOD_BUCKETS.add(bucket)
     if len(key) > _MAX_KEY // 4 and len(key.encode("utf-8", "surrogatepass")) > _MAX_KEY:
         raise InvalidInput(f"S3 key is {len(key.encode('utf-8', 'surrogatepass'))} bytes in UTF-8; "
                            f"S3 allows {_MAX_KEY}", url=str(url), operation="parse")
@@ -57,6 +60,7 @@ def split_url(url: Url) -> S3Path:
 
 
 _MAX_KEY = 1024
+_GOOD_BUCKETS: "set[str]" = set()  # names check_bucket passed: a pure memo (a batch reads few buckets)
 # The name rules below are regular expressions written out by hand (``re`` costs every job
 # step ~5 ms): bucket [A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9], not \d+\.\d+\.\d+\.\d+;
 # DNS-style bucket [a-z0-9][a-z0-9-]{1,61}[a-z0-9]; region [a-z]{2}(-[a-z0-9]+){1,4}|[a-z0-9-]{1,32};

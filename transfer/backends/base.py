@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -25,7 +25,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
+    from transfer._threads import Cancel
     from transfer.peers import Scope
+
+    Take = Callable[[int, bytes, "ObjectInfo", float], bool]
 
 if TYPE_CHECKING:
     ByteRange = Tuple[int, int]  # [start, end) in bytes
@@ -167,6 +170,22 @@ class RangedReads(Protocol):
 
 
 @runtime_checkable
+class BatchReads(Protocol):
+    """Backends that read many small whole objects at once (pipelined requests, one thread)."""
+
+    def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
+                   missing: Optional[Callable[[int], bool]] = None) -> List[int]:
+        """Fetch the objects of ``urls`` over up to ``connections`` connections and give each
+        whose body arrived whole and passed the checks :meth:`Backend.get` makes (size, and
+        the store's checksum) to ``take(index, body, info, sent)`` (``sent``: monotonic time
+        of its request), which returns whether it took it. ``missing(index)`` is told of an
+        object the store does not have; True ends the pass (the caller found where the rest
+        is: a bundle). Returns, in order, the indexes of the rest -- any other answer, a failed
+        check, a large object, no answer, ``take`` said no, the pass ended -- for the caller
+        to read one by one, which reports their errors. Never raises."""
+
+
+@runtime_checkable
 class TreeRemoval(Protocol):
     """Backends with real directories remove a whole tree themselves (files and directories)."""
 
@@ -219,6 +238,11 @@ def _has(backend: object, protocol: type) -> bool:
 def ranged_reads(backend: Backend) -> Optional[RangedReads]:
     """``backend`` as :class:`RangedReads`, or None."""
     return cast(RangedReads, backend) if _has(backend, RangedReads) else None
+
+
+def batch_reads(backend: Backend) -> Optional[BatchReads]:
+    """``backend`` as :class:`BatchReads`, or None."""
+    return cast(BatchReads, backend) if _has(backend, BatchReads) else None
 
 
 def multipart_uploads(backend: Backend) -> Optional[MultipartUploads]:

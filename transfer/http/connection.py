@@ -220,11 +220,18 @@ class Connection:
         self.must_close = False
         self.requests_sent = 0
         self.idle = True
+        self._endpoint = f"{'https' if ssl_context else 'http'}://{host}:{port}"
 
     @property
     def endpoint(self) -> str:
-        scheme = "https" if self._ssl_context else "http"
-        return f"{scheme}://{self.host}:{self.port}"
+        return self._endpoint
+
+    @property
+    def live_socket(self) -> Optional[_socket.socket]:
+        """The connected socket (an ``ssl.SSLSocket`` with a timeout for TLS; a blocking one
+        with kernel timeouts for plain HTTP), for :mod:`transfer.http.pipeline`, which sends
+        and receives on it directly; None when not connected."""
+        return self._sock
 
     def connect(self) -> None:
         try:
@@ -306,33 +313,7 @@ class Connection:
             raise TimeoutError("timed out") from None
 
     def _head(self, method: str, target: str, headers: HeaderList, body: Body) -> bytes:
-        """The request head with exactly one ``Host`` (the caller's, if given: virtual-hosted
-        S3 names the bucket there), refusing anything that would split a line."""
-        lines = [f"{method} {target} HTTP/1.1", ""]
-        host = ""
-        for name, value in headers:
-            if len(name) == 4 and name.lower() == "host":
-                if host:
-                    raise InvalidInput("more than one Host header; request not sent", url=self.endpoint,
-                                       operation=method)
-                host = value
-                continue
-            lines.append(f"{name}: {value}")
-        lines[1] = f"Host: {host or self._host_header()}"
-        if isinstance(body, FileRegion):
-            lines.append(f"Content-Length: {body.length}")
-        elif body is not None or method in ("PUT", "POST"):
-            lines.append(f"Content-Length: {len(body) if body else 0}")
-        text = "\r\n".join(lines)
-        breaks = len(lines) - 1
-        if text.count("\n") != breaks or text.count("\r") != breaks or "\0" in text \
-                or " " in target or " " in method:
-            raise InvalidInput(_unsafe_field(method, target, lines), url=self.endpoint, operation=method)
-        try:
-            return (text + "\r\n\r\n").encode("latin-1")
-        except UnicodeEncodeError:
-            raise InvalidInput(_unsafe_field(method, target, lines, "a non-Latin-1 character"),
-                               url=self.endpoint, operation=method) from None
+        return request_head(method, target, headers, body, self._host_header(), self._endpoint)
 
     def _send_file(self, region: FileRegion) -> None:
         assert self._sock is not None
@@ -352,9 +333,7 @@ class Connection:
                 left -= len(data)
 
     def _host_header(self) -> str:
-        default = 443 if self._ssl_context else 80
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == default else f"{host}:{self.port}"
+        return host_header(self.host, self.port, self._ssl_context is not None)
 
     def _read_head(self, method: str) -> Response:
         rfile = self._rfile
@@ -383,18 +362,15 @@ class Connection:
         return response
 
     def _status_line(self, line: bytes) -> Tuple[bytes, int, bytes]:
-        """(version, status, reason) of a status line (with its line end)."""
-        version, _, rest = line.partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if not version.startswith(b"HTTP/") or not code.isdigit():
-            raise TransientError(f"bad status line {line[:80]!r}", url=self.endpoint)
-        return version, int(code), reason
+        return status_line(line, self.endpoint)
 
     def _read_headers(self, rfile: BinaryIO) -> Dict[str, str]:
         headers: Dict[str, str] = {}
         for _ in range(_MAX_HEADERS):
             line = rfile.readline(_MAX_LINE)
-            if line in (b"\r\n", b"\n", b""):
+            if len(line) < _MAX_LINE and not line.endswith(b"\n"):  # the stream ended before the blank line
+                raise TransientError("connection closed inside the response head", url=self.endpoint)
+            if line in (b"\r\n", b"\n"):
                 return headers
             name, _, value = line.decode("latin-1").partition(":")
             key = name.strip().lower()
@@ -403,16 +379,7 @@ class Connection:
         raise TransientError("too many response headers", url=self.endpoint)
 
     def _header_lines(self, lines: List[str]) -> Dict[str, str]:
-        """:meth:`_read_headers` over lines already split (each without its CRLF)."""
-        if len(lines) >= _MAX_HEADERS:
-            raise TransientError("too many response headers", url=self.endpoint)
-        headers: Dict[str, str] = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        return headers
+        return header_lines(lines, self.endpoint)
 
     def read_exact(self, length: int, write: Callable[[bytes], object]) -> int:
         rfile = self._rfile
@@ -462,6 +429,66 @@ class Connection:
         self.idle = True
         if self.must_close:
             self.close()
+
+
+def host_header(host: str, port: int, tls: bool) -> str:
+    """The ``Host`` value for ``host:port``: IPv6 in brackets, the port only when not the scheme's."""
+    name = f"[{host}]" if ":" in host else host
+    return name if port == (443 if tls else 80) else f"{name}:{port}"
+
+
+def request_head(method: str, target: str, headers: HeaderList, body: Body, default_host: str, endpoint: str) -> bytes:
+    """The request head with exactly one ``Host`` (the caller's, if given: virtual-hosted S3
+    names the bucket there; else ``default_host``), refusing (InvalidInput naming ``endpoint``)
+    anything that would split a line."""
+    lines = [f"{method} {target} HTTP/1.1", ""]
+    host = ""
+    for name, value in headers:
+        if len(name) == 4 and name.lower() == "host":
+            if host:
+                raise InvalidInput("more than one Host header; request not sent", url=endpoint, operation=method)
+            host = value
+            continue
+        lines.append(f"{name}: {value}")
+    lines[1] = f"Host: {host or default_host}"
+    if isinstance(body, FileRegion):
+        lines.append(f"Content-Length: {body.length}")
+    elif body is not None or method in ("PUT", "POST"):
+        lines.append(f"Content-Length: {len(body) if body else 0}")
+    text = "\r\n".join(lines)
+    breaks = len(lines) - 1
+    if text.count("\n") != breaks or text.count("\r") != breaks or "\0" in text \
+            or " " in target or " " in method:
+        raise InvalidInput(_unsafe_field(method, target, lines), url=endpoint, operation=method)
+    try:
+        return (text + "\r\n\r\n").encode("latin-1")
+    except UnicodeEncodeError:
+        raise InvalidInput(_unsafe_field(method, target, lines, "a non-Latin-1 character"),
+                           url=endpoint, operation=method) from None
+
+
+def status_line(line: bytes, endpoint: str) -> Tuple[bytes, int, bytes]:
+    """(version, status, reason) of a status line (with its line end); TransientError naming
+    ``endpoint`` when it is not one."""
+    version, _, rest = line.partition(b" ")
+    code, _, reason = rest.partition(b" ")
+    if not version.startswith(b"HTTP/") or not code.isdigit():
+        raise TransientError(f"bad status line {line[:80]!r}", url=endpoint)
+    return version, int(code), reason
+
+
+def header_lines(lines: List[str], endpoint: str) -> Dict[str, str]:
+    """Response headers (lower-case names; repeated ones joined by ``, ``) of lines already
+    split, each without its CRLF; TransientError naming ``endpoint`` past ``_MAX_HEADERS``."""
+    if len(lines) >= _MAX_HEADERS:
+        raise TransientError("too many response headers", url=endpoint)
+    headers: Dict[str, str] = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        key = name.strip().lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
 
 
 def _unsafe_field(method: str, target: str, lines: List[str], what: str = "CR, LF or NUL") -> str:

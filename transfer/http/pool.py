@@ -97,6 +97,10 @@ class ConnectionPool:
                               timeouts=self._timeouts, stats=self.stats, max_open=self._max_open)
 
     @property
+    def timeouts(self) -> Timeouts:
+        return self._timeouts
+
+    @property
     def base_url(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
 
@@ -126,6 +130,28 @@ class ConnectionPool:
     def _give_slot(self) -> None:
         if self._slots is not None:
             self._slots.put(None)
+
+    def lease(self, wait: bool = True) -> Optional[Connection]:
+        """A connected connection of this pool's, taken out of it (and counted against
+        ``max_open``) until :meth:`release`; None when ``wait`` is false and every one is busy.
+        Raises TransientError when none could be had (busy for the read timeout, or no connect)."""
+        if not wait and self._slots is not None:
+            try:
+                self._slots.get_nowait()
+            except _queue.Empty:
+                return None
+        else:
+            self._take_slot()
+        try:
+            return self._checkout()
+        except BaseException:
+            self._give_slot()
+            raise
+
+    def release(self, conn: Connection) -> None:
+        """Give back a leased connection: kept for reuse when it is open and clean (its last
+        response read whole; else the caller closes it first)."""
+        self._checkin(conn)
 
     def _checkin(self, conn: Connection) -> None:
         """Keep ``conn`` for reuse (if open and room) and free its slot."""

@@ -1,0 +1,280 @@
+"""transfer.http.pipeline against a scripted server: pipelined GETs are answered in order,
+a connection closed mid-pipeline costs nothing but a resend of its unanswered requests,
+and whatever the reader does not take (odd answers, no answer, a cancel) is handed back
+for the ordinary path, never lost nor delivered twice."""
+
+import threading
+
+import pytest
+
+from pegasus_cloudio.testbed.scripted import ScriptedServer
+from transfer._threads import Event
+from transfer.http.connection import Timeouts
+from transfer.http.pipeline import GiveUp, fetch
+from transfer.http.pool import ConnectionPool
+
+CLOSE = object()
+
+
+class RawServer(ScriptedServer):
+    """Answers each request with ``answer(connection, nth_on_it, target)``: bytes to send,
+    CLOSE to close the connection there, or (bytes, CLOSE) for both. Records how many requests
+    had arrived unanswered each time it answered one (more than one: pipelining)."""
+
+    def __init__(self, answer):
+        super().__init__()
+        self.answer = answer
+        self.targets = []
+        self.queued = []
+        self._served = 0
+        self.__enter__()
+
+    def close(self):
+        self.__exit__()
+
+    def _serve(self, conn):
+        with self._lock:
+            self._served += 1
+            number = self._served
+        self._exchange(conn, number)
+
+    def _exchange(self, conn, number):
+        buffer, nth = b"", 0
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:  # reset by the client
+                        return
+                    if not data:
+                        return
+                    buffer += data
+                with self._lock:
+                    self.queued.append(buffer.count(b"\r\n\r\n"))
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                target = head.split(b" ")[1].decode()
+                with self._lock:
+                    self.targets.append(target)
+                reply = self.answer(number, nth, target)
+                nth += 1
+                if reply is CLOSE:
+                    return
+                last = isinstance(reply, tuple)  # (bytes, CLOSE): send, then close
+                reply = reply[0] if last else reply
+                try:
+                    conn.sendall(reply)
+                except OSError:  # the client closed first
+                    return
+                if last:
+                    return
+
+
+def ok(target, extra=""):
+    body = f"body of {target}".encode()
+    return f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}{extra}\r\n\r\n".encode() + body
+
+
+def head(k):
+    return f"GET /k{k} HTTP/1.1\r\nHost: test\r\n\r\n".encode()
+
+
+class Taker:
+    def __init__(self, refuse=()):
+        self.taken = []
+        self.refuse = set(refuse)
+
+    def __call__(self, k, status, headers, body, sent):
+        assert sent > 0
+        if k in self.refuse or status != 200 or body != f"body of /k{k}".encode():
+            return False
+        self.taken.append(k)
+        return True
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(answer):
+        server = RawServer(answer)
+        servers.append(server)
+        return server, ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_every_request_is_answered_once_over_few_pipelined_connections(serve):
+    server, pool = serve(lambda number, nth, target: ok(target))
+    taker = Taker()
+    left = fetch(pool, 40, head, taker, connections=2, depth=8, max_body=1 << 20)
+    assert left == [] and sorted(taker.taken) == list(range(40)) and len(set(taker.taken)) == 40
+    assert server.connections == 2 and len(server.targets) == 40
+    assert max(server.queued) > 1  # several requests were on the wire at once
+    assert pool.stats.requests_sent == 40
+
+
+def test_a_server_closing_after_three_answers_costs_only_resends(serve):
+    server, pool = serve(lambda number, nth, target: CLOSE if nth == 3 else ok(target))
+    taker = Taker()
+    left = fetch(pool, 30, head, taker, connections=2, depth=8, max_body=1 << 20)
+    assert left == [] and sorted(taker.taken) == list(range(30))  # each delivered exactly once
+    assert server.connections >= 10
+    assert 30 < len(server.targets) <= 30 + 2 * 5  # resent: what the first two carried past the limit
+
+
+def test_fresh_connections_closed_before_any_answer_hand_everything_back(serve):
+    server, pool = serve(lambda number, nth, target: CLOSE)
+    taker = Taker()
+    left = fetch(pool, 20, head, taker, connections=2, depth=4, max_body=1 << 20)
+    assert left == list(range(20)) and taker.taken == []
+    assert server.connections <= 2  # a connection that answered nothing is not replaced
+
+
+def test_a_request_the_server_always_closes_over_is_handed_back_alone(serve):
+    server, pool = serve(lambda number, nth, target: ok(target) if target != "/k5" else CLOSE)
+    taker = Taker()
+    left = fetch(pool, 12, head, taker, connections=1, depth=4, max_body=1 << 20)
+    assert left == [5] and sorted(taker.taken) == [k for k in range(12) if k != 5]
+    assert 2 <= server.targets.count("/k5") <= 3
+
+
+def test_odd_answers_are_handed_back_and_the_rest_is_read(serve):
+    def answer(number, nth, target):
+        if target == "/k3":
+            return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+        return ok(target)
+
+    server, pool = serve(answer)
+    taker = Taker()
+    left = fetch(pool, 10, head, taker, connections=1, depth=4, max_body=1 << 20)
+    assert left == [3] and sorted(taker.taken) == [k for k in range(10) if k != 3]
+
+
+def test_after_two_large_bodies_everything_unanswered_goes_to_the_ordinary_path(serve):
+    def answer(number, nth, target):
+        if target in ("/k2", "/k4"):
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000
+        return ok(target)
+
+    server, pool = serve(answer)
+    taker = Taker()
+    left = fetch(pool, 20, head, taker, connections=1, depth=2, max_body=1000)
+    assert 2 in left and 4 in left and sorted(left + taker.taken) == list(range(20))
+    assert len(server.targets) < 20 + 4  # no more sending once it gave up
+
+
+def test_connection_close_answers_are_taken_and_the_rest_resent(serve):
+    server, pool = serve(lambda number, nth, target: ok(target, "\r\nConnection: close") if nth == 1 else ok(target))
+    taker = Taker()
+    left = fetch(pool, 16, head, taker, connections=1, depth=4, max_body=1 << 20)
+    assert left == [] and sorted(taker.taken) == list(range(16))
+    assert server.connections == 8
+
+
+def test_bytes_that_belong_to_no_request_distrust_the_connection(serve):
+    server, pool = serve(lambda number, nth, target: ok(target) + (ok("/extra") if target == "/k0" else b""))
+    taker = Taker()
+    left = fetch(pool, 6, head, taker, connections=1, depth=1, max_body=1 << 20)
+    assert 0 in taker.taken and sorted(taker.taken + left) == list(range(6))
+    assert server.connections >= 2
+
+
+def test_a_refused_or_failing_delivery_hands_that_item_back(serve):
+    server, pool = serve(lambda number, nth, target: ok(target))
+    taker = Taker(refuse={1})
+
+    def deliver(k, status, headers, body, sent):
+        if k == 2:
+            raise RuntimeError("a bug")
+        return taker(k, status, headers, body, sent)
+
+    left = fetch(pool, 5, head, deliver, connections=1, depth=8, max_body=1 << 20)
+    assert left == [1, 2] and sorted(taker.taken) == [0, 3, 4]
+
+
+def test_a_failing_head_hands_that_item_back_unsent(serve):
+    server, pool = serve(lambda number, nth, target: ok(target))
+    taker = Taker()
+
+    def bad_head(k):
+        if k == 3:
+            raise ValueError("no")
+        return head(k)
+
+    left = fetch(pool, 6, bad_head, taker, connections=1, depth=8, max_body=1 << 20)
+    assert left == [3] and "/k3" not in server.targets
+
+
+def test_a_silent_server_hands_everything_back_after_the_read_timeout(serve):
+    server, _ = serve(lambda number, nth, target: (threading.Event().wait(2), CLOSE)[1])  # reads, never answers
+    pool = ConnectionPool(server.endpoint, max_idle=2, max_open=2, timeouts=Timeouts(5, 0.3))
+    taker = Taker()
+    assert fetch(pool, 4, head, taker, connections=1, depth=8, max_body=1 << 20) == [0, 1, 2, 3]
+    assert taker.taken == []
+
+
+def test_a_cancelled_run_hands_everything_back(serve):
+    server, pool = serve(lambda number, nth, target: ok(target))
+    cancel = Event()
+    cancel.set()
+    assert fetch(pool, 5, head, Taker(), connections=2, depth=8, max_body=1 << 20, cancel=cancel) == list(range(5))
+
+
+def test_connections_go_back_to_the_pool_clean():
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4)
+        fetch(pool, 8, head, Taker(), connections=2, depth=8, max_body=1 << 20)
+        with pool.request("GET", "/k0", [("Host", "test")]) as response:  # reuses a pipelined connection
+            assert response.read() == b"body of /k0"
+        assert server.connections == 1
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("cut", [b"HTTP/1.1 200 OK\r\nContent-Le", b"HTTP/1.1 200 OK\r\nETag: \"x\"\r\n"])
+def test_a_response_cut_inside_its_head_is_an_error_not_an_empty_body(serve, cut):
+    """The ordinary path too: a head that ends with the connection is no answer (it once read
+    as a complete response with no length, an empty body, and an empty file)."""
+    from transfer.errors import TransientError
+    server, pool = serve(lambda number, nth, target: (cut, CLOSE))
+    with pytest.raises(TransientError, match="inside the response head"):
+        with pool.request("GET", "/k0", [("Host", "test")]) as response:
+            response.read()
+
+
+def test_a_delivery_that_gives_up_ends_the_run_and_hands_back_the_rest(serve):
+    server, pool = serve(lambda number, nth, target: ok(target))
+    taker = Taker()
+
+    def deliver(k, status, headers, body, sent):
+        if k == 9:
+            raise GiveUp()
+        return taker(k, status, headers, body, sent)
+
+    left = fetch(pool, 40, head, deliver, connections=1, depth=8, max_body=1 << 20)
+    assert 9 in left and sorted(left + taker.taken) == list(range(40))
+    assert len(server.targets) < 40
+
+
+def test_a_store_with_nothing_to_give_costs_one_request_per_connection(serve):
+    server, pool = serve(lambda number, nth, target: b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    def deliver(k, status, headers, body, sent):
+        assert status == 404
+        raise GiveUp()
+
+    left = fetch(pool, 50, head, deliver, connections=3, depth=8, max_body=1 << 20)
+    assert left == list(range(50))
+    assert len(server.targets) <= 3  # each connection starts with one request in flight
+
+
+def test_one_early_close_is_not_taken_for_a_request_limit(serve):
+    server, pool = serve(lambda number, nth, target: CLOSE if number == 1 and nth == 1 else ok(target))
+    taker = Taker()
+    left = fetch(pool, 60, head, taker, connections=1, depth=8, max_body=1 << 20)
+    assert left == [] and sorted(taker.taken) == list(range(60))
+    assert server.connections == 2  # the second connection carried all the rest

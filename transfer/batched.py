@@ -1,0 +1,102 @@
+"""The engine's first pass over a batch of small downloads: many objects per round trip.
+
+A small GET through the worker threads costs the client more CPU in thread hand-offs than in
+the request itself. So, in a run without node cache, peers or bundles, the downloads of a
+remote object to a local file whose backend offers
+:class:`~transfer.backends.base.BatchReads` (S3, over HTTP or HTTPS: pipelined GETs from the
+engine's own thread, see :mod:`transfer.http.pipeline`) are read in one pass first, each
+verified body written to its destination atomically (:func:`~transfer.atomic.atomic_write_bytes`:
+a temp name beside it, then a rename; never a partial file under the final name).
+
+Every transfer this pass does not finish -- an error answer, a failed check, a large object,
+a local write error, no answer -- goes down the engine's ordinary per-file path from scratch,
+which makes its attempts, retries and reports exactly as without this pass: the pass is not
+counted as an attempt, and costs such a file one request more.
+"""
+
+from __future__ import annotations
+
+import time
+
+from transfer.atomic import atomic_write_bytes
+from transfer.backends.base import BatchReads, ObjectInfo, batch_reads
+from transfer.errors import TransferError
+from transfer.ops import Attempt, LinkMode, Result, Transfer
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+    from transfer._threads import Cancel
+    from transfer.retry import RetryBudget
+    from transfer.session import Session
+    from transfer.urls import Url
+
+    Finish = Callable[[int, Result], None]
+    StandsIn = Callable[[Url], bool]
+
+__all__ = ["read_batched"]
+
+_MIN_BATCH = 2  # one file gains nothing from a pass of its own
+
+
+def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
+                 cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
+    """Read what it can of ``indexed`` (position, transfer) in one pass, calling
+    ``finish(position, result)`` for each file done; returns the rest, in order.
+    ``stands_in(source)``, asked of a source the store does not have, says whether a bundle
+    member stands in for it (loading its directory's index): then the pass ends, and the
+    per-file path finds the members without a request for each."""
+    rest: List[Tuple[int, Transfer]] = []
+    groups: Dict[int, Tuple[BatchReads, List[Tuple[int, Transfer]]]] = {}
+    for item in indexed:
+        op = item[1]
+        source = op.sources[0]
+        if op.dest.scheme != "file" or op.link is LinkMode.SYMLINK or source.is_local:
+            rest.append(item)
+            continue
+        try:
+            reader = batch_reads(session.backend(source))
+        except TransferError:  # the ordinary path reports it, per file
+            reader = None
+        if reader is None:
+            rest.append(item)
+            continue
+        groups.setdefault(id(reader), (reader, []))[1].append(item)
+    for reader, group in groups.values():
+        if len(group) < _MIN_BATCH:
+            rest.extend(group)
+        else:
+            rest.extend(_read_group(reader, group, connections, budget, cancel, finish, stands_in))
+    rest.sort(key=_position)
+    return rest
+
+
+def _position(item: Tuple[int, Transfer]) -> int:
+    return item[0]
+
+
+def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
+                cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
+    def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
+        position, op = group[k]
+        try:
+            size = atomic_write_bytes(op.dest.path, body)
+        except TransferError:  # the ordinary path meets it again, and retries or reports it
+            return False
+        seconds = time.monotonic() - sent
+        source = op.sources[0]
+        attempt = Attempt(source, op.dest, True, time.time() - seconds, seconds, size)
+        budget.earn()
+        finish(position, Result(op, True, size, seconds, 1, None, source, (attempt,)))
+        return True
+
+    def missing(k: int) -> bool:
+        try:
+            return stands_in(group[k][1].sources[0])
+        except TransferError:
+            return False
+
+    left = reader.read_small([op.sources[0] for _, op in group], take, connections=connections, cancel=cancel,
+                             missing=missing)
+    return [group[k] for k in left]

@@ -1,0 +1,362 @@
+"""Many small GETs from one thread: HTTP/1.1 pipelining over a few keep-alive connections.
+
+Why: a small GET through worker threads costs the client more CPU in hand-offs than in the
+request itself: the interpreter lock changes hands at every system call of five threads
+(18 futex calls per file), and every request is one send and one receive. Here the calling
+thread keeps up to ``depth`` requests in flight on each of up to ``connections`` keep-alive
+connections leased from the pool (plain or TLS), writes each connection's new requests in one
+send, and parses every response that one receive brought (RFC 9112, section 9.3.2: a server
+answers pipelined requests in order; GET is idempotent, so unanswered ones may be sent again).
+
+Contract of :func:`fetch` (never raises for the network or the server):
+
+* each item (an index) is either taken -- ``deliver(index, status, headers, body, sent)``
+  called once, in this thread, with a whole Content-Length body of at most ``max_body``
+  bytes and the monotonic time its request went out, returned True -- or returned among the
+  indexes left over, for the caller's ordinary one-request path, which makes its own
+  attempts and reports its own errors;
+* a connection closed or reset with requests unanswered: those are sent again on a new
+  connection, each at most ``_MAX_SENDS`` times in all (then left over); a fresh connection
+  that closes before answering anything is not replaced; once a server closed two
+  connections after ``n`` answers each (a keep-alive request limit), no connection carries
+  more than ``n``;
+* left over as well: an answer this reader does not take (chunked or close-delimited body,
+  a body over ``max_body``, a malformed head) and, after ``_MAX_UNREADABLE`` such answers,
+  everything not yet answered (large objects are the ordinary path's: ranged reads); every
+  item of a run that heard nothing for the pool's read timeout; everything not answered once
+  ``cancel`` is set;
+* a ``head(index)`` or ``deliver`` that raises leaves that item over (the ordinary path meets
+  the same error and reports it); a ``deliver`` that raises :class:`GiveUp` ends the run:
+  everything not yet taken is left over;
+* a connection starts with one request in flight and doubles that with each answer taken, up
+  to ``depth`` (a store that answers nothing useful costs one request per connection);
+  connections come back to the pool clean, or closed.
+"""
+
+from __future__ import annotations
+
+import _socket
+import select
+import time
+from collections import deque
+
+from transfer.errors import TransferError
+from transfer.http.connection import header_lines, status_line
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Deque, Dict, List, Optional, Tuple
+
+    from transfer._threads import Cancel
+    from transfer.http.connection import Connection
+    from transfer.http.pool import ConnectionPool
+
+    Deliver = Callable[[int, int, Dict[str, str], bytes, float], bool]
+
+__all__ = ["GiveUp", "fetch"]
+
+_MAX_HEAD = 65536
+_RECEIVE = 1 << 18
+_MAX_SENDS = 3
+_MAX_UNREADABLE = 2
+_DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
+
+
+class GiveUp(Exception):
+    """Raised by a ``deliver`` to end the run (its item and every unanswered one are left over)."""
+
+
+class _Entry:
+    """One item on its way: its index, how often it was sent, and when last (monotonic seconds)."""
+
+    __slots__ = ("index", "sends", "sent")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.sends = 0
+        self.sent = 0.0
+
+
+class _Link:
+    """A leased connection, its unparsed bytes and the requests it still owes answers to."""
+
+    __slots__ = ("conn", "sock", "fd", "pending", "buffer", "waiting", "sent", "answered", "fresh", "alive", "limit")
+
+    def __init__(self, conn: Connection, sock: _socket.socket) -> None:
+        self.conn = conn
+        self.sock = sock
+        self.fd = sock.fileno()
+        # TLS: decrypted bytes a receive left in the TLS layer, which poll() cannot see
+        self.pending: Optional[Callable[[], int]] = getattr(sock, "pending", None)
+        self.buffer = bytearray()
+        self.waiting: Deque[_Entry] = deque()
+        self.sent = 0
+        self.answered = 0
+        self.fresh = conn.requests_sent == 0
+        self.alive = True
+        self.limit = 1  # requests in flight at most: doubled by each answer taken, up to the depth
+
+
+class _Run:
+    """The state of one :func:`fetch`."""
+
+    def __init__(self, pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver,
+                 depth: int, max_body: int) -> None:
+        self.pool = pool
+        self.pending: Deque[_Entry] = deque(_Entry(index) for index in range(count))
+        self.head = head
+        self.deliver = deliver
+        self.depth = max(1, depth)
+        self.max_body = max_body
+        self.left: List[int] = []
+        self.links: Dict[int, _Link] = {}
+        self.poller = select.poll()
+        self.unreadable = 0
+        self.cap = 0  # requests per connection after which the server closes them (0: none seen)
+        self.closed_after: Dict[int, int] = {}  # answers -> connections closed after that many
+        self.stopped = False  # a deliver gave up
+        self.endpoint = pool.base_url
+
+    # -- connections ------------------------------------------------------------------
+
+    def open(self, wait: bool) -> bool:
+        """Lease one more connection; False when none is free (``wait`` false) or none connects."""
+        try:
+            conn = self.pool.lease(wait)
+        except TransferError:
+            return False
+        if conn is None:
+            return False
+        sock = conn.live_socket
+        if sock is None:
+            self.pool.release(conn)
+            return False
+        link = _Link(conn, sock)
+        self.links[link.fd] = link
+        self.poller.register(link.fd, select.POLLIN)
+        return True
+
+    def drop(self, link: _Link, close: bool = True) -> None:
+        """Stop using ``link`` (its unanswered requests are the caller's to place first)."""
+        link.alive = False
+        self.poller.unregister(link.fd)
+        del self.links[link.fd]
+        if close:
+            link.conn.close()
+        self.pool.release(link.conn)
+
+    def lost(self, link: _Link, suspect: bool = True) -> None:
+        """``link`` is unusable (closed or reset by the server, or not trusted): its unanswered
+        requests go out again on a new connection, each up to ``_MAX_SENDS`` sends, first in
+        line but for the ``suspect`` one (the oldest, which the server may have closed over:
+        it goes last, so it cannot take the others down with it again); a fresh link that
+        answered nothing is not replaced."""
+        if link.waiting and link.answered:  # a keep-alive request limit shows as the same count twice
+            seen = self.closed_after[link.answered] = self.closed_after.get(link.answered, 0) + 1
+            if seen >= 2 and (not self.cap or link.answered < self.cap):
+                self.cap = link.answered
+        again = [entry for entry in link.waiting if entry.sends < _MAX_SENDS]
+        self.left.extend(entry.index for entry in link.waiting if entry.sends >= _MAX_SENDS)
+        if suspect and again and again[0] is link.waiting[0]:
+            self.pending.append(again.pop(0))
+        link.waiting.clear()
+        self.pending.extendleft(reversed(again))
+        replace = link.answered > 0 or not link.fresh
+        self.drop(link)
+        if replace and self.pending:
+            self.open(wait=not self.links)
+
+    def unreadable_answer(self, link: _Link) -> None:
+        """The answer at the head of ``link`` is not read here (chunked, close-delimited, too
+        large, malformed): its item goes to the ordinary path, and so does everything else
+        once ``_MAX_UNREADABLE`` such answers came (large objects: ranged reads there)."""
+        self.left.append(link.waiting.popleft().index)
+        link.answered += 1
+        self.unreadable += 1
+        if self.unreadable >= _MAX_UNREADABLE:
+            self.left.extend(entry.index for entry in link.waiting)
+            link.waiting.clear()
+            self.left.extend(entry.index for entry in self.pending)
+            self.pending.clear()
+        self.lost(link, suspect=False)
+
+    def leave_all(self) -> None:
+        """Everything not yet answered goes to the ordinary path; clean connections go back
+        to the pool, the others are closed."""
+        for link in list(self.links.values()):
+            self.left.extend(entry.index for entry in link.waiting)
+            clean = not link.waiting and not link.buffer
+            link.waiting.clear()
+            self.drop(link, close=not clean)
+        self.left.extend(entry.index for entry in self.pending)
+        self.pending.clear()
+
+    # -- sending ----------------------------------------------------------------------
+
+    def top_up(self) -> None:
+        """Send on every link at most half full; replace the links the server's request limit
+        has used up."""
+        for link in list(self.links.values()):
+            if self.cap and link.sent >= self.cap and not link.waiting:
+                self.drop(link)
+                if self.pending:
+                    self.open(wait=not self.links)
+        for link in list(self.links.values()):
+            if link.alive and self.pending and len(link.waiting) <= link.limit // 2:
+                self.send(link)
+
+    def send(self, link: _Link) -> None:
+        """Top ``link`` up to its limit of requests in flight, in one send."""
+        heads: List[bytes] = []
+        batch: List[_Entry] = []
+        room = link.limit - len(link.waiting)
+        if self.cap:
+            room = min(room, self.cap - link.sent)
+        while self.pending and len(batch) < room:
+            entry = self.pending.popleft()
+            try:
+                heads.append(self.head(entry.index))
+            except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
+                self.left.append(entry.index)
+                continue
+            batch.append(entry)
+        if not batch:
+            return
+        now = time.monotonic()
+        for entry in batch:
+            entry.sends += 1
+            entry.sent = now
+        link.waiting.extend(batch)
+        link.sent += len(batch)
+        link.conn.requests_sent += len(batch)
+        self.pool.stats.count(requests=len(batch))
+        try:
+            link.sock.sendall(b"".join(heads))  # blocking, up to the kernel's send timeout
+        except OSError:
+            self.lost(link)
+
+    # -- receiving --------------------------------------------------------------------
+
+    def receive(self, link: _Link) -> None:
+        try:
+            data = _receive(link)
+        except BlockingIOError:
+            return
+        except OSError:  # a reset, a timeout, a TLS failure: as if closed
+            data = b""
+        if not data:
+            self.lost(link)
+            return
+        link.buffer += data
+        used = self.parse(link)
+        if not link.alive:
+            return
+        if used:
+            del link.buffer[:used]
+        if link.buffer and not link.waiting:  # bytes nobody asked for: the connection is not trusted
+            self.lost(link)
+
+    def parse(self, link: _Link) -> int:
+        """Deliver every whole response in ``link``'s buffer; returns the bytes used."""
+        buffer = link.buffer
+        position = 0
+        while link.waiting:
+            end = buffer.find(b"\r\n\r\n", position, position + _MAX_HEAD)
+            if end < 0:
+                if len(buffer) - position >= _MAX_HEAD:
+                    self.unreadable_answer(link)
+                return position
+            answer = self.answer_head(bytes(buffer[position:end + 2]))
+            if answer is None:
+                self.unreadable_answer(link)
+                return position
+            status, headers, length, closing = answer
+            if status == 100:
+                position = end + 4
+                continue
+            if length is None or length > self.max_body:
+                self.unreadable_answer(link)
+                return position
+            start = end + 4
+            if len(buffer) < start + length:
+                return position
+            entry = link.waiting.popleft()
+            position = start + length
+            link.answered += 1
+            try:
+                taken = self.deliver(entry.index, status, headers, bytes(buffer[start:position]), entry.sent)
+            except GiveUp:
+                self.left.append(entry.index)
+                self.stopped = True
+                return position
+            except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
+                taken = False
+            if taken:
+                link.limit = min(self.depth, 2 * link.limit)
+            else:
+                self.left.append(entry.index)
+            if closing:  # the server closes after this answer: the rest go out again elsewhere
+                self.lost(link, suspect=False)
+                return position
+        return position
+
+    def answer_head(self, head: bytes) -> Optional[Tuple[int, Dict[str, str], Optional[int], bool]]:
+        """(status, headers, body length or None, closes after it) of a head without its
+        final CRLF; None for one this reader does not take (a bare LF, a bad status line, too
+        many headers)."""
+        if head.count(b"\n") != head.count(b"\r\n"):
+            return None
+        first = head.find(b"\n") + 1
+        try:
+            version, status, _ = status_line(head[:first], self.endpoint)
+            headers = header_lines(head[first:].decode("latin-1").split("\r\n")[:-1], self.endpoint)
+        except TransferError:
+            return None
+        closing = version == b"HTTP/1.0" or "close" in headers.get("connection", "").lower()
+        if status == 100 or status in (204, 304):
+            return status, headers, 0, closing and status != 100
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return status, headers, None, closing
+        text = headers.get("content-length")
+        return status, headers, int(text) if text is not None and text.isdigit() else None, closing
+
+
+def _receive(link: _Link) -> bytes:
+    """What has arrived on ``link``: plain sockets without waiting; TLS ones wait (up to the
+    read timeout) for the rest of a record poll() saw the start of, then drain the TLS layer."""
+    if link.pending is None:
+        return link.sock.recv(_RECEIVE, _DONTWAIT)
+    data = link.sock.recv(_RECEIVE)
+    while data and link.pending():
+        data += link.sock.recv(link.pending())
+    return data
+
+
+def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver, *,
+          connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None) -> List[int]:
+    """Send GETs ``0 .. count - 1`` (``head(index)`` gives each request head) and deliver
+    their answers; returns the indexes left over for the ordinary path (see the module doc)."""
+    if not count or not _DONTWAIT:
+        return list(range(count))
+    run = _Run(pool, count, head, deliver, depth, max_body)
+    links = max(1, min(connections, -(-count // run.depth)))
+    try:
+        while len(run.links) < links and run.open(wait=not run.links):
+            pass
+        timeout = int(pool.timeouts.read * 1000)
+        while run.links and not run.stopped:
+            if cancel is not None and cancel.is_set():
+                break
+            run.top_up()
+            if not any(link.waiting for link in run.links.values()):
+                break
+            events = run.poller.poll(timeout)
+            if not events:
+                break  # nothing heard for the read timeout: the ordinary path takes over
+            for fd, _ in events:
+                ready = run.links.get(fd)
+                if ready is not None and not run.stopped:
+                    run.receive(ready)
+    finally:
+        run.leave_all()
+    return sorted(run.left)
