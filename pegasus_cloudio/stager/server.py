@@ -170,6 +170,7 @@ class Stager:
         self._reaping = False
         self._stop_asked = False
         self._warm: Optional[WarmSockets] = None
+        self._dispatching = False
 
     def serve(self) -> None:
         self._listener = listen(self.path)
@@ -213,7 +214,21 @@ class Stager:
             if stream is not None:
                 stream.flush()
         assert self._warm is not None
-        handed = self._warm.hand_out()
+        self._dispatching = True  # the reaper leaves the warm connections alone meanwhile
+        try:
+            self._warm.drain_reports()
+            handed = self._warm.hand_out()
+            pid = self._fork(conn, handed)
+            for sockets in handed.values():
+                for sock in sockets:
+                    sock.close()
+            self._warm.refill()
+        finally:
+            self._dispatching = False
+
+    def _fork(self, conn: socket.socket, handed: Dict[Tuple[str, int], List[socket.socket]]) -> int:
+        """Fork the job's copy (which never returns from here); the child's pid."""
+        assert self._warm is not None
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -227,10 +242,7 @@ class Stager:
             finally:
                 os._exit(code)
         conn.close()
-        for sockets in handed.values():
-            for sock in sockets:
-                sock.close()
-        self._warm.refill()
+        return pid
 
     def _reap(self, signum: int, frame: Optional[FrameType]) -> None:
         """Reap and log every finished job. A stop asked meanwhile (SIGTERM runs its handler
@@ -249,7 +261,7 @@ class Stager:
                 self.served += 1
                 self.cpu_s += cpu
                 log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
-            if self._warm is not None:
+            if self._warm is not None and not self._dispatching:
                 self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
         finally:
             self._reaping = False
