@@ -6,7 +6,9 @@ turns this on for the process; :func:`offer` queues the inserts of one bundle's 
 not collecting, or the byte budget is spent: the caller inserts now); :func:`drain` performs
 the queued inserts and persists each cache's counters. Queued entries are the bytes the job
 already verified, never re-read from the job's files, which the job may change or remove.
-A process killed before it drains loses only cache entries, never correctness.
+A process killed before it drains loses only cache entries, never correctness. The drop-in
+run in the job itself collects too, and has a child process of its own drain the queue after
+its files are in place (:func:`pegasus_cloudio.dropin.main.insert_behind`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,19 @@ def offer(cache: "NodeCache", members: List[Member]) -> bool:
         _queue.append((cache, list(members)))
         _queued_bytes += size
         return True
+
+
+def pending() -> int:
+    """Members queued and not yet inserted."""
+    with _lock:
+        return sum(len(members) for _, members in _queue or ())
+
+
+def abandon() -> None:
+    """Stop collecting and drop the queue (another process inserts it: see the drop-in)."""
+    global _queue, _queued_bytes
+    with _lock:
+        _queue, _queued_bytes = None, 0
 
 
 def drain() -> int:
