@@ -30,7 +30,7 @@ from transfer import _digests
 from transfer._lean import record
 from transfer._lean_json import loads
 
-from transfer.atomic import track_temp, untrack_temp
+from transfer.atomic import track_temp, untrack_temp, write_all
 from transfer.errors import ConfigError
 
 TYPE_CHECKING = False
@@ -286,9 +286,7 @@ def write_meta_in_place(paths: KeyPaths, meta: Meta) -> None:
 def _write_closing(fd: int, data: bytes) -> None:
     """Write all of ``data`` to ``fd``, then close it (also on error)."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
     finally:
         os.close(fd)
 

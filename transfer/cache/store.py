@@ -27,7 +27,7 @@ import time
 
 from transfer import _digests
 from transfer._lean import logger
-from transfer.atomic import AtomicFile, untrack_temp
+from transfer.atomic import AtomicFile, untrack_temp, write_all
 from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
@@ -293,7 +293,7 @@ class NodeCache:
         try:
             fd, temp = paths.open_temp()
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 if self.config.fsync and not self.config.verifies(len(data)):
                     os.fsync(fd)  # as _publish: entries a hit does not re-hash
                 os.fchmod(fd, ENTRY_MODE)
@@ -576,12 +576,6 @@ def _exists(path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _same_bytes(path: str, sha256: str) -> bool:
