@@ -6,19 +6,23 @@ import hashlib
 from transfer.cache import behind, cache_from_settings
 
 
+def _member(key, data):
+    return key, data, hashlib.sha256(data).hexdigest()
+
+
 def test_offers_are_refused_unless_collecting_and_within_the_budget(tmp_path, monkeypatch):
     cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "c"), "HOME": str(tmp_path),
                                  "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0"})
-    assert not behind.offer(cache, "k0", b"x")  # not collecting: the caller inserts now
+    assert not behind.offer(cache, [_member("k0", b"x")])  # not collecting: the caller inserts now
     monkeypatch.setattr(behind, "BUDGET_BYTES", 10)
     behind.collect()
-    assert behind.offer(cache, "k1", b"12345678")
-    assert not behind.offer(cache, "k2", b"too much")  # 8 + 8 > 10
+    assert behind.offer(cache, [_member("k1", b"12345678")])
+    assert not behind.offer(cache, [_member("k2", b"to"), _member("k4", b"o")])  # 8 + 3 > 10: none of them
     assert cache.entries() == []  # nothing inserted before the drain
     assert behind.drain() == 1
     [entry] = cache.entries()
     assert entry.meta.key == "k1" and entry.meta.sha256 == hashlib.sha256(b"12345678").hexdigest()
-    assert not behind.offer(cache, "k3", b"x")  # draining ends collection
+    assert not behind.offer(cache, [_member("k3", b"x")])  # draining ends collection
     cache.close()
 
 
@@ -33,7 +37,7 @@ def test_offers_from_many_threads_keep_the_budget_and_lose_nothing(tmp_path, mon
 
     def offer(thread: int) -> None:
         for n in range(50):
-            if behind.offer(cache, f"t{thread}-{n}", bytes([thread]) * 64):
+            if behind.offer(cache, [_member(f"t{thread}-{n}", bytes([thread]) * 64)]):
                 accepted.append(f"t{thread}-{n}")
 
     threads = [threading.Thread(target=offer, args=(t,)) for t in range(8)]

@@ -206,30 +206,42 @@ def test_a_stager_of_another_user_is_not_used(tmp_path, monkeypatch):
         server.close()
 
 
-def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(native_dropin, stager, proxied, bucket,
-                                                                         tmp_path):
-    """Write-behind: the stager answers the job, then inserts the members it fetched; the next
-    job on the node reads them from the cache without a request."""
-    proxy, env = proxied
+def upload_bundle(ours, env, bucket, tmp_path):
+    """Twelve small files uploaded as one bundle by ``ours``: (their names, the directory URL)."""
     src = tmp_path / "src"
     src.mkdir()
     names = [f"m{i:02d}" for i in range(12)]
     for name in names:
         (src / name).write_bytes(name.encode() * 30)
     url = f"s3://test@minio/{bucket}/run"
-    common = dict(env, PEGASUS_CLOUDIO_BUNDLE="1", PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES="0")
     up = [entry(f"file://{src}/{n}", f"{url}/{n}", "local", "minio") for n in names]
-    done = run_job(native_dropin, [], job_env(stager.socket_path, **common), tmp_path, stdin=json.dumps(up).encode())
+    done = run_job(ours, [], env, tmp_path, stdin=json.dumps(up).encode())
     assert done.returncode == 0, done.stderr.decode()
+    return names, url
+
+
+def read_bundle(ours, env, names, url, job):
+    """The files of :func:`upload_bundle` read by ``ours`` into the new directory ``job``, checked."""
+    job.mkdir()
+    down = [entry(f"{url}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
+    done = run_job(ours, [], env, job, stdin=json.dumps(down).encode())
+    assert done.returncode == 0, done.stderr.decode()
+    assert all((job / n).read_bytes() == n.encode() * 30 for n in names)
+    return done
+
+
+def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(native_dropin, stager, proxied, bucket,
+                                                                         tmp_path):
+    """Write-behind: the stager answers the job, then inserts the members it fetched; the next
+    job on the node reads them from the cache without a request."""
+    proxy, env = proxied
+    common = dict(env, PEGASUS_CLOUDIO_BUNDLE="1", PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES="0")
+    names, url = upload_bundle(native_dropin, job_env(stager.socket_path, **common), bucket, tmp_path)
     cache = tmp_path / "cache"
     node = job_env(stager.socket_path, **dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache)))
     for job in ("first", "second"):
-        (tmp_path / job).mkdir()
         proxy.reset_counters()
-        down = [entry(f"{url}/{n}", f"file://{tmp_path}/{job}/{n}", "minio", "local") for n in names]
-        done = run_job(native_dropin, [], node, tmp_path / job, stdin=json.dumps(down).encode())
-        assert done.returncode == 0, done.stderr.decode()
-        assert all((tmp_path / job / n).read_bytes() == n.encode() * 30 for n in names)
+        read_bundle(native_dropin, node, names, url, tmp_path / job)
         if job == "first":
             assert proxy.snapshot()["requests"] >= 1
             wait_for(lambda: len(served(stager)) == 2, "the first download's process to end")  # drained by then

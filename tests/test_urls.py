@@ -90,3 +90,17 @@ def test_remote_split_matches_the_grammar_regex_on_random_text():
             + rng.choice(["://", ":/", "", "://"]) + "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 16)))
         found = grammar.fullmatch(text)
         assert _split_remote(text) == (None if found is None else (found[1], found[2], found[3] or "")), repr(text)
+
+
+def test_unquote_plus_matches_the_stdlib_on_random_text():
+    import random
+    from urllib.parse import unquote_plus as stdlib
+
+    from transfer.urls import unquote_plus
+    rng = random.Random(24)
+    alphabet = "%+ aZ09fFgG/._-~é\u20ac\x00\x7f"
+    cases = ["", "%", "%2", "%2F", "a%2Fb+c", "%e2%82%ac", "%E2%82", "%zz%41", "%%41", "caf%C3%A9", "é%41", "%ff"]
+    for _ in range(50_000):
+        cases.append("".join(rng.choice(alphabet + "0123456789abcdef") for _ in range(rng.randint(0, 12))))
+    for text in cases:
+        assert unquote_plus(text) == stdlib(text), text

@@ -182,6 +182,15 @@ class AtomicFile:
             raise local_error(exc, self.path, "write") from exc
 
 
+def write_all(fd: int, data: "bytes | bytearray | memoryview") -> None:
+    """``os.write`` until all of ``data`` is written (a write may take less). Raises OSError."""
+    written = os.write(fd, data)  # one call for nearly every write: no memoryview
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view):]
+
+
 def atomic_write_bytes(path: str, data: bytes) -> int:
     """Write ``data`` to ``path`` atomically (temp name beside it, then rename); returns its size.
 
@@ -196,11 +205,7 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
             os.makedirs(path[:slash].rstrip("/") or ("/" if slash else "."), exist_ok=True)
             fd = os.open(temp, _FLAGS, 0o666)
         try:
-            written = os.write(fd, data)
-            if written < len(data):
-                view = memoryview(data)[written:]
-                while view:
-                    view = view[os.write(fd, view):]
+            write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(temp, path)

@@ -235,7 +235,14 @@ class Engine:
             def elsewhere(url: Url) -> bool:
                 return self._elsewhere(url, peers)
 
-            downloads, indexed = self._bundles.plan_downloads(indexed, executor.map, elsewhere)
+            # Bundle heads are small ranged GETs made before any transfer starts: as many in flight
+            # as the connection cap allows (threads + 2 per endpoint), not just ``threads``.
+            heads = executor if self._executor is not None else Workers(self._threads + 2, thread_name_prefix="heads")
+            try:
+                downloads, indexed = self._bundles.plan_downloads(indexed, heads.map, elsewhere)
+            finally:
+                if heads is not executor:
+                    heads.shutdown(wait=False)
             bundled_up, indexed = self._bundles.plan_uploads(indexed)
             if downloads or bundled_up:
                 # Unpacking a bundle is local CPU and file-system work: more threads than cores

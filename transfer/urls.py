@@ -195,3 +195,29 @@ def parse_url(
         path, query_mark, query = path.partition("?")
         return Url(scheme, host, _collapse(path) + query_mark + query, site_label)
     return Url(scheme, host, _collapse(path), site_label)
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def unquote_plus(text: str) -> str:
+    """``urllib.parse.unquote_plus(text)`` (UTF-8, invalid bytes replaced), without importing
+    :mod:`urllib.parse`, which brings ``re`` into a job step that lists a directory (S3
+    listings percent-encode keys: ``encoding-type=url``). Text with non-ASCII characters and
+    escapes, which S3 never sends, goes to the stdlib."""
+    text = text.replace("+", " ")
+    if "%" not in text:
+        return text
+    if not text.isascii():
+        from urllib.parse import unquote
+        return unquote(text)
+    parts = text.split("%")
+    out = bytearray(parts[0], "ascii")
+    for part in parts[1:]:
+        if len(part) >= 2 and part[0] in _HEX_DIGITS and part[1] in _HEX_DIGITS:
+            out.append(int(part[:2], 16))
+            out += part[2:].encode("ascii")
+        else:
+            out += b"%"
+            out += part.encode("ascii")
+    return out.decode("utf-8", "replace")

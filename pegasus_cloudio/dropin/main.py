@@ -127,10 +127,52 @@ def main(argv: "Optional[Sequence[str]]" = None, env: "Optional[Mapping[str, str
     from pegasus_cloudio.dropin.signals import Interrupts
     try:
         with Interrupts(log) as interrupts:
-            return _run(args, env, stdin or sys.stdin, interrupts)
+            code = _run(args, env, stdin or sys.stdin, interrupts)
     except KeyboardInterrupt:
         log.critical("Exiting due to signal 2")
         return 1
+    insert_behind()
+    return code
+
+
+_collecting_here = False  # this run queued its bundle members' cache inserts (see insert_behind)
+
+
+def insert_behind() -> None:
+    """The node-cache inserts of bundle members this run queued (:mod:`transfer.cache.behind`),
+    made once the job's files are all in place and its summary written: by a child process, so
+    the job does not wait for them (its exit, its next step). The child writes to nothing of
+    the job's (its standard streams are ``/dev/null``, the job's descriptors closed), stays in
+    the job's process group (a job's end or removal ends it too), and a child killed half-way
+    leaves no entry a later job would trust (``tests/test_cache_members.py``): what it does
+    not insert is only a later miss. Inserts are made here, before returning, when a fork
+    fails. Nothing happens in a node stager's copy, which drains after its answer itself."""
+    global _collecting_here
+    if not _collecting_here:
+        return
+    _collecting_here = False
+    from transfer.cache import behind
+    if not behind.pending():
+        behind.abandon()
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        behind.drain()
+        return
+    if pid:
+        behind.abandon()
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(3, 1 << 16)
+        behind.drain()
+    finally:
+        os._exit(0)
 
 
 def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: "TextIO",
@@ -227,6 +269,8 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
         if cache_needed([e.op for e in entries], env):
             cache = open_node_cache(env, log.warning)
             peers = open_peers(env, cache, log.warning)
+            if cache is not None:
+                _collect_behind()
 
     def on_result(result: "Result") -> None:
         _log_failure(result)
@@ -247,6 +291,16 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
             peers.close()
         if cache is not None:
             cache.close()
+
+
+def _collect_behind() -> None:
+    """Queue bundle members' cache inserts for :func:`insert_behind`, unless a node stager's
+    copy collects them already."""
+    global _collecting_here
+    from transfer.cache import behind
+    if not behind.collecting():
+        behind.collect()
+        _collecting_here = True
 
 
 def _log_failure(result: "Result") -> None:

@@ -35,6 +35,7 @@ from types import FrameType
 from typing import Dict, List, Optional, Tuple
 
 from pegasus_cloudio.stager import wire
+from pegasus_cloudio.stager.warm import WarmSockets, report
 from transfer.cache import behind
 
 # Imported once, before the first fork: the drop-in, its backends and features, and what its
@@ -48,7 +49,8 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
            "transfer.cache", "transfer.cache.store", "transfer.p2p", "transfer.engine", "transfer.node",
            "transfer.session", "transfer.ranged", "transfer.retry", "transfer.ops", "transfer.context",
-           "transfer._workers", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile", "awscrt.checksums")
+           "transfer._workers", "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
+           "awscrt.checksums")
 REQUEST_TIMEOUT_S = 30.0
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
@@ -167,9 +169,12 @@ class Stager:
         self._serving = False  # the accept loop runs: only then does a stop interrupt it
         self._reaping = False
         self._stop_asked = False
+        self._warm: Optional[WarmSockets] = None
+        self._dispatching = False
 
     def serve(self) -> None:
         self._listener = listen(self.path)
+        self._warm = WarmSockets()
         gc.collect()
         gc.freeze()  # what is loaded now stays put: forked children do not copy its pages to collect it
         signal.signal(signal.SIGCHLD, self._reap)
@@ -186,6 +191,7 @@ class Stager:
         finally:
             self._serving = False
             self._listener.close()
+            self._warm.close()
             try:
                 os.unlink(self.path)
             except FileNotFoundError:
@@ -207,16 +213,36 @@ class Stager:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
+        assert self._warm is not None
+        self._dispatching = True  # the reaper leaves the warm connections alone meanwhile
+        try:
+            self._warm.drain_reports()
+            handed = self._warm.hand_out()
+            pid = self._fork(conn, handed)
+            for sockets in handed.values():
+                for sock in sockets:
+                    sock.close()
+            self._warm.refill()
+        finally:
+            self._dispatching = False
+
+    def _fork(self, conn: socket.socket, handed: Dict[Tuple[str, int], List[socket.socket]]) -> int:
+        """Fork the job's copy (which never returns from here); the child's pid."""
+        assert self._warm is not None
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 assert self._listener is not None
                 self._listener.close()
-                code = _child(conn)
+                for sock in self._warm.held():  # the stager's, not this job's
+                    sock.close()
+                os.close(self._warm.reports_r)
+                code = _child(conn, handed, self._warm.reports_w)
             finally:
                 os._exit(code)
         conn.close()
+        return pid
 
     def _reap(self, signum: int, frame: Optional[FrameType]) -> None:
         """Reap and log every finished job. A stop asked meanwhile (SIGTERM runs its handler
@@ -235,6 +261,8 @@ class Stager:
                 self.served += 1
                 self.cpu_s += cpu
                 log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
+            if self._warm is not None and not self._dispatching:
+                self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
         finally:
             self._reaping = False
         if self._stop_asked and self._serving:
@@ -262,8 +290,13 @@ def _refuse(conn: socket.socket, why: str) -> None:
     conn.close()
 
 
-def _child(conn: socket.socket) -> int:
-    """Become the client's job: its streams, directory, umask, environment; run the drop-in."""
+def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.socket]], reports: int) -> int:
+    """Become the client's job: its streams, directory, umask, environment; run the drop-in
+    (on the connections the stager opened ahead, ``warm_sockets``; the addresses the job used
+    are reported on ``reports`` once it is done)."""
+    from transfer.http import warm
+    for address, sockets in warm_sockets.items():
+        warm.adopt(address, sockets)
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     logging.root.handlers.clear()  # the stager's own log: the job logs as it would in-process
@@ -307,6 +340,8 @@ def _child(conn: socket.socket) -> int:
     code = _run(argv)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    report(reports, warm.used())
+    warm.discard()
     finishing.set()
     try:
         conn.sendall(wire.reply(wire.EXIT, code))

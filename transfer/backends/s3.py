@@ -53,7 +53,7 @@ from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFoun
 from transfer.http.connection import Body, FileRegion, file_body, host_header, request_head
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.backends.opening import Opening
-from transfer.urls import Url
+from transfer.urls import Url, unquote_plus
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -230,7 +230,6 @@ class S3Backend:
     def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
         """One level under ``url`` (ListObjectsV2 with delimiter ``/``): (objects, sub-prefixes,
         each ending in ``/``)."""
-        from urllib.parse import unquote_plus  # imports re: only listings pay for it
         bucket = split_url(url).bucket
         objects: List[ObjectInfo] = []
         prefixes: List[Url] = []
@@ -241,7 +240,6 @@ class S3Backend:
         return objects, prefixes
 
     def _objects(self, url: Url, page: Node) -> Iterator[ObjectInfo]:
-        from urllib.parse import unquote_plus
         bucket = split_url(url).bucket
         for item in page.iter("Contents"):
             key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks

@@ -25,15 +25,16 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, Dict, List, Optional
+    from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
     from transfer.cache import NodeCache  # imported at run time only with the cache on
 
 BUFFERED = 1 << 20  # members up to this size are written from memory in one go
 if TYPE_CHECKING:
     Stored = Callable[[str], None]  # told the key of every entry inserted (peers publish them)
+    Pending = Tuple[str, bytes, str, List["MemberRead"]]  # key, bytes, SHA-256, reads still to write
 else:
-    Stored = object  # the alias above is for type checkers; typing is not imported at run time
+    Stored = Pending = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 @record
@@ -80,14 +81,48 @@ def read_group(backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], 
     if not streamed:
         return
 
+    batch: List[Pending] = []  # small members for the node cache, inserted together
+    from_entry = cache is not None and not _collecting()
+
     def open_writer(member: Member) -> Writer:
         key = member_key(bundle_key, member) if bundle_key else None
-        return _FanOut(streamed[member.name], state, cache, key, stored)
+        return _FanOut(streamed[member.name], state, cache, key, stored, (member.sha256, batch, from_entry))
 
-    failures = stream_members(backend, bundle, [items[0].member for items in streamed.values()], open_writer)
+    try:
+        failures = stream_members(backend, bundle, [items[0].member for items in streamed.values()], open_writer)
+    finally:
+        if batch and cache is not None:  # members already verified are delivered even when the rest failed
+            _insert_batch(cache, batch, state, stored)
     for name, err in failures.items():
         for read in streamed[name]:
             state.failed[read.position] = BundleFormatError(err.message, url=str(read.source), operation="get")
+
+
+def _collecting() -> bool:
+    from transfer.cache import behind
+    return behind.collecting()
+
+
+def _insert_batch(cache: NodeCache, batch: List[Pending], state: GroupState, stored: Optional[Stored]) -> None:
+    """The node-cache inserts of one group's small members, and the destinations left to them.
+
+    A process that collects inserts (:mod:`transfer.cache.behind`, the node stager) wrote the
+    destinations already and inserts after the job's answer (not with peers, who publish at
+    once); otherwise one batch now, which also materialises each member's destinations from
+    its new entry (as a hit would: one file written per member, not two). Members the cache
+    could not take are written directly."""
+    from transfer.cache import behind
+    members = [(key, data, sha256) for key, data, sha256, _ in batch]
+    if stored is None and not any(reads for _, _, _, reads in batch) and behind.offer(cache, members):
+        return
+    done = set(cache.insert_members(members, dests=[[r.dest_path for r in reads] for _, _, _, reads in batch]))
+    for key, data, _, reads in batch:
+        for read in reads:
+            if key not in done:
+                atomic_write_bytes(read.dest_path, data)
+            state.done[read.position] = len(data)
+        if stored is not None and key in done:
+            stored(key)
 
 
 def _single(backend: Backend, bundle: LoadedBundle, member: Member) -> Callable[[BinaryIO], ObjectInfo]:
@@ -117,15 +152,19 @@ class _SinkWriter:
 
 class _FanOut:
     """Writes one member to every destination that wants it; commit publishes them all and
-    inserts the first into the node cache under the member's key.
+    hands the member to the node cache under its key.
 
-    A member of up to :data:`BUFFERED` bytes is kept in memory and written with one
-    ``atomic_write_bytes`` per destination (the common small-file case: four system calls);
-    a bigger one streams into atomic temp files from its first byte past the limit."""
+    A member of up to :data:`BUFFERED` bytes is kept in memory. With the cache on, it joins
+    the group's ``batch`` (its bytes, the SHA-256 they were verified against, and, when
+    ``from_entry``, its destinations, which :func:`_insert_batch` then makes from the new entry);
+    without, each destination is written with one ``atomic_write_bytes`` (four system calls).
+    A bigger member streams into atomic temp files from its first byte past the limit, and its
+    first destination is hard-linked into the cache."""
 
     def __init__(self, reads: List[MemberRead], state: GroupState, cache: Optional[NodeCache],
-                 key: Optional[str], stored: Optional[Stored]) -> None:
+                 key: Optional[str], stored: Optional[Stored], batching: Tuple[str, List[Pending], bool]) -> None:
         self._reads, self._state, self._cache, self._key, self._stored = reads, state, cache, key, stored
+        self._sha256, self._batch, self._from_entry = batching
         self._buffer: Optional[bytearray] = bytearray()
         self._files: List[AtomicFile] = []
         self._size = 0
@@ -151,6 +190,11 @@ class _FanOut:
 
     def commit(self) -> None:
         data = bytes(self._buffer) if self._buffer is not None else None
+        if data is not None and self._cache is not None and self._key is not None:
+            if self._from_entry and not any(read.symlink for read in self._reads):
+                self._batch.append((self._key, data, self._sha256, self._reads))  # written from the entry
+                return
+            self._batch.append((self._key, data, self._sha256, []))
         if data is not None:
             for read in self._reads:
                 atomic_write_bytes(read.dest_path, data)
@@ -162,10 +206,7 @@ class _FanOut:
                 self.abort()  # closes what is left (committed files are already in place)
         for read in self._reads:
             self._state.done[read.position] = self._size
-        if self._cache is not None and self._key is not None:
-            from transfer.cache import behind
-            if data is not None and self._stored is None and behind.offer(self._cache, self._key, data):
-                return  # inserted after the job has its answer (node stager; peers publish at once)
+        if self._cache is not None and self._key is not None and data is None:
             # A hard link where the cache hands out links anyway (what a hit would give the job):
             # one directory entry instead of a copy in a new temp file.
             if self._cache.insert_file(self._key, self._reads[0].dest_path, link=True) and self._stored is not None:

@@ -2,11 +2,13 @@
 
 A process that runs jobs for others (the node stager, :mod:`pegasus_cloudio.stager`) answers
 the job first and fills the node cache afterwards, off the job's critical path. :func:`collect`
-turns this on for the process; :func:`offer` queues one insert and says whether it did (False:
+turns this on for the process; :func:`offer` queues the inserts of one bundle's members and says whether it did (False:
 not collecting, or the byte budget is spent: the caller inserts now); :func:`drain` performs
 the queued inserts and persists each cache's counters. Queued entries are the bytes the job
 already verified, never re-read from the job's files, which the job may change or remove.
-A process killed before it drains loses only cache entries, never correctness.
+A process killed before it drains loses only cache entries, never correctness. The drop-in
+run in the job itself collects too, and has a child process of its own drain the queue after
+its files are in place (:func:`pegasus_cloudio.dropin.main.insert_behind`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from transfer.cache.store import NodeCache
 
+    Member = Tuple[str, bytes, str]  # key, bytes, the SHA-256 they were verified against
+
 BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
 
 _log = logger(__name__)  # logging is imported when a warning is first logged
-_queue: Optional[List[Tuple["NodeCache", str, bytes]]] = None
+_queue: Optional[List[Tuple["NodeCache", List[Member]]]] = None
 _queued_bytes = 0
 _lock = _threads.Lock()  # offer() runs in the engine's worker threads
 
@@ -37,30 +41,52 @@ def collect() -> None:
         _queue, _queued_bytes = [], 0
 
 
-def offer(cache: "NodeCache", key: str, data: bytes) -> bool:
-    """Queue ``data`` as ``key`` for ``cache``; False when the caller must insert it now."""
+def collecting() -> bool:
+    """True between :func:`collect` and :func:`drain`: inserts may wait for the job's answer."""
+    return _queue is not None
+
+
+def offer(cache: "NodeCache", members: List[Member]) -> bool:
+    """Queue verified members ``(key, bytes, sha256)`` (:meth:`NodeCache.insert_members`) for
+    ``cache``, all or none; False when the caller must insert them now (not collecting, or
+    the byte budget is spent)."""
     global _queued_bytes
+    size = sum(len(data) for _, data, _ in members)
     with _lock:
-        if _queue is None or _queued_bytes + len(data) > BUDGET_BYTES:
+        if _queue is None or _queued_bytes + size > BUDGET_BYTES:
             return False
-        _queue.append((cache, key, data))
-        _queued_bytes += len(data)
+        _queue.append((cache, list(members)))
+        _queued_bytes += size
         return True
 
 
+def pending() -> int:
+    """Members queued and not yet inserted."""
+    with _lock:
+        return sum(len(members) for _, members in _queue or ())
+
+
+def abandon() -> None:
+    """Stop collecting and drop the queue (another process inserts it: see the drop-in)."""
+    global _queue, _queued_bytes
+    with _lock:
+        _queue, _queued_bytes = None, 0
+
+
 def drain() -> int:
-    """Insert everything queued, then stop collecting; the number of entries stored."""
+    """Insert everything queued (one batch per offer), then stop collecting; the number of
+    entries stored."""
     global _queue, _queued_bytes
     with _lock:
         queue, _queue, _queued_bytes = _queue or [], None, 0
     stored = 0
     caches: Dict[int, "NodeCache"] = {}
-    for cache, key, data in queue:
+    for cache, members in queue:
         caches[id(cache)] = cache
         try:
-            stored += bool(cache.insert_bytes(key, data))
+            stored += len(cache.insert_members(members))
         except Exception as err:  # noqa: BLE001 - the job is done: a cache entry is never worth a failure
-            _log.warning("cache %s: write-behind of %s failed: %s", cache.directory, key, err)
+            _log.warning("cache %s: write-behind of %d member(s) failed: %s", cache.directory, len(members), err)
     for cache in caches.values():
         cache.flush_stats()
     return stored

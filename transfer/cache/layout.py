@@ -27,15 +27,15 @@ import os
 import stat
 
 from transfer import _digests
-from transfer._lean import asdict, record
-from transfer._lean_json import dumps, loads
+from transfer._lean import record
+from transfer._lean_json import loads
 
-from transfer.atomic import track_temp, untrack_temp
+from transfer.atomic import track_temp, untrack_temp, write_all
 from transfer.errors import ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterator, List, Optional, Tuple
+    from typing import Callable, Iterator, List, Optional, Tuple
 
 DIR_MODE = 0o700
 ENTRY_MODE = 0o444
@@ -241,18 +241,54 @@ def parse_meta(data: bytes) -> Optional[Meta]:
         return None
 
 
+def meta_bytes(meta: Meta) -> bytes:
+    """The ``.meta`` file's bytes: ``json.dumps`` of the fields, keys sorted (one format, by hand:
+    the generic encoder cost more than the rest of a bundle member's insert)."""
+    quote = _quote()
+    version = "null" if meta.version is None else quote(meta.version)
+    return (f'{{"created": {float.__repr__(float(meta.created))}, "key": {quote(meta.key)}, '
+            f'"mtime_ns": {int(meta.mtime_ns)}, "sha256": {quote(meta.sha256)}, "size": {int(meta.size)}, '
+            f'"source": {quote(meta.source)}, "version": {version}}}').encode()
+
+
+def _quote() -> Callable[[str], str]:
+    import _json
+    return _json.encode_basestring_ascii
+
+
 def write_meta(paths: KeyPaths, meta: Meta) -> None:
     """Write the metadata atomically (temp + rename), mode 0600. Raises OSError."""
     fd, temp = paths.open_temp()
     try:
         os.fchmod(fd, FILE_MODE)  # the umask may have taken bits away, never added: be exact
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(dumps(asdict(meta), sort_keys=True).encode())
+        _write_closing(fd, meta_bytes(meta))
         os.replace(temp, paths.meta)
         untrack_temp(temp)
     except BaseException:
         remove_quietly(temp)
         raise
+
+
+def write_meta_in_place(paths: KeyPaths, meta: Meta) -> None:
+    """Write the metadata at its own name, mode 0600: only under the key's exclusive lock while
+    the key has no data file (an entry exists only when its data file does, so nothing reads
+    this file until the data is renamed into place after it). Raises OSError."""
+    fd = os.open(paths.meta, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    _write_closing(fd, meta_bytes(meta))
+
+
+def _write_closing(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``, then close it (also on error)."""
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 MAX_GRANTS = 64  # scopes one entry is shared with; a daemon reads at most this many lines

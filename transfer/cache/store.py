@@ -27,12 +27,13 @@ import time
 
 from transfer import _digests
 from transfer._lean import logger
-from transfer.atomic import AtomicFile
+from transfer.atomic import AtomicFile, untrack_temp, write_all
 from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
 from transfer.cache.layout import (
     ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, read_meta, remove_quietly, write_meta,
+    write_meta_in_place,
 )
 from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire, held
 from transfer.cache.materialise import materialise
@@ -43,7 +44,7 @@ from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, List, Mapping, Optional, Tuple
+    from typing import BinaryIO, Callable, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     Download = Callable[[BinaryIO], ObjectInfo]
@@ -235,6 +236,80 @@ class NodeCache:
             return False
         return self._insert(key, version, _digests.sha256_hex(data), "bundle",
                             lambda paths: stage_bytes(paths, data))
+
+    def insert_members(self, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
+                       dests: Optional[Sequence[Sequence[str]]] = None) -> List[str]:
+        """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored.
+
+        For the members of one bundle read by a job: one free-space and one size-cap check for
+        the batch, then per member its lock, its metadata written in place (no entry exists
+        while the lock is held, so nothing trusts it half-written), its bytes in a new temp
+        file (mode 0444) and one rename that makes the entry. ``sha256`` must be the digest the
+        caller checked ``bytes`` against (it is recorded, not recomputed). An existing valid
+        entry stays (its key is returned). With ``dests`` (one list of paths per member), each
+        stored member is also materialised at its paths under its lock, as a hit would be
+        (hard links where the cache hands out links); errors writing a destination propagate
+        (the job's own), the cache's own errors only end the batch early (logged): the caller
+        writes the destinations of members not returned itself.
+
+        A process killed half-way leaves complete entries and, for the member in hand, at most
+        a metadata file and a temp file without an entry, which the next fill of that key
+        removes: never an entry a later job would trust."""
+        wanted = [n for n, m in enumerate(members) if len(m[1]) <= self.config.max_bytes]
+        stored: List[str] = []
+        size = sum(len(members[n][1]) for n in wanted)
+        try:
+            if not wanted or not (self._has_room(size) and self._within_cap(size)):
+                return stored
+            for n in wanted:
+                key, data, sha256 = members[n]
+                paths = self._layout.paths(key)
+                with held(paths.lock, EXCLUSIVE):
+                    self._put_member(paths, key, data, sha256, version)
+                    for dest in dests[n] if dests is not None else ():
+                        materialise(paths.data, dest, hardlink=self.config.hardlink)
+                stored.append(key)
+        except TransferError:
+            raise
+        except OSError as err:
+            _log.warning("cache %s: cannot insert bundle members: %s", self.directory, err)
+        finally:
+            self._gc_if_due()
+        return stored
+
+    def _put_member(self, paths: KeyPaths, key: str, data: bytes, sha256: str, version: Optional[str]) -> None:
+        """One member of :meth:`insert_members`; the caller holds its key's exclusive lock. The
+        metadata comes first (with the data's modification time chosen now and set on the data
+        file), so a temp file of this key never exists without it: whatever a killed insert
+        leaves, the next fill finds and removes. Raises OSError."""
+        meta = self._valid(paths, key)
+        if meta is not None and not _changed(meta, version, sha256):
+            return
+        if meta is not None or _exists(paths.meta) or _exists(paths.data):
+            self._remove_invalid(paths)  # else a new key: nothing to list
+        stamp = time.time_ns()
+        write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, "bundle"))
+        temp = None
+        try:
+            fd, temp = paths.open_temp()
+            try:
+                write_all(fd, data)
+                if self.config.fsync and not self.config.verifies(len(data)):
+                    os.fsync(fd)  # as _publish: entries a hit does not re-hash
+                os.fchmod(fd, ENTRY_MODE)
+                os.utime(fd, ns=(stamp, stamp))
+            finally:
+                os.close(fd)
+            os.replace(temp, paths.data)
+        except BaseException:
+            if temp is not None:  # else the metadata stays for the next fill to find and remove
+                remove_quietly(temp)
+                remove_quietly(paths.meta)
+            raise
+        untrack_temp(temp)
+        self._restamp(paths, len(data))
+        self._adjust_usage(1, len(data))
+        self._counters.add(inserts=1)
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
@@ -493,6 +568,14 @@ def _download_to(dest_path: str, download: Download) -> ObjectInfo:
         info = download(out.file)
         out.commit(info.size)
         return info
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _same_bytes(path: str, sha256: str) -> bool:

@@ -221,6 +221,7 @@ class Connection:
         self.requests_sent = 0
         self.idle = True
         self._endpoint = f"{'https' if ssl_context else 'http'}://{host}:{port}"
+        self._warm = False
 
     @property
     def endpoint(self) -> str:
@@ -234,13 +235,14 @@ class Connection:
         return self._sock
 
     def connect(self) -> None:
+        self._warm = False
         try:
             if self._ssl_context is not None:
                 sock: _socket.socket = self._tls_socket(self._ssl_context)
                 rfile = sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
                 sock.settimeout(self._timeouts.read)
             else:
-                sock = _plain_socket(self._address, self._timeouts.connect)
+                sock = self._warm_socket() or _plain_socket(self._address, self._timeouts.connect)
                 rfile = io.BufferedReader(_SocketReader(sock), _CHUNK)
                 _kernel_timeouts(sock, self._timeouts.read)
         except OSError as err:  # ssl.SSLError included
@@ -254,9 +256,31 @@ class Connection:
 
     def _tls_socket(self, context: ssl.SSLContext) -> socket.socket:
         import socket
-        sock = socket.create_connection(self._address, self._timeouts.connect)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        warm = self._warm_socket()
+        if warm is not None:
+            sock = socket.socket(fileno=warm.detach())
+            sock.settimeout(self._timeouts.connect)
+        else:
+            sock = socket.create_connection(self._address, self._timeouts.connect)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return context.wrap_socket(sock, server_hostname=self._server_hostname)
+
+    def _drop_warm(self) -> None:
+        """A warm socket failed: the others to this address, opened about as long ago, go too."""
+        if self._warm and self.requests_sent == 1:
+            warm = sys.modules.get("transfer.http.warm")
+            if warm is not None:
+                warm.forget(self._address)
+
+    def _warm_socket(self) -> Optional[_socket.socket]:
+        """A socket the node stager connected before this job began (:mod:`transfer.http.warm`,
+        consulted only in a process that loaded it), or None."""
+        warm = sys.modules.get("transfer.http.warm")
+        sock = warm.take(self._address) if warm is not None else None
+        if sock is not None:
+            self._warm = True  # its first request is treated as one on a reused connection
+            sock.settimeout(self._timeouts.connect)
+        return sock
 
     def close(self) -> None:
         self.must_close = True
@@ -276,9 +300,9 @@ class Connection:
     def request(self, method: str, target: str, headers: HeaderList, body: Body = None) -> Response:
         """Send one request and read the response head. The body is left to the caller."""
         head = self._head(method, target, headers, body)  # raises before anything is sent
-        reused = self.requests_sent > 0
         if self._sock is None:
             self.connect()
+        reused = self.requests_sent > 0 or self._warm
         self.idle = False
         self.requests_sent += 1
         try:
@@ -289,11 +313,13 @@ class Connection:
             raise TransientError("timed out", url=self.endpoint, operation=method) from err
         except _EmptyStatus as err:
             self.close()
+            self._drop_warm()
             cls = StaleConnection if reused else TransientError
             raise cls("connection closed before a response", url=self.endpoint,
                       operation=method) from err
         except OSError as err:  # ssl.SSLError included
             self.close()
+            self._drop_warm()
             cls = StaleConnection if reused and isinstance(err, (BrokenPipeError, ConnectionResetError)) \
                 else TransientError
             raise cls(f"connection failed: {err}", url=self.endpoint, operation=method) from err

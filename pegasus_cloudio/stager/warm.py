@@ -1,0 +1,160 @@
+"""The stager's warm connections: TCP connections opened ahead to the endpoints its jobs use.
+
+A job's copy reports, when its job is done, the addresses it connected to (one line each
+on a pipe to the stager, ``host port``). The stager keeps :data:`PER_ENDPOINT` connections
+open to each of the :data:`MAX_ENDPOINTS` most recent, dialled without waiting (non-blocking
+``connect``; the stager never waits on the network), and hands all it holds for an endpoint
+to the next job's copy (:mod:`transfer.http.warm` takes them there), then dials again. So a
+job's first request does not pay the connection's round trip.
+
+What is shared is a TCP connection that has carried nothing: TLS, credentials and requests
+are the job's own, and the stager serves one user. Connections older than
+:data:`MAX_AGE_S` are closed rather than handed out (a server may have closed them; one that
+did anyway is retried by the job on a fresh connection). An endpoint unused for
+:data:`FORGET_S` is dropped. Names are resolved once, when an endpoint is learnt.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import time
+from typing import Dict, List, Optional, Tuple
+
+Address = Tuple[str, int]
+
+PER_ENDPOINT = 2
+MAX_ENDPOINTS = 4
+MAX_AGE_S = 10.0
+FORGET_S = 300.0
+MAX_REPORT = 4096  # bytes of reports read per drain
+_MAX_HOST = 253
+
+
+class _Endpoint:
+    __slots__ = ("target", "family", "sockets", "used")
+
+    def __init__(self, target: Tuple[object, ...], family: int) -> None:
+        self.target, self.family = target, family
+        self.sockets: List[Tuple[float, socket.socket]] = []
+        self.used = time.monotonic()
+
+
+class WarmSockets:
+    """The stager's side; single-threaded (the stager's loop), never blocks on the network."""
+
+    def __init__(self) -> None:
+        self._endpoints: Dict[Address, _Endpoint] = {}
+        self.reports_r, self.reports_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pending = b""
+
+    def drain_reports(self) -> None:
+        """Learn the addresses copies reported since the last call (malformed lines are ignored)."""
+        try:
+            data = self._pending + os.read(self.reports_r, MAX_REPORT)
+        except BlockingIOError:
+            return
+        lines = data.split(b"\n")
+        self._pending = lines.pop()[-MAX_REPORT:]
+        for line in lines:
+            address = parse_report(line)
+            if address is not None:
+                self._learn(address)
+        self.refill()
+
+    def _learn(self, address: Address) -> None:
+        known = self._endpoints.get(address)
+        if known is not None:
+            known.used = time.monotonic()
+            return
+        try:
+            family, _, _, _, target = socket.getaddrinfo(address[0], address[1], 0, socket.SOCK_STREAM)[0]
+        except (OSError, IndexError):
+            return
+        if len(self._endpoints) >= MAX_ENDPOINTS:
+            oldest = min(self._endpoints, key=lambda a: self._endpoints[a].used)
+            self._close(self._endpoints.pop(oldest))
+        self._endpoints[address] = _Endpoint(target, family)
+
+    def hand_out(self) -> Dict[Address, List[socket.socket]]:
+        """The fresh connections held, for the next job's copy (the caller closes its copies
+        in the stager after the fork); endpoints unused for long are dropped."""
+        now = time.monotonic()
+        handed: Dict[Address, List[socket.socket]] = {}
+        for address, endpoint in list(self._endpoints.items()):
+            if now - endpoint.used > FORGET_S:
+                self._close(self._endpoints.pop(address))
+                continue
+            fresh = [sock for made, sock in endpoint.sockets if now - made <= MAX_AGE_S]
+            for made, sock in endpoint.sockets:
+                if now - made > MAX_AGE_S:
+                    sock.close()
+            endpoint.sockets = []
+            if fresh:
+                handed[address] = fresh
+        return handed
+
+    def refill(self) -> None:
+        """Dial (without waiting) what each endpoint lacks."""
+        now = time.monotonic()
+        for endpoint in self._endpoints.values():
+            while len(endpoint.sockets) < PER_ENDPOINT:
+                sock = _dial(endpoint)
+                if sock is None:
+                    break
+                endpoint.sockets.append((now, sock))
+
+    def held(self) -> List[socket.socket]:
+        """Every socket held (a job's copy closes these: they are not its)."""
+        return [sock for endpoint in self._endpoints.values() for _, sock in endpoint.sockets]
+
+    def close(self) -> None:
+        for endpoint in self._endpoints.values():
+            self._close(endpoint)
+        self._endpoints.clear()
+        for fd in (self.reports_r, self.reports_w):
+            os.close(fd)
+
+    @staticmethod
+    def _close(endpoint: _Endpoint) -> None:
+        for _, sock in endpoint.sockets:
+            sock.close()
+        endpoint.sockets = []
+
+
+def parse_report(line: bytes) -> Optional[Address]:
+    """``b"host port"`` as a copy writes it, or None when it is not one."""
+    try:
+        host, port_text = line.decode("ascii").split(" ")
+        port = int(port_text)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not host or len(host) > _MAX_HOST or not host.isprintable() or not 0 < port < 65536:
+        return None
+    return host, port
+
+
+def report(fd: int, addresses: List[Address]) -> None:
+    """A copy's report (each line one atomic write: the pipe is shared by every copy)."""
+    for host, port in addresses:
+        line = f"{host} {port}\n".encode("ascii", "replace")
+        if len(line) <= 512:
+            try:
+                os.write(fd, line)
+            except OSError:
+                return  # the stager is not reading (pipe full): a missed warm connection only
+
+
+def _dial(endpoint: _Endpoint) -> Optional[socket.socket]:
+    sock = socket.socket(endpoint.family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = sock.connect_ex(endpoint.target)
+    except OSError:
+        sock.close()
+        return None
+    if err not in (0, errno.EINPROGRESS):
+        sock.close()
+        return None
+    return sock

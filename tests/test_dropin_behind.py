@@ -1,0 +1,37 @@
+"""The drop-in without a stager: bundle members enter the node cache after the job's files are in
+place and the command has exited (a child process inserts them), and a later job reads them
+from the cache."""
+
+import os
+
+from transfer.cache import cache_from_settings
+
+from test_stager import read_bundle, upload_bundle, wait_for
+
+
+def test_bundle_members_enter_the_node_cache_after_the_drop_in_exits(native_dropin, proxied, bucket, tmp_path):
+    proxy, env = proxied
+    common = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env,
+              "PEGASUS_CLOUDIO_BUNDLE": "1", "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
+              "PEGASUS_CLOUDIO_CACHE_DIR": "off"}
+    names, url = upload_bundle(native_dropin, common, bucket, tmp_path)
+    cache_dir = tmp_path / "cache"
+    node = dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir))
+
+    def members_cached():
+        cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+        try:
+            return sorted(e.meta.key.rsplit("#member=", 1)[1][:3] for e in cache.entries())
+        finally:
+            cache.close()
+
+    for job in ("first", "second"):
+        proxy.reset_counters()
+        done = read_bundle(native_dropin, node, names, url, tmp_path / job)  # every file complete at exit
+        assert b"All transfers completed successfully." in done.stderr
+        if job == "first":  # the job's own files, not links into the cache (which had no entries yet)
+            assert all(os.stat(tmp_path / job / n).st_nlink == 1 for n in names)
+            assert proxy.snapshot()["requests"] >= 2  # the listing and the bundle
+            wait_for(lambda: members_cached() == names, "the members inserted behind the job")
+    assert proxy.snapshot()["requests"] <= 2  # the directory's index; every member's bytes from the cache
+    assert not list(cache_dir.rglob("*.part"))

@@ -1,0 +1,88 @@
+"""Warm connections: the node stager dials the endpoints its jobs used and hands those
+connections to the next job's process, which sends its first request on one instead of
+dialling; a warm connection the server closed meanwhile costs a retry, never a failure."""
+
+import json
+import os
+import socket
+
+import boto3
+
+from pegasus_cloudio.stager import warm as stager_warm
+from pegasus_cloudio.testbed.stager import StagerProcess
+from transfer.http import warm
+from transfer.http.pool import ConnectionPool
+
+from test_stager import entry, job_env, run_job, served, wait_for
+
+
+def test_a_second_job_sends_its_request_on_a_connection_the_stager_opened_before(native_dropin, proxied, minio,
+                                                                                bucket, tmp_path):
+    proxy, env = proxied
+    boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                 aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
+        Bucket=bucket, Key="obj", Body=b"warm bytes")
+    with StagerProcess() as stager:
+        for n in range(3):
+            if n:  # the first job taught the stager the endpoint: it dials ahead, after each job
+                wait_for(lambda: proxy.open_connections == stager_warm.PER_ENDPOINT, "the stager's warm connections")
+            before = proxy.connections
+            spec = [entry(f"s3://test@minio/{bucket}/obj", f"file://{tmp_path}/out{n}", "minio", "local")]
+            done = run_job(native_dropin, [], job_env(stager.socket_path, **env), tmp_path,
+                           stdin=json.dumps(spec).encode())
+            assert done.returncode == 0, done.stderr.decode()
+            assert (tmp_path / f"out{n}").read_bytes() == b"warm bytes"
+            wait_for(lambda: len(served(stager)) == n + 1, "the job's process to end")
+            if n:  # only the stager's refill was dialled during the job: the job dialled nothing
+                wait_for(lambda: proxy.open_connections == stager_warm.PER_ENDPOINT, "the refill")
+                assert proxy.connections - before == stager_warm.PER_ENDPOINT
+
+
+def test_a_warm_connection_the_server_closed_is_retried_on_a_fresh_one(minio, proxied, bucket):
+    proxy, _ = proxied
+    listener = socket.create_server(("127.0.0.1", 0))
+    dead = socket.create_connection(listener.getsockname())
+    accepted, _ = listener.accept()
+    accepted.close()  # the "server" closed the idle connection before the job used it
+    listener.close()
+    address = (proxy.host, proxy.port)
+    warm.adopt(address, [dead])
+    try:
+        pool = ConnectionPool(proxy.url(), max_idle=2)
+        with pool.request("GET", "/minio/health/live") as response:
+            response.read()
+            assert response.status == 200
+        assert warm.take(address) is None  # consumed (and the failure dropped any others)
+        assert address in warm.used()
+        pool.close()
+    finally:
+        warm.discard()
+
+
+def test_reports_from_copies_are_parsed_strictly():
+    assert stager_warm.parse_report(b"127.0.0.1 9000") == ("127.0.0.1", 9000)
+    assert stager_warm.parse_report(b"s3.example.org 443") == ("s3.example.org", 443)
+    for bad in (b"", b"host", b"host 0", b"host 70000", b"host x", b"a b c", b"\xff 80", b"ho\x00st 80",
+                b"h" * 300 + b" 80"):
+        assert stager_warm.parse_report(bad) is None, bad
+
+
+def test_the_stager_keeps_a_bounded_number_of_endpoints_and_connections(tmp_path):
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(stager_warm.MAX_ENDPOINTS + 2)]
+    sockets = stager_warm.WarmSockets()
+    try:
+        stager_warm.report(sockets.reports_w, [("127.0.0.1", s.getsockname()[1]) for s in listeners])
+        os.write(sockets.reports_w, b"garbage line\n")
+        sockets.drain_reports()
+        held = sockets.held()
+        assert len(held) == stager_warm.MAX_ENDPOINTS * stager_warm.PER_ENDPOINT
+        handed = sockets.hand_out()
+        assert len(handed) == stager_warm.MAX_ENDPOINTS and sockets.held() == []
+        assert all(len(v) == stager_warm.PER_ENDPOINT for v in handed.values())
+        for found in handed.values():
+            for sock in found:
+                sock.close()
+    finally:
+        sockets.close()
+        for listener in listeners:
+            listener.close()
