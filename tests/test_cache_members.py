@@ -90,6 +90,27 @@ def test_an_entry_whose_bytes_changed_is_replaced_by_the_batch(tmp_path):
     assert assert_served_right(cache, [(key, data, digest)], tmp_path) == 1
 
 
+@pytest.mark.parametrize("hardlink", [True, False])
+def test_a_damaged_older_entry_is_not_handed_to_the_job(tmp_path, hardlink):
+    """An existing entry passes insert_members' cheap check (size and time) even if its bytes
+    rotted; the job's destination must get the bytes the caller verified, not the entry's."""
+    cache = NodeCache(config(tmp_path / "c", hardlink=hardlink))
+    [(key, data, digest)] = members("d", 1)
+    assert cache.insert_members([(key, data, digest)]) == [key]
+    entry = cache._layout.paths(key).data
+    stat = os.stat(entry)
+    os.chmod(entry, 0o644)
+    with open(entry, "r+b") as fh:  # same size, then the same times: only a re-hash can tell
+        fh.write(b"Z" * 16)
+    os.utime(entry, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.chmod(entry, stat.st_mode & 0o777)
+    dest = tmp_path / "job" / "member"
+    dest.parent.mkdir()
+    assert cache.insert_members([(key, data, digest)], dests=[[str(dest)]]) == [key]
+    assert dest.read_bytes() == data
+    assert cache.verify() != []  # the damage is still there for a hit's re-hash to find
+
+
 @pytest.mark.parametrize("stop_after", ["write_meta_in_place", "open_temp"])
 def test_an_interrupted_member_leaves_no_entry_and_the_next_batch_completes(tmp_path, monkeypatch, stop_after):
     cache = NodeCache(config(tmp_path / "c"))

@@ -59,6 +59,30 @@ def test_a_warm_connection_the_server_closed_is_retried_on_a_fresh_one(minio, pr
         warm.discard()
 
 
+def test_a_warm_connection_the_tls_handshake_fails_on_is_replaced_by_a_fresh_one(minio_tls):
+    """Over TLS a closed warm connection fails in the handshake, before any request: the
+    connection dials afresh (dropping the other warm ones) instead of failing an attempt."""
+    import ssl
+
+    address = (minio_tls.host, minio_tls.port)
+    dead = socket.create_connection(address)
+    dead.sendall(b"not a TLS hello\r\n\r\n")  # the server gives up on this connection
+    assert dead.recv(4096, socket.MSG_PEEK) is not None
+    spare = socket.create_connection(address)
+    spare.sendall(b"not a TLS hello\r\n\r\n")
+    warm.adopt(address, [spare, dead])  # taken last first: `dead`, then `spare` if not dropped
+    try:
+        context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
+        pool = ConnectionPool(f"https://{minio_tls.host}:{minio_tls.port}", max_idle=2, ssl_context=context)
+        with pool.request("GET", "/minio/health/live") as response:
+            response.read()
+            assert response.status == 200
+        assert warm.take(address) is None  # the handshake's failure dropped the spare one too
+        pool.close()
+    finally:
+        warm.discard()
+
+
 def test_reports_from_copies_are_parsed_strictly():
     assert stager_warm.parse_report(b"127.0.0.1 9000") == ("127.0.0.1", 9000)
     assert stager_warm.parse_report(b"s3.example.org 443") == ("s3.example.org", 443)
@@ -86,3 +110,24 @@ def test_the_stager_keeps_a_bounded_number_of_endpoints_and_connections(tmp_path
         sockets.close()
         for listener in listeners:
             listener.close()
+
+
+def test_a_name_that_does_not_resolve_is_not_looked_up_on_every_report(monkeypatch):
+    """Name lookups block the stager's loop: a failed one is remembered (no DNS query leaves
+    this machine: the lookup is answered here, as a resolver would for an unknown name)."""
+    asked = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        asked.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(stager_warm.socket, "getaddrinfo", getaddrinfo)
+    sockets = stager_warm.WarmSockets()
+    try:
+        for _ in range(3):
+            stager_warm.report(sockets.reports_w, [("store.unresolvable.invalid", 443)])
+            sockets.drain_reports()
+        assert asked == ["store.unresolvable.invalid"]
+        assert sockets.held() == [] and sockets.hand_out() == {}
+    finally:
+        sockets.close()

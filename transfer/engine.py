@@ -242,7 +242,7 @@ class Engine:
                 downloads, indexed = self._bundles.plan_downloads(indexed, heads.map, elsewhere)
             finally:
                 if heads is not executor:
-                    heads.shutdown(wait=False)
+                    heads.shutdown(wait=True)  # idle threads: none left to hold a lock when the drop-in forks
             bundled_up, indexed = self._bundles.plan_uploads(indexed)
             if downloads or bundled_up:
                 # Unpacking a bundle is local CPU and file-system work: more threads than cores

@@ -169,7 +169,7 @@ def insert_behind() -> None:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-        os.closerange(3, 1 << 16)
+        os.closerange(3, max(1 << 16, os.sysconf("SC_OPEN_MAX")))  # none of the job's descriptors stay open
         behind.drain()
     finally:
         os._exit(0)

@@ -30,6 +30,7 @@ MAX_AGE_S = 10.0
 FORGET_S = 300.0
 MAX_REPORT = 4096  # bytes of reports read per drain
 _MAX_HOST = 253
+_MAX_UNRESOLVED = 64
 
 
 class _Endpoint:
@@ -46,6 +47,7 @@ class WarmSockets:
 
     def __init__(self) -> None:
         self._endpoints: Dict[Address, _Endpoint] = {}
+        self._unresolved: Dict[Address, float] = {}  # name -> when it last failed to resolve
         self.reports_r, self.reports_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._pending = b""
 
@@ -68,9 +70,15 @@ class WarmSockets:
         if known is not None:
             known.used = time.monotonic()
             return
+        failed = self._unresolved.get(address)
+        if failed is not None and time.monotonic() - failed < FORGET_S:
+            return  # a name that did not resolve is not looked up (a blocking call) on every report
         try:
             family, _, _, _, target = socket.getaddrinfo(address[0], address[1], 0, socket.SOCK_STREAM)[0]
         except (OSError, IndexError):
+            if len(self._unresolved) >= _MAX_UNRESOLVED:
+                self._unresolved.clear()
+            self._unresolved[address] = time.monotonic()
             return
         if len(self._endpoints) >= MAX_ENDPOINTS:
             oldest = min(self._endpoints, key=lambda a: self._endpoints[a].used)

@@ -27,7 +27,7 @@ import time
 
 from transfer import _digests
 from transfer._lean import logger
-from transfer.atomic import AtomicFile, untrack_temp, write_all
+from transfer.atomic import AtomicFile, atomic_write_bytes, untrack_temp, write_all
 from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
@@ -265,9 +265,12 @@ class NodeCache:
                 key, data, sha256 = members[n]
                 paths = self._layout.paths(key)
                 with held(paths.lock, EXCLUSIVE):
-                    self._put_member(paths, key, data, sha256, version)
+                    written = self._put_member(paths, key, data, sha256, version)
                     for dest in dests[n] if dests is not None else ():
-                        materialise(paths.data, dest, hardlink=self.config.hardlink)
+                        if written:
+                            materialise(paths.data, dest, hardlink=self.config.hardlink)
+                        else:  # an older entry passed only the cheap check: the job gets the verified bytes
+                            atomic_write_bytes(dest, data)
                 stored.append(key)
         except TransferError:
             raise
@@ -277,14 +280,16 @@ class NodeCache:
             self._gc_if_due()
         return stored
 
-    def _put_member(self, paths: KeyPaths, key: str, data: bytes, sha256: str, version: Optional[str]) -> None:
-        """One member of :meth:`insert_members`; the caller holds its key's exclusive lock. The
-        metadata comes first (with the data's modification time chosen now and set on the data
-        file), so a temp file of this key never exists without it: whatever a killed insert
-        leaves, the next fill finds and removes. Raises OSError."""
+    def _put_member(self, paths: KeyPaths, key: str, data: bytes, sha256: str, version: Optional[str]) -> bool:
+        """One member of :meth:`insert_members`; the caller holds its key's exclusive lock.
+        True when this call wrote the entry; False when an existing entry of the same object
+        stays (checked by size and time only, not re-hashed: so the caller does not hand its
+        bytes to a job). The metadata comes first (with the data's modification time chosen now
+        and set on the data file), so a temp file of this key never exists without it: whatever
+        a killed insert leaves, the next fill finds and removes. Raises OSError."""
         meta = self._valid(paths, key)
         if meta is not None and not _changed(meta, version, sha256):
-            return
+            return False
         if meta is not None or _exists(paths.meta) or _exists(paths.data):
             self._remove_invalid(paths)  # else a new key: nothing to list
         stamp = time.time_ns()
@@ -310,6 +315,7 @@ class NodeCache:
         self._restamp(paths, len(data))
         self._adjust_usage(1, len(data))
         self._counters.add(inserts=1)
+        return True
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:

@@ -237,14 +237,14 @@ class Connection:
     def connect(self) -> None:
         self._warm = False
         try:
-            if self._ssl_context is not None:
-                sock: _socket.socket = self._tls_socket(self._ssl_context)
-                rfile = sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
-                sock.settimeout(self._timeouts.read)
-            else:
-                sock = self._warm_socket() or _plain_socket(self._address, self._timeouts.connect)
-                rfile = io.BufferedReader(_SocketReader(sock), _CHUNK)
-                _kernel_timeouts(sock, self._timeouts.read)
+            try:
+                sock, rfile = self._open()
+            except OSError:
+                if not self._warm:
+                    raise
+                self._drop_warm()  # a warm socket the TLS handshake failed on: dial afresh, once
+                self._warm = False
+                sock, rfile = self._open()
         except OSError as err:  # ssl.SSLError included
             if type(err).__name__ == "SSLCertVerificationError":
                 raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",  # type: ignore[attr-defined]
@@ -253,6 +253,16 @@ class Connection:
                                  operation="connect") from err
         self._sock = sock
         self._rfile = rfile
+
+    def _open(self) -> Tuple[_socket.socket, BinaryIO]:
+        """A connected socket (a warm one if the stager left one) and its reader. Raises OSError."""
+        if self._ssl_context is not None:
+            sock: _socket.socket = self._tls_socket(self._ssl_context)
+            sock.settimeout(self._timeouts.read)
+            return sock, sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
+        sock = self._warm_socket() or _plain_socket(self._address, self._timeouts.connect)
+        _kernel_timeouts(sock, self._timeouts.read)
+        return sock, io.BufferedReader(_SocketReader(sock), _CHUNK)
 
     def _tls_socket(self, context: ssl.SSLContext) -> socket.socket:
         import socket
@@ -266,8 +276,9 @@ class Connection:
         return context.wrap_socket(sock, server_hostname=self._server_hostname)
 
     def _drop_warm(self) -> None:
-        """A warm socket failed: the others to this address, opened about as long ago, go too."""
-        if self._warm and self.requests_sent == 1:
+        """A warm socket failed (its handshake or first request): the others to this address,
+        opened about as long ago, go too."""
+        if self._warm and self.requests_sent <= 1:
             warm = sys.modules.get("transfer.http.warm")
             if warm is not None:
                 warm.forget(self._address)
@@ -320,7 +331,8 @@ class Connection:
         except OSError as err:  # ssl.SSLError included
             self.close()
             self._drop_warm()
-            cls = StaleConnection if reused and isinstance(err, (BrokenPipeError, ConnectionResetError)) \
+            first_on_warm = self._warm and self.requests_sent == 1  # e.g. the stager's connect was refused
+            cls = StaleConnection if first_on_warm or (reused and isinstance(err, (BrokenPipeError, ConnectionResetError))) \
                 else TransientError
             raise cls(f"connection failed: {err}", url=self.endpoint, operation=method) from err
 
