@@ -315,7 +315,9 @@ def test_outputs_go_to_output_destination_and_remaps(plugin_pool: CondorPool, st
 def test_a_job_removed_mid_transfer_leaves_no_plugin_and_no_partial_file(plugin_pool: CondorPool,
                                                                          store: Store) -> None:
     store.put({"big/slow.dat": os.urandom(3 << 20), "big/quick.dat": b"q"})
-    store.proxy.set_faults([Fault.stall(120, after_bytes=200_000, method="GET", path="slow.dat")])
+    # two hits: the pipelined pass's GET, which drops an answer over 1 MiB after its head, then
+    # the per-file GET that stalls the plugin mid-transfer
+    store.proxy.set_faults([Fault.stall(120, after_bytes=200_000, method="GET", path="slow.dat", times=2)])
     work = job_dir(plugin_pool, "removed", store)
     cluster = plugin_pool.submit(submit_text([store.url("big/slow.dat"), store.url("big/quick.dat")]), cwd=work)
     wait_for(lambda: store.proxy.pending_faults() == 0, "the plugin to be stalled in slow.dat")
@@ -345,8 +347,9 @@ def test_one_missing_input_among_many_holds_the_job_on_its_first_run(plugin_pool
     plugin_pool.run(["condor_rm", str(cluster)])
     assert ad["HoldReasonCode"] == "13" and ad.get("NumHolds") == "1", ad
     assert ad.get("NumShadowStarts") == "1", (ad.get("NumShadowStarts"), store.proxy.requests)
-    # one run: a GET per input, and after the 404 one look for a bundle holding the file
-    assert store.proxy.requests_by_method.get("GET", 0) == len(present) + 2, store.proxy.requests_by_method
+    # one run: a GET per input in the pipelined pass, after its 404 one look for a bundle
+    # holding the file, and the per-file path's own GET of the missing file (which makes the error)
+    assert store.proxy.requests_by_method.get("GET", 0) == len(present) + 3, store.proxy.requests_by_method
     reason = unquote(ad["HoldReason"])
     assert missing in reason and "does not exist" in reason, reason
 
@@ -363,8 +366,10 @@ def test_two_hundred_failures_hold_the_job_once_with_a_short_reason(plugin_pool:
     reason = unquote(ad["HoldReason"])
     assert ad["HoldReasonCode"] == "13" and ad.get("NumHolds") == "1", ad
     assert ad.get("NumShadowStarts") == "1", ad.get("NumShadowStarts")
-    # the plugin ran once (every 403 is final: one request per file), and the starter read its report
-    assert store.proxy.requests == len(keys), (store.proxy.requests, ad.get("NumShadowStarts"))
+    # the plugin ran once (every 403 is final: one request per file on the per-file path, after
+    # the pipelined pass gave up at its first 403 with at most one GET in flight per connection),
+    # and the starter read its report
+    assert len(keys) < store.proxy.requests <= len(keys) + THREADS + 2, (store.proxy.requests, ad.get("NumShadowStarts"))
     assert "Failed to read status report" not in (plugin_pool.log_dir / "ShadowLog").read_text(errors="replace")
     assert len(reason) < 16384, len(reason)
     first = reason[reason.find("Download of "):]   # 23.9: after "|Error: "; 25.x: after "Details: "

@@ -528,6 +528,8 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
     def deliver(k: int, status: int, headers: Dict[str, str], body: bytes, sent: float) -> bool:
         if status == 404 and missing is not None and missing(indexes[k]):
             raise pipeline.GiveUp()
+        if status in (401, 403):  # refused credentials refuse every object: the per-file path says so, once each
+            raise pipeline.GiveUp()
         info = _verified(urls[k], status, headers, body, f"{_TAG}{k}")
         done = info is not None and take(indexes[k], body, info, sent)
         taken[0 if done else 1] += 1
