@@ -377,11 +377,15 @@ class CondorPool:
 
     def add_config(self, name: str, text: str) -> None:
         """Add config file ``70-<name>`` to ``/etc/condor/config.d`` (read after the pool's
-        own and the constructor's ``config``) and ``condor_reconfig`` every daemon."""
+        own and the constructor's ``config``) and ``condor_reconfig`` every daemon.
+
+        The reconfig goes to the master by its address file, not through the collector
+        (``-all``): the master's ad can be missing from the collector for up to
+        MASTER_UPDATE_INTERVAL after start, when its first update beat the collector up."""
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ValueError(f"config file name {name!r}")
         self.run(["tee", f"{_CONFIG_DIR}/70-{name}"], user="root", input=text + "\n")
-        self.run(["condor_reconfig", "-all"], user="root")
+        self.run(["condor_reconfig"], user="root")
 
     def submit(self, description: str, cwd: Union[str, Path], *, user: Optional[str] = None) -> int:
         """``condor_submit`` ``description`` (a submit file's text) from ``cwd``; the cluster id."""
