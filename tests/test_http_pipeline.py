@@ -4,6 +4,7 @@ and whatever the reader does not take (odd answers, no answer, a cancel) is hand
 for the ordinary path, never lost nor delivered twice."""
 
 import threading
+import time
 
 import pytest
 
@@ -278,3 +279,29 @@ def test_one_early_close_is_not_taken_for_a_request_limit(serve):
     left = fetch(pool, 60, head, taker, connections=1, depth=8, max_body=1 << 20)
     assert left == [] and sorted(taker.taken) == list(range(60))
     assert server.connections == 2  # the second connection carried all the rest
+
+
+def test_an_intermediary_that_drops_pipelined_requests_costs_seconds_not_the_read_timeout(serve):
+    """It answers the first request of each connection and never the ones sent behind it: the
+    run hands those back once ten times its slowest answer (two seconds at the least) passed
+    in silence, long before the 30 s read timeout, and each item is taken or handed back once."""
+    release = threading.Event()
+
+    def answer(number, nth, target):
+        if nth:
+            release.wait(60)
+            return CLOSE
+        return ok(target)
+
+    server, _ = serve(answer)
+    pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 30))
+    taker = Taker()
+    started = time.monotonic()
+    try:
+        left = fetch(pool, 12, head, taker, connections=2, depth=8, max_body=1 << 20)
+    finally:
+        release.set()
+    waited = time.monotonic() - started
+    assert waited < 15, f"the run waited {waited:.1f} s: the 30 s read timeout, not the stall rule"
+    assert taker.taken and sorted(taker.taken + left) == list(range(12))
+    assert max(server.queued) > 1, "nothing was pipelined: the test shows nothing"

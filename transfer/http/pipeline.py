@@ -23,8 +23,11 @@ Contract of :func:`fetch` (never raises for the network or the server):
 * left over as well: an answer this reader does not take (chunked or close-delimited body,
   a body over ``max_body``, a malformed head) and, after ``_MAX_UNREADABLE`` such answers,
   everything not yet answered (large objects are the ordinary path's: ranged reads); every
-  item of a run that heard nothing for the pool's read timeout; everything not answered once
-  ``cancel`` is set;
+  item of a run that heard nothing for the pool's read timeout or, once anything was
+  answered, for ``_STALL_FACTOR`` times the slowest answer so far (``_STALL_MIN`` seconds at
+  the least) when that is shorter: an intermediary that drops pipelined requests costs
+  seconds, not the read timeout, and a false alarm costs a second request for each item left
+  over; everything not answered once ``cancel`` is set;
 * a ``head(index)`` or ``deliver`` that raises leaves that item over (the ordinary path meets
   the same error and reports it); a ``deliver`` that raises :class:`GiveUp` ends the run:
   everything not yet taken is left over;
@@ -59,6 +62,8 @@ _MAX_HEAD = 65536
 _RECEIVE = 1 << 18
 _MAX_SENDS = 3
 _MAX_UNREADABLE = 2
+_STALL_MIN = 2.0  # seconds of silence, at the least, after which a run that was answered gives up
+_STALL_FACTOR = 10
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
 
 
@@ -115,6 +120,7 @@ class _Run:
         self.cap = 0  # requests per connection after which the server closes them (0: none seen)
         self.closed_after: Dict[int, int] = {}  # answers -> connections closed after that many
         self.stopped = False  # a deliver gave up
+        self.slowest = 0.0  # seconds from a request's send to its answer, the most seen
         self.endpoint = pool.base_url
 
     # -- connections ------------------------------------------------------------------
@@ -282,6 +288,9 @@ class _Run:
                 return position
             entry = link.waiting.popleft()
             position = start + length
+            took = time.monotonic() - entry.sent
+            if took > self.slowest:
+                self.slowest = took
             link.answered += 1
             try:
                 taken = self.deliver(entry.index, status, headers, bytes(buffer[start:position]), entry.sent)
@@ -343,16 +352,17 @@ def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], delive
     try:
         while len(run.links) < links and run.open(wait=not run.links):
             pass
-        timeout = int(pool.timeouts.read * 1000)
+        read = pool.timeouts.read
         while run.links and not run.stopped:
             if cancel is not None and cancel.is_set():
                 break
             run.top_up()
             if not any(link.waiting for link in run.links.values()):
                 break
-            events = run.poller.poll(timeout)
+            quiet = min(read, max(_STALL_MIN, _STALL_FACTOR * run.slowest)) if run.slowest else read
+            events = run.poller.poll(int(quiet * 1000))
             if not events:
-                break  # nothing heard for the read timeout: the ordinary path takes over
+                break  # nothing heard for that long: the ordinary path takes over
             for fd, _ in events:
                 ready = run.links.get(fd)
                 if ready is not None and not run.stopped:
