@@ -1,5 +1,5 @@
 """How our HTTP/1.1 client reads a response head: the one-read parser
-(:func:`transfer.http.connection._buffered_head`) against the line-by-line reader it stands in
+(:func:`transfer.http.message.buffered_head`) against the line-by-line reader it stands in
 front of, kept here verbatim as the reference, on odd and random heads delivered in random
 pieces (folded or repeated fields, bare LF, lone CR, Latin-1 whitespace, truncated heads,
 heads and lines past the 64 KiB bound, too many fields); and against ``http.client`` on
@@ -15,7 +15,7 @@ import random
 import pytest
 
 from transfer.errors import TransientError
-from transfer.http import connection
+from transfer.http import connection, message
 from transfer.http.connection import Connection
 
 _MAX_LINE = 65536
@@ -164,7 +164,7 @@ def test_odd_heads_read_as_before(data, split):
 
 def test_a_head_in_one_piece_takes_the_one_read_path():
     rfile = _reader(MINIO_GET, [])
-    status, fields = connection._buffered_head(rfile)
+    status, fields = message.buffered_head(rfile)
     assert status == b"HTTP/1.1 200 OK\r\n" and fields[0] == "Accept-Ranges: bytes" and len(fields) == 10
     assert rfile.read() == b"abc"
     outcome = _same(MINIO_GET)

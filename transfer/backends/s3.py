@@ -50,7 +50,8 @@ from transfer.credentials import (
     pegasus_s3_config,
 )
 from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError
-from transfer.http.connection import Body, FileRegion, file_body, host_header, request_head
+from transfer.http.connection import Body, FileRegion, file_body
+from transfer.http.message import host_header, request_head
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url, unquote_plus

@@ -19,7 +19,9 @@ import sys
 
 from transfer import _digests
 from transfer._lean import record
-from transfer.errors import InvalidInput, RemoteError, TransientError
+from transfer.errors import RemoteError, TransientError
+from transfer.http.message import (MAX_LINE, buffered_head, header_lines, host_header, read_headers, request_head,
+                                   status_line)
 
 # Plain-HTTP connections use the C module _socket (socket imports enum and selectors, several
 # ms of every job step's CPU); TLS connections import socket and ssl when they connect.
@@ -29,8 +31,6 @@ if TYPE_CHECKING:
     import ssl
     from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-_MAX_LINE = 65536
-_MAX_HEADERS = 200
 _CHUNK = 1 << 18
 
 
@@ -351,7 +351,13 @@ class Connection:
             raise TimeoutError("timed out") from None
 
     def _head(self, method: str, target: str, headers: HeaderList, body: Body) -> bytes:
-        return request_head(method, target, headers, body, self._host_header(), self._endpoint)
+        if isinstance(body, FileRegion):
+            length: Optional[int] = body.length
+        elif body is not None or method in ("PUT", "POST"):
+            length = len(body) if body else 0
+        else:
+            length = None
+        return request_head(method, target, headers, length, self._host_header(), self._endpoint)
 
     def _send_file(self, region: FileRegion) -> None:
         assert self._sock is not None
@@ -377,16 +383,16 @@ class Connection:
         rfile = self._rfile
         assert rfile is not None
         while True:
-            head = _buffered_head(rfile)
+            head = buffered_head(rfile)
             if head is None:  # the head spans reads, or has odd line ends: line by line
-                line = rfile.readline(_MAX_LINE)
+                line = rfile.readline(MAX_LINE)
                 if not line:
                     raise _EmptyStatus()
-                version, status, reason = self._status_line(line)
-                headers = self._read_headers(rfile)
+                version, status, reason = status_line(line, self.endpoint)
+                headers = read_headers(rfile, self.endpoint)
             else:
-                version, status, reason = self._status_line(head[0])
-                headers = self._header_lines(head[1])
+                version, status, reason = status_line(head[0], self.endpoint)
+                headers = header_lines(head[1], self.endpoint)
             if status != 100:
                 break
         if version == b"HTTP/1.0" or "close" in headers.get("connection", "").lower():
@@ -398,26 +404,6 @@ class Connection:
         elif response._remaining is None and not response._chunked:
             self.must_close = True
         return response
-
-    def _status_line(self, line: bytes) -> Tuple[bytes, int, bytes]:
-        return status_line(line, self.endpoint)
-
-    def _read_headers(self, rfile: BinaryIO) -> Dict[str, str]:
-        headers: Dict[str, str] = {}
-        for _ in range(_MAX_HEADERS):
-            line = rfile.readline(_MAX_LINE)
-            if len(line) < _MAX_LINE and not line.endswith(b"\n"):  # the stream ended before the blank line
-                raise TransientError("connection closed inside the response head", url=self.endpoint)
-            if line in (b"\r\n", b"\n"):
-                return headers
-            name, _, value = line.decode("latin-1").partition(":")
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        raise TransientError("too many response headers", url=self.endpoint)
-
-    def _header_lines(self, lines: List[str]) -> Dict[str, str]:
-        return header_lines(lines, self.endpoint)
 
     def read_exact(self, length: int, write: Callable[[bytes], object]) -> int:
         rfile = self._rfile
@@ -437,7 +423,7 @@ class Connection:
         assert rfile is not None
         total = 0
         while True:
-            line = rfile.readline(_MAX_LINE)
+            line = rfile.readline(MAX_LINE)
             if not line:
                 raise TransientError("connection closed inside a chunked body", url=self.endpoint)
             try:
@@ -445,10 +431,10 @@ class Connection:
             except ValueError:
                 raise TransientError(f"bad chunk size line {line[:40]!r}", url=self.endpoint) from None
             if size == 0:
-                self._read_headers(rfile)  # trailers
+                read_headers(rfile, self.endpoint)  # trailers
                 return total
             total += self.read_exact(size, write)
-            if rfile.readline(_MAX_LINE) not in (b"\r\n", b"\n"):
+            if rfile.readline(MAX_LINE) not in (b"\r\n", b"\n"):
                 raise TransientError("chunk not terminated by CRLF", url=self.endpoint)
 
     def read_until_close(self, write: Callable[[bytes], object]) -> int:
@@ -467,92 +453,6 @@ class Connection:
         self.idle = True
         if self.must_close:
             self.close()
-
-
-def host_header(host: str, port: int, tls: bool) -> str:
-    """The ``Host`` value for ``host:port``: IPv6 in brackets, the port only when not the scheme's."""
-    name = f"[{host}]" if ":" in host else host
-    return name if port == (443 if tls else 80) else f"{name}:{port}"
-
-
-def request_head(method: str, target: str, headers: HeaderList, body: Body, default_host: str, endpoint: str) -> bytes:
-    """The request head with exactly one ``Host`` (the caller's, if given: virtual-hosted S3
-    names the bucket there; else ``default_host``), refusing (InvalidInput naming ``endpoint``)
-    anything that would split a line."""
-    lines = [f"{method} {target} HTTP/1.1", ""]
-    host = ""
-    for name, value in headers:
-        if len(name) == 4 and name.lower() == "host":
-            if host:
-                raise InvalidInput("more than one Host header; request not sent", url=endpoint, operation=method)
-            host = value
-            continue
-        lines.append(f"{name}: {value}")
-    lines[1] = f"Host: {host or default_host}"
-    if isinstance(body, FileRegion):
-        lines.append(f"Content-Length: {body.length}")
-    elif body is not None or method in ("PUT", "POST"):
-        lines.append(f"Content-Length: {len(body) if body else 0}")
-    text = "\r\n".join(lines)
-    breaks = len(lines) - 1
-    if text.count("\n") != breaks or text.count("\r") != breaks or "\0" in text \
-            or " " in target or " " in method:
-        raise InvalidInput(_unsafe_field(method, target, lines), url=endpoint, operation=method)
-    try:
-        return (text + "\r\n\r\n").encode("latin-1")
-    except UnicodeEncodeError:
-        raise InvalidInput(_unsafe_field(method, target, lines, "a non-Latin-1 character"),
-                           url=endpoint, operation=method) from None
-
-
-def status_line(line: bytes, endpoint: str) -> Tuple[bytes, int, bytes]:
-    """(version, status, reason) of a status line (with its line end); TransientError naming
-    ``endpoint`` when it is not one."""
-    version, _, rest = line.partition(b" ")
-    code, _, reason = rest.partition(b" ")
-    if not version.startswith(b"HTTP/") or not code.isdigit():
-        raise TransientError(f"bad status line {line[:80]!r}", url=endpoint)
-    return version, int(code), reason
-
-
-def header_lines(lines: List[str], endpoint: str) -> Dict[str, str]:
-    """Response headers (lower-case names; repeated ones joined by ``, ``) of lines already
-    split, each without its CRLF; TransientError naming ``endpoint`` past ``_MAX_HEADERS``."""
-    if len(lines) >= _MAX_HEADERS:
-        raise TransientError("too many response headers", url=endpoint)
-    headers: Dict[str, str] = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        key = name.strip().lower()
-        value = value.strip()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return headers
-
-
-def _unsafe_field(method: str, target: str, lines: List[str], what: str = "CR, LF or NUL") -> str:
-    """A one-line message naming (never quoting: values may be secrets) the first bad field."""
-    for line in lines[1:]:
-        if any(c in line for c in "\r\n\0") if what.startswith("CR") else any(ord(c) > 255 for c in line):
-            return f"header {line.partition(':')[0][:60]!r} contains {what}; request not sent"
-    return f"request line {f'{method} {target}'[:80]!r} contains {what} or a space; request not sent"
-
-
-def _buffered_head(rfile: BinaryIO) -> Optional[Tuple[bytes, List[str]]]:
-    """(status line with its CRLF, header lines without theirs) of a response head that is
-    whole in the reader's buffer (one receive: the usual case), consumed from it; None, with
-    nothing consumed, when the head is not all there yet or ends a line with a bare LF (the
-    line-by-line path reads those exactly as it always has). Only heads of at most
-    ``_MAX_LINE`` bytes qualify, so no line here is longer than ``readline`` would return."""
-    data = rfile.peek(_MAX_LINE)  # type: ignore[attr-defined]  # at most one receive, and only when empty
-    end = data.find(b"\r\n\r\n", 0, _MAX_LINE)
-    if end < 0:
-        return None
-    size = end + 4
-    if data.count(b"\n", 0, size) != data.count(b"\r\n", 0, size):  # a bare LF ends a line too
-        return None
-    head = rfile.read(size)
-    first = head.find(b"\n") + 1
-    return head[:first], head[first:end + 2].decode("latin-1").split("\r\n")[:-1]
 
 
 class _EmptyStatus(Exception):

@@ -44,7 +44,7 @@ import time
 from collections import deque
 
 from transfer.errors import TransferError
-from transfer.http.connection import header_lines, status_line
+from transfer.http.message import header_lines, status_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
