@@ -113,3 +113,40 @@ def test_sigterm_during_a_pipelined_batch_of_small_gets_leaves_no_part_file(prox
     assert parts(job) == []
     assert "Exiting due to signal 15" in err and "Not finished: s3://" in err
     assert "completed successfully" not in err
+
+
+def test_sigterm_while_a_debug_log_line_blocks_on_a_full_stderr_still_exits_1_and_says_so(s3_env, bucket, minio,
+                                                                                           tmp_path):
+    """With ``-d`` the main thread writes a line per file; when the reader of stderr falls
+    behind, that write blocks, and SIGTERM's handler runs inside it (the interrupted write is
+    retried after the handler). It still removes the temp files, exits 1 and says why on
+    stderr, with no traceback."""
+    s3 = client(minio)
+    names = [f"d{i:04d}" for i in range(1500)]
+    for name in names:
+        s3.put_object(Bucket=bucket, Key=name, Body=b"x" * 300)
+    job = tmp_path / "job"
+    job.mkdir()
+    spec = [entry(f"s3://test@minio/{bucket}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
+    proc = subprocess.Popen(OURS + ["-d"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=job,
+                            env=dict(s3_env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""),
+                                     PEGASUS_CLOUDIO_CACHE_DIR="off"))
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+    wait_for(lambda: _blocked_writing(proc.pid), "the drop-in blocked on its full stderr")
+    proc.send_signal(signal.SIGTERM)
+    err = proc.stderr.read().decode()  # drains the pipe: a process that carried on would log on
+    rc = proc.wait(timeout=30)
+    assert rc == 1, err[-2000:]
+    assert "Exiting due to signal 15" in err, err[-2000:]
+    assert "RuntimeError" not in err and "Traceback" not in err, err[-3000:]
+    assert "completed successfully" not in err
+    assert parts(job) == []
+
+
+def _blocked_writing(pid: int) -> bool:
+    """The process's main thread sleeps in a pipe write (its stderr is full)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_write")
+    except OSError:
+        return False

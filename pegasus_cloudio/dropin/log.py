@@ -10,6 +10,7 @@ arguments as ``logging``'s do; DEBUG lines appear only with ``-d``.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -38,11 +39,29 @@ class JobLog:
     def log(self, level: int, message: str, *args: object) -> None:
         if level < self.level:
             return
-        text = message % args if args else message
-        now = time.time()
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-        self.stream.write("%s,%03d %7s:  %s\n" % (stamp, int((now - int(now)) * 1000), _NAMES[level], text))
+        self.stream.write(_line(level, message % args if args else message))
         self.stream.flush()
+
+    def say_now(self, level: int, message: str, *args: object) -> None:
+        """:meth:`log` for a signal handler; never raises. If the stream cannot take the line
+        (the handler interrupted a write to it, which then holds its lock; or its reader is
+        gone), the line goes straight to the stream's file descriptor."""
+        if level < self.level:
+            return
+        line = _line(level, message % args if args else message)
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+            return
+        except (RuntimeError, OSError, ValueError):
+            pass
+        try:
+            data = line.encode("utf-8", "replace")
+            fd = self.stream.fileno()
+            while data:
+                data = data[os.write(fd, data):]
+        except (OSError, ValueError, AttributeError):
+            pass
 
     def debug(self, message: str, *args: object) -> None:
         if DEBUG >= self.level:  # called once per file: off, it costs one comparison
@@ -65,6 +84,12 @@ class JobLog:
             self.stream.flush()
         except (OSError, ValueError):
             pass
+
+
+def _line(level: int, text: str) -> str:
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    return "%s,%03d %7s:  %s\n" % (stamp, int((now - int(now)) * 1000), _NAMES[level], text)
 
 
 log = JobLog()

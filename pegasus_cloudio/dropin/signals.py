@@ -14,6 +14,8 @@ import _signal  # type: ignore[import-not-found]  # signal's C module: signal im
 import os
 import sys
 
+from pegasus_cloudio.dropin.log import CRITICAL, ERROR
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
@@ -61,20 +63,24 @@ class Interrupts:
             self._pending.pop(id(result.op), None)
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        try:
+            self._leave(signum)
+        finally:  # whatever happened above, the job ends here: never carry on after an eviction
+            os._exit(1)
+
+    def _leave(self, signum: int) -> None:
         removed = _remove_temp_files()
         with self._lock:
             engine, pending = self._engine, [describe(op) for op in self._pending.values()]
         stuck: List[str] = engine.abort_uploads(self._abort_seconds) if engine is not None else []
         removed += _remove_temp_files()  # anything a worker created meanwhile
-        self._log.critical("Exiting due to signal %d: %d transfer(s) did not finish, %d temporary file(s) "
-                           "removed", signum, len(pending), removed)
+        say = self._log.say_now
+        say(CRITICAL, "Exiting due to signal %d: %d transfer(s) did not finish, %d temporary file(s) removed",
+            signum, len(pending), removed)
         for text in pending:
-            self._log.error("Not finished: %s", text)
+            say(ERROR, "Not finished: %s", text)
         for url in stuck:
-            self._log.error("Multipart upload to %s could not be aborted; remove it with pegasus-cloudio-s3 "
-                            "rmup", url)
-        self._log.flush()
-        os._exit(1)
+            say(ERROR, "Multipart upload to %s could not be aborted; remove it with pegasus-cloudio-s3 rmup", url)
 
 
 def _remove_temp_files() -> int:
