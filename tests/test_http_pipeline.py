@@ -283,7 +283,7 @@ def test_one_early_close_is_not_taken_for_a_request_limit(serve):
 
 def test_an_intermediary_that_drops_pipelined_requests_costs_seconds_not_the_read_timeout(serve):
     """It answers the first request of each connection and never the ones sent behind it: the
-    run hands those back once ten times its slowest answer (two seconds at the least) passed
+    run hands those back once ten times its slowest answer (five seconds at the least) passed
     in silence, long before the 30 s read timeout, and each item is taken or handed back once."""
     release = threading.Event()
 

@@ -62,7 +62,7 @@ _MAX_HEAD = 65536
 _RECEIVE = 1 << 18
 _MAX_SENDS = 3
 _MAX_UNREADABLE = 2
-_STALL_MIN = 2.0  # seconds of silence, at the least, after which a run that was answered gives up
+_STALL_MIN = 5.0  # seconds of silence, at the least, after which a run that was answered gives up
 _STALL_FACTOR = 10
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
 
