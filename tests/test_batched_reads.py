@@ -205,3 +205,24 @@ def test_a_pipelined_answer_is_taken_only_when_it_passes_the_checks_get_makes(he
     info = _verified(s3("b", "k"), 200, answer, body, "pegasus-cloudio-get-7")
     assert (info is not None) is ok
     assert _verified(s3("b", "k"), 206, answer, body, "pegasus-cloudio-get-7") is None
+
+
+def test_a_result_callback_that_raises_in_the_pass_is_neither_swallowed_nor_reported_twice(stored, bucket, tmp_path):
+    """``on_result`` raising for a file the pass wrote: as on the ordinary path, the error
+    leaves the run; the pass does not take it for a failed read, send the file down the
+    ordinary path (a second GET, a second write) and report it a second time."""
+    proxy, env, data = stored
+    names = list(data)
+    reported = []
+
+    def on_result(result):
+        reported.append(result.op.dest.path)
+        if len(reported) == 1:
+            raise RuntimeError("the caller's callback failed")
+
+    with Session(Settings(threads=3), env) as session:
+        with pytest.raises(RuntimeError, match="callback failed"):
+            Engine(session, retry=FAST_RETRY, on_result=on_result).run(
+                [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/out/{n}")) for n in names])
+    assert len(reported) == len(set(reported)), "a file reported twice"
+    assert proxy.snapshot()["requests_by_method"]["GET"] <= COUNT
