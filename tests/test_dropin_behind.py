@@ -9,11 +9,16 @@ from transfer.cache import cache_from_settings
 from test_stager import read_bundle, upload_bundle, wait_for
 
 
+def job_env(env):
+    """A job's environment without a stager: bundles on, the cache off unless a test names one."""
+    return {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env,
+            "PEGASUS_CLOUDIO_BUNDLE": "1", "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
+            "PEGASUS_CLOUDIO_CACHE_DIR": "off"}
+
+
 def test_bundle_members_enter_the_node_cache_after_the_drop_in_exits(native_dropin, proxied, bucket, tmp_path):
     proxy, env = proxied
-    common = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env,
-              "PEGASUS_CLOUDIO_BUNDLE": "1", "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
-              "PEGASUS_CLOUDIO_CACHE_DIR": "off"}
+    common = job_env(env)
     names, url = upload_bundle(native_dropin, common, bucket, tmp_path)
     cache_dir = tmp_path / "cache"
     node = dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir))
@@ -45,23 +50,14 @@ def test_the_inserting_child_holds_nothing_of_the_jobs(native_dropin, proxied, b
     import json
     import subprocess
 
-    from test_stager import entry
+    from test_stager import one_member_to_hold
     from transfer.cache.locks import EXCLUSIVE, held
     proxy, env = proxied
-    common = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env,
-              "PEGASUS_CLOUDIO_BUNDLE": "1", "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
-              "PEGASUS_CLOUDIO_CACHE_DIR": "off"}
+    common = job_env(env)
     names, url = upload_bundle(native_dropin, common, bucket, tmp_path)
     cache_dir = tmp_path / "cache"
     node = dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir))
-    read_bundle(native_dropin, node, names, url, tmp_path / "first")  # learns the members' keys
-    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
-    wait_for(lambda: len(cache.entries()) == len(names), "the first job's inserts")
-    key = cache.entries()[0].meta.key
-    cache.clear()
-    job = tmp_path / "second"
-    job.mkdir()
-    down = [entry(f"{url}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
+    cache, lock, job, down = one_member_to_hold(native_dropin, node, names, url, cache_dir, tmp_path)
 
     def holders():
         found = []
@@ -75,7 +71,7 @@ def test_the_inserting_child_holds_nothing_of_the_jobs(native_dropin, proxied, b
                 found.append(pid)
         return found
 
-    with held(cache._layout.paths(key).lock, EXCLUSIVE):  # the child's insert of this member waits
+    with held(lock, EXCLUSIVE):  # the child's insert of this member waits
         done = subprocess.run(list(native_dropin), input=json.dumps(down).encode(), capture_output=True,
                               env=node, cwd=job, timeout=120)
         assert done.returncode == 0, done.stderr.decode()

@@ -231,6 +231,22 @@ def read_bundle(ours, env, names, url, job):
     return done
 
 
+def one_member_to_hold(ours, env, names, url, cache_dir, tmp_path):
+    """A first job's read of :func:`upload_bundle`'s files (whose members enter the node cache),
+    then the cache emptied: (the cache, the lock file of one member's key, a new job directory,
+    the entries that read the bundle into it), for a test that holds the lock while the next
+    job's insert of that member waits."""
+    read_bundle(ours, env, names, url, tmp_path / "first")
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+    wait_for(lambda: len(cache.entries()) == len(names), "the first job's inserts")
+    key = cache.entries()[0].meta.key
+    cache.clear()
+    job = tmp_path / "second"
+    job.mkdir()
+    down = [entry(f"{url}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
+    return cache, cache._layout.paths(key).lock, job, down
+
+
 def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(native_dropin, stager, proxied, bucket,
                                                                          tmp_path):
     """Write-behind: the stager answers the job, then inserts the members it fetched; the next
@@ -346,15 +362,8 @@ def test_inserts_after_the_answer_neither_hold_nor_write_the_jobs_streams(native
     names, url = upload_bundle(native_dropin, job_env(stager.socket_path, **common), bucket, tmp_path)
     cache_dir = tmp_path / "cache"
     node = job_env(stager.socket_path, **dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir)))
-    read_bundle(native_dropin, node, names, url, tmp_path / "first")  # learns the members' keys
-    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
-    wait_for(lambda: len(cache.entries()) == len(names), "the first job's inserts")
-    key = cache.entries()[0].meta.key
-    cache.clear()
-    job = tmp_path / "second"
-    job.mkdir()
-    down = [entry(f"{url}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
-    with held(cache._layout.paths(key).lock, EXCLUSIVE):  # the copy's insert of this member waits
+    cache, lock, job, down = one_member_to_hold(native_dropin, node, names, url, cache_dir, tmp_path)
+    with held(lock, EXCLUSIVE):  # the copy's insert of this member waits
         client = subprocess.Popen(list(native_dropin), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=node, cwd=job)
         client.stdin.write(json.dumps(down).encode())
