@@ -8,7 +8,7 @@ import os
 import pytest
 
 from pegasus_cloudio.testbed.proxy import Fault
-from transfer import Engine, Mkdir, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
+from transfer import Engine, InvalidInput, Mkdir, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
 COUNT = 24
@@ -261,3 +261,18 @@ def test_a_result_callback_that_raises_in_the_pass_is_neither_swallowed_nor_repo
                 [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/out/{n}")) for n in names])
     assert len(reported) == len(set(reported)), "a file reported twice"
     assert proxy.snapshot()["requests_by_method"]["GET"] <= COUNT
+
+
+def test_a_destination_that_names_a_directory_fails_without_a_request_or_a_new_directory(stored, bucket, tmp_path):
+    """Bad input fails before the network: a destination ending in ``/`` is refused as the
+    ordinary path refuses it, with no GET for it and nothing made at that path."""
+    proxy, env, data = stored
+    names = list(data)[:6]
+    with Session(Settings(threads=2), env) as session:
+        results = Engine(session, retry=FAST_RETRY).run(
+            [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/out/{'sub/' if i == 2 else n}"))
+             for i, n in enumerate(names)])
+    assert [r.ok for r in results] == [True, True, False, True, True, True]
+    assert isinstance(results[2].error, InvalidInput) and "directory" in str(results[2].error)
+    assert proxy.snapshot()["requests_by_method"]["GET"] == len(names) - 1
+    assert not (tmp_path / "out" / "sub").exists() and hidden(tmp_path / "out") == []

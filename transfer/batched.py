@@ -53,8 +53,8 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
     for item in indexed:
         op = item[1]
         source = op.sources[0]
-        if op.dest.scheme != "file" or op.link is LinkMode.SYMLINK or source.is_local:
-            rest.append(item)
+        if op.dest.scheme != "file" or op.link is LinkMode.SYMLINK or source.is_local or op.dest.path.endswith("/"):
+            rest.append(item)  # a directory path: refused by the ordinary path before any request
             continue
         try:
             reader = batch_reads(session.backend(source))
