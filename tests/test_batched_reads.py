@@ -8,7 +8,7 @@ import os
 import pytest
 
 from pegasus_cloudio.testbed.proxy import Fault
-from transfer import Engine, Mkdir, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
+from transfer import Engine, InvalidInput, Mkdir, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
 COUNT = 24
@@ -181,6 +181,39 @@ def test_the_signal_handlers_cleanup_may_interrupt_the_thread_holding_its_lock()
     assert not thread.is_alive()
 
 
+def test_an_answer_with_only_its_size_to_check_is_never_framed_by_the_next_one(tmp_path):
+    """A server that sends one GET's head without its body (as if it were a HEAD), for
+    objects whose ETags are multipart (no MD5 to check, no checksum header): the pass must
+    not take the next pipelined answer's bytes for that object's. (The ordinary path, one
+    request in flight, waits for the body and fails the file.)"""
+    from urllib.parse import unquote
+
+    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    objects = {f"k{i}": f"object {i} ".encode() * 40 for i in range(8)}
+
+    def answer(request):
+        key = request.path.rsplit("/", 1)[1]
+        tag = unquote(request.query.partition("response-cache-control=")[2].partition("&")[0])
+        headers = {"ETag": '"0123456789abcdef0123456789abcdef-2"', "Content-Length": str(len(objects[key]))}
+        if tag:
+            headers["Cache-Control"] = tag
+        return Reply(200, headers, b"" if key == "k3" else objects[key])
+
+    with ScriptedServer(answer) as server:
+        creds = tmp_path / "scripted.conf"
+        creds.write_text(f"[fake]\nendpoint = {server.endpoint}\n[test@fake]\naccess_key = AK\nsecret_key = SK\n")
+        creds.chmod(0o600)
+        env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+               "AWS_EC2_METADATA_DISABLED": "true"}
+        with Session(Settings(threads=1, read_timeout=1.0), env) as session:
+            results = Engine(session, retry=RetryPolicy(max_attempts=1)).run(
+                [Transfer((parse_url(f"s3://test@fake/bkt/{k}", site_label="fake"),),
+                          parse_url(f"file://{tmp_path}/out/{k}")) for k in objects])
+    by_key = dict(zip(objects, results))
+    assert not by_key["k3"].ok and not (tmp_path / "out" / "k3").exists()
+    assert all(by_key[k].ok and (tmp_path / "out" / k).read_bytes() == objects[k] for k in objects if k != "k3")
+
+
 @pytest.mark.parametrize("headers,body,ok", [
     ({"etag": '"{md5}"'}, b"x" * 10, True),
     ({"etag": '"{md5}"'.upper()}, b"x" * 10, True),
@@ -189,8 +222,10 @@ def test_the_signal_handlers_cleanup_may_interrupt_the_thread_holding_its_lock()
     ({"etag": '"{md5}"', "cache-control": "pegasus-cloudio-get-8"}, b"x" * 10, False),  # another request's answer
     ({"etag": '"{md5}"', "x-amz-checksum-sha256": "{sha256}"}, b"x" * 10, True),
     ({"etag": '"{md5}"', "x-amz-checksum-sha256": "AAAA"}, b"x" * 10, False),  # a checksum header wins over the ETag
-    ({"etag": '"{md5}"', "x-amz-server-side-encryption": "aws:kms"}, b"y" * 10, True),  # no MD5 ETag: size only
-    ({"etag": '"abc-2"'}, b"x" * 10, True),  # multipart ETag: size only
+    # nothing but the size to check: left to the ordinary path (see the framing test above)
+    ({"etag": '"{md5}"', "x-amz-server-side-encryption": "aws:kms"}, b"y" * 10, False),
+    ({"etag": '"abc-2"'}, b"x" * 10, False),
+    ({"etag": '"abc-2"', "x-amz-checksum-sha256": "{sha256}"}, b"x" * 10, True),  # multipart, checksum header
 ])
 def test_a_pipelined_answer_is_taken_only_when_it_passes_the_checks_get_makes(headers, body, ok):
     import base64
@@ -205,3 +240,39 @@ def test_a_pipelined_answer_is_taken_only_when_it_passes_the_checks_get_makes(he
     info = _verified(s3("b", "k"), 200, answer, body, "pegasus-cloudio-get-7")
     assert (info is not None) is ok
     assert _verified(s3("b", "k"), 206, answer, body, "pegasus-cloudio-get-7") is None
+
+
+def test_a_result_callback_that_raises_in_the_pass_is_neither_swallowed_nor_reported_twice(stored, bucket, tmp_path):
+    """``on_result`` raising for a file the pass wrote: as on the ordinary path, the error
+    leaves the run; the pass does not take it for a failed read, send the file down the
+    ordinary path (a second GET, a second write) and report it a second time."""
+    proxy, env, data = stored
+    names = list(data)
+    reported = []
+
+    def on_result(result):
+        reported.append(result.op.dest.path)
+        if len(reported) == 1:
+            raise RuntimeError("the caller's callback failed")
+
+    with Session(Settings(threads=3), env) as session:
+        with pytest.raises(RuntimeError, match="callback failed"):
+            Engine(session, retry=FAST_RETRY, on_result=on_result).run(
+                [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/out/{n}")) for n in names])
+    assert len(reported) == len(set(reported)), "a file reported twice"
+    assert proxy.snapshot()["requests_by_method"]["GET"] <= COUNT
+
+
+def test_a_destination_that_names_a_directory_fails_without_a_request_or_a_new_directory(stored, bucket, tmp_path):
+    """Bad input fails before the network: a destination ending in ``/`` is refused as the
+    ordinary path refuses it, with no GET for it and nothing made at that path."""
+    proxy, env, data = stored
+    names = list(data)[:6]
+    with Session(Settings(threads=2), env) as session:
+        results = Engine(session, retry=FAST_RETRY).run(
+            [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/out/{'sub/' if i == 2 else n}"))
+             for i, n in enumerate(names)])
+    assert [r.ok for r in results] == [True, True, False, True, True, True]
+    assert isinstance(results[2].error, InvalidInput) and "directory" in str(results[2].error)
+    assert proxy.snapshot()["requests_by_method"]["GET"] == len(names) - 1
+    assert not (tmp_path / "out" / "sub").exists() and hidden(tmp_path / "out") == []

@@ -9,11 +9,16 @@ from transfer.cache import cache_from_settings
 from test_stager import read_bundle, upload_bundle, wait_for
 
 
+def job_env(env):
+    """A job's environment without a stager: bundles on, the cache off unless a test names one."""
+    return {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env,
+            "PEGASUS_CLOUDIO_BUNDLE": "1", "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
+            "PEGASUS_CLOUDIO_CACHE_DIR": "off"}
+
+
 def test_bundle_members_enter_the_node_cache_after_the_drop_in_exits(native_dropin, proxied, bucket, tmp_path):
     proxy, env = proxied
-    common = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env,
-              "PEGASUS_CLOUDIO_BUNDLE": "1", "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
-              "PEGASUS_CLOUDIO_CACHE_DIR": "off"}
+    common = job_env(env)
     names, url = upload_bundle(native_dropin, common, bucket, tmp_path)
     cache_dir = tmp_path / "cache"
     node = dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir))
@@ -35,3 +40,42 @@ def test_bundle_members_enter_the_node_cache_after_the_drop_in_exits(native_drop
             wait_for(lambda: members_cached() == names, "the members inserted behind the job")
     assert proxy.snapshot()["requests"] <= 2  # the directory's index; every member's bytes from the cache
     assert not list(cache_dir.rglob("*.part"))
+
+
+def test_the_inserting_child_holds_nothing_of_the_jobs(native_dropin, proxied, bucket, tmp_path):
+    """The child that inserts the members after the command exited is no longer the job's: no
+    descriptor of it and not its working directory (a job's scratch directory may be a mount
+    the execute node removes when the job ends), even while an insert waits (here on a
+    member's lock, which this test holds)."""
+    import json
+    import subprocess
+
+    from test_stager import one_member_to_hold
+    from transfer.cache.locks import EXCLUSIVE, held
+    proxy, env = proxied
+    common = job_env(env)
+    names, url = upload_bundle(native_dropin, common, bucket, tmp_path)
+    cache_dir = tmp_path / "cache"
+    node = dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir))
+    cache, lock, job, down = one_member_to_hold(native_dropin, node, names, url, cache_dir, tmp_path)
+
+    def holders():
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                paths = [os.readlink(f"/proc/{pid}/cwd")]
+                paths += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            except OSError:  # gone meanwhile
+                continue
+            if any(path == str(job) or path.startswith(f"{job}/") for path in paths):
+                found.append(pid)
+        return found
+
+    with held(lock, EXCLUSIVE):  # the child's insert of this member waits
+        done = subprocess.run(list(native_dropin), input=json.dumps(down).encode(), capture_output=True,
+                              env=node, cwd=job, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()
+        assert len(cache.entries()) < len(names)  # the child is still at work
+        assert holders() == []
+    wait_for(lambda: len(cache.entries()) == len(names), "the second job's inserts")
+    cache.close()

@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -230,6 +231,22 @@ def read_bundle(ours, env, names, url, job):
     return done
 
 
+def one_member_to_hold(ours, env, names, url, cache_dir, tmp_path):
+    """A first job's read of :func:`upload_bundle`'s files (whose members enter the node cache),
+    then the cache emptied: (the cache, the lock file of one member's key, a new job directory,
+    the entries that read the bundle into it), for a test that holds the lock while the next
+    job's insert of that member waits."""
+    read_bundle(ours, env, names, url, tmp_path / "first")
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+    wait_for(lambda: len(cache.entries()) == len(names), "the first job's inserts")
+    key = cache.entries()[0].meta.key
+    cache.clear()
+    job = tmp_path / "second"
+    job.mkdir()
+    down = [entry(f"{url}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
+    return cache, cache._layout.paths(key).lock, job, down
+
+
 def test_bundle_members_enter_the_node_cache_after_the_job_has_its_answer(native_dropin, stager, proxied, bucket,
                                                                          tmp_path):
     """Write-behind: the stager answers the job, then inserts the members it fetched; the next
@@ -331,3 +348,34 @@ def test_a_stop_during_reaping_waits_until_every_finished_job_is_reaped_and_logg
     assert lines == ["job pid 101 exited 0 (0.250 s CPU)", "job pid 102 exited 1 (0.500 s CPU)"]
     stager._serving = False  # outside the accept loop a stop never raises
     stager._stop(signal.SIGTERM, None)
+
+
+def test_inserts_after_the_answer_neither_hold_nor_write_the_jobs_streams(native_dropin, stager, proxied, bucket,
+                                                                         tmp_path):
+    """The stager's copy fills the node cache after the job has its exit status: by then the
+    job's stdout and stderr are not its own any more. A reader of the job's streams sees their
+    end when the job's command exits, even while an insert waits (here on a member's lock, which
+    this test holds), and nothing the inserts do is written there."""
+    from transfer.cache.locks import EXCLUSIVE, held
+    proxy, env = proxied
+    common = dict(env, PEGASUS_CLOUDIO_BUNDLE="1", PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES="0")
+    names, url = upload_bundle(native_dropin, job_env(stager.socket_path, **common), bucket, tmp_path)
+    cache_dir = tmp_path / "cache"
+    node = job_env(stager.socket_path, **dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir)))
+    cache, lock, job, down = one_member_to_hold(native_dropin, node, names, url, cache_dir, tmp_path)
+    with held(lock, EXCLUSIVE):  # the copy's insert of this member waits
+        client = subprocess.Popen(list(native_dropin), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=node, cwd=job)
+        client.stdin.write(json.dumps(down).encode())
+        client.stdin.close()
+        assert client.wait(timeout=60) == 0
+        ended = threading.Event()
+        err = []
+        reader = threading.Thread(target=lambda: (err.append(client.stderr.read()), ended.set()), daemon=True)
+        reader.start()
+        assert ended.wait(30), "the job's stderr is still open after its command exited"
+    assert b"All transfers completed successfully." in err[0]
+    wait_for(lambda: len(cache.entries()) == len(names), "the second job's inserts")
+    client.stdout.close()
+    client.stderr.close()
+    cache.close()

@@ -131,3 +131,34 @@ def test_a_name_that_does_not_resolve_is_not_looked_up_on_every_report(monkeypat
         assert sockets.held() == [] and sockets.hand_out() == {}
     finally:
         sockets.close()
+
+
+def test_a_name_that_moves_is_followed_not_dialled_at_its_old_address_for_ever(monkeypatch):
+    """An endpoint in steady use is looked up again now and then: once its name points
+    elsewhere (a store's fail-over), the connections handed to jobs go where the job's own
+    dialling would, not to the address the name had when the stager first learnt it."""
+    old, new = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    points_to = [old.getsockname()]
+
+    def getaddrinfo(host, port, *args, **kwargs):  # answered here: no DNS query leaves this machine
+        assert host == "store.test"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", points_to[0])]
+
+    monkeypatch.setattr(stager_warm.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(stager_warm, "RESOLVE_S", 0.0)
+    sockets = stager_warm.WarmSockets()
+    try:
+        stager_warm.report(sockets.reports_w, [("store.test", 443)])
+        sockets.drain_reports()
+        assert {s.getpeername() for s in sockets.held()} == {old.getsockname()}
+        points_to[0] = new.getsockname()
+        stager_warm.report(sockets.reports_w, [("store.test", 443)])  # still in use
+        sockets.drain_reports()
+        handed = sockets.hand_out()[("store.test", 443)]
+        assert handed and {s.getpeername() for s in handed} == {new.getsockname()}
+        for sock in handed:
+            sock.close()
+    finally:
+        sockets.close()
+        old.close()
+        new.close()

@@ -43,7 +43,8 @@ _MIN_BATCH = 2  # one file gains nothing from a pass of its own
 def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
                  cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
     """Read what it can of ``indexed`` (position, transfer) in one pass, calling
-    ``finish(position, result)`` for each file done; returns the rest, in order.
+    ``finish(position, result)`` for each file done (what ``finish`` raises leaves this call once
+    the pass is over, as it leaves the engine's run on the ordinary path); returns the rest, in order.
     ``stands_in(source)``, asked of a source the store does not have, says whether a bundle
     member stands in for it (loading its directory's index): then the pass ends, and the
     per-file path finds the members without a request for each."""
@@ -52,8 +53,8 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
     for item in indexed:
         op = item[1]
         source = op.sources[0]
-        if op.dest.scheme != "file" or op.link is LinkMode.SYMLINK or source.is_local:
-            rest.append(item)
+        if op.dest.scheme != "file" or op.link is LinkMode.SYMLINK or source.is_local or op.dest.path.endswith("/"):
+            rest.append(item)  # a directory path: refused by the ordinary path before any request
             continue
         try:
             reader = batch_reads(session.backend(source))
@@ -78,7 +79,11 @@ def _position(item: Tuple[int, Transfer]) -> int:
 
 def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
                 cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
+    raised: List[Exception] = []  # what the caller's ``finish`` raised: the run's error, as on the ordinary path
+
     def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
+        if raised:
+            return False
         position, op = group[k]
         try:
             size = atomic_write_bytes(op.dest.path, body)
@@ -88,7 +93,10 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
         source = op.sources[0]
         attempt = Attempt(source, op.dest, True, time.time() - seconds, seconds, size)
         budget.earn()
-        finish(position, Result(op, True, size, seconds, 1, None, source, (attempt,)))
+        try:  # not the read's failure: the file is written and its result recorded, once
+            finish(position, Result(op, True, size, seconds, 1, None, source, (attempt,)))
+        except Exception as err:  # noqa: BLE001 - raised from the pass below, not swallowed by the reader
+            raised.append(err)
         return True
 
     def missing(k: int) -> bool:
@@ -99,4 +107,6 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
 
     left = reader.read_small([op.sources[0] for _, op in group], take, connections=connections, cancel=cancel,
                              missing=missing)
+    if raised:
+        raise raised[0]
     return [group[k] for k in left]

@@ -142,7 +142,8 @@ def insert_behind() -> None:
     """The node-cache inserts of bundle members this run queued (:mod:`transfer.cache.behind`),
     made once the job's files are all in place and its summary written: by a child process, so
     the job does not wait for them (its exit, its next step). The child writes to nothing of
-    the job's (its standard streams are ``/dev/null``, the job's descriptors closed), stays in
+    the job's (its standard streams are ``/dev/null``, the job's descriptors closed, its working
+    directory ``/``: the cache's paths are absolute), stays in
     the job's process group (a job's end or removal ends it too), and a child killed half-way
     leaves no entry a later job would trust (``tests/test_cache_members.py``): what it does
     not insert is only a later miss. Inserts are made here, before returning, when a fork
@@ -170,6 +171,7 @@ def insert_behind() -> None:
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         os.closerange(3, max(1 << 16, os.sysconf("SC_OPEN_MAX")))  # none of the job's descriptors stay open
+        os.chdir("/")  # nor its directory (a scratch mount the execute node removes at the job's end)
         behind.drain()
     finally:
         os._exit(0)

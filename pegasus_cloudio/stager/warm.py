@@ -11,7 +11,9 @@ What is shared is a TCP connection that has carried nothing: TLS, credentials an
 are the job's own, and the stager serves one user. Connections older than
 :data:`MAX_AGE_S` are closed rather than handed out (a server may have closed them; one that
 did anyway is retried by the job on a fresh connection). An endpoint unused for
-:data:`FORGET_S` is dropped. Names are resolved once, when an endpoint is learnt.
+:data:`FORGET_S` is dropped. A name is resolved when an endpoint is learnt and again, when a
+job reports it, once :data:`RESOLVE_S` have passed: connections follow a name that moved (a
+store's fail-over) to where the job's own dialling would go, not to its first address for ever.
 """
 
 from __future__ import annotations
@@ -28,18 +30,19 @@ PER_ENDPOINT = 2
 MAX_ENDPOINTS = 4
 MAX_AGE_S = 10.0
 FORGET_S = 300.0
+RESOLVE_S = 30.0
 MAX_REPORT = 4096  # bytes of reports read per drain
 _MAX_HOST = 253
 _MAX_UNRESOLVED = 64
 
 
 class _Endpoint:
-    __slots__ = ("target", "family", "sockets", "used")
+    __slots__ = ("target", "family", "sockets", "used", "resolved")
 
     def __init__(self, target: Tuple[object, ...], family: int) -> None:
         self.target, self.family = target, family
         self.sockets: List[Tuple[float, socket.socket]] = []
-        self.used = time.monotonic()
+        self.used = self.resolved = time.monotonic()
 
 
 class WarmSockets:
@@ -69,21 +72,34 @@ class WarmSockets:
         known = self._endpoints.get(address)
         if known is not None:
             known.used = time.monotonic()
+            if known.used - known.resolved < RESOLVE_S:
+                return
+        found = self._resolve(address)
+        if known is not None:
+            if found == (known.family, known.target):
+                known.resolved = time.monotonic()
+                return
+            self._close(self._endpoints.pop(address))  # the name moved (or no longer resolves)
+        if found is None:
             return
+        if len(self._endpoints) >= MAX_ENDPOINTS:
+            oldest = min(self._endpoints, key=lambda a: self._endpoints[a].used)
+            self._close(self._endpoints.pop(oldest))
+        self._endpoints[address] = _Endpoint(found[1], found[0])
+
+    def _resolve(self, address: Address) -> Optional[Tuple[int, Tuple[object, ...]]]:
+        """(family, socket address) of ``address``'s name, or None (remembered for a while)."""
         failed = self._unresolved.get(address)
         if failed is not None and time.monotonic() - failed < FORGET_S:
-            return  # a name that did not resolve is not looked up (a blocking call) on every report
+            return None  # a name that did not resolve is not looked up (a blocking call) on every report
         try:
             family, _, _, _, target = socket.getaddrinfo(address[0], address[1], 0, socket.SOCK_STREAM)[0]
         except (OSError, IndexError):
             if len(self._unresolved) >= _MAX_UNRESOLVED:
                 self._unresolved.clear()
             self._unresolved[address] = time.monotonic()
-            return
-        if len(self._endpoints) >= MAX_ENDPOINTS:
-            oldest = min(self._endpoints, key=lambda a: self._endpoints[a].used)
-            self._close(self._endpoints.pop(oldest))
-        self._endpoints[address] = _Endpoint(target, family)
+            return None
+        return family, target
 
     def hand_out(self) -> Dict[Address, List[socket.socket]]:
         """The fresh connections held, for the next job's copy (the caller closes its copies

@@ -546,7 +546,10 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
 def _verified(url: Url, status: int, headers: Dict[str, str], body: bytes, tag: str) -> Optional[ObjectInfo]:
     """What the store says of the object when a pipelined answer is this request's (its tag
     echoed), whole and right: the checks :meth:`S3Backend.get` makes (size, then checksum
-    header or MD5 ETag); None otherwise."""
+    header or MD5 ETag); None otherwise, and None for an answer with nothing but its size to
+    check (a multipart or SSE-KMS ETag and no checksum header): on a pipelined connection the
+    body is whatever its Content-Length spans, so a wrong one (a head sent without its body)
+    would pass the next answer's bytes off as this object. The ordinary path reads it alone."""
     if status != 200 or headers.get("cache-control") != tag:
         return None
     info = _info(url, 200, headers)
@@ -556,11 +559,10 @@ def _verified(url: Url, status: int, headers: Dict[str, str], body: bytes, tag: 
     if etag_md5 is not None and not any(header in headers for header in CHECKSUM_HEADERS):
         return info if _digests.md5(body).hex() == etag_md5.lower() else None  # response_check's choice, at once
     check = response_check(headers, etag_md5, info.size)
-    if check is not None:
-        check.update(body)
-        if not check.matches():
-            return None
-    return info
+    if check is None:
+        return None
+    check.update(body)
+    return info if check.matches() else None
 
 
 _DEPTH = 8
