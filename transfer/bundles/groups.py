@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 
-from transfer.bundles.reading import GroupState, MemberRead, read_group
 from transfer.errors import NotFound, TransferError
 from transfer.ops import Attempt, LinkMode, Result, Transfer
 
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from transfer.backends.base import Backend
     from transfer.bundles.directory import LoadedBundle
     from transfer.bundles.format import Member
+    from transfer.bundles.reading import GroupState, MemberRead
     from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
     from transfer.cache import NodeCache
     from transfer.engine import Action
@@ -63,6 +63,7 @@ class GroupTask:
                  peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
         """Fetch one bundle once for all its wanted members. A member that fails its check fails
         alone; a vanished bundle sends its files down the per-file path."""
+        from transfer.bundles.reading import GroupState, MemberRead  # reads only: an upload does not load it
         state = GroupState.empty()
         started = time.time()
         reads = [MemberRead(i, op.sources[0], op.dest.path, member,
@@ -95,6 +96,7 @@ class GroupTask:
     def read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
                     symlink: bool, peers: Optional[PeerRound]) -> int:
         """A plain read that resolved to a bundle member: a group of one. Raises its error."""
+        from transfer.bundles.reading import GroupState, MemberRead
         backend, bundle, member = found
         state = GroupState.empty()
         self._read(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
@@ -120,6 +122,7 @@ class GroupTask:
     def _read(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
               peers: Optional[PeerRound]) -> None:
         """The one way into bundles: member-keyed node cache, then one streamed fetch."""
+        from transfer.bundles.reading import read_group
         stored = peers.stored if peers is not None else None
         read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
 
