@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from transfer.cache import CacheConfig, NodeCache
-from transfer.cache import store as store_module
+from transfer.cache import members as members_module
 
 
 def config(directory, **changes) -> CacheConfig:
@@ -118,7 +118,7 @@ def test_an_interrupted_member_leaves_no_entry_and_the_next_batch_completes(tmp_
     calls = []
 
     if stop_after == "write_meta_in_place":
-        real = store_module.write_meta_in_place
+        real = members_module.write_meta_in_place
 
         def interrupted(paths, meta):
             real(paths, meta)  # the metadata is complete, the data not yet renamed: a kill now
@@ -126,9 +126,9 @@ def test_an_interrupted_member_leaves_no_entry_and_the_next_batch_completes(tmp_
             if len(calls) == 3:
                 raise KeyboardInterrupt
 
-        monkeypatch.setattr(store_module, "write_meta_in_place", interrupted)
+        monkeypatch.setattr(members_module, "write_meta_in_place", interrupted)
     else:
-        real_open = store_module.KeyPaths.open_temp
+        real_open = members_module.KeyPaths.open_temp
 
         def interrupted_open(self):
             fd, temp = real_open(self)
@@ -139,7 +139,7 @@ def test_an_interrupted_member_leaves_no_entry_and_the_next_batch_completes(tmp_
                 raise KeyboardInterrupt
             return fd, temp
 
-        monkeypatch.setattr(store_module.KeyPaths, "open_temp", interrupted_open)
+        monkeypatch.setattr(members_module.KeyPaths, "open_temp", interrupted_open)
     with pytest.raises(KeyboardInterrupt):
         cache.insert_members(items)
     monkeypatch.undo()

@@ -10,12 +10,13 @@ operation, in input order. It
 * writes local destinations atomically (temp name, verify, rename) and never leaves a
   partial file behind;
 * reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
-  from bundles, then from the store, and fills the node cache once; without cache and
-  bundles, small objects are first read many per round trip (:mod:`transfer.batched`);
-* drives multipart uploads and parallel ranged downloads (:mod:`transfer.ranged`) of large
-  files, all their parts sharing one :class:`~transfer.ranged.PartPool` of ``threads``, and
-  server-side copies between objects of one endpoint, or a two-hop copy through a local temp
-  file between different endpoints.
+  from bundles (one fetch per bundle for a batch: :mod:`transfer.bundles.groups`), then from
+  the store, and fills the node cache once; without cache and bundles, small objects are
+  first read many per round trip (:mod:`transfer.batched`);
+* drives multipart uploads (:mod:`transfer.uploads`) and parallel ranged downloads
+  (:mod:`transfer.ranged`) of large files, all their parts sharing one
+  :class:`~transfer.ranged.PartPool` of ``threads``, and server-side copies between objects of
+  one endpoint, or a two-hop copy through a local temp file between different endpoints.
 
 Backends are obtained from the :class:`~transfer.session.Session`, which keeps one per
 endpoint, so all workers share one connection pool per endpoint.
@@ -31,8 +32,7 @@ from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, scratch_file
 from transfer.backends.base import (
-    Backend, MultipartUploads, ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes,
-    ranged_reads, uploads,
+    ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads, uploads,
 )
 from transfer._lean import logger
 from transfer.errors import NotFound, TransferError
@@ -49,10 +49,8 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
-    from transfer.bundles.directory import LoadedBundle
-    from transfer.bundles.format import Member
-    from transfer.bundles.reading import GroupState, MemberRead
-    from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
+    from transfer.bundles.groups import GroupTask
+    from transfer.bundles.staging import BundleStager
     from transfer.cache import NodeCache
     from transfer.peers import PeerRound, PeerSource, Replica, Scope
     from transfer.session import Session
@@ -60,7 +58,7 @@ if TYPE_CHECKING:
     from transfer.urls import Url
 
     ResultCallback = Callable[[Result], None]
-    _Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
+    Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
 
 _log = logger(__name__)  # logging is imported at the first retry
 
@@ -75,7 +73,7 @@ def _wait(future: Future) -> None:  # type: ignore[type-arg]
         future.exception()
 
 
-def _contained(action: _Action, history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+def _contained(action: Action, history: List[Attempt]) -> Tuple[int, Optional[Url]]:
     """Run ``action``; an exception outside the tree (a bug) becomes a non-retryable
     TransferError for this operation instead of aborting the whole batch."""
     try:
@@ -248,8 +246,9 @@ class Engine:
                 # Unpacking a bundle is local CPU and file-system work: more threads than cores
                 # only fight over the interpreter lock.
                 pool = group_pool = self._group_pool(executor, len(downloads) + len(bundled_up))
-                groups = [pool.submit(self._bundle_download, g, budget, peers) for g in downloads]
-                groups += [pool.submit(self._bundle_upload, g, budget, peers) for g in bundled_up]
+                task = self._groups()
+                groups = [pool.submit(task.download, g, budget, peers) for g in downloads]
+                groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
         if len(indexed) > 1 and self._cache is None and self._bundle_stager is None and not self._bundles_on:
             from transfer.batched import read_batched  # small downloads, pipelined from this thread first
             indexed = read_batched(self._session, indexed, self._threads, budget,
@@ -276,7 +275,7 @@ class Engine:
 
     # -- retries ------------------------------------------------------------------------
 
-    def _with_retries(self, op: Operation, budget: RetryBudget, action: _Action) -> Result:
+    def _with_retries(self, op: Operation, budget: RetryBudget, action: Action) -> Result:
         history: List[Attempt] = []
         start = time.monotonic()
         for attempt in itertools.count(1):
@@ -335,87 +334,17 @@ class Engine:
 
     # -- bundles ------------------------------------------------------------------------
 
-    def _bundle_download(self, group: DownloadGroup, budget: RetryBudget,
-                         peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
-        """Fetch one bundle once for all its wanted members. A member that fails its check fails
-        alone; a vanished bundle sends its files down the per-file path."""
-        from transfer.bundles.reading import GroupState, MemberRead
-        state = GroupState.empty()
-        started = time.time()
-        reads = [MemberRead(i, op.sources[0], op.dest.path, member,
-                            op.link is LinkMode.SYMLINK or op.dest.scheme == "symlink")
-                 for i, op, member in group.items]
-
-        failed: Dict[int, TransferError] = {}
-
-        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-            self._read_members(group.backend, group.bundle, reads, state, peers)
-            if state.failed:  # retried (a damaged download?) for those members only
-                failed.update(state.failed)
-                state.failed.clear()
-                raise next(iter(failed.values()))
-            return sum(state.done.values()), None
-
-        outcome = self._with_retries(group.items[0][1], budget, action)
-        if not outcome.ok and isinstance(outcome.error, NotFound) and not state.done:
-            self._bundles.forget(group.items[0][1].sources[0])
-            return [(i, self._transfer(op, budget, peers)) for i, op, _ in group.items]
-        results = []
-        for i, op, _ in group.items:
-            if i in state.done:
-                mine = Result(op, True, state.done[i], outcome.seconds, outcome.attempts)
-            else:
-                mine = Result(op, False, 0, outcome.seconds, outcome.attempts, failed.get(i, outcome.error))
-            results.append((i, self._group_result(op, mine, state.done.get(i, 0), started)))
-        return results
-
-    def _read_members(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
-                      peers: Optional[PeerRound]) -> None:
-        """The one way into bundles (:func:`~transfer.bundles.reading.read_group`): member-keyed
-        node cache, then one streamed fetch."""
-        from transfer.bundles.reading import read_group
-        stored = peers.stored if peers is not None else None
-        read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
-
-    def _read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
-                     symlink: bool, peers: Optional[PeerRound]) -> int:
-        """A plain read that resolved to a bundle member: a group of one."""
-        from transfer.bundles.reading import GroupState, MemberRead
-        backend, bundle, member = found
-        state = GroupState.empty()
-        self._read_members(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
-        if 0 in state.failed:
-            raise state.failed[0]
-        return state.done[0]
-
-    def _bundle_upload(self, group: UploadGroup, budget: RetryBudget,
-                       peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
-        started = time.time()
-
-        def upload(path: str, dest: Url) -> int:
-            return self._upload(path, dest, peers, write_through=False)
-
-        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-            self._bundles.upload_group(group, upload)
-            return sum(size for _, _, size in group.items), None
-
-        outcome = self._with_retries(group.items[0][1], budget, action)
-        if outcome.ok:  # the members, not the bundle, are what later reads ask for
-            for _, op, _ in group.items:
-                self._write_through(op.dest, op.sources[0].path, None, peers)
-        return [(i, self._group_result(op, outcome, size, started)) for i, op, size in group.items]
+    def _groups(self) -> GroupTask:
+        """The bundle part of a run, imported when first used (bundles are on, or a read that
+        found nothing resolved to a member)."""
+        from transfer.bundles.groups import GroupTask
+        return GroupTask(self._bundles, self._cache, self._cache_key, retried=self._with_retries,
+                         per_file=self._transfer, write_through=self._write_through,
+                         upload=lambda path, dest: self._upload(path, dest, write_through=False))
 
     def _stands_in(self, source: Url) -> bool:
         """For a read the store answered 404: whether a bundle member stands in for it."""
         return self._bundles.resolve(source)[0] is not None
-
-    @staticmethod
-    def _group_result(op: Transfer, outcome: Result, size: int, started: float) -> Result:
-        source = op.sources[0]
-        attempt = Attempt(source, op.dest, outcome.ok, started, outcome.seconds, size if outcome.ok else 0,
-                          outcome.error)
-        return Result(op, outcome.ok, size if outcome.ok else 0, outcome.seconds, outcome.attempts,
-                      outcome.error, source if outcome.ok else None, (attempt,))
 
     # -- node cache ---------------------------------------------------------------------
 
@@ -505,7 +434,7 @@ class Engine:
         known = None if stager is None or self._elsewhere(source, peers) else stager.known_member(source)
         if known is not None:
             try:
-                return self._read_member(known, source, dest_path, symlink, peers)
+                return self._groups().read_member(known, source, dest_path, symlink, peers)
             except NotFound:
                 self._bundles.forget(source)  # the bundle vanished: ask the store afresh
         backend = self._session.backend(source)
@@ -537,7 +466,7 @@ class Engine:
                 if note:
                     err.message += note
                 raise
-            return self._read_member(found, source, dest_path, symlink, peers)
+            return self._groups().read_member(found, source, dest_path, symlink, peers)
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
@@ -549,7 +478,8 @@ class Engine:
             except OSError as err:
                 raise local_error(err, path, "put") from err
             if size >= in_parts.multipart_threshold:
-                size = self._multipart_upload(in_parts, path, dest, size)
+                size = self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
+                                           self._random())
                 if write_through:
                     self._write_through(dest, path, None, peers)
                 return size
@@ -567,28 +497,6 @@ class Engine:
         if key is not None and self._cache is not None:
             if self._cache.insert_file(key, path, version) and peers is not None:
                 peers.stored(key, self._peer_scope(dest))
-
-    def _multipart_upload(self, backend: MultipartUploads, path: str, dest: Url, size: int) -> int:
-        from transfer.http.connection import FileRegion
-        step = backend.part_size
-        regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
-        upload_id = backend.start_upload(dest)
-        self._uploads.start(backend, dest, upload_id)
-        try:
-            # The shared part pool: parts never queue behind the file tasks that wait for them.
-            parts = [self._parts.submit(backend.upload_part, dest, upload_id, number, region)
-                     for number, region in enumerate(regions, 1)]
-            try:
-                etags = [part.result() for part in parts]
-            finally:
-                ranged.join(parts)  # no part may still be sending when the upload is aborted
-            backend.complete_upload(dest, upload_id, etags)
-        except BaseException:
-            self._uploads.abort(backend, dest, upload_id, self._retry, self._sleep, self._random())
-            raise
-        finally:
-            self._uploads.finish(upload_id)
-        return size
 
     def abort_uploads(self, seconds: float) -> List[str]:
         """For signal handlers: abort every multipart upload in flight, giving up after

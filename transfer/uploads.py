@@ -1,4 +1,5 @@
-"""Multipart uploads in flight: aborted with retries on failure, and all at once on a signal.
+"""Multipart uploads: each file's parts on the engine's part pool, and the uploads in flight,
+aborted with retries on failure and all at once on a signal.
 
 An upload that is neither completed nor aborted keeps its parts in the bucket (and on the
 bill) until a lifecycle rule or ``pegasus-cloudio-s3 rmup`` removes it, so aborts are
@@ -15,6 +16,8 @@ import time
 from transfer import _threads
 from transfer.backends.base import MultipartUploads
 from transfer.errors import TransferError
+from transfer.http.connection import FileRegion
+from transfer.ranged import PartPool, join
 from transfer.retry import RetryPolicy
 from transfer.urls import Url
 
@@ -40,6 +43,31 @@ class InFlightUploads:
     def finish(self, upload_id: str) -> None:
         with self._lock:
             self._live.pop(upload_id, None)
+
+    def upload(self, backend: MultipartUploads, path: str, dest: Url, size: int, parts: PartPool,
+               policy: RetryPolicy, sleep: Callable[[float], None], rng: random.Random) -> int:
+        """Upload the ``size`` bytes of the local file ``path`` to ``dest`` in parts of the
+        backend's ``part_size``, sent on ``parts``; the upload is in flight from the moment it
+        is started, and aborted (:meth:`abort`) on any failure, after its last part stopped."""
+        step = backend.part_size
+        regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
+        upload_id = backend.start_upload(dest)
+        self.start(backend, dest, upload_id)
+        try:
+            # The shared part pool: parts never queue behind the file tasks that wait for them.
+            sent = [parts.submit(backend.upload_part, dest, upload_id, number, region)
+                    for number, region in enumerate(regions, 1)]
+            try:
+                etags = [part.result() for part in sent]
+            finally:
+                join(sent)  # no part may still be sending when the upload is aborted
+            backend.complete_upload(dest, upload_id, etags)
+        except BaseException:
+            self.abort(backend, dest, upload_id, policy, sleep, rng)
+            raise
+        finally:
+            self.finish(upload_id)
+        return size
 
     def abort(self, backend: MultipartUploads, url: Url, upload_id: str, policy: RetryPolicy,
               sleep: Callable[[float], None], rng: random.Random) -> bool:

@@ -47,8 +47,9 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "transfer.backends.s3", "transfer.backends._s3_xml", "transfer.backends.http", "transfer.backends.local",
            "transfer.backends.gcs", "transfer.backends.sftp",
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
-           "transfer.cache", "transfer.cache.store", "transfer.p2p", "transfer.engine", "transfer.node",
-           "transfer.session", "transfer.ranged", "transfer.retry", "transfer.ops", "transfer.context",
+           "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",
+           "transfer.p2p", "transfer.engine", "transfer.node", "transfer.session", "transfer.ranged", "transfer.retry",
+           "transfer.ops", "transfer.context",
            "transfer._workers", "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
            "awscrt.checksums")
 REQUEST_TIMEOUT_S = 30.0

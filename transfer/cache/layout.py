@@ -1,4 +1,5 @@
-"""The cache directory on disk: where a key's files live, safety checks, entry metadata.
+"""The cache directory on disk: where a key's files live, safety checks, entry metadata, and the
+marks a use (:func:`touch`) or an intact check (:func:`set_stamp`) leaves on a key's files.
 
 ::
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+import time
 
 from transfer import _digests
 from transfer._lean import record
@@ -220,6 +222,13 @@ class Meta:
         """The cheap check done on every hit: size and modification time unchanged."""
         return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
 
+    def changed(self, version: Optional[str], sha256: Optional[str]) -> bool:
+        """Whether an object stored as ``version``/``sha256`` (None: not known) is another than
+        the one this entry holds: the object changed under its name."""
+        if version is not None and self.version is not None and version != self.version:
+            return True
+        return sha256 is not None and sha256 != self.sha256
+
 
 def read_meta(path: str) -> Optional[Meta]:
     """The metadata at ``path``; None when missing or unreadable (the entry is then corrupt)."""
@@ -293,6 +302,32 @@ def _write_closing(fd: int, data: bytes) -> None:
 
 MAX_GRANTS = 64  # scopes one entry is shared with; a daemon reads at most this many lines
 GRANT_LINE = 65
+
+
+def stamped_ctime(paths: KeyPaths) -> Optional[int]:
+    """The ctime the entry had when last known intact (its ``.ok`` stamp), None if unknown."""
+    try:
+        return os.stat(paths.stamp).st_mtime_ns
+    except OSError:
+        return None
+
+
+def set_stamp(paths: KeyPaths, ctime_ns: int) -> None:
+    """Record ``ctime_ns`` as the mtime of the entry's stamp file (created if missing). Raises OSError."""
+    os.close(os.open(paths.stamp, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+    os.utime(paths.stamp, ns=(ctime_ns, ctime_ns))
+
+
+def touch(paths: KeyPaths, symlink: bool) -> None:
+    """Record a use: the metadata's mtime orders LRU; a symlink hand-out also pins."""
+    now = time.time_ns()
+    try:
+        os.utime(paths.meta, ns=(now, now))
+        if symlink:
+            os.close(os.open(paths.pin, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+            os.utime(paths.pin, ns=(now, now))
+    except OSError:
+        pass
 
 
 def grant_capability(path: str, capability: str) -> bool:

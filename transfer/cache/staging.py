@@ -1,4 +1,5 @@
-"""Staging a local file or bytes as a temp file beside a cache entry, hashed on the way."""
+"""Staging a local file or bytes as a temp file beside a cache entry, hashed on the way; and
+the SHA-256 check of an entry's bytes."""
 
 from __future__ import annotations
 
@@ -58,6 +59,20 @@ def hash_fd(fd: int) -> str:
             return digest.hexdigest()
         digest.update(block)
         offset += len(block)
+
+
+def same_bytes(path: str, sha256: str) -> bool:
+    """True if the file at ``path`` hashes to ``sha256`` (False if it cannot be read)."""
+    try:
+        fd = os.open(path, _RDONLY)
+    except OSError:
+        return False
+    try:
+        return hash_fd(fd) == sha256
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _copy_hashing(path: str, dst: int) -> str:

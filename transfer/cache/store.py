@@ -17,7 +17,8 @@ Whatever goes wrong on the cache's side (full disk, quota, permissions, below th
 free space) turns into an uncached transfer into an atomic temp file beside the
 destination, never into a failed job. Errors of the download and of the destination
 propagate unchanged. An uncached download whose version (ETag) differs from the entry's
-drops the entry: the object changed under its name.
+drops the entry: the object changed under its name. The members of a bundle go in as one
+batch per bundle (:mod:`transfer.cache.members`, imported only for them).
 """
 
 from __future__ import annotations
@@ -27,18 +28,18 @@ import time
 
 from transfer import _digests
 from transfer._lean import logger
-from transfer.atomic import AtomicFile, atomic_write_bytes, untrack_temp, write_all
+from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
 from transfer.cache.layout import (
-    ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, read_meta, remove_quietly, write_meta,
-    write_meta_in_place,
+    ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, read_meta, remove_quietly, set_stamp,
+    stamped_ctime, touch, write_meta,
 )
 from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire, held
 from transfer.cache.materialise import materialise
 from transfer.cache.sink import CacheSink
-from transfer.cache.staging import Staged, hash_fd, stage_bytes, stage_file
+from transfer.cache.staging import Staged, same_bytes, stage_bytes, stage_file
 from transfer.cache.stats import CacheStats, Counters, StatsFile, stats_from
 from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
@@ -126,7 +127,7 @@ class NodeCache:
                 return None
             materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
             self._restamp(paths, meta.size)  # our own hard link moved the ctime
-            _touch(paths, symlink)
+            touch(paths, symlink)
             return meta.size
 
     def _valid(self, paths: KeyPaths, key: str, check: bool = False, report: bool = True) -> Optional[Meta]:
@@ -152,19 +153,19 @@ class NodeCache:
     def _intact(self, paths: KeyPaths, meta: Meta, st: os.stat_result) -> bool:
         """The SHA-256 check of a hit (see :meth:`_valid`); a big entry found intact is restamped."""
         if self.config.verifies(meta.size):
-            return _same_bytes(paths.data, meta.sha256)
-        if _stamped_ctime(paths) == st.st_ctime_ns:
+            return same_bytes(paths.data, meta.sha256)
+        if stamped_ctime(paths) == st.st_ctime_ns:
             return True
-        if not _same_bytes(paths.data, meta.sha256):
+        if not same_bytes(paths.data, meta.sha256):
             return False
-        _set_stamp(paths, st.st_ctime_ns)
+        set_stamp(paths, st.st_ctime_ns)
         return True
 
     def _restamp(self, paths: KeyPaths, size: int) -> None:
         """After our own link or publish of a big entry: record its ctime as known intact."""
         if not self.config.verifies(size):
             try:
-                _set_stamp(paths, os.stat(paths.data).st_ctime_ns)
+                set_stamp(paths, os.stat(paths.data).st_ctime_ns)
             except OSError:
                 pass  # no stamp: the next hit re-hashes
 
@@ -209,7 +210,7 @@ class NodeCache:
             if self._publish(paths, key, staged, info.version, "download"):
                 materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
                 self._restamp(paths, sink.written)
-                _touch(paths, symlink)
+                touch(paths, symlink)
                 self._counters.add(misses=1)
             else:
                 materialise(temp, dest_path)  # a hard link (or copy) of the temp file, then it goes
@@ -239,83 +240,11 @@ class NodeCache:
 
     def insert_members(self, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
                        dests: Optional[Sequence[Sequence[str]]] = None) -> List[str]:
-        """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored.
-
-        For the members of one bundle read by a job: one free-space and one size-cap check for
-        the batch, then per member its lock, its metadata written in place (no entry exists
-        while the lock is held, so nothing trusts it half-written), its bytes in a new temp
-        file (mode 0444) and one rename that makes the entry. ``sha256`` must be the digest the
-        caller checked ``bytes`` against (it is recorded, not recomputed). An existing valid
-        entry stays (its key is returned). With ``dests`` (one list of paths per member), each
-        stored member is also materialised at its paths under its lock, as a hit would be
-        (hard links where the cache hands out links); errors writing a destination propagate
-        (the job's own), the cache's own errors only end the batch early (logged): the caller
-        writes the destinations of members not returned itself.
-
-        A process killed half-way leaves complete entries and, for the member in hand, at most
-        a metadata file and a temp file without an entry, which the next fill of that key
-        removes: never an entry a later job would trust."""
-        wanted = [n for n, m in enumerate(members) if len(m[1]) <= self.config.max_bytes]
-        stored: List[str] = []
-        size = sum(len(members[n][1]) for n in wanted)
-        try:
-            if not wanted or not (self._has_room(size) and self._within_cap(size)):
-                return stored
-            for n in wanted:
-                key, data, sha256 = members[n]
-                paths = self._layout.paths(key)
-                with held(paths.lock, EXCLUSIVE):
-                    written = self._put_member(paths, key, data, sha256, version)
-                    for dest in dests[n] if dests is not None else ():
-                        if written:
-                            materialise(paths.data, dest, hardlink=self.config.hardlink)
-                        else:  # an older entry passed only the cheap check: the job gets the verified bytes
-                            atomic_write_bytes(dest, data)
-                stored.append(key)
-        except TransferError:
-            raise
-        except OSError as err:
-            _log.warning("cache %s: cannot insert bundle members: %s", self.directory, err)
-        finally:
-            self._gc_if_due()
-        return stored
-
-    def _put_member(self, paths: KeyPaths, key: str, data: bytes, sha256: str, version: Optional[str]) -> bool:
-        """One member of :meth:`insert_members`; the caller holds its key's exclusive lock.
-        True when this call wrote the entry; False when an existing entry of the same object
-        stays (checked by size and time only, not re-hashed: so the caller does not hand its
-        bytes to a job). The metadata comes first (with the data's modification time chosen now
-        and set on the data file), so a temp file of this key never exists without it: whatever
-        a killed insert leaves, the next fill finds and removes. Raises OSError."""
-        meta = self._valid(paths, key)
-        if meta is not None and not _changed(meta, version, sha256):
-            return False
-        if meta is not None or _exists(paths.meta) or _exists(paths.data):
-            self._remove_invalid(paths)  # else a new key: nothing to list
-        stamp = time.time_ns()
-        write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, "bundle"))
-        temp = None
-        try:
-            fd, temp = paths.open_temp()
-            try:
-                write_all(fd, data)
-                if self.config.fsync and not self.config.verifies(len(data)):
-                    os.fsync(fd)  # as _publish: entries a hit does not re-hash
-                os.fchmod(fd, ENTRY_MODE)
-                os.utime(fd, ns=(stamp, stamp))
-            finally:
-                os.close(fd)
-            os.replace(temp, paths.data)
-        except BaseException:
-            if temp is not None:  # else the metadata stays for the next fill to find and remove
-                remove_quietly(temp)
-                remove_quietly(paths.meta)
-            raise
-        untrack_temp(temp)
-        self._restamp(paths, len(data))
-        self._adjust_usage(1, len(data))
-        self._counters.add(inserts=1)
-        return True
+        """Store verified bundle members, ``(key, bytes, sha256)`` each, as one batch; the keys
+        stored. With ``dests`` (paths per member), stored members are also materialised there.
+        The contract is :mod:`transfer.cache.members`'s, imported at the first batch."""
+        from transfer.cache.members import insert_members
+        return insert_members(self, members, version, dests)
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
@@ -326,7 +255,7 @@ class NodeCache:
         try:
             with held(paths.lock, EXCLUSIVE):
                 meta = self._valid(paths, key)
-                if meta is not None and not _changed(meta, version, sha256):
+                if meta is not None and not meta.changed(version, sha256):
                     return True
                 self._remove_invalid(paths)
                 if not self._has_room(0):
@@ -356,8 +285,7 @@ class NodeCache:
 
     def _publish(self, paths: KeyPaths, key: str, staged: Staged, version: Optional[str],
                  source: str) -> bool:
-        """Make the complete staged temp file the entry: fsync (entries a hit does not re-hash),
-        metadata, 0444, rename.
+        """Make the complete staged temp file the entry (:meth:`_make_entry`), with its metadata.
 
         False (nothing published) when the cache cannot keep it: larger than the cap,
         below the free-space floor, or a write fails."""
@@ -366,19 +294,28 @@ class NodeCache:
             st = os.fstat(fd)
             if not (self._has_room(0) and self._within_cap(st.st_size)):
                 return False
-            if self.config.fsync and not self.config.verifies(st.st_size):
-                os.fsync(fd)  # a smaller entry is re-hashed on every hit (and by peers): damage shows
-            write_meta(paths, Meta(key, st.st_size, sha, st.st_mtime_ns, time.time(), version, source))
-            os.fchmod(fd, ENTRY_MODE)
-            os.replace(temp, paths.data)
+            meta = Meta(key, st.st_size, sha, st.st_mtime_ns, time.time(), version, source)
+            self._make_entry(paths, fd, temp, st.st_size, meta)
             self._restamp(paths, st.st_size)
         except OSError as err:
             _log.warning("cache %s: cannot publish %s: %s", self.directory, key, err)
             remove_quietly(paths.meta)
             return False
-        _touch(paths, False)  # a precise last-use time (file times are only jiffy-accurate)
+        touch(paths, False)  # a precise last-use time (file times are only jiffy-accurate)
         self._adjust_usage(1, st.st_size)
         return True
+
+    def _make_entry(self, paths: KeyPaths, fd: int, temp: str, size: int, meta: Optional[Meta] = None) -> None:
+        """The one publishing step, under the key's exclusive lock: the complete temp file
+        ``temp`` (open as ``fd``, ``size`` bytes) becomes the entry: fsync (entries a hit does
+        not re-hash), the metadata (``meta``; None when the caller wrote it in place before the
+        data), 0444, rename. Raises OSError; nothing is renamed into place then."""
+        if self.config.fsync and not self.config.verifies(size):
+            os.fsync(fd)  # a smaller entry is re-hashed on every hit (and by peers): damage shows
+        if meta is not None:
+            write_meta(paths, meta)
+        os.fchmod(fd, ENTRY_MODE)
+        os.replace(temp, paths.data)
 
     def _adjust_usage(self, entries: int, size: int) -> None:
         """Count an entry added or removed, in memory; the shared file is only written when
@@ -574,56 +511,3 @@ def _download_to(dest_path: str, download: Download) -> ObjectInfo:
         info = download(out.file)
         out.commit(info.size)
         return info
-
-
-def _exists(path: str) -> bool:
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _same_bytes(path: str, sha256: str) -> bool:
-    """True if the file at ``path`` hashes to ``sha256`` (False if it cannot be read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        return hash_fd(fd) == sha256
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _changed(meta: Meta, version: Optional[str], sha256: Optional[str]) -> bool:
-    if version is not None and meta.version is not None and version != meta.version:
-        return True
-    return sha256 is not None and sha256 != meta.sha256
-
-
-def _stamped_ctime(paths: KeyPaths) -> Optional[int]:
-    try:
-        return os.stat(paths.stamp).st_mtime_ns
-    except OSError:
-        return None
-
-
-def _set_stamp(paths: KeyPaths, ctime_ns: int) -> None:
-    """Record ``ctime_ns`` as the mtime of the entry's stamp file (created if missing). Raises OSError."""
-    os.close(os.open(paths.stamp, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
-    os.utime(paths.stamp, ns=(ctime_ns, ctime_ns))
-
-
-def _touch(paths: KeyPaths, symlink: bool) -> None:
-    """Record a use: the metadata's mtime orders LRU; a symlink hand-out also pins."""
-    now = time.time_ns()
-    try:
-        os.utime(paths.meta, ns=(now, now))
-        if symlink:
-            os.close(os.open(paths.pin, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
-            os.utime(paths.pin, ns=(now, now))
-    except OSError:
-        pass

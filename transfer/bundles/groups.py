@@ -1,0 +1,136 @@
+"""The bundle part of an engine run (one task, as :mod:`transfer.removes` is the remove part).
+
+* :meth:`GroupTask.download`: one bundle fetched once, under the engine's retries, for all the
+  members a batch wants from it. A member that fails its check fails alone and is retried
+  alone; a bundle gone from the store (404 before any member was written) sends its files
+  down the engine's per-file path.
+* :meth:`GroupTask.upload`: a group of small files packed into one new bundle, uploaded under
+  the engine's retries, then each member written through to the node cache.
+* :meth:`GroupTask.read_member`: a plain read that resolved to a bundle member: a group of one.
+
+Every member read goes through :func:`~transfer.bundles.reading.read_group` (member-keyed node
+cache, then one streamed fetch). Each file of a group gets its own :class:`~transfer.ops.Result`
+with one :class:`~transfer.ops.Attempt` naming its own source, never the bundle.
+
+The task owns no retries, transfers or uploads: it takes the engine's per-file steps, its
+bundle stager and its node cache as plain values. Imported only when a batch uses bundles.
+"""
+
+from __future__ import annotations
+
+import time
+
+from transfer.errors import NotFound, TransferError
+from transfer.ops import Attempt, LinkMode, Result, Transfer
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Tuple
+
+    from transfer.backends.base import Backend
+    from transfer.bundles.directory import LoadedBundle
+    from transfer.bundles.format import Member
+    from transfer.bundles.reading import GroupState, MemberRead
+    from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
+    from transfer.cache import NodeCache
+    from transfer.engine import Action
+    from transfer.ops import Operation
+    from transfer.peers import PeerRound
+    from transfer.retry import RetryBudget
+    from transfer.urls import Url
+
+    Retried = Callable[[Operation, RetryBudget, Action], Result]  # the engine's retry loop
+    PerFile = Callable[[Transfer, RetryBudget, Optional[PeerRound]], Result]  # one transfer, retried
+    Upload = Callable[[str, Url], int]  # one local file to one object, not written through
+    WriteThrough = Callable[[Url, str, Optional[str], Optional[PeerRound]], None]
+
+
+class GroupTask:
+    """Runs bundle groups for one engine; any number of threads may use one task."""
+
+    def __init__(self, stager: BundleStager, cache: Optional[NodeCache], cache_key: Callable[[Url], Optional[str]],
+                 *, retried: Retried, per_file: PerFile, upload: Upload, write_through: WriteThrough) -> None:
+        """``cache_key(url)``: the node-cache name of a remote object, None when not cached."""
+        self._stager = stager
+        self._cache = cache
+        self._cache_key = cache_key
+        self._retried = retried
+        self._per_file = per_file
+        self._upload = upload
+        self._write_through = write_through
+
+    def download(self, group: DownloadGroup, budget: RetryBudget,
+                 peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
+        """Fetch one bundle once for all its wanted members. A member that fails its check fails
+        alone; a vanished bundle sends its files down the per-file path."""
+        from transfer.bundles.reading import GroupState, MemberRead  # reads only: an upload does not load it
+        state = GroupState.empty()
+        started = time.time()
+        reads = [MemberRead(i, op.sources[0], op.dest.path, member,
+                            op.link is LinkMode.SYMLINK or op.dest.scheme == "symlink")
+                 for i, op, member in group.items]
+
+        failed: Dict[int, TransferError] = {}
+
+        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+            self._read(group.backend, group.bundle, reads, state, peers)
+            if state.failed:  # retried (a damaged download?) for those members only
+                failed.update(state.failed)
+                state.failed.clear()
+                raise next(iter(failed.values()))
+            return sum(state.done.values()), None
+
+        outcome = self._retried(group.items[0][1], budget, action)
+        if not outcome.ok and isinstance(outcome.error, NotFound) and not state.done:
+            self._stager.forget(group.items[0][1].sources[0])
+            return [(i, self._per_file(op, budget, peers)) for i, op, _ in group.items]
+        results = []
+        for i, op, _ in group.items:
+            if i in state.done:
+                mine = Result(op, True, state.done[i], outcome.seconds, outcome.attempts)
+            else:
+                mine = Result(op, False, 0, outcome.seconds, outcome.attempts, failed.get(i, outcome.error))
+            results.append((i, _file_result(op, mine, state.done.get(i, 0), started)))
+        return results
+
+    def read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
+                    symlink: bool, peers: Optional[PeerRound]) -> int:
+        """A plain read that resolved to a bundle member: a group of one. Raises its error."""
+        from transfer.bundles.reading import GroupState, MemberRead
+        backend, bundle, member = found
+        state = GroupState.empty()
+        self._read(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
+        if 0 in state.failed:
+            raise state.failed[0]
+        return state.done[0]
+
+    def upload(self, group: UploadGroup, budget: RetryBudget,
+               peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
+        """Pack and upload one group; once it is stored, each member is written through."""
+        started = time.time()
+
+        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+            self._stager.upload_group(group, self._upload)
+            return sum(size for _, _, size in group.items), None
+
+        outcome = self._retried(group.items[0][1], budget, action)
+        if outcome.ok:  # the members, not the bundle, are what later reads ask for
+            for _, op, _ in group.items:
+                self._write_through(op.dest, op.sources[0].path, None, peers)
+        return [(i, _file_result(op, outcome, size, started)) for i, op, size in group.items]
+
+    def _read(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
+              peers: Optional[PeerRound]) -> None:
+        """The one way into bundles: member-keyed node cache, then one streamed fetch."""
+        from transfer.bundles.reading import read_group
+        stored = peers.stored if peers is not None else None
+        read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
+
+
+def _file_result(op: Transfer, outcome: Result, size: int, started: float) -> Result:
+    """One file's result out of its group's outcome, with one attempt naming its own source."""
+    source = op.sources[0]
+    attempt = Attempt(source, op.dest, outcome.ok, started, outcome.seconds, size if outcome.ok else 0,
+                      outcome.error)
+    return Result(op, outcome.ok, size if outcome.ok else 0, outcome.seconds, outcome.attempts,
+                  outcome.error, source if outcome.ok else None, (attempt,))

@@ -1,0 +1,118 @@
+"""Bundle members into the node cache, one batch per bundle (:meth:`NodeCache.insert_members`).
+
+Imported at the first batch: only a job that reads bundle members with the node cache on
+loads it. The members are ``(key, bytes, sha256)``, already verified by the caller against
+``sha256``, which is recorded, not recomputed.
+
+For one batch: one free-space and one size-cap check, then per member, under its key's
+exclusive lock, its metadata written in place (no entry exists while the lock is held, so
+nothing trusts it half-written), its bytes in a new temp file and the cache's one publishing
+step (:meth:`NodeCache._make_entry`: fsync where a hit does not re-hash, 0444, one rename that
+makes the entry). An existing valid entry of the same object stays, checked by size and time
+only (not re-hashed). With ``dests`` (one list of paths per member), each stored member is also
+materialised at its paths under its lock, as a hit would be (hard links where the cache hands
+out links); where an older entry stayed, the destinations get the caller's verified bytes.
+Errors writing a destination propagate (the job's own); the cache's own errors only end the
+batch early (logged): the caller writes the destinations of members not returned itself.
+
+A process killed half-way leaves complete entries and, for the member in hand, at most a
+metadata file and a temp file without an entry, which the next fill of that key removes:
+never an entry a later job would trust.
+
+These functions are part of :class:`~transfer.cache.store.NodeCache` (its method delegates
+here) and use its own steps: the key's lock, the validity check, the publishing step and the
+usage counters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from transfer._lean import logger
+from transfer.atomic import atomic_write_bytes, untrack_temp, write_all
+from transfer.cache.layout import KeyPaths, Meta, remove_quietly, write_meta_in_place
+from transfer.cache.locks import EXCLUSIVE, held
+from transfer.cache.materialise import materialise
+from transfer.errors import TransferError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence, Tuple
+
+    from transfer.cache.store import NodeCache
+
+_log = logger("transfer.cache.store")  # one logger for the cache's warnings
+
+
+def insert_members(cache: NodeCache, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
+                   dests: Optional[Sequence[Sequence[str]]] = None) -> List[str]:
+    """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored (see above)."""
+    wanted = [n for n, m in enumerate(members) if len(m[1]) <= cache.config.max_bytes]
+    stored: List[str] = []
+    size = sum(len(members[n][1]) for n in wanted)
+    try:
+        if not wanted or not (cache._has_room(size) and cache._within_cap(size)):
+            return stored
+        for n in wanted:
+            key, data, sha256 = members[n]
+            paths = cache._layout.paths(key)
+            with held(paths.lock, EXCLUSIVE):
+                written = _put_member(cache, paths, key, data, sha256, version)
+                for dest in dests[n] if dests is not None else ():
+                    if written:
+                        materialise(paths.data, dest, hardlink=cache.config.hardlink)
+                    else:  # an older entry passed only the cheap check: the job gets the verified bytes
+                        atomic_write_bytes(dest, data)
+            stored.append(key)
+    except TransferError:
+        raise
+    except OSError as err:
+        _log.warning("cache %s: cannot insert bundle members: %s", cache.directory, err)
+    finally:
+        cache._gc_if_due()
+    return stored
+
+
+def _put_member(cache: NodeCache, paths: KeyPaths, key: str, data: bytes, sha256: str,
+                version: Optional[str]) -> bool:
+    """One member; the caller holds its key's exclusive lock. True when this call wrote the
+    entry; False when an existing entry of the same object stays (checked by size and time
+    only, not re-hashed: so the caller does not hand its bytes to a job). The metadata comes
+    first (with the data's modification time chosen now and set on the data file), so a temp
+    file of this key never exists without it: whatever a killed insert leaves, the next fill
+    finds and removes. Raises OSError."""
+    meta = cache._valid(paths, key)
+    if meta is not None and not meta.changed(version, sha256):
+        return False
+    if meta is not None or _exists(paths.meta) or _exists(paths.data):
+        cache._remove_invalid(paths)  # else a new key: nothing to list
+    stamp = time.time_ns()
+    write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, "bundle"))
+    temp = None
+    try:
+        fd, temp = paths.open_temp()
+        try:
+            write_all(fd, data)
+            os.utime(fd, ns=(stamp, stamp))
+            cache._make_entry(paths, fd, temp, len(data))
+        finally:
+            os.close(fd)
+    except BaseException:
+        if temp is not None:  # else the metadata stays for the next fill to find and remove
+            remove_quietly(temp)
+            remove_quietly(paths.meta)
+        raise
+    untrack_temp(temp)
+    cache._restamp(paths, len(data))
+    cache._adjust_usage(1, len(data))
+    cache._counters.add(inserts=1)
+    return True
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return True
