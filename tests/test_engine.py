@@ -179,3 +179,18 @@ def test_many_threads_linking_into_one_new_directory(tmp_path):
         with ThreadPoolExecutor(8) as pool:
             done = list(pool.map(lambda i: atomic_hardlink(str(tmp_path / "src"), str(target / f"f{i}")), range(8)))
         assert done == [True] * 8 and len(os.listdir(target)) == 8
+
+
+def test_an_interrupt_inside_a_small_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    """Ctrl-C lands in the main thread, which writes the pipelined pass's files: the write's
+    temp file goes with it, as on any error (only the rename makes a file appear)."""
+    from transfer import atomic
+
+    def interrupted(fd, data):
+        os.write(fd, data[:10])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic, "write_all", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_write_bytes(str(tmp_path / "f"), b"x" * 300)
+    assert list(tmp_path.iterdir()) == []

@@ -215,6 +215,12 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
         except OSError:
             pass
         raise local_error(err, path, "write") from err
+    except BaseException:  # KeyboardInterrupt in a library caller's main thread: no .part stays
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
     finally:
         _LIVE.discard(temp)
     return len(data)
