@@ -2,6 +2,7 @@
 connections to the next job's process, which sends its first request on one instead of
 dialling; a warm connection the server closed meanwhile costs a retry, never a failure."""
 
+import errno
 import json
 import os
 import socket
@@ -162,3 +163,37 @@ def test_a_name_that_moves_is_followed_not_dialled_at_its_old_address_for_ever(m
         sockets.close()
         old.close()
         new.close()
+
+
+def test_a_warm_connection_still_connecting_costs_the_connect_timeout_not_the_read_timeout(minio, proxied):
+    """The stager dials without waiting; a socket whose connect never completed (the store's
+    listen queue was full, its SYNs dropped) is given up after the job's connect timeout and
+    the request goes out on a fresh connection, instead of its first send waiting out the
+    read timeout."""
+    import time
+
+    from transfer.http.connection import Timeouts
+
+    proxy, _ = proxied
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    queued = [socket.create_connection(full.getsockname())]  # listen(0): the accept queue holds one, now full
+    stuck = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+    assert stuck.connect_ex(full.getsockname()) == errno.EINPROGRESS
+    address = (proxy.host, proxy.port)
+    warm.adopt(address, [stuck])
+    try:
+        pool = ConnectionPool(proxy.url(), max_idle=2, timeouts=Timeouts(1.0, 30.0))
+        started = time.monotonic()
+        with pool.request("GET", "/minio/health/live") as response:
+            response.read()
+            assert response.status == 200
+        waited = time.monotonic() - started
+        assert waited < 10, f"{waited:.1f} s: the read timeout (30 s), not the connect timeout (1 s)"
+        assert warm.take(address) is None
+        pool.close()
+    finally:
+        warm.discard()
+        for sock in queued + [full]:
+            sock.close()

@@ -290,6 +290,9 @@ class Connection:
         sock = warm.take(self._address) if warm is not None else None
         if sock is not None:
             self._warm = True  # its first request is treated as one on a reused connection
+            if not _connected(sock, self._timeouts.connect):  # `connect` dials afresh, once
+                sock.close()
+                raise TimeoutError("a warm connection did not connect in time")
             sock.settimeout(self._timeouts.connect)
         return sock
 
@@ -488,6 +491,18 @@ def _plain_socket(address: Tuple[str, int], timeout: float) -> _socket.socket:
             sock.close()
             failure = err
     raise failure or OSError("getaddrinfo returned no address")
+
+
+def _connected(sock: _socket.socket, timeout: float) -> bool:
+    """Whether ``sock``, whose connect was started without waiting (a stager's warm socket),
+    is connected, waiting up to ``timeout`` for it: a first send on a socket still connecting
+    would wait for TCP's own give-up (minutes), not for any of our timeouts."""
+    import select
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    if not poller.poll(int(timeout * 1000)):
+        return False
+    return sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR) == 0
 
 
 class _SocketReader(io.RawIOBase):
