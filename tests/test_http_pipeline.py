@@ -305,3 +305,21 @@ def test_an_intermediary_that_drops_pipelined_requests_costs_seconds_not_the_rea
     assert waited < 15, f"the run waited {waited:.1f} s: the 30 s read timeout, not the stall rule"
     assert taker.taken and sorted(taker.taken + left) == list(range(12))
     assert max(server.queued) > 1, "nothing was pipelined: the test shows nothing"
+
+
+def test_a_cancel_from_another_thread_ends_a_silent_run_at_once(serve):
+    """A library caller cancels from its own thread while the run waits on a silent server:
+    the run hands everything back within a second, not after the 30 s read timeout."""
+    release = threading.Event()
+    server, _ = serve(lambda number, nth, target: (release.wait(60), CLOSE)[1])  # reads, never answers
+    pool = ConnectionPool(server.endpoint, max_idle=2, max_open=2, timeouts=Timeouts(5, 30))
+    cancel = Event()
+    threading.Timer(0.5, cancel.set).start()
+    started = time.monotonic()
+    try:
+        left = fetch(pool, 4, head, Taker(), connections=1, depth=8, max_body=1 << 20, cancel=cancel)
+    finally:
+        release.set()
+    waited = time.monotonic() - started
+    assert left == [0, 1, 2, 3]
+    assert waited < 10, f"the run waited {waited:.1f} s after the cancel"

@@ -64,6 +64,7 @@ _MAX_SENDS = 3
 _MAX_UNREADABLE = 2
 _STALL_MIN = 5.0  # seconds of silence, at the least, after which a run that was answered gives up
 _STALL_FACTOR = 10
+_CANCEL_POLL_S = 0.5
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
 
 
@@ -353,6 +354,7 @@ def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], delive
         while len(run.links) < links and run.open(wait=not run.links):
             pass
         read = pool.timeouts.read
+        heard = time.monotonic()
         while run.links and not run.stopped:
             if cancel is not None and cancel.is_set():
                 break
@@ -360,9 +362,14 @@ def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], delive
             if not any(link.waiting for link in run.links.values()):
                 break
             quiet = min(read, max(_STALL_MIN, _STALL_FACTOR * run.slowest)) if run.slowest else read
-            events = run.poller.poll(int(quiet * 1000))
-            if not events:
+            left = heard + quiet - time.monotonic()
+            if left <= 0:
                 break  # nothing heard for that long: the ordinary path takes over
+            # a cancel set by another thread is seen within _CANCEL_POLL_S
+            events = run.poller.poll(int(1000 * (left if cancel is None else min(left, _CANCEL_POLL_S))) + 1)
+            if not events:
+                continue
+            heard = time.monotonic()
             for fd, _ in events:
                 ready = run.links.get(fd)
                 if ready is not None and not run.stopped:
