@@ -1,0 +1,119 @@
+"""Hostile peers against the peer client (``docs/security.md``, "A job slot" and "The network"):
+a peer that trickles its body, and a peer that stalls for every file of a batch.
+
+A user who can write the replica index can point a node's URL anywhere in the pool's networks,
+and a peer may be slow on its own: either way it must cost a job a bounded time, after which
+the job reads the store (``docs/p2p.md``: "a slow peer falls back to the store").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from typing import List
+
+import pytest
+
+from transfer.p2p.client import PeerClient
+from transfer.peers import Replica
+from p2p_support import SCOPE, MemorySink, client_config, holder
+
+
+class Trickler:
+    """A plain HTTP peer answering with ``response``: its first ``prompt`` bytes at once, then
+    one byte every ``gap`` seconds (each well inside the client's timeouts); ``sent`` counts
+    the bytes sent."""
+
+    def __init__(self, response: bytes, prompt: int, gap: float) -> None:
+        self.response, self.prompt, self.gap, self.sent = response, prompt, gap, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.listener.getsockname()[1])
+
+    def _run(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(self.response[:self.prompt])
+                self.sent = self.prompt
+                while self.sent < len(self.response):
+                    conn.sendall(self.response[self.sent:self.sent + 1])
+                    self.sent += 1
+                    time.sleep(self.gap)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+BODY = b"t" * 200
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n"
+PADDED = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"p" * 200 + b"\r\nContent-Length: 200\r\n\r\n"
+
+
+@pytest.mark.parametrize("response, prompt", [(HEAD + BODY, len(HEAD)), (PADDED + BODY, 0)],
+                         ids=["body", "headers"])
+def test_a_trickling_peer_is_given_up_and_the_store_is_read(response, prompt):
+    peer = Trickler(response, prompt, gap=0.05)  # 10 s at one byte per 50 ms
+    try:
+        r = Replica("k", len(BODY), hashlib.sha256(BODY).hexdigest())
+        client = PeerClient(client_config(first_byte_timeout=1.0, read_timeout=1.0))
+        sink = MemorySink()
+        report = client.fetch("k", [holder("x", f"http://127.0.0.1:{peer.port}/v1/alice", r)], sink, SCOPE)
+        client.close()
+        assert report.size is None and sink.data == b""
+        assert "too slow" in report.failures[0]
+        assert peer.sent < len(response)  # given up before the trickle ended, not at its end
+    finally:
+        peer.close()
+
+
+class Staller:
+    """A peer that accepts connections and never answers; counts them."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted: List[socket.socket] = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.listener.getsockname()[1])
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+def test_a_stalling_peer_costs_one_timeout_per_job_not_one_per_file():
+    peer = Staller()
+    try:
+        client = PeerClient(client_config(first_byte_timeout=0.2))
+        url = f"http://127.0.0.1:{peer.port}/v1/alice"
+        failures = []
+        for i in range(6):
+            r = Replica(f"k{i}", 4, "00" * 32)
+            report = client.fetch(r.key, [holder("x", url, r)], MemorySink(), SCOPE)
+            assert report.size is None
+            failures += report.failures
+        client.close()
+        assert len(peer.accepted) == 1, f"the stalled peer was asked {len(peer.accepted)} times"
+        assert "timed out" in failures[0] and all("failed recently" in f for f in failures[1:])
+    finally:
+        peer.close()
