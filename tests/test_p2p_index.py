@@ -169,3 +169,28 @@ def test_an_entry_forged_by_another_identity_is_ignored(client):
     assert "unauthenticated replica entry 'm/mallory'" in "\n".join(found.problems)
     assert [(h.info.node, h.sha256) for h in index.lookup(scoped("k", scope=OTHER)).holders["k"]] == [
         ("m/mallory", "cd" * 32)]  # and mallory's own entry is hers alone
+
+
+def test_junk_written_into_the_index_is_not_read_whole_by_jobs(client):
+    """Anyone who can write Redis (every job) floods the node table and alice's entry with
+    huge values and many fields: a job's lookup still finds alice's holder and reads a
+    bounded reply (a denial of sharing at most, never of memory)."""
+    import tracemalloc
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice")
+    index.register("a/alice", [R("k", 5)])
+    huge = "9999999999 " + "x" * (24 << 20)
+    client.hset(index.nodes_key, "m/mallory", huge)
+    client.hset(index.entry_key("k", SCOPE), "m/huge", huge)
+    client.set(index.claim_key("k2", SCOPE), huge)
+    client.hset(index.entry_key("k3", SCOPE), mapping={f"m/{i}": "1" for i in range(20000)})  # may hide holders
+    tracemalloc.start()
+    try:
+        found = index.lookup(scoped("k", "k2", "k3"), Claim("a/alice", 5, ["k2"]))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [h.info.node for h in found.holders["k"]] == ["a/alice"]
+    assert found.won == [] and "k2" not in found.in_flight  # a junk claim is no claim
+    assert peak < 4 << 20, f"a lookup read {peak >> 20} MiB"
+    assert sum("oversized" in p for p in found.problems) == 4  # node table, k, k2's claim, k3

@@ -50,31 +50,60 @@ for i = 2, #ARGV, 2 do
 end
 return expires
 """
+# Anyone who can reach Redis can write junk into it, so the scripts return at most a bounded
+# number of fields of bounded length (and how many they left out): a job never reads it whole.
+MAX_NODES = 16384
+MAX_HOLDERS = 64
+_NAME_BYTES, _NODE_BYTES, _ENTRY_BYTES = 256, 1024, 128
 # KEYS[1]: the node table. The server's clock with the table, so expiry needs no other clock.
 _NODES_LUA = """
 local t = redis.call('TIME')
-return {t[1], t[2], redis.call('HGETALL', KEYS[1])}
-"""
+local raw = redis.call('HGETALL', KEYS[1])
+local out, skipped = {}, 0
+for j = 1, #raw, 2 do
+  if #out < %d and #raw[j] <= %d and #raw[j + 1] <= %d then
+    out[#out + 1] = raw[j]
+    out[#out + 1] = raw[j + 1]
+  else
+    skipped = skipped + 1
+  end
+end
+return {t[1], t[2], out, skipped}
+""" % (2 * MAX_NODES, _NAME_BYTES, _NODE_BYTES)
 # KEYS: the n entry keys of one hash tag, then (with claims) their n claim keys; ARGV: node,
-# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {HGETALL entry, claim holder or false}. A key is only
-# claimed when it has no entry at all.
+# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {entry fields
+# (bounded), claim holder or false, fields left out}. A key is only claimed when it has no
+# entry at all; an oversized claim holder is no holder.
 _LOOKUP_LUA = """
 local n = string.len(ARGV[3])
 local out = {}
 for i = 1, n do
-  local entry = redis.call('HGETALL', KEYS[i])
+  local raw = redis.call('HGETALL', KEYS[i])
+  local entry, skipped = {}, 0
+  for j = 1, #raw, 2 do
+    if #entry < %d and #raw[j] <= %d and #raw[j + 1] <= %d then
+      entry[#entry + 1] = raw[j]
+      entry[#entry + 1] = raw[j + 1]
+    else
+      skipped = skipped + 1
+    end
+  end
   local holder = false
-  if string.sub(ARGV[3], i, i) == '1' and #entry == 0 then
+  if string.sub(ARGV[3], i, i) == '1' and #raw == 0 then
     if redis.call('SET', KEYS[n + i], ARGV[1], 'NX', 'PX', ARGV[2]) then
       holder = ARGV[1]
     else
       holder = redis.call('GET', KEYS[n + i])
+      if holder and #holder > %d then
+        holder = false
+        skipped = skipped + 1
+      end
     end
   end
-  out[i] = {entry, holder}
+  out[i] = {entry, holder, skipped}
 end
 return out
-"""
+""" % (2 * MAX_HOLDERS, _NAME_BYTES, _ENTRY_BYTES, _NAME_BYTES)
 
 
 @dataclass(frozen=True)
@@ -190,7 +219,10 @@ class PeerIndex:
         live = _live(replies[0], found.problems)
         decode = _Decoder()
         for members, reply in zip(groups.values(), replies[1:]):
-            for (key, _), (entry, holder) in zip(members, reply):
+            for (key, _), (entry, holder, skipped) in zip(members, reply):
+                if skipped:
+                    found.problems.append(f"{skipped} oversized or surplus replica entries for {key!r} "
+                                          "ignored in the replica index")
                 holders = (_holders(key, keys[key], decode.pairs(entry), live, found.problems)
                            if entry else [])
                 if holders:
@@ -270,7 +302,9 @@ class _Decoder:
 def _live(reply: Any, problems: List[str]) -> Dict[str, NodeInfo]:
     """From the node-table script's reply (server seconds, microseconds, flat table): the
     nodes whose heartbeat has not expired; malformed entries reported."""
-    seconds, micros, flat = reply
+    seconds, micros, flat, skipped = reply
+    if skipped:
+        problems.append(f"{skipped} oversized or surplus node entries ignored in the replica index")
     now = int(seconds) + int(micros) / 1e6
     live: Dict[str, NodeInfo] = {}
     items = list(flat or [])
