@@ -117,3 +117,31 @@ def test_a_stalling_peer_costs_one_timeout_per_job_not_one_per_file():
         assert "timed out" in failures[0] and all("failed recently" in f for f in failures[1:])
     finally:
         peer.close()
+
+
+def test_claims_planted_in_the_index_cost_one_wait_per_job_not_one_per_file(tmp_path):
+    """Anyone who can write Redis can plant a claim (with no expiry, naming a live node) on
+    every key a reader will claim (claim names follow from entry names): the reader then
+    waits ``claim_seconds`` for a replica that never comes. It does so once, not per file."""
+    import redis
+    from pegasus_cloudio.testbed.redis import RedisServer
+    from transfer.p2p import describer
+    from transfer.p2p.index import NodeInfo, PeerIndex
+    from transfer.p2p.source import PeerIndexSource
+    from p2p_support import new_cache
+    with RedisServer() as server:
+        index = PeerIndex(redis.Redis.from_url(server.url), "t")
+        index.heartbeat([NodeInfo("b/alice", "https://127.0.0.1:1/v1/alice", "b")], 60)
+        keys = {f"k{i}": SCOPE for i in range(4)}
+        for key in keys:
+            index._redis.set(index.claim_key(key, SCOPE), "b/alice")
+        cache = new_cache(tmp_path / "c")
+        warnings: List[str] = []
+        source = PeerIndexSource(index, PeerClient(client_config()), "a/alice", claim_seconds=0.3,
+                                 describe=describer(cache), grant=cache.grant, warn=warnings.append)
+        source.lookup(keys)
+        assert all(source.holds(k) for k in keys)  # in flight on b, as far as the index says
+        assert [source.fetch(k, MemorySink()) for k in keys] == [None] * 4
+        source.close()
+        assert source.counters["claims_waited"] == 1
+        assert any("claim" in w for w in warnings)
