@@ -5,10 +5,12 @@ key, :meth:`transfer.peers.Scope.index_name`: an HMAC only holders of the readin
 store secret can compute)::
 
     ns:{n}:nodes        hash  node id -> "<expires> " + JSON {"url", "host", "rack"}
-    ns:{b}:r:<d>        hash  node id -> "<size> <sha256> <mac>"   (b = d[0]: 16 hash tags)
+    ns:{b}:r:<d>        hash  node id -> Scope.seal: "<size> <sha256> <mac>", size and
+                              sha256 enciphered under the scope   (b = d[0]: 16 hash tags)
     ns:{b}:c:<d>        string  node id of the one node fetching <d> from the store now
 
-``mac`` is :meth:`~transfer.peers.Scope.entry_mac` of (node, key, size, sha256): a value
+``mac`` is :meth:`~transfer.peers.Scope.entry_mac` of (node, key, size, sha256) (so the
+index tells those without the scope neither a file's checksum nor its size): a value
 written by anyone without the scope (another user of the pool, anyone who can reach Redis)
 fails the check and is ignored, with a line in :attr:`Lookup.problems`. Two identities never
 share an entry: each has its own names.
@@ -27,7 +29,6 @@ unauthenticated values are reported in :attr:`Lookup.problems` and otherwise ign
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 from collections import Counter
@@ -40,7 +41,7 @@ __all__ = ["Claim", "Holder", "Lookup", "NodeInfo", "PeerIndex"]
 
 DEFAULT_NAMESPACE = "pcio"
 ENTRY_TTL_S = 7 * 86400  # an entry nobody re-registers goes after a week
-_MAC = re.compile(r"[0-9a-f]{32}")
+_SEALED = re.compile(r"[0-9a-f]{16} [0-9a-f]{64} [0-9a-f]{32}")
 # KEYS[1]: the node table; ARGV: ttl, then node, JSON pairs. Stamps "<server time + ttl> JSON".
 _HEARTBEAT_LUA = """
 local t = redis.call('TIME')
@@ -248,7 +249,7 @@ class PeerIndex:
         for r in scoped:
             assert r.scope is not None
             entry = self.entry_key(r.key, r.scope)
-            pipe.hset(entry, node, f"{r.size} {r.sha256} {r.scope.entry_mac(node, r.key, r.size, r.sha256)}")
+            pipe.hset(entry, node, r.scope.seal(node, r.key, r.size, r.sha256))
             pipe.expire(entry, ENTRY_TTL_S)
             pipe.delete(self.claim_key(r.key, r.scope))
         pipe.execute()
@@ -331,13 +332,12 @@ def _holders(key: str, scope: Scope, entry: Mapping[str, str], live: Mapping[str
     holder or several that agree, takes the short path.)"""
     values: Dict[str, Tuple[int, str]] = {}
     for node, raw in entry.items():
-        parsed = _parse_value(raw)
-        if parsed is None:
+        if _SEALED.fullmatch(raw) is None:
             problems.append(f"malformed replica entry {node!r} for {key!r} in the replica index")
         elif node in live:  # a dead node's entry is never used: no need to check it
-            size, sha, mac = parsed
-            if hmac.compare_digest(mac, scope.entry_mac(node, key, size, sha)):
-                values[node] = (size, sha)
+            opened = scope.unseal(node, key, raw)
+            if opened is not None:
+                values[node] = opened
             else:
                 problems.append(f"unauthenticated replica entry {node!r} for {key!r} in the replica index "
                                 "(not registered under this identity)")
@@ -352,15 +352,3 @@ def _holders(key: str, scope: Scope, entry: Mapping[str, str], live: Mapping[str
         problems.append(f"replica entries for {key!r} disagree on size/checksum; "
                         f"using the {agreeing} that agree")
     return [Holder(live[n], best[0], best[1]) for n, v in sorted(values.items()) if v == best]
-
-
-def _parse_value(text: str) -> Optional[Tuple[int, str, str]]:
-    """(size, sha256, tag) of a registration; None when malformed. The SHA-256 needs no
-    closer look: the tag covers it, and a wrong one only fails to match the bytes."""
-    parts = text.split(" ")
-    if len(parts) != 3:
-        return None
-    size, sha, mac = parts
-    if not size.isdigit() or len(size) > 19 or len(sha) != 64 or _MAC.fullmatch(mac) is None:
-        return None
-    return int(size), sha, mac
