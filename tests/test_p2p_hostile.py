@@ -145,3 +145,17 @@ def test_claims_planted_in_the_index_cost_one_wait_per_job_not_one_per_file(tmp_
         source.close()
         assert source.counters["claims_waited"] == 1
         assert any("claim" in w for w in warnings)
+
+
+def test_a_redis_password_is_never_put_in_a_jobs_environment():
+    """``sites --p2p URL`` puts the URL in the compute site's job environment, which every
+    pool user can read (``condor_q -l``): a URL carrying Redis's password is refused, with a
+    message that does not repeat it."""
+    from pegasus_cloudio.sites.options import SetOptions, problems
+    opts = SetOptions(mode="cloud-storage", work_dir="/w", install_bin="/b", provider="s3", bucket="bkt",
+                      p2p_redis="rediss://:s3cret-pw@10.0.0.5:6379/0")
+    found = [p for p in problems(opts) if p.startswith("--p2p ")]
+    assert len(found) == 1 and "password" in found[0] and "s3cret-pw" not in found[0]
+    assert not [p for p in problems(SetOptions(mode="cloud-storage", work_dir="/w", install_bin="/b", provider="s3",
+                                               bucket="bkt", p2p_redis="redis://10.0.0.5:6379/0"))
+                if p.startswith("--p2p ")]
