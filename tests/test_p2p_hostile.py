@@ -159,3 +159,52 @@ def test_a_redis_password_is_never_put_in_a_jobs_environment():
     assert not [p for p in problems(SetOptions(mode="cloud-storage", work_dir="/w", install_bin="/b", provider="s3",
                                                bucket="bkt", p2p_redis="redis://10.0.0.5:6379/0"))
                 if p.startswith("--p2p ")]
+
+
+class Collector:
+    """A fake peer (Mallory's listener): records the first request's headers, answers 503."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.headers: dict = {}
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.listener.getsockname()[1])
+
+    def _run(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            for line in data.split(b"\r\n\r\n")[0].decode().split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                self.headers[name.strip()] = value.strip()
+            conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+def test_plain_http_a_proof_collected_by_a_fake_peer_is_refused_by_the_real_daemon(tmp_path):
+    """P2P_PLAIN_HTTP: any job can point alice's node URL in the index at a listener of its
+    own; alice's client sends it the token and a proof for her entry, and the listener replays
+    them to alice's daemon. No sniffing needed, so a plain proof is bound to the address the
+    reader dialled: the replay gets 404, and alice's own reads still work."""
+    import http.client
+    from transfer.cache.layout import digest_of
+    from p2p_support import fetch, new_cache, put, serve, url_of
+    secret = b"alice's private bytes"
+    cache = new_cache(tmp_path / "a")
+    r = put(cache, "s3://b/secret", secret)
+    with serve(tmp_path / "a") as server:
+        mallory = Collector()
+        report, _ = fetch(client_config(), r.key, [holder("n1/alice", f"http://127.0.0.1:{mallory.port}/v1/alice", r)])
+        assert report.size is None and "X-Pcio-Proof" in mallory.headers
+        conn = http.client.HTTPConnection(*server.address, timeout=5)
+        conn.request("GET", f"/v1/alice/{digest_of(r.key)}", headers=mallory.headers)
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+        assert response.status == 404 and secret not in body
+        report, sink = fetch(client_config(), r.key, [holder("n1/alice", url_of(server, tls=False), r)])
+        assert report.size == len(secret) and bytes(sink.data) == secret

@@ -45,7 +45,7 @@ from transfer.p2p.deadlines import Deadlines
 from transfer.p2p.index import Holder
 from transfer.peers import PeerSink, Scope, proof
 
-__all__ = ["FetchReport", "PLAIN_BINDING", "PROOF_HEADER", "PeerClient", "PeerFailure", "certificate_binding"]
+__all__ = ["FetchReport", "PROOF_HEADER", "PeerClient", "PeerFailure", "certificate_binding", "plain_binding"]
 
 BUFFER = 1 << 20
 MIN_PEER_RATE = 1 << 20  # bytes/s: a pool peer slower than this is slower than the store
@@ -177,7 +177,7 @@ class PeerClient:
         digest = digest_of(key)
         path = urlsplit(holder.info.url).path.rstrip("/") + "/" + digest
         headers = {"Authorization": f"Bearer {self._config.token}",
-                   PROOF_HEADER: proof(capability, _binding(conn), digest)}
+                   PROOF_HEADER: proof(capability, _binding(conn, target), digest)}
         if progress.done:
             headers["Range"] = f"bytes={progress.done}-{size - 1}"
         config = self._config
@@ -281,21 +281,25 @@ def _tls_context(ca_file: Optional[str]) -> ssl.SSLContext:
     return context
 
 
-PLAIN_BINDING = "plain"
-
-
 def certificate_binding(der: bytes) -> str:
     """What a proof is bound to over TLS: the daemon's certificate (as both sides see it)."""
     return "tls:" + hashlib.sha256(der).hexdigest()
 
 
-def _binding(conn: _Conn) -> str:
+def plain_binding(host: str, port: int) -> str:
+    """What a proof is bound to over plain HTTP: the host and port the reader dialled (the
+    daemon's announced ones). Anyone who can write the index can point a node's URL at a
+    listener of her own; a proof it collects is then worthless at the real daemon."""
+    return f"plain:{host.lower()}:{port}"
+
+
+def _binding(conn: _Conn, target: Tuple[str, str, int]) -> str:
     sock = conn.sock
     if isinstance(sock, ssl.SSLSocket):
         der = sock.getpeercert(binary_form=True)
         if der:
             return certificate_binding(der)
-    return PLAIN_BINDING  # plain HTTP protects nothing in transit anyway (trusted networks only)
+    return plain_binding(target[1], target[2])
 
 
 def _outside(host: str, port: int, networks: Sequence[Network]) -> str:
