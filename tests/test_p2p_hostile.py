@@ -12,7 +12,7 @@ import hashlib
 import socket
 import threading
 import time
-from typing import List
+from typing import Dict, List
 
 import pytest
 
@@ -21,19 +21,35 @@ from transfer.peers import Replica
 from p2p_support import SCOPE, MemorySink, client_config, holder
 
 
-class Trickler:
+class FakePeer:
+    """A listener on loopback whose ``_run`` (a thread) plays a hostile peer."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted: List[socket.socket] = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.listener.getsockname()[1])
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+class Trickler(FakePeer):
     """A plain HTTP peer answering with ``response``: its first ``prompt`` bytes at once, then
     one byte every ``gap`` seconds (each well inside the client's timeouts); ``sent`` counts
     the bytes sent."""
 
     def __init__(self, response: bytes, prompt: int, gap: float) -> None:
         self.response, self.prompt, self.gap, self.sent = response, prompt, gap, 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        threading.Thread(target=self._run, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        return int(self.listener.getsockname()[1])
+        super().__init__()
 
     def _run(self) -> None:
         conn, _ = self.listener.accept()
@@ -48,9 +64,6 @@ class Trickler:
                     time.sleep(self.gap)
             except OSError:
                 pass
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 BODY = b"t" * 200
@@ -75,17 +88,8 @@ def test_a_trickling_peer_is_given_up_and_the_store_is_read(response, prompt):
         peer.close()
 
 
-class Staller:
+class Staller(FakePeer):
     """A peer that accepts connections and never answers; counts them."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.accepted: List[socket.socket] = []
-        threading.Thread(target=self._run, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        return int(self.listener.getsockname()[1])
 
     def _run(self) -> None:
         while True:
@@ -94,11 +98,6 @@ class Staller:
             except OSError:
                 return
             self.accepted.append(conn)
-
-    def close(self) -> None:
-        self.listener.close()
-        for conn in self.accepted:
-            conn.close()
 
 
 def test_a_stalling_peer_costs_one_timeout_per_job_not_one_per_file():
@@ -161,17 +160,12 @@ def test_a_redis_password_is_never_put_in_a_jobs_environment():
                 if p.startswith("--p2p ")]
 
 
-class Collector:
+class Collector(FakePeer):
     """A fake peer (Mallory's listener): records the first request's headers, answers 503."""
 
     def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.headers: dict = {}
-        threading.Thread(target=self._run, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        return int(self.listener.getsockname()[1])
+        self.headers: Dict[str, str] = {}
+        super().__init__()
 
     def _run(self) -> None:
         conn, _ = self.listener.accept()
@@ -200,6 +194,7 @@ def test_plain_http_a_proof_collected_by_a_fake_peer_is_refused_by_the_real_daem
         mallory = Collector()
         report, _ = fetch(client_config(), r.key, [holder("n1/alice", f"http://127.0.0.1:{mallory.port}/v1/alice", r)])
         assert report.size is None and "X-Pcio-Proof" in mallory.headers
+        mallory.close()
         conn = http.client.HTTPConnection(*server.address, timeout=5)
         conn.request("GET", f"/v1/alice/{digest_of(r.key)}", headers=mallory.headers)
         response = conn.getresponse()

@@ -56,41 +56,39 @@ return expires
 MAX_NODES = 16384
 MAX_HOLDERS = 64
 _NAME_BYTES, _NODE_BYTES, _ENTRY_BYTES = 256, 1024, 128
-# KEYS[1]: the node table. The server's clock with the table, so expiry needs no other clock.
-_NODES_LUA = """
-local t = redis.call('TIME')
-local raw = redis.call('HGETALL', KEYS[1])
-local out, skipped = {}, 0
-for j = 1, #raw, 2 do
-  if #out < %d and #raw[j] <= %d and #raw[j + 1] <= %d then
-    out[#out + 1] = raw[j]
-    out[#out + 1] = raw[j + 1]
-  else
-    skipped = skipped + 1
-  end
-end
-return {t[1], t[2], out, skipped}
-""" % (2 * MAX_NODES, _NAME_BYTES, _NODE_BYTES)
-# KEYS: the n entry keys of one hash tag, then (with claims) their n claim keys; ARGV: node,
-# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {entry fields
-# (bounded), claim holder or false, fields left out}. A key is only claimed when it has no
-# entry at all; an oversized claim holder is no holder.
-_LOOKUP_LUA = """
-local n = string.len(ARGV[3])
-local out = {}
-for i = 1, n do
-  local raw = redis.call('HGETALL', KEYS[i])
-  local entry, skipped = {}, 0
+# bounded(key, fields, value bytes) -> {field, value, ...} (HGETALL order), fields left out
+_BOUNDED_LUA = """
+local function bounded(key, most, longest)
+  local raw = redis.call('HGETALL', key)
+  local out, skipped = {}, 0
   for j = 1, #raw, 2 do
-    if #entry < %d and #raw[j] <= %d and #raw[j + 1] <= %d then
-      entry[#entry + 1] = raw[j]
-      entry[#entry + 1] = raw[j + 1]
+    if #out < 2 * most and #raw[j] <= %d and #raw[j + 1] <= longest then
+      out[#out + 1] = raw[j]
+      out[#out + 1] = raw[j + 1]
     else
       skipped = skipped + 1
     end
   end
+  return out, skipped
+end
+""" % _NAME_BYTES
+# KEYS[1]: the node table. The server's clock with the table, so expiry needs no other clock.
+_NODES_LUA = _BOUNDED_LUA + """
+local t = redis.call('TIME')
+local out, skipped = bounded(KEYS[1], %d, %d)
+return {t[1], t[2], out, skipped}
+""" % (MAX_NODES, _NODE_BYTES)
+# KEYS: the n entry keys of one hash tag, then (with claims) their n claim keys; ARGV: node,
+# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {entry fields
+# (bounded), claim holder or false, fields left out}. A key is only claimed when it has no
+# entry at all; an oversized claim holder is no holder.
+_LOOKUP_LUA = _BOUNDED_LUA + """
+local n = string.len(ARGV[3])
+local out = {}
+for i = 1, n do
+  local entry, skipped = bounded(KEYS[i], %d, %d)
   local holder = false
-  if string.sub(ARGV[3], i, i) == '1' and #raw == 0 then
+  if string.sub(ARGV[3], i, i) == '1' and #entry == 0 and skipped == 0 then
     if redis.call('SET', KEYS[n + i], ARGV[1], 'NX', 'PX', ARGV[2]) then
       holder = ARGV[1]
     else
@@ -104,7 +102,7 @@ for i = 1, n do
   out[i] = {entry, holder, skipped}
 end
 return out
-""" % (2 * MAX_HOLDERS, _NAME_BYTES, _ENTRY_BYTES, _NAME_BYTES)
+""" % (MAX_HOLDERS, _ENTRY_BYTES, _NAME_BYTES)
 
 
 @dataclass(frozen=True)
