@@ -203,3 +203,27 @@ def test_plain_http_a_proof_collected_by_a_fake_peer_is_refused_by_the_real_daem
         assert response.status == 404 and secret not in body
         report, sink = fetch(client_config(), r.key, [holder("n1/alice", url_of(server, tls=False), r)])
         assert report.size == len(secret) and bytes(sink.data) == secret
+
+
+def test_junk_in_every_entry_costs_a_job_one_warning_not_one_per_file(tmp_path):
+    """docs/security.md: Alice's readers ignore values whose tag does not verify "with one
+    warning". Anyone who can write Redis can put a junk field into every entry (they are
+    all listed by SCAN): a job reading many files still prints one line."""
+    import redis
+    from pegasus_cloudio.testbed.redis import RedisServer
+    from transfer.p2p.index import NodeInfo, PeerIndex
+    from transfer.p2p.source import PeerIndexSource
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+        index = PeerIndex(client, "t")
+        index.heartbeat([NodeInfo("a/alice", "https://127.0.0.1:1/v1/alice", "a")], 60)
+        keys = {f"k{i}": SCOPE for i in range(20)}
+        index.register("a/alice", [Replica(k, 4, "ab" * 32, SCOPE) for k in keys])
+        for name in client.scan_iter("t:*:r:*"):
+            client.hset(name, mapping={"m/mallory": "junk", "a/alice-x": f"{'0' * 16} {'cd' * 32} {'0' * 32}"})
+        warnings: List[str] = []
+        source = PeerIndexSource(index, PeerClient(client_config()), "b/alice", warn=warnings.append)
+        source.lookup(keys)
+        source.close()
+        assert all(source.holds(k) for k in keys)  # alice's real entries still count
+        assert len(warnings) == 1, warnings[:3]

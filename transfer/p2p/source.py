@@ -88,8 +88,10 @@ class PeerIndexSource:
         except Exception as err:  # noqa: BLE001 - any index failure means "no peer has it"
             self._warn("index", f"peer index unavailable, reading from the store: {_brief(err)}")
             return
-        for problem in found.problems:
-            self._warn(problem, f"peer index: ignored {problem}")
+        if found.problems:  # one line per source: anyone can write junk into every entry
+            more = len(found.problems) - 1
+            self._warn("problems", f"peer index: ignored {found.problems[0]}"
+                       + (f" (and {more} more such values)" if more else ""))
         with self._lock:
             self.counters["lookups"] += len(keys)
             self.counters["claims_won"] += len(found.won)
