@@ -184,7 +184,7 @@ def test_malformed_entries_and_peers_outside_the_networks_fall_back_to_the_store
     a.index.heartbeat([NodeInfo("far/alice", "https://203.0.113.9:8470/v1/alice")], 30)
     a.index._redis.hdel(a.index.entry_key(key2, scope), "a/alice")
     a.index._redis.hset(a.index.entry_key(key2, scope), "far/alice",  # the only holder
-                        f"5000 {'0' * 64} {scope.entry_mac('far/alice', key2, 5000, '0' * 64)}")
+                        scope.seal("far/alice", key2, 5000, "0" * 64))
     proxy.reset_counters()
     with caplog.at_level(logging.WARNING):
         results = b.run(env, reads(tmp_path, bucket, "jb", names))

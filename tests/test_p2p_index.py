@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Iterator
@@ -115,7 +116,7 @@ def test_malformed_and_conflicting_entries_are_reported_and_ignored(client):
     nodes(index, "a/alice", "b/alice", "c/alice", "d/alice")
     client.hset(index.nodes_key, "bad/alice", "9999999999 {not json")
     def value(node, sha=SHA):
-        return f"5 {sha} {SCOPE.entry_mac(node, 'k', 5, sha)}"
+        return SCOPE.seal(node, "k", 5, sha)
     client.hset(index.entry_key("k", SCOPE), mapping={
         "a/alice": value("a/alice"), "b/alice": value("b/alice"), "c/alice": value("c/alice", "cd" * 32),
         "d/alice": "five bytes", "bad/alice": value("bad/alice")})
@@ -163,9 +164,48 @@ def test_an_entry_forged_by_another_identity_is_ignored(client):
     import hashlib
     plain = hashlib.sha256(b"k").hexdigest()[:32]
     for name in (index.entry_key("k", SCOPE), f"t:{{{plain[0]}}}:r:{plain}"):
-        client.hset(name, "m/mallory", f"5 {'cd' * 32} {'0' * 32}")
+        client.hset(name, "m/mallory", f"{'0' * 16} {'cd' * 32} {'0' * 32}")
     found = index.lookup(scoped("k"))
     assert [(h.info.node, h.sha256) for h in found.holders["k"]] == [("a/alice", SHA)]
     assert "unauthenticated replica entry 'm/mallory'" in "\n".join(found.problems)
     assert [(h.info.node, h.sha256) for h in index.lookup(scoped("k", scope=OTHER)).holders["k"]] == [
         ("m/mallory", "cd" * 32)]  # and mallory's own entry is hers alone
+
+
+def test_junk_written_into_the_index_is_not_read_whole_by_jobs(client):
+    """Anyone who can write Redis (every job) floods the node table and alice's entry with
+    huge values and many fields: a job's lookup still finds alice's holder and reads a
+    bounded reply (a denial of sharing at most, never of memory)."""
+    import tracemalloc
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice")
+    index.register("a/alice", [R("k", 5)])
+    huge = "9999999999 " + "x" * (24 << 20)
+    client.hset(index.nodes_key, "m/mallory", huge)
+    client.hset(index.entry_key("k", SCOPE), "m/huge", huge)
+    client.set(index.claim_key("k2", SCOPE), huge)
+    client.hset(index.entry_key("k3", SCOPE), mapping={f"m/{i}": "1" for i in range(20000)})  # may hide holders
+    tracemalloc.start()
+    try:
+        found = index.lookup(scoped("k", "k2", "k3"), Claim("a/alice", 5, ["k2"]))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [h.info.node for h in found.holders["k"]] == ["a/alice"]
+    assert found.won == [] and "k2" not in found.in_flight  # a junk claim is no claim
+    assert peak < 4 << 20, f"a lookup read {peak >> 20} MiB"
+    assert sum("oversized" in p for p in found.problems) == 4  # node table, k, k2's claim, k3
+
+
+def test_the_index_holds_no_checksum_or_size_of_a_users_file(client):
+    """Every job can read Redis: what it holds of alice's files must be meaningless without
+    her scope (a SHA-256 in clear would tell anyone whether alice holds a known file)."""
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice")
+    sha = hashlib.sha256(b"alice's private data").hexdigest()
+    index.register("a/alice", [R("k", 20, sha)])
+    raw = client.hgetall(index.entry_key("k", SCOPE))
+    assert list(raw) == [b"a/alice"]
+    value = raw[b"a/alice"].decode()
+    assert sha not in value and "20" not in value.split(" ")
+    assert [(h.size, h.sha256) for h in index.lookup(scoped("k")).holders["k"]] == [(20, sha)]

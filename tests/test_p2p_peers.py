@@ -112,6 +112,8 @@ def test_a_peer_dying_mid_body_is_continued_from_another_with_a_range(tmp_path):
     put(b, "k", data)
     with serve(tmp_path / "a") as s1, serve(tmp_path / "b") as s2, TcpProxy(s1.address) as p1, \
             TcpProxy(s2.address) as p2:
+        s1.announce("127.0.0.1", p1.port)  # readers dial the proxies: plain proofs are bound to them
+        s2.announce("127.0.0.1", p2.port)
         p1.set_faults([Fault.truncate(after_bytes=700_000)])
         report, sink = fetch(client_config(node="a"), "k",
                              [holder("a", url_of(s1, tls=False, port=p1.port), r, host="a"),

@@ -147,7 +147,7 @@ def test_a_device_planted_as_metadata_is_refused_without_reading_it(tmp_path):
         from transfer.peers import proof
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         conn.request("GET", f"/v1/alice/{digest_of(r.key)}", headers={
-            "Authorization": f"Bearer {TOKEN}", "X-Pcio-Proof": proof(SCOPE.capability(r.key), "plain",
+            "Authorization": f"Bearer {TOKEN}", "X-Pcio-Proof": proof(SCOPE.capability(r.key), f"plain:127.0.0.1:{port}",
                                                                       digest_of(r.key))})
         assert conn.getresponse().status == 404 and proc.poll() is None
     finally:

@@ -334,7 +334,7 @@ def test_bobs_bytes_planted_for_alices_input_never_reach_her(world):
     subprocess.run(["setpriv", f"--reuid={bob.uid}", f"--regid={bob.gid}", "--clear-groups", world.python, "-c",
                     plant], env=world.python_env(), check=True, timeout=60)
     client = redis.Redis.from_url(world.redis.url)
-    value = f"{len(evil)} {hashlib.sha256(evil).hexdigest()}"
+    value = f"{len(evil):016x} {hashlib.sha256(evil).hexdigest()}"  # well-formed (sealed fields), wrong tag
     plain = digest_of(key)[:32]
     for node in (f"{n}/{bob.name}" for n in NODES):  # all his live node ids: a majority against hers
         for name in client.scan_iter(f"{world.namespace}:*:r:*"):  # every entry: alice's is among them

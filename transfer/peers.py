@@ -44,7 +44,7 @@ from transfer._lean import field, record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
+    from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 __all__ = ["PeerRound", "PeerSink", "PeerSource", "Replica", "Scope", "derive_scope", "proof"]
 
@@ -73,6 +73,9 @@ class Scope:
       find it, and two scopes never share an entry);
     * :meth:`entry_mac`: the tag on each registered (node, size, SHA-256), which a reader
       checks before trusting the SHA-256 (a forged entry is ignored);
+    * :meth:`seal`: the registration as the index holds it, size and SHA-256 enciphered
+      (anyone can read the index: a SHA-256 in clear would tell whether a user holds a known
+      file) and tagged;
     * :meth:`capability`: what the producer leaves beside its cache entry; its daemon serves
       the entry only to a request bearing a :func:`proof` made from it.
 
@@ -107,6 +110,26 @@ class Scope:
     def entry_mac(self, node: str, key: str, size: int, sha256: str) -> str:
         """The tag of one registration (128 bits, hex)."""
         return self._mac(b"pcio-entry", node, key, str(size), sha256)
+
+    def seal(self, node: str, key: str, size: int, sha256: str) -> str:
+        """``"<size> <sha256> <tag>"`` (16, 64 and 32 hex digits): size and SHA-256 XORed
+        with a keystream of this scope, node and key (only the scope's holders can read them),
+        and :meth:`entry_mac` of the clear values. ``size`` < 2**64; ``sha256`` 64 hex digits."""
+        pad = bytes.fromhex(self._mac(b"pcio-seal", node, key, size=40))
+        clear = size.to_bytes(8, "big") + bytes.fromhex(sha256)
+        sealed = bytes(a ^ b for a, b in zip(clear, pad)).hex()
+        return f"{sealed[:16]} {sealed[16:]} {self.entry_mac(node, key, size, sha256)}"
+
+    def unseal(self, node: str, key: str, value: str) -> Optional[Tuple[int, str]]:
+        """(size, sha256) of a well-formed :meth:`seal` value; None unless this scope sealed
+        it for this node and key."""
+        pad = bytes.fromhex(self._mac(b"pcio-seal", node, key, size=40))
+        sealed = bytes.fromhex(value[:16] + value[17:81])
+        clear = bytes(a ^ b for a, b in zip(sealed, pad))
+        size, sha256 = int.from_bytes(clear[:8], "big"), clear[8:].hex()
+        if not hmac.compare_digest(value[82:], self.entry_mac(node, key, size, sha256)):
+            return None
+        return size, sha256
 
     def capability(self, key: str) -> str:
         """The secret a producer's daemon checks readers' proofs against (256 bits, hex)."""

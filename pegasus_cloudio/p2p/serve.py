@@ -85,15 +85,22 @@ class Daemon:
         self._stop.set()
 
     def start(self) -> "Daemon":
+        self._bind()
         for server in self._servers:
-            server.start()
+            server.run()
         self._start_heartbeat()
         return self
 
+    def _bind(self) -> None:
+        """Bind every user's port and tell each server where peers dial it (its URL)."""
+        for user, server in zip(self._users, self._servers):
+            server.bind()
+            parts = urlsplit(self.url(user))
+            server.announce(parts.hostname or "", parts.port or 0)
+
     def start_forked(self) -> "Daemon":
         """Bind every user's port here, then serve each in a child dropped to that user."""
-        for server in self._servers:
-            server.bind()
+        self._bind()
         for user, server in zip(self._users, self._servers):
             pid = os.fork()
             if pid == 0:

@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from transfer.cache.layout import GRANT_LINE, MAX_GRANTS, Meta, digest_of
-from transfer.p2p.client import PLAIN_BINDING, PROOF_HEADER, certificate_binding
+from transfer.p2p.client import PROOF_HEADER, certificate_binding, plain_binding
 from transfer.peers import proof
 
 from .files import open_entry_file, open_root, read_grants, read_meta_fd
@@ -327,7 +327,7 @@ class CacheServer:
         server.admitted = {}
         host, port = server.server_address[:2]
         self._address = (str(host), int(port))
-        server.binding = PLAIN_BINDING
+        server.binding = plain_binding(*self._address)
         server.tls = None
         if not self._config.plain_http:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -336,6 +336,13 @@ class CacheServer:
             server.binding = certificate_binding(_first_certificate(str(self._config.cert_file)))
         self._server = server
         return self
+
+    def announce(self, host: str, port: int) -> None:
+        """Peers dial this daemon at ``host:port`` (its URL in the index, after :meth:`bind`):
+        over plain HTTP, readers' proofs are bound to that address."""
+        assert self._server is not None
+        if self._config.plain_http:
+            self._server.binding = plain_binding(host, port)
 
     def run(self) -> "CacheServer":
         """Serve in a thread (after :meth:`bind`)."""

@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
+from urllib.parse import urlsplit
 
 MODES = ("cloud-storage", "vm-storage", "submit-host")
 PROVIDERS = ("s3", "gcs")
@@ -165,6 +166,10 @@ def problems(opts: SetOptions) -> List[str]:
     if opts.needs_overlay and os.path.isabs(opts.pegasus_bin) and not os.path.isfile(
             os.path.join(opts.pegasus_bin, "pegasus-plan")):
         out.append(f"--pegasus-bin {opts.pegasus_bin} holds no pegasus-plan (the submit host's Pegasus bin)")
+    if opts.p2p_redis and urlsplit(opts.p2p_redis).password:  # the message must not repeat it
+        out.append("--p2p must not carry the Redis password: the URL goes into every job's environment, "
+                   "which every pool user can read (condor_q -l); set PEGASUS_CLOUDIO_P2P_REDIS in the "
+                   "workers' jobs.conf instead (docs/p2p.md)")
     if opts.ssh_port is not None and not 0 < opts.ssh_port < 65536:
         out.append(f"--ssh-port must be a TCP port (got {opts.ssh_port})")
     if opts.mode in MODES:

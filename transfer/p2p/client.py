@@ -16,8 +16,12 @@ cannot be replayed to another.
 A peer must be inside the pool's networks (every address its host name resolves to), speak
 HTTPS verified against the pool CA and nothing else (without ``ca_file`` no HTTPS peer is
 trusted: the system CAs never are; ``http://`` only with ``plain_http``), answer the TCP
-and TLS handshake within ``connect_timeout`` and send its headers within
-``first_byte_timeout``. Connections are kept alive per peer and reused.
+and TLS handshake within ``connect_timeout``, send its headers within ``first_byte_timeout``
+and finish the whole answer within ``first_byte_timeout + read_timeout`` plus its length at
+:data:`MIN_PEER_RATE` (:mod:`.deadlines`: a peer dripping bytes just inside the read timeout
+is given up, not waited for). A peer that failed to connect or timed out is skipped for
+:data:`SHUN_SECONDS`, so a dead or stalling peer costs a job one timeout, not one per file.
+Connections are kept alive per peer and reused.
 """
 
 from __future__ import annotations
@@ -30,18 +34,22 @@ import select
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 from urllib.parse import urlsplit
 
 from transfer.cache.layout import digest_of
 from transfer.p2p.config import Network, PeerConfig
+from transfer.p2p.deadlines import Deadlines
 from transfer.p2p.index import Holder
 from transfer.peers import PeerSink, Scope, proof
 
-__all__ = ["FetchReport", "PLAIN_BINDING", "PROOF_HEADER", "PeerClient", "PeerFailure", "certificate_binding"]
+__all__ = ["FetchReport", "PROOF_HEADER", "PeerClient", "PeerFailure", "certificate_binding", "plain_binding"]
 
 BUFFER = 1 << 20
+MIN_PEER_RATE = 1 << 20  # bytes/s: a pool peer slower than this is slower than the store
+SHUN_SECONDS = 60.0
 PROOF_HEADER = "X-Pcio-Proof"
 _Conn = http.client.HTTPConnection
 
@@ -98,6 +106,8 @@ class PeerClient:
         self._host = host or config.node
         self._rng = rng or random.Random()
         self._idle: Dict[Tuple[str, str, int], List[_Conn]] = {}
+        self._shunned: Dict[Tuple[str, str, int], float] = {}  # target -> skipped until (monotonic)
+        self._deadlines = Deadlines()
         self._lock = threading.Lock()
         self._tls = _tls_context(config.ca_file)
 
@@ -150,6 +160,7 @@ class PeerClient:
         for conns in idle.values():
             for conn in conns:
                 conn.close()
+        self._deadlines.close()
 
     # -- one peer -----------------------------------------------------------------------
 
@@ -158,6 +169,7 @@ class PeerClient:
         """Append bytes ``progress.done..size`` from ``holder`` (raises PeerFailure)."""
         name = holder.info.node
         target = self._target(holder)
+        self._check_shunned(target, name)
         conn, reused = self._connection(target, name)
         if reused and not _alive(conn):  # the peer closed it while idle
             conn.close()
@@ -165,22 +177,32 @@ class PeerClient:
         digest = digest_of(key)
         path = urlsplit(holder.info.url).path.rstrip("/") + "/" + digest
         headers = {"Authorization": f"Bearer {self._config.token}",
-                   PROOF_HEADER: proof(capability, _binding(conn), digest)}
+                   PROOF_HEADER: proof(capability, _binding(conn, target), digest)}
         if progress.done:
             headers["Range"] = f"bytes={progress.done}-{size - 1}"
+        config = self._config
+        watch = self._deadlines.watch(conn.sock, config.first_byte_timeout + config.read_timeout
+                                      + (size - progress.done) / MIN_PEER_RATE)
         try:
             conn.request("GET", path, headers=headers)
             response = conn.getresponse()
             _check_response(response, name, progress.done, size)
-            conn.sock.settimeout(self._config.read_timeout)
+            conn.sock.settimeout(config.read_timeout)
             _stream(response, sink, progress, size)
-        except (OSError, http.client.HTTPException) as err:
+        except (OSError, http.client.HTTPException, PeerFailure) as err:
             conn.close()
+            late = self._deadlines.end(watch)
+            if late or isinstance(err, TimeoutError):
+                self._shun(target)
+            if late:  # whatever the cut-off socket made of the answer
+                raise PeerFailure(f"peer {name}: too slow (under {MIN_PEER_RATE >> 10} KiB/s)") from err
+            if isinstance(err, PeerFailure):
+                raise
             raise PeerFailure(f"peer {name}: {type(err).__name__}: {err}") from err
-        except PeerFailure:
+        if self._deadlines.end(watch):  # late just as the last byte came: the socket is shut
             conn.close()
-            raise
-        self._release(target, conn)
+        else:
+            self._release(target, conn)
 
     def _target(self, holder: Holder) -> Tuple[str, str, int]:
         parts = urlsplit(holder.info.url)
@@ -217,10 +239,21 @@ class PeerClient:
             conn.connect()
         except OSError as err:
             conn.close()
+            self._shun(target)
             raise PeerFailure(f"peer {name}: cannot connect to {host}:{port}: {err}") from err
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.sock.settimeout(self._config.first_byte_timeout)
         return conn, False
+
+    def _check_shunned(self, target: Tuple[str, str, int], name: str) -> None:
+        with self._lock:
+            until = self._shunned.get(target, 0.0)
+        if until > time.monotonic():
+            raise PeerFailure(f"peer {name}: skipped, it failed recently (connect or timeout)")
+
+    def _shun(self, target: Tuple[str, str, int]) -> None:
+        with self._lock:
+            self._shunned[target] = time.monotonic() + SHUN_SECONDS
 
     def _release(self, target: Tuple[str, str, int], conn: _Conn) -> None:
         conn.sock.settimeout(self._config.first_byte_timeout)
@@ -248,21 +281,25 @@ def _tls_context(ca_file: Optional[str]) -> ssl.SSLContext:
     return context
 
 
-PLAIN_BINDING = "plain"
-
-
 def certificate_binding(der: bytes) -> str:
     """What a proof is bound to over TLS: the daemon's certificate (as both sides see it)."""
     return "tls:" + hashlib.sha256(der).hexdigest()
 
 
-def _binding(conn: _Conn) -> str:
+def plain_binding(host: str, port: int) -> str:
+    """What a proof is bound to over plain HTTP: the host and port the reader dialled (the
+    daemon's announced ones). Anyone who can write the index can point a node's URL at a
+    listener of her own; a proof it collects is then worthless at the real daemon."""
+    return f"plain:{host.lower()}:{port}"
+
+
+def _binding(conn: _Conn, target: Tuple[str, str, int]) -> str:
     sock = conn.sock
     if isinstance(sock, ssl.SSLSocket):
         der = sock.getpeercert(binary_form=True)
         if der:
             return certificate_binding(der)
-    return PLAIN_BINDING  # plain HTTP protects nothing in transit anyway (trusted networks only)
+    return plain_binding(target[1], target[2])
 
 
 def _outside(host: str, port: int, networks: Sequence[Network]) -> str:

@@ -5,10 +5,12 @@ key, :meth:`transfer.peers.Scope.index_name`: an HMAC only holders of the readin
 store secret can compute)::
 
     ns:{n}:nodes        hash  node id -> "<expires> " + JSON {"url", "host", "rack"}
-    ns:{b}:r:<d>        hash  node id -> "<size> <sha256> <mac>"   (b = d[0]: 16 hash tags)
+    ns:{b}:r:<d>        hash  node id -> Scope.seal: "<size> <sha256> <mac>", size and
+                              sha256 enciphered under the scope   (b = d[0]: 16 hash tags)
     ns:{b}:c:<d>        string  node id of the one node fetching <d> from the store now
 
-``mac`` is :meth:`~transfer.peers.Scope.entry_mac` of (node, key, size, sha256): a value
+``mac`` is :meth:`~transfer.peers.Scope.entry_mac` of (node, key, size, sha256) (so the
+index tells those without the scope neither a file's checksum nor its size): a value
 written by anyone without the scope (another user of the pool, anyone who can reach Redis)
 fails the check and is ignored, with a line in :attr:`Lookup.problems`. Two identities never
 share an entry: each has its own names.
@@ -27,7 +29,6 @@ unauthenticated values are reported in :attr:`Lookup.problems` and otherwise ign
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 from collections import Counter
@@ -40,7 +41,7 @@ __all__ = ["Claim", "Holder", "Lookup", "NodeInfo", "PeerIndex"]
 
 DEFAULT_NAMESPACE = "pcio"
 ENTRY_TTL_S = 7 * 86400  # an entry nobody re-registers goes after a week
-_MAC = re.compile(r"[0-9a-f]{32}")
+_SEALED = re.compile(r"[0-9a-f]{16} [0-9a-f]{64} [0-9a-f]{32}")
 # KEYS[1]: the node table; ARGV: ttl, then node, JSON pairs. Stamps "<server time + ttl> JSON".
 _HEARTBEAT_LUA = """
 local t = redis.call('TIME')
@@ -50,31 +51,58 @@ for i = 2, #ARGV, 2 do
 end
 return expires
 """
+# Anyone who can reach Redis can write junk into it, so the scripts return at most a bounded
+# number of fields of bounded length (and how many they left out): a job never reads it whole.
+MAX_NODES = 16384
+MAX_HOLDERS = 64
+_NAME_BYTES, _NODE_BYTES, _ENTRY_BYTES = 256, 1024, 128
+# bounded(key, fields, value bytes) -> {field, value, ...} (HGETALL order), fields left out
+_BOUNDED_LUA = """
+local function bounded(key, most, longest)
+  local raw = redis.call('HGETALL', key)
+  local out, skipped = {}, 0
+  for j = 1, #raw, 2 do
+    if #out < 2 * most and #raw[j] <= %d and #raw[j + 1] <= longest then
+      out[#out + 1] = raw[j]
+      out[#out + 1] = raw[j + 1]
+    else
+      skipped = skipped + 1
+    end
+  end
+  return out, skipped
+end
+""" % _NAME_BYTES
 # KEYS[1]: the node table. The server's clock with the table, so expiry needs no other clock.
-_NODES_LUA = """
+_NODES_LUA = _BOUNDED_LUA + """
 local t = redis.call('TIME')
-return {t[1], t[2], redis.call('HGETALL', KEYS[1])}
-"""
+local out, skipped = bounded(KEYS[1], %d, %d)
+return {t[1], t[2], out, skipped}
+""" % (MAX_NODES, _NODE_BYTES)
 # KEYS: the n entry keys of one hash tag, then (with claims) their n claim keys; ARGV: node,
-# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {HGETALL entry, claim holder or false}. A key is only
-# claimed when it has no entry at all.
-_LOOKUP_LUA = """
+# claim ms, a "0"/"1" mask of length n saying which keys to claim. Per key: {entry fields
+# (bounded), claim holder or false, fields left out}. A key is only claimed when it has no
+# entry at all; an oversized claim holder is no holder.
+_LOOKUP_LUA = _BOUNDED_LUA + """
 local n = string.len(ARGV[3])
 local out = {}
 for i = 1, n do
-  local entry = redis.call('HGETALL', KEYS[i])
+  local entry, skipped = bounded(KEYS[i], %d, %d)
   local holder = false
-  if string.sub(ARGV[3], i, i) == '1' and #entry == 0 then
+  if string.sub(ARGV[3], i, i) == '1' and #entry == 0 and skipped == 0 then
     if redis.call('SET', KEYS[n + i], ARGV[1], 'NX', 'PX', ARGV[2]) then
       holder = ARGV[1]
     else
       holder = redis.call('GET', KEYS[n + i])
+      if holder and #holder > %d then
+        holder = false
+        skipped = skipped + 1
+      end
     end
   end
-  out[i] = {entry, holder}
+  out[i] = {entry, holder, skipped}
 end
 return out
-"""
+""" % (MAX_HOLDERS, _ENTRY_BYTES, _NAME_BYTES)
 
 
 @dataclass(frozen=True)
@@ -190,7 +218,10 @@ class PeerIndex:
         live = _live(replies[0], found.problems)
         decode = _Decoder()
         for members, reply in zip(groups.values(), replies[1:]):
-            for (key, _), (entry, holder) in zip(members, reply):
+            for (key, _), (entry, holder, skipped) in zip(members, reply):
+                if skipped:
+                    found.problems.append(f"{skipped} oversized or surplus replica entries for {key!r} "
+                                          "ignored in the replica index")
                 holders = (_holders(key, keys[key], decode.pairs(entry), live, found.problems)
                            if entry else [])
                 if holders:
@@ -216,7 +247,7 @@ class PeerIndex:
         for r in scoped:
             assert r.scope is not None
             entry = self.entry_key(r.key, r.scope)
-            pipe.hset(entry, node, f"{r.size} {r.sha256} {r.scope.entry_mac(node, r.key, r.size, r.sha256)}")
+            pipe.hset(entry, node, r.scope.seal(node, r.key, r.size, r.sha256))
             pipe.expire(entry, ENTRY_TTL_S)
             pipe.delete(self.claim_key(r.key, r.scope))
         pipe.execute()
@@ -270,7 +301,9 @@ class _Decoder:
 def _live(reply: Any, problems: List[str]) -> Dict[str, NodeInfo]:
     """From the node-table script's reply (server seconds, microseconds, flat table): the
     nodes whose heartbeat has not expired; malformed entries reported."""
-    seconds, micros, flat = reply
+    seconds, micros, flat, skipped = reply
+    if skipped:
+        problems.append(f"{skipped} oversized or surplus node entries ignored in the replica index")
     now = int(seconds) + int(micros) / 1e6
     live: Dict[str, NodeInfo] = {}
     items = list(flat or [])
@@ -297,13 +330,12 @@ def _holders(key: str, scope: Scope, entry: Mapping[str, str], live: Mapping[str
     holder or several that agree, takes the short path.)"""
     values: Dict[str, Tuple[int, str]] = {}
     for node, raw in entry.items():
-        parsed = _parse_value(raw)
-        if parsed is None:
+        if _SEALED.fullmatch(raw) is None:
             problems.append(f"malformed replica entry {node!r} for {key!r} in the replica index")
         elif node in live:  # a dead node's entry is never used: no need to check it
-            size, sha, mac = parsed
-            if hmac.compare_digest(mac, scope.entry_mac(node, key, size, sha)):
-                values[node] = (size, sha)
+            opened = scope.unseal(node, key, raw)
+            if opened is not None:
+                values[node] = opened
             else:
                 problems.append(f"unauthenticated replica entry {node!r} for {key!r} in the replica index "
                                 "(not registered under this identity)")
@@ -318,15 +350,3 @@ def _holders(key: str, scope: Scope, entry: Mapping[str, str], live: Mapping[str
         problems.append(f"replica entries for {key!r} disagree on size/checksum; "
                         f"using the {agreeing} that agree")
     return [Holder(live[n], best[0], best[1]) for n, v in sorted(values.items()) if v == best]
-
-
-def _parse_value(text: str) -> Optional[Tuple[int, str, str]]:
-    """(size, sha256, tag) of a registration; None when malformed. The SHA-256 needs no
-    closer look: the tag covers it, and a wrong one only fails to match the bytes."""
-    parts = text.split(" ")
-    if len(parts) != 3:
-        return None
-    size, sha, mac = parts
-    if not size.isdigit() or len(size) > 19 or len(sha) != 64 or _MAC.fullmatch(mac) is None:
-        return None
-    return int(size), sha, mac

@@ -7,7 +7,9 @@
   and ``holds`` is true for keys another node is reading now (in flight).
 * ``fetch`` reads from the holders (verified by the client); for a key in flight it first
   waits, up to ``claim_seconds``, for the claiming node's replica. So a pool whose nodes
-  start together reads each file from the store about once.
+  start together reads each file from the store about once. A wait that ends without a
+  replica ends waiting for this source (anyone who can write the index can plant claims
+  that never end): it costs a job ``claim_seconds`` once, not once per file.
 * Replicas of the keys this node claimed are registered as soon as the node cache holds them
   (a small publisher thread polls the cache), not only at the end of the batch, because
   other nodes are waiting for them. ``publish`` registers the rest in one round trip. Before
@@ -68,6 +70,7 @@ class PeerIndexSource:
         self._warned: Set[str] = set()
         self._publisher: Optional[threading.Thread] = None
         self._closed = threading.Event()
+        self._claims_fail = threading.Event()  # a wait timed out: wait no more
         self.counters: Dict[str, int] = {"lookups": 0, "peer_hits": 0, "peer_bytes": 0,
                                          "peer_failures": 0, "claims_won": 0, "claims_waited": 0}
 
@@ -85,8 +88,10 @@ class PeerIndexSource:
         except Exception as err:  # noqa: BLE001 - any index failure means "no peer has it"
             self._warn("index", f"peer index unavailable, reading from the store: {_brief(err)}")
             return
-        for problem in found.problems:
-            self._warn(problem, f"peer index: ignored {problem}")
+        if found.problems:  # one line per source: anyone can write junk into every entry
+            more = len(found.problems) - 1
+            self._warn("problems", f"peer index: ignored {found.problems[0]}"
+                       + (f" (and {more} more such values)" if more else ""))
         with self._lock:
             self.counters["lookups"] += len(keys)
             self.counters["claims_won"] += len(found.won)
@@ -107,7 +112,7 @@ class PeerIndexSource:
             scope = self._scopes.get(key)
         if scope is None:
             return None
-        if not holders and waiting:
+        if not holders and waiting and not self._claims_fail.is_set():
             holders = self._wait_for_replica(key, scope)
         if not holders:
             return None
@@ -183,6 +188,9 @@ class PeerIndexSource:
                         self._claimed.add(key)
                     self._start_publisher()
                 return found.holders.get(key, [])
+        self._claims_fail.set()
+        self._warn("claim", f"peer index: no replica of {key} after {self._claim_seconds:g} s of "
+                   "another node's claim; not waiting for claims again")
         return []
 
     def _start_publisher(self) -> None:
