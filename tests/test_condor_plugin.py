@@ -357,3 +357,25 @@ def test_the_plugin_stops_when_the_starter_kills_its_parent(starter, behind_prox
     slow = starter.sandbox / "slow.dat"  # a transfer in flight may finish (verified) before the plugin stops
     assert not slow.exists() or slow.read_bytes() == b"slow.dat" * 1000
     assert sandbox_leftovers(starter.sandbox) == []
+
+
+
+def test_sigterm_stops_a_transfer_in_flight(starter, behind_proxy):
+    """Eviction while a download sits in a network read (read timeout 10 minutes): the plugin
+    leaves at once rather than holding the job's scratch until the read gives up; no partial
+    file, every file reported, nothing claimed for the file in flight."""
+    proxy, urls, ads = behind_proxy
+    proxy.set_faults([Fault.stall(600, after_bytes=100, method="GET", path="slow.dat")])
+    starter.env["PEGASUS_CLOUDIO_READ_TIMEOUT"] = "600"
+    proc, outfile = starter.start(ads)
+    wait_until(lambda: proxy.pending_faults() == 0, "the request for slow.dat")
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)  # before this fix: blocked until the read timed out
+    assert proc.returncode == 11, output
+    results = {ad.eval("TransferUrl"): ad for ad in parse_results(outfile.read_text())}
+    assert set(results) == set(urls)
+    for url in urls[2:]:
+        assert "interrupted by signal 15" in results[url].eval("TransferError")
+    for url, name in zip(urls[:2], ("a.dat", "b.dat")):  # done, maybe not yet reported: never claimed partly
+        assert not results[url].eval("TransferSuccess") or (starter.sandbox / name).read_bytes() == name.encode() * 1000
+    assert not (starter.sandbox / "slow.dat").exists() and sandbox_leftovers(starter.sandbox) == []

@@ -84,14 +84,27 @@ class Reporter:
 
     # -- entry points -------------------------------------------------------------------
 
+    @property
+    def total(self) -> int:
+        """How many files the batch has."""
+        return len(self._items)
+
     def on_result(self, result: Result) -> None:
-        """Engine callback: the ad of the file ``result`` belongs to."""
+        """Engine callback: the ad of the file ``result`` belongs to. A signal arriving meanwhile
+        waits until the file is recorded (``writing``), then goes to ``on_signal``."""
         item = self._by_op[id(result.op)]
-        if result.ok:
-            self._write(item, self._success(item, result))
-        else:
-            assert result.error is not None
-            self._failure(item, result.error, result.history, result.attempts, result.seconds)
+        self.writing = True
+        try:
+            if result.ok:
+                self._write(item, self._success(item, result))
+            else:
+                assert result.error is not None
+                self._failure(item, result.error, result.history, result.attempts, result.seconds)
+        finally:
+            self.writing = False
+        if self.pending_signal is not None:
+            signum, self.pending_signal = self.pending_signal, None
+            self.on_signal(signum)
 
     def problem(self, item: Item) -> None:
         """The ad of a file that was never attempted (malformed ad, unserved scheme...)."""
@@ -168,7 +181,6 @@ class Reporter:
     def _write_fields(self, fields: Fields, replace: bool = False) -> None:
         if self.write_failed:
             return
-        self.writing = True
         try:
             if replace:
                 self._writer.rewrite(fields)
@@ -177,11 +189,10 @@ class Reporter:
         except OSError as err:
             self.write_failed = True
             self._say(f"cannot write the result file: {err.strerror or err}")
-        finally:
-            self.writing = False
-        if self.pending_signal is not None:
-            signum, self.pending_signal = self.pending_signal, None
-            self.on_signal(signum)
+
+    def close(self) -> None:
+        """Close the result file (for a plugin leaving on a signal; else its owner closes it)."""
+        self._writer.close()
 
     # -- context for messages -----------------------------------------------------------
 
