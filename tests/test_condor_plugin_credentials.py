@@ -230,3 +230,22 @@ def test_job_variables_map_to_library_names_and_refuse_secrets(tmp_path):
     assert penv.env["PEGASUS_CLOUDIO_THREADS"] == "4" and "AWS_SECRET_ACCESS_KEY" not in penv.env
     assert penv.refused == ["CLOUDIO_AWS_SECRET_ACCESS_KEY"]
     assert penv.origin("PEGASUS_CREDENTIALS") == "CLOUDIO_PEGASUS_CREDENTIALS in the job environment"
+
+
+
+def test_a_job_cannot_send_the_nodes_gcs_token_to_its_own_endpoint(starter, gcs_key, tmp_path):
+    """The administrator's GCS key (plugin environment) is for Google's endpoint: a job that sets
+    CLOUDIO_STORAGE_EMULATOR_HOST (or ..._PEGASUS_CLOUDIO_GCS_ENDPOINT) to a host of its own must
+    not receive the bearer token minted from that key."""
+    from fixtures_condor import HttpsFiles
+    from fixtures_gcs import ACCESS_TOKEN
+
+    with HttpsFiles(tmp_path / "plain", tls=False) as catcher:
+        starter.env["GOOGLE_APPLICATION_CREDENTIALS"] = str(gcs_key.path)
+        for variable, value in (("STORAGE_EMULATOR_HOST", catcher.url("").split("://", 1)[1]),
+                                ("PEGASUS_CLOUDIO_GCS_ENDPOINT", catcher.url(""))):
+            starter.write_job_ad([f'Environment = "CLOUDIO_{variable}={value}"'])
+            run = starter.run([file_ad("gs://bucket/data.bin", str(starter.sandbox / "data.bin"))])
+            assert not any(seen and ACCESS_TOKEN in seen for seen in catcher.auth_seen), variable
+            assert run.returncode != 0 and not (starter.sandbox / "data.bin").exists()
+            assert f"CLOUDIO_{variable}" in run.output

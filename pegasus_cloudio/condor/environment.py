@@ -15,6 +15,11 @@ The plugin's effective environment is built from three layers, later ones winnin
    ``CLOUDIO``, so ``CLOUDIO_PEGASUS_CREDENTIALS=creds.conf`` sets ``PEGASUS_CREDENTIALS``.
    Relative paths are taken from the job's sandbox.
 
+A GCS key of the node (layers 1-2) is used only with the node's GCS endpoint: when the job
+(layer 3, or the job user's settings file) names the endpoint (``STORAGE_EMULATOR_HOST``,
+``PEGASUS_CLOUDIO_GCS_ENDPOINT``), the node's keys are dropped (:func:`keep_node_keys_home`),
+since the bearer token minted from them would go to a host of the job's choosing.
+
 Only the names in :data:`ALLOWED` (and the ``PEGASUS_CREDENTIALS_<site>``,
 ``GOOGLE_PKCS12_<site>`` and ``PEGASUS_CLOUDIO_*`` families) are taken from layers 1 and 3. Secrets never are: a job's
 environment is visible to anyone who can ``condor_q -l`` it, so keys belong in a credentials
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
 
@@ -46,6 +51,8 @@ PATH_VALUED = frozenset({
 })
 
 PLUGIN_ENV = "the plugin's environment"
+GCS_ENDPOINTS = ("PEGASUS_CLOUDIO_GCS_ENDPOINT", "STORAGE_EMULATOR_HOST")
+GCS_KEYS = ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_PKCS12")  # and GOOGLE_PKCS12_<site>
 
 
 class NodeConfigError(ValueError):
@@ -89,6 +96,7 @@ class PluginEnvironment:
     env: Dict[str, str]
     origins: Dict[str, str] = field(default_factory=dict)
     refused: List[str] = field(default_factory=list)
+    from_node: Set[str] = field(default_factory=set)  # names whose value the node set (layers 1-2)
 
     def origin(self, name: str) -> str:
         """Human-readable source of ``name`` (e.g. "CLOUDIO_PEGASUS_CREDENTIALS in the job environment")."""
@@ -109,6 +117,7 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
     result.env.update(process_env)
     for name in process_env:
         result.origins.pop(name, None)
+    result.from_node = set(result.env)
     prefix = plugin_name(argv0) + "_"
     job_vars = {k: v for k, v in job_environment(process_env).items() if k.upper().startswith(prefix)}
     job_vars.update((k, v) for k, v in process_env.items() if k.upper().startswith(prefix))
@@ -121,7 +130,23 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
             continue
         result.env[target] = _resolve(target, value, sandbox)
         result.origins[target] = f"{raw} in the job environment"
+        result.from_node.discard(target)
     return result
+
+
+def keep_node_keys_home(penv: PluginEnvironment) -> List[str]:
+    """Drop the node's GCS keys from ``penv.env`` when the GCS endpoint in effect is not the
+    node's; returns one line per key dropped (names only). Call on the final environment."""
+    endpoint = next((name for name in GCS_ENDPOINTS if penv.env.get(name, "").strip()), None)
+    if endpoint is None or endpoint in penv.from_node:
+        return []
+    chosen_by = penv.origins.get(endpoint, f"{endpoint} of the job user's settings file")
+    notes = []
+    for name in sorted(n for n in penv.env if n.startswith(GCS_KEYS) and n in penv.from_node):
+        del penv.env[name]
+        notes.append(f"not using the node's GCS key {name}: the GCS endpoint is chosen by {chosen_by}, "
+                     "and the node's credentials go to the node's endpoint only")
+    return notes
 
 
 def configured_methods(process_env: Mapping[str, str]) -> Optional[str]:

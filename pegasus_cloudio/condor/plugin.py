@@ -29,7 +29,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 from pegasus_cloudio.condor import PLUGIN_VERSION
 from pegasus_cloudio.condor.ads import BindingsMissing, FileAd, ResultWriter, query_ad_text, read_file_ads
 from pegasus_cloudio.condor.batch import available_methods, build_items
-from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironment, build_environment, configured_methods
+from pegasus_cloudio.condor.environment import (NodeConfigError, PluginEnvironment, build_environment, configured_methods,
+                                                keep_node_keys_home)
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
@@ -213,6 +214,8 @@ def settings_for(penv: PluginEnvironment) -> Settings:
     """The engine's settings; ``penv.env`` becomes the settings layer's mapping (the job user's
     config file under the environment, :mod:`transfer.knobs`), which the cache and peers read too."""
     penv.env = layered(penv.env, config_file=True)
+    for note in keep_node_keys_home(penv):
+        say(note)
     return Settings.from_env(penv.env)
 
 
