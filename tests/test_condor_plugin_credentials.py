@@ -249,3 +249,23 @@ def test_a_job_cannot_send_the_nodes_gcs_token_to_its_own_endpoint(starter, gcs_
             assert not any(seen and ACCESS_TOKEN in seen for seen in catcher.auth_seen), variable
             assert run.returncode != 0 and not (starter.sandbox / "data.bin").exists()
             assert f"CLOUDIO_{variable}" in run.output
+
+
+@pytest.mark.parametrize("mode, owner", [(0o666, 0), (0o664, 0), (0o644, 12345)])
+def test_a_node_configuration_other_users_can_change_is_refused(starter, https_files, tmp_path, mode, owner):
+    """The node file names every job's credentials, endpoints and CA: one another pool user can
+    write (or owns) would let them redirect every job's transfers. One line naming the file,
+    no request, the job held."""
+    https_files.objects["/in.dat"] = b"x"
+    node = tmp_path / "condor-plugin.conf"
+    node.write_text(f"PEGASUS_CLOUDIO_CA_BUNDLE = {https_files.ca_file}\n")
+    node.chmod(mode)
+    os.chown(node, owner, 0)
+    starter.env["PEGASUS_CLOUDIO_CONDOR_CONFIG"] = str(node)
+    run = starter.run([file_ad(https_files.url("/in.dat"), str(starter.sandbox / "in.dat"))])
+    assert run.returncode == 3, run.output
+    [line] = run.output.strip().splitlines()
+    assert f"node configuration {node}" in line and ("chmod" in line or "owned by" in line)
+    assert https_files.auth_seen == [] and not (starter.sandbox / "in.dat").exists()
+    rc, out, _ = starter.query()  # the query still answers (the file counts as unset there)
+    assert rc == 0 and "SupportedMethods" in out

@@ -4,7 +4,8 @@ The plugin's effective environment is built from three layers, later ones winnin
 
 1. the node configuration file named by ``PEGASUS_CLOUDIO_CONDOR_CONFIG`` (default
    ``/etc/pegasus-cloudio/condor-plugin.conf``, used if it exists): ``NAME = value`` lines,
-   ``#`` comments; relative paths are taken from the file's directory;
+   ``#`` comments; relative paths are taken from the file's directory; refused unless owned
+   by root (or the plugin's user) and writable by its owner only;
 2. the plugin's own environment (the starter's, e.g. ``PEGASUS_CREDENTIALS`` set by the
    administrator);
 3. job environment variables ``<PLUGIN>_<NAME>`` of the job's ``environment`` submit
@@ -167,6 +168,7 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
     """``(name, value)`` pairs of a node configuration file; [] if absent and not ``explicit``."""
     try:
         with open(path, encoding="utf-8") as fh:
+            _check_node_owned(path, os.fstat(fh.fileno()))
             lines = fh.readlines()
     except FileNotFoundError:
         if explicit:
@@ -187,6 +189,17 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
                                   f"PEGASUS_CREDENTIALS[_<site>], PEGASUS_CLOUDIO_*, AWS_REGION, ...")
         pairs.append((target, _resolve(target, value.strip(), base)))
     return pairs
+
+
+def _check_node_owned(path: str, st: os.stat_result) -> None:
+    """NodeConfigError unless only root (or the plugin's own user) can change the node file: it
+    names every job's credentials, endpoints and CA, so no other pool user may write it."""
+    if st.st_uid not in (0, os.getuid()):
+        raise NodeConfigError(f"node configuration {path} is owned by uid {st.st_uid}, not root; "
+                              f"fix with: chown root {path}")
+    if st.st_mode & 0o022:
+        raise NodeConfigError(f"node configuration {path} is writable by group/others (mode "
+                              f"{st.st_mode & 0o7777:04o}); fix with: chmod 644 {path}")
 
 
 def _resolve(name: str, value: str, base: str) -> str:
