@@ -122,6 +122,24 @@ def test_malformed_ads_and_foreign_schemes_fail_alone(starter, https_files):
     assert "not served" in run.ad_for("ftp://example.org/f").eval("TransferError")
 
 
+
+@pytest.mark.parametrize("bad", ["http://127.0.0.1:99999/x", "https://127.0.0.1:abc/x", "https://[::1/x"])
+def test_a_malformed_url_is_a_parameter_error_not_an_attempt(starter, https_files, bad):
+    """A URL that cannot be parsed fails alone as the job's mistake (ErrorType Parameter, no
+    attempt, the URL named), never as an internal error of a transfer that was tried."""
+    https_files.objects["/ok.txt"] = b"fine"
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    run = starter.run([file_ad(bad, str(starter.sandbox / "bad")),
+                       file_ad(https_files.url("/ok.txt"), str(starter.sandbox / "ok.txt"))])
+    assert run.returncode == 1, run.output
+    assert run.ad_for(https_files.url("/ok.txt")).eval("TransferSuccess") is True
+    ad = run.ad_for(bad)
+    assert_filter_types(ad)
+    [entry] = ad.eval("TransferErrorData")
+    assert entry.eval("ErrorType") == "Parameter" and ad.eval("DeveloperData").eval("Attempts") == 0
+    assert bad in ad.eval("TransferError") and "internal error" not in ad.eval("TransferError")
+    assert not (starter.sandbox / "bad").exists()
+
 def test_flags_in_any_order_and_an_outfile_not_prepared(starter, https_files):
     https_files.objects["/x.bin"] = os.urandom(5000)
     starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
