@@ -118,8 +118,9 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
     result.env.update(process_env)
     for name in process_env:
         result.origins.pop(name, None)
-    result.from_node = set(result.env)
     prefix = plugin_name(argv0) + "_"
+    # From 24.3 the starter copies the job's <PLUGIN>_* variables here, under those names.
+    result.from_node = {name for name in result.env if not name.upper().startswith(prefix)}
     job_vars = {k: v for k, v in job_environment(process_env).items() if k.upper().startswith(prefix)}
     job_vars.update((k, v) for k, v in process_env.items() if k.upper().startswith(prefix))
     for raw, value in sorted(job_vars.items()):
