@@ -233,6 +233,23 @@ def test_job_variables_map_to_library_names_and_refuse_secrets(tmp_path):
 
 
 
+def test_the_node_gcs_key_stays_with_the_node_endpoint(tmp_path):
+    from pegasus_cloudio.condor.environment import build_environment, keep_node_keys_home
+    node = {"GOOGLE_APPLICATION_CREDENTIALS": "/etc/key.json", "PEGASUS_CLOUDIO_CONDOR_CONFIG": "",
+            "HOME": str(tmp_path)}
+    assert keep_node_keys_home(build_environment(dict(node, STORAGE_EMULATOR_HOST="emu:1"), "/x/cloudio_plugin",
+                                                 str(tmp_path))) == []
+    # a 24.3+ starter copies the job's <PLUGIN>_* variables under their own names: a plugin
+    # installed as storage_plugin gets the job's STORAGE_EMULATOR_HOST as is
+    penv = build_environment(dict(node, STORAGE_EMULATOR_HOST="job-host:80"), "/x/storage_plugin", str(tmp_path))
+    [note] = keep_node_keys_home(penv)
+    assert "GOOGLE_APPLICATION_CREDENTIALS" not in penv.env and "not using the node's GCS key" in note
+    penv = build_environment(dict(node, CLOUDIO_STORAGE_EMULATOR_HOST="job-host:80",
+                                  CLOUDIO_GOOGLE_APPLICATION_CREDENTIALS="/job/key.json"), "/x/cloudio_plugin",
+                             str(tmp_path))
+    assert keep_node_keys_home(penv) == [] and penv.env["GOOGLE_APPLICATION_CREDENTIALS"] == "/job/key.json"
+
+
 def test_a_job_cannot_send_the_nodes_gcs_token_to_its_own_endpoint(starter, gcs_key, tmp_path):
     """The administrator's GCS key (plugin environment) is for Google's endpoint: a job that sets
     CLOUDIO_STORAGE_EMULATOR_HOST (or ..._PEGASUS_CLOUDIO_GCS_ENDPOINT) to a host of its own must
