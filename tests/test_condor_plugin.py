@@ -140,6 +140,21 @@ def test_a_malformed_url_is_a_parameter_error_not_an_attempt(starter, https_file
     assert bad in ad.eval("TransferError") and "internal error" not in ad.eval("TransferError")
     assert not (starter.sandbox / "bad").exists()
 
+
+def test_a_signed_url_the_connection_layer_refuses_keeps_its_signature_out_of_messages(starter, https_files):
+    """A pre-signed URL with a space in it is refused before sending: the refusal must not carry
+    the signature into the hold reason (TransferError), TransferErrorData or the plugin's output."""
+    signature, credential = "5f" * 32, "AKIAEXAMPLEKEY123456%2F20260101"
+    url = https_files.url(f"/dir/x.dat?X-Amz-Credential={credential}&X-Amz-Signature={signature}&note=a b")
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    run = starter.run([file_ad(url, str(starter.sandbox / "x.dat"))])
+    assert run.returncode == 1, run.output
+    [ad] = run.ads
+    shown = [ad.eval("TransferError"), run.output] + [e.eval("ErrorString") for e in ad.eval("TransferErrorData")]
+    for secret in (signature, credential):
+        assert not any(secret in text for text in shown), shown
+    assert "x.dat" in ad.eval("TransferError")
+
 def test_flags_in_any_order_and_an_outfile_not_prepared(starter, https_files):
     https_files.objects["/x.bin"] = os.urandom(5000)
     starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file

@@ -138,15 +138,15 @@ class Reporter:
         start, end = _times(history)
         local = item.local_path
         source = self._source(item)
-        text = outcome.error_text(error, upload=self._upload, url=item.ad.url, local=item.ad.local,
-                                  attempts=attempts, source=source)
+        text = outcome.scrub(outcome.error_text(error, upload=self._upload, url=item.ad.url, local=item.ad.local,
+                                                attempts=attempts, source=source), item.ad.url)
         server = self._server(item.url)
         entries = [outcome.error_entry(e, server, local, item.credential is not None)
                    for e in outcome.attempt_errors(history, error)]
         if len(entries) > MAX_ERROR_ENTRIES:
             entries = entries[:1] + entries[1 - MAX_ERROR_ENTRIES:]
         for entry in entries:
-            entry["ErrorString"] = shorten(str(entry["ErrorString"]), MAX_ERROR_STRING)
+            entry["ErrorString"] = shorten(outcome.scrub(str(entry["ErrorString"]), item.ad.url), MAX_ERROR_STRING)
         fields = self._base(item)
         fields.update(TransferSuccess=False, TransferError=shorten(text, MAX_ERROR_CHARS), TransferErrorData=entries,
                       TransferTotalBytes=0, TransferFileBytes=0, TransferStartTime=start, TransferEndTime=end,
