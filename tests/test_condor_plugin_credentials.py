@@ -286,3 +286,18 @@ def test_a_node_configuration_other_users_can_change_is_refused(starter, https_f
     assert https_files.auth_seen == [] and not (starter.sandbox / "in.dat").exists()
     rc, out, _ = starter.query()  # the query still answers (the file counts as unset there)
     assert rc == 0 and "SupportedMethods" in out
+
+
+def test_credentials_are_not_taken_from_another_users_home(starter, minio, bucket, tmp_path):
+    """The starter hands the plugin its own HOME (whoever started condor_master): files there
+    belong to another user, who would then choose this job's credentials, endpoints and CA."""
+    put_objects(minio, bucket, {"k.dat": b"theirs"})
+    other = tmp_path / "home-of-someone-else"
+    (other / ".pegasus").mkdir(parents=True)
+    creds = write_credentials(other / ".pegasus" / "credentials.conf", minio, minio.secret_key)
+    for path in (other, other / ".pegasus", creds):
+        os.chown(path, 12345, 12345)
+    url = f"s3://test@minio/{bucket}/k.dat"
+    run = starter.run([file_ad(url, str(starter.sandbox / "k.dat"))], env=dict(starter.env, HOME=str(other)))
+    assert run.returncode == 1, run.output
+    assert not (starter.sandbox / "k.dat").exists() and str(other) not in run.output

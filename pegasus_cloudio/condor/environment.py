@@ -21,6 +21,8 @@ A GCS key of the node (layers 1-2) is used only with the node's GCS endpoint: wh
 ``PEGASUS_CLOUDIO_GCS_ENDPOINT``), the node's keys are dropped (:func:`keep_node_keys_home`),
 since the bearer token minted from them would go to a host of the job's choosing.
 
+``HOME`` is kept only if the plugin's user owns it (:func:`_own_home`).
+
 Only the names in :data:`ALLOWED` (and the ``PEGASUS_CREDENTIALS_<site>``,
 ``GOOGLE_PKCS12_<site>`` and ``PEGASUS_CLOUDIO_*`` families) are taken from layers 1 and 3. Secrets never are: a job's
 environment is visible to anyone who can ``condor_q -l`` it, so keys belong in a credentials
@@ -30,6 +32,7 @@ file (permission-checked by the library); variables refused are reported by name
 from __future__ import annotations
 
 import os
+import pwd
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
@@ -118,6 +121,7 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
     result.env.update(process_env)
     for name in process_env:
         result.origins.pop(name, None)
+    _own_home(result.env)
     prefix = plugin_name(argv0) + "_"
     # From 24.3 the starter copies the job's <PLUGIN>_* variables here, under those names.
     result.from_node = {name for name in result.env if not name.upper().startswith(prefix)}
@@ -190,6 +194,23 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
                                   f"PEGASUS_CREDENTIALS[_<site>], PEGASUS_CLOUDIO_*, AWS_REGION, ...")
         pairs.append((target, _resolve(target, value.strip(), base)))
     return pairs
+
+
+def _own_home(env: Dict[str, str]) -> None:
+    """``HOME`` only if the plugin's user owns it, else that user's home from the password
+    database: the starter hands on its own ``HOME`` (whoever started ``condor_master``), and
+    the files found there (``~/.pegasus``, ``~/.aws``) would choose this job's credentials,
+    endpoints and CA."""
+    uid = os.getuid()
+    try:
+        if env.get("HOME") and os.stat(env["HOME"]).st_uid == uid:
+            return
+    except OSError:
+        pass
+    try:
+        env["HOME"] = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        env.pop("HOME", None)
 
 
 def _check_node_owned(path: str, st: os.stat_result) -> None:
