@@ -228,6 +228,29 @@ def test_upload_batch_reports_each_file(starter, minio, s3_env, bucket):
     assert entry.eval("ErrorType") == "Specification" and entry.eval("FailedServer") == socket.gethostname()
 
 
+def test_an_upload_of_a_file_that_changes_meanwhile_is_not_claimed(starter, tmp_path):
+    """The job's output changes while its PUT is under way, to a store that ignores Content-MD5:
+    what was stored is no state the file ever had, so the ad must not say TransferSuccess."""
+    from fixtures_condor import HttpsFiles
+
+    local, size, tail = starter.sandbox / "out.dat", 48 << 20, 1 << 20
+    local.write_bytes(b"a" * size)
+
+    def rewrite_tail(path: str) -> None:  # well past what the socket buffers hold already
+        with open(local, "r+b") as fh:
+            fh.seek(size - tail)
+            fh.write(b"b" * tail)
+
+    with HttpsFiles(tmp_path / "plain", tls=False, check_md5=False, on_put=rewrite_tail) as server:
+        url = server.url("/results/out.dat")
+        run = starter.run([file_ad(url, str(local))], upload=True)
+        stored = server.objects.get("/results/out.dat")
+    [ad] = run.ads
+    assert stored is not None and stored != b"a" * size  # the store did take the torn body
+    assert ad.eval("TransferSuccess") is False and run.returncode != 0, run.output
+    assert "changed" in ad.eval("TransferError") and str(local) in ad.eval("TransferError")
+
+
 def test_gcs_upload_then_download_batch(starter, gcs_env, gcs_bucket):
     """gs:// through the scheme registry, on fake-gcs-server (SIGN_S3_URLS = false mode)."""
     starter.env["STORAGE_EMULATOR_HOST"] = gcs_env["STORAGE_EMULATOR_HOST"]
