@@ -200,6 +200,23 @@ def test_brackets_inside_strings_do_not_cut_the_request():
     assert [(f.url, f.local) for f in files] == [('https://h/a]b["c', "/x/[y]"), ("s3://b/k", "/x/k")]
 
 
+
+def test_the_plugin_does_not_run_as_root_for_another_users_job(starter, https_files):
+    """RUN_FILETRANSFER_PLUGINS_WITH_ROOT = true: the job's user controls the sandbox (a symlink
+    out.dat -> /etc/shadow), so root would upload, or write, files the user cannot. One line,
+    exit 3, a failed ad, nothing sent."""
+    (starter.sandbox / "out.dat").symlink_to("/etc/hostname")
+    os.chown(starter.sandbox, 12345, 12345)
+    url = https_files.url("/stolen.dat")
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    run = starter.run([file_ad(url, str(starter.sandbox / "out.dat"))], upload=True)
+    assert run.returncode == 3, run.output
+    [line] = run.output.strip().splitlines()
+    assert "root" in line and "uid 12345" in line
+    assert https_files.objects == {} and https_files.auth_seen == []
+    [ad] = run.ads
+    assert ad.eval("TransferSuccess") is False
+
 # --------------------------------------------------------------------------- uploads
 
 

@@ -137,6 +137,9 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     assert args.infile and args.outfile
     _die_with_parent()
     sandbox = os.path.dirname(os.path.abspath(args.infile))
+    refusal = _root_for_another(sandbox)
+    if refusal:
+        return _unusable(args, refusal)
     try:
         penv = build_environment(environ, argv0, sandbox)
         with open(args.infile, encoding="utf-8") as fh:
@@ -156,6 +159,20 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     finally:
         writer.close()
     return code
+
+
+def _root_for_another(sandbox: str) -> Optional[str]:
+    """Why the plugin must not run, if it runs as root for a job whose user owns ``sandbox``
+    (``RUN_FILETRANSFER_PLUGINS_WITH_ROOT = true``): that user controls every name in it (a
+    symlink to /etc/shadow), and root would upload, or write, what the user cannot."""
+    try:
+        owner = os.stat(sandbox).st_uid
+    except OSError:
+        return None  # reading the request there fails next, with its own message
+    if os.geteuid() != 0 or owner == 0:
+        return None
+    return (f"refusing to run as root for a job of uid {owner}: its files would be read and written with "
+            "root's rights; set RUN_FILETRANSFER_PLUGINS_WITH_ROOT = false (the default)")
 
 
 def _unusable(args: Args, message: str) -> int:
