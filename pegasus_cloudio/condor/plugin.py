@@ -29,8 +29,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 from pegasus_cloudio.condor import PLUGIN_VERSION
 from pegasus_cloudio.condor.ads import BindingsMissing, FileAd, ResultWriter, query_ad_text, read_file_ads
 from pegasus_cloudio.condor.batch import available_methods, build_items
-from pegasus_cloudio.condor.environment import (NodeConfigError, PluginEnvironment, build_environment, configured_methods,
-                                                keep_node_keys_home)
+from pegasus_cloudio.condor.environment import (
+    NodeConfigError, PluginEnvironment, build_environment, configured_methods, keep_node_keys_home,
+)
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
