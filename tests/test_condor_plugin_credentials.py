@@ -248,6 +248,16 @@ def test_the_node_gcs_key_stays_with_the_node_endpoint(tmp_path):
                                   CLOUDIO_GOOGLE_APPLICATION_CREDENTIALS="/job/key.json"), "/x/cloudio_plugin",
                              str(tmp_path))
     assert keep_node_keys_home(penv) == [] and penv.env["GOOGLE_APPLICATION_CREDENTIALS"] == "/job/key.json"
+    # the endpoint in a settings file the administrator names is the node's; in the job's, not
+    from pegasus_cloudio.condor.plugin import settings_for
+    admin = tmp_path / "admin.conf"
+    admin.write_text("PEGASUS_CLOUDIO_GCS_ENDPOINT = https://gcs.site.example\n")
+    for config, kept in ((str(admin), True), ("", False)):
+        (tmp_path / ".pegasus").mkdir(exist_ok=True)
+        (tmp_path / ".pegasus" / "cloudio.conf").write_text("PEGASUS_CLOUDIO_GCS_ENDPOINT = http://job-host:80\n")
+        penv = build_environment(dict(node, PEGASUS_CLOUDIO_CONFIG=config), "/x/cloudio_plugin", str(tmp_path))
+        settings_for(penv)
+        assert ("GOOGLE_APPLICATION_CREDENTIALS" in penv.env) is kept, config
 
 
 def test_a_job_cannot_send_the_nodes_gcs_token_to_its_own_endpoint(starter, gcs_key, tmp_path):
