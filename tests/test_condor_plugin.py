@@ -168,6 +168,20 @@ def test_flags_in_any_order_and_an_outfile_not_prepared(starter, https_files):
     assert ad.eval("TransferSuccess") is True and (starter.sandbox / "x.bin").read_bytes() == https_files.objects["/x.bin"]
 
 
+
+def test_a_stale_result_file_that_is_not_utf8_is_replaced(starter, https_files):
+    """An EP older than 23.4 reuses the -outfile: whatever another plugin left there (here bytes
+    that are not UTF-8) is cleared, never a traceback with no ad."""
+    https_files.objects["/x.bin"] = b"fresh"
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    infile, outfile = starter.prepare([file_ad(https_files.url("/x.bin"), str(starter.sandbox / "x.bin"))])
+    outfile.write_bytes(b'[ TransferUrl = "caf\xe9"; TransferSuccess = false ]\n\xff\xfe')
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stdout, done.stdout
+    [ad] = parse_results(outfile.read_text())
+    assert ad.eval("TransferSuccess") is True and (starter.sandbox / "x.bin").read_bytes() == b"fresh"
+
 @pytest.mark.parametrize("request_text, why", [
     ('[ Url = "{url}"; LocalFileName = ', "ends inside ad 1 (truncated)"),
     ('[ Url = "{url}"; LocalFileName = "/x/a" ][ Url = "{url}"; LocalFileName = "/x', "ends inside ad 2"),
