@@ -25,7 +25,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import boto3
 import classad2
@@ -217,9 +217,12 @@ def starter(condor_plugin: Path, tmp_path: Path) -> Starter:
 class HttpsFiles:
     """Objects in memory over HTTP/1.1 (TLS unless ``tls=False``); see the module docstring."""
 
-    def __init__(self, directory: Path, *, tls: bool = True, token: str = "s3cr3t-token") -> None:
+    def __init__(self, directory: Path, *, tls: bool = True, token: str = "s3cr3t-token",
+                 check_md5: bool = True, on_put: Optional[Callable[[str], None]] = None) -> None:
         self.objects: Dict[str, bytes] = {}
         self.token = token
+        self.check_md5 = check_md5  # False: a store that ignores Content-MD5 (plain WebDAV, nginx...)
+        self.on_put = on_put  # called with the path when a PUT's head has arrived, before its body
         self.auth_seen: List[Optional[str]] = []
         self.tls = make_tls_files(directory) if tls else None
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -279,8 +282,10 @@ def _handler(store: HttpsFiles) -> type:
                 self._reply(200, data, hashlib.md5(data).hexdigest())
 
         def do_PUT(self) -> None:  # noqa: N802
+            if store.on_put is not None:
+                store.on_put(self.path)
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            declared = self.headers.get("Content-MD5")
+            declared = self.headers.get("Content-MD5") if store.check_md5 else None
             if not self._authorized():
                 self._reply(401, b"token required")
             elif declared and base64.b64decode(declared) != hashlib.md5(body).digest():

@@ -122,6 +122,39 @@ def test_malformed_ads_and_foreign_schemes_fail_alone(starter, https_files):
     assert "not served" in run.ad_for("ftp://example.org/f").eval("TransferError")
 
 
+
+@pytest.mark.parametrize("bad", ["http://127.0.0.1:99999/x", "https://127.0.0.1:abc/x", "https://[::1/x"])
+def test_a_malformed_url_is_a_parameter_error_not_an_attempt(starter, https_files, bad):
+    """A URL that cannot be parsed fails alone as the job's mistake (ErrorType Parameter, no
+    attempt, the URL named), never as an internal error of a transfer that was tried."""
+    https_files.objects["/ok.txt"] = b"fine"
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    run = starter.run([file_ad(bad, str(starter.sandbox / "bad")),
+                       file_ad(https_files.url("/ok.txt"), str(starter.sandbox / "ok.txt"))])
+    assert run.returncode == 1, run.output
+    assert run.ad_for(https_files.url("/ok.txt")).eval("TransferSuccess") is True
+    ad = run.ad_for(bad)
+    assert_filter_types(ad)
+    [entry] = ad.eval("TransferErrorData")
+    assert entry.eval("ErrorType") == "Parameter" and ad.eval("DeveloperData").eval("Attempts") == 0
+    assert bad in ad.eval("TransferError") and "internal error" not in ad.eval("TransferError")
+    assert not (starter.sandbox / "bad").exists()
+
+
+def test_a_signed_url_the_connection_layer_refuses_keeps_its_signature_out_of_messages(starter, https_files):
+    """A pre-signed URL with a space in it is refused before sending: the refusal must not carry
+    the signature into the hold reason (TransferError), TransferErrorData or the plugin's output."""
+    signature, credential = "5f" * 32, "AKIAEXAMPLEKEY123456%2F20260101"
+    url = https_files.url(f"/dir/x.dat?X-Amz-Credential={credential}&X-Amz-Signature={signature}&note=a b")
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    run = starter.run([file_ad(url, str(starter.sandbox / "x.dat"))])
+    assert run.returncode == 1, run.output
+    [ad] = run.ads
+    shown = [ad.eval("TransferError"), run.output] + [e.eval("ErrorString") for e in ad.eval("TransferErrorData")]
+    for secret in (signature, credential):
+        assert not any(secret in text for text in shown), shown
+    assert "x.dat" in ad.eval("TransferError")
+
 def test_flags_in_any_order_and_an_outfile_not_prepared(starter, https_files):
     https_files.objects["/x.bin"] = os.urandom(5000)
     starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
@@ -134,6 +167,20 @@ def test_flags_in_any_order_and_an_outfile_not_prepared(starter, https_files):
     [ad] = parse_results(outfile.read_text())
     assert ad.eval("TransferSuccess") is True and (starter.sandbox / "x.bin").read_bytes() == https_files.objects["/x.bin"]
 
+
+
+def test_a_stale_result_file_that_is_not_utf8_is_replaced(starter, https_files):
+    """An EP older than 23.4 reuses the -outfile: whatever another plugin left there (here bytes
+    that are not UTF-8) is cleared, never a traceback with no ad."""
+    https_files.objects["/x.bin"] = b"fresh"
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    infile, outfile = starter.prepare([file_ad(https_files.url("/x.bin"), str(starter.sandbox / "x.bin"))])
+    outfile.write_bytes(b'[ TransferUrl = "caf\xe9"; TransferSuccess = false ]\n\xff\xfe')
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stdout, done.stdout
+    [ad] = parse_results(outfile.read_text())
+    assert ad.eval("TransferSuccess") is True and (starter.sandbox / "x.bin").read_bytes() == b"fresh"
 
 @pytest.mark.parametrize("request_text, why", [
     ('[ Url = "{url}"; LocalFileName = ', "ends inside ad 1 (truncated)"),
@@ -167,6 +214,23 @@ def test_brackets_inside_strings_do_not_cut_the_request():
     assert [(f.url, f.local) for f in files] == [('https://h/a]b["c', "/x/[y]"), ("s3://b/k", "/x/k")]
 
 
+
+def test_the_plugin_does_not_run_as_root_for_another_users_job(starter, https_files):
+    """RUN_FILETRANSFER_PLUGINS_WITH_ROOT = true: the job's user controls the sandbox (a symlink
+    out.dat -> /etc/shadow), so root would upload, or write, files the user cannot. One line,
+    exit 3, a failed ad, nothing sent."""
+    (starter.sandbox / "out.dat").symlink_to("/etc/hostname")
+    os.chown(starter.sandbox, 12345, 12345)
+    url = https_files.url("/stolen.dat")
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    run = starter.run([file_ad(url, str(starter.sandbox / "out.dat"))], upload=True)
+    assert run.returncode == 3, run.output
+    [line] = run.output.strip().splitlines()
+    assert "root" in line and "uid 12345" in line
+    assert https_files.objects == {} and https_files.auth_seen == []
+    [ad] = run.ads
+    assert ad.eval("TransferSuccess") is False
+
 # --------------------------------------------------------------------------- uploads
 
 
@@ -193,6 +257,29 @@ def test_upload_batch_reports_each_file(starter, minio, s3_env, bucket):
     assert failed.eval("TransferSuccess") is False and str(sandbox / "never.dat") in failed.eval("TransferError")
     [entry] = failed.eval("TransferErrorData")
     assert entry.eval("ErrorType") == "Specification" and entry.eval("FailedServer") == socket.gethostname()
+
+
+def test_an_upload_of_a_file_that_changes_meanwhile_is_not_claimed(starter, tmp_path):
+    """The job's output changes while its PUT is under way, to a store that ignores Content-MD5:
+    what was stored is no state the file ever had, so the ad must not say TransferSuccess."""
+    from fixtures_condor import HttpsFiles
+
+    local, size, tail = starter.sandbox / "out.dat", 48 << 20, 1 << 20
+    local.write_bytes(b"a" * size)
+
+    def rewrite_tail(path: str) -> None:  # well past what the socket buffers hold already
+        with open(local, "r+b") as fh:
+            fh.seek(size - tail)
+            fh.write(b"b" * tail)
+
+    with HttpsFiles(tmp_path / "plain", tls=False, check_md5=False, on_put=rewrite_tail) as server:
+        url = server.url("/results/out.dat")
+        run = starter.run([file_ad(url, str(local))], upload=True)
+        stored = server.objects.get("/results/out.dat")
+    [ad] = run.ads
+    assert stored is not None and stored != b"a" * size  # the store did take the torn body
+    assert ad.eval("TransferSuccess") is False and run.returncode != 0, run.output
+    assert "changed" in ad.eval("TransferError") and str(local) in ad.eval("TransferError")
 
 
 def test_gcs_upload_then_download_batch(starter, gcs_env, gcs_bucket):
@@ -357,3 +444,25 @@ def test_the_plugin_stops_when_the_starter_kills_its_parent(starter, behind_prox
     slow = starter.sandbox / "slow.dat"  # a transfer in flight may finish (verified) before the plugin stops
     assert not slow.exists() or slow.read_bytes() == b"slow.dat" * 1000
     assert sandbox_leftovers(starter.sandbox) == []
+
+
+
+def test_sigterm_stops_a_transfer_in_flight(starter, behind_proxy):
+    """Eviction while a download sits in a network read (read timeout 10 minutes): the plugin
+    leaves at once rather than holding the job's scratch until the read gives up; no partial
+    file, every file reported, nothing claimed for the file in flight."""
+    proxy, urls, ads = behind_proxy
+    proxy.set_faults([Fault.stall(600, after_bytes=100, method="GET", path="slow.dat")])
+    starter.env["PEGASUS_CLOUDIO_READ_TIMEOUT"] = "600"
+    proc, outfile = starter.start(ads)
+    wait_until(lambda: proxy.pending_faults() == 0, "the request for slow.dat")
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)  # before this fix: blocked until the read timed out
+    assert proc.returncode == 11, output
+    results = {ad.eval("TransferUrl"): ad for ad in parse_results(outfile.read_text())}
+    assert set(results) == set(urls)
+    for url in urls[2:]:
+        assert "interrupted by signal 15" in results[url].eval("TransferError")
+    for url, name in zip(urls[:2], ("a.dat", "b.dat")):  # done, maybe not yet reported: never claimed partly
+        assert not results[url].eval("TransferSuccess") or (starter.sandbox / name).read_bytes() == name.encode() * 1000
+    assert not (starter.sandbox / "slow.dat").exists() and sandbox_leftovers(starter.sandbox) == []

@@ -230,3 +230,84 @@ def test_job_variables_map_to_library_names_and_refuse_secrets(tmp_path):
     assert penv.env["PEGASUS_CLOUDIO_THREADS"] == "4" and "AWS_SECRET_ACCESS_KEY" not in penv.env
     assert penv.refused == ["CLOUDIO_AWS_SECRET_ACCESS_KEY"]
     assert penv.origin("PEGASUS_CREDENTIALS") == "CLOUDIO_PEGASUS_CREDENTIALS in the job environment"
+
+
+
+def test_the_node_gcs_key_stays_with_the_node_endpoint(tmp_path):
+    from pegasus_cloudio.condor.environment import build_environment, keep_node_keys_home
+    node = {"GOOGLE_APPLICATION_CREDENTIALS": "/etc/key.json", "PEGASUS_CLOUDIO_CONDOR_CONFIG": "",
+            "HOME": str(tmp_path)}
+    assert keep_node_keys_home(build_environment(dict(node, STORAGE_EMULATOR_HOST="emu:1"), "/x/cloudio_plugin",
+                                                 str(tmp_path))) == []
+    # a 24.3+ starter copies the job's <PLUGIN>_* variables under their own names: a plugin
+    # installed as storage_plugin gets the job's STORAGE_EMULATOR_HOST as is
+    penv = build_environment(dict(node, STORAGE_EMULATOR_HOST="job-host:80"), "/x/storage_plugin", str(tmp_path))
+    [note] = keep_node_keys_home(penv)
+    assert "GOOGLE_APPLICATION_CREDENTIALS" not in penv.env and "not using the node's GCS key" in note
+    penv = build_environment(dict(node, CLOUDIO_STORAGE_EMULATOR_HOST="job-host:80",
+                                  CLOUDIO_GOOGLE_APPLICATION_CREDENTIALS="/job/key.json"), "/x/cloudio_plugin",
+                             str(tmp_path))
+    assert keep_node_keys_home(penv) == [] and penv.env["GOOGLE_APPLICATION_CREDENTIALS"] == "/job/key.json"
+    # the endpoint in a settings file the administrator names is the node's; in the job's, not
+    from pegasus_cloudio.condor.plugin import settings_for
+    admin = tmp_path / "admin.conf"
+    admin.write_text("PEGASUS_CLOUDIO_GCS_ENDPOINT = https://gcs.site.example\n")
+    for config, kept in ((str(admin), True), ("", False)):
+        (tmp_path / ".pegasus").mkdir(exist_ok=True)
+        (tmp_path / ".pegasus" / "cloudio.conf").write_text("PEGASUS_CLOUDIO_GCS_ENDPOINT = http://job-host:80\n")
+        penv = build_environment(dict(node, PEGASUS_CLOUDIO_CONFIG=config), "/x/cloudio_plugin", str(tmp_path))
+        settings_for(penv)
+        assert ("GOOGLE_APPLICATION_CREDENTIALS" in penv.env) is kept, config
+
+
+def test_a_job_cannot_send_the_nodes_gcs_token_to_its_own_endpoint(starter, gcs_key, tmp_path):
+    """The administrator's GCS key (plugin environment) is for Google's endpoint: a job that sets
+    CLOUDIO_STORAGE_EMULATOR_HOST (or ..._PEGASUS_CLOUDIO_GCS_ENDPOINT) to a host of its own must
+    not receive the bearer token minted from that key."""
+    from fixtures_condor import HttpsFiles
+    from fixtures_gcs import ACCESS_TOKEN
+
+    with HttpsFiles(tmp_path / "plain", tls=False) as catcher:
+        starter.env["GOOGLE_APPLICATION_CREDENTIALS"] = str(gcs_key.path)
+        for variable, value in (("STORAGE_EMULATOR_HOST", catcher.url("").split("://", 1)[1]),
+                                ("PEGASUS_CLOUDIO_GCS_ENDPOINT", catcher.url(""))):
+            starter.write_job_ad([f'Environment = "CLOUDIO_{variable}={value}"'])
+            run = starter.run([file_ad("gs://bucket/data.bin", str(starter.sandbox / "data.bin"))])
+            assert not any(seen and ACCESS_TOKEN in seen for seen in catcher.auth_seen), variable
+            assert run.returncode != 0 and not (starter.sandbox / "data.bin").exists()
+            assert f"CLOUDIO_{variable}" in run.output
+
+
+@pytest.mark.parametrize("mode, owner", [(0o666, 0), (0o664, 0), (0o644, 12345)])
+def test_a_node_configuration_other_users_can_change_is_refused(starter, https_files, tmp_path, mode, owner):
+    """The node file names every job's credentials, endpoints and CA: one another pool user can
+    write (or owns) would let them redirect every job's transfers. One line naming the file,
+    no request, the job held."""
+    https_files.objects["/in.dat"] = b"x"
+    node = tmp_path / "condor-plugin.conf"
+    node.write_text(f"PEGASUS_CLOUDIO_CA_BUNDLE = {https_files.ca_file}\n")
+    node.chmod(mode)
+    os.chown(node, owner, 0)
+    starter.env["PEGASUS_CLOUDIO_CONDOR_CONFIG"] = str(node)
+    run = starter.run([file_ad(https_files.url("/in.dat"), str(starter.sandbox / "in.dat"))])
+    assert run.returncode == 3, run.output
+    [line] = run.output.strip().splitlines()
+    assert f"node configuration {node}" in line and ("chmod" in line or "owned by" in line)
+    assert https_files.auth_seen == [] and not (starter.sandbox / "in.dat").exists()
+    rc, out, _ = starter.query()  # the query still answers (the file counts as unset there)
+    assert rc == 0 and "SupportedMethods" in out
+
+
+def test_credentials_are_not_taken_from_another_users_home(starter, minio, bucket, tmp_path):
+    """The starter hands the plugin its own HOME (whoever started condor_master): files there
+    belong to another user, who would then choose this job's credentials, endpoints and CA."""
+    put_objects(minio, bucket, {"k.dat": b"theirs"})
+    other = tmp_path / "home-of-someone-else"
+    (other / ".pegasus").mkdir(parents=True)
+    creds = write_credentials(other / ".pegasus" / "credentials.conf", minio, minio.secret_key)
+    for path in (other, other / ".pegasus", creds):
+        os.chown(path, 12345, 12345)
+    url = f"s3://test@minio/{bucket}/k.dat"
+    run = starter.run([file_ad(url, str(starter.sandbox / "k.dat"))], env=dict(starter.env, HOME=str(other)))
+    assert run.returncode == 1, run.output
+    assert not (starter.sandbox / "k.dat").exists() and str(other) not in run.output

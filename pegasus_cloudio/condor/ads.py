@@ -134,10 +134,11 @@ class ResultWriter:
     """
 
     def __init__(self, path: str) -> None:
+        # errors="replace": stale text another plugin left need not be UTF-8; our ads always are
         try:
-            self._file: IO[str] = open(path, "r+", encoding="utf-8")
+            self._file: IO[str] = open(path, "r+", encoding="utf-8", errors="replace")
         except FileNotFoundError:
-            self._file = open(path, "w", encoding="utf-8")
+            self._file = open(path, "w", encoding="utf-8", errors="replace")
         self.count = 0
         self._clear_stale()
 

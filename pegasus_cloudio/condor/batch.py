@@ -14,6 +14,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
 
 from pegasus_cloudio.condor.ads import FileAd
 from pegasus_cloudio.condor.http_transfers import TokenUrl
@@ -83,6 +84,8 @@ def _item(ad: FileAd, upload: bool, env: Mapping[str, str], sandbox: str, method
             raise InvalidInput(f"a credential prefix ('{credential}+') is supported for http and https "
                                "URLs only", operation="parse")
         parsed = parse_url(bare, env=env)
+        if scheme in ("http", "https"):
+            _check_port(bare)
         if credential:
             item.url = TokenUrl(parsed.scheme, parsed.host, parsed.path, None, credential)
         else:
@@ -94,6 +97,15 @@ def _item(ad: FileAd, upload: bool, env: Mapping[str, str], sandbox: str, method
     local = Url("file", "", item.local_path)
     item.op = Transfer((local,), item.url) if upload else Transfer((item.url,), local)
     return item
+
+
+def _check_port(url_text: str) -> None:
+    """InvalidInput for an http(s) URL whose port is not a number in 0-65535 (the connection
+    layer would otherwise fail on it as an internal error, after counting an attempt)."""
+    try:
+        urlsplit(url_text).port
+    except ValueError as err:
+        raise InvalidInput(f"malformed URL: {err}", operation="parse") from None
 
 
 def _require_backend(scheme: str) -> None:

@@ -4,7 +4,8 @@ The plugin's effective environment is built from three layers, later ones winnin
 
 1. the node configuration file named by ``PEGASUS_CLOUDIO_CONDOR_CONFIG`` (default
    ``/etc/pegasus-cloudio/condor-plugin.conf``, used if it exists): ``NAME = value`` lines,
-   ``#`` comments; relative paths are taken from the file's directory;
+   ``#`` comments; relative paths are taken from the file's directory; refused unless owned
+   by root (or the plugin's user) and writable by its owner only;
 2. the plugin's own environment (the starter's, e.g. ``PEGASUS_CREDENTIALS`` set by the
    administrator);
 3. job environment variables ``<PLUGIN>_<NAME>`` of the job's ``environment`` submit
@@ -15,6 +16,13 @@ The plugin's effective environment is built from three layers, later ones winnin
    ``CLOUDIO``, so ``CLOUDIO_PEGASUS_CREDENTIALS=creds.conf`` sets ``PEGASUS_CREDENTIALS``.
    Relative paths are taken from the job's sandbox.
 
+A GCS key of the node (layers 1-2) is used only with the node's GCS endpoint: when the job
+(layer 3, or the job user's settings file) names the endpoint (``STORAGE_EMULATOR_HOST``,
+``PEGASUS_CLOUDIO_GCS_ENDPOINT``), the node's keys are dropped (:func:`keep_node_keys_home`),
+since the bearer token minted from them would go to a host of the job's choosing.
+
+``HOME`` is kept only if the plugin's user owns it (:func:`_own_home`).
+
 Only the names in :data:`ALLOWED` (and the ``PEGASUS_CREDENTIALS_<site>``,
 ``GOOGLE_PKCS12_<site>`` and ``PEGASUS_CLOUDIO_*`` families) are taken from layers 1 and 3. Secrets never are: a job's
 environment is visible to anyone who can ``condor_q -l`` it, so keys belong in a credentials
@@ -24,8 +32,9 @@ file (permission-checked by the library); variables refused are reported by name
 from __future__ import annotations
 
 import os
+import pwd
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
 
@@ -46,6 +55,8 @@ PATH_VALUED = frozenset({
 })
 
 PLUGIN_ENV = "the plugin's environment"
+GCS_ENDPOINTS = ("PEGASUS_CLOUDIO_GCS_ENDPOINT", "STORAGE_EMULATOR_HOST")
+GCS_KEYS = ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_PKCS12")  # and GOOGLE_PKCS12_<site>
 
 
 class NodeConfigError(ValueError):
@@ -89,6 +100,7 @@ class PluginEnvironment:
     env: Dict[str, str]
     origins: Dict[str, str] = field(default_factory=dict)
     refused: List[str] = field(default_factory=list)
+    from_node: Set[str] = field(default_factory=set)  # names whose value the node set (layers 1-2)
 
     def origin(self, name: str) -> str:
         """Human-readable source of ``name`` (e.g. "CLOUDIO_PEGASUS_CREDENTIALS in the job environment")."""
@@ -109,7 +121,10 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
     result.env.update(process_env)
     for name in process_env:
         result.origins.pop(name, None)
+    _own_home(result.env)
     prefix = plugin_name(argv0) + "_"
+    # From 24.3 the starter copies the job's <PLUGIN>_* variables here, under those names.
+    result.from_node = {name for name in result.env if not name.upper().startswith(prefix)}
     job_vars = {k: v for k, v in job_environment(process_env).items() if k.upper().startswith(prefix)}
     job_vars.update((k, v) for k, v in process_env.items() if k.upper().startswith(prefix))
     for raw, value in sorted(job_vars.items()):
@@ -121,7 +136,23 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
             continue
         result.env[target] = _resolve(target, value, sandbox)
         result.origins[target] = f"{raw} in the job environment"
+        result.from_node.discard(target)
     return result
+
+
+def keep_node_keys_home(penv: PluginEnvironment) -> List[str]:
+    """Drop the node's GCS keys from ``penv.env`` when the GCS endpoint in effect is not the
+    node's; returns one line per key dropped (names only). Call on the final environment."""
+    endpoint = next((name for name in GCS_ENDPOINTS if penv.env.get(name, "").strip()), None)
+    if endpoint is None or endpoint in penv.from_node:
+        return []
+    chosen_by = penv.origins.get(endpoint, f"{endpoint} of the job user's settings file")
+    notes = []
+    for name in sorted(n for n in penv.env if n.startswith(GCS_KEYS) and n in penv.from_node):
+        del penv.env[name]
+        notes.append(f"not using the node's GCS key {name}: the GCS endpoint is chosen by {chosen_by}, "
+                     "and the node's credentials go to the node's endpoint only")
+    return notes
 
 
 def configured_methods(process_env: Mapping[str, str]) -> Optional[str]:
@@ -142,6 +173,7 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
     """``(name, value)`` pairs of a node configuration file; [] if absent and not ``explicit``."""
     try:
         with open(path, encoding="utf-8") as fh:
+            _check_node_owned(path, os.fstat(fh.fileno()))
             lines = fh.readlines()
     except FileNotFoundError:
         if explicit:
@@ -162,6 +194,34 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
                                   f"PEGASUS_CREDENTIALS[_<site>], PEGASUS_CLOUDIO_*, AWS_REGION, ...")
         pairs.append((target, _resolve(target, value.strip(), base)))
     return pairs
+
+
+def _own_home(env: Dict[str, str]) -> None:
+    """``HOME`` only if the plugin's user owns it, else that user's home from the password
+    database: the starter hands on its own ``HOME`` (whoever started ``condor_master``), and
+    the files found there (``~/.pegasus``, ``~/.aws``) would choose this job's credentials,
+    endpoints and CA."""
+    uid = os.getuid()
+    try:
+        if env.get("HOME") and os.stat(env["HOME"]).st_uid == uid:
+            return
+    except OSError:
+        pass
+    try:
+        env["HOME"] = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        env.pop("HOME", None)
+
+
+def _check_node_owned(path: str, st: os.stat_result) -> None:
+    """NodeConfigError unless only root (or the plugin's own user) can change the node file: it
+    names every job's credentials, endpoints and CA, so no other pool user may write it."""
+    if st.st_uid not in (0, os.getuid()):
+        raise NodeConfigError(f"node configuration {path} is owned by uid {st.st_uid}, not root; "
+                              f"fix with: chown root {path}")
+    if st.st_mode & 0o022:
+        raise NodeConfigError(f"node configuration {path} is writable by group/others (mode "
+                              f"{st.st_mode & 0o7777:04o}); fix with: chmod 644 {path}")
 
 
 def _resolve(name: str, value: str, base: str) -> str:

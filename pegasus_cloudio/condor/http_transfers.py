@@ -11,7 +11,9 @@ still does all threading, retries and atomic writes.
 * An upload is one PUT with ``Content-Length`` and ``Content-MD5`` (a store that checks it
   rejects corrupted bodies; left out when a V2-style URL signature would cover it);
   200/201/204 succeed; 307/308 redirects are followed. When the URL is pre-signed and the
-  returned ETag is an MD5, it must match the local file.
+  returned ETag is an MD5, it must match the local file. A file whose size, modification time
+  or inode changed while it was sent fails (LocalIOError): a store that ignores Content-MD5
+  would hold a mix of two versions.
 * A token is re-read for every request and sent only to the URL's own origin: a redirect to
   another origin drops it. Tokens are never sent over plain http.
 * Error URLs have their query string removed, so signatures never reach messages.
@@ -20,6 +22,7 @@ still does all threading, retries and atomic writes.
 from __future__ import annotations
 
 import base64
+import os
 import re
 from typing import BinaryIO, Hashable, List, Mapping, Optional, Tuple
 
@@ -28,7 +31,7 @@ from transfer._lean import record
 from transfer.atomic import local_error
 from transfer.backends.base import Backend, ByteRange, ObjectInfo
 from transfer.backends.http import check_response as check_status
-from transfer.errors import ChecksumMismatch, InvalidInput, TransferError
+from transfer.errors import ChecksumMismatch, InvalidInput, LocalIOError, TransferError
 from transfer.http.connection import Body, file_body
 from transfer.http.origins import REDIRECTS, OriginPools, origin_of
 from transfer.http.pool import PooledResponse
@@ -88,8 +91,11 @@ class PluginHttpBackend:
         return ObjectInfo(url, count, version)
 
     def put(self, path: str, url: Url) -> ObjectInfo:
-        """One PUT of the whole file; verified by Content-MD5 (and the ETag of pre-signed URLs)."""
+        """One PUT of the whole file; verified by Content-MD5 (and the ETag of pre-signed URLs).
+        LocalIOError when the file changed while it was sent: a store that ignores Content-MD5
+        may then hold bytes the file never had at once."""
         try:
+            before = _file_state(path)
             size, md5, body = file_body(path)
         except OSError as err:
             raise local_error(err, path, "put") from err
@@ -97,6 +103,13 @@ class PluginHttpBackend:
         with self._request("PUT", url, headers, body, _PUT_REDIRECTS) as response:
             check_status(response, without_query(url), "put", ok=(200, 201, 204))
             etag = response.headers.get("etag", "")
+        try:
+            after = _file_state(path)
+        except OSError as err:
+            raise local_error(err, path, "put") from err
+        if after != before or after[0] != size:
+            raise LocalIOError("the file changed while it was uploaded (its size or modification "
+                               "time differs); the stored object may not match it", url=path, operation="put")
         found = _MD5_ETAG.match(etag)
         if found and is_presigned(url.path) and found.group(1).lower() != md5.hex():
             raise ChecksumMismatch("ETag of stored object differs from local MD5",
@@ -130,6 +143,12 @@ class PluginHttpBackend:
             raise type(err)(err.message, url=str(without_query(url)), operation=method.lower(),
                             status=err.status) from err
         return response
+
+
+def _file_state(path: str) -> Tuple[int, int, int]:
+    """(size, modification time in ns, inode) of a local file; OSError if it cannot be read."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 class _PluginHttp:

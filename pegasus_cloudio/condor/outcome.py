@@ -24,6 +24,7 @@ from __future__ import annotations
 import socket
 import ssl
 from typing import Any, Dict, Iterator, List, Optional, Sequence
+from urllib.parse import unquote
 
 from pegasus_cloudio.condor import PLUGIN_VERSION
 from transfer.errors import (
@@ -62,6 +63,26 @@ def safe_url(text: str) -> str:
         authority = (userinfo.split(":", 1)[0] + ":***@" if ":" in userinfo else userinfo + "@") + host
     cleaned = f"{scheme}{sep}{authority}{slash}{path}" if sep else base
     return cleaned + ("?<query hidden>" if query_mark else "")
+
+
+_SECRET_MIN = 12  # query values this long may be signatures, keys or tokens
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` without what ``url`` carries that may be secret: its query string, each long
+    query value (raw or percent-decoded) and a password. For messages that quote the URL in a
+    form :func:`safe_url` never saw (a refused request line, an exception's text)."""
+    _, mark, query = url.partition("?")
+    secrets = [query] if mark and query else []
+    for pair in query.split("&") if mark else ():
+        value = pair.partition("=")[2]
+        secrets += [v for v in (value, unquote(value)) if len(v) >= _SECRET_MIN]
+    authority = url.partition("://")[2].split("/", 1)[0]
+    if "@" in authority and ":" in authority.rpartition("@")[0]:
+        secrets.append(authority.rpartition("@")[0].split(":", 1)[1])
+    for secret in sorted(set(s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "<hidden>")
+    return text
 
 
 def causes(err: BaseException) -> Iterator[BaseException]:

@@ -10,8 +10,9 @@ Downloads land atomically at ``LocalFileName``; uploads send ``LocalFileName`` t
 
 Exit codes are listed in :mod:`pegasus_cloudio.condor.outcome`; configuration and credentials
 in :mod:`pegasus_cloudio.condor.environment` and :mod:`pegasus_cloudio.condor.credentials`;
-docs/condor.md is the administrator's and user's guide. SIGTERM/SIGINT stop the batch: files
-not finished get a failed (transient) ad and no partial file is left under a final name.
+docs/condor.md is the administrator's and user's guide. SIGTERM/SIGINT (an eviction) stop the
+batch at once, transfers in flight included: files not finished get a failed (transient) ad, no
+partial or temporary file is left, and the plugin exits without waiting for network reads.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 from pegasus_cloudio.condor import PLUGIN_VERSION
 from pegasus_cloudio.condor.ads import BindingsMissing, FileAd, ResultWriter, query_ad_text, read_file_ads
 from pegasus_cloudio.condor.batch import available_methods, build_items
-from pegasus_cloudio.condor.environment import NodeConfigError, PluginEnvironment, build_environment, configured_methods
+from pegasus_cloudio.condor.environment import (
+    NodeConfigError, PluginEnvironment, build_environment, configured_methods, keep_node_keys_home,
+)
 from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
@@ -37,8 +40,9 @@ from pegasus_cloudio.condor.starter import reads_one_message_after_failure, star
 from transfer.node import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
-from transfer.knobs import layered
+from transfer.knobs import CONFIG_VAR, layered
 from transfer.engine import Engine
+from transfer.atomic import remove_temp_files
 from transfer.errors import TransferError, TransientError
 from transfer.ops import Transfer
 
@@ -134,6 +138,9 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     assert args.infile and args.outfile
     _die_with_parent()
     sandbox = os.path.dirname(os.path.abspath(args.infile))
+    refusal = _root_for_another(sandbox)
+    if refusal:
+        return _unusable(args, refusal)
     try:
         penv = build_environment(environ, argv0, sandbox)
         with open(args.infile, encoding="utf-8") as fh:
@@ -153,6 +160,20 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     finally:
         writer.close()
     return code
+
+
+def _root_for_another(sandbox: str) -> Optional[str]:
+    """Why the plugin must not run, if it runs as root for a job whose user owns ``sandbox``
+    (``RUN_FILETRANSFER_PLUGINS_WITH_ROOT = true``): that user controls every name in it (a
+    symlink to /etc/shadow), and root would upload, or write, what the user cannot."""
+    try:
+        owner = os.stat(sandbox).st_uid
+    except OSError:
+        return None  # reading the request there fails next, with its own message
+    if os.geteuid() != 0 or owner == 0:
+        return None
+    return (f"refusing to run as root for a job of uid {owner}: its files would be read and written with "
+            "root's rights; set RUN_FILETRANSFER_PLUGINS_WITH_ROOT = false (the default)")
 
 
 def _unusable(args: Args, message: str) -> int:
@@ -194,18 +215,29 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
     ops = [item.op for item in items if item.op is not None]
     if ops:
         _run_engine(ops, settings, penv, reporter)
+    return _conclude(reporter)
+
+
+def _conclude(reporter: Reporter) -> int:
+    """Write the failed ads, say the summary line and return the exit code."""
     reporter.finish()
     code = exit_code(reporter.errors)
     if reporter.write_failed and code == 0:
         code = EXIT_FAILED
-    say(f"{len(items) - len(reporter.errors)} of {len(items)} files transferred; exit code {code}")
+    say(f"{reporter.total - len(reporter.errors)} of {reporter.total} files transferred; exit code {code}")
     return code
 
 
 def settings_for(penv: PluginEnvironment) -> Settings:
     """The engine's settings; ``penv.env`` becomes the settings layer's mapping (the job user's
     config file under the environment, :mod:`transfer.knobs`), which the cache and peers read too."""
+    before = set(penv.env)
+    node_file = CONFIG_VAR in penv.from_node and bool(penv.env[CONFIG_VAR].strip())
     penv.env = layered(penv.env, config_file=True)
+    if node_file:  # the administrator's settings file: its values are the node's
+        penv.from_node |= set(penv.env) - before
+    for note in keep_node_keys_home(penv):
+        say(note)
     return Settings.from_env(penv.env)
 
 
@@ -215,12 +247,10 @@ def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment
         cache = open_node_cache(penv.env)
         peers = open_peers(penv.env, cache)
         engine = Engine(session, on_result=reporter.on_result, cache=cache, peers=peers)
+        cancel = threading.Event()
         try:
-            with _stop_on_signals(reporter):
-                engine.run(ops)
-        except _Interrupted as stop:
-            reporter.fail_unreported(lambda item: TransientError(
-                f"interrupted by signal {stop.signum} before the transfer finished", operation="transfer"))
+            with _stop_on_signals(reporter, engine, cancel):
+                engine.run(ops, cancel)
         except Exception as err:  # noqa: BLE001 - a backend bug must not cost other files their ads
             name = type(err).__name__
             reporter.fail_unreported(lambda item: TransferError(f"internal error ({name})", operation="transfer"))
@@ -232,31 +262,52 @@ def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment
                 cache.close()
 
 
-class _Interrupted(BaseException):
-    """SIGTERM/SIGINT arrived: stop scheduling, report what is left."""
+ABORT_SECONDS = 5.0
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+
+def _leave(signum: int, reporter: Reporter, engine: Engine, cancel: threading.Event) -> None:
+    """SIGTERM/SIGINT: stop now, as the drop-in does (``pegasus_cloudio.dropin.signals``).
+
+    No temporary file stays in the job's directory, multipart uploads in flight are aborted
+    (within :data:`ABORT_SECONDS`), every file not reported gets a failed (transient) ad, and
+    the process ends with ``os._exit``: waiting for the workers would keep downloading into
+    the job's scratch, after HTCondor let the job go, for as long as the transfers take.
+    """
+    code = EXIT_PLUGIN
+    try:
+        for handled in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(handled, signal.SIG_IGN)  # a second signal must not re-enter this
+        cancel.set()
+        remove_temp_files()
+        stuck = engine.abort_uploads(ABORT_SECONDS)
+        remove_temp_files()  # anything a worker created meanwhile
+        reporter.fail_unreported(lambda item: TransientError(
+            f"interrupted by signal {signum} before the transfer finished", operation="transfer"))
+        code = _conclude(reporter)
+        reporter.close()
+        for url in stuck:
+            say(f"the multipart upload to {url} could not be aborted; remove it with pegasus-cloudio-s3 rmup")
+    finally:
+        os._exit(code)
 
 
 @contextlib.contextmanager
-def _stop_on_signals(reporter: Reporter) -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into :class:`_Interrupted`, never in the middle of writing an ad."""
+def _stop_on_signals(reporter: Reporter, engine: Engine, cancel: threading.Event) -> Iterator[None]:
+    """SIGTERM/SIGINT -> :func:`_leave`, never in the middle of handling a file's result."""
 
-    def interrupt(signum: int) -> None:
-        raise _Interrupted(signum)
+    def leave(signum: int) -> None:
+        _leave(signum, reporter, engine, cancel)
 
     def handler(signum: int, _frame: object) -> None:
         if reporter.writing:
             reporter.pending_signal = signum
             return
-        interrupt(signum)
+        leave(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread (e.g. main() called by a test)
         return
-    reporter.on_signal = interrupt
+    reporter.on_signal = leave
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield

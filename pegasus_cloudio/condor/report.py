@@ -84,14 +84,27 @@ class Reporter:
 
     # -- entry points -------------------------------------------------------------------
 
+    @property
+    def total(self) -> int:
+        """How many files the batch has."""
+        return len(self._items)
+
     def on_result(self, result: Result) -> None:
-        """Engine callback: the ad of the file ``result`` belongs to."""
+        """Engine callback: the ad of the file ``result`` belongs to. A signal arriving meanwhile
+        waits until the file is recorded (``writing``), then goes to ``on_signal``."""
         item = self._by_op[id(result.op)]
-        if result.ok:
-            self._write(item, self._success(item, result))
-        else:
-            assert result.error is not None
-            self._failure(item, result.error, result.history, result.attempts, result.seconds)
+        self.writing = True
+        try:
+            if result.ok:
+                self._write(item, self._success(item, result))
+            else:
+                assert result.error is not None
+                self._failure(item, result.error, result.history, result.attempts, result.seconds)
+        finally:
+            self.writing = False
+        if self.pending_signal is not None:
+            signum, self.pending_signal = self.pending_signal, None
+            self.on_signal(signum)
 
     def problem(self, item: Item) -> None:
         """The ad of a file that was never attempted (malformed ad, unserved scheme...)."""
@@ -125,15 +138,15 @@ class Reporter:
         start, end = _times(history)
         local = item.local_path
         source = self._source(item)
-        text = outcome.error_text(error, upload=self._upload, url=item.ad.url, local=item.ad.local,
-                                  attempts=attempts, source=source)
+        text = outcome.scrub(outcome.error_text(error, upload=self._upload, url=item.ad.url, local=item.ad.local,
+                                                attempts=attempts, source=source), item.ad.url)
         server = self._server(item.url)
         entries = [outcome.error_entry(e, server, local, item.credential is not None)
                    for e in outcome.attempt_errors(history, error)]
         if len(entries) > MAX_ERROR_ENTRIES:
             entries = entries[:1] + entries[1 - MAX_ERROR_ENTRIES:]
         for entry in entries:
-            entry["ErrorString"] = shorten(str(entry["ErrorString"]), MAX_ERROR_STRING)
+            entry["ErrorString"] = shorten(outcome.scrub(str(entry["ErrorString"]), item.ad.url), MAX_ERROR_STRING)
         fields = self._base(item)
         fields.update(TransferSuccess=False, TransferError=shorten(text, MAX_ERROR_CHARS), TransferErrorData=entries,
                       TransferTotalBytes=0, TransferFileBytes=0, TransferStartTime=start, TransferEndTime=end,
@@ -168,7 +181,6 @@ class Reporter:
     def _write_fields(self, fields: Fields, replace: bool = False) -> None:
         if self.write_failed:
             return
-        self.writing = True
         try:
             if replace:
                 self._writer.rewrite(fields)
@@ -177,11 +189,10 @@ class Reporter:
         except OSError as err:
             self.write_failed = True
             self._say(f"cannot write the result file: {err.strerror or err}")
-        finally:
-            self.writing = False
-        if self.pending_signal is not None:
-            signum, self.pending_signal = self.pending_signal, None
-            self.on_signal(signum)
+
+    def close(self) -> None:
+        """Close the result file (for a plugin leaving on a signal; else its owner closes it)."""
+        self._writer.close()
 
     # -- context for messages -----------------------------------------------------------
 
