@@ -197,13 +197,14 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
 
 
 def _own_home(env: Dict[str, str]) -> None:
-    """``HOME`` only if the plugin's user owns it, else that user's home from the password
-    database: the starter hands on its own ``HOME`` (whoever started ``condor_master``), and
-    the files found there (``~/.pegasus``, ``~/.aws``) would choose this job's credentials,
-    endpoints and CA."""
+    """``HOME`` only if the plugin's user or root owns it, else that user's home from the
+    password database: the starter hands on its own ``HOME`` (whoever started
+    ``condor_master``), and the files found in another user's home (``~/.pegasus``, ``~/.aws``)
+    would choose this job's credentials, endpoints and CA. Root's (``/root`` from a master
+    started in a root shell) is the administrator's, trusted like the node's files."""
     uid = os.getuid()
     try:
-        if env.get("HOME") and os.stat(env["HOME"]).st_uid == uid:
+        if env.get("HOME") and os.stat(env["HOME"]).st_uid in (uid, 0):
             return
     except OSError:
         pass
