@@ -1,0 +1,111 @@
+"""A bad value of a documented knob, from either documented source, as the installed drop-in
+meets it: one line naming the knob and where it came from, exit 1, no request sent, no file
+written. (``tests/test_knobs.py`` checks that good values take effect; this file checks the
+values no setting can mean: negative, zero where zero means nothing, NaN, infinity.)
+
+The drop-in runs from the wheel in a fresh venv, outside the checkout. Its one input is an
+``http://`` URL of a socket listening on loopback: any connection to it is a request sent.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from installed import build_sdist_and_wheel, clean_env, make_venv, run
+
+P = "PEGASUS_CLOUDIO_"
+ENVIRONMENT, CONFIG_FILE = "environment", "config file"
+
+# knob -> values that no setting can mean (each was accepted before, or failed mid-transfer)
+BAD: Dict[str, Tuple[str, ...]] = {
+    "RETRY_BASE_DELAY": ("-1", "nan", "inf"),
+    "RETRY_MAX_DELAY": ("-1", "nan"),
+    "CONNECT_TIMEOUT": ("-1", "0", "nan"),
+    "READ_TIMEOUT": ("-1", "0", "nan", "inf"),
+    "MULTIPART_THRESHOLD": ("0",),
+    "BUNDLE_MIN_FILES": ("-3", "0"),
+    "BUNDLE_MAX_MEMBER_SIZE": ("0",),
+    "BUNDLE_MAX_SIZE": ("0",),
+    "THREADS": ("x",),           # refused before: the message now says where it came from
+    "MAX_ATTEMPTS": ("0",),
+}
+CASES = [(name, value, source) for name, values in BAD.items() for value in values
+         for source in (ENVIRONMENT, CONFIG_FILE)]
+
+
+@pytest.fixture(scope="module")
+def dropin_bin(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, Dict[str, str]]:
+    root = tmp_path_factory.mktemp("knob-values")
+    _, wheel = build_sdist_and_wheel(root / "dist")
+    bin_dir = make_venv(root / "venv")
+    env = clean_env(str(bin_dir), {"AWS_EC2_METADATA_DISABLED": "true"})
+    done = run([str(bin_dir / "pip"), "install", "--quiet", "--no-index", "--no-deps", str(wheel)], env, root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return bin_dir, env
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        srv.setblocking(False)
+        yield srv
+
+
+def connections(srv: socket.socket) -> int:
+    count = 0
+    while True:
+        try:
+            conn, _ = srv.accept()
+        except BlockingIOError:
+            return count
+        conn.close()
+        count += 1
+
+
+def error_lines(stderr: str) -> List[str]:
+    return [line for line in stderr.splitlines() if "CRITICAL" in line or "ERROR" in line]
+
+
+@pytest.mark.parametrize("name,value,source", CASES, ids=[f"{n}={v}-{s.replace(' ', '_')}" for n, v, s in CASES])
+def test_a_bad_value_is_one_line_naming_knob_and_source_before_any_request(
+        dropin_bin: Tuple[Path, Dict[str, str]], listener: socket.socket, tmp_path: Path,
+        name: str, value: str, source: str) -> None:
+    bin_dir, base = dropin_bin
+    (tmp_path / ".pegasus").mkdir()
+    config = tmp_path / ".pegasus" / "cloudio.conf"
+    env = {**base, "HOME": str(tmp_path), P + "CACHE_DIR": "off", P + "MAX_ATTEMPTS": "1",
+           P + "CONNECT_TIMEOUT": "2", P + "READ_TIMEOUT": "2"}
+    env.pop(P + name, None)
+    if source == ENVIRONMENT:
+        env[P + name] = value
+    else:
+        config.write_text(f"# site settings\n{P}{name} = {value}\n")
+    out = tmp_path / "out"
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/x"
+    spec = [{"type": "transfer", "src_urls": [{"site_label": "web", "url": url}],
+             "dest_urls": [{"site_label": "local", "url": f"file://{out}"}]}]
+    done = run([str(bin_dir / "pegasus-cloudio-transfer")], env, tmp_path, stdin=json.dumps(spec), timeout=120)
+    errors = error_lines(done.stderr)
+    assert done.returncode == 1, done.stderr
+    assert len(errors) == 1 and P + name in errors[0], done.stderr
+    where = "environment" if source == ENVIRONMENT else f"{config} line 2"
+    assert where in errors[0], errors[0]
+    assert connections(listener) == 0, f"{P}{name}={value}: a request was sent"
+    assert not out.exists() and list(tmp_path.glob("out*")) == []
+
+
+@pytest.mark.parametrize("changes", [{"read_timeout": float("nan")}, {"connect_timeout": 0.0},
+                                     {"retry_base_delay": -1.0}, {"bundle_max_size": 0}])
+def test_the_library_refuses_the_same_values_given_as_arguments(changes: Dict[str, object]) -> None:
+    from transfer.config import Settings
+    from transfer.errors import InvalidInput
+    [field] = changes
+    with pytest.raises(InvalidInput, match=P + field.upper()):
+        Settings().replace(**changes).validate()
