@@ -102,10 +102,20 @@ def test_a_bad_value_is_one_line_naming_knob_and_source_before_any_request(
 
 
 @pytest.mark.parametrize("changes", [{"read_timeout": float("nan")}, {"connect_timeout": 0.0},
-                                     {"retry_base_delay": -1.0}, {"bundle_max_size": 0}])
-def test_the_library_refuses_the_same_values_given_as_arguments(changes: Dict[str, object]) -> None:
-    from transfer.config import Settings
+                                     {"retry_base_delay": -1.0}, {"bundle_max_size": 0}, {"threads": 0}])
+def test_the_library_refuses_the_same_values_given_as_arguments(listener: socket.socket,
+                                                                changes: Dict[str, object]) -> None:
+    """A ``Settings`` value is an explicit argument (it wins over the environment): the Client and
+    a Session check it as the commands do, before anything is sent."""
+    from transfer import Session, Settings
+    from transfer.client import Client
     from transfer.errors import InvalidInput
     [field] = changes
+    settings = Settings().replace(**changes)
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
     with pytest.raises(InvalidInput, match=P + field.upper()):
-        Settings().replace(**changes).validate()
+        with Client(endpoint=endpoint, access_key="a", secret_key="b", settings=settings, env={}) as client:
+            client.read_bytes("s3://bucket/key")
+    with pytest.raises(InvalidInput, match=P + field.upper()):
+        Session(settings, env={}).close()
+    assert connections(listener) == 0
