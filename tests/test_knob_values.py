@@ -119,3 +119,43 @@ def test_the_library_refuses_the_same_values_given_as_arguments(listener: socket
     with pytest.raises(InvalidInput, match=P + field.upper()):
         Session(settings, env={}).close()
     assert connections(listener) == 0
+
+
+# The node cache and peer sharing never fail a job (docs/cache.md, docs/p2p.md): the commands
+# turn these errors into one warning and go uncached / to the store. Their readers must still
+# refuse what no setting can mean, or the warning never comes and the nonsense is used.
+CACHE_BAD = [("PIN_SECONDS", "nan"), ("PIN_SECONDS", "inf"), ("HIGH_WATERMARK", "nan")]
+PEER_BAD = [("CONNECT_TIMEOUT", "nan"), ("CONNECT_TIMEOUT", "0"), ("FIRST_BYTE_TIMEOUT", "0"),
+            ("READ_TIMEOUT", "0"), ("READ_TIMEOUT", "inf"), ("CLAIM_SECONDS", "nan"),
+            ("MAX_PEERS", "nan"), ("MAX_PEERS", "2.5"), ("MAX_PEERS", "-1")]
+PEERS_ON = {P + "P2P_REDIS": "redis://127.0.0.1:1/0", P + "P2P_TOKEN": "t0", P + "P2P_PLAIN_HTTP": "1"}
+
+
+@pytest.mark.parametrize("name,value", CACHE_BAD, ids=[f"{n}={v}" for n, v in CACHE_BAD])
+def test_cache_settings_refuse_nan_and_infinity(tmp_path: Path, name: str, value: str) -> None:
+    from transfer.cache import config_from_env
+    from transfer.errors import InvalidInput
+    with pytest.raises(InvalidInput, match=f"{P}CACHE_{name}|watermarks"):
+        config_from_env({P + "CACHE_DIR": str(tmp_path / "c"), P + "CACHE_" + name: value})
+
+
+@pytest.mark.parametrize("name,value", PEER_BAD, ids=[f"{n}={v}" for n, v in PEER_BAD])
+def test_peer_settings_refuse_what_no_setting_can_mean(name: str, value: str) -> None:
+    from transfer.errors import InvalidInput
+    from transfer.p2p import peer_config_from_env
+    with pytest.raises(InvalidInput, match=f"{P}P2P_{name}"):
+        peer_config_from_env({**PEERS_ON, P + "P2P_" + name: value})
+
+
+@pytest.mark.parametrize("name", ["CLUSTER", "PLAIN_HTTP"])
+def test_the_daemon_refuses_a_flag_that_is_neither_on_nor_off(tmp_path: Path, name: str) -> None:
+    """The jobs' reader refused ``P2P_CLUSTER=maybe``; the daemon's read it (and PLAIN_HTTP) as off."""
+    from pegasus_cloudio.p2p.serve import load_settings
+    from transfer.errors import InvalidInput
+    for pem in ("n.crt", "n.key"):
+        (tmp_path / pem).write_text("")
+    env = {P + "P2P_BIND": "127.0.0.1:8470", P + "P2P_PLAIN_HTTP": "1", P + "P2P_TOKEN": "t0",
+           P + "P2P_CERT": str(tmp_path / "n.crt"), P + "P2P_KEY": str(tmp_path / "n.key"),
+           P + "P2P_USERS": f"root={tmp_path}", "HOME": str(tmp_path), P + "P2P_" + name: "maybe"}
+    with pytest.raises(InvalidInput, match=f"{P}P2P_{name}"):
+        load_settings(env)

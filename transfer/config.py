@@ -113,6 +113,14 @@ def parse_size(text: str) -> int:
     return int(digits) * _UNITS.get(unit, 1)
 
 
+def parse_seconds(text: str) -> float:
+    """``"2.5"`` -> 2.5: a finite number; ValueError for anything else (``nan``, ``inf``, words)."""
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return value
+
+
 def parse_flag(text: str) -> bool:
     """``1/true/yes/on`` -> True, ``0/false/no/off`` -> False (any case); ValueError otherwise."""
     value = text.strip().lower()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from transfer._lean import record
 
-from transfer.config import parse_flag, parse_size
+from transfer.config import parse_flag, parse_seconds, parse_size
 from transfer.errors import InvalidInput
 from transfer.knobs import PREFIX
 
@@ -154,7 +154,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         high_watermark=_number(raw, "HIGH_WATERMARK", float, 0.9),
         low_watermark=_number(raw, "LOW_WATERMARK", float, 0.7),
         min_free_bytes=_number(raw, "MIN_FREE_BYTES", parse_size, DEFAULT_MIN_FREE_BYTES),
-        pin_seconds=_number(raw, "PIN_SECONDS", float, 3600.0),
+        pin_seconds=_number(raw, "PIN_SECONDS", parse_seconds, 3600.0),
         hardlink=_flag(raw, "HARDLINK", True),
         fsync=_flag(raw, "FSYNC", True),
         verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, _DEFAULT_VERIFY),

@@ -33,7 +33,7 @@ import stat
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple, Union
 
-from transfer.config import parse_flag
+from transfer.config import parse_flag, parse_seconds
 from transfer.errors import ConfigError, InvalidInput
 from transfer.knobs import PREFIX
 
@@ -125,11 +125,11 @@ def peer_config_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[Pe
         node=raw.get("NODE") or socket.gethostname(),
         rack=raw.get("RACK", ""),
         user=getpass.getuser(),
-        connect_timeout=_seconds(raw, "CONNECT_TIMEOUT", 0.5),
-        first_byte_timeout=_seconds(raw, "FIRST_BYTE_TIMEOUT", 1.0),
-        read_timeout=_seconds(raw, "READ_TIMEOUT", 5.0),
+        connect_timeout=_seconds(raw, "CONNECT_TIMEOUT", 0.5, zero=False),
+        first_byte_timeout=_seconds(raw, "FIRST_BYTE_TIMEOUT", 1.0, zero=False),
+        read_timeout=_seconds(raw, "READ_TIMEOUT", 5.0, zero=False),
         claim_seconds=_seconds(raw, "CLAIM_SECONDS", 10.0),
-        max_peers=int(_seconds(raw, "MAX_PEERS", 3)),
+        max_peers=_count(raw, "MAX_PEERS", 3),
     )
 
 
@@ -140,13 +140,22 @@ def _flag(raw: Mapping[str, str], name: str) -> bool:
         raise InvalidInput(f"{ENV}{name} must be 1 or 0 (got {raw[name]!r})", operation="config") from None
 
 
-def _seconds(raw: Mapping[str, str], name: str, default: float) -> float:
+def _seconds(raw: Mapping[str, str], name: str, default: float, *, zero: bool = True) -> float:
+    """A finite number of seconds, 0 or more (above 0 unless ``zero``); InvalidInput naming it."""
     if name not in raw:
         return default
     try:
-        value = float(raw[name])
+        value = parse_seconds(raw[name])
     except ValueError:
         value = -1.0
-    if value < 0:
+    if value < 0 or (value == 0 and not zero):
         raise InvalidInput(f"invalid value {raw[name]!r} for {ENV}{name}", operation="config")
     return value
+
+
+def _count(raw: Mapping[str, str], name: str, default: int) -> int:
+    """A whole number, 0 or more; InvalidInput naming it."""
+    text = raw.get(name, str(default)).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidInput(f"invalid value {raw[name]!r} for {ENV}{name} (a whole number)", operation="config")
+    return int(text)
