@@ -10,6 +10,7 @@ The drop-in runs from the wheel in a fresh venv, outside the checkout. Its one i
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -159,3 +160,23 @@ def test_the_daemon_refuses_a_flag_that_is_neither_on_nor_off(tmp_path: Path, na
            P + "P2P_USERS": f"root={tmp_path}", "HOME": str(tmp_path), P + "P2P_" + name: "maybe"}
     with pytest.raises(InvalidInput, match=f"{P}P2P_{name}"):
         load_settings(env)
+
+
+@pytest.mark.parametrize("layer", ["node file", "job variable", "plugin environment"])
+def test_the_plugin_names_the_layer_a_bad_value_came_from(tmp_path: Path, layer: str) -> None:
+    """docs/condor.md: node file < plugin environment < the job's ``CLOUDIO_*`` variables."""
+    from pegasus_cloudio.condor.environment import build_environment
+    from pegasus_cloudio.condor.plugin import settings_for
+    from transfer.errors import InvalidInput
+    node = tmp_path / "node.conf"
+    node.write_text(f"{P}READ_TIMEOUT = {'0' if layer == 'node file' else '5'}\n")
+    env = {"HOME": str(tmp_path), P + "CONDOR_CONFIG": str(node)}
+    if layer == "job variable":
+        env["CLOUDIO_" + P + "READ_TIMEOUT"] = "0"
+    elif layer == "plugin environment":
+        env[P + "READ_TIMEOUT"] = "0"
+    penv = build_environment(env, "/usr/libexec/condor/cloudio_plugin", str(tmp_path))
+    where = {"node file": f"node configuration {node}", "job variable": f"CLOUDIO_{P}READ_TIMEOUT in the job",
+             "plugin environment": "the plugin's environment"}[layer]
+    with pytest.raises(InvalidInput, match=re.escape(f"{P}READ_TIMEOUT (from {where}")):
+        settings_for(penv)

@@ -37,7 +37,7 @@ from pegasus_cloudio.condor.starter import reads_one_message_after_failure, star
 from transfer.node import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
-from transfer.knobs import layered
+from transfer.knobs import PREFIX, Knobs, layered
 from transfer.engine import Engine
 from transfer.errors import TransferError, TransientError
 from transfer.ops import Transfer
@@ -204,8 +204,10 @@ def _transfer(files: List[FileAd], upload: bool, penv: PluginEnvironment, sandbo
 
 def settings_for(penv: PluginEnvironment) -> Settings:
     """The engine's settings; ``penv.env`` becomes the settings layer's mapping (the job user's
-    config file under the environment, :mod:`transfer.knobs`), which the cache and peers read too."""
-    penv.env = layered(penv.env, config_file=True)
+    config file under the environment, :mod:`transfer.knobs`), which the cache and peers read too.
+    A bad value's message names its layer (node file, plugin environment, job variable)."""
+    origins = {name: penv.origin(name) for name in penv.env if name.startswith(PREFIX)}
+    penv.env = layered(Knobs(penv.env, origins), config_file=True)
     return Settings.from_env(penv.env)
 
 
