@@ -180,3 +180,21 @@ def test_the_plugin_names_the_layer_a_bad_value_came_from(tmp_path: Path, layer:
              "plugin environment": "the plugin's environment"}[layer]
     with pytest.raises(InvalidInput, match=re.escape(f"{P}READ_TIMEOUT (from {where}")):
         settings_for(penv)
+
+
+@pytest.mark.parametrize("value,anonymous", [("on", True), ("TRUE", True), ("off", False), ("maybe", None)])
+def test_gcs_anonymous_is_a_flag_like_every_other(tmp_path: Path, value: str, anonymous: object) -> None:
+    """``1/true/yes/on`` and ``0/false/no/off``, as every flag; another word names the knob (it
+    read ``on`` as off, and ``maybe`` as off with no word, so a key file was used instead)."""
+    from transfer.backends import _gcs_auth
+    from transfer.config import Settings
+    from transfer.errors import ConfigError, InvalidInput
+    env = {"HOME": str(tmp_path), P + "GCS_ANONYMOUS": value}
+    if anonymous is None:
+        with pytest.raises(InvalidInput, match=f"{P}GCS_ANONYMOUS.*'maybe'"):
+            _gcs_auth.resolve(None, env, Settings())
+    elif anonymous:
+        assert _gcs_auth.resolve(None, env, Settings()).anonymous
+    else:
+        with pytest.raises(ConfigError, match="no GCS credentials"):
+            _gcs_auth.resolve(None, env, Settings())
