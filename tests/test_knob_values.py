@@ -198,3 +198,29 @@ def test_gcs_anonymous_is_a_flag_like_every_other(tmp_path: Path, value: str, an
     else:
         with pytest.raises(ConfigError, match="no GCS credentials"):
             _gcs_auth.resolve(None, env, Settings())
+
+
+SUMMARY_CASES = [("x", ENVIRONMENT, "environment"), ("-5", CONFIG_FILE, "cloudio.conf line 1"),
+                 ("0", "--max", "command line")]
+
+
+@pytest.mark.parametrize("value,source,where", SUMMARY_CASES, ids=[f"{v}-{s}" for v, s, _ in SUMMARY_CASES])
+def test_cache_summary_max_names_the_knob_and_refuses_zero_or_less(
+        dropin_bin: Tuple[Path, Dict[str, str]], tmp_path: Path, value: str, source: str, where: str) -> None:
+    """``x`` said only "invalid literal for int()"; ``-5`` was used; ``--max 0`` was dropped
+    for the environment's value."""
+    bin_dir, base = dropin_bin
+    (tmp_path / ".pegasus").mkdir()
+    env = {**base, "HOME": str(tmp_path), P + "P2P_USERS": f"root={tmp_path}", P + "P2P_NODE": "n1"}
+    argv = [str(bin_dir / "pegasus-cloudio"), "cache-summary"]
+    if source == ENVIRONMENT:
+        env[P + "P2P_SUMMARY_MAX"] = value
+    elif source == CONFIG_FILE:
+        (tmp_path / ".pegasus" / "cloudio.conf").write_text(f"{P}P2P_SUMMARY_MAX = {value}\n")
+    else:
+        env[P + "P2P_SUMMARY_MAX"] = "7"
+        argv += ["--max", value]
+    done = run(argv, env, tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert len(lines) == 1 and f"{P}P2P_SUMMARY_MAX" in lines[0] and where in lines[0], done.stderr
