@@ -224,3 +224,30 @@ def test_cache_summary_max_names_the_knob_and_refuses_zero_or_less(
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
     assert len(lines) == 1 and f"{P}P2P_SUMMARY_MAX" in lines[0] and where in lines[0], done.stderr
+
+
+FAMILY_CASES = [("CACHE_PIN_SECONDS", "x"), ("CACHE_UPLOADS", "maybe"), ("CACHE_HARDLINK", "maybe"),
+                ("P2P_MAX_PEERS", "x"), ("P2P_CLUSTER", "maybe"), ("P2P_NETWORKS", "nowhere"),
+                ("P2P_MAX_SERVES", "0"), ("P2P_HEARTBEAT_TTL", "x")]
+
+
+@pytest.mark.parametrize("name,value", FAMILY_CASES, ids=[f"{n}={v}" for n, v in FAMILY_CASES])
+def test_cache_and_peer_readers_name_the_config_file_line_of_a_bad_value(tmp_path: Path, name: str,
+                                                                         value: str) -> None:
+    """What the commands read (the drop-in's and plugin's cache and peers, the daemon), from
+    ``~/.pegasus/cloudio.conf``: the message says which file and line, as Settings' do."""
+    from pegasus_cloudio.p2p.serve import load_settings
+    from transfer.cache import config_from_env
+    from transfer.errors import TransferError
+    from transfer.knobs import layered
+    from transfer.p2p import peer_config_from_env
+    (tmp_path / ".pegasus").mkdir()
+    config = tmp_path / ".pegasus" / "cloudio.conf"
+    config.write_text(f"{P}{name} = {value}\n")
+    env = {"HOME": str(tmp_path), P + "CACHE_DIR": str(tmp_path / "c"), **PEERS_ON,
+           P + "P2P_BIND": "127.0.0.1:8470", P + "P2P_USERS": f"root={tmp_path}"}
+    read = {"CACHE": config_from_env, "P2P_MAX_SERVES": load_settings, "P2P_HEARTBEAT_TTL": load_settings}
+    reader = read.get(name, read.get(name.split("_")[0], peer_config_from_env))
+    with pytest.raises(TransferError) as refused:
+        reader(layered(env, config_file=True))
+    assert f"{P}{name}" in str(refused.value) and f"{config} line 1" in str(refused.value), str(refused.value)

@@ -39,8 +39,8 @@ CONFIG_VAR = PREFIX + "CONFIG"
 ENVIRONMENT = "the environment"
 COMMAND_LINE = "the command line"
 
-__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "PREFIX", "Knobs", "config_file_path", "layered",
-           "origin_of", "read_config_file"]
+__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "PREFIX", "Knobs", "config_file_path", "family",
+           "layered", "origin_of", "read_config_file"]
 
 
 class Knobs(dict[str, str]):
@@ -58,6 +58,15 @@ def origin_of(values: "Mapping[str, str]", name: str) -> str:
     ``""`` when the mapping does not know (a plain mapping, e.g. a library caller's)."""
     source = values.origins.get(name) if isinstance(values, Knobs) else None
     return f" (from {source})" if source else ""
+
+
+def family(env: "Mapping[str, str]", prefix: str) -> Knobs:
+    """The knobs of ``env`` named ``prefix + NAME``, as ``NAME -> value`` (stripped; empty ones
+    dropped), with their origins, so that a reader's message can say where a bad one came from."""
+    known = env.origins if isinstance(env, Knobs) else {}
+    values = {name[len(prefix):]: value.strip() for name, value in env.items()
+              if name.startswith(prefix) and value.strip()}
+    return Knobs(values, {name[len(prefix):]: known[name] for name in known if name.startswith(prefix)})
 
 
 def config_file_path(env: "Mapping[str, str]") -> "tuple[str, bool]":

@@ -28,9 +28,9 @@ import socket
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
-from transfer.config import parse_flag
 from transfer.errors import ConfigError, InvalidInput
-from transfer.p2p.config import ENV, read_token
+from transfer.knobs import family, origin_of
+from transfer.p2p.config import ENV, flag_value, read_token
 
 from .server import ConnectionLimits, ServeConfig
 
@@ -54,8 +54,8 @@ class DaemonSettings:
 
 def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     """Read the settings; InvalidInput/ConfigError name the missing or bad one."""
-    raw = {k[len(ENV):]: v.strip() for k, v in env.items() if k.startswith(ENV) and v.strip()}
-    plain = _flag(raw, "PLAIN_HTTP")
+    raw = family(env, ENV)
+    plain = flag_value(raw, "PLAIN_HTTP")
     bind = _bind(raw.get("BIND", ""))
     cert, key = raw.get("CERT"), raw.get("KEY")
     if not plain and not (cert and key):
@@ -70,7 +70,7 @@ def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     return DaemonSettings(
         serve=serve, node=raw.get("NODE") or socket.gethostname(), rack=raw.get("RACK", ""),
         url=raw.get("URL", ""), redis_url=raw.get("REDIS"),
-        cluster=_flag(raw, "CLUSTER"),
+        cluster=flag_value(raw, "CLUSTER"),
         namespace=raw.get("NAMESPACE", "pcio"),
         heartbeat_ttl=float(_positive(raw, "HEARTBEAT_TTL", 30)))
 
@@ -117,18 +117,10 @@ def served_caches(text: str) -> Dict[str, str]:
     return caches
 
 
-def _flag(raw: Mapping[str, str], name: str) -> bool:
-    """As the jobs read it (:mod:`transfer.p2p.config`): ``1/true/yes/on``, ``0/false/no/off``."""
-    try:
-        return parse_flag(raw.get(name, "0"))
-    except ValueError:
-        raise InvalidInput(f"{ENV}{name} must be 1 or 0 (got {raw[name]!r})", operation="config") from None
-
-
 def _positive(raw: Mapping[str, str], name: str, default: int) -> int:
     text = raw.get(name)
     if text is None:
         return default
     if not text.isdigit() or int(text) < 1:
-        raise InvalidInput(f"invalid value {text!r} for {ENV}{name}", operation="config")
+        raise InvalidInput(f"invalid value {text!r} for {ENV}{name}{origin_of(raw, name)}", operation="config")
     return int(text)

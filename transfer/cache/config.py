@@ -37,7 +37,7 @@ from transfer._lean import record
 
 from transfer.config import parse_flag, parse_seconds, parse_size
 from transfer.errors import InvalidInput
-from transfer.knobs import PREFIX
+from transfer.knobs import PREFIX, family, origin_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def uploads_setting(env: Mapping[str, str]) -> Optional[bool]:
 
 
 def _raw(env: Mapping[str, str]) -> Dict[str, str]:
-    return {k[len(_ENV):]: v.strip() for k, v in env.items() if k.startswith(_ENV) and v.strip()}
+    return family(env, _ENV)
 
 
 def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], default: _T) -> _T:
@@ -178,7 +178,8 @@ def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], def
     try:
         return convert(raw[name])
     except ValueError:
-        raise InvalidInput(f"invalid value {raw[name]!r} for {_ENV}{name}", operation="config") from None
+        raise InvalidInput(f"invalid value {raw[name]!r} for {_ENV}{name}{origin_of(raw, name)}",
+                           operation="config") from None
 
 
 def _verify_limit(text: str) -> Optional[int]:
@@ -192,7 +193,8 @@ def _auto_flag(raw: Mapping[str, str], name: str) -> Optional[bool]:
         return None
     if value in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         return value in ("1", "true", "yes", "on")
-    raise InvalidInput(f"{_ENV}{name} must be auto, 1 or 0 (got {raw[name]!r})", operation="config")
+    raise InvalidInput(f"{_ENV}{name}{origin_of(raw, name)} must be auto, 1 or 0 (got {raw[name]!r})",
+                       operation="config")
 
 
 def _flag(raw: Mapping[str, str], name: str, default: bool) -> bool:
