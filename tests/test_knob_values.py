@@ -251,3 +251,41 @@ def test_cache_and_peer_readers_name_the_config_file_line_of_a_bad_value(tmp_pat
     with pytest.raises(TransferError) as refused:
         reader(layered(env, config_file=True))
     assert f"{P}{name}" in str(refused.value) and f"{config} line 1" in str(refused.value), str(refused.value)
+
+
+# ----------------------------------------------------------------------------- unknown names
+# A name no reader knows is a typo (PEGASUS_CLOUDIO_THREDS): in a file we read, it is refused
+# naming the file and line, not left to be silently ignored. (The environment holds anyone's
+# variables: there only the documented names are read.)
+
+
+def test_the_known_knobs_are_the_documented_ones() -> None:
+    from test_knobs import documented_knobs
+    from transfer.knobs import KNOWN
+    assert set(KNOWN) == documented_knobs()
+
+
+def test_a_misspelt_knob_in_the_config_file_is_refused_naming_file_and_line(
+        dropin_bin: Tuple[Path, Dict[str, str]], listener: socket.socket, tmp_path: Path) -> None:
+    bin_dir, base = dropin_bin
+    (tmp_path / ".pegasus").mkdir()
+    config = tmp_path / ".pegasus" / "cloudio.conf"
+    config.write_text(f"{P}MAX_ATTEMPTS = 1\n{P}THREDS = 4\n")
+    out = tmp_path / "out"
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/x"
+    spec = [{"type": "transfer", "src_urls": [{"site_label": "web", "url": url}],
+             "dest_urls": [{"site_label": "local", "url": f"file://{out}"}]}]
+    done = run([str(bin_dir / "pegasus-cloudio-transfer")], {**base, "HOME": str(tmp_path), P + "CACHE_DIR": "off", P + "READ_TIMEOUT": "2"},
+               tmp_path, stdin=json.dumps(spec), timeout=120)
+    errors = error_lines(done.stderr)
+    assert done.returncode == 1 and len(errors) == 1, done.stderr
+    assert f"{config} line 2" in errors[0] and f"{P}THREDS" in errors[0], errors[0]
+    assert connections(listener) == 0 and not out.exists()
+
+
+def test_a_misspelt_knob_in_the_plugin_node_file_is_refused_naming_the_line(tmp_path: Path) -> None:
+    from pegasus_cloudio.condor.environment import NodeConfigError, build_environment
+    node = tmp_path / "node.conf"
+    node.write_text(f"# node\n{P}THREADS = 16\n{P}CONDOR_METHOD = s3\n")
+    with pytest.raises(NodeConfigError, match=f"{re.escape(str(node))} line 3.*{P}CONDOR_METHOD"):
+        build_environment({P + "CONDOR_CONFIG": str(node)}, "/usr/libexec/condor/cloudio_plugin", str(tmp_path))

@@ -21,7 +21,7 @@ A missing default file is no file. An unreadable default file (permissions, a di
 skipped with one warning, so a transfer that needs none of its settings still runs; a file
 named by ``PEGASUS_CLOUDIO_CONFIG`` that cannot be read, and a malformed line or a byte that
 is not UTF-8 in any config file, raise :class:`~transfer.errors.InvalidInput` naming the file
-(and line). A value that is there but means nothing is refused by its reader, naming the knob
+(and line); so does a name no reader knows (not in :data:`KNOWN`: a typo). A value that is there but means nothing is refused by its reader, naming the knob
 and, through :func:`origin_of`, the source it came from. This module imports only ``os``: the
 drop-in reads it before deciding whether to hand its job to a stager.
 """
@@ -36,10 +36,21 @@ if TYPE_CHECKING:
 PREFIX = "PEGASUS_CLOUDIO_"
 CONFIG_VAR = PREFIX + "CONFIG"
 
+KNOWN = frozenset(PREFIX + name for name in (  # every knob the docs name (tests/test_knob_values.py)
+    "THREADS", "MAX_ATTEMPTS", "RETRY_BASE_DELAY", "RETRY_MAX_DELAY", "CONNECT_TIMEOUT", "READ_TIMEOUT",
+    "MULTIPART_THRESHOLD", "MULTIPART_PART_SIZE", "DOWNLOAD_PART_SIZE", "CA_BUNDLE", "GCS_ENDPOINT",
+    "GCS_ANONYMOUS", "SSH_KNOWN_HOSTS", "BUNDLE", "BUNDLE_SITES", "BUNDLE_MIN_FILES", "BUNDLE_MAX_MEMBER_SIZE",
+    "BUNDLE_MAX_SIZE", "CACHE_DIR", "CACHE_MAX_BYTES", "CACHE_HIGH_WATERMARK", "CACHE_LOW_WATERMARK",
+    "CACHE_MIN_FREE_BYTES", "CACHE_PIN_SECONDS", "CACHE_HARDLINK", "CACHE_FSYNC", "CACHE_VERIFY_BYTES",
+    "CACHE_UPLOADS", "P2P_REDIS", "P2P_CLUSTER", "P2P_NAMESPACE", "P2P_TOKEN", "P2P_TOKEN_FILE", "P2P_CA_FILE",
+    "P2P_PLAIN_HTTP", "P2P_NETWORKS", "P2P_NODE", "P2P_RACK", "P2P_CONNECT_TIMEOUT", "P2P_FIRST_BYTE_TIMEOUT",
+    "P2P_READ_TIMEOUT", "P2P_CLAIM_SECONDS", "P2P_MAX_PEERS", "P2P_BIND", "P2P_CERT", "P2P_KEY", "P2P_USERS",
+    "P2P_URL", "P2P_MAX_SERVES", "P2P_MAX_CONNECTIONS", "P2P_HEARTBEAT_TTL", "P2P_SUMMARY_MAX", "STAGER",
+    "STOCK_TRANSFER", "CONFIG", "CONDOR_METHODS", "CONDOR_CONFIG"))
 ENVIRONMENT = "the environment"
 COMMAND_LINE = "the command line"
 
-__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "PREFIX", "Knobs", "config_file_path", "family",
+__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "KNOWN", "PREFIX", "Knobs", "config_file_path", "family",
            "layered", "origin_of", "read_config_file"]
 
 
@@ -117,6 +128,8 @@ def _parse(data: bytes, path: str) -> "Dict[str, tuple[str, int]]":
             raise _invalid(f"config file {path} line {number}: expected {PREFIX}NAME = value")
         if name == CONFIG_VAR:
             raise _invalid(f"config file {path} line {number}: {CONFIG_VAR} is read from the environment only")
+        if name not in KNOWN:  # a typo would otherwise be a knob silently ignored
+            raise _invalid(f"config file {path} line {number}: no setting is named {name}")
         if value.strip():
             values[name] = (value.strip(), number)
     return values
