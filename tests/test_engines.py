@@ -195,6 +195,31 @@ def test_snakemake_failed_retrieval_names_the_object_and_leaves_no_file(snakemak
     assert (tmp_path / "local" / bucket / "here" / "present.txt").read_bytes() == b"present"
 
 
+ZERO_THREADS = """
+import logging, sys
+from pathlib import Path
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+settings = StorageProviderSettings(endpoint_url=sys.argv[1], access_key="a", secret_key="b", threads=0)
+try:
+    StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings)
+except ValueError as err:
+    print(err)
+else:
+    print("accepted")
+"""
+
+
+def test_snakemake_threads_0_is_refused_not_replaced_by_the_default(snakemake_venv: Venv, counted: TcpProxy,
+                                                                   tmp_path: Path) -> None:
+    """``--storage-pegasus-cloudio-threads 0`` ran with 8 threads (``threads or 8``), no word said."""
+    bin_dir, env = snakemake_venv
+    counted.reset_counters()
+    done = run([str(bin_dir / "python"), "-c", ZERO_THREADS, counted.url()], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--storage-pegasus-cloudio-threads must be at least 1 (got 0)" in done.stdout, done.stdout
+    assert counted.requests_by_method == {}
+
+
 def test_snakemake_example_of_the_docs_runs_as_written(snakemake_venv: Venv, minio: MinioServer, bucket: str,
                                                         tmp_path: Path) -> None:
     bin_dir, env = snakemake_venv

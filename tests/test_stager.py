@@ -87,7 +87,7 @@ def test_the_job_sees_the_clients_environment_not_the_stagers(native_dropin, sta
     done = run_job(native_dropin, [], job_env(stager.socket_path, PEGASUS_CLOUDIO_THREADS="lots"), tmp_path,
                    stdin=json.dumps([entry(f"file://{tmp_path}/a", f"file://{tmp_path}/b")]).encode())
     assert done.returncode == 1
-    assert b"PEGASUS_CLOUDIO_THREADS must be a whole number" in done.stderr
+    assert b"PEGASUS_CLOUDIO_THREADS (from the environment) must be a whole number" in done.stderr
     wait_for(lambda: served(stager), "the stager's log line")  # it ran in the stager, which has no such setting
 
 

@@ -73,8 +73,7 @@ class Client:
             raise InvalidInput("access_key and secret_key must be given together", operation="config")
         credentials = Credentials(access_key, secret_key, session_token) if access_key and secret_key else None
         if settings is None:
-            settings = Settings(threads=threads, bundle=bundles)
-            settings.validate()
+            settings = Settings(threads=threads, bundle=bundles)  # the Session checks it
         from transfer.backends.s3 import S3At  # the S3 backend module, only when a Client is made
 
         opener: BackendOpener = S3At(endpoint, region, credentials, anonymous)

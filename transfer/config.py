@@ -3,22 +3,25 @@
 Each field is the knob ``PEGASUS_CLOUDIO_<FIELD>``; where its value comes from (command line >
 environment > config file > default; the library reads the file only when asked) is
 :mod:`transfer.knobs`'s one rule. A bad value raises :class:`~transfer.errors.InvalidInput`
-naming the knob.
+naming the knob and its source: one that does not parse, and one no setting can mean (a count
+or size below 1, a timeout that is not above 0, a delay below 0, NaN or infinity in any
+of them), so a job never starts a request with it.
 """
 
 from __future__ import annotations
 
-
 from transfer import _lean
 from transfer._lean import record
 from transfer.errors import InvalidInput
-from transfer.knobs import PREFIX, layered
+from transfer.knobs import PREFIX, layered, origin_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Mapping, Optional
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_TIMEOUTS = ("connect_timeout", "read_timeout")   # seconds, above 0 and finite
+_DELAYS = ("retry_base_delay", "retry_max_delay")  # seconds, 0 or more and finite
 
 
 @record(frozen=True)
@@ -83,18 +86,19 @@ class Settings:
         for field in _lean.fields(cls):
             name = PREFIX + field.name.upper()
             if name in values:
-                changes[field.name] = _convert(name, values[name], field.default)
+                changes[field.name] = _convert(name, values[name], field.default, origin_of(values, name))
         settings = cls(**changes)  # type: ignore[arg-type]
-        settings.validate()
+        settings.validate(values)
         return settings
 
-    def validate(self) -> None:
-        for name in ("threads", "max_attempts", "multipart_part_size", "download_part_size"):
-            if getattr(self, name) < 1:
-                raise InvalidInput(f"{PREFIX}{name.upper()} must be at least 1", operation="config")
-        if self.multipart_part_size < 5 << 20:
-            raise InvalidInput(f"{PREFIX}MULTIPART_PART_SIZE must be at least 5 MiB (S3 minimum)",
-                               operation="config")
+    def validate(self, values: Optional[Mapping[str, str]] = None) -> None:
+        """Raise InvalidInput naming the first field no setting can mean (and, given the
+        ``values`` it was read from, their source)."""
+        for field in _lean.fields(self):
+            problem = _problem(field.name, getattr(self, field.name))
+            if problem:
+                name = PREFIX + field.name.upper()
+                raise InvalidInput(f"{name}{origin_of(values or {}, name)} {problem}", operation="config")
 
 
 def parse_size(text: str) -> int:
@@ -109,6 +113,14 @@ def parse_size(text: str) -> int:
     return int(digits) * _UNITS.get(unit, 1)
 
 
+def parse_seconds(text: str) -> float:
+    """``"2.5"`` -> 2.5: a finite number; ValueError for anything else (``nan``, ``inf``, words)."""
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return value
+
+
 def parse_flag(text: str) -> bool:
     """``1/true/yes/on`` -> True, ``0/false/no/off`` -> False (any case); ValueError otherwise."""
     value = text.strip().lower()
@@ -119,7 +131,24 @@ def parse_flag(text: str) -> bool:
     raise ValueError(text)
 
 
-def _convert(name: str, raw: str, default: object) -> object:
+def _problem(field: str, value: object) -> Optional[str]:
+    """Why ``value`` of ``field`` means nothing, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value != value or value in (float("inf"), float("-inf")):  # NaN, infinity (no math import)
+        return f"must be a finite number (got {value})"
+    if field in _TIMEOUTS and not value > 0:
+        return f"must be above 0 seconds (got {value})"
+    if field in _DELAYS and value < 0:
+        return f"must not be negative (got {value})"
+    if field == "multipart_part_size" and value < 5 << 20:
+        return "must be at least 5 MiB (S3 minimum)"
+    if isinstance(value, int) and value < 1:
+        return f"must be at least 1 (got {value})"
+    return None
+
+
+def _convert(name: str, raw: str, default: object, origin: str = "") -> object:
     try:
         if isinstance(default, bool):
             return parse_flag(raw)
@@ -129,4 +158,4 @@ def _convert(name: str, raw: str, default: object) -> object:
             return float(raw)
         return raw.strip() or None
     except ValueError:
-        raise InvalidInput(f"invalid value {raw!r} for {name}", operation="config") from None
+        raise InvalidInput(f"invalid value {raw!r} for {name}{origin}", operation="config") from None

@@ -21,8 +21,9 @@ A missing default file is no file. An unreadable default file (permissions, a di
 skipped with one warning, so a transfer that needs none of its settings still runs; a file
 named by ``PEGASUS_CLOUDIO_CONFIG`` that cannot be read, and a malformed line or a byte that
 is not UTF-8 in any config file, raise :class:`~transfer.errors.InvalidInput` naming the file
-(and line). This module imports only ``os``: the drop-in reads it before deciding whether to
-hand its job to a stager.
+(and line); so does a name no reader knows (not in :data:`KNOWN`: a typo). A value that is there but means nothing is refused by its reader, naming the knob
+and, through :func:`origin_of`, the source it came from. This module imports only ``os``: the
+drop-in reads it before deciding whether to hand its job to a stager.
 """
 
 from __future__ import annotations
@@ -35,7 +36,48 @@ if TYPE_CHECKING:
 PREFIX = "PEGASUS_CLOUDIO_"
 CONFIG_VAR = PREFIX + "CONFIG"
 
-__all__ = ["CONFIG_VAR", "PREFIX", "config_file_path", "layered", "read_config_file"]
+KNOWN = frozenset(PREFIX + name for name in (  # every knob the docs name (tests/test_knob_values.py)
+    "THREADS", "MAX_ATTEMPTS", "RETRY_BASE_DELAY", "RETRY_MAX_DELAY", "CONNECT_TIMEOUT", "READ_TIMEOUT",
+    "MULTIPART_THRESHOLD", "MULTIPART_PART_SIZE", "DOWNLOAD_PART_SIZE", "CA_BUNDLE", "GCS_ENDPOINT",
+    "GCS_ANONYMOUS", "SSH_KNOWN_HOSTS", "BUNDLE", "BUNDLE_SITES", "BUNDLE_MIN_FILES", "BUNDLE_MAX_MEMBER_SIZE",
+    "BUNDLE_MAX_SIZE", "CACHE_DIR", "CACHE_MAX_BYTES", "CACHE_HIGH_WATERMARK", "CACHE_LOW_WATERMARK",
+    "CACHE_MIN_FREE_BYTES", "CACHE_PIN_SECONDS", "CACHE_HARDLINK", "CACHE_FSYNC", "CACHE_VERIFY_BYTES",
+    "CACHE_UPLOADS", "P2P_REDIS", "P2P_CLUSTER", "P2P_NAMESPACE", "P2P_TOKEN", "P2P_TOKEN_FILE", "P2P_CA_FILE",
+    "P2P_PLAIN_HTTP", "P2P_NETWORKS", "P2P_NODE", "P2P_RACK", "P2P_CONNECT_TIMEOUT", "P2P_FIRST_BYTE_TIMEOUT",
+    "P2P_READ_TIMEOUT", "P2P_CLAIM_SECONDS", "P2P_MAX_PEERS", "P2P_BIND", "P2P_CERT", "P2P_KEY", "P2P_USERS",
+    "P2P_URL", "P2P_MAX_SERVES", "P2P_MAX_CONNECTIONS", "P2P_HEARTBEAT_TTL", "P2P_SUMMARY_MAX", "STAGER",
+    "STOCK_TRANSFER", "CONFIG", "CONDOR_METHODS", "CONDOR_CONFIG"))
+ENVIRONMENT = "the environment"
+COMMAND_LINE = "the command line"
+
+__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "KNOWN", "PREFIX", "Knobs", "config_file_path", "family",
+           "layered", "origin_of", "read_config_file"]
+
+
+class Knobs(dict[str, str]):
+    """What :func:`layered` returns: the merged mapping, and ``origins``, where each knob's value
+    came from (``"the environment"``, ``"config file PATH line N"``, ``"the command line"``, or
+    what a caller such as the HTCondor plugin says)."""
+
+    def __init__(self, values: "Mapping[str, str]", origins: "Optional[Mapping[str, str]]" = None) -> None:
+        super().__init__(values)
+        self.origins: "Dict[str, str]" = dict(origins or {})
+
+
+def origin_of(values: "Mapping[str, str]", name: str) -> str:
+    """`` (from SOURCE)`` for knob ``name`` of a :class:`Knobs` mapping, for error messages;
+    ``""`` when the mapping does not know (a plain mapping, e.g. a library caller's)."""
+    source = values.origins.get(name) if isinstance(values, Knobs) else None
+    return f" (from {source})" if source else ""
+
+
+def family(env: "Mapping[str, str]", prefix: str) -> Knobs:
+    """The knobs of ``env`` named ``prefix + NAME``, as ``NAME -> value`` (stripped; empty ones
+    dropped), with their origins, so that a reader's message can say where a bad one came from."""
+    known = env.origins if isinstance(env, Knobs) else {}
+    values = {name[len(prefix):]: value.strip() for name, value in env.items()
+              if name.startswith(prefix) and value.strip()}
+    return Knobs(values, {name[len(prefix):]: known[name] for name in known if name.startswith(prefix)})
 
 
 def config_file_path(env: "Mapping[str, str]") -> "tuple[str, bool]":
@@ -50,6 +92,11 @@ def config_file_path(env: "Mapping[str, str]") -> "tuple[str, bool]":
 def read_config_file(env: "Mapping[str, str]") -> "Dict[str, str]":
     """The file's ``PEGASUS_CLOUDIO_*`` values (empty ones dropped); ``{}`` when there is no file
     or the default one cannot be read. Raises InvalidInput as the module docstring says."""
+    return {name: value for name, (value, _) in _read(env)[1].items()}
+
+
+def _read(env: "Mapping[str, str]") -> "tuple[str, Dict[str, tuple[str, int]]]":
+    """(the file's path, ``name -> (value, line number)``) as :func:`read_config_file` reads it."""
     path, named = config_file_path(env)
     try:
         with open(path, "rb") as fh:
@@ -61,12 +108,12 @@ def read_config_file(env: "Mapping[str, str]") -> "Dict[str, str]":
         if not isinstance(err, FileNotFoundError):  # e.g. a daemon's HOME=/root seen by a job's user
             import logging
             logging.getLogger("transfer.config").warning("ignoring config file %s: %s", path, err.strerror)
-        return {}
-    return _parse(data, path)
+        return path, {}
+    return path, _parse(data, path)
 
 
-def _parse(data: bytes, path: str) -> "Dict[str, str]":
-    values: "Dict[str, str]" = {}
+def _parse(data: bytes, path: str) -> "Dict[str, tuple[str, int]]":
+    values: "Dict[str, tuple[str, int]]" = {}
     for number, raw in enumerate(data.split(b"\n"), 1):
         try:
             line = raw.decode("utf-8")
@@ -81,26 +128,35 @@ def _parse(data: bytes, path: str) -> "Dict[str, str]":
             raise _invalid(f"config file {path} line {number}: expected {PREFIX}NAME = value")
         if name == CONFIG_VAR:
             raise _invalid(f"config file {path} line {number}: {CONFIG_VAR} is read from the environment only")
+        if name not in KNOWN:  # a typo would otherwise be a knob silently ignored
+            raise _invalid(f"config file {path} line {number}: no setting is named {name}")
         if value.strip():
-            values[name] = value.strip()
+            values[name] = (value.strip(), number)
     return values
 
 
 def layered(env: "Optional[Mapping[str, str]]" = None, *, config_file: bool,
-            command_line: "Optional[Mapping[str, Optional[str]]]" = None) -> "Dict[str, str]":
+            command_line: "Optional[Mapping[str, Optional[str]]]" = None) -> Knobs:
     """``env`` (default ``os.environ``) as every reader of settings sees it: the config file's
     knobs filled in where the environment leaves them unset (with ``config_file``), then the
     command line's values (None: the option was not given) on top. Other variables pass as is.
+    The result's ``origins`` name each knob's source (those of ``env`` when it is a Knobs).
     """
     source = os.environ if env is None else env
-    merged = {name: value for name, value in source.items()
-              if not (name.startswith(PREFIX) and not value.strip())}
+    merged = Knobs({name: value for name, value in source.items()
+                    if not (name.startswith(PREFIX) and not value.strip())})
+    known = source.origins if isinstance(source, Knobs) else {}
+    merged.origins = {name: known.get(name, ENVIRONMENT) for name in merged if name.startswith(PREFIX)}
     if config_file:
-        for name, value in read_config_file(source).items():
-            merged.setdefault(name, value)
+        path, values = _read(source)
+        for name, (value, number) in values.items():
+            if name not in merged:
+                merged[name] = value
+                merged.origins[name] = f"config file {path} line {number}"
     for name, given in (command_line or {}).items():
         if given is not None and given.strip():
             merged[name] = given
+            merged.origins[name] = COMMAND_LINE
     return merged
 
 

@@ -40,7 +40,9 @@ class BackendOpener(Protocol):
 class Session:
     """Backends by endpoint for one run; close() releases every connection.
 
-    ``settings``: None reads :meth:`Settings.from_env` from ``env``. ``env``: the environment
+    ``settings``: None reads :meth:`Settings.from_env` from ``env``; a value given is checked the
+    same way (InvalidInput naming the field's knob: a zero thread count would hang the first
+    batch, a NaN timeout fail it mid-request). ``env``: the environment
     that credential lookups (``PEGASUS_CREDENTIALS*``, ``AWS_*``, ``HOME``) and settings read;
     None takes a snapshot of ``os.environ``; a mapping is used *instead of* ``os.environ``
     (which is then never read). ``backends``: scheme -> :class:`BackendOpener` serving that
@@ -49,7 +51,11 @@ class Session:
     def __init__(self, settings: Optional[Settings] = None, env: Optional[Mapping[str, str]] = None,
                  backends: Optional[Mapping[str, BackendOpener]] = None):
         env = dict(os.environ) if env is None else env
-        self.context = Context(settings or Settings.from_env(env), env)
+        if settings is None:
+            settings = Settings.from_env(env)
+        else:
+            settings.validate()
+        self.context = Context(settings, env)
         self._openers: Dict[str, BackendOpener] = dict(backends or {})
         self._backends: Dict[Hashable, Backend] = {}
         self._by_location: Dict[Tuple[str, str, Optional[str]], Backend] = {}

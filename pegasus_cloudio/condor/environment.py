@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
+from transfer.knobs import KNOWN, PREFIX
 
 NODE_CONFIG_VAR = "PEGASUS_CLOUDIO_CONDOR_CONFIG"
 DEFAULT_NODE_CONFIG = "/etc/pegasus-cloudio/condor-plugin.conf"
@@ -189,6 +190,8 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
             continue
         name, sep, value = text.partition("=")
         target = accepted_name(name.strip()) if sep else None
+        if target is not None and target.startswith(PREFIX) and target not in KNOWN:
+            raise NodeConfigError(f"{path} line {number}: no setting is named {target}")
         if target is None:
             raise NodeConfigError(f"{path} line {number}: expected NAME = value with NAME one of "
                                   f"PEGASUS_CREDENTIALS[_<site>], PEGASUS_CLOUDIO_*, AWS_REGION, ...")

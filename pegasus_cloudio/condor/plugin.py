@@ -40,7 +40,7 @@ from pegasus_cloudio.condor.starter import reads_one_message_after_failure, star
 from transfer.node import open_node_cache, open_peers
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
-from transfer.knobs import CONFIG_VAR, layered
+from transfer.knobs import CONFIG_VAR, PREFIX, Knobs, layered
 from transfer.engine import Engine
 from transfer.atomic import remove_temp_files
 from transfer.errors import TransferError, TransientError
@@ -230,10 +230,12 @@ def _conclude(reporter: Reporter) -> int:
 
 def settings_for(penv: PluginEnvironment) -> Settings:
     """The engine's settings; ``penv.env`` becomes the settings layer's mapping (the job user's
-    config file under the environment, :mod:`transfer.knobs`), which the cache and peers read too."""
+    config file under the environment, :mod:`transfer.knobs`), which the cache and peers read too.
+    A bad value's message names its layer (node file, plugin environment, job variable)."""
     before = set(penv.env)
     node_file = CONFIG_VAR in penv.from_node and bool(penv.env[CONFIG_VAR].strip())
-    penv.env = layered(penv.env, config_file=True)
+    origins = {name: penv.origin(name) for name in penv.env if name.startswith(PREFIX)}
+    penv.env = layered(Knobs(penv.env, origins), config_file=True)
     if node_file:  # the administrator's settings file: its values are the node's
         penv.from_node |= set(penv.env) - before
     for note in keep_node_keys_home(penv):

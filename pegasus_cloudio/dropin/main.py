@@ -114,7 +114,9 @@ def effective_threads(cli_threads: int, env: "Mapping[str, str]") -> int:
             threads = 0
         if threads <= 0:
             from transfer.errors import ConfigError
-            raise ConfigError(f"{name} must be a whole number above 0 (got {value!r})", operation="parse")
+            from transfer.knobs import origin_of
+            raise ConfigError(f"{name}{origin_of(env, name)} must be a whole number above 0 (got {value!r})",
+                              operation="parse")
         return threads
     return 8
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
 from transfer.errors import ConfigError, InvalidInput
-from transfer.p2p.config import ENV, read_token
+from transfer.knobs import family, origin_of
+from transfer.p2p.config import ENV, flag_value, read_token
 
 from .server import ConnectionLimits, ServeConfig
 
@@ -53,8 +54,8 @@ class DaemonSettings:
 
 def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     """Read the settings; InvalidInput/ConfigError name the missing or bad one."""
-    raw = {k[len(ENV):]: v.strip() for k, v in env.items() if k.startswith(ENV) and v.strip()}
-    plain = raw.get("PLAIN_HTTP", "").lower() in ("1", "true", "yes", "on")
+    raw = family(env, ENV)
+    plain = flag_value(raw, "PLAIN_HTTP")
     bind = _bind(raw.get("BIND", ""))
     cert, key = raw.get("CERT"), raw.get("KEY")
     if not plain and not (cert and key):
@@ -69,7 +70,7 @@ def daemon_settings(env: Mapping[str, str]) -> DaemonSettings:
     return DaemonSettings(
         serve=serve, node=raw.get("NODE") or socket.gethostname(), rack=raw.get("RACK", ""),
         url=raw.get("URL", ""), redis_url=raw.get("REDIS"),
-        cluster=raw.get("CLUSTER", "").lower() in ("1", "true", "yes", "on"),
+        cluster=flag_value(raw, "CLUSTER"),
         namespace=raw.get("NAMESPACE", "pcio"),
         heartbeat_ttl=float(_positive(raw, "HEARTBEAT_TTL", 30)))
 
@@ -121,5 +122,5 @@ def _positive(raw: Mapping[str, str], name: str, default: int) -> int:
     if text is None:
         return default
     if not text.isdigit() or int(text) < 1:
-        raise InvalidInput(f"invalid value {text!r} for {ENV}{name}", operation="config")
+        raise InvalidInput(f"invalid value {text!r} for {ENV}{name}{origin_of(raw, name)}", operation="config")
     return int(text)

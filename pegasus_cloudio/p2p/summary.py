@@ -31,7 +31,8 @@ import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from transfer.cache.layout import OBJECTS, digest_of
-from transfer.knobs import layered
+from transfer.errors import InvalidInput
+from transfer.knobs import layered, origin_of
 from transfer.p2p.config import ENV
 
 from . import summary_file
@@ -227,7 +228,17 @@ def _print_published(path: str, max_age: float) -> int:
 
 def summary_settings(args: argparse.Namespace, env: Mapping[str, str]) -> Tuple[Dict[str, str], int, str]:
     """(caches served, id cap, node name): ``--max`` over the environment over the config file."""
-    values = layered(env, config_file=True, command_line={ENV + "SUMMARY_MAX": args.max and str(args.max)})
+    given = None if args.max is None else str(args.max)
+    values = layered(env, config_file=True, command_line={ENV + "SUMMARY_MAX": given})
     caches = served_caches(values.get(ENV + "USERS", ""))
-    limit = int(values.get(ENV + "SUMMARY_MAX", DEFAULT_MAX))
-    return caches, limit, values.get(ENV + "NODE") or socket.gethostname()
+    return caches, _limit(values), values.get(ENV + "NODE") or socket.gethostname()
+
+
+def _limit(values: Mapping[str, str]) -> int:
+    """``P2P_SUMMARY_MAX``: a whole number above 0; InvalidInput naming it and its source."""
+    name = ENV + "SUMMARY_MAX"
+    text = values.get(name, str(DEFAULT_MAX)).strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise InvalidInput(f"{name}{origin_of(values, name)} must be a whole number above 0 (got {text!r})",
+                           operation="config")
+    return int(text)

@@ -24,9 +24,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from transfer.config import Settings
+from transfer.config import Settings, parse_flag
 from transfer.credentials import check_private, site_env_suffix
-from transfer.errors import ConfigError
+from transfer.errors import ConfigError, InvalidInput
+from transfer.knobs import origin_of
+
+ANONYMOUS_VAR = "PEGASUS_CLOUDIO_GCS_ANONYMOUS"
 
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
 EMULATOR_PROJECT = "pegasus-cloudio-emulator"  # emulators ignore it, bucket create needs one
@@ -52,12 +55,22 @@ def resolve(site_label: Optional[str], env: Mapping[str, str], settings: Setting
     key = _key_path(site_label, env)
     if key is not None:
         return GcsSource(endpoint, emulator, key)
-    if emulator or env.get("PEGASUS_CLOUDIO_GCS_ANONYMOUS", "").strip().lower() in ("1", "true", "yes"):
+    if emulator or _anonymous(env):
         return GcsSource(endpoint, emulator, None)
     suffix = site_env_suffix(site_label)
     names = (f"GOOGLE_PKCS12_{suffix}, " if suffix else "") + "GOOGLE_PKCS12, GOOGLE_APPLICATION_CREDENTIALS"
     raise ConfigError(f"no GCS credentials: set one of {names} to a JSON service-account key, "
                       "or PEGASUS_CLOUDIO_GCS_ANONYMOUS=1 for public buckets", operation="credentials")
+
+
+def _anonymous(env: Mapping[str, str]) -> bool:
+    """``PEGASUS_CLOUDIO_GCS_ANONYMOUS`` as every flag reads (unset: off); InvalidInput naming it."""
+    raw = env.get(ANONYMOUS_VAR, "").strip()
+    try:
+        return parse_flag(raw) if raw else False
+    except ValueError:
+        raise InvalidInput(f"{ANONYMOUS_VAR}{origin_of(env, ANONYMOUS_VAR)} must be 1 or 0 (got {raw!r})",
+                           operation="credentials") from None
 
 
 def _endpoint(env: Mapping[str, str], settings: Settings) -> Tuple[str, bool]:

@@ -35,9 +35,9 @@ from __future__ import annotations
 import os
 from transfer._lean import record
 
-from transfer.config import parse_flag, parse_size
+from transfer.config import parse_flag, parse_seconds, parse_size
 from transfer.errors import InvalidInput
-from transfer.knobs import PREFIX
+from transfer.knobs import PREFIX, family, origin_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def config_from_env(env: Mapping[str, str]) -> Optional[CacheConfig]:
         high_watermark=_number(raw, "HIGH_WATERMARK", float, 0.9),
         low_watermark=_number(raw, "LOW_WATERMARK", float, 0.7),
         min_free_bytes=_number(raw, "MIN_FREE_BYTES", parse_size, DEFAULT_MIN_FREE_BYTES),
-        pin_seconds=_number(raw, "PIN_SECONDS", float, 3600.0),
+        pin_seconds=_number(raw, "PIN_SECONDS", parse_seconds, 3600.0),
         hardlink=_flag(raw, "HARDLINK", True),
         fsync=_flag(raw, "FSYNC", True),
         verify_bytes=_number(raw, "VERIFY_BYTES", _verify_limit, _DEFAULT_VERIFY),
@@ -169,7 +169,7 @@ def uploads_setting(env: Mapping[str, str]) -> Optional[bool]:
 
 
 def _raw(env: Mapping[str, str]) -> Dict[str, str]:
-    return {k[len(_ENV):]: v.strip() for k, v in env.items() if k.startswith(_ENV) and v.strip()}
+    return family(env, _ENV)
 
 
 def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], default: _T) -> _T:
@@ -178,7 +178,8 @@ def _number(raw: Mapping[str, str], name: str, convert: Callable[[str], _T], def
     try:
         return convert(raw[name])
     except ValueError:
-        raise InvalidInput(f"invalid value {raw[name]!r} for {_ENV}{name}", operation="config") from None
+        raise InvalidInput(f"invalid value {raw[name]!r} for {_ENV}{name}{origin_of(raw, name)}",
+                           operation="config") from None
 
 
 def _verify_limit(text: str) -> Optional[int]:
@@ -192,7 +193,8 @@ def _auto_flag(raw: Mapping[str, str], name: str) -> Optional[bool]:
         return None
     if value in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         return value in ("1", "true", "yes", "on")
-    raise InvalidInput(f"{_ENV}{name} must be auto, 1 or 0 (got {raw[name]!r})", operation="config")
+    raise InvalidInput(f"{_ENV}{name}{origin_of(raw, name)} must be auto, 1 or 0 (got {raw[name]!r})",
+                       operation="config")
 
 
 def _flag(raw: Mapping[str, str], name: str, default: bool) -> bool:

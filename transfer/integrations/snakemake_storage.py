@@ -49,7 +49,7 @@ try:
 except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[snakemake]'") from missing
 
-from transfer.errors import NotFound
+from transfer.errors import InvalidInput, NotFound
 from transfer.client import Client, Entry
 
 __all__ = ["StorageObject", "StorageProvider", "StorageProviderSettings"]
@@ -146,9 +146,13 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
 
     def __post_init__(self) -> None:
         settings = self.settings or StorageProviderSettings()
+        threads = 8 if settings.threads is None else int(settings.threads)
+        if threads < 1:  # the Client would refuse it too, but by the library's name for it
+            raise InvalidInput(f"--storage-pegasus-cloudio-threads must be at least 1 (got {threads})",
+                               operation="config")
         self.client = Client(endpoint=settings.endpoint_url, region=settings.region, access_key=settings.access_key,
                              secret_key=settings.secret_key, session_token=settings.session_token,
-                             threads=int(settings.threads or 8))
+                             threads=threads)
         self.batches = _Batches(self.client, self.logger)
         self.listed: Dict[str, Entry] = {}  # url -> file entry, from inventories (dropped on store/remove)
         self.listed_dirs: Set[str] = set()  # directory URLs (ending in "/") listed whole

@@ -33,8 +33,9 @@ import stat
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple, Union
 
-from transfer.config import parse_flag
+from transfer.config import parse_flag, parse_seconds
 from transfer.errors import ConfigError, InvalidInput
+from transfer.knobs import family, origin_of
 from transfer.knobs import PREFIX
 
 __all__ = ["PeerConfig", "node_id", "peer_config_from_env", "read_token"]
@@ -108,45 +109,58 @@ def peer_config_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[Pe
     :func:`transfer.knobs.layered`'s mapping, config file included); None when ``P2P_REDIS``
     is unset. InvalidInput/ConfigError name the bad setting."""
     env = os.environ if env is None else env
-    raw = {k[len(ENV):]: v.strip() for k, v in env.items() if k.startswith(ENV) and v.strip()}
+    raw = family(env, ENV)
     if not raw.get("REDIS"):
         return None
-    if not raw.get("CA_FILE") and not _flag(raw, "PLAIN_HTTP"):
+    if not raw.get("CA_FILE") and not flag_value(raw, "PLAIN_HTTP"):
         raise ConfigError(f"peer sharing needs {ENV}CA_FILE (the pool CA that signed the daemons' "
                           "certificates); the system CAs are never trusted for peers", operation="config")
     return PeerConfig(
         redis_url=raw["REDIS"],
         token=read_token(raw.get("TOKEN_FILE"), raw.get("TOKEN")),
-        cluster=_flag(raw, "CLUSTER"),
+        cluster=flag_value(raw, "CLUSTER"),
         namespace=raw.get("NAMESPACE", "pcio"),
         ca_file=raw.get("CA_FILE"),
-        plain_http=_flag(raw, "PLAIN_HTTP"),
-        networks=parse_networks(raw.get("NETWORKS", DEFAULT_NETWORKS)),
+        plain_http=flag_value(raw, "PLAIN_HTTP"),
+        networks=parse_networks(raw.get("NETWORKS", DEFAULT_NETWORKS),
+                                ENV + "NETWORKS" + origin_of(raw, "NETWORKS")),
         node=raw.get("NODE") or socket.gethostname(),
         rack=raw.get("RACK", ""),
         user=getpass.getuser(),
-        connect_timeout=_seconds(raw, "CONNECT_TIMEOUT", 0.5),
-        first_byte_timeout=_seconds(raw, "FIRST_BYTE_TIMEOUT", 1.0),
-        read_timeout=_seconds(raw, "READ_TIMEOUT", 5.0),
+        connect_timeout=_seconds(raw, "CONNECT_TIMEOUT", 0.5, zero=False),
+        first_byte_timeout=_seconds(raw, "FIRST_BYTE_TIMEOUT", 1.0, zero=False),
+        read_timeout=_seconds(raw, "READ_TIMEOUT", 5.0, zero=False),
         claim_seconds=_seconds(raw, "CLAIM_SECONDS", 10.0),
-        max_peers=int(_seconds(raw, "MAX_PEERS", 3)),
+        max_peers=_count(raw, "MAX_PEERS", 3),
     )
 
 
-def _flag(raw: Mapping[str, str], name: str) -> bool:
+def flag_value(raw: Mapping[str, str], name: str) -> bool:
+    """Knob ``ENV + name`` of :func:`transfer.knobs.family`'s ``raw``: 1/0 (unset: 0); InvalidInput naming it."""
     try:
         return parse_flag(raw.get(name, "0"))
     except ValueError:
-        raise InvalidInput(f"{ENV}{name} must be 1 or 0 (got {raw[name]!r})", operation="config") from None
+        raise InvalidInput(f"{ENV}{name}{origin_of(raw, name)} must be 1 or 0 (got {raw[name]!r})",
+                           operation="config") from None
 
 
-def _seconds(raw: Mapping[str, str], name: str, default: float) -> float:
+def _seconds(raw: Mapping[str, str], name: str, default: float, *, zero: bool = True) -> float:
+    """A finite number of seconds, 0 or more (above 0 unless ``zero``); InvalidInput naming it."""
     if name not in raw:
         return default
     try:
-        value = float(raw[name])
+        value = parse_seconds(raw[name])
     except ValueError:
         value = -1.0
-    if value < 0:
-        raise InvalidInput(f"invalid value {raw[name]!r} for {ENV}{name}", operation="config")
+    if value < 0 or (value == 0 and not zero):
+        raise InvalidInput(f"invalid value {raw[name]!r} for {ENV}{name}{origin_of(raw, name)}", operation="config")
     return value
+
+
+def _count(raw: Mapping[str, str], name: str, default: int) -> int:
+    """A whole number, 0 or more; InvalidInput naming it."""
+    text = raw.get(name, str(default)).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidInput(f"invalid value {raw[name]!r} for {ENV}{name}{origin_of(raw, name)} (a whole number)",
+                           operation="config")
+    return int(text)
