@@ -181,6 +181,11 @@ def test_installed_dropin_hands_jobs_to_an_installed_stager(bare: Venv, s3_env: 
             done = run([str(bin_dir / "pegasus-cloudio-transfer")], job_env, tmp_path, stdin=spec(transfer(src, dst, "up")))
             assert done.returncode == 0 and "node stager" not in done.stderr, done.stderr
         assert (tmp_path / "down").read_bytes() == b"through the stager"
+        # a job's command ends at its answer; its copy may still be finishing (the node cache's
+        # inserts after the answer): the stager logs each copy it reaps
+        deadline = time.monotonic() + 30
+        while (tmp_path / "stager.log").read_text().count(" exited 0 ") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         stager.terminate()
         stager.wait(timeout=30)
