@@ -169,14 +169,24 @@ def insert_behind() -> None:
         behind.abandon()
         return
     try:
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
+        leave_the_job()
         os.closerange(3, max(1 << 16, os.sysconf("SC_OPEN_MAX")))  # none of the job's descriptors stay open
-        os.chdir("/")  # nor its directory (a scratch mount the execute node removes at the job's end)
         behind.drain()
     finally:
         os._exit(0)
+
+
+def leave_the_job() -> None:
+    """For a process that goes on after the job's answer (the inserts after it): the standard
+    streams become ``/dev/null`` (a reader of the job's stdout or stderr sees their end when the
+    job's command exits, and nothing written later lands there) and the working directory ``/``
+    (the job's scratch mount can be removed at its end)."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    if devnull > 2:
+        os.close(devnull)
+    os.chdir("/")
 
 
 def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: "TextIO",

@@ -348,21 +348,10 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
         conn.sendall(wire.reply(wire.EXIT, code))
     except OSError:
         pass
-    _leave_the_job()
+    from pegasus_cloudio.dropin.main import leave_the_job  # preloaded
+    leave_the_job()
     behind.drain()  # the job has its answer: fill the node cache now
     return code
-
-
-def _leave_the_job() -> None:
-    """After the job's answer its streams and directory are not this copy's any more: a reader
-    of the job's stdout or stderr sees their end when the job's command exits, and nothing this
-    copy still does (the node cache's inserts, a warning) is written there."""
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    if devnull > 2:
-        os.close(devnull)
-    os.chdir("/")
 
 
 def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[str, str]]]:
