@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
     from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
-    from transfer._threads import Cancel
+    from transfer._threads import Cancel, Joinable
     from transfer.bundles.groups import GroupTask
     from transfer.bundles.staging import BundleStager
     from transfer.cache import NodeCache
@@ -249,11 +249,18 @@ class Engine:
                 task = self._groups()
                 groups = [pool.submit(task.download, g, budget, peers) for g in downloads]
                 groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
+        loads: List[Joinable] = []  # directory indexes the pass below found it needs
         if len(indexed) > 1 and self._cache is None and self._bundle_stager is None and not self._bundles_on:
             from transfer.batched import read_batched  # small downloads, pipelined from this thread first
+
+            def stands_in(source: Url) -> bool:
+                # no listing on this thread (one slow directory would hold up the whole pass): the
+                # index loads beside the per-file path, whose files of that directory wait for it
+                return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")))
+
             indexed = read_batched(self._session, indexed, self._threads, budget,
                                    budget.cancel if isinstance(budget, RunBudget) else None,
-                                   lambda i, result: self._finish(results, i, result), self._stands_in)
+                                   lambda i, result: self._finish(results, i, result), stands_in)
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             for group in groups:
@@ -267,6 +274,9 @@ class Engine:
         finally:
             if group_pool is not None and group_pool is not executor:
                 group_pool.shutdown(wait=True)
+            cancel = budget.cancel if isinstance(budget, RunBudget) else None
+            for load in loads:  # no thread left to hold a lock when the drop-in forks (unless cancelled)
+                load.join(0 if cancel is not None and cancel.is_set() else None)
 
     def _group_pool(self, executor: Executor, groups: int) -> Executor:
         if self._executor is not None:  # an injected executor (tests) runs everything
@@ -341,10 +351,6 @@ class Engine:
         return GroupTask(self._bundles, self._cache, self._cache_key, retried=self._with_retries,
                          per_file=self._transfer, write_through=self._write_through,
                          upload=lambda path, dest: self._upload(path, dest, write_through=False))
-
-    def _stands_in(self, source: Url) -> bool:
-        """For a read the store answered 404: whether a bundle member stands in for it."""
-        return self._bundles.resolve(source)[0] is not None
 
     # -- node cache ---------------------------------------------------------------------
 

@@ -102,12 +102,17 @@ class BundleStager:
             if future is None:
                 future = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn), {})
         if loader:
-            future.run()  # the waiters get its error too; later callers try again
-            if future.exception() is not None:
-                with self._lock:
-                    self._directories.pop(key, None)
+            self._load(key, future)
         result: BundleDirectory = future.result()
         return result
+
+    def _load(self, key: Hashable, future: Task) -> None:
+        """Run one directory's index load: its waiters get its error too; later callers try again."""
+        future.run()
+        if future.exception() is not None:
+            with self._lock:
+                if self._directories.get(key) is future:
+                    self._directories.pop(key, None)
 
     def _forget(self, backend: Backend, directory: Url) -> None:
         with self._lock:
@@ -195,16 +200,44 @@ class BundleStager:
         directory, name = _split(source)
         return self._session.backend(source), directory, name
 
+    def may_stand_in(self, source: Url, start: Callable[[Callable[[], None]], object]) -> bool:
+        """For a plain read that found nothing, asked where no listing may be waited for (the
+        engine's pipelined pass): False only when no member can serve ``source`` -- not an
+        object-store URL, or its directory's index is loaded and has no such member. No I/O
+        here: an index neither loaded nor loading is loaded by the call ``start`` is given (on a
+        thread of the caller's, joined by it), and :meth:`known_member` waits for that one."""
+        try:
+            located = self._locate(source)
+        except TransferError:
+            return False  # the per-file path meets the same error and reports it per file
+        if located is None:
+            return False
+        backend, directory, name = located
+        key = (id(backend), directory.path)
+        with self._lock:
+            future = self._directories.get(key)
+            loader = future is None
+            if future is None:
+                future = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map), {})
+        if loader:
+            start(lambda: self._load(key, future))
+            return True
+        if not future.done() or future.exception() is not None:
+            return True
+        index: BundleDirectory = future.result()
+        return index.lookup(name) is not None
+
     def known_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
-        """The member serving ``source`` if its directory's index is already loaded; no I/O but
-        the one whole-bundle fetch :meth:`BundleDirectory.resident` makes for a directory."""
+        """The member serving ``source`` if its directory's index is loaded or being loaded
+        (then this waits for that one listing, as :meth:`resolve` would); no I/O but the one
+        whole-bundle fetch :meth:`BundleDirectory.resident` makes for a directory."""
         located = self._locate(source)
         if located is None:
             return None
         backend, directory, name = located
         with self._lock:
             future = self._directories.get((id(backend), directory.path))
-        if future is None or not future.done() or future.exception() is not None:
+        if future is None or future.exception() is not None:
             return None
         index = future.result()
         found = index.lookup(name)
