@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import pwd
 import resource
 import socket
 import ssl
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -280,3 +282,38 @@ def test_serve_as_root_refuses_a_user_that_does_not_exist(tmp_path):
                           timeout=60, env=env)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "no-such-user-pcio: no such user on this node" in done.stderr
+
+
+@pytest.fixture
+def suid_dumpable_on():
+    """The node's ``fs.suid_dumpable`` set to 1 (a site debugging crashes), restored after."""
+    knob = Path("/proc/sys/fs/suid_dumpable")
+    before = knob.read_text()
+    knob.write_text("1")
+    try:
+        yield
+    finally:
+        knob.write_text(before)
+
+
+def test_a_serving_process_is_not_dumpable_whatever_the_node_allows(suid_dumpable_on):
+    """The process serving a user's cache holds the node's TLS key: that user may not attach
+    to it or read its memory, even where the kernel lets processes that changed user dump."""
+    from pegasus_cloudio.p2p.serve import drop_privileges
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            drop_privileges("nobody")
+            status = os.stat(f"/proc/{os.getpid()}/status")  # owned by root unless dumpable
+            os.write(write, f"{os.geteuid()} {status.st_uid}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        euid, owner = answer.read().split()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert int(euid) == pwd.getpwnam("nobody").pw_uid and int(owner) == 0

@@ -209,17 +209,25 @@ def _die_with(parent: int, libc: Any) -> None:
         os._exit(1)
 
 
+PR_SET_DUMPABLE = 4
+
+
 def drop_privileges(user: str) -> None:
-    """Become ``user`` (uid, gid, no supplementary groups) for good; a no-op when this
-    process already runs as that user. Raises OSError/KeyError when it cannot."""
+    """Become ``user`` (uid, gid, no supplementary groups) for good, and stay non-dumpable
+    whatever ``fs.suid_dumpable`` says: the user may not attach to, or dump, a process holding
+    the node's TLS key. A no-op when this process already runs as that user. Raises
+    OSError/KeyError when it cannot."""
     entry = pwd.getpwnam(user)
     if os.geteuid() == entry.pw_uid and os.getuid() == entry.pw_uid:
         return
+    libc = _libc()  # before the drop: the user may not be able to read the interpreter's library
     os.setgroups([])
     os.setgid(entry.pw_gid)
     os.setuid(entry.pw_uid)
     if os.geteuid() != entry.pw_uid or os.getegid() != entry.pw_gid:
         raise OSError(f"could not drop privileges to {user}")
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(f"could not make the process serving {user} non-dumpable")
 
 
 def index_for(settings: DaemonSettings) -> Optional[PeerIndex]:
