@@ -289,3 +289,20 @@ def test_a_misspelt_knob_in_the_plugin_node_file_is_refused_naming_the_line(tmp_
     node.write_text(f"# node\n{P}THREADS = 16\n{P}CONDOR_METHOD = s3\n")
     with pytest.raises(NodeConfigError, match=f"{re.escape(str(node))} line 3.*{P}CONDOR_METHOD"):
         build_environment({P + "CONDOR_CONFIG": str(node)}, "/usr/libexec/condor/cloudio_plugin", str(tmp_path))
+
+
+def test_a_hash_inside_a_value_is_the_values_in_both_config_files(tmp_path: Path) -> None:
+    """``#`` starts a comment at a line's start or after a blank; inside a value it is kept
+    (a cache directory ``/data/run#1/cache`` was cut to ``/data/run``: another directory)."""
+    from pegasus_cloudio.condor.environment import read_node_config
+    from transfer.knobs import layered
+
+    wanted = str(tmp_path / "run#1" / "cache")
+    text = f"# the node's settings\n{P}CACHE_DIR = {wanted}  # private to each user\n{P}THREADS=3\t# three\n"
+    config = tmp_path / "cloudio.conf"
+    config.write_text(text)
+    knobs = layered({"PEGASUS_CLOUDIO_CONFIG": str(config)}, config_file=True)
+    assert knobs[P + "CACHE_DIR"] == wanted and knobs[P + "THREADS"] == "3"
+    node = tmp_path / "node.conf"
+    node.write_text(text)
+    assert dict(read_node_config(str(node))) == {P + "CACHE_DIR": wanted, P + "THREADS": "3"}

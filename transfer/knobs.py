@@ -51,7 +51,7 @@ ENVIRONMENT = "the environment"
 COMMAND_LINE = "the command line"
 
 __all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "KNOWN", "PREFIX", "Knobs", "config_file_path", "family",
-           "layered", "origin_of", "read_config_file"]
+           "layered", "origin_of", "read_config_file", "uncommented"]
 
 
 class Knobs(dict[str, str]):
@@ -112,6 +112,16 @@ def _read(env: "Mapping[str, str]") -> "tuple[str, Dict[str, tuple[str, int]]]":
     return path, _parse(data, path)
 
 
+def uncommented(line: str) -> str:
+    """A configuration line without its comment, stripped: ``#`` starts one at the line's start
+    or after a blank; inside a value (``/data/run#1``) it is the value's."""
+    if line.lstrip().startswith("#"):
+        return ""
+    for blank in (" #", "\t#"):
+        line = line.split(blank, 1)[0]
+    return line.strip()
+
+
 def _parse(data: bytes, path: str) -> "Dict[str, tuple[str, int]]":
     values: "Dict[str, tuple[str, int]]" = {}
     for number, raw in enumerate(data.split(b"\n"), 1):
@@ -119,7 +129,7 @@ def _parse(data: bytes, path: str) -> "Dict[str, tuple[str, int]]":
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise _invalid(f"config file {path} line {number}: not UTF-8 text (byte {err.start + 1} of the line)") from None
-        text = line.split("#", 1)[0].strip()
+        text = uncommented(line)
         if not text:
             continue
         name, sep, value = text.partition("=")

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
-from transfer.knobs import KNOWN, PREFIX
+from transfer.knobs import KNOWN, PREFIX, uncommented
 
 NODE_CONFIG_VAR = "PEGASUS_CLOUDIO_CONDOR_CONFIG"
 DEFAULT_NODE_CONFIG = "/etc/pegasus-cloudio/condor-plugin.conf"
@@ -185,7 +185,7 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
     pairs = []
     base = os.path.dirname(os.path.abspath(path))
     for number, line in enumerate(lines, 1):
-        text = line.split("#", 1)[0].strip()
+        text = uncommented(line)
         if not text:
             continue
         name, sep, value = text.partition("=")
