@@ -173,6 +173,23 @@ def test_host_keys_are_accepted_by_default_and_checked_when_known_hosts_is_set(s
     assert ssh_server.host_key_fingerprints[0] in str(info.value)
 
 
+def test_known_hosts_with_ca_and_revoked_lines_and_several_keys_per_host(ssh_server, ssh_env, ssh_base, tmp_path):
+    """A real-world known_hosts file: ``@cert-authority`` lines (host certificates are not
+    supported: such lines are skipped), ``@revoked`` lines (a revoked key is refused whatever
+    else lists it, as OpenSSH does), and several keys of one type for a host (any one matches)."""
+    known = tmp_path / "known_hosts"
+    strict = dict(ssh_env, PEGASUS_CLOUDIO_SSH_KNOWN_HOSTS=str(known))
+    other = " ".join(ssh_server.client_public_key.split()[:2])  # a valid ed25519 key, not the host's
+    name = f"[{ssh_server.host}]:{ssh_server.port}"
+    known.write_text(f"@cert-authority *.example.org {other}\n{name} {other}\n{ssh_server.known_hosts}")
+    assert _stat_with(strict, ssh_base).size >= 0
+
+    known.write_text(f"{ssh_server.known_hosts}@revoked * {ssh_server.known_hosts.split(None, 1)[1]}")
+    with pytest.raises(AuthError) as info:
+        _stat_with(strict, ssh_base)
+    assert "revoked" in str(info.value) and str(known) in str(info.value)
+
+
 # --------------------------------------------------------------------------- keys
 
 
