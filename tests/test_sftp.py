@@ -305,6 +305,23 @@ def test_large_files_and_ranges_round_trip(ssh_env, ssh_base, tmp_path):
         assert part.getvalue() == data[100:-100]
 
 
+def test_an_upload_keeps_the_permission_bits_of_its_source(ssh_env, ssh_base, ssh_remote_dir, tmp_path):
+    """As OpenSSH's scp and sftp do (the mode is sent with the open; the server's umask
+    applies): an executable stays executable and a private file stays private."""
+    modes = {"tool.sh": 0o755, "secret.dat": 0o600, "plain.dat": 0o644}
+    with Session(Settings(threads=2), ssh_env) as session:
+        for name, mode in modes.items():
+            path = tmp_path / name
+            path.write_bytes(b"#!/bin/sh\n")
+            os.chmod(path, mode)
+            url = parse_url(f"{ssh_base}/{name}")
+            session.backend(url).put(str(path), url)
+    umask = os.umask(0o022)  # sshd inherited this process's umask
+    os.umask(umask)
+    found = {name: os.stat(os.path.join(ssh_remote_dir, name)).st_mode & 0o777 for name in modes}
+    assert found == {name: mode & ~umask for name, mode in modes.items()}
+
+
 def test_scp_and_sftp_urls_of_one_host_share_a_backend(ssh_server, ssh_env, ssh_remote_dir):
     authority = f"{ssh_server.user}@{ssh_server.host}:{ssh_server.port}"
     with Session(env=ssh_env) as session:
