@@ -164,8 +164,10 @@ def prepare_root(root: str) -> None:
     """Create ``root`` (0700) or check that an existing one is safe to use.
 
     Raises ConfigError with a clear message when it is owned by another user, writable by
-    group or others, not a directory, or cannot be created.
+    group or others, inside a directory other users can write (:func:`_check_parents`), not a
+    directory, or cannot be created.
     """
+    _check_parents(root)
     try:
         make_private_dirs(root)
         st = os.stat(root)
@@ -192,6 +194,41 @@ def prepare_root(root: str) -> None:
     except OSError as err:
         raise ConfigError(f"cannot write to the cache directory: {err.strerror}", url=root,
                           operation="cache") from err
+
+
+def _check_parents(root: str) -> None:
+    """ConfigError when a directory above ``root`` (as written or resolved) lets other users
+    rename what it holds: writable by others, or by a group other than the user's own private
+    group, without the sticky bit. They could move the cache away and put a directory of their
+    own in its place, which a running process would then read entries from (and write the
+    user's entries to)."""
+    for path in {os.path.abspath(root), os.path.realpath(root)}:
+        parent = os.path.dirname(path)
+        while True:
+            try:
+                st = os.stat(parent)
+            except OSError:
+                st = None
+            if st is not None and not st.st_mode & stat.S_ISVTX and (
+                    st.st_mode & 0o002 or (st.st_mode & 0o020 and not _own_group(st.st_gid))):
+                raise ConfigError(f"refusing a cache directory inside {parent}, which others can write (mode "
+                                  f"{stat.S_IMODE(st.st_mode):04o}, no sticky bit): they could replace the "
+                                  "cache; set PEGASUS_CLOUDIO_CACHE_DIR to a directory of your own", url=root,
+                                  operation="cache")
+            if os.path.dirname(parent) == parent:
+                break
+            parent = os.path.dirname(parent)
+
+
+def _own_group(gid: int) -> bool:
+    """True if ``gid`` is this user's private group (named after the user, as on systems whose
+    users' directories are group-writable by default)."""
+    import grp
+    import pwd
+    try:
+        return grp.getgrgid(gid).gr_name == pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return False
 
 
 def _write_tag(root: str) -> None:
