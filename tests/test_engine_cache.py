@@ -126,3 +126,20 @@ def test_a_signed_url_leaves_its_query_in_no_cache_file_and_no_log_line(tmp_path
     assert "fails its SHA-256 check" in caplog.text and "in.dat" in caplog.text
     assert "0123456789abcdef" not in caplog.text
     assert not [p for p in cache_dir.rglob("*") if p.is_file() and b"0123456789abcdef" in p.read_bytes()]
+
+
+def test_an_upload_in_parts_over_a_cached_name_replaces_the_entry(proxied, bucket, tmp_path):
+    """A multipart upload has no version to compare (its ETag is not the content's), so the
+    entry of the name is compared by SHA-256: the next job on the node reads what was uploaded
+    last, never the bytes an older entry held (docs/cache.md: an upload whose ETag or SHA-256
+    differs replaces the entry)."""
+    proxy, env = proxied
+    cache_dir = tmp_path / "cache"
+    parts = dict(multipart_threshold=5 << 20, multipart_part_size=5 << 20)
+    for version in (1, 2):
+        out = tmp_path / f"out-v{version}.dat"
+        out.write_bytes(os.urandom((5 << 20) + 1000))
+        assert engine_run(env, [Transfer((parse_url(str(out)),), s3(bucket, "out.dat"))], cache_dir, **parts)[0].ok
+        [read] = engine_run(env, [Transfer((s3(bucket, "out.dat"),), parse_url(f"file://{tmp_path}/next{version}/out.dat"))],
+                            cache_dir, **parts)
+        assert read.ok and (tmp_path / f"next{version}" / "out.dat").read_bytes() == out.read_bytes()

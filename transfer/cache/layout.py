@@ -266,6 +266,14 @@ class Meta:
             return True
         return sha256 is not None and sha256 != self.sha256
 
+    def same(self, version: Optional[str], sha256: Optional[str]) -> bool:
+        """Whether an object stored as ``version``/``sha256`` is known to be the one this entry
+        holds: not :meth:`changed`, and the version or the SHA-256 matches (an upload in parts
+        has no version, and nothing then tells it apart from the entry before it is hashed)."""
+        if self.changed(version, sha256):
+            return False
+        return (version is not None and version == self.version) or sha256 is not None
+
 
 def read_meta(path: str) -> Optional[Meta]:
     """The metadata at ``path``; None when missing or unreadable (the entry is then corrupt)."""

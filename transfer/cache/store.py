@@ -248,14 +248,14 @@ class NodeCache:
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
-        """Store what ``stage`` writes as ``key``; an existing entry stays unless its version or
-        SHA-256 shows that the object changed (an upload over an existing name)."""
+        """Store what ``stage`` writes as ``key``; an existing entry stays only when its version or
+        SHA-256 shows that it is the same object (else: an upload over an existing name)."""
         paths = self._layout.paths(key)
         stored = False
         try:
             with held(paths.lock, EXCLUSIVE):
                 meta = self._valid(paths, key)
-                if meta is not None and not meta.changed(version, sha256):
+                if meta is not None and meta.same(version, sha256):
                     return True
                 self._remove_invalid(paths)
                 if not self._has_room(0):
