@@ -392,6 +392,11 @@ def test_dropin_two_hops_between_scp_and_s3(ssh_env, ssh_base, ssh_remote_dir, s
     assert rc == 0, err
     with open(os.path.join(ssh_remote_dir, "back", "in.dat"), "rb") as fh:
         assert fh.read() == data
+    # the second hop's local copy is the node cache's entry (0444): the remote file is the
+    # owner's to change, 0644 as pegasus-transfer's two-hop temp file makes it (less the umask)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert os.stat(os.path.join(ssh_remote_dir, "back", "in.dat")).st_mode & 0o777 == 0o644 & ~umask
 
 
 def test_paramiko_is_imported_only_when_an_ssh_url_is_used():

@@ -12,10 +12,10 @@ session) and moves files on a small pool of SFTP channels of it, at most
 * ``get`` streams into the sink and checks the byte count against the size the server
   reports for the open file (SFTP has no checksums).
 * ``put`` writes ``.NAME.PID.TOKEN.N.part`` beside the target (creating missing parent
-  directories; created with the source's permission bits, as scp does), checks the stored
-  size, then renames it into place with ``posix-rename@openssh.com`` (remove + rename on
-  servers without it). A failed upload
-  removes its temp file; if the connection died, the removal happens after reconnecting.
+  directories; with the source's permission bits, owner-writable), checks the stored size,
+  then renames it into place with ``posix-rename@openssh.com`` (remove + rename on servers
+  without it). A failed upload removes its temp file; if the connection died, the removal
+  happens after reconnecting.
 * ``delete`` removes files (missing ones succeed); ``delete_tree`` removes a directory
   tree (``DIR/*``: the contents only); ``make_dirs`` is ``mkdir -p``. All on the same
   connection.
@@ -315,9 +315,12 @@ def _open_new(client: paramiko.SFTPClient, path: str, mode: int) -> paramiko.SFT
     """``client.open(path, "wb")`` that sends the source's permission bits with the open, as
     OpenSSH's scp and sftp do (the server applies its umask to a new file). paramiko's ``open``
     sends none: the file would be 0666 less the umask, an executable would lose its x bits and
-    a private file would become readable by all. (paramiko 5.1's own ``open``, with attributes.)"""
+    a private file would become readable by all. The owner may always write the new file: a
+    read-only local copy is most often the node cache's entry (0444) a two-hop copy linked,
+    where pegasus-transfer makes its two-hop temp file 0644. (paramiko 5.1's own ``open``, with
+    attributes.)"""
     attrs = paramiko.SFTPAttributes()
-    attrs.st_mode = stat.S_IMODE(mode) & 0o777
+    attrs.st_mode = (stat.S_IMODE(mode) & 0o777) | stat.S_IWUSR
     flags = paramiko.sftp.SFTP_FLAG_WRITE | paramiko.sftp.SFTP_FLAG_CREATE | paramiko.sftp.SFTP_FLAG_TRUNC
     kind, msg = client._request(paramiko.sftp.CMD_OPEN, path, flags, attrs)  # type: ignore[attr-defined]
     if kind != paramiko.sftp.CMD_HANDLE:
