@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 
+import grp
 import hashlib
 import io
 import json
 import os
+import pwd
 import signal
 import stat
 import subprocess
@@ -428,6 +430,15 @@ def test_a_cache_inside_a_directory_others_can_write_is_refused(tmp_path):
     assert cache_from_settings({**env, "PEGASUS_CLOUDIO_CACHE_DIR": str(shared / "cache")}) is None
     shared.chmod(0o1777)
     assert NodeCache(config(shared / "project" / "cache")).insert_bytes("k", b"data")
+    group = tmp_path / "group"
+    group.mkdir(mode=0o775)
+    group.chmod(0o775)
+    os.chown(group, -1, 65534)  # a group of other users
+    with pytest.raises(ConfigError, match="others can write"):
+        NodeCache(config(group / "cache"))
+    os.chown(group, -1, os.getegid())  # the user's own private group (named after the user)
+    assert grp.getgrgid(os.getegid()).gr_name == pwd.getpwuid(os.geteuid()).pw_name
+    assert NodeCache(config(group / "cache")).insert_bytes("k", b"data")
 
 
 # --------------------------------------------------------------------------- counters and CLI

@@ -236,14 +236,15 @@ def _check_parents(root: str) -> None:
 
 
 def _own_group(gid: int) -> bool:
-    """True if ``gid`` is this user's private group (named after the user, as on systems whose
-    users' directories are group-writable by default)."""
+    """True if ``gid`` is this user's private group (named after the user and listing nobody
+    else, as on systems whose users' directories are group-writable by default)."""
     import grp
     import pwd
     try:
-        return grp.getgrgid(gid).gr_name == pwd.getpwuid(os.geteuid()).pw_name
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return False
+    return group.gr_name == user and set(group.gr_mem) <= {user}
 
 
 def _write_tag(root: str) -> None:
