@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 
+import grp
 import hashlib
 import io
 import json
 import os
+import pwd
 import signal
 import stat
 import subprocess
@@ -411,6 +413,32 @@ def test_the_cache_directory_is_private_and_foreign_ones_are_refused(tmp_path):
     assert found is not None and found.config.max_bytes == 64 * MiB
     default = cache_from_settings(env)
     assert default is not None and default.directory == str(tmp_path / ".cache" / "pegasus-cloudio")
+
+
+def test_a_cache_inside_a_directory_others_can_write_is_refused(tmp_path):
+    """Another user who can write a directory above the cache (without the sticky bit) can
+    rename the cache away and put a directory of their own in its place, which a running
+    process (the stager) would then read entries from and write entries to: refused. A
+    sticky directory (``/tmp``, ``/scratch``) lets nobody rename what they do not own."""
+    shared = tmp_path / "shared"
+    (shared / "project").mkdir(parents=True)
+    shared.chmod(0o777)
+    with pytest.raises(ConfigError, match="others can write") as info:
+        NodeCache(config(shared / "project" / "cache"))
+    assert str(shared) in str(info.value)
+    env = {"PEGASUS_CLOUDIO_CONFIG": os.devnull, "HOME": str(tmp_path)}
+    assert cache_from_settings({**env, "PEGASUS_CLOUDIO_CACHE_DIR": str(shared / "cache")}) is None
+    shared.chmod(0o1777)
+    assert NodeCache(config(shared / "project" / "cache")).insert_bytes("k", b"data")
+    group = tmp_path / "group"
+    group.mkdir(mode=0o775)
+    group.chmod(0o775)
+    os.chown(group, -1, 65534)  # a group of other users
+    with pytest.raises(ConfigError, match="others can write"):
+        NodeCache(config(group / "cache"))
+    os.chown(group, -1, os.getegid())  # the user's own private group (named after the user)
+    assert grp.getgrgid(os.getegid()).gr_name == pwd.getpwuid(os.geteuid()).pw_name
+    assert NodeCache(config(group / "cache")).insert_bytes("k", b"data")
 
 
 # --------------------------------------------------------------------------- counters and CLI

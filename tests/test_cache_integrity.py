@@ -189,3 +189,24 @@ def test_a_torn_small_entry_left_by_a_power_cut_is_a_miss_not_wrong_bytes(tmp_pa
     os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert cache.fetch("k", str(tmp_path / "job2"), origin) == (300, False)
     assert (tmp_path / "job2").read_bytes() == origin.data and origin.gets == 2
+
+
+def test_a_hard_linked_input_is_no_more_readable_than_a_downloaded_one(tmp_path):
+    """A hit hands the job the entry itself (a hard link): with a umask of 077 it must be as
+    private as the file an uncached download writes, not readable by every user who can reach
+    the job's directory."""
+    origin = Origin(b"private input")
+    old = os.umask(0o077)
+    try:
+        cache = NodeCache(config(tmp_path / "cache"))
+        assert cache.fetch("k", str(tmp_path / "j1" / "in.dat"), origin) == (13, False)
+        assert cache.fetch("k", str(tmp_path / "j2" / "in.dat"), origin) == (13, True)
+        assert cache.insert_bytes("m", b"member")
+        uncached = NodeCache(config(tmp_path / "tiny", max_bytes=1))
+        uncached.fetch("k", str(tmp_path / "j3" / "in.dat"), origin)
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "j1" / "in.dat").st_ino == os.stat(tmp_path / "j2" / "in.dat").st_ino
+    modes = {job: stat.S_IMODE(os.stat(tmp_path / job / "in.dat").st_mode) for job in ("j1", "j2", "j3")}
+    assert modes == {"j1": 0o400, "j2": 0o400, "j3": 0o600}
+    assert stat.S_IMODE(os.stat(entry_of(cache, "m")).st_mode) == 0o400

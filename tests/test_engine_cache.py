@@ -89,3 +89,57 @@ def test_bundle_members_are_cached_under_member_keys_never_under_their_urls(prox
     cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
     keys = [e.meta.key for e in cache.entries() if e.meta is not None]
     assert len(keys) == 6 and all("#member=f0" in key and "/.cloudio-bundles/" in key for key in keys)
+
+
+def test_a_signed_url_leaves_its_query_in_no_cache_file_and_no_log_line(tmp_path, caplog):
+    """An HTTP URL's query may be its signature (a pre-signed URL): the cache key keeps two
+    queries apart without holding their text, so it is in no metadata file, no ``cache ls``
+    line and no warning (here: the entry fails its check and is fetched again)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "in.dat").write_bytes(b"signed content")
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path / "site")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = "X-Amz-Signature=0123456789abcdef0123456789abcdef"
+    url = parse_url(f"http://127.0.0.1:{server.server_address[1]}/in.dat?{secret}")
+    env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+    cache_dir = tmp_path / "cache"
+    try:
+        for job in ("a", "b"):
+            [result] = engine_run(env, [Transfer((url,), parse_url(f"file://{tmp_path}/{job}/in.dat"))], cache_dir)
+            assert result.ok and (tmp_path / job / "in.dat").read_bytes() == b"signed content"
+            [entry] = [p for p in cache_dir.rglob("*") if p.is_file() and len(p.name) == 64]
+            st = entry.stat()
+            entry.chmod(0o644)
+            entry.write_bytes(b"tampered bytes")  # same size and mtime: the next hit re-hashes it,
+            os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns))  # fails and logs the entry's key
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "fails its SHA-256 check" in caplog.text and "in.dat" in caplog.text
+    assert "0123456789abcdef" not in caplog.text
+    assert not [p for p in cache_dir.rglob("*") if p.is_file() and b"0123456789abcdef" in p.read_bytes()]
+
+
+def test_an_upload_in_parts_over_a_cached_name_replaces_the_entry(proxied, bucket, tmp_path):
+    """A multipart upload has no version to compare (its ETag is not the content's), so the
+    entry of the name is compared by SHA-256: the next job on the node reads what was uploaded
+    last, never the bytes an older entry held (docs/cache.md: an upload whose ETag or SHA-256
+    differs replaces the entry)."""
+    proxy, env = proxied
+    cache_dir = tmp_path / "cache"
+    parts = dict(multipart_threshold=5 << 20, multipart_part_size=5 << 20)
+    for version in (1, 2):
+        out = tmp_path / f"out-v{version}.dat"
+        out.write_bytes(os.urandom((5 << 20) + 1000))
+        assert engine_run(env, [Transfer((parse_url(str(out)),), s3(bucket, "out.dat"))], cache_dir, **parts)[0].ok
+        [read] = engine_run(env, [Transfer((s3(bucket, "out.dat"),), parse_url(f"file://{tmp_path}/next{version}/out.dat"))],
+                            cache_dir, **parts)
+        assert read.ok and (tmp_path / f"next{version}" / "out.dat").read_bytes() == out.read_bytes()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import google_crc32c
@@ -231,6 +232,27 @@ def test_recursive_remove_respects_the_prefix_boundary(gcs_env, gcs_bucket, tmp_
         [result] = Engine(session).run([Remove(gs(gcs_bucket, "run"), recursive=True)])
         remaining = [i.url.path for i in session.backend(gs(gcs_bucket, "x")).list(gs(gcs_bucket, ""))]
     assert result.ok and remaining == ["/run2/c"]
+
+
+def test_a_listed_object_whose_name_starts_with_a_slash_is_itself_read_and_removed(gcs_server, gcs_env, gcs_bucket):
+    """GCS names may start with "/" (other tools write them): the listing's URL of "/lead"
+    reads and removes "/lead", never the object "lead" beside it."""
+    for name, data in (("/lead", b"slash"), ("lead", b"plain")):
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        request = urllib.request.Request(f"{gcs_server.endpoint}/upload/storage/v1/b/{gcs_bucket}/o?{query}",
+                                         data=data, method="POST")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+    with Session(Settings(), gcs_env) as session:
+        backend = session.backend(gs(gcs_bucket, "x"))
+        found = {}
+        for info in backend.list(gs(gcs_bucket, "")):
+            sink = io.BytesIO()
+            backend.get(info.url, sink)
+            found[info.url.path] = sink.getvalue()
+        assert found == {"//lead": b"slash", "/lead": b"plain"}
+        assert backend.delete([gs(gcs_bucket, "").with_path("//lead")]) == [None]
+        assert [i.url.path for i in backend.list(gs(gcs_bucket, ""))] == ["/lead"]
 
 
 def bucket_exists(server, name):

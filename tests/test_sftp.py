@@ -173,6 +173,23 @@ def test_host_keys_are_accepted_by_default_and_checked_when_known_hosts_is_set(s
     assert ssh_server.host_key_fingerprints[0] in str(info.value)
 
 
+def test_known_hosts_with_ca_and_revoked_lines_and_several_keys_per_host(ssh_server, ssh_env, ssh_base, tmp_path):
+    """A real-world known_hosts file: ``@cert-authority`` lines (host certificates are not
+    supported: such lines are skipped), ``@revoked`` lines (a revoked key is refused whatever
+    else lists it, as OpenSSH does), and several keys of one type for a host (any one matches)."""
+    known = tmp_path / "known_hosts"
+    strict = dict(ssh_env, PEGASUS_CLOUDIO_SSH_KNOWN_HOSTS=str(known))
+    other = " ".join(ssh_server.client_public_key.split()[:2])  # a valid ed25519 key, not the host's
+    name = f"[{ssh_server.host}]:{ssh_server.port}"
+    known.write_text(f"@cert-authority *.example.org {other}\n{name} {other}\n{ssh_server.known_hosts}")
+    assert _stat_with(strict, ssh_base).size >= 0
+
+    known.write_text(f"{ssh_server.known_hosts}@revoked * {ssh_server.known_hosts.split(None, 1)[1]}")
+    with pytest.raises(AuthError) as info:
+        _stat_with(strict, ssh_base)
+    assert "revoked" in str(info.value) and str(known) in str(info.value)
+
+
 # --------------------------------------------------------------------------- keys
 
 
@@ -288,6 +305,23 @@ def test_large_files_and_ranges_round_trip(ssh_env, ssh_base, tmp_path):
         assert part.getvalue() == data[100:-100]
 
 
+def test_an_upload_keeps_the_permission_bits_of_its_source(ssh_env, ssh_base, ssh_remote_dir, tmp_path):
+    """As OpenSSH's scp and sftp do (the mode is sent with the open; the server's umask
+    applies): an executable stays executable and a private file stays private."""
+    modes = {"tool.sh": 0o755, "secret.dat": 0o600, "plain.dat": 0o644}
+    with Session(Settings(threads=2), ssh_env) as session:
+        for name, mode in modes.items():
+            path = tmp_path / name
+            path.write_bytes(b"#!/bin/sh\n")
+            os.chmod(path, mode)
+            url = parse_url(f"{ssh_base}/{name}")
+            session.backend(url).put(str(path), url)
+    umask = os.umask(0o022)  # sshd inherited this process's umask
+    os.umask(umask)
+    found = {name: os.stat(os.path.join(ssh_remote_dir, name)).st_mode & 0o777 for name in modes}
+    assert found == {name: mode & ~umask for name, mode in modes.items()}
+
+
 def test_scp_and_sftp_urls_of_one_host_share_a_backend(ssh_server, ssh_env, ssh_remote_dir):
     authority = f"{ssh_server.user}@{ssh_server.host}:{ssh_server.port}"
     with Session(env=ssh_env) as session:
@@ -358,6 +392,11 @@ def test_dropin_two_hops_between_scp_and_s3(ssh_env, ssh_base, ssh_remote_dir, s
     assert rc == 0, err
     with open(os.path.join(ssh_remote_dir, "back", "in.dat"), "rb") as fh:
         assert fh.read() == data
+    # the second hop's local copy is the node cache's entry (0444): the remote file is the
+    # owner's to change, 0644 as pegasus-transfer's two-hop temp file makes it (less the umask)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert os.stat(os.path.join(ssh_remote_dir, "back", "in.dat")).st_mode & 0o777 == 0o644 & ~umask
 
 
 def test_paramiko_is_imported_only_when_an_ssh_url_is_used():

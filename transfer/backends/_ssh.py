@@ -13,12 +13,14 @@ authentication; files move on up to ``limit`` SFTP channels of it, opened lazily
   default key files that are not private are skipped, as OpenSSH does.
 * **Host keys**: any key is accepted (the stock tool runs scp with
   ``UserKnownHostsFile=/dev/null StrictHostKeyChecking=no``) unless a known_hosts file is
-  configured (``ssh_known_hosts``); then an unknown or different key is an AuthError.
+  configured (``ssh_known_hosts``); then an unknown, different or ``@revoked`` key is an
+  AuthError (``@cert-authority`` lines are skipped: host certificates are not supported).
 """
 
 from __future__ import annotations
 
 import errno
+import hmac
 import logging
 import os
 import re
@@ -26,10 +28,11 @@ import select
 import socket
 import threading
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Set, Tuple
 
 import paramiko
 import paramiko.agent
+import paramiko.hostkeys
 from paramiko.pkey import UnknownKeyType
 
 from transfer.credentials import check_private, site_env_suffix
@@ -155,44 +158,93 @@ def client_keys(endpoint: SshEndpoint, env: Mapping[str, str],
 # --------------------------------------------------------------------------- host keys
 
 
-def known_host_keys(path: Optional[str], endpoint: SshEndpoint) -> Optional[Mapping[str, paramiko.PKey]]:
-    """None when any host key is accepted; else the keys known for the endpoint (maybe empty)."""
+@dataclass(frozen=True)
+class KnownKeys:
+    """What a known_hosts file says about one endpoint: the keys listed for it (maybe none)
+    and the keys the file revokes (``@revoked``, for every host)."""
+
+    listed: Tuple[paramiko.PKey, ...]
+    revoked: Tuple[paramiko.PKey, ...]
+
+    @property
+    def types(self) -> Set[str]:
+        return {key.get_name() for key in self.listed}
+
+
+def known_host_keys(path: Optional[str], endpoint: SshEndpoint) -> Optional[KnownKeys]:
+    """None when any host key is accepted; else what the known_hosts file at ``path`` lists.
+
+    Read line by line as OpenSSH reads it (paramiko's ``HostKeys`` raises on a marker line and
+    keeps one key per type): ``@revoked`` keys are collected, ``@cert-authority`` lines are
+    skipped (host certificates are not supported), a malformed line is skipped, and every
+    key listed for the host counts."""
     if not path:
         return None
     if not os.path.isfile(path):
         raise ConfigError("known_hosts file not found (PEGASUS_CLOUDIO_SSH_KNOWN_HOSTS)", url=path,
                           operation="connect")
     try:
-        entries = paramiko.HostKeys(path)
-    except (OSError, paramiko.SSHException, ValueError) as err:
-        raise ConfigError(f"cannot read known_hosts file ({type(err).__name__})", url=path,
-                          operation="connect") from None
-    return entries.lookup(endpoint.known_hosts_name) or {}
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError as err:
+        raise ConfigError(f"cannot read known_hosts file ({err.strerror})", url=path, operation="connect") from None
+    name = endpoint.known_hosts_name
+    listed: List[paramiko.PKey] = []
+    revoked: List[paramiko.PKey] = []
+    for line in lines:
+        line = line.strip()
+        marker = line.split(None, 1)[0] if line.startswith("@") else ""
+        entry = _known_hosts_entry(line[len(marker):].strip() if marker else line)
+        if entry is None or marker not in ("", "@revoked"):
+            continue
+        if marker:
+            revoked.append(entry.key)
+        elif any(_host_matches(name, pattern) for pattern in entry.hostnames):
+            listed.append(entry.key)
+    return KnownKeys(tuple(listed), tuple(revoked))
 
 
-def check_host_key(key: paramiko.PKey, known: Optional[Mapping[str, paramiko.PKey]], path: Optional[str],
+def _known_hosts_entry(line: str) -> Optional[paramiko.hostkeys.HostKeyEntry]:
+    """One known_hosts line as paramiko parses it; None for a comment or a line it cannot read."""
+    if not line or line.startswith("#"):
+        return None
+    try:
+        return paramiko.hostkeys.HostKeyEntry.from_line(line)
+    except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError):
+        return None
+
+
+def _host_matches(name: str, pattern: str) -> bool:
+    """``name`` as written, or hashed (``|1|salt|hash``, what ``HashKnownHosts`` writes)."""
+    if pattern.startswith("|1|"):
+        return hmac.compare_digest(paramiko.HostKeys.hash_host(name, pattern), pattern)
+    return pattern == name
+
+
+def check_host_key(key: paramiko.PKey, known: Optional[KnownKeys], path: Optional[str],
                    endpoint: SshEndpoint) -> None:
     """AuthError unless ``key`` is acceptable under the policy (see module docstring)."""
     if known is None:
         return
     name = endpoint.known_hosts_name
-    if not known:
-        raise AuthError(f"host key of {name} ({key.get_name()} {key.fingerprint}) is not in the known_hosts "
-                        f"file {path}; refusing to connect (strict host key checking)", url=str(endpoint),
-                        operation="connect")
-    expected = known.get(key.get_name())
-    if expected is None or expected.asbytes() != key.asbytes():
-        raise AuthError(f"host key of {name} ({key.get_name()} {key.fingerprint}) does not match the "
-                        f"known_hosts file {path}; refusing to connect (possible man-in-the-middle)",
+    shown = f"host key of {name} ({key.get_name()} {key.fingerprint})"
+    if any(revoked.asbytes() == key.asbytes() for revoked in known.revoked):
+        raise AuthError(f"{shown} is marked @revoked in the known_hosts file {path}; refusing to connect",
                         url=str(endpoint), operation="connect")
+    if not known.listed:
+        raise AuthError(f"{shown} is not in the known_hosts file {path}; refusing to connect (strict host key "
+                        "checking)", url=str(endpoint), operation="connect")
+    if not any(listed.asbytes() == key.asbytes() for listed in known.listed):
+        raise AuthError(f"{shown} does not match the known_hosts file {path}; refusing to connect (possible "
+                        "man-in-the-middle)", url=str(endpoint), operation="connect")
 
 
-def _prefer_known_types(transport: paramiko.Transport, known: Optional[Mapping[str, paramiko.PKey]]) -> None:
+def _prefer_known_types(transport: paramiko.Transport, known: Optional[KnownKeys]) -> None:
     """Ask for a host key of a type known_hosts lists (as OpenSSH does)."""
-    if not known:
+    if known is None or not known.listed:
         return
     options = transport.get_security_options()
-    wanted = set(known)
+    wanted = known.types
     if "ssh-rsa" in wanted:
         wanted |= {"rsa-sha2-256", "rsa-sha2-512"}
     preferred = [t for t in options.key_types if t in wanted]
@@ -324,7 +376,7 @@ def connect(endpoint: SshEndpoint, env: Mapping[str, str], *, connect_timeout: f
 
 
 def _handshake(endpoint: SshEndpoint, timeout: float,
-               known: Optional[Mapping[str, paramiko.PKey]]) -> Tuple[paramiko.Transport, paramiko.PKey]:
+               known: Optional[KnownKeys]) -> Tuple[paramiko.Transport, paramiko.PKey]:
     """TCP connect, key exchange; returns the transport and the server's host key."""
     try:
         sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)

@@ -83,8 +83,9 @@ _NETWORK_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.Time
 
 
 def split_url(url: Url, need_key: bool = False) -> Tuple[str, str]:
-    """(bucket, key) of ``gs://BUCKET/KEY``."""
-    bucket, key = url.host, url.path.lstrip("/")
+    """(bucket, key) of ``gs://BUCKET/KEY``: the path less its one leading ``/`` (a name may
+    itself start with ``/``; a listing's URL of such an object has ``//``)."""
+    bucket, key = url.host, url.path[1:] if url.path.startswith("/") else url.path
     if not bucket or "@" in bucket:
         raise InvalidInput("expected gs://BUCKET/KEY", url=str(url), operation="parse")
     if need_key and not key:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import BinaryIO, Callable, Hashable, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
+from transfer._digests import sha256_hex
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import (
     AuthError,
@@ -103,7 +104,13 @@ class HttpBackend:
         return ObjectInfo(url, count, info.version, info.mtime)
 
     def cache_key(self, url: Url) -> str:
-        return f"{url.scheme}://{url.host.rpartition('@')[2]}{url.path}"
+        """The URL without user info; a query (maybe a signature, as in a pre-signed URL) as its
+        SHA-256, so two queries stay two objects but no cache file, ``cache ls`` line or
+        warning holds its text."""
+        path, query_mark, query = url.path.partition("?")
+        if query_mark:
+            path += "?sha256=" + sha256_hex(query.encode("utf-8", "surrogatepass"))
+        return f"{url.scheme}://{url.host.rpartition('@')[2]}{path}"
 
     def close(self) -> None:
         self._origins.close()

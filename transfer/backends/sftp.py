@@ -12,9 +12,10 @@ session) and moves files on a small pool of SFTP channels of it, at most
 * ``get`` streams into the sink and checks the byte count against the size the server
   reports for the open file (SFTP has no checksums).
 * ``put`` writes ``.NAME.PID.TOKEN.N.part`` beside the target (creating missing parent
-  directories), checks the stored size, then renames it into place with
-  ``posix-rename@openssh.com`` (remove + rename on servers without it). A failed upload
-  removes its temp file; if the connection died, the removal happens after reconnecting.
+  directories; with the source's permission bits, owner-writable), checks the stored size,
+  then renames it into place with ``posix-rename@openssh.com`` (remove + rename on servers
+  without it). A failed upload removes its temp file; if the connection died, the removal
+  happens after reconnecting.
 * ``delete`` removes files (missing ones succeed); ``delete_tree`` removes a directory
   tree (``DIR/*``: the contents only); ``make_dirs`` is ``mkdir -p``. All on the same
   connection.
@@ -33,6 +34,7 @@ import threading
 from typing import BinaryIO, Callable, Hashable, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 import paramiko
+import paramiko.sftp
 
 from transfer.atomic import local_error
 from transfer.backends import _ssh
@@ -169,10 +171,11 @@ class SftpBackend:
         except OSError as err:
             raise local_error(err, path, "put") from err
         with source:
-            size = os.fstat(source.fileno()).st_size
+            st = os.fstat(source.fileno())
+            size, mode = st.st_size, st.st_mode
 
             def action(client: paramiko.SFTPClient) -> None:
-                remote = _create(client, temp, folder)
+                remote = _create(client, temp, folder, mode)
                 try:
                     with remote:
                         remote.set_pipelined(True)
@@ -298,14 +301,31 @@ def _info(url: Url, attrs: paramiko.SFTPAttributes) -> ObjectInfo:
     return ObjectInfo(url, size, f"{mtime}-{size}", float(mtime) if mtime is not None else None)
 
 
-def _create(client: paramiko.SFTPClient, temp: str, folder: str) -> paramiko.SFTPFile:
+def _create(client: paramiko.SFTPClient, temp: str, folder: str, mode: int) -> paramiko.SFTPFile:
     try:
-        return client.open(temp, "wb")
+        return _open_new(client, temp, mode)
     except OSError as err:
         if err.errno != errno.ENOENT or not folder:  # ENOENT here: the directory is missing
             raise
     _mkdir_p(client, folder)
-    return client.open(temp, "wb")
+    return _open_new(client, temp, mode)
+
+
+def _open_new(client: paramiko.SFTPClient, path: str, mode: int) -> paramiko.SFTPFile:
+    """``client.open(path, "wb")`` that sends the source's permission bits with the open, as
+    OpenSSH's scp and sftp do (the server applies its umask to a new file). paramiko's ``open``
+    sends none: the file would be 0666 less the umask, an executable would lose its x bits and
+    a private file would become readable by all. The owner may always write the new file: a
+    read-only local copy is most often the node cache's entry (0444) a two-hop copy linked,
+    where pegasus-transfer makes its two-hop temp file 0644. (paramiko 5.1's own ``open``, with
+    attributes.)"""
+    attrs = paramiko.SFTPAttributes()
+    attrs.st_mode = (stat.S_IMODE(mode) & 0o777) | stat.S_IWUSR
+    flags = paramiko.sftp.SFTP_FLAG_WRITE | paramiko.sftp.SFTP_FLAG_CREATE | paramiko.sftp.SFTP_FLAG_TRUNC
+    kind, msg = client._request(paramiko.sftp.CMD_OPEN, path, flags, attrs)  # type: ignore[attr-defined]
+    if kind != paramiko.sftp.CMD_HANDLE:
+        raise paramiko.SFTPError("Expected handle")
+    return paramiko.SFTPFile(client, msg.get_binary(), "wb")
 
 
 def _send(source: BinaryIO, remote: paramiko.SFTPFile, path: str) -> None:

@@ -49,6 +49,21 @@ _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
 _counter = itertools.count()  # unique temp names within this process
 
 
+def entry_mode() -> int:
+    """``ENTRY_MODE`` less the bits this process's umask takes away: a hard-linked entry is the
+    job's own file, so it must be no more readable than one the job would have written
+    (``Umask:`` of ``/proc/self/status``, read without changing the umask, which
+    ``os.umask`` would do for every thread at once). ``ENTRY_MODE`` where that is unknown."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return ENTRY_MODE & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return ENTRY_MODE
+
+
 def digest_of(key: str) -> str:
     return _digests.sha256_hex(key.encode("utf-8", "surrogatepass"))
 
@@ -164,8 +179,10 @@ def prepare_root(root: str) -> None:
     """Create ``root`` (0700) or check that an existing one is safe to use.
 
     Raises ConfigError with a clear message when it is owned by another user, writable by
-    group or others, not a directory, or cannot be created.
+    group or others, inside a directory other users can write (:func:`_check_parents`), not a
+    directory, or cannot be created.
     """
+    _check_parents(root)
     try:
         make_private_dirs(root)
         st = os.stat(root)
@@ -192,6 +209,42 @@ def prepare_root(root: str) -> None:
     except OSError as err:
         raise ConfigError(f"cannot write to the cache directory: {err.strerror}", url=root,
                           operation="cache") from err
+
+
+def _check_parents(root: str) -> None:
+    """ConfigError when a directory above ``root`` (as written or resolved) lets other users
+    rename what it holds: writable by others, or by a group other than the user's own private
+    group, without the sticky bit. They could move the cache away and put a directory of their
+    own in its place, which a running process would then read entries from (and write the
+    user's entries to)."""
+    for path in {os.path.abspath(root), os.path.realpath(root)}:
+        parent = os.path.dirname(path)
+        while True:
+            try:
+                st = os.stat(parent)
+            except OSError:
+                st = None
+            if st is not None and not st.st_mode & stat.S_ISVTX and (
+                    st.st_mode & 0o002 or (st.st_mode & 0o020 and not _own_group(st.st_gid))):
+                raise ConfigError(f"refusing a cache directory inside {parent}, which others can write (mode "
+                                  f"{stat.S_IMODE(st.st_mode):04o}, no sticky bit): they could replace the "
+                                  "cache; set PEGASUS_CLOUDIO_CACHE_DIR to a directory of your own", url=root,
+                                  operation="cache")
+            if os.path.dirname(parent) == parent:
+                break
+            parent = os.path.dirname(parent)
+
+
+def _own_group(gid: int) -> bool:
+    """True if ``gid`` is this user's private group (named after the user and listing nobody
+    else, as on systems whose users' directories are group-writable by default)."""
+    import grp
+    import pwd
+    try:
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return False
+    return group.gr_name == user and set(group.gr_mem) <= {user}
 
 
 def _write_tag(root: str) -> None:
@@ -228,6 +281,14 @@ class Meta:
         if version is not None and self.version is not None and version != self.version:
             return True
         return sha256 is not None and sha256 != self.sha256
+
+    def same(self, version: Optional[str], sha256: Optional[str]) -> bool:
+        """Whether an object stored as ``version``/``sha256`` is known to be the one this entry
+        holds: not :meth:`changed`, and the version or the SHA-256 matches (an upload in parts
+        has no version, and nothing then tells it apart from the entry before it is hashed)."""
+        if self.changed(version, sha256):
+            return False
+        return (version is not None and version == self.version) or sha256 is not None
 
 
 def read_meta(path: str) -> Optional[Meta]:

@@ -7,8 +7,8 @@ loads it. The members are ``(key, bytes, sha256)``, already verified by the call
 For one batch: one free-space and one size-cap check, then per member, under its key's
 exclusive lock, its metadata written in place (no entry exists while the lock is held, so
 nothing trusts it half-written), its bytes in a new temp file and the cache's one publishing
-step (:meth:`NodeCache._make_entry`: fsync where a hit does not re-hash, 0444, one rename that
-makes the entry). An existing valid entry of the same object stays, checked by size and time
+step (:meth:`NodeCache._make_entry`: fsync where a hit does not re-hash, 0444 less the umask,
+one rename that makes the entry). An existing valid entry of the same object stays, checked by size and time
 only (not re-hashed). With ``dests`` (one list of paths per member), each stored member is also
 materialised at its paths under its lock, as a hit would be (hard links where the cache hands
 out links); where an older entry stayed, the destinations get the caller's verified bytes.

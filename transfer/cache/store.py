@@ -33,7 +33,7 @@ from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
 from transfer.cache.layout import (
-    ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, read_meta, remove_quietly, set_stamp,
+    KeyPaths, Layout, Meta, entry_mode, grant_capability, prepare_root, read_meta, remove_quietly, set_stamp,
     stamped_ctime, touch, write_meta,
 )
 from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire, held
@@ -80,6 +80,7 @@ class NodeCache:
         self._counters = Counters()
         self._gc_due = False
         self._seen_bytes = self._stats.read()["bytes"]  # usage at the last read of the file
+        self._entry_mode: Optional[int] = None  # ENTRY_MODE less the umask, read at the first insert
 
     @property
     def directory(self) -> str:
@@ -248,14 +249,14 @@ class NodeCache:
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
-        """Store what ``stage`` writes as ``key``; an existing entry stays unless its version or
-        SHA-256 shows that the object changed (an upload over an existing name)."""
+        """Store what ``stage`` writes as ``key``; an existing entry stays only when its version or
+        SHA-256 shows that it is the same object (else: an upload over an existing name)."""
         paths = self._layout.paths(key)
         stored = False
         try:
             with held(paths.lock, EXCLUSIVE):
                 meta = self._valid(paths, key)
-                if meta is not None and not meta.changed(version, sha256):
+                if meta is not None and meta.same(version, sha256):
                     return True
                 self._remove_invalid(paths)
                 if not self._has_room(0):
@@ -309,12 +310,15 @@ class NodeCache:
         """The one publishing step, under the key's exclusive lock: the complete temp file
         ``temp`` (open as ``fd``, ``size`` bytes) becomes the entry: fsync (entries a hit does
         not re-hash), the metadata (``meta``; None when the caller wrote it in place before the
-        data), 0444, rename. Raises OSError; nothing is renamed into place then."""
+        data), 0444 less the umask (:func:`~transfer.cache.layout.entry_mode`), rename. Raises
+        OSError; nothing is renamed into place then."""
         if self.config.fsync and not self.config.verifies(size):
             os.fsync(fd)  # a smaller entry is re-hashed on every hit (and by peers): damage shows
         if meta is not None:
             write_meta(paths, meta)
-        os.fchmod(fd, ENTRY_MODE)
+        if self._entry_mode is None:
+            self._entry_mode = entry_mode()
+        os.fchmod(fd, self._entry_mode)
         os.replace(temp, paths.data)
 
     def _adjust_usage(self, entries: int, size: int) -> None:
