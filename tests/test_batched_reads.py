@@ -103,6 +103,9 @@ def test_a_missing_object_fails_alone_as_the_ordinary_path_reports_it(stored, bu
     assert "absent" in str(missing.error)
     assert all(r.ok for r in by_name.values())
     assert not (tmp_path / "out" / "absent").exists() and hidden(tmp_path / "out") == []
+    # the pass goes on past the 404 (no bundle stands in): one GET per file, one look for a
+    # bundle index, and the per-file path's GET of the missing file, which makes its error
+    assert proxy.snapshot()["requests_by_method"]["GET"] == len(names) + 2, proxy.snapshot()
 
 
 def test_a_destination_that_cannot_be_written_fails_alone(stored, bucket, tmp_path):

@@ -45,9 +45,10 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
     """Read what it can of ``indexed`` (position, transfer) in one pass, calling
     ``finish(position, result)`` for each file done (what ``finish`` raises leaves this call once
     the pass is over, as it leaves the engine's run on the ordinary path); returns the rest, in order.
-    ``stands_in(source)``, asked of a source the store does not have, says without I/O whether a
-    bundle member may stand in for it: then the pass ends, and the per-file path finds the
-    members (one listing per directory, each directory's files waiting only for their own)."""
+    ``stands_in(source)``, asked of a source the store does not have, says whether a bundle
+    member stands in for it (its directory's listing waited for briefly, one still under way
+    counting as yes): then the pass ends, and the per-file path finds the members (one listing
+    per directory, each directory's files waiting only for their own)."""
     rest: List[Tuple[int, Transfer]] = []
     groups: Dict[int, Tuple[BatchReads, List[Tuple[int, Transfer]]]] = {}
     for item in indexed:

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     ResultCallback = Callable[[Result], None]
     Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
 
+_LISTING_WAIT = 1.0  # seconds the pipelined pass waits for a directory's bundle index
 _log = logger(__name__)  # logging is imported at the first retry
 
 __all__ = ["Engine", "InlineExecutor"]
@@ -254,9 +255,10 @@ class Engine:
             from transfer.batched import read_batched  # small downloads, pipelined from this thread first
 
             def stands_in(source: Url) -> bool:
-                # no listing on this thread (one slow directory would hold up the whole pass): the
-                # index loads beside the per-file path, whose files of that directory wait for it
-                return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")))
+                # the listing runs on a thread of its own: one slow directory holds up the pass for
+                # _LISTING_WAIT at most, then its files wait for it on the per-file path, alone
+                return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")),
+                                                  _LISTING_WAIT)
 
             indexed = read_batched(self._session, indexed, self._threads, budget,
                                    budget.cancel if isinstance(budget, RunBudget) else None,

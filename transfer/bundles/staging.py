@@ -200,12 +200,13 @@ class BundleStager:
         directory, name = _split(source)
         return self._session.backend(source), directory, name
 
-    def may_stand_in(self, source: Url, start: Callable[[Callable[[], None]], object]) -> bool:
-        """For a plain read that found nothing, asked where no listing may be waited for (the
-        engine's pipelined pass): False only when no member can serve ``source`` -- not an
-        object-store URL, or its directory's index is loaded and has no such member. No I/O
-        here: an index neither loaded nor loading is loaded by the call ``start`` is given (on a
-        thread of the caller's, joined by it), and :meth:`known_member` waits for that one."""
+    def may_stand_in(self, source: Url, start: Callable[[Callable[[], None]], object], wait: float) -> bool:
+        """For a plain read that found nothing, in the engine's pipelined pass: whether a member
+        serves ``source``. Its directory's index is loaded by the call ``start`` is given (on a
+        thread of the caller's, which joins it), waited for here up to ``wait`` seconds: a listing
+        still under way then counts as yes (the pass ends, and the per-file path's files of that
+        directory wait for it in :meth:`known_member`, other directories' files do not); an index
+        that could not load counts as no (the per-file path reports the file)."""
         try:
             located = self._locate(source)
         except TransferError:
@@ -221,8 +222,10 @@ class BundleStager:
                 future = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map), {})
         if loader:
             start(lambda: self._load(key, future))
-            return True
-        if not future.done() or future.exception() is not None:
+        try:
+            if future.exception(wait) is not None:
+                return False
+        except TimeoutError:
             return True
         index: BundleDirectory = future.result()
         return index.lookup(name) is not None
