@@ -98,6 +98,24 @@ def test_symlink_flag_matches(stock, inputs, env, tmp_path):
     assert results["stock"] == results["ours"] == (0, {"l/f0.txt": ("link", f"{inputs}/f0.txt")})
 
 
+def test_local_copies_keep_the_source_permission_bits_like_cp(stock, env, tmp_path):
+    """``cp`` gives a new file the source's mode (less the umask): a staged executable stays
+    executable, a read-only input stays read-only."""
+    src = tmp_path / "modes"
+    src.mkdir()
+    (src / "tool.sh").write_bytes(b"#!/bin/sh\necho hi\n")
+    (src / "tool.sh").chmod(0o755)
+    (src / "ro.txt").write_bytes(b"ro\n")
+    (src / "ro.txt").chmod(0o444)
+    spec = lambda w: json.dumps([transfer(f"file://{src}/{n}", f"file://{w}/out/{n}") for n in ("tool.sh", "ro.txt")])
+    runs = both(stock, spec, env, tmp_path, "modes")
+    modes = {tool: {n: oct(os.stat(work / "out" / n).st_mode & 0o7777) for n in ("tool.sh", "ro.txt")}
+             for tool, (_run, work) in runs.items()}
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0
+    assert modes["ours"] == modes["stock"]
+    assert int(modes["ours"]["tool.sh"], 8) & 0o100 and modes["ours"]["ro.txt"] == oct(0o444)
+
+
 def test_missing_source_fails_alike_and_leaves_no_file(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt"),
                                  transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/f0.txt")])

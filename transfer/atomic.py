@@ -97,11 +97,13 @@ class AtomicFile:
     block without committing (or any error) deletes the temp file. Parent directories are
     created as needed. ``fd`` is the temp file's descriptor, for writers that ``pwrite`` at
     offsets (then :meth:`commit_written`); ``file`` wraps it in an unbuffered file object,
-    made on first use (most small downloads never need one).
+    made on first use (most small downloads never need one). ``mode``: the file's permission
+    bits before the umask (``os.open``'s).
     """
 
-    def __init__(self, path: str, make_parents: bool = True) -> None:
+    def __init__(self, path: str, make_parents: bool = True, mode: int = 0o666) -> None:
         self.path = path
+        self._mode = mode
         slash = path.rfind("/") + 1
         name = path[slash:]
         if not name:
@@ -128,12 +130,12 @@ class AtomicFile:
     def _open(self) -> int:
         _LIVE.add(self._temp)
         try:
-            return os.open(self._temp, _READ_WRITE, 0o666)
+            return os.open(self._temp, _READ_WRITE, self._mode)
         except FileNotFoundError:
             if not self._make_parents:
                 raise
         os.makedirs(os.path.dirname(self._temp) or ".", exist_ok=True)
-        return os.open(self._temp, _READ_WRITE, 0o666)
+        return os.open(self._temp, _READ_WRITE, self._mode)
 
     def _close(self) -> None:
         fd, self.fd = self.fd, -1

@@ -419,21 +419,22 @@ class Engine:
         if symlink and not op.verify_source:
             atomic_symlink(source.path, dest)
             return 0
-        size = local.verify_readable(source.path)
+        status = local.verify_readable(source.path)
         if local.same_file(source.path, dest):
-            return size
+            return status.st_size
         if symlink:
             atomic_symlink(source.path, dest)
             return 0
         if op.link is LinkMode.HARDLINK and atomic_hardlink(source.path, dest):
-            return size
-        return self._download(source, dest)
+            return status.st_size
+        # the source's permission bits less the umask, as ``cp`` gives them (an executable stays one)
+        return self._download(source, dest, mode=status.st_mode & 0o777)
 
     def _download(self, source: Url, dest_path: str, symlink: bool = False,
-                  peers: Optional[PeerRound] = None) -> int:
+                  peers: Optional[PeerRound] = None, mode: int = 0o666) -> int:
         """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
         then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
-        ``--symlink``)."""
+        ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
         # an indexed member needs no 404 first (asked only when no cache or peer holds the file:
         # the answer may fetch the member's bundle whole; no index is loaded before bundles were used)
         stager = self._bundle_stager
@@ -459,7 +460,7 @@ class Engine:
                 if not hit and peers is not None:
                     peers.stored(key)
                 return nbytes
-            with AtomicFile(dest_path) as out:
+            with AtomicFile(dest_path, mode=mode) as out:
                 in_ranges = ranged_reads(backend)
                 if in_ranges is not None:
                     return ranged.download(in_ranges, source, out, self._parts,

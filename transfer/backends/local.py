@@ -101,12 +101,12 @@ class LocalBackend:
         return None
 
 
-def verify_readable(path: str) -> int:
-    """Open ``path`` and read a little (lazy filesystems fail here); returns its size."""
+def verify_readable(path: str) -> os.stat_result:
+    """Open ``path`` and read a little (lazy filesystems fail here); returns its status."""
     try:
         with open(path, "rb") as fh:
             fh.read(_PROBE_BYTES)
-            return os.fstat(fh.fileno()).st_size
+            return os.fstat(fh.fileno())
     except OSError as err:
         raise local_error(err, path, "read") from err
 
