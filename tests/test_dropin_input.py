@@ -70,6 +70,15 @@ def test_wrongly_typed_fields_name_the_entry(tmp_path, source, extra, needle):
     assert_clean_failure(tmp_path, rc, err, "entry 0", needle)
 
 
+@pytest.mark.parametrize("field, value", [("lfn", 5), ("lfn", ["f.a"]), ("linkage", {"a": 1})])
+def test_a_non_string_lfn_or_linkage_names_the_entry_before_anything_is_written(tmp_path, source, field, value):
+    entry = dict(transfer(f"file://{source}", f"file://{tmp_path}/out.dat"), generate_checksum=True,
+                 verify_checksum_remote=True, **{field: value})
+    rc, err = run(tmp_path, spec=json.dumps([entry]).encode(),
+                  env={"KICKSTART_INTEGRITY_DATA": str(tmp_path / "integrity.yml")})
+    assert_clean_failure(tmp_path, rc, err, "entry 0", f"'{field}' must be a string")
+
+
 @pytest.mark.parametrize("target", [{"site_label": "local", "url": "/tmp/x", "recursive": "maybe"},
                                     {"site_label": "local", "url": "/tmp/x", "recursive": [1]}, "notanobject"])
 def test_bad_remove_entries_are_refused(tmp_path, source, target):
