@@ -116,6 +116,22 @@ def test_local_copies_keep_the_source_permission_bits_like_cp(stock, env, tmp_pa
     assert int(modes["ours"]["tool.sh"], 8) & 0o100 and modes["ours"]["ro.txt"] == oct(0o444)
 
 
+@pytest.mark.parametrize("flags, scheme", [([], "symlink"), (["-s"], "file")])
+def test_linking_a_file_onto_itself_keeps_it_like_stock(stock, env, tmp_path, flags, scheme):
+    """PegasusLite asks for ``symlink://$PWD/f.a`` with ``verify_symlink_source: false``; when the
+    input already is ``$PWD/f.a``, the file must stay (stock: same inode, success), not become a
+    link to itself."""
+    def spec(w):
+        (w / "f.a").write_bytes(b"input\n")
+        return json.dumps([transfer(f"file://{w}/f.a", f"{scheme}://{w}/./f.a", verify_symlink_source=False)])
+    results = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+        work = tmp_path / f"self-{tool}"
+        work.mkdir()
+        results[tool] = (run_tool(argv + flags, spec(work), tool_env, work).rc, tree(work))
+    assert results["ours"] == results["stock"] == (0, {"f.a": b"input\n"})
+
+
 def test_missing_source_fails_alike_and_leaves_no_file(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt"),
                                  transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/f0.txt")])

@@ -416,8 +416,9 @@ class Engine:
         if op.dest.scheme == "moveto":
             return local.move(source.path, dest)
         symlink = op.dest.scheme == "symlink" or op.link is LinkMode.SYMLINK
-        if symlink and not op.verify_source:
-            atomic_symlink(source.path, dest)
+        if symlink and not op.verify_source:  # the source may be missing; never link a file onto itself
+            if not local.same_file(source.path, dest):
+                atomic_symlink(source.path, dest)
             return 0
         status = local.verify_readable(source.path)
         if local.same_file(source.path, dest):
