@@ -111,3 +111,17 @@ def test_mixed_list_mkdir_transfer_remove(s3_env, bucket, tmp_path):
     rc, err = run(spec, s3_env, tmp_path)
     assert rc == 0, err
     assert not (tmp_path / "in").exists()
+
+
+def test_a_local_destination_failing_its_checksum_is_not_left_under_its_name(tmp_path):
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    (tmp_path / "job.meta").write_text(json.dumps([{"_id": "out.dat", "_type": "file", "_attributes": {
+        "checksum.type": "sha256", "checksum.value": "0" * 64}}]))
+    env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+    for dest, kept in (("final/out.dat", False), ("out.dat", True)):  # the second is the source itself
+        spec = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"file://{tmp_path}/{dest}", "out.dat",
+                                    dst_label="local", verify_checksum_remote=True, linkage="output")])
+        rc, err = run(spec, env, tmp_path, "-m", "2")
+        assert rc == 1 and '"failed": 1' in err, err
+        assert (tmp_path / dest).exists() is kept, dest
+    assert (tmp_path / "out.dat").read_bytes() == b"job output"

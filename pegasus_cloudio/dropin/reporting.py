@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pegasus_cloudio.dropin.spec import Entry
     from transfer import Engine
     from transfer.ops import Attempt
+    from transfer.urls import Url
 
 __all__ = ["Outcome", "Result", "finish", "stats_lines"]
 
@@ -123,12 +124,32 @@ def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], in
         if attempts >= engine.max_attempts:
             results[index] = Result(op, False, 0, results[index].seconds, attempts,
                                     results[index].error, None, results[index].history)
+            _discard(results[index].source or op.sources[0], op)
             return False, spent
+        source = results[index].source or op.sources[0]
         rerun = engine.run([op])[0]
         attempts += rerun.attempts
         results[index] = rerun
         if not rerun.ok:
+            _discard(source, op)  # the copy that failed its check is still there
             return False, spent
+
+
+def _discard(source: "Url", op: Transfer) -> None:
+    """Remove a local destination that failed its integrity check, so that no job reads it
+    under its name; never the source itself (a destination naming the source's file)."""
+    if op.dest.scheme not in ("file", "symlink"):
+        return
+    dest = op.dest.path
+    named = os.path.join(os.path.realpath(os.path.dirname(dest) or "."), os.path.basename(dest))
+    if source.is_local and named == os.path.realpath(source.path):
+        return
+    try:
+        os.unlink(dest)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        log.error("Unable to remove %s after its failed integrity check: %s", dest, err)
 
 
 def _verify_once(entry: Entry, engine: Engine, meta: "integrity.MetaIndex") -> "integrity.VerifyOutcome":
