@@ -125,3 +125,20 @@ def test_a_local_destination_failing_its_checksum_is_not_left_under_its_name(tmp
         assert rc == 1 and '"failed": 1' in err, err
         assert (tmp_path / dest).exists() is kept, dest
     assert (tmp_path / "out.dat").read_bytes() == b"job output"
+
+
+def test_every_attempt_of_a_transfer_failing_its_checksum_is_recorded(tmp_path):
+    """Each re-run after a failed check is an attempt in the transfer_attempts record monitord
+    reads, as in stock pegasus-transfer (two attempts with -m 2), not only the last one."""
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    (tmp_path / "job.meta").write_text(json.dumps([{"_id": "out.dat", "_type": "file", "_attributes": {
+        "checksum.type": "sha256", "checksum.value": "0" * 64}}]))
+    (tmp_path / "multipart").mkdir()
+    env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+           "PEGASUS_MULTIPART_DIR": str(tmp_path / "multipart")}
+    spec = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"file://{tmp_path}/final/out.dat", "out.dat",
+                                dst_label="local", verify_checksum_remote=True, linkage="output")])
+    rc, err = run(spec, env, tmp_path, "-m", "2")
+    assert rc == 1, err
+    [record] = os.listdir(tmp_path / "multipart")
+    assert (tmp_path / "multipart" / record).read_text().count("  - src_url: ") == 2

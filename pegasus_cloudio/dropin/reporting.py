@@ -18,7 +18,7 @@ import time
 
 from pegasus_cloudio.dropin import monitoring, stats
 from pegasus_cloudio.dropin.log import log
-from transfer._lean import record
+from transfer._lean import record, replace
 from transfer.ops import Result, Transfer
 
 # integrity (kickstart's fullstat YAML, .meta files) is imported only by jobs that ask for it.
@@ -129,7 +129,8 @@ def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], in
         source = results[index].source or op.sources[0]
         rerun = engine.run([op])[0]
         attempts += rerun.attempts
-        results[index] = rerun
+        # every attempt stays in the record (transfer_attempts), the first run's included
+        results[index] = replace(rerun, history=results[index].history + rerun.history)
         if not rerun.ok:
             _discard(source, op)  # the copy that failed its check is still there
             return False, spent
