@@ -4,7 +4,7 @@ across them (a redirect to another origin uses that origin's pool)."""
 from __future__ import annotations
 
 import ssl
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from transfer import _threads
 from transfer._lean import Headers
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 5
+# What wget (stock pegasus-transfer's HTTP tool) escapes in a request target: spaces and
+# non-ASCII letters, as UTF-8; any other ASCII character (an existing "%XX" included) is sent
+# as written, and a line break is still refused by the connection.
+_AS_WRITTEN = "".join([chr(code) for code in range(128) if code != 32])
 
 
 def origin_of(location: str) -> str:
@@ -61,6 +65,8 @@ class OriginPools:
             parts = urlsplit(location)
             origin = origin_of(location)
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            if " " in target or not target.isascii():
+                target = quote(target, safe=_AS_WRITTEN)
             response = self.pool(origin).request(method, target, headers(origin), body)
             if response.status not in follow or "location" not in response.headers:
                 return response, location
