@@ -132,6 +132,18 @@ def test_linking_a_file_onto_itself_keeps_it_like_stock(stock, env, tmp_path, fl
     assert results["ours"] == results["stock"] == (0, {"f.a": b"input\n"})
 
 
+def test_destination_names_up_to_the_file_name_limit_are_written_like_stock(stock, inputs, env, tmp_path):
+    """A 250-byte name is a valid file name; the temp name beside it must not push it past 255."""
+    long_name = "n" * 246 + ".txt"
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/{long_name}"),
+                                 transfer(f"file://{inputs}/f1.txt", f"symlink://{w}/out/l{long_name[1:]}")])
+    runs = both(stock, spec, env, tmp_path, "long")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["ours"][1]) == {f"out/{long_name}": b"file 0\n",
+                                     f"out/l{long_name[1:]}": ("link", f"{inputs}/f1.txt")}
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1])
+
+
 def test_missing_source_fails_alike_and_leaves_no_file(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt"),
                                  transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/f0.txt")])
