@@ -144,6 +144,19 @@ def test_destination_names_up_to_the_file_name_limit_are_written_like_stock(stoc
     assert tree(runs["stock"][1]) == tree(runs["ours"][1])
 
 
+def test_symlink_flag_with_a_missing_source_fails_like_stock_even_unverified(stock, inputs, env, tmp_path):
+    """``-s`` turns file:// copies into links, but the source must exist (stock's file handler checks
+    it whatever ``verify_symlink_source`` says; only a symlink:// destination may dangle)."""
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt",
+                                          verify_symlink_source=False)])
+    results = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer, "-s"], stock.env(env)), ("ours", OURS + ["-s"], env)):
+        work = tmp_path / f"dangling-{tool}"
+        work.mkdir()
+        results[tool] = (run_tool(argv, spec(work), tool_env, work).rc, tree(work))
+    assert results["ours"] == results["stock"] == (1, {})
+
+
 def test_missing_source_fails_alike_and_leaves_no_file(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt"),
                                  transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/f0.txt")])

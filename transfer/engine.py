@@ -416,7 +416,10 @@ class Engine:
         if op.dest.scheme == "moveto":
             return local.move(source.path, dest)
         symlink = op.dest.scheme == "symlink" or op.link is LinkMode.SYMLINK
-        if symlink and not op.verify_source:  # the source may be missing; never link a file onto itself
+        if op.dest.scheme == "symlink" and not op.verify_source:
+            # only a symlink:// destination may dangle (its source may be seen elsewhere, in a
+            # container); a copy made a link (--symlink) needs its source, as in stock
+            # pegasus-transfer. Never a file linked onto itself.
             if not local.same_file(source.path, dest):
                 atomic_symlink(source.path, dest)
             return 0
