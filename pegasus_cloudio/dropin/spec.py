@@ -86,7 +86,10 @@ def parse_v1(text: str, *, symlink: bool = False, env: Optional[Mapping[str, str
     src: Optional[Tuple[str, Optional[str]]] = None
     for number, line in enumerate(lines, 1):
         if line.startswith("#"):
-            label = _v1_label(line) or label
+            label = _v1_label(line)
+            if label is None:  # as stock: never the previous pair's site (and its credentials)
+                raise SpecError(f"line {number}: unable to parse comment {line[:80]!r} (expected '# src|dst N SITE')",
+                                operation="parse")
             continue
         if label is None:
             raise SpecError(f"line {number}: URL before any '# src/dst N SITE' comment", operation="parse")
