@@ -157,3 +157,20 @@ def test_a_space_or_non_ascii_letter_in_an_http_url_is_sent_percent_encoded_like
         assert rc == 0, err
         assert sorted(r.target for r in server.requests if r.method == "GET") == ["/a%20b/%C3%BC.txt", "/p%25q.txt"]
     assert (tmp_path / "out0").read_bytes() == b"data"
+
+
+def test_stage_out_verification_pulls_the_object_back_from_the_store_even_when_uploads_are_cached(
+        proxied, bucket, tmp_path):
+    """With uploads written through to the node cache, the pull-back must still read the store:
+    reading the cache entry (the uploaded file itself) would verify nothing."""
+    proxy, env = proxied
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    (tmp_path / "job.meta").write_text(json.dumps([{"_id": "out.dat", "_type": "file", "_attributes": {
+        "checksum.type": "sha256", "checksum.value": hashlib.sha256(b"job output").hexdigest()}}]))
+    env = dict(env, AWS_EC2_METADATA_DISABLED="true", PEGASUS_CLOUDIO_CACHE_DIR=str(tmp_path / "cache"),
+               PEGASUS_CLOUDIO_CACHE_UPLOADS="on")
+    spec = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"s3://test@minio/{bucket}/out.dat", "out.dat",
+                                verify_checksum_remote=True, linkage="output")])
+    rc, err = run(spec, env, tmp_path)
+    assert rc == 0 and '"succeeded": 1' in err, err
+    assert proxy.requests_by_method.get("GET", 0) >= 1, proxy.requests_by_method

@@ -128,6 +128,13 @@ class Engine:
     def max_attempts(self) -> int:
         return self._retry.max_attempts
 
+    def uncached(self) -> "Engine":
+        """An engine on the same session and retry policy without the node cache or peers, for
+        reads that must reach the store itself (a stage-out's verification pull-back: the cache
+        entry of an upload is the uploaded file). Close it after use."""
+        return Engine(self._session, threads=self._threads, retry=self._retry, executor=self._executor,
+                      sleep=self._sleep, rng=self._rng)
+
     @property
     def _bundles(self) -> BundleStager:
         """Bundles, imported when first used (a read that found nothing may be a member)."""

@@ -167,7 +167,8 @@ def _verify_once(entry: Entry, engine: Engine, meta: "integrity.MetaIndex") -> "
     os.close(fd)
     started = time.monotonic()
     try:
-        pulled = engine.run([Transfer((op.dest,), parse_url(temp))])[0]
+        with engine.uncached() as store:  # the store's copy, never the cache's (the upload itself)
+            pulled = store.run([Transfer((op.dest,), parse_url(temp))])[0]
         if not pulled.ok:
             return integrity.VerifyOutcome(False, f"pull-back failed: {pulled.error}",
                                            time.monotonic() - started)
