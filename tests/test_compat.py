@@ -157,6 +157,20 @@ def test_symlink_flag_with_a_missing_source_fails_like_stock_even_unverified(sto
     assert results["ours"] == results["stock"] == (1, {})
 
 
+def test_symlinked_inputs_report_their_size_in_transfer_attempts_like_stock(stock, inputs, env, tmp_path):
+    """Stock records the local end's size for every attempt (monitord reads these records), a
+    symlink's too, not the bytes copied."""
+    records = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+        work = tmp_path / f"size-{tool}"
+        (work / "mp").mkdir(parents=True)
+        spec = json.dumps([transfer(f"file://{inputs}/f2.txt", f"symlink://{work}/f2.txt")])
+        assert run_tool(argv, spec, dict(tool_env, PEGASUS_MULTIPART_DIR=str(work / "mp")), work).rc == 0
+        [name] = os.listdir(work / "mp")
+        records[tool] = [line for line in (work / "mp" / name).read_text().splitlines() if "bytes:" in line]
+    assert records["ours"] == records["stock"] == ["    bytes: 21"]
+
+
 def test_missing_source_fails_alike_and_leaves_no_file(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt"),
                                  transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/f0.txt")])

@@ -59,11 +59,27 @@ def stats_lines(records: Sequence[monitoring.AttemptRecord], started: float) -> 
 
 def _record(entry: Entry, attempt: Attempt) -> monitoring.AttemptRecord:
     source = attempt.source
+    local = source.path if source and source.scheme == "file" else \
+        attempt.dest.path if attempt.dest.scheme == "file" else None
     return monitoring.AttemptRecord(
         src_url=str(source) if source else "", src_label=source.site_label if source else None,
         dst_url=str(attempt.dest), dst_label=attempt.dest.site_label, success=attempt.ok,
-        start=attempt.start, duration=attempt.seconds, lfn=entry.lfn, bytes=attempt.bytes,
-        local_file=bool((source and source.scheme == "file") or attempt.dest.scheme == "file"))
+        start=attempt.start, duration=attempt.seconds, lfn=entry.lfn,
+        bytes=_local_size(local, attempt), local_file=local is not None)
+
+
+def _local_size(path: Optional[str], attempt: Attempt) -> int:
+    """What stock pegasus-transfer records as an attempt's bytes: the size of its local end
+    (the source if it is a file:// URL, else the destination) as it is now, whatever the
+    attempt copied (a symlink, a failure), 0 when there is none."""
+    if path is None:
+        return 0
+    if attempt.ok and attempt.bytes > 0:
+        return attempt.bytes  # a copy of the whole file: its size, no stat needed
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _generate_checksums(entries: Sequence[Entry], results: List[Result], env: Mapping[str, str]) -> None:
