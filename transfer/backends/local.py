@@ -75,9 +75,15 @@ class LocalBackend:
         return [_remove(url, recursive=False) for url in urls]
 
     def delete_tree(self, url: Url) -> Optional[TransferError]:
-        """Remove a directory tree; ``DIR/*`` removes DIR's contents and keeps DIR."""
-        if url.path.endswith("/*"):
-            directory = url.path[:-2] or "/"
+        """Remove a directory tree; ``DIR/*`` removes DIR's contents and keeps DIR. The root
+        directory's tree is refused, as ``rm -r`` refuses it (``--preserve-root``): a cleanup
+        URL whose variable is undefined (``file://$DIR/``) names ``/``."""
+        contents = url.path.endswith("/*")
+        tree = (url.path[:-2] or "/") if contents else url.path
+        if tree and os.path.realpath(tree) == "/":
+            return InvalidInput("refusing to remove the root directory's tree", url=url.path, operation="remove")
+        if contents:
+            directory = tree
             try:
                 names = os.listdir(directory)
             except FileNotFoundError:
