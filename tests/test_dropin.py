@@ -145,17 +145,18 @@ def test_every_attempt_of_a_transfer_failing_its_checksum_is_recorded(tmp_path):
 
 
 def test_a_space_or_non_ascii_letter_in_an_http_url_is_sent_percent_encoded_like_wget(tmp_path):
-    """Stock pegasus-transfer runs wget, which sends ``/a b/ü.txt`` as ``/a%20b/%C3%BC.txt``;
-    an existing escape (``%25``) goes out unchanged."""
+    """Stock pegasus-transfer runs wget, which sends ``/a b/ü.txt`` as ``/a%20b/%C3%BC.txt`` and a
+    ``%`` that starts no escape as ``%25``; an existing escape (``%25``) goes out unchanged."""
     from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
     env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_CONFIG": os.devnull}
     with ScriptedServer(lambda req: Reply(200, {}, b"data")) as server:
         spec = json.dumps([transfer(f"{server.endpoint}/{name}", f"file://{tmp_path}/out{i}", f"out{i}",
                                     src_label="web", dst_label="local")
-                           for i, name in enumerate(("a b/ü.txt", "p%25q.txt"))])
+                           for i, name in enumerate(("a b/ü.txt", "p%25q.txt", "100%.txt"))])
         rc, err = run(spec, env, tmp_path)
         assert rc == 0, err
-        assert sorted(r.target for r in server.requests if r.method == "GET") == ["/a%20b/%C3%BC.txt", "/p%25q.txt"]
+        assert sorted(r.target for r in server.requests if r.method == "GET") == [
+            "/100%25.txt", "/a%20b/%C3%BC.txt", "/p%25q.txt"]
     assert (tmp_path / "out0").read_bytes() == b"data"
 
 

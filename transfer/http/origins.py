@@ -18,10 +18,26 @@ if TYPE_CHECKING:
 
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 5
-# What wget (stock pegasus-transfer's HTTP tool) escapes in a request target: spaces and
-# non-ASCII letters, as UTF-8; any other ASCII character (an existing "%XX" included) is sent
-# as written, and a line break is still refused by the connection.
-_AS_WRITTEN = "".join([chr(code) for code in range(128) if code != 32])
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _wire_target(target: str) -> str:
+    """``target`` as wget (stock pegasus-transfer's HTTP tool) sends it: spaces and non-ASCII
+    letters percent-encoded as UTF-8, a ``%`` that starts no ``%XX`` escape as ``%25``; any other
+    ASCII character (an existing escape included) as written; a line break is left for the
+    connection to refuse."""
+    if " " not in target and "%" not in target and target.isascii():
+        return target
+    out = []
+    for index, char in enumerate(target):
+        if char == "%":
+            escape = target[index + 1:index + 3]
+            out.append(char if len(escape) == 2 and set(escape) <= _HEX else "%25")
+        elif char == " " or not char.isascii():
+            out.append(quote(char, safe=""))
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def origin_of(location: str) -> str:
@@ -64,9 +80,7 @@ class OriginPools:
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(location)
             origin = origin_of(location)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            if " " in target or not target.isascii():
-                target = quote(target, safe=_AS_WRITTEN)
+            target = _wire_target((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
             response = self.pool(origin).request(method, target, headers(origin), body)
             if response.status not in follow or "location" not in response.headers:
                 return response, location
