@@ -98,6 +98,79 @@ def test_symlink_flag_matches(stock, inputs, env, tmp_path):
     assert results["stock"] == results["ours"] == (0, {"l/f0.txt": ("link", f"{inputs}/f0.txt")})
 
 
+def test_local_copies_keep_the_source_permission_bits_like_cp(stock, env, tmp_path):
+    """``cp`` gives a new file the source's mode (less the umask): a staged executable stays
+    executable, a read-only input stays read-only."""
+    src = tmp_path / "modes"
+    src.mkdir()
+    (src / "tool.sh").write_bytes(b"#!/bin/sh\necho hi\n")
+    (src / "tool.sh").chmod(0o755)
+    (src / "ro.txt").write_bytes(b"ro\n")
+    (src / "ro.txt").chmod(0o444)
+    spec = lambda w: json.dumps([transfer(f"file://{src}/{n}", f"file://{w}/out/{n}") for n in ("tool.sh", "ro.txt")])
+    runs = both(stock, spec, env, tmp_path, "modes")
+    modes = {tool: {n: oct(os.stat(work / "out" / n).st_mode & 0o7777) for n in ("tool.sh", "ro.txt")}
+             for tool, (_run, work) in runs.items()}
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0
+    assert modes["ours"] == modes["stock"]
+    assert int(modes["ours"]["tool.sh"], 8) & 0o100 and modes["ours"]["ro.txt"] == oct(0o444)
+
+
+@pytest.mark.parametrize("flags, scheme", [([], "symlink"), (["-s"], "file")])
+def test_linking_a_file_onto_itself_keeps_it_like_stock(stock, env, tmp_path, flags, scheme):
+    """PegasusLite asks for ``symlink://$PWD/f.a`` with ``verify_symlink_source: false``; when the
+    input already is ``$PWD/f.a``, the file must stay (stock: same inode, success), not become a
+    link to itself."""
+    def spec(w):
+        (w / "f.a").write_bytes(b"input\n")
+        return json.dumps([transfer(f"file://{w}/f.a", f"{scheme}://{w}/./f.a", verify_symlink_source=False)])
+    results = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+        work = tmp_path / f"self-{tool}"
+        work.mkdir()
+        results[tool] = (run_tool(argv + flags, spec(work), tool_env, work).rc, tree(work))
+    assert results["ours"] == results["stock"] == (0, {"f.a": b"input\n"})
+
+
+def test_destination_names_up_to_the_file_name_limit_are_written_like_stock(stock, inputs, env, tmp_path):
+    """A 250-byte name is a valid file name; the temp name beside it must not push it past 255."""
+    long_name = "n" * 246 + ".txt"
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/{long_name}"),
+                                 transfer(f"file://{inputs}/f1.txt", f"symlink://{w}/out/l{long_name[1:]}")])
+    runs = both(stock, spec, env, tmp_path, "long")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["ours"][1]) == {f"out/{long_name}": b"file 0\n",
+                                     f"out/l{long_name[1:]}": ("link", f"{inputs}/f1.txt")}
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1])
+
+
+def test_symlink_flag_with_a_missing_source_fails_like_stock_even_unverified(stock, inputs, env, tmp_path):
+    """``-s`` turns file:// copies into links, but the source must exist (stock's file handler checks
+    it whatever ``verify_symlink_source`` says; only a symlink:// destination may dangle)."""
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt",
+                                          verify_symlink_source=False)])
+    results = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer, "-s"], stock.env(env)), ("ours", OURS + ["-s"], env)):
+        work = tmp_path / f"dangling-{tool}"
+        work.mkdir()
+        results[tool] = (run_tool(argv, spec(work), tool_env, work).rc, tree(work))
+    assert results["ours"] == results["stock"] == (1, {})
+
+
+def test_symlinked_inputs_report_their_size_in_transfer_attempts_like_stock(stock, inputs, env, tmp_path):
+    """Stock records the local end's size for every attempt (monitord reads these records), a
+    symlink's too, not the bytes copied."""
+    records = {}
+    for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+        work = tmp_path / f"size-{tool}"
+        (work / "mp").mkdir(parents=True)
+        spec = json.dumps([transfer(f"file://{inputs}/f2.txt", f"symlink://{work}/f2.txt")])
+        assert run_tool(argv, spec, dict(tool_env, PEGASUS_MULTIPART_DIR=str(work / "mp")), work).rc == 0
+        [name] = os.listdir(work / "mp")
+        records[tool] = [line for line in (work / "mp" / name).read_text().splitlines() if "bytes:" in line]
+    assert records["ours"] == records["stock"] == ["    bytes: 21"]
+
+
 def test_missing_source_fails_alike_and_leaves_no_file(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/absent.txt", f"file://{w}/out/absent.txt"),
                                  transfer(f"file://{inputs}/f0.txt", f"file://{w}/out/f0.txt")])

@@ -70,6 +70,15 @@ def test_wrongly_typed_fields_name_the_entry(tmp_path, source, extra, needle):
     assert_clean_failure(tmp_path, rc, err, "entry 0", needle)
 
 
+@pytest.mark.parametrize("field, value", [("lfn", 5), ("lfn", ["f.a"]), ("linkage", {"a": 1})])
+def test_a_non_string_lfn_or_linkage_names_the_entry_before_anything_is_written(tmp_path, source, field, value):
+    entry = dict(transfer(f"file://{source}", f"file://{tmp_path}/out.dat"), generate_checksum=True,
+                 verify_checksum_remote=True, **{field: value})
+    rc, err = run(tmp_path, spec=json.dumps([entry]).encode(),
+                  env={"KICKSTART_INTEGRITY_DATA": str(tmp_path / "integrity.yml")})
+    assert_clean_failure(tmp_path, rc, err, "entry 0", f"'{field}' must be a string")
+
+
 @pytest.mark.parametrize("target", [{"site_label": "local", "url": "/tmp/x", "recursive": "maybe"},
                                     {"site_label": "local", "url": "/tmp/x", "recursive": [1]}, "notanobject"])
 def test_bad_remove_entries_are_refused(tmp_path, source, target):
@@ -113,3 +122,33 @@ def test_a_non_utf8_byte_in_the_config_file_is_one_line_naming_file_and_line(tmp
     assert rc == 1 and "Traceback" not in err, err
     assert str(conf) in err and "line 2" in err and "UTF-8" in err
     assert not (tmp_path / "out").exists()
+
+
+# Runs the drop-in with an audit hook that stops (and reports) any removal outside the test's
+# directory before it happens: the test of a guard against removing "/" must not depend on it.
+_GUARDED = """
+import os, sys
+ALLOWED = os.environ["ALLOWED_ROOT"]
+def guard(event, args):
+    if event in ("shutil.rmtree", "os.remove", "os.rmdir") and args and isinstance(args[0], str):
+        if not os.path.abspath(args[0]).startswith(ALLOWED + "/"):
+            sys.stderr.write("ATTEMPTED %s %s\\n" % (event, args[0]))
+            raise PermissionError("test guard: %s %s" % (event, args[0]))
+sys.addaudithook(guard)
+from pegasus_cloudio.dropin.main import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("url", ["file:///", "file://$UNDEFINED_IN_THIS_JOB/", "file:///*", "file://$UNDEFINED_IN_THIS_JOB/*",
+                                 "file:///tmp/.."])
+def test_a_recursive_remove_of_the_root_directory_is_refused_before_anything_is_removed(tmp_path, source, url):
+    """GNU rm (stock pegasus-transfer's tool) refuses 'rm -r /' (--preserve-root) and takes a quoted
+    '/*' literally; an undefined variable in a cleanup URL must not wipe the machine."""
+    spec = json.dumps([{"type": "remove", "target": {"site_label": "local", "url": url, "recursive": "True"}}])
+    done = subprocess.run([sys.executable, "-c", _GUARDED], input=spec.encode(), cwd=tmp_path, capture_output=True,
+                          timeout=60, env=dict(os.environ, HOME=str(tmp_path), PEGASUS_CLOUDIO_CACHE_DIR="off",
+                                               ALLOWED_ROOT=str(tmp_path)))
+    err = done.stderr.decode()
+    assert "ATTEMPTED" not in err, err
+    assert done.returncode == 1 and "root directory" in err, err

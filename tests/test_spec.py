@@ -76,6 +76,13 @@ def test_v1_without_any_label_is_an_error():
         parse_spec("# src\nfile:///a/f1\nfile:///b/f1\n")
 
 
+def test_v1_comment_without_a_site_label_is_an_error_not_the_previous_label():
+    """Stock: 'Unable to parse comment'; taking the previous site's label instead would pick
+    that site's credentials for the next URL."""
+    with pytest.raises(SpecError, match="line 3"):
+        parse_spec("# src 1 local\nfile:///a/f1\n# dst 1\ns3://joe@amazon/b/f1\n")
+
+
 @pytest.mark.parametrize("text,needle", [
     ("[{", "Error parsing the transfer specification JSON"),
     ('{"type": "transfer"}', "top level is not a list"),

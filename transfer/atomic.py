@@ -71,6 +71,18 @@ def remove_temp_files() -> int:
     """Unlink every temp file of this process not yet committed; returns how many. For signal
     handlers: the writers' threads may still hold them open, but nothing is left on disk."""
     return _LIVE.remove_all()
+_SHORT_NAME = 50  # characters: at most 200 bytes of UTF-8, nothing to measure
+
+
+def _hidden(name: str) -> str:
+    """``name`` as the middle of a temp name ``.NAME.<pid>.<n>.part``: cut to 200 bytes when
+    longer, so that the temp name fits a file name (255 bytes) whenever ``name`` does."""
+    if len(name) <= _SHORT_NAME:
+        return name
+    encoded = name.encode("utf-8", "surrogateescape")
+    return name if len(encoded) <= 200 else encoded[:200].decode("utf-8", "ignore")
+
+
 _NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP)  # link impossible here: copy
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _READ_WRITE = (_FLAGS & ~os.O_WRONLY) | os.O_RDWR  # parallel downloads read parts back to check them
@@ -97,16 +109,18 @@ class AtomicFile:
     block without committing (or any error) deletes the temp file. Parent directories are
     created as needed. ``fd`` is the temp file's descriptor, for writers that ``pwrite`` at
     offsets (then :meth:`commit_written`); ``file`` wraps it in an unbuffered file object,
-    made on first use (most small downloads never need one).
+    made on first use (most small downloads never need one). ``mode``: the file's permission
+    bits before the umask (``os.open``'s).
     """
 
-    def __init__(self, path: str, make_parents: bool = True) -> None:
+    def __init__(self, path: str, make_parents: bool = True, mode: int = 0o666) -> None:
         self.path = path
+        self._mode = mode
         slash = path.rfind("/") + 1
         name = path[slash:]
         if not name:
             raise InvalidInput("destination is a directory path", url=path, operation="write")
-        self._temp = f"{path[:slash]}.{name}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's result, cheaper
+        self._temp = f"{path[:slash]}.{_hidden(name)}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's, cheaper
         self._make_parents = make_parents
         self.fd = -1
         self._file: Optional[BinaryIO] = None
@@ -128,12 +142,12 @@ class AtomicFile:
     def _open(self) -> int:
         _LIVE.add(self._temp)
         try:
-            return os.open(self._temp, _READ_WRITE, 0o666)
+            return os.open(self._temp, _READ_WRITE, self._mode)
         except FileNotFoundError:
             if not self._make_parents:
                 raise
         os.makedirs(os.path.dirname(self._temp) or ".", exist_ok=True)
-        return os.open(self._temp, _READ_WRITE, 0o666)
+        return os.open(self._temp, _READ_WRITE, self._mode)
 
     def _close(self) -> None:
         fd, self.fd = self.fd, -1
@@ -196,7 +210,7 @@ def atomic_write_bytes(path: str, data: bytes) -> int:
 
     The lean path for many small in-memory files (bundle members): four system calls each."""
     slash = path.rfind("/") + 1
-    temp = f"{path[:slash]}.{path[slash:]}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's result, cheaper
+    temp = f"{path[:slash]}.{_hidden(path[slash:])}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's, cheaper
     _LIVE.add(temp)
     try:
         try:
@@ -245,7 +259,7 @@ def atomic_hardlink(target: str, link_path: str) -> bool:
 def _atomic_link(make_link: Callable[[str, str], None], target: str, link_path: str,
                  operation: str) -> None:
     directory, name = os.path.split(link_path)
-    temp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.link")
+    temp = os.path.join(directory, f".{_hidden(name)}.{os.getpid()}.{next(_counter)}.link")
     try:
         try:
             make_link(target, temp)

@@ -129,6 +129,13 @@ class Engine:
     def max_attempts(self) -> int:
         return self._retry.max_attempts
 
+    def uncached(self) -> "Engine":
+        """An engine on the same session and retry policy without the node cache or peers, for
+        reads that must reach the store itself (a stage-out's verification pull-back: the cache
+        entry of an upload is the uploaded file). Close it after use."""
+        return Engine(self._session, threads=self._threads, retry=self._retry, executor=self._executor,
+                      sleep=self._sleep, rng=self._rng)
+
     @property
     def _bundles(self) -> BundleStager:
         """Bundles, imported when first used (a read that found nothing may be a member)."""
@@ -418,24 +425,29 @@ class Engine:
         if op.dest.scheme == "moveto":
             return local.move(source.path, dest)
         symlink = op.dest.scheme == "symlink" or op.link is LinkMode.SYMLINK
-        if symlink and not op.verify_source:
-            atomic_symlink(source.path, dest)
+        if op.dest.scheme == "symlink" and not op.verify_source:
+            # only a symlink:// destination may dangle (its source may be seen elsewhere, in a
+            # container); a copy made a link (--symlink) needs its source, as in stock
+            # pegasus-transfer. Never a file linked onto itself.
+            if not local.same_file(source.path, dest):
+                atomic_symlink(source.path, dest)
             return 0
-        size = local.verify_readable(source.path)
+        status = local.verify_readable(source.path)
         if local.same_file(source.path, dest):
-            return size
+            return status.st_size
         if symlink:
             atomic_symlink(source.path, dest)
             return 0
         if op.link is LinkMode.HARDLINK and atomic_hardlink(source.path, dest):
-            return size
-        return self._download(source, dest)
+            return status.st_size
+        # the source's permission bits less the umask, as ``cp`` gives them (an executable stays one)
+        return self._download(source, dest, mode=status.st_mode & 0o777)
 
     def _download(self, source: Url, dest_path: str, symlink: bool = False,
-                  peers: Optional[PeerRound] = None) -> int:
+                  peers: Optional[PeerRound] = None, mode: int = 0o666) -> int:
         """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
         then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
-        ``--symlink``)."""
+        ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
         # an indexed member needs no 404 first (asked only when no cache or peer holds the file:
         # the answer may fetch the member's bundle whole; no index is loaded before bundles were used)
         stager = self._bundle_stager
@@ -461,7 +473,7 @@ class Engine:
                 if not hit and peers is not None:
                     peers.stored(key)
                 return nbytes
-            with AtomicFile(dest_path) as out:
+            with AtomicFile(dest_path, mode=mode) as out:
                 in_ranges = ranged_reads(backend)
                 if in_ranges is not None:
                     return ranged.download(in_ranges, source, out, self._parts,

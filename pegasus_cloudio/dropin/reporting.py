@@ -18,7 +18,7 @@ import time
 
 from pegasus_cloudio.dropin import monitoring, stats
 from pegasus_cloudio.dropin.log import log
-from transfer._lean import record
+from transfer._lean import record, replace
 from transfer.ops import Result, Transfer
 
 # integrity (kickstart's fullstat YAML, .meta files) is imported only by jobs that ask for it.
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pegasus_cloudio.dropin.spec import Entry
     from transfer import Engine
     from transfer.ops import Attempt
+    from transfer.urls import Url
 
 __all__ = ["Outcome", "Result", "finish", "stats_lines"]
 
@@ -58,11 +59,27 @@ def stats_lines(records: Sequence[monitoring.AttemptRecord], started: float) -> 
 
 def _record(entry: Entry, attempt: Attempt) -> monitoring.AttemptRecord:
     source = attempt.source
+    local = source.path if source and source.scheme == "file" else \
+        attempt.dest.path if attempt.dest.scheme == "file" else None
     return monitoring.AttemptRecord(
         src_url=str(source) if source else "", src_label=source.site_label if source else None,
         dst_url=str(attempt.dest), dst_label=attempt.dest.site_label, success=attempt.ok,
-        start=attempt.start, duration=attempt.seconds, lfn=entry.lfn, bytes=attempt.bytes,
-        local_file=bool((source and source.scheme == "file") or attempt.dest.scheme == "file"))
+        start=attempt.start, duration=attempt.seconds, lfn=entry.lfn,
+        bytes=_local_size(local, attempt), local_file=local is not None)
+
+
+def _local_size(path: Optional[str], attempt: Attempt) -> int:
+    """What stock pegasus-transfer records as an attempt's bytes: the size of its local end
+    (the source if it is a file:// URL, else the destination) as it is now, whatever the
+    attempt copied (a symlink, a failure), 0 when there is none."""
+    if path is None:
+        return 0
+    if attempt.ok and attempt.bytes > 0:
+        return attempt.bytes  # a copy of the whole file: its size, no stat needed
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _generate_checksums(entries: Sequence[Entry], results: List[Result], env: Mapping[str, str]) -> None:
@@ -123,12 +140,33 @@ def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], in
         if attempts >= engine.max_attempts:
             results[index] = Result(op, False, 0, results[index].seconds, attempts,
                                     results[index].error, None, results[index].history)
+            _discard(results[index].source or op.sources[0], op)
             return False, spent
+        source = results[index].source or op.sources[0]
         rerun = engine.run([op])[0]
         attempts += rerun.attempts
-        results[index] = rerun
+        # every attempt stays in the record (transfer_attempts), the first run's included
+        results[index] = replace(rerun, history=results[index].history + rerun.history)
         if not rerun.ok:
+            _discard(source, op)  # the copy that failed its check is still there
             return False, spent
+
+
+def _discard(source: "Url", op: Transfer) -> None:
+    """Remove a local destination that failed its integrity check, so that no job reads it
+    under its name; never the source itself (a destination naming the source's file)."""
+    if op.dest.scheme not in ("file", "symlink"):
+        return
+    dest = op.dest.path
+    named = os.path.join(os.path.realpath(os.path.dirname(dest) or "."), os.path.basename(dest))
+    if source.is_local and named == os.path.realpath(source.path):
+        return
+    try:
+        os.unlink(dest)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        log.error("Unable to remove %s after its failed integrity check: %s", dest, err)
 
 
 def _verify_once(entry: Entry, engine: Engine, meta: "integrity.MetaIndex") -> "integrity.VerifyOutcome":
@@ -145,7 +183,8 @@ def _verify_once(entry: Entry, engine: Engine, meta: "integrity.MetaIndex") -> "
     os.close(fd)
     started = time.monotonic()
     try:
-        pulled = engine.run([Transfer((op.dest,), parse_url(temp))])[0]
+        with engine.uncached() as store:  # the store's copy, never the cache's (the upload itself)
+            pulled = store.run([Transfer((op.dest,), parse_url(temp))])[0]
         if not pulled.ok:
             return integrity.VerifyOutcome(False, f"pull-back failed: {pulled.error}",
                                            time.monotonic() - started)

@@ -86,7 +86,10 @@ def parse_v1(text: str, *, symlink: bool = False, env: Optional[Mapping[str, str
     src: Optional[Tuple[str, Optional[str]]] = None
     for number, line in enumerate(lines, 1):
         if line.startswith("#"):
-            label = _v1_label(line) or label
+            label = _v1_label(line)
+            if label is None:  # as stock: never the previous pair's site (and its credentials)
+                raise SpecError(f"line {number}: unable to parse comment {line[:80]!r} (expected '# src|dst N SITE')",
+                                operation="parse")
             continue
         if label is None:
             raise SpecError(f"line {number}: URL before any '# src/dst N SITE' comment", operation="parse")
@@ -134,14 +137,15 @@ def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Map
         ranked = sorted(range(len(sources)), key=lambda n: (-priorities[n], n))
         src_urls = tuple([_url(sources[n], index, env) for n in ranked])
     dest = _url(dests[0], index, env)
+    lfn, linkage = _text(item, "lfn", index), _text(item, "linkage", index)
     local_pair = dest.scheme == "file" and all([u.scheme == "file" for u in src_urls])
     return Entry(
-        Transfer(src_urls, dest, lfn=item.get("lfn"),
+        Transfer(src_urls, dest, lfn=lfn,
                  link=LinkMode.SYMLINK if symlink and local_pair else LinkMode.COPY,
                  verify_source=_bool(item.get("verify_symlink_source", True), "verify_symlink_source", index)),
         item,
-        lfn=item.get("lfn"),
-        linkage=item.get("linkage"),
+        lfn=lfn,
+        linkage=linkage,
         generate_checksum=_bool(item.get("generate_checksum", False), "generate_checksum", index),
         verify_checksum_remote=_bool(item.get("verify_checksum_remote", False), "verify_checksum_remote",
                                      index),
@@ -152,6 +156,15 @@ def _field(item: Dict[str, Any], name: str, index: int) -> Any:
     if name not in item:
         raise SpecError(f"entry {index} ({item.get('type')}): missing '{name}'", operation="parse")
     return item[name]
+
+
+def _text(item: Dict[str, Any], name: str, index: int) -> Optional[str]:
+    """An optional string field (``lfn``, ``linkage``): the integrity and monitoring records
+    quote it as text."""
+    value = item.get(name)
+    if value is not None and not isinstance(value, str):
+        raise SpecError(f"entry {index}: '{name}' must be a string, got {value!r:.80}", operation="parse")
+    return value
 
 
 def _url(entry: Any, index: int, env: Optional[Mapping[str, str]]) -> Url:

@@ -75,9 +75,15 @@ class LocalBackend:
         return [_remove(url, recursive=False) for url in urls]
 
     def delete_tree(self, url: Url) -> Optional[TransferError]:
-        """Remove a directory tree; ``DIR/*`` removes DIR's contents and keeps DIR."""
-        if url.path.endswith("/*"):
-            directory = url.path[:-2] or "/"
+        """Remove a directory tree; ``DIR/*`` removes DIR's contents and keeps DIR. The root
+        directory's tree is refused, as ``rm -r`` refuses it (``--preserve-root``): a cleanup
+        URL whose variable is undefined (``file://$DIR/``) names ``/``."""
+        contents = url.path.endswith("/*")
+        tree = (url.path[:-2] or "/") if contents else url.path
+        if tree and os.path.realpath(tree) == "/":
+            return InvalidInput("refusing to remove the root directory's tree", url=url.path, operation="remove")
+        if contents:
+            directory = tree
             try:
                 names = os.listdir(directory)
             except FileNotFoundError:
@@ -101,12 +107,12 @@ class LocalBackend:
         return None
 
 
-def verify_readable(path: str) -> int:
-    """Open ``path`` and read a little (lazy filesystems fail here); returns its size."""
+def verify_readable(path: str) -> os.stat_result:
+    """Open ``path`` and read a little (lazy filesystems fail here); returns its status."""
     try:
         with open(path, "rb") as fh:
             fh.read(_PROBE_BYTES)
-            return os.fstat(fh.fileno()).st_size
+            return os.fstat(fh.fileno())
     except OSError as err:
         raise local_error(err, path, "read") from err
 

@@ -4,7 +4,7 @@ across them (a redirect to another origin uses that origin's pool)."""
 from __future__ import annotations
 
 import ssl
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from transfer import _threads
 from transfer._lean import Headers
@@ -18,6 +18,26 @@ if TYPE_CHECKING:
 
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 5
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _wire_target(target: str) -> str:
+    """``target`` as wget (stock pegasus-transfer's HTTP tool) sends it: spaces and non-ASCII
+    letters percent-encoded as UTF-8, a ``%`` that starts no ``%XX`` escape as ``%25``; any other
+    ASCII character (an existing escape included) as written; a line break is left for the
+    connection to refuse."""
+    if " " not in target and "%" not in target and target.isascii():
+        return target
+    out = []
+    for index, char in enumerate(target):
+        if char == "%":
+            escape = target[index + 1:index + 3]
+            out.append(char if len(escape) == 2 and set(escape) <= _HEX else "%25")
+        elif char == " " or not char.isascii():
+            out.append(quote(char, safe=""))
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def origin_of(location: str) -> str:
@@ -60,7 +80,7 @@ class OriginPools:
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(location)
             origin = origin_of(location)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            target = _wire_target((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
             response = self.pool(origin).request(method, target, headers(origin), body)
             if response.status not in follow or "location" not in response.headers:
                 return response, location
