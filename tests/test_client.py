@@ -105,6 +105,20 @@ def test_missing_object_is_not_found_naming_it(client, where):
         client.list(f"{where}/nope")
 
 
+def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
+    """A range starting at or past the end (or any range of an empty object) was HTTP 416 from
+    the store, raised as RemoteError: fsspec's cat_file(path, 20, 30) and a reader looping to EOF
+    failed where Python slicing (and this Client over the node cache) gives b""."""
+    client.write_bytes(f"{where}/ten", b"0123456789")
+    client.write_bytes(f"{where}/empty", b"")
+    assert client.read_bytes(f"{where}/ten", 5, 30) == b"56789"
+    assert client.read_bytes(f"{where}/ten", 10, 12) == b""
+    assert client.read_bytes(f"{where}/ten", 20, 30) == b""
+    assert client.read_bytes(f"{where}/empty", 0, 10) == b""
+    with pytest.raises(NotFound):  # a missing object is still no empty one
+        client.read_bytes(f"{where}/absent", 20, 30)
+
+
 def test_transfer_takes_a_url_or_strings_and_refuses_other_types_at_construction(tmp_path):
     url = parse_url(str(tmp_path / "a"))
     assert Transfer(url, str(tmp_path / "b")).sources == (url,)

@@ -137,3 +137,24 @@ def test_dask_reads_many_small_objects(minio):
         bag = dask_bag.read_text(f"cloudio://{bucket}/lines/*.txt", storage_options=_options(minio))
         total = bag.map(int).sum().compute()
     assert total == sum(range(200))
+
+
+# --------------------------------------------------------------------------- what users of fsspec rely on
+
+
+@pytest.fixture
+def cfs(minio):
+    fs = CloudioFileSystem(skip_instance_cache=True, **_options(minio))
+    bucket = f"fx-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    yield fs, bucket
+    fs.client.close()
+
+
+def test_cat_file_of_a_range_past_the_end_is_empty(cfs):
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/ten", b"0123456789")
+    fs.pipe_file(f"{bucket}/empty", b"")
+    assert fs.cat_file(f"{bucket}/ten", 20, 30) == b""
+    assert fs.cat_file(f"{bucket}/ten", 8, 30) == b"89"
+    assert fs.cat_file(f"{bucket}/empty", 0, 10) == b""

@@ -37,7 +37,7 @@ from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.credentials import Credentials
 from transfer.engine import Engine
-from transfer.errors import InvalidInput, NotFound, TransferError
+from transfer.errors import InvalidInput, NotFound, RemoteError, TransferError
 from transfer.listing import Entry
 from transfer.ops import Mkdir, Remove, Result, Transfer
 from transfer.session import BackendOpener, Session
@@ -151,9 +151,9 @@ class Client:
     # -- one object -----------------------------------------------------------------------
 
     def read_bytes(self, url: UrlLike, start: Optional[int] = None, end: Optional[int] = None) -> bytes:
-        """The object's bytes (``[start, end)`` when given; bundle members too). One GET when
-        it answers; a missing object (a bundle member?) or an error worth retrying goes the
-        engine's way (retries, bundles, node cache)."""
+        """The object's bytes (``[start, end)`` when given, as a slice: empty past the end;
+        bundle members too). One GET when it answers; a missing object (a bundle member?) or
+        an error worth retrying goes the engine's way (retries, bundles, node cache)."""
         target = self.url(url)
         if self._cache is None and not target.is_local:
             try:
@@ -174,7 +174,12 @@ class Client:
         if last <= first:
             return b""
         sink = io.BytesIO()
-        backend.get(target, sink, (first, last))
+        try:
+            backend.get(target, sink, (first, last))
+        except RemoteError as err:
+            if err.status != 416:
+                raise
+            return b""  # the range starts at or past the end: empty, as a slice of the bytes is
         return sink.getvalue()
 
     def _read_via_engine(self, target: Url, start: Optional[int], end: Optional[int]) -> bytes:
