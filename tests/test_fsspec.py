@@ -158,3 +158,16 @@ def test_cat_file_of_a_range_past_the_end_is_empty(cfs):
     assert fs.cat_file(f"{bucket}/ten", 20, 30) == b""
     assert fs.cat_file(f"{bucket}/ten", 8, 30) == b"89"
     assert fs.cat_file(f"{bucket}/empty", 0, 10) == b""
+
+
+def test_append_mode_adds_to_the_stored_bytes(cfs):
+    """open(path, "ab") stored only the appended bytes: the object's earlier content was lost."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/log", b"first\n")
+    with fs.open(f"{bucket}/log", "ab") as fh:
+        assert fh.tell() == 6  # as a local file opened for appending
+        fh.write(b"second\n")
+    assert fs.cat_file(f"{bucket}/log") == b"first\nsecond\n"
+    with fs.open(f"{bucket}/new", "ab") as fh:  # absent: created
+        fh.write(b"only\n")
+    assert fs.cat_file(f"{bucket}/new") == b"only\n"

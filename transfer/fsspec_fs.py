@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
@@ -231,7 +231,16 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
 
 class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
     """Reads are ranged GETs (bundle members: the member's bytes); a write is spooled to a
-    temporary file and stored as one object (one engine transfer) when the file is closed."""
+    temporary file and stored as one object (one engine transfer) when the file is closed.
+    Appending (``"ab"``) spools the stored bytes first, so the object keeps them."""
+
+    _spool: IO[bytes]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.mode == "ab":
+            self._initiate_upload()
+            self.loc = os.path.getsize(self._spool.name)
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         if start >= self.size:
@@ -240,7 +249,16 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
         return data
 
     def _initiate_upload(self) -> None:
+        if hasattr(self, "_spool"):
+            return  # appending: made when the file was opened
         self._spool = tempfile.NamedTemporaryFile(prefix="pegasus-cloudio-", delete=False)
+        if self.mode == "ab":
+            self._spool.close()
+            [stored] = self.fs.client.copy([(self.fs._url(self.path), self._spool.name)], check=False)
+            if not stored.ok and not isinstance(stored.error, NotFound):  # absent: the append creates it
+                os.unlink(self._spool.name)
+                raise stored.error
+            self._spool = open(self._spool.name, "ab")
 
     def _upload_chunk(self, final: bool = False) -> bool:
         if not hasattr(self, "_spool"):
