@@ -16,6 +16,8 @@ from fsspec.tests.abstract.get import AbstractGetTests
 from fsspec.tests.abstract.put import AbstractPutTests
 
 from pegasus_cloudio.testbed.proxy import TcpProxy
+from transfer.client import Client
+from transfer.errors import TransferError
 from transfer.fsspec_fs import CloudioFileSystem
 
 try:  # newer fsspec releases add these suites; run every one the pinned release ships
@@ -171,3 +173,18 @@ def test_append_mode_adds_to_the_stored_bytes(cfs):
     with fs.open(f"{bucket}/new", "ab") as fh:  # absent: created
         fh.write(b"only\n")
     assert fs.cat_file(f"{bucket}/new") == b"only\n"
+
+
+def test_a_file_replaced_while_open_for_reading_fails_instead_of_mixing_versions(cfs, minio):
+    """Each block of an open file was a plain ranged GET: an object replaced between two reads
+    gave the old bytes up to there and the new ones after, silently."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/data", b"a" * 100)
+    with Client(**_options(minio)) as other:
+        with fs.open(f"{bucket}/data", "rb", block_size=10, cache_type="none") as fh:
+            assert fh.read(10) == b"a" * 10
+            other.write_bytes(f"s3://{bucket}/data", b"b" * 100)
+            with pytest.raises(TransferError, match="changed while being read"):
+                fh.read()
+    with fs.open(f"{bucket}/data", "rb", block_size=10, cache_type="none") as fh:  # opened afresh: the new bytes
+        assert fh.read() == b"b" * 100

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import namespace, uploads
+from transfer.backends.base import RangedReads, namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.credentials import Credentials
@@ -150,30 +150,38 @@ class Client:
 
     # -- one object -----------------------------------------------------------------------
 
-    def read_bytes(self, url: UrlLike, start: Optional[int] = None, end: Optional[int] = None) -> bytes:
+    def read_bytes(self, url: UrlLike, start: Optional[int] = None, end: Optional[int] = None, *,
+                   pin: Optional[Entry] = None) -> bytes:
         """The object's bytes (``[start, end)`` when given, as a slice: empty past the end;
         bundle members too). One GET when it answers; a missing object (a bundle member?) or
-        an error worth retrying goes the engine's way (retries, bundles, node cache)."""
+        an error worth retrying goes the engine's way (retries, bundles, node cache).
+        ``pin``: the object as :meth:`info` found it; a range of an object replaced since (other
+        ETag or size) raises RemoteError "the object changed" instead of mixing two versions."""
         target = self.url(url)
         if self._cache is None and not target.is_local:
             try:
-                return self._get(target, start, end)
+                return self._get(target, start, end, pin)
             except TransferError as err:
                 if not (err.retryable or isinstance(err, NotFound)):
                     raise
         return self._read_via_engine(target, start, end)
 
-    def _get(self, target: Url, start: Optional[int], end: Optional[int]) -> bytes:
+    def _get(self, target: Url, start: Optional[int], end: Optional[int], pin: Optional[Entry]) -> bytes:
         backend = self.session.backend(target)
-        if start is None and end is None:
+        if start is None and end is None and pin is None:
             sink = io.BytesIO()
             backend.get(target, sink)
             return sink.getvalue()
         first = start or 0
-        last = backend.stat(target).size if end is None else end
+        last = (backend.stat(target).size if pin is None else pin.size) if end is None else end
+        if pin is not None:
+            last = min(last, pin.size)
         if last <= first:
             return b""
         sink = io.BytesIO()
+        if pin is not None and pin.version and isinstance(backend, RangedReads):
+            backend.get_range(target, (first, last), pin.version, pin.size, sink.write)
+            return sink.getvalue()
         try:
             backend.get(target, sink, (first, last))
         except RemoteError as err:

@@ -16,6 +16,7 @@ something is stored under them.
 from __future__ import annotations
 
 import os
+import posixpath
 import tempfile
 import threading
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
@@ -230,7 +231,8 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
 
 
 class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
-    """Reads are ranged GETs (bundle members: the member's bytes); a write is spooled to a
+    """Reads are ranged GETs of the version opened (an object replaced meanwhile raises rather
+    than mix two versions; bundle members: the member's bytes); a write is spooled to a
     temporary file and stored as one object (one engine transfer) when the file is closed.
     Appending (``"ab"``) spools the stored bytes first, so the object keeps them."""
 
@@ -245,7 +247,9 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
     def _fetch_range(self, start: int, end: int) -> bytes:
         if start >= self.size:
             return b""
-        data: bytes = self.fs.client.read_bytes(self.fs._url(self.path), start, min(end, self.size))
+        url = self.fs._url(self.path)  # every block from the version opened: a replaced object fails
+        pin = Entry(url, posixpath.basename(url), self.size, False, self.details.get("ETag"))
+        data: bytes = self.fs.client.read_bytes(url, start, min(end, self.size), pin=pin)
         return data
 
     def _initiate_upload(self) -> None:
