@@ -188,3 +188,20 @@ def test_a_file_replaced_while_open_for_reading_fails_instead_of_mixing_versions
                 fh.read()
     with fs.open(f"{bucket}/data", "rb", block_size=10, cache_type="none") as fh:  # opened afresh: the new bytes
         assert fh.read() == b"b" * 100
+
+
+def test_a_transaction_stores_its_files_when_it_ends_and_none_when_it_fails(cfs):
+    """Files written in ``with fs.transaction:`` were stored at close, and discarding them on an
+    exception raised FileNotFoundError: a failed transaction left its partial outputs."""
+    fs, bucket = cfs
+    with pytest.raises(RuntimeError, match="boom"):
+        with fs.transaction:
+            with fs.open(f"{bucket}/tx/a", "wb") as fh:
+                fh.write(b"partial")
+            raise RuntimeError("boom")
+    assert not fs.client.exists(f"s3://{bucket}/tx/a")
+    with fs.transaction:
+        with fs.open(f"{bucket}/tx/b", "wb") as fh:
+            fh.write(b"whole")
+        assert not fs.client.exists(f"s3://{bucket}/tx/b")  # not before the transaction ends
+    assert fs.cat_file(f"{bucket}/tx/b") == b"whole"

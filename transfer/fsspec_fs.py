@@ -10,11 +10,13 @@ of the call as ONE engine batch (threads, warm pool, bundles, node cache), inste
 file-by-file loop: the per-file methods only collect while a bulk call is in progress.
 Bundle members are files to ``ls``/``info``/``open``/``cat``. Object stores have no empty
 directories: ``mkdir`` of a bucket creates the bucket, other directories exist once
-something is stored under them.
+something is stored under them. Files opened for writing in ``with fs.transaction:`` are
+stored when it ends, and none of them if it ends by an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import tempfile
@@ -270,18 +272,23 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
         self._spool.write(self.buffer.getvalue())
         if final:
             self._spool.close()
-            try:
-                self.fs.invalidate_cache()
-                self.fs.client.copy([(self._spool.name, self.fs._url(self.path))])
-            finally:
-                os.unlink(self._spool.name)
+            if self.autocommit:  # else in a transaction: stored by commit() when it ends
+                self.commit()
         return True
+
+    def commit(self) -> None:
+        try:
+            self.fs.invalidate_cache()
+            self.fs.client.copy([(self._spool.name, self.fs._url(self.path))])
+        finally:
+            os.unlink(self._spool.name)
 
     def discard(self) -> None:
         spool = getattr(self, "_spool", None)
         if spool is not None:
             spool.close()
-            os.unlink(spool.name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spool.name)
 
 
 _CLIENT_ARGS = frozenset({"endpoint", "region", "access_key", "secret_key", "session_token", "anonymous",
