@@ -205,3 +205,18 @@ def test_a_transaction_stores_its_files_when_it_ends_and_none_when_it_fails(cfs)
             fh.write(b"whole")
         assert not fs.client.exists(f"s3://{bucket}/tx/b")  # not before the transaction ends
     assert fs.cat_file(f"{bucket}/tx/b") == b"whole"
+
+
+def test_names_ending_in_blanks_are_their_own_objects_and_files(cfs, tmp_path):
+    """URLs were stripped of surrounding blanks (pegasus-transfer's rule for its input files):
+    ``bucket/x `` read and overwrote ``bucket/x``, a local ``y `` was written as ``y``."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/x", b"plain")
+    fs.pipe_file(f"{bucket}/x ", b"spaced")
+    assert fs.cat_file(f"{bucket}/x") == b"plain"
+    assert fs.cat_file(f"{bucket}/x ") == b"spaced"
+    assert sorted(fs.ls(bucket, detail=False)) == [f"{bucket}/x", f"{bucket}/x "]
+    fs.get_file(f"{bucket}/x ", str(tmp_path / "y "))
+    assert os.listdir(tmp_path) == ["y "] and (tmp_path / "y ").read_bytes() == b"spaced"
+    fs.put_file(str(tmp_path / "y "), f"{bucket}/z  ")
+    assert fs.cat_file(f"{bucket}/z  ") == b"spaced" and not fs.exists(f"{bucket}/z")

@@ -99,8 +99,13 @@ class Client:
         self.close()
 
     def url(self, text: UrlLike) -> Url:
-        """``text`` parsed (local paths literally); a Url passes through."""
-        return text if isinstance(text, Url) else parse_url(text)
+        """``text`` parsed (local paths and keys literally, trailing spaces included); a Url
+        passes through."""
+        if isinstance(text, Url):
+            return text
+        parsed = parse_url(text)  # strips blanks, as pegasus-transfer's input files need
+        spaces = text[len(text.rstrip(" ")):]
+        return parsed.with_path(parsed.path + spaces) if spaces and parsed.path else parsed
 
     # -- many files -----------------------------------------------------------------------
 
@@ -207,7 +212,7 @@ class Client:
             path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
             with open(path, "wb") as fh:
                 fh.write(data)
-            _raise_first(self.engine.run([Transfer((parse_url(path),), target)]))
+            _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
 
     # -- namespace ------------------------------------------------------------------------
 
