@@ -299,6 +299,46 @@ def test_parsl_task_with_a_missing_input_fails_naming_it_and_runs_no_app(parsl_v
     assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="out/")  # the app never ran
 
 
+PARSL_NAMES = """
+import os, sys
+import parsl
+from parsl.app.app import python_app
+from parsl.config import Config
+from parsl.data_provider.files import File
+from parsl.executors import ThreadPoolExecutor
+from transfer.integrations.parsl_staging import S3Staging
+@python_app
+def joined(inputs=(), outputs=()):
+    with open(outputs[0].filepath, "wb") as out:
+        out.write(b"|".join(open(f.filepath, "rb").read() for f in inputs))
+endpoint, bucket, names, run = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4]
+config = Config(executors=[ThreadPoolExecutor(storage_access=[S3Staging(endpoint_url=endpoint)],
+                                              working_dir=os.path.join(run, "work"))],
+                run_dir=os.path.join(run, "runinfo"), usage_tracking=0)
+with parsl.load(config):
+    inputs = [File(f"s3://{bucket}/in/{name}") for name in names]
+    job = joined(inputs=inputs, outputs=[File(f"s3://{bucket}/joined")])
+    job.result()
+    job.outputs[0].result()
+"""
+
+
+def test_parsl_inputs_whose_keys_differ_after_a_question_mark_or_hash_stay_apart(
+        parsl_venv: Venv, minio: MinioServer, bucket: str, tmp_path: Path) -> None:
+    """The local path came from Parsl's URL parse (query and fragment dropped), the download
+    from the whole key: ``in/h``, ``in/h#2`` and ``in/h?v=3`` all landed on ``BUCKET/in/h``, and
+    the app read one object's bytes three times."""
+    bin_dir, env = parsl_venv
+    names = ["h", "h#2", "h?v=3"]
+    for name in names:
+        _boto(minio).put_object(Bucket=bucket, Key=f"in/{name}", Body=name.encode())
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), "-c", PARSL_NAMES, minio.endpoint, bucket, ",".join(names), str(tmp_path)],
+               env, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert _boto(minio).get_object(Bucket=bucket, Key="joined")["Body"].read() == b"h|h#2|h?v=3"
+
+
 def _bundled_inputs(minio: MinioServer, bucket: str, tasks: int, tmp_path: Path) -> None:
     """The inputs of each task as one bundle (one batch with bundling on)."""
     creds = minio.write_pegasus_credentials(tmp_path / "creds.conf", site="minio", user="test")

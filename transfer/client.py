@@ -43,7 +43,7 @@ from transfer.ops import Mkdir, Remove, Result, Transfer
 from transfer.session import BackendOpener, Session
 from transfer.urls import Url, parse_url
 
-__all__ = ["Client", "Entry"]
+__all__ = ["Client", "Entry", "literal_url"]
 
 UrlLike = Union[str, Url]
 
@@ -101,11 +101,7 @@ class Client:
     def url(self, text: UrlLike) -> Url:
         """``text`` parsed (local paths and keys literally, trailing spaces included); a Url
         passes through."""
-        if isinstance(text, Url):
-            return text
-        parsed = parse_url(text)  # strips blanks, as pegasus-transfer's input files need
-        spaces = text[len(text.rstrip(" ")):]
-        return parsed.with_path(parsed.path + spaces) if spaces and parsed.path else parsed
+        return text if isinstance(text, Url) else literal_url(text)
 
     # -- many files -----------------------------------------------------------------------
 
@@ -252,6 +248,13 @@ class Client:
         if dest.is_local and dest.path.endswith(os.sep) and source.path.rstrip("/"):
             return dest.with_path(os.path.join(dest.path, posixpath.basename(source.path.rstrip("/"))))
         return dest
+
+
+def literal_url(text: str) -> Url:
+    """``parse_url(text)`` with trailing spaces kept: a key or local path is taken literally."""
+    parsed = parse_url(text)  # strips blanks, as pegasus-transfer's input files need
+    spaces = text[len(text.rstrip(" ")):]
+    return parsed.with_path(parsed.path + spaces) if spaces and parsed.path else parsed
 
 
 def _raise_first(results: Sequence[Result]) -> None:
