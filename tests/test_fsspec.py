@@ -220,3 +220,16 @@ def test_names_ending_in_blanks_are_their_own_objects_and_files(cfs, tmp_path):
     assert os.listdir(tmp_path) == ["y "] and (tmp_path / "y ").read_bytes() == b"spaced"
     fs.put_file(str(tmp_path / "y "), f"{bucket}/z  ")
     assert fs.cat_file(f"{bucket}/z  ") == b"spaced" and not fs.exists(f"{bucket}/z")
+
+
+def test_opening_a_directory_for_reading_is_an_error_not_an_empty_file(cfs):
+    """open(prefix).read() returned b"" (a directory's info has size 0): a reader took a
+    directory for an empty file, where a local one raises IsADirectoryError."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/d/a", b"1")
+    for path in (f"{bucket}/d", f"{bucket}/d/", bucket):
+        with pytest.raises(IsADirectoryError, match=path.rstrip("/")):
+            fs.open(path, "rb")
+    fs.ls(bucket)  # the answer from the listing cache is the same
+    with pytest.raises(IsADirectoryError):
+        fs.open(f"{bucket}/d", "rb")

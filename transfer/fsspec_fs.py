@@ -225,8 +225,16 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
               cache_options: Any = None, **kwargs: Any) -> "CloudioFile":
         if "x" in mode and self.exists(path):
             raise FileExistsError(path)
-        return CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
+        if mode == "rb":
+            details = self.info(path)
+            if details["type"] == "directory":  # size 0: it would read as an empty file
+                raise IsADirectoryError(f"{self._strip_protocol(path)}: is a directory, not a file")
+            kwargs["size"] = details["size"]
+        made = CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
                            cache_options=cache_options, **kwargs)
+        if mode == "rb":
+            made.details = details
+        return made
 
     def invalidate_cache(self, path: Optional[str] = None) -> None:
         self.dircache.clear()
