@@ -233,3 +233,13 @@ def test_opening_a_directory_for_reading_is_an_error_not_an_empty_file(cfs):
     fs.ls(bucket)  # the answer from the listing cache is the same
     with pytest.raises(IsADirectoryError):
         fs.open(f"{bucket}/d", "rb")
+
+
+def test_every_client_keyword_reaches_the_client(minio, tmp_path):
+    """The filesystem's keywords are the Client's (docs/library.md), but a list of them kept
+    by hand lacked ``cache_bytes``: the cap given was dropped silently and the node cache grew
+    to the 10 GiB default."""
+    fs = CloudioFileSystem(skip_instance_cache=True, cache_dir=str(tmp_path / "cache"), cache_bytes=1 << 20,
+                           **_options(minio))
+    assert fs.client._cache is not None and fs.client._cache.config.max_bytes == 1 << 20
+    fs.client.close()

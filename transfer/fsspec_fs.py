@@ -17,6 +17,7 @@ stored when it ends, and none of them if it ends by an exception.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import posixpath
 import tempfile
@@ -299,5 +300,4 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
                 os.unlink(spool.name)
 
 
-_CLIENT_ARGS = frozenset({"endpoint", "region", "access_key", "secret_key", "session_token", "anonymous",
-                          "threads", "bundles", "cache_dir", "settings", "env"})
+_CLIENT_ARGS = frozenset(inspect.signature(Client).parameters)  # all of them, as the module doc says
