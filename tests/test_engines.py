@@ -339,6 +339,46 @@ def test_parsl_inputs_whose_keys_differ_after_a_question_mark_or_hash_stay_apart
     assert _boto(minio).get_object(Bucket=bucket, Key="joined")["Body"].read() == b"h|h#2|h?v=3"
 
 
+PARSL_ESCAPE = """
+import os, sys
+import parsl
+from parsl.app.app import python_app
+from parsl.config import Config
+from parsl.data_provider.files import File
+from parsl.executors import ThreadPoolExecutor
+from transfer.integrations.parsl_staging import S3Staging
+@python_app
+def write(run, outputs=()):
+    open(os.path.join(run, "app-ran"), "wb").close()
+    with open(outputs[0].filepath, "wb") as out:
+        out.write(b"escaped")
+endpoint, bucket, key, run = sys.argv[1:5]
+config = Config(executors=[ThreadPoolExecutor(storage_access=[S3Staging(endpoint_url=endpoint)],
+                                              working_dir=os.path.join(run, "work"))],
+                run_dir=os.path.join(run, "runinfo"), usage_tracking=0)
+with parsl.load(config):
+    job = write(run, outputs=[File(f"s3://{bucket}/{key}")])
+    job.result()
+"""
+
+
+def test_parsl_key_with_dot_dot_is_refused_naming_it_not_placed_outside_the_work_dir(
+        parsl_venv: Venv, minio: MinioServer, bucket: str, tmp_path: Path) -> None:
+    """A key's ``..`` components went into the local path as they were: the app ran with its
+    output (a download: its input) at ``work/BUCKET/out/../../../x``, outside the staging
+    directory (AWS keys may hold ``..``; MinIO refuses them, hence an output here)."""
+    bin_dir, env = parsl_venv
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    key = "out/../../../escaped.txt"
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), "-c", PARSL_ESCAPE, minio.endpoint, bucket, key, str(run_dir)],
+               env, tmp_path, timeout=600)
+    assert done.returncode != 0
+    assert f"s3://{bucket}/{key}" in done.stderr and "InvalidInput" in done.stderr, done.stderr[-3000:]
+    assert not (run_dir / "app-ran").exists() and not list(tmp_path.rglob("escaped.txt"))
+
+
 def _bundled_inputs(minio: MinioServer, bucket: str, tasks: int, tmp_path: Path) -> None:
     """The inputs of each task as one bundle (one batch with bundling on)."""
     creds = minio.write_pegasus_credentials(tmp_path / "creds.conf", site="minio", user="test")
