@@ -243,3 +243,15 @@ def test_every_client_keyword_reaches_the_client(minio, tmp_path):
                            **_options(minio))
     assert fs.client._cache is not None and fs.client._cache.config.max_bytes == 1 << 20
     fs.client.close()
+
+
+def test_a_range_from_the_end_counts_from_the_stored_object_not_a_listing(cfs, minio):
+    """cat_file(path, -n) took the size from the listing cache: after another writer replaced
+    the object with a longer one, it returned n bytes from its middle, not its last n."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/grow", b"0123456789")
+    assert fs.ls(bucket, detail=False) == [f"{bucket}/grow"]  # the listing cache holds size 10
+    with Client(**_options(minio)) as other:
+        other.write_bytes(f"s3://{bucket}/grow", b"0123456789abcdef")
+    assert fs.cat_file(f"{bucket}/grow", -3) == b"def"
+    assert fs.cat_file(f"{bucket}/grow", 4, -3) == b"456789abc"

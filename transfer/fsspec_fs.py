@@ -210,11 +210,12 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
     # -- single objects ---------------------------------------------------------------
 
     def cat_file(self, path: str, start: Optional[int] = None, end: Optional[int] = None, **kwargs: Any) -> bytes:
+        url, pin = self._url(path), None
         if start is not None and start < 0 or end is not None and end < 0:
-            size = self.info(path)["size"]
-            start = None if start is None else max(0, size + start) if start < 0 else start
-            end = None if end is None else max(0, size + end) if end < 0 else end
-        return self.client.read_bytes(self._url(path), start, end)
+            pin = self.client.info(url)  # the store's size (a listing may be stale), and the read pinned to it
+            start = None if start is None else max(0, pin.size + start) if start < 0 else start
+            end = None if end is None else max(0, pin.size + end) if end < 0 else end
+        return self.client.read_bytes(url, start, end, pin=pin)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         if mode == "create" and self.exists(path):
