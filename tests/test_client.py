@@ -119,6 +119,14 @@ def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
         client.read_bytes(f"{where}/absent", 20, 30)
 
 
+def test_write_bytes_to_a_url_ending_in_a_slash_is_refused_naming_it(client, where):
+    """write_bytes("s3://b/k/") stored the object "k/k" (its spool file was named after the
+    key's last component, then copied into the "directory" k/): data at a key nobody asked for."""
+    with pytest.raises(InvalidInput, match=f"{where}/k/"):
+        client.write_bytes(f"{where}/k/", b"x")
+    assert client.find(f"{where}/") == []
+
+
 def test_transfer_takes_a_url_or_strings_and_refuses_other_types_at_construction(tmp_path):
     url = parse_url(str(tmp_path / "a"))
     assert Transfer(url, str(tmp_path / "b")).sources == (url,)

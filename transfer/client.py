@@ -201,8 +201,12 @@ class Client:
                 return fh.read() if end is None else fh.read(max(0, end - (start or 0)))
 
     def write_bytes(self, url: UrlLike, data: bytes) -> None:
-        """Store ``data`` as the object ``url`` (verified by size and checksum)."""
+        """Store ``data`` as the object ``url`` (verified by size and checksum); a URL ending in
+        ``/`` names a directory, not an object: InvalidInput."""
         target = self.url(url)
+        if target.path.endswith("/"):  # copy() would add a name to it: a key nobody asked for
+            raise InvalidInput("names a directory (ends in '/'), not an object to write", url=str(target),
+                               operation="put")
         uploads(self.session.backend(target), target, "put")
         with tempfile.TemporaryDirectory(prefix="pegasus-cloudio-") as scratch:
             path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
