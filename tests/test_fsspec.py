@@ -255,3 +255,16 @@ def test_a_range_from_the_end_counts_from_the_stored_object_not_a_listing(cfs, m
         other.write_bytes(f"s3://{bucket}/grow", b"0123456789abcdef")
     assert fs.cat_file(f"{bucket}/grow", -3) == b"def"
     assert fs.cat_file(f"{bucket}/grow", 4, -3) == b"456789abc"
+
+
+def test_relative_local_paths_with_a_colon_are_local_files(cfs, tmp_path, monkeypatch):
+    """get_file/put_file handed relative local paths to the URL parser: 'file:g.txt' wrote
+    g.txt (a file: URL), 'a:b.txt' failed as an unparsable URL."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/k", b"data")
+    monkeypatch.chdir(tmp_path)
+    fs.get_file(f"{bucket}/k", "file:g.txt")
+    fs.get_file(f"{bucket}/k", "a:b.txt")
+    assert sorted(os.listdir(tmp_path)) == ["a:b.txt", "file:g.txt"]
+    fs.put_file("a:b.txt", f"{bucket}/up")
+    assert fs.cat_file(f"{bucket}/up") == b"data"

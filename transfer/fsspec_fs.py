@@ -132,12 +132,12 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         if not isinstance(lpath, (str, os.PathLike)):
             lpath.write(self.cat_file(rpath))
             return
-        self._one((self._strip_protocol(rpath), os.fspath(lpath)), self._run_get)
+        self._one((self._strip_protocol(rpath), _local(lpath)), self._run_get)
 
     def put_file(self, lpath: Any, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any) -> None:
         if mode == "create" and self.exists(rpath):
             raise FileExistsError(rpath)
-        self._one((os.fspath(lpath), self._strip_protocol(rpath)), self._run_put)
+        self._one((_local(lpath), self._strip_protocol(rpath)), self._run_put)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         self._one((self._strip_protocol(path1), self._strip_protocol(path2)), self._run_copy)
@@ -299,6 +299,13 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
             spool.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(spool.name)
+
+
+def _local(path: Any) -> str:
+    """A local path as the Client must get it: absolute, so never taken for a URL ('file:x',
+    'a:b' are file names here); a trailing separator (a directory) kept."""
+    text: str = os.fspath(path)
+    return os.path.abspath(text) + (os.sep if text.endswith(os.sep) else "")
 
 
 _CLIENT_ARGS = frozenset(inspect.signature(Client).parameters)  # all of them, as the module doc says
