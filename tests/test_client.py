@@ -97,6 +97,17 @@ def test_remove_never_silently_deletes_nothing(client, where):
     assert not result.ok and isinstance(result.error, InvalidInput)
 
 
+def test_recursive_remove_of_an_object_removes_it_and_no_neighbour(client, where):
+    """remove(url, recursive=True) of an object listed 'url/' only and deleted nothing: the
+    call succeeded and the object stayed (the docs: nothing is removed silently-not)."""
+    for key in ("di", "dir/a", "dirt", "di2/x"):
+        client.write_bytes(f"{where}/{key}", b"x")
+    client.remove(f"{where}/di", recursive=True)
+    assert [e.url for e in client.find(f"{where}/")] == [f"{where}/di2/x", f"{where}/dir/a", f"{where}/dirt"]
+    client.remove([f"{where}/dir", f"{where}/absent"], recursive=True)  # rm -r: absent is no error
+    assert [e.url for e in client.find(f"{where}/")] == [f"{where}/di2/x", f"{where}/dirt"]
+
+
 def test_missing_object_is_not_found_naming_it(client, where):
     with pytest.raises(NotFound) as info:
         client.read_bytes(f"{where}/nope")

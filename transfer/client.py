@@ -134,16 +134,24 @@ class Client:
             raise
 
     def remove(self, urls: Union[UrlLike, Sequence[UrlLike]], *, recursive: bool = False) -> None:
-        """Remove objects (bundle members too), or whole prefixes with ``recursive``. Without it
-        a missing object raises NotFound and a directory InvalidInput: nothing is removed
-        silently-not. Several URLs go as one batch (batched deletes)."""
+        """Remove objects (bundle members too), or whole prefixes with ``recursive`` (an object's
+        URL still removes the object). Without it a missing object raises NotFound and a
+        directory InvalidInput: nothing is removed silently-not. Several URLs go as one batch
+        (batched deletes)."""
         targets = [self.url(u) for u in ([urls] if isinstance(urls, (str, Url)) else urls)]
-        if not recursive:
-            for target in targets:
-                if self._info(target).is_dir:
-                    raise InvalidInput("is a directory: pass recursive=True to remove everything under it",
-                                       url=str(target), operation="remove")
-        _raise_first(self.engine.run([Remove(t, recursive) for t in targets]))
+        ops = []
+        for target in targets:  # all looked up before anything is removed
+            try:
+                is_dir = self._info(target).is_dir
+            except NotFound:
+                if not recursive:
+                    raise
+                is_dir = True  # nothing there: removing it recursively is no error
+            if is_dir and not recursive:
+                raise InvalidInput("is a directory: pass recursive=True to remove everything under it",
+                                   url=str(target), operation="remove")
+            ops.append(Remove(target, is_dir))  # a recursive Remove lists 'url/' only: an object is itself
+        _raise_first(self.engine.run(ops))
 
     def mkdir(self, url: UrlLike) -> None:
         """Create a local directory, or the bucket of an object-store URL (idempotent)."""
