@@ -108,6 +108,22 @@ def test_recursive_remove_of_an_object_removes_it_and_no_neighbour(client, where
     assert [e.url for e in client.find(f"{where}/")] == [f"{where}/di2/x", f"{where}/dirt"]
 
 
+def test_find_skips_the_directory_markers_of_s3_consoles(client, where, minio, tmp_path):
+    """find() listed zero-byte 'dir/' keys (S3 consoles' folders) as files: a directory()
+    retrieval through it (Snakemake's) wrote a file where the directory goes, and glob
+    patterns matched a file named ''."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    bucket = where[len("s3://"):]
+    for key in ("run/", "run/a", "run/sub/", "run/sub/b", "empty/"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"" if key.endswith("/") else b"data")
+    assert [e.url for e in client.find(f"{where}/")] == [f"{where}/run/a", f"{where}/run/sub/b"]
+    assert [e.url for e in client.find(f"{where}/run")] == [f"{where}/run/a", f"{where}/run/sub/b"]
+    assert client.find(f"{where}/empty/") == []
+
+
 def test_missing_object_is_not_found_naming_it(client, where):
     with pytest.raises(NotFound) as info:
         client.read_bytes(f"{where}/nope")
