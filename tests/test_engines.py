@@ -195,6 +195,32 @@ def test_snakemake_failed_retrieval_names_the_object_and_leaves_no_file(snakemak
     assert (tmp_path / "local" / bucket / "here" / "present.txt").read_bytes() == b"present"
 
 
+ENDPOINT_FROM_ENV = """
+import logging, sys
+from pathlib import Path
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+from transfer.urls import parse_url
+settings = StorageProviderSettings(access_key=sys.argv[1], secret_key=sys.argv[2])  # keys given, no endpoint
+provider = StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings)
+backend = provider.client.session.backend(parse_url(sys.argv[3]))
+assert backend._pool.host == "127.0.0.1", backend._pool.host  # else stop: no request may leave the machine
+print(provider.object(sys.argv[3]).exists())
+"""
+
+
+def test_snakemake_takes_the_endpoint_from_aws_endpoint_url_when_keys_are_given(
+        snakemake_venv: Venv, minio: MinioServer, bucket: str, tmp_path: Path) -> None:
+    """docs/engines.md: the endpoint defaults to AWS_ENDPOINT_URL. With keys given as plugin
+    settings (or SNAKEMAKE_STORAGE_PEGASUS_CLOUDIO_ACCESS_KEY...) the variable was not read:
+    requests, signed with those keys, went to AWS's endpoint instead."""
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="here.txt", Body=b"x")
+    done = run([str(bin_dir / "python"), "-c", ENDPOINT_FROM_ENV, minio.access_key, minio.secret_key,
+                f"s3://{bucket}/here.txt"], dict(env, AWS_ENDPOINT_URL=minio.endpoint), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True"], done.stdout
+
+
 ZERO_THREADS = """
 import logging, sys
 from pathlib import Path
