@@ -124,6 +124,21 @@ def test_find_skips_the_directory_markers_of_s3_consoles(client, where, minio, t
     assert client.find(f"{where}/empty/") == []
 
 
+def test_two_sources_copied_to_one_destination_are_refused_naming_it(client, where, tmp_path):
+    """copy([(a, x), (b, x)]) ran both on the thread pool: x ended up holding a or b, whichever
+    finished last, and both results said ok."""
+    client.write_bytes(f"{where}/a", b"a")
+    client.write_bytes(f"{where}/b", b"b")
+    dest = tmp_path / "x"
+    with pytest.raises(InvalidInput, match=str(dest)):
+        client.copy([(f"{where}/a", str(dest)), (f"{where}/b", str(dest))])
+    with pytest.raises(InvalidInput, match=str(dest)):  # the same through a directory destination
+        client.copy([(f"{where}/a", str(tmp_path / "x")), (f"{where}/x", f"{tmp_path}/")])
+    assert not dest.exists()
+    client.copy([(f"{where}/a", str(dest)), (f"{where}/a", str(dest))])  # the same pair twice: harmless
+    assert dest.read_bytes() == b"a"
+
+
 def test_missing_object_is_not_found_naming_it(client, where):
     with pytest.raises(NotFound) as info:
         client.read_bytes(f"{where}/nope")

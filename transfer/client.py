@@ -29,7 +29,7 @@ import posixpath
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
 from transfer.backends.base import RangedReads, namespace, uploads
@@ -114,6 +114,7 @@ class Client:
         for src, dst in pairs:
             source = self.url(src)
             ops.append(Transfer((source,), self._dest(source, self.url(dst))))
+        _refuse_shared_destinations(ops)
         results = self.engine.run(ops, cancel)
         if check:
             _raise_first(results)
@@ -267,6 +268,15 @@ def literal_url(text: str) -> Url:
     parsed = parse_url(text)  # strips blanks, as pegasus-transfer's input files need
     spaces = text[len(text.rstrip(" ")):]
     return parsed.with_path(parsed.path + spaces) if spaces and parsed.path else parsed
+
+
+def _refuse_shared_destinations(ops: Sequence[Transfer]) -> None:
+    """Copies of two sources to one destination run at once: it would hold either, and both
+    report ok. The same pair twice is harmless."""
+    sources: Dict[Url, Tuple[Url, ...]] = {}
+    for op in ops:
+        if sources.setdefault(op.dest, op.sources) != op.sources:
+            raise InvalidInput("two sources of one copy write this destination", url=str(op.dest), operation="copy")
 
 
 def _raise_first(results: Sequence[Result]) -> None:
