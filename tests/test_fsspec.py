@@ -268,3 +268,17 @@ def test_relative_local_paths_with_a_colon_are_local_files(cfs, tmp_path, monkey
     assert sorted(os.listdir(tmp_path)) == ["a:b.txt", "file:g.txt"]
     fs.put_file("a:b.txt", f"{bucket}/up")
     assert fs.cat_file(f"{bucket}/up") == b"data"
+
+
+def test_pipe_in_a_failed_transaction_stores_nothing(cfs):
+    """pipe_file wrote at once even inside ``with fs.transaction:``: a failed transaction left
+    the piped objects behind (files opened for writing already waited for its end)."""
+    fs, bucket = cfs
+    with pytest.raises(RuntimeError, match="boom"):
+        with fs.transaction:
+            fs.pipe({f"{bucket}/tx/p1": b"1", f"{bucket}/tx/p2": b"2"})
+            raise RuntimeError("boom")
+    assert fs.client.find(f"s3://{bucket}/") == []
+    with fs.transaction:
+        fs.pipe_file(f"{bucket}/tx/p3", b"3")
+    assert fs.cat_file(f"{bucket}/tx/p3") == b"3"

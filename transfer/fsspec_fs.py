@@ -220,6 +220,10 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         if mode == "create" and self.exists(path):
             raise FileExistsError(path)
+        if self._intrans:  # through a file, which the transaction stores when it ends
+            with self.open(path, "wb") as fh:
+                fh.write(value)
+            return
         self.invalidate_cache()
         self.client.write_bytes(self._url(path), bytes(value))
 
