@@ -195,6 +195,32 @@ def test_snakemake_failed_retrieval_names_the_object_and_leaves_no_file(snakemak
     assert (tmp_path / "local" / bucket / "here" / "present.txt").read_bytes() == b"present"
 
 
+ENDPOINT_FROM_ENV = """
+import logging, sys
+from pathlib import Path
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+from transfer.urls import parse_url
+settings = StorageProviderSettings(access_key=sys.argv[1], secret_key=sys.argv[2])  # keys given, no endpoint
+provider = StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings)
+backend = provider.client.session.backend(parse_url(sys.argv[3]))
+assert backend._pool.host == "127.0.0.1", backend._pool.host  # else stop: no request may leave the machine
+print(provider.object(sys.argv[3]).exists())
+"""
+
+
+def test_snakemake_takes_the_endpoint_from_aws_endpoint_url_when_keys_are_given(
+        snakemake_venv: Venv, minio: MinioServer, bucket: str, tmp_path: Path) -> None:
+    """docs/engines.md: the endpoint defaults to AWS_ENDPOINT_URL. With keys given as plugin
+    settings (or SNAKEMAKE_STORAGE_PEGASUS_CLOUDIO_ACCESS_KEY...) the variable was not read:
+    requests, signed with those keys, went to AWS's endpoint instead."""
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="here.txt", Body=b"x")
+    done = run([str(bin_dir / "python"), "-c", ENDPOINT_FROM_ENV, minio.access_key, minio.secret_key,
+                f"s3://{bucket}/here.txt"], dict(env, AWS_ENDPOINT_URL=minio.endpoint), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True"], done.stdout
+
+
 ZERO_THREADS = """
 import logging, sys
 from pathlib import Path
@@ -297,6 +323,86 @@ def test_parsl_task_with_a_missing_input_fails_naming_it_and_runs_no_app(parsl_v
     assert f"s3://{bucket}/in/t0/f1.txt" in done.stderr, done.stderr[-3000:]
     assert "NotFound" in done.stderr, done.stderr[-3000:]
     assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="out/")  # the app never ran
+
+
+PARSL_NAMES = """
+import os, sys
+import parsl
+from parsl.app.app import python_app
+from parsl.config import Config
+from parsl.data_provider.files import File
+from parsl.executors import ThreadPoolExecutor
+from transfer.integrations.parsl_staging import S3Staging
+@python_app
+def joined(inputs=(), outputs=()):
+    with open(outputs[0].filepath, "wb") as out:
+        out.write(b"|".join(open(f.filepath, "rb").read() for f in inputs))
+endpoint, bucket, names, run = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4]
+config = Config(executors=[ThreadPoolExecutor(storage_access=[S3Staging(endpoint_url=endpoint)],
+                                              working_dir=os.path.join(run, "work"))],
+                run_dir=os.path.join(run, "runinfo"), usage_tracking=0)
+with parsl.load(config):
+    inputs = [File(f"s3://{bucket}/in/{name}") for name in names]
+    job = joined(inputs=inputs, outputs=[File(f"s3://{bucket}/joined")])
+    job.result()
+    job.outputs[0].result()
+"""
+
+
+def test_parsl_inputs_whose_keys_differ_after_a_question_mark_or_hash_stay_apart(
+        parsl_venv: Venv, minio: MinioServer, bucket: str, tmp_path: Path) -> None:
+    """The local path came from Parsl's URL parse (query and fragment dropped), the download
+    from the whole key: ``in/h``, ``in/h#2`` and ``in/h?v=3`` all landed on ``BUCKET/in/h``, and
+    the app read one object's bytes three times."""
+    bin_dir, env = parsl_venv
+    names = ["h", "h#2", "h?v=3"]
+    for name in names:
+        _boto(minio).put_object(Bucket=bucket, Key=f"in/{name}", Body=name.encode())
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), "-c", PARSL_NAMES, minio.endpoint, bucket, ",".join(names), str(tmp_path)],
+               env, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert _boto(minio).get_object(Bucket=bucket, Key="joined")["Body"].read() == b"h|h#2|h?v=3"
+
+
+PARSL_ESCAPE = """
+import os, sys
+import parsl
+from parsl.app.app import python_app
+from parsl.config import Config
+from parsl.data_provider.files import File
+from parsl.executors import ThreadPoolExecutor
+from transfer.integrations.parsl_staging import S3Staging
+@python_app
+def write(run, outputs=()):
+    open(os.path.join(run, "app-ran"), "wb").close()
+    with open(outputs[0].filepath, "wb") as out:
+        out.write(b"escaped")
+endpoint, bucket, key, run = sys.argv[1:5]
+config = Config(executors=[ThreadPoolExecutor(storage_access=[S3Staging(endpoint_url=endpoint)],
+                                              working_dir=os.path.join(run, "work"))],
+                run_dir=os.path.join(run, "runinfo"), usage_tracking=0)
+with parsl.load(config):
+    job = write(run, outputs=[File(f"s3://{bucket}/{key}")])
+    job.result()
+"""
+
+
+def test_parsl_key_with_dot_dot_is_refused_naming_it_not_placed_outside_the_work_dir(
+        parsl_venv: Venv, minio: MinioServer, bucket: str, tmp_path: Path) -> None:
+    """A key's ``..`` components went into the local path as they were: the app ran with its
+    output (a download: its input) at ``work/BUCKET/out/../../../x``, outside the staging
+    directory (AWS keys may hold ``..``; MinIO refuses them, hence an output here)."""
+    bin_dir, env = parsl_venv
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    key = "out/../../../escaped.txt"
+    env = dict(env, AWS_ACCESS_KEY_ID=minio.access_key, AWS_SECRET_ACCESS_KEY=minio.secret_key)
+    done = run([str(bin_dir / "python"), "-c", PARSL_ESCAPE, minio.endpoint, bucket, key, str(run_dir)],
+               env, tmp_path, timeout=600)
+    assert done.returncode != 0
+    assert f"s3://{bucket}/{key}" in done.stderr and "InvalidInput" in done.stderr, done.stderr[-3000:]
+    assert not (run_dir / "app-ran").exists() and not list(tmp_path.rglob("escaped.txt"))
 
 
 def _bundled_inputs(minio: MinioServer, bucket: str, tasks: int, tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from fsspec.tests.abstract.get import AbstractGetTests
 from fsspec.tests.abstract.put import AbstractPutTests
 
 from pegasus_cloudio.testbed.proxy import TcpProxy
+from transfer.client import Client
+from transfer.errors import TransferError
 from transfer.fsspec_fs import CloudioFileSystem
 
 try:  # newer fsspec releases add these suites; run every one the pinned release ships
@@ -137,3 +139,146 @@ def test_dask_reads_many_small_objects(minio):
         bag = dask_bag.read_text(f"cloudio://{bucket}/lines/*.txt", storage_options=_options(minio))
         total = bag.map(int).sum().compute()
     assert total == sum(range(200))
+
+
+# --------------------------------------------------------------------------- what users of fsspec rely on
+
+
+@pytest.fixture
+def cfs(minio):
+    fs = CloudioFileSystem(skip_instance_cache=True, **_options(minio))
+    bucket = f"fx-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    yield fs, bucket
+    fs.client.close()
+
+
+def test_cat_file_of_a_range_past_the_end_is_empty(cfs):
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/ten", b"0123456789")
+    fs.pipe_file(f"{bucket}/empty", b"")
+    assert fs.cat_file(f"{bucket}/ten", 20, 30) == b""
+    assert fs.cat_file(f"{bucket}/ten", 8, 30) == b"89"
+    assert fs.cat_file(f"{bucket}/empty", 0, 10) == b""
+
+
+def test_append_mode_adds_to_the_stored_bytes(cfs):
+    """open(path, "ab") stored only the appended bytes: the object's earlier content was lost."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/log", b"first\n")
+    with fs.open(f"{bucket}/log", "ab") as fh:
+        assert fh.tell() == 6  # as a local file opened for appending
+        fh.write(b"second\n")
+    assert fs.cat_file(f"{bucket}/log") == b"first\nsecond\n"
+    with fs.open(f"{bucket}/new", "ab") as fh:  # absent: created
+        fh.write(b"only\n")
+    assert fs.cat_file(f"{bucket}/new") == b"only\n"
+
+
+def test_a_file_replaced_while_open_for_reading_fails_instead_of_mixing_versions(cfs, minio):
+    """Each block of an open file was a plain ranged GET: an object replaced between two reads
+    gave the old bytes up to there and the new ones after, silently."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/data", b"a" * 100)
+    with Client(**_options(minio)) as other:
+        with fs.open(f"{bucket}/data", "rb", block_size=10, cache_type="none") as fh:
+            assert fh.read(10) == b"a" * 10
+            other.write_bytes(f"s3://{bucket}/data", b"b" * 100)
+            with pytest.raises(TransferError, match="changed while being read"):
+                fh.read()
+    with fs.open(f"{bucket}/data", "rb", block_size=10, cache_type="none") as fh:  # opened afresh: the new bytes
+        assert fh.read() == b"b" * 100
+
+
+def test_a_transaction_stores_its_files_when_it_ends_and_none_when_it_fails(cfs):
+    """Files written in ``with fs.transaction:`` were stored at close, and discarding them on an
+    exception raised FileNotFoundError: a failed transaction left its partial outputs."""
+    fs, bucket = cfs
+    with pytest.raises(RuntimeError, match="boom"):
+        with fs.transaction:
+            with fs.open(f"{bucket}/tx/a", "wb") as fh:
+                fh.write(b"partial")
+            raise RuntimeError("boom")
+    assert not fs.client.exists(f"s3://{bucket}/tx/a")
+    with fs.transaction:
+        with fs.open(f"{bucket}/tx/b", "wb") as fh:
+            fh.write(b"whole")
+        assert not fs.client.exists(f"s3://{bucket}/tx/b")  # not before the transaction ends
+    assert fs.cat_file(f"{bucket}/tx/b") == b"whole"
+
+
+def test_names_ending_in_blanks_are_their_own_objects_and_files(cfs, tmp_path):
+    """URLs were stripped of surrounding blanks (pegasus-transfer's rule for its input files):
+    ``bucket/x `` read and overwrote ``bucket/x``, a local ``y `` was written as ``y``."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/x", b"plain")
+    fs.pipe_file(f"{bucket}/x ", b"spaced")
+    assert fs.cat_file(f"{bucket}/x") == b"plain"
+    assert fs.cat_file(f"{bucket}/x ") == b"spaced"
+    assert sorted(fs.ls(bucket, detail=False)) == [f"{bucket}/x", f"{bucket}/x "]
+    fs.get_file(f"{bucket}/x ", str(tmp_path / "y "))
+    assert os.listdir(tmp_path) == ["y "] and (tmp_path / "y ").read_bytes() == b"spaced"
+    fs.put_file(str(tmp_path / "y "), f"{bucket}/z  ")
+    assert fs.cat_file(f"{bucket}/z  ") == b"spaced" and not fs.exists(f"{bucket}/z")
+
+
+def test_opening_a_directory_for_reading_is_an_error_not_an_empty_file(cfs):
+    """open(prefix).read() returned b"" (a directory's info has size 0): a reader took a
+    directory for an empty file, where a local one raises IsADirectoryError."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/d/a", b"1")
+    for path in (f"{bucket}/d", f"{bucket}/d/", bucket):
+        with pytest.raises(IsADirectoryError, match=path.rstrip("/")):
+            fs.open(path, "rb")
+    fs.ls(bucket)  # the answer from the listing cache is the same
+    with pytest.raises(IsADirectoryError):
+        fs.open(f"{bucket}/d", "rb")
+
+
+def test_every_client_keyword_reaches_the_client(minio, tmp_path):
+    """The filesystem's keywords are the Client's (docs/library.md), but a list of them kept
+    by hand lacked ``cache_bytes``: the cap given was dropped silently and the node cache grew
+    to the 10 GiB default."""
+    fs = CloudioFileSystem(skip_instance_cache=True, cache_dir=str(tmp_path / "cache"), cache_bytes=1 << 20,
+                           **_options(minio))
+    assert fs.client._cache is not None and fs.client._cache.config.max_bytes == 1 << 20
+    fs.client.close()
+
+
+def test_a_range_from_the_end_counts_from_the_stored_object_not_a_listing(cfs, minio):
+    """cat_file(path, -n) took the size from the listing cache: after another writer replaced
+    the object with a longer one, it returned n bytes from its middle, not its last n."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/grow", b"0123456789")
+    assert fs.ls(bucket, detail=False) == [f"{bucket}/grow"]  # the listing cache holds size 10
+    with Client(**_options(minio)) as other:
+        other.write_bytes(f"s3://{bucket}/grow", b"0123456789abcdef")
+    assert fs.cat_file(f"{bucket}/grow", -3) == b"def"
+    assert fs.cat_file(f"{bucket}/grow", 4, -3) == b"456789abc"
+
+
+def test_relative_local_paths_with_a_colon_are_local_files(cfs, tmp_path, monkeypatch):
+    """get_file/put_file handed relative local paths to the URL parser: 'file:g.txt' wrote
+    g.txt (a file: URL), 'a:b.txt' failed as an unparsable URL."""
+    fs, bucket = cfs
+    fs.pipe_file(f"{bucket}/k", b"data")
+    monkeypatch.chdir(tmp_path)
+    fs.get_file(f"{bucket}/k", "file:g.txt")
+    fs.get_file(f"{bucket}/k", "a:b.txt")
+    assert sorted(os.listdir(tmp_path)) == ["a:b.txt", "file:g.txt"]
+    fs.put_file("a:b.txt", f"{bucket}/up")
+    assert fs.cat_file(f"{bucket}/up") == b"data"
+
+
+def test_pipe_in_a_failed_transaction_stores_nothing(cfs):
+    """pipe_file wrote at once even inside ``with fs.transaction:``: a failed transaction left
+    the piped objects behind (files opened for writing already waited for its end)."""
+    fs, bucket = cfs
+    with pytest.raises(RuntimeError, match="boom"):
+        with fs.transaction:
+            fs.pipe({f"{bucket}/tx/p1": b"1", f"{bucket}/tx/p2": b"2"})
+            raise RuntimeError("boom")
+    assert fs.client.find(f"s3://{bucket}/") == []
+    with fs.transaction:
+        fs.pipe_file(f"{bucket}/tx/p3", b"3")
+    assert fs.cat_file(f"{bucket}/tx/p3") == b"3"

@@ -77,17 +77,32 @@ class RefreshingCredentials:
 
 def aws_s3_config(env: Mapping[str, str], clock: Callable[[], float] = time.time) -> S3SiteConfig:
     """Endpoint, region and credential source of ``s3://BUCKET/KEY`` URLs (see the module doc)."""
-    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    profile, config = _profile(env)
     home = env.get("HOME") or os.path.expanduser("~")
     shared = read_ini(env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials"))
+    endpoint, region = _place(env, config)
+    source = resolve_credentials(env, profile, shared, config, clock)
+    return S3SiteConfig(endpoint=endpoint, region=region, credentials=source() if source else None, source=source,
+                        where=f"AWS settings (environment, profile '{profile}')")
+
+
+def aws_endpoint_and_region(env: Mapping[str, str]) -> Tuple[Optional[str], Optional[str]]:
+    """The endpoint and region the AWS settings name, for keys that came from elsewhere (no
+    credential source runs)."""
+    return _place(env, _profile(env)[1])
+
+
+def _profile(env: Mapping[str, str]) -> Tuple[str, Dict[str, str]]:
+    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    home = env.get("HOME") or os.path.expanduser("~")
     config_file = read_ini(env.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"))
-    config = config_file.get(profile if profile == "default" else f"profile {profile}", {})
+    return profile, config_file.get(profile if profile == "default" else f"profile {profile}", {})
+
+
+def _place(env: Mapping[str, str], config: Dict[str, str]) -> Tuple[Optional[str], Optional[str]]:
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or config.get("region")
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or config.get("endpoint_url")
-    source = resolve_credentials(env, profile, shared, config, clock)
-    return S3SiteConfig(endpoint=endpoint.rstrip("/") if endpoint else None, region=region,
-                        credentials=source() if source else None, source=source,
-                        where=f"AWS settings (environment, profile '{profile}')")
+    return (endpoint.rstrip("/") if endpoint else None), region
 
 
 def resolve_credentials(env: Mapping[str, str], profile: str, shared: Dict[str, Dict[str, str]],

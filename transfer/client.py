@@ -29,21 +29,21 @@ import posixpath
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import namespace, uploads
+from transfer.backends.base import RangedReads, namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.credentials import Credentials
 from transfer.engine import Engine
-from transfer.errors import InvalidInput, NotFound, TransferError
+from transfer.errors import InvalidInput, NotFound, RemoteError, TransferError
 from transfer.listing import Entry
 from transfer.ops import Mkdir, Remove, Result, Transfer
 from transfer.session import BackendOpener, Session
 from transfer.urls import Url, parse_url
 
-__all__ = ["Client", "Entry"]
+__all__ = ["Client", "Entry", "literal_url"]
 
 UrlLike = Union[str, Url]
 
@@ -99,8 +99,9 @@ class Client:
         self.close()
 
     def url(self, text: UrlLike) -> Url:
-        """``text`` parsed (local paths literally); a Url passes through."""
-        return text if isinstance(text, Url) else parse_url(text)
+        """``text`` parsed (local paths and keys literally, trailing spaces included); a Url
+        passes through."""
+        return text if isinstance(text, Url) else literal_url(text)
 
     # -- many files -----------------------------------------------------------------------
 
@@ -113,6 +114,7 @@ class Client:
         for src, dst in pairs:
             source = self.url(src)
             ops.append(Transfer((source,), self._dest(source, self.url(dst))))
+        _refuse_shared_destinations(ops)
         results = self.engine.run(ops, cancel)
         if check:
             _raise_first(results)
@@ -133,16 +135,24 @@ class Client:
             raise
 
     def remove(self, urls: Union[UrlLike, Sequence[UrlLike]], *, recursive: bool = False) -> None:
-        """Remove objects (bundle members too), or whole prefixes with ``recursive``. Without it
-        a missing object raises NotFound and a directory InvalidInput: nothing is removed
-        silently-not. Several URLs go as one batch (batched deletes)."""
+        """Remove objects (bundle members too), or whole prefixes with ``recursive`` (an object's
+        URL still removes the object). Without it a missing object raises NotFound and a
+        directory InvalidInput: nothing is removed silently-not. Several URLs go as one batch
+        (batched deletes)."""
         targets = [self.url(u) for u in ([urls] if isinstance(urls, (str, Url)) else urls)]
-        if not recursive:
-            for target in targets:
-                if self._info(target).is_dir:
-                    raise InvalidInput("is a directory: pass recursive=True to remove everything under it",
-                                       url=str(target), operation="remove")
-        _raise_first(self.engine.run([Remove(t, recursive) for t in targets]))
+        ops = []
+        for target in targets:  # all looked up before anything is removed
+            try:
+                is_dir = self._info(target).is_dir
+            except NotFound:
+                if not recursive:
+                    raise
+                is_dir = True  # nothing there: removing it recursively is no error
+            if is_dir and not recursive:
+                raise InvalidInput("is a directory: pass recursive=True to remove everything under it",
+                                   url=str(target), operation="remove")
+            ops.append(Remove(target, is_dir))  # a recursive Remove lists 'url/' only: an object is itself
+        _raise_first(self.engine.run(ops))
 
     def mkdir(self, url: UrlLike) -> None:
         """Create a local directory, or the bucket of an object-store URL (idempotent)."""
@@ -150,31 +160,44 @@ class Client:
 
     # -- one object -----------------------------------------------------------------------
 
-    def read_bytes(self, url: UrlLike, start: Optional[int] = None, end: Optional[int] = None) -> bytes:
-        """The object's bytes (``[start, end)`` when given; bundle members too). One GET when
-        it answers; a missing object (a bundle member?) or an error worth retrying goes the
-        engine's way (retries, bundles, node cache)."""
+    def read_bytes(self, url: UrlLike, start: Optional[int] = None, end: Optional[int] = None, *,
+                   pin: Optional[Entry] = None) -> bytes:
+        """The object's bytes (``[start, end)`` when given, as a slice: empty past the end;
+        bundle members too). One GET when it answers; a missing object (a bundle member?) or
+        an error worth retrying goes the engine's way (retries, bundles, node cache).
+        ``pin``: the object as :meth:`info` found it; a range of an object replaced since (other
+        ETag or size) raises RemoteError "the object changed" instead of mixing two versions."""
         target = self.url(url)
         if self._cache is None and not target.is_local:
             try:
-                return self._get(target, start, end)
+                return self._get(target, start, end, pin)
             except TransferError as err:
                 if not (err.retryable or isinstance(err, NotFound)):
                     raise
         return self._read_via_engine(target, start, end)
 
-    def _get(self, target: Url, start: Optional[int], end: Optional[int]) -> bytes:
+    def _get(self, target: Url, start: Optional[int], end: Optional[int], pin: Optional[Entry]) -> bytes:
         backend = self.session.backend(target)
-        if start is None and end is None:
+        if start is None and end is None and pin is None:
             sink = io.BytesIO()
             backend.get(target, sink)
             return sink.getvalue()
         first = start or 0
-        last = backend.stat(target).size if end is None else end
+        last = (backend.stat(target).size if pin is None else pin.size) if end is None else end
+        if pin is not None:
+            last = min(last, pin.size)
         if last <= first:
             return b""
         sink = io.BytesIO()
-        backend.get(target, sink, (first, last))
+        if pin is not None and pin.version and isinstance(backend, RangedReads):
+            backend.get_range(target, (first, last), pin.version, pin.size, sink.write)
+            return sink.getvalue()
+        try:
+            backend.get(target, sink, (first, last))
+        except RemoteError as err:
+            if err.status != 416:
+                raise
+            return b""  # the range starts at or past the end: empty, as a slice of the bytes is
         return sink.getvalue()
 
     def _read_via_engine(self, target: Url, start: Optional[int], end: Optional[int]) -> bytes:
@@ -187,14 +210,18 @@ class Client:
                 return fh.read() if end is None else fh.read(max(0, end - (start or 0)))
 
     def write_bytes(self, url: UrlLike, data: bytes) -> None:
-        """Store ``data`` as the object ``url`` (verified by size and checksum)."""
+        """Store ``data`` as the object ``url`` (verified by size and checksum); a URL ending in
+        ``/`` names a directory, not an object: InvalidInput."""
         target = self.url(url)
+        if target.path.endswith("/"):  # copy() would add a name to it: a key nobody asked for
+            raise InvalidInput("names a directory (ends in '/'), not an object to write", url=str(target),
+                               operation="put")
         uploads(self.session.backend(target), target, "put")
         with tempfile.TemporaryDirectory(prefix="pegasus-cloudio-") as scratch:
             path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
             with open(path, "wb") as fh:
                 fh.write(data)
-            _raise_first(self.engine.run([Transfer((parse_url(path),), target)]))
+            _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
 
     # -- namespace ------------------------------------------------------------------------
 
@@ -234,6 +261,22 @@ class Client:
         if dest.is_local and dest.path.endswith(os.sep) and source.path.rstrip("/"):
             return dest.with_path(os.path.join(dest.path, posixpath.basename(source.path.rstrip("/"))))
         return dest
+
+
+def literal_url(text: str) -> Url:
+    """``parse_url(text)`` with trailing spaces kept: a key or local path is taken literally."""
+    parsed = parse_url(text)  # strips blanks, as pegasus-transfer's input files need
+    spaces = text[len(text.rstrip(" ")):]
+    return parsed.with_path(parsed.path + spaces) if spaces and parsed.path else parsed
+
+
+def _refuse_shared_destinations(ops: Sequence[Transfer]) -> None:
+    """Copies of two sources to one destination run at once: it would hold either, and both
+    report ok. The same pair twice is harmless."""
+    sources: Dict[Url, Tuple[Url, ...]] = {}
+    for op in ops:
+        if sources.setdefault(op.dest, op.sources) != op.sources:
+            raise InvalidInput("two sources of one copy write this destination", url=str(op.dest), operation="copy")
 
 
 def _raise_first(results: Sequence[Result]) -> None:

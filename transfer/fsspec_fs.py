@@ -10,15 +10,19 @@ of the call as ONE engine batch (threads, warm pool, bundles, node cache), inste
 file-by-file loop: the per-file methods only collect while a bulk call is in progress.
 Bundle members are files to ``ls``/``info``/``open``/``cat``. Object stores have no empty
 directories: ``mkdir`` of a bucket creates the bucket, other directories exist once
-something is stored under them.
+something is stored under them. Files opened for writing in ``with fs.transaction:`` are
+stored when it ends, and none of them if it ends by an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
+import posixpath
 import tempfile
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
@@ -128,12 +132,12 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         if not isinstance(lpath, (str, os.PathLike)):
             lpath.write(self.cat_file(rpath))
             return
-        self._one((self._strip_protocol(rpath), os.fspath(lpath)), self._run_get)
+        self._one((self._strip_protocol(rpath), _local(lpath)), self._run_get)
 
     def put_file(self, lpath: Any, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any) -> None:
         if mode == "create" and self.exists(rpath):
             raise FileExistsError(rpath)
-        self._one((os.fspath(lpath), self._strip_protocol(rpath)), self._run_put)
+        self._one((_local(lpath), self._strip_protocol(rpath)), self._run_put)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         self._one((self._strip_protocol(path1), self._strip_protocol(path2)), self._run_copy)
@@ -206,15 +210,20 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
     # -- single objects ---------------------------------------------------------------
 
     def cat_file(self, path: str, start: Optional[int] = None, end: Optional[int] = None, **kwargs: Any) -> bytes:
+        url, pin = self._url(path), None
         if start is not None and start < 0 or end is not None and end < 0:
-            size = self.info(path)["size"]
-            start = None if start is None else max(0, size + start) if start < 0 else start
-            end = None if end is None else max(0, size + end) if end < 0 else end
-        return self.client.read_bytes(self._url(path), start, end)
+            pin = self.client.info(url)  # the store's size (a listing may be stale), and the read pinned to it
+            start = None if start is None else max(0, pin.size + start) if start < 0 else start
+            end = None if end is None else max(0, pin.size + end) if end < 0 else end
+        return self.client.read_bytes(url, start, end, pin=pin)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         if mode == "create" and self.exists(path):
             raise FileExistsError(path)
+        if self._intrans:  # through a file, which the transaction stores when it ends
+            with self.open(path, "wb") as fh:
+                fh.write(value)
+            return
         self.invalidate_cache()
         self.client.write_bytes(self._url(path), bytes(value))
 
@@ -222,25 +231,54 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
               cache_options: Any = None, **kwargs: Any) -> "CloudioFile":
         if "x" in mode and self.exists(path):
             raise FileExistsError(path)
-        return CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
+        if mode == "rb":
+            details = self.info(path)
+            if details["type"] == "directory":  # size 0: it would read as an empty file
+                raise IsADirectoryError(f"{self._strip_protocol(path)}: is a directory, not a file")
+            kwargs["size"] = details["size"]
+        made = CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
                            cache_options=cache_options, **kwargs)
+        if mode == "rb":
+            made.details = details
+        return made
 
     def invalidate_cache(self, path: Optional[str] = None) -> None:
         self.dircache.clear()
 
 
 class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
-    """Reads are ranged GETs (bundle members: the member's bytes); a write is spooled to a
-    temporary file and stored as one object (one engine transfer) when the file is closed."""
+    """Reads are ranged GETs of the version opened (an object replaced meanwhile raises rather
+    than mix two versions; bundle members: the member's bytes); a write is spooled to a
+    temporary file and stored as one object (one engine transfer) when the file is closed.
+    Appending (``"ab"``) spools the stored bytes first, so the object keeps them."""
+
+    _spool: IO[bytes]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.mode == "ab":
+            self._initiate_upload()
+            self.loc = os.path.getsize(self._spool.name)
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         if start >= self.size:
             return b""
-        data: bytes = self.fs.client.read_bytes(self.fs._url(self.path), start, min(end, self.size))
+        url = self.fs._url(self.path)  # every block from the version opened: a replaced object fails
+        pin = Entry(url, posixpath.basename(url), self.size, False, self.details.get("ETag"))
+        data: bytes = self.fs.client.read_bytes(url, start, min(end, self.size), pin=pin)
         return data
 
     def _initiate_upload(self) -> None:
+        if hasattr(self, "_spool"):
+            return  # appending: made when the file was opened
         self._spool = tempfile.NamedTemporaryFile(prefix="pegasus-cloudio-", delete=False)
+        if self.mode == "ab":
+            self._spool.close()
+            [stored] = self.fs.client.copy([(self.fs._url(self.path), self._spool.name)], check=False)
+            if not stored.ok and not isinstance(stored.error, NotFound):  # absent: the append creates it
+                os.unlink(self._spool.name)
+                raise stored.error
+            self._spool = open(self._spool.name, "ab")
 
     def _upload_chunk(self, final: bool = False) -> bool:
         if not hasattr(self, "_spool"):
@@ -248,19 +286,30 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
         self._spool.write(self.buffer.getvalue())
         if final:
             self._spool.close()
-            try:
-                self.fs.invalidate_cache()
-                self.fs.client.copy([(self._spool.name, self.fs._url(self.path))])
-            finally:
-                os.unlink(self._spool.name)
+            if self.autocommit:  # else in a transaction: stored by commit() when it ends
+                self.commit()
         return True
+
+    def commit(self) -> None:
+        try:
+            self.fs.invalidate_cache()
+            self.fs.client.copy([(self._spool.name, self.fs._url(self.path))])
+        finally:
+            os.unlink(self._spool.name)
 
     def discard(self) -> None:
         spool = getattr(self, "_spool", None)
         if spool is not None:
             spool.close()
-            os.unlink(spool.name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spool.name)
 
 
-_CLIENT_ARGS = frozenset({"endpoint", "region", "access_key", "secret_key", "session_token", "anonymous",
-                          "threads", "bundles", "cache_dir", "settings", "env"})
+def _local(path: Any) -> str:
+    """A local path as the Client must get it: absolute, so never taken for a URL ('file:x',
+    'a:b' are file names here); a trailing separator (a directory) kept."""
+    text: str = os.fspath(path)
+    return os.path.abspath(text) + (os.sep if text.endswith(os.sep) else "")
+
+
+_CLIENT_ARGS = frozenset(inspect.signature(Client).parameters)  # all of them, as the module doc says

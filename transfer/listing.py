@@ -84,6 +84,8 @@ def recursive(backend: Lister, url: Url) -> List[Entry]:
     marker = "/" + BUNDLE_DIR + "/"
     for found in backend.list(url):
         path = found.url.path
+        if path.endswith("/"):  # a directory marker (S3 consoles' "folder"), never a file
+            continue
         if marker in path:
             bundle_dirs.add(path.split(marker, 1)[0])
             continue

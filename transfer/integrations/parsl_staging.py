@@ -35,7 +35,8 @@ try:
 except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[parsl]'") from missing
 
-from transfer.client import Client
+from transfer.client import Client, literal_url
+from transfer.errors import InvalidInput
 
 __all__ = ["S3Staging"]
 
@@ -65,7 +66,11 @@ class S3Staging(Staging, RepresentationMixin):
 
     def _place(self, dm: Any, executor: str, file: File) -> None:
         base = self.local_dir or getattr(dm.dfk.executors[executor], "working_dir", None) or ""
-        file.local_path = os.path.join(base, file.netloc, file.path.lstrip("/"))
+        url = literal_url(file.url)  # the key as it is downloaded: Parsl's parse drops "?..." and "#..."
+        if any(part in (".", "..") for part in url.path.split("/")):  # would land outside ``base``
+            raise InvalidInput("a key with '.' or '..' components has no local path under the staging directory",
+                               url=file.url, operation="stage")
+        file.local_path = os.path.join(base, url.host, url.path.lstrip("/"))
 
     def stage_in(self, dm: Any, executor: str, file: File, parent_fut: Any) -> None:
         self._place(dm, executor, file)

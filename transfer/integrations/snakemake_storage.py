@@ -49,6 +49,7 @@ try:
 except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[snakemake]'") from missing
 
+from transfer.aws_chain import aws_endpoint_and_region
 from transfer.errors import InvalidInput, NotFound
 from transfer.client import Client, Entry
 
@@ -150,7 +151,11 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
         if threads < 1:  # the Client would refuse it too, but by the library's name for it
             raise InvalidInput(f"--storage-pegasus-cloudio-threads must be at least 1 (got {threads})",
                                operation="config")
-        self.client = Client(endpoint=settings.endpoint_url, region=settings.region, access_key=settings.access_key,
+        endpoint, region = settings.endpoint_url, settings.region
+        if endpoint is None or region is None:  # the AWS settings' (docs/engines.md), also for keys given here
+            aws_endpoint, aws_region = aws_endpoint_and_region(os.environ)
+            endpoint, region = endpoint or aws_endpoint, region or aws_region
+        self.client = Client(endpoint=endpoint, region=region, access_key=settings.access_key,
                              secret_key=settings.secret_key, session_token=settings.session_token,
                              threads=threads)
         self.batches = _Batches(self.client, self.logger)
