@@ -95,24 +95,32 @@ class BundleStager:
 
     def _directory(self, backend: Backend, directory: Url, map_fn: MapFn = map) -> BundleDirectory:
         """The directory's index, loaded once: concurrent callers wait for the one loader."""
-        key = (id(backend), directory.path)
-        with self._lock:
-            future = self._directories.get(key)
-            loader = future is None
-            if future is None:
-                future = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn), {})
-        if loader:
-            self._load(key, future)
+        future, load = self._index_load(backend, directory, map_fn)
+        if load is not None:
+            load()
         result: BundleDirectory = future.result()
         return result
 
-    def _load(self, key: Hashable, future: Task) -> None:
-        """Run one directory's index load: its waiters get its error too; later callers try again."""
-        future.run()
-        if future.exception() is not None:
-            with self._lock:
-                if self._directories.get(key) is future:
-                    self._directories.pop(key, None)
+    def _index_load(self, backend: Backend, directory: Url,
+                    map_fn: MapFn) -> Tuple[Task, Optional[Callable[[], None]]]:
+        """The directory's index load, and the call that runs it when this caller is the first
+        (None: another caller runs it). A failed load is forgotten: its waiters get its error,
+        later callers try again."""
+        key = (id(backend), directory.path)
+        with self._lock:
+            future = self._directories.get(key)
+            if future is not None:
+                return future, None
+            created = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn), {})
+
+        def load() -> None:
+            created.run()
+            if created.exception() is not None:
+                with self._lock:
+                    if self._directories.get(key) is created:
+                        self._directories.pop(key, None)
+
+        return created, load
 
     def _forget(self, backend: Backend, directory: Url) -> None:
         with self._lock:
@@ -167,10 +175,7 @@ class BundleStager:
 
     def _loaded(self, source: Url) -> bool:
         """The index of ``source``'s directory is loaded in this process (no I/O)."""
-        try:
-            located = self._locate(source)
-        except TransferError:
-            return False  # the per-file path meets the same error and reports it per file
+        located = self._locate_quietly(source)
         if located is None:
             return False
         with self._lock:
@@ -207,21 +212,13 @@ class BundleStager:
         still under way then counts as yes (the pass ends, and the per-file path's files of that
         directory wait for it in :meth:`known_member`, other directories' files do not); an index
         that could not load counts as no (the per-file path reports the file)."""
-        try:
-            located = self._locate(source)
-        except TransferError:
-            return False  # the per-file path meets the same error and reports it per file
+        located = self._locate_quietly(source)
         if located is None:
             return False
         backend, directory, name = located
-        key = (id(backend), directory.path)
-        with self._lock:
-            future = self._directories.get(key)
-            loader = future is None
-            if future is None:
-                future = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map), {})
-        if loader:
-            start(lambda: self._load(key, future))
+        future, load = self._index_load(backend, directory, map)
+        if load is not None:
+            start(load)
         try:
             if future.exception(wait) is not None:
                 return False
@@ -229,6 +226,14 @@ class BundleStager:
             return True
         index: BundleDirectory = future.result()
         return index.lookup(name) is not None
+
+    def _locate_quietly(self, source: Url) -> Optional[Tuple[Backend, Url, str]]:
+        """:meth:`_locate`, None also for a URL without a usable backend (the per-file path
+        meets the same error and reports it per file)."""
+        try:
+            return self._locate(source)
+        except TransferError:
+            return None
 
     def known_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The member serving ``source`` if its directory's index is loaded or being loaded
