@@ -71,6 +71,8 @@ def remove_temp_files() -> int:
     """Unlink every temp file of this process not yet committed; returns how many. For signal
     handlers: the writers' threads may still hold them open, but nothing is left on disk."""
     return _LIVE.remove_all()
+
+
 _SHORT_NAME = 50  # characters: at most 200 bytes of UTF-8, nothing to measure
 
 

@@ -264,10 +264,8 @@ class Client:
 
 
 def literal_url(text: str) -> Url:
-    """``parse_url(text)`` with trailing spaces kept: a key or local path is taken literally."""
-    parsed = parse_url(text)  # strips blanks, as pegasus-transfer's input files need
-    spaces = text[len(text.rstrip(" ")):]
-    return parsed.with_path(parsed.path + spaces) if spaces and parsed.path else parsed
+    """``parse_url(text)`` with trailing blanks kept: a key or local path is taken literally."""
+    return parse_url(text, trailing_blanks=True)
 
 
 def _refuse_shared_destinations(ops: Sequence[Transfer]) -> None:

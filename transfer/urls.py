@@ -158,15 +158,18 @@ def _expand(path: str, env: Optional[Mapping[str, str]]) -> str:
 
 
 def parse_url(
-    text: str, site_label: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+    text: str, site_label: Optional[str] = None, env: Optional[Mapping[str, str]] = None, *,
+    trailing_blanks: bool = False,
 ) -> Url:
     """Parse ``text``; raise :class:`InvalidInput` naming the URL when it cannot be parsed.
 
     ``env``: expand ``$VAR`` in local paths from this mapping (pegasus-transfer's rule); None
-    (the default) expands nothing."""
+    (the default) expands nothing. Blanks around ``text`` are dropped (input files pad URLs),
+    but with ``trailing_blanks`` those at its end stay part of the key or path (the library's
+    callers name objects literally: ``"x "`` is not ``"x"``)."""
     if not isinstance(text, str):
         raise TypeError(f"parse_url() takes a str, not {type(text).__name__}")
-    text = text.strip()
+    text = text.lstrip() if trailing_blanks else text.strip()
     if not text:
         raise InvalidInput("empty URL", operation="parse")
     if ":" not in text or text.startswith("/"):
