@@ -9,6 +9,8 @@ import pytest
 
 from pegasus_cloudio.testbed.proxy import Fault
 from transfer import Engine, InvalidInput, Mkdir, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
+from transfer._workers import InlineExecutor
+from transfer.cache import CacheConfig, NodeCache
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
 COUNT = 24
@@ -53,6 +55,44 @@ def test_a_batch_is_pipelined_over_few_connections_and_arrives_whole(stored, buc
     counts = proxy.snapshot()
     assert counts["requests_by_method"] == {"GET": COUNT} and counts["connections"] <= 3
     assert hidden(tmp_path / "out") == []
+
+
+class CountingExecutor(InlineExecutor):
+    """Runs tasks inline and counts them: each per-file transfer is one task."""
+
+    submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_with_the_node_cache_misses_are_pipelined_and_fill_the_cache_as_one_by_one(stored, bucket, tmp_path):
+    """The node cache is on by default: its misses take the pass too, and leave what the per-file
+    fill leaves (an entry per object, the destination a hard link to it); its hits cost no GET."""
+    proxy, env, data = stored
+    cache = NodeCache(CacheConfig(str(tmp_path / "cache"), max_bytes=1 << 30, min_free_bytes=0, fsync=False))
+
+    def run(out):
+        executor = CountingExecutor()
+        with Session(Settings(threads=3), env) as session:
+            results = Engine(session, retry=FAST_RETRY, executor=executor, cache=cache).run(
+                [Transfer((s3(bucket, n),), parse_url(f"file://{out}/{n}")) for n in data])
+        assert all(r.ok and r.attempts == 1 for r in results), [r.error for r in results if not r.ok]
+        assert {n: (out / n).read_bytes() for n in data} == data and hidden(out) == []
+        return executor.submitted
+
+    assert run(tmp_path / "first") == 0  # no file went the per-file way
+    counts = proxy.snapshot()
+    assert counts["requests_by_method"] == {"GET": COUNT} and counts["connections"] <= 3
+    for name in data:
+        st = os.stat(tmp_path / "first" / name)
+        assert st.st_nlink == 2 and not st.st_mode & 0o222, (name, st)
+    assert cache.stats().misses == COUNT
+    proxy.reset_counters()
+    run(tmp_path / "second")
+    assert proxy.snapshot()["requests"] == 0
+    assert cache.stats().hits == COUNT
 
 
 @pytest.mark.parametrize("fault", [

@@ -1,12 +1,12 @@
 """The engine's first pass over a batch of small downloads: many objects per round trip.
 
 A small GET through the worker threads costs the client more CPU in thread hand-offs than in
-the request itself. So, in a run without node cache, peers or bundles, the downloads of a
-remote object to a local file whose backend offers
-:class:`~transfer.backends.base.BatchReads` (S3, over HTTP or HTTPS: pipelined GETs from the
-engine's own thread, see :mod:`transfer.http.pipeline`) are read in one pass first, each
-verified body written to its destination atomically (:func:`~transfer.atomic.atomic_write_bytes`:
-a temp name beside it, then a rename; never a partial file under the final name).
+the request itself. So, in a run without peers or bundles, the downloads of a remote object to
+a local file whose backend offers :class:`~transfer.backends.base.BatchReads` (S3, over HTTP or
+HTTPS: pipelined GETs from the engine's own thread, see :mod:`transfer.http.pipeline`) are read
+in one pass first, each verified body handed to the caller's ``write`` (by default
+:func:`~transfer.atomic.atomic_write_bytes`: a temp name beside the destination, then a rename;
+never a partial file under the final name; with a node cache, the engine's fill of the entry).
 
 Every transfer this pass does not finish -- an error answer, a failed check, a large object,
 a local write error, no answer -- goes down the engine's ordinary per-file path from scratch,
@@ -34,21 +34,30 @@ if TYPE_CHECKING:
 
     Finish = Callable[[int, Result], None]
     StandsIn = Callable[[Url], bool]
+    Write = Callable[[Transfer, bytes, ObjectInfo], int]
 
 __all__ = ["read_batched"]
 
 _MIN_BATCH = 2  # one file gains nothing from a pass of its own
 
 
+def write_file(op: Transfer, body: bytes, info: ObjectInfo) -> int:
+    """The default ``write`` of :func:`read_batched`: ``body`` to the destination, atomically."""
+    return atomic_write_bytes(op.dest.path, body)
+
+
 def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
-                 cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
+                 cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn,
+                 write: Write = write_file) -> List[Tuple[int, Transfer]]:
     """Read what it can of ``indexed`` (position, transfer) in one pass, calling
     ``finish(position, result)`` for each file done (what ``finish`` raises leaves this call once
     the pass is over, as it leaves the engine's run on the ordinary path); returns the rest, in order.
     ``stands_in(source)``, asked of a source the store does not have, says whether a bundle
     member stands in for it (its directory's listing waited for briefly, one still under way
     counting as yes): then the pass ends, and the per-file path finds the members (one listing
-    per directory, each directory's files waiting only for their own)."""
+    per directory, each directory's files waiting only for their own). ``write(op, body, info)``
+    puts a verified body where ``op`` wants it and returns its size; whatever it raises leaves
+    that file to the per-file path."""
     rest: List[Tuple[int, Transfer]] = []
     groups: Dict[int, Tuple[BatchReads, List[Tuple[int, Transfer]]]] = {}
     for item in indexed:
@@ -69,7 +78,7 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
         if len(group) < _MIN_BATCH:
             rest.extend(group)
         else:
-            rest.extend(_read_group(reader, group, connections, budget, cancel, finish, stands_in))
+            rest.extend(_read_group(reader, group, connections, budget, cancel, finish, stands_in, write))
     rest.sort(key=_position)
     return rest
 
@@ -79,7 +88,7 @@ def _position(item: Tuple[int, Transfer]) -> int:
 
 
 def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
-                cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn) -> List[Tuple[int, Transfer]]:
+                cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn, write: Write) -> List[Tuple[int, Transfer]]:
     raised: List[Exception] = []  # what the caller's ``finish`` raised: the run's error, as on the ordinary path
 
     def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
@@ -87,8 +96,8 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
             return False
         position, op = group[k]
         try:
-            size = atomic_write_bytes(op.dest.path, body)
-        except TransferError:  # the ordinary path meets it again, and retries or reports it
+            size = write(op, body, info)
+        except (TransferError, OSError):  # the ordinary path meets it again, and retries or reports it
             return False
         seconds = time.monotonic() - sent
         source = op.sources[0]

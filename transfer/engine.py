@@ -258,8 +258,8 @@ class Engine:
                 groups = [pool.submit(task.download, g, budget, peers) for g in downloads]
                 groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
-        if len(indexed) > 1 and self._cache is None and self._bundle_stager is None and not self._bundles_on:
-            from transfer.batched import read_batched  # small downloads, pipelined from this thread first
+        if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
+            from transfer.batched import read_batched, write_file  # small downloads, pipelined from this thread first
 
             def stands_in(source: Url) -> bool:
                 # the listing runs on a thread of its own: one slow directory holds up the pass for
@@ -267,9 +267,13 @@ class Engine:
                 return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")),
                                                   _LISTING_WAIT)
 
-            indexed = read_batched(self._session, indexed, self._threads, budget,
-                                   budget.cancel if isinstance(budget, RunBudget) else None,
-                                   lambda i, result: self._finish(results, i, result), stands_in)
+            # node-cache hits are the per-file path's: served from the cache without a request
+            hits = {i for i, op in indexed if self._cached(op.sources[0])} if self._cache is not None else set()
+            rest = read_batched(self._session, [item for item in indexed if item[0] not in hits] if hits else indexed,
+                                self._threads, budget, budget.cancel if isinstance(budget, RunBudget) else None,
+                                lambda i, result: self._finish(results, i, result), stands_in,
+                                write_file if self._cache is None else self._write_fetched)
+            indexed = sorted(rest + [item for item in indexed if item[0] in hits]) if hits else rest
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             for group in groups:
@@ -487,6 +491,21 @@ class Engine:
                     err.message += note
                 raise
             return self._groups().read_member(found, source, dest_path, symlink, peers)
+
+    def _write_fetched(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
+        """The pipelined pass's ``write`` with the node cache: ``body`` (verified, of the object
+        ``op`` reads) fills the cache entry and the destination, as :meth:`_download`'s fill
+        does; an object the cache does not take is written to the destination alone."""
+        key = self._cache_key(op.sources[0])
+        if key is None or self._cache is None:
+            from transfer.batched import write_file
+            return write_file(op, body, info)
+
+        def received(sink: BinaryIO) -> ObjectInfo:
+            sink.write(body)
+            return info
+
+        return self._cache.fetch(key, op.dest.path, received, missed=True)[0]
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:

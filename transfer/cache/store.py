@@ -89,18 +89,19 @@ class NodeCache:
     # -- fetch ------------------------------------------------------------------------
 
     def fetch(self, key: str, dest_path: str, download: Download, *,
-              symlink: bool = False) -> Tuple[int, bool]:
+              symlink: bool = False, missed: bool = False) -> Tuple[int, bool]:
         """Make ``dest_path`` hold the object ``key`` names; returns (bytes, hit?).
 
         ``download(sink)`` writes the object to ``sink`` and returns its ObjectInfo. It is
         called at most once per fetch, and by one process at a time per key on the node;
-        its errors propagate unchanged and leave nothing behind.
+        its errors propagate unchanged and leave nothing behind. ``missed``: the caller has
+        just found no entry (a hint: the first look for a hit is made under the fill's lock).
         """
         paths = self._layout.paths(key)
         call = _Call()
         try:
-            for _ in range(_ROUNDS):
-                size = self._serve(paths, key, dest_path, symlink)
+            for attempt in range(_ROUNDS):
+                size = None if missed and not attempt else self._serve(paths, key, dest_path, symlink)
                 if size is not None:
                     self._counters.add(hits=1, requests_saved=1, bytes_saved=size)
                     return size, True
