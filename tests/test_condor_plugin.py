@@ -394,8 +394,11 @@ def test_killed_server_is_a_transient_failure(starter, behind_proxy):
     results = parse_results(outfile.read_text())
     assert len(results) == 4
     by_url = {ad.eval("TransferUrl"): ad for ad in results}
-    assert by_url[urls[0]].eval("TransferSuccess") and by_url[urls[1]].eval("TransferSuccess")
-    for url in urls[2:]:
+    assert by_url[urls[0]].eval("TransferSuccess")  # answered before slow.dat was asked for
+    # b.dat was asked for with slow.dat on one pipelined connection: its answer may be lost with
+    # that connection (a reset discards what the client had not read), and then it fails as they do
+    cut = [url for url in urls[1:] if url == urls[1] and not by_url[url].eval("TransferSuccess") or url != urls[1]]
+    for url in cut:
         ad = by_url[url]
         assert_filter_types(ad)
         assert ad.eval("TransferSuccess") is False and "retrying later may succeed" in ad.eval("TransferError")
