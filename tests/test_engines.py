@@ -163,6 +163,53 @@ def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: V
     assert methods.get("HEAD") == FILES + 2, methods
 
 
+LATE_OUTPUTS = """
+import asyncio, json, logging, subprocess, sys
+from pathlib import Path
+from snakemake.io import IOCache
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+endpoint, proxied, access, secret, base = sys.argv[1:6]
+settings = StorageProviderSettings(endpoint_url=proxied, access_key=access, secret_key=secret)
+provider = StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings)
+late, late_dir = provider.object(base + "/late.txt"), provider.object(base + "/late-dir")
+cache = IOCache(max_wait_time=10)  # as Snakemake does while it builds the DAG
+asyncio.run(late.inventory(cache))
+asyncio.run(late_dir.inventory(cache))
+planning = [asyncio.run(o.managed_exists()) for o in (late, late_dir)]
+# Another process (a remote job) stores the outputs after the listing, through its own client.
+writer = ("import sys; from transfer.client import Client\\n"
+          "c = Client(endpoint=sys.argv[1], access_key=sys.argv[2], secret_key=sys.argv[3])\\n"
+          "c.write_bytes(sys.argv[4] + '/late.txt', b'late!'); c.write_bytes(sys.argv[4] + '/late-dir/a/b.txt', b'b')")
+subprocess.run([sys.executable, "-c", writer, endpoint, access, secret, base], check=True)
+cache.deactivate()  # Snakemake, before it runs jobs: "from now on we always get updated information"
+after = [asyncio.run(o.managed_exists()) for o in (late, late_dir)]
+print(json.dumps({"planning": planning, "after": after}), flush=True)
+print(json.dumps({"size": asyncio.run(late.managed_size()), "mtime": asyncio.run(late.managed_mtime()) > 0}))
+"""
+
+
+def test_snakemake_sees_an_output_stored_by_another_process_after_the_listing(
+        snakemake_venv: Venv, minio: MinioServer, bucket: str, counted: TcpProxy, tmp_path: Path) -> None:
+    """Under remote execution a job's outputs reach the store from the job's node, after the
+    plugin listed their directory; Snakemake then checks them (its IOCache off). The plugin
+    answered from that listing for the whole run: "missing" (MissingOutputException) for an
+    output that exists. While Snakemake's IOCache holds the inventory, a listing's absence is
+    still answered without a request; afterwards a miss is one listing of the directory."""
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="run/out/other.txt", Body=b"listed")
+    counted.reset_counters()
+    done = run([str(bin_dir / "python"), "-c", LATE_OUTPUTS, minio.endpoint, counted.url(), minio.access_key,
+                minio.secret_key, f"s3://{bucket}/run/out"], env, tmp_path)
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines and lines[0]["planning"] == [False, False], done.stdout  # the inventory's snapshot
+    assert lines[0]["after"] == [True, True], done.stdout
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert lines[1] == {"size": len(b"late!"), "mtime": True}, lines
+    # One listing for both inventories; one listing of the directory for the first miss after
+    # the IOCache went, which also answers the second one and size and mtime. No HEAD.
+    assert counted.requests_by_method == {"GET": 2}, counted.requests_by_method
+
+
 FAILED_RETRIEVAL = """
 import asyncio, logging, os, sys
 from pathlib import Path
