@@ -61,6 +61,7 @@ except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[snakemake]'") from missing
 
 from transfer.aws_chain import aws_endpoint_and_region
+from transfer.context import check_ca_bundle
 from transfer.errors import InvalidInput, NotFound
 from transfer.client import Client, Entry
 
@@ -85,6 +86,8 @@ class StorageProviderSettings(StorageProviderSettingsBase):  # type: ignore[misc
     session_token: Optional[str] = _setting("S3 session token of temporary keys", secret=True)
     threads: Optional[int] = _setting("concurrent transfers and connections kept (default 8)", kind=int,
                                       default=8)
+    ca_bundle: Optional[str] = _setting("PEM file of the CAs that verify the endpoint's TLS certificate, "
+                                        "instead of the system's (a private CA)")
 
 
 def _split(query: str) -> Tuple[str, str]:
@@ -178,13 +181,15 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
         if threads < 1:  # the Client would refuse it too, but by the library's name for it
             raise InvalidInput(f"--storage-pegasus-cloudio-threads must be at least 1 (got {threads})",
                                operation="config")
+        if settings.ca_bundle is not None:  # named as the user gave it, before any request
+            check_ca_bundle(settings.ca_bundle, "--storage-pegasus-cloudio-ca-bundle")
         endpoint, region = settings.endpoint_url, settings.region
         if endpoint is None or region is None:  # the AWS settings' (docs/engines.md), also for keys given here
             aws_endpoint, aws_region = aws_endpoint_and_region(os.environ)
             endpoint, region = endpoint or aws_endpoint, region or aws_region
         self.client = Client(endpoint=endpoint, region=region, access_key=settings.access_key,
                              secret_key=settings.secret_key, session_token=settings.session_token,
-                             threads=threads)
+                             threads=threads, ca_bundle=settings.ca_bundle)
         self.batches = _Batches(self.client, self.logger)
         self.listed: Dict[str, Entry] = {}  # url -> what the store showed there (dropped on store/remove)
         self.listed_dirs: Dict[str, _Held] = {}  # directory URL (ending in "/") -> the inventory of its listing
