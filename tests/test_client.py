@@ -14,7 +14,7 @@ import pytest
 from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
 from transfer import Engine, Remove, Session, Settings, Transfer, parse_url
 from transfer.client import Client
-from transfer.errors import Cancelled, InvalidInput, NotFound
+from transfer.errors import Cancelled, ConfigError, InvalidInput, NotFound, RemoteError
 from transfer.urls import Url
 
 
@@ -288,3 +288,24 @@ def test_the_public_api_type_checks_under_mypy_strict(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(snippet)],
                           capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, MYPYPATH=repo))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ca_bundle_verifies_a_store_with_a_private_ca(minio_tls, tmp_path):
+    """``Client(ca_bundle=...)``: the only way to a private CA's store short of turning TLS
+    verification off (which the Client never does); an unreadable bundle fails when the Client
+    is made, naming it, before any connection."""
+    keys = {"access_key": minio_tls.access_key, "secret_key": minio_tls.secret_key, "env": {}}
+    name = f"s3://c-{uuid.uuid4().hex[:12]}"
+    with Client(endpoint=minio_tls.endpoint, ca_bundle=str(minio_tls.ca_file), **keys) as client:
+        client.mkdir(name)
+        client.write_bytes(f"{name}/a.txt", b"private")
+        assert client.read_bytes(f"{name}/a.txt") == b"private"
+    with Client(endpoint=minio_tls.endpoint, **keys) as client:  # the system's CAs do not know it
+        with pytest.raises(RemoteError, match="TLS certificate verification failed"):
+            client.read_bytes(f"{name}/a.txt")
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("not a certificate\n")
+    with TcpProxy((minio_tls.host, minio_tls.port)) as proxy:
+        with pytest.raises(ConfigError, match=f"^config {bad}: ca_bundle={bad}: cannot load CA certificates"):
+            Client(endpoint=proxy.url("https"), ca_bundle=str(bad), **keys)
+        assert proxy.connections == 0

@@ -66,7 +66,16 @@ def counted(minio: MinioServer) -> Iterator[TcpProxy]:
 
 def _boto(minio: MinioServer):  # type: ignore[no-untyped-def]
     return boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
-                        aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+                        aws_secret_access_key=minio.secret_key, region_name="us-east-1",
+                        verify=str(minio.ca_file) if minio.tls else None)
+
+
+@pytest.fixture
+def tls_bucket(minio_tls: MinioServer) -> str:
+    """A new bucket on the MinIO whose certificate only its private CA (``ca_file``) verifies."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    _boto(minio_tls).create_bucket(Bucket=name)
+    return name
 
 
 def _blocks(lang: str) -> List[str]:
@@ -155,12 +164,64 @@ def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: V
     # The gather job's FILES extra inputs, which only it reads, are retrieved as one engine batch.
     assert f"{FILES} files for {FILES} storage objects in one engine batch" in log, log[-6000:]
     methods = counted.requests_by_method
-    # Existence and modification times came from ONE listing (a GET): besides it, a GET per
-    # input, a PUT per output and a HEAD per output after its upload (Snakemake then asks for
-    # its existence and mtime repeatedly), plus the bucket check: no request per check.
-    assert methods.get("GET") == 2 * FILES + 1, methods
-    assert methods.get("PUT") == FILES + 1, methods
+    # While Snakemake builds the DAG, existence and modification times come from ONE listing (a
+    # GET). Then a GET per input, a PUT per output and a HEAD per output after its upload
+    # (Snakemake then asks for its existence and mtime repeatedly), plus the bucket check. Once
+    # the DAG is built, Snakemake checks each output twice before its job runs (is it there? then
+    # remove it): the listing no longer answers for an absence, so each check is one listing of
+    # the output's directory (up to 2 more while parts/ is still empty, for each of the 2 jobs
+    # prepared before the first output is stored: the listing then also asks about parts/ itself).
+    outputs = FILES + 1
+    assert 2 * FILES + 1 + 2 * outputs <= methods.get("GET", 0) <= 2 * FILES + 1 + 2 * outputs + 2 * 2 * 2, methods
+    assert methods.get("PUT") == outputs, methods
     assert methods.get("HEAD") == FILES + 2, methods
+
+
+LATE_OUTPUTS = """
+import asyncio, json, logging, subprocess, sys
+from pathlib import Path
+from snakemake.io import IOCache
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+endpoint, proxied, access, secret, base = sys.argv[1:6]
+settings = StorageProviderSettings(endpoint_url=proxied, access_key=access, secret_key=secret)
+provider = StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings)
+late, late_dir = provider.object(base + "/late.txt"), provider.object(base + "/late-dir")
+cache = IOCache(max_wait_time=10)  # as Snakemake does while it builds the DAG
+asyncio.run(late.inventory(cache))
+asyncio.run(late_dir.inventory(cache))
+planning = [asyncio.run(o.managed_exists()) for o in (late, late_dir)]
+# Another process (a remote job) stores the outputs after the listing, through its own client.
+writer = ("import sys; from transfer.client import Client\\n"
+          "c = Client(endpoint=sys.argv[1], access_key=sys.argv[2], secret_key=sys.argv[3])\\n"
+          "c.write_bytes(sys.argv[4] + '/late.txt', b'late!'); c.write_bytes(sys.argv[4] + '/late-dir/a/b.txt', b'b')")
+subprocess.run([sys.executable, "-c", writer, endpoint, access, secret, base], check=True)
+cache.deactivate()  # Snakemake, before it runs jobs: "from now on we always get updated information"
+after = [asyncio.run(o.managed_exists()) for o in (late, late_dir)]
+print(json.dumps({"planning": planning, "after": after}), flush=True)
+print(json.dumps({"size": asyncio.run(late.managed_size()), "mtime": asyncio.run(late.managed_mtime()) > 0}))
+"""
+
+
+def test_snakemake_sees_an_output_stored_by_another_process_after_the_listing(
+        snakemake_venv: Venv, minio: MinioServer, bucket: str, counted: TcpProxy, tmp_path: Path) -> None:
+    """Under remote execution a job's outputs reach the store from the job's node, after the
+    plugin listed their directory; Snakemake then checks them (its IOCache off). The plugin
+    answered from that listing for the whole run: "missing" (MissingOutputException) for an
+    output that exists. While Snakemake's IOCache holds the inventory, a listing's absence is
+    still answered without a request; afterwards a miss is one listing of the directory."""
+    bin_dir, env = snakemake_venv
+    _boto(minio).put_object(Bucket=bucket, Key="run/out/other.txt", Body=b"listed")
+    counted.reset_counters()
+    done = run([str(bin_dir / "python"), "-c", LATE_OUTPUTS, minio.endpoint, counted.url(), minio.access_key,
+                minio.secret_key, f"s3://{bucket}/run/out"], env, tmp_path)
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines and lines[0]["planning"] == [False, False], done.stdout  # the inventory's snapshot
+    assert lines[0]["after"] == [True, True], done.stdout
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert lines[1] == {"size": len(b"late!"), "mtime": True}, lines
+    # One listing for both inventories; one listing of the directory for the first miss after
+    # the IOCache went, which also answers the second one and size and mtime. No HEAD.
+    assert counted.requests_by_method == {"GET": 2}, counted.requests_by_method
 
 
 FAILED_RETRIEVAL = """
@@ -221,6 +282,53 @@ def test_snakemake_takes_the_endpoint_from_aws_endpoint_url_when_keys_are_given(
     assert done.stdout.split() == ["True"], done.stdout
 
 
+BAD_CA_BUNDLE = """
+import logging, sys
+from pathlib import Path
+from snakemake_storage_plugin_pegasus_cloudio import StorageProvider, StorageProviderSettings
+settings = StorageProviderSettings(endpoint_url=sys.argv[1], access_key="a", secret_key="b", ca_bundle=sys.argv[2])
+try:
+    StorageProvider(local_prefix=Path("local"), logger=logging.getLogger(), settings=settings).object(sys.argv[3]).exists()
+except ValueError as err:
+    print(err)
+else:
+    print("accepted")
+"""
+
+
+def test_snakemake_verifies_a_private_ca_given_as_ca_bundle(snakemake_venv: Venv, minio_tls: MinioServer,
+                                                          tls_bucket: str, tmp_path: Path) -> None:
+    """A store with a private CA could only be used with TLS verification off (the plugin had no
+    CA setting). The docs' example over https: refused without ``--storage-pegasus-cloudio-ca-bundle``
+    (the CA is not the system's), run with it; an unreadable bundle is one line naming the option
+    and its file, before any connection."""
+    bin_dir, env = snakemake_venv
+    _boto(minio_tls).put_object(Bucket=tls_bucket, Key="run1/in/hello.txt", Body=b"hello, world\n")
+    [snakefile] = _blocks("snakemake")
+    env = dict(env, AWS_ACCESS_KEY_ID=minio_tls.access_key, AWS_SECRET_ACCESS_KEY=minio_tls.secret_key)
+    argv = [str(bin_dir / "snakemake"), "--cores", "1", "--default-storage-provider", "pegasus-cloudio",
+            "--default-storage-prefix", f"s3://{tls_bucket}/run1", "--storage-pegasus-cloudio-endpoint-url",
+            minio_tls.endpoint]
+    for name, extra in (("without", []), ("with", ["--storage-pegasus-cloudio-ca-bundle", str(minio_tls.ca_file)])):
+        work = tmp_path / name
+        work.mkdir()
+        (work / "Snakefile").write_text(snakefile)
+        done = run(argv + extra, env, work, timeout=600)
+        log = done.stdout + done.stderr
+        if name == "without":
+            assert done.returncode != 0 and "TLS certificate verification failed" in log, log[-5000:]
+        else:
+            assert done.returncode == 0, log[-5000:]
+    assert _boto(minio_tls).get_object(Bucket=tls_bucket, Key="run1/out/hello.txt")["Body"].read() == b"HELLO, WORLD\n"
+    with TcpProxy((minio_tls.host, minio_tls.port)) as proxy:
+        missing = tmp_path / "missing-ca.pem"
+        done = run([str(bin_dir / "python"), "-c", BAD_CA_BUNDLE, proxy.url("https"), str(missing),
+                    f"s3://{tls_bucket}/run1/in/hello.txt"], env, tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"--storage-pegasus-cloudio-ca-bundle={missing}: cannot load CA certificates" in done.stdout, done.stdout
+        assert proxy.connections == 0
+
+
 ZERO_THREADS = """
 import logging, sys
 from pathlib import Path
@@ -272,6 +380,59 @@ def test_parsl_example_of_the_docs_runs_as_written(parsl_venv: Venv, minio: Mini
     done = run([str(bin_dir / "python"), "example.py"], env, tmp_path, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     assert _boto(minio).get_object(Bucket=bucket, Key="out/hello.txt")["Body"].read() == b"HELLO, WORLD\n"
+
+
+PARSL_TLS = """
+import sys
+import parsl
+from parsl.app.app import python_app
+from parsl.config import Config
+from parsl.data_provider.files import File
+from parsl.executors import ThreadPoolExecutor
+from transfer.integrations.parsl_staging import S3Staging
+
+endpoint, ca_file, bucket, run_dir = sys.argv[1:5]
+try:
+    S3Staging(endpoint_url=endpoint, ca_bundle=run_dir + "/missing-ca.pem")
+except ValueError as err:
+    print(err)
+
+
+@python_app
+def shout(inputs=(), outputs=()):
+    with open(inputs[0].filepath) as src, open(outputs[0].filepath, "w") as dst:
+        dst.write(src.read().upper())
+
+
+for name, staging in (("with", S3Staging(endpoint_url=endpoint, ca_bundle=ca_file)),
+                      ("without", S3Staging(endpoint_url=endpoint))):
+    config = Config(executors=[ThreadPoolExecutor(storage_access=[staging], working_dir=run_dir + "/" + name)],
+                    run_dir=run_dir + "/runinfo-" + name)
+    with parsl.load(config):
+        try:
+            shout(inputs=[File(f"s3://{bucket}/in/hello.txt")], outputs=[File(f"s3://{bucket}/out/{name}.txt")]).result()
+            print(name, "ok")
+        except Exception as err:
+            print(name, "failed:", err)
+    parsl.clear()
+"""
+
+
+def test_parsl_verifies_a_private_ca_given_as_ca_bundle(parsl_venv: Venv, minio_tls: MinioServer, tls_bucket: str,
+                                                       tmp_path: Path) -> None:
+    """``S3Staging(ca_bundle=...)``: a store with a private CA, verified; refused without it; an
+    unreadable bundle refused when the provider is made, naming it."""
+    bin_dir, env = parsl_venv
+    _boto(minio_tls).put_object(Bucket=tls_bucket, Key="in/hello.txt", Body=b"hello, world\n")
+    env = dict(env, AWS_ACCESS_KEY_ID=minio_tls.access_key, AWS_SECRET_ACCESS_KEY=minio_tls.secret_key)
+    done = run([str(bin_dir / "python"), "-c", PARSL_TLS, minio_tls.endpoint, str(minio_tls.ca_file), tls_bucket,
+                str(tmp_path)], env, tmp_path, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    lines = done.stdout.splitlines()
+    assert f"S3Staging(ca_bundle)={tmp_path}/missing-ca.pem: cannot load CA certificates" in lines[0], lines
+    assert "with ok" in lines, lines
+    assert any(line.startswith("without failed:") and "TLS certificate verification failed" in line for line in lines), lines
+    assert _boto(minio_tls).get_object(Bucket=tls_bucket, Key="out/with.txt")["Body"].read() == b"HELLO, WORLD\n"
 
 
 def _parsl(venv: Venv, kind: str, endpoint: str, bucket: str, tasks: int, bundles: bool, minio: MinioServer,

@@ -35,6 +35,7 @@ from transfer import listing
 from transfer.backends.base import RangedReads, namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
+from transfer.context import check_ca_bundle
 from transfer.credentials import Credentials
 from transfer.engine import Engine
 from transfer.errors import InvalidInput, NotFound, RemoteError, TransferError
@@ -64,16 +65,21 @@ class Client:
                  access_key: Optional[str] = None, secret_key: Optional[str] = None,
                  session_token: Optional[str] = None, anonymous: bool = False, threads: int = 8,
                  bundles: bool = False, cache_dir: Optional[str] = None, cache_bytes: int = 10 << 30,
-                 settings: Optional[Settings] = None,
+                 ca_bundle: Optional[str] = None, settings: Optional[Settings] = None,
                  env: Optional[Mapping[str, str]] = None) -> None:
         """See the module doc. ``access_key`` and ``secret_key`` go together (else InvalidInput);
         ``settings`` replaces the defaults (``threads`` and ``bundles`` then come from it);
-        ``cache_dir`` turns on the node cache there, holding at most ``cache_bytes``."""
+        ``cache_dir`` turns on the node cache there, holding at most ``cache_bytes``;
+        ``ca_bundle``: PEM file of the CAs that verify TLS instead of the system's (over
+        ``settings``' own), loaded here: ConfigError ``ca_bundle=FILE: ...`` if it cannot be."""
         if (access_key is None) != (secret_key is None):
             raise InvalidInput("access_key and secret_key must be given together", operation="config")
         credentials = Credentials(access_key, secret_key, session_token) if access_key and secret_key else None
         if settings is None:
             settings = Settings(threads=threads, bundle=bundles)  # the Session checks it
+        if ca_bundle is not None:
+            check_ca_bundle(ca_bundle, "ca_bundle")
+            settings = settings.replace(ca_bundle=ca_bundle)
         from transfer.backends.s3 import S3At  # the S3 backend module, only when a Client is made
 
         opener: BackendOpener = S3At(endpoint, region, credentials, anonymous)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from _thread import LockType
     from typing import Dict, Mapping, Optional
 
-__all__ = ["Context"]
+__all__ = ["Context", "check_ca_bundle"]
 
 
 @record
@@ -41,7 +41,7 @@ class Context:
     def ssl_context(self) -> ssl.SSLContext:
         with self._lock:
             if self._ssl is None:
-                self._ssl = _ssl_context(self.settings.ca_bundle)
+                self._ssl = _ssl_context(self.settings.ca_bundle, "PEGASUS_CLOUDIO_CA_BUNDLE")
             return self._ssl
 
     def pegasus_credentials(self, site_label: Optional[str]) -> PegasusCredentialsFile:
@@ -54,11 +54,17 @@ class Context:
             return found
 
 
-def _ssl_context(ca_file: Optional[str]) -> ssl.SSLContext:
-    """The verifying TLS context; an unusable CA file is a ConfigError naming the setting."""
+def check_ca_bundle(ca_file: str, setting: str) -> None:
+    """Load ``ca_file`` now, as TLS connections will: ConfigError ``SETTING=FILE: cannot load
+    CA certificates: REASON`` when it cannot be, before any request is made."""
+    _ssl_context(ca_file, setting)
+
+
+def _ssl_context(ca_file: Optional[str], setting: str) -> ssl.SSLContext:
+    """The verifying TLS context; an unusable CA file is a ConfigError naming ``setting``."""
     try:
         return verifying_ssl_context(ca_file)
     except OSError as err:  # ssl.SSLError included
         reason = getattr(err, "strerror", None) or str(err)
-        raise ConfigError(f"PEGASUS_CLOUDIO_CA_BUNDLE={ca_file}: cannot load CA certificates: {reason}",
+        raise ConfigError(f"{setting}={ca_file}: cannot load CA certificates: {reason}",
                           url=ca_file, operation="config") from err

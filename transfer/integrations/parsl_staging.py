@@ -36,6 +36,7 @@ except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[parsl]'") from missing
 
 from transfer.client import Client, literal_url
+from transfer.context import check_ca_bundle
 from transfer.errors import InvalidInput
 
 __all__ = ["S3Staging"]
@@ -47,16 +48,21 @@ class S3Staging(Staging, RepresentationMixin):
     """Stages ``s3://`` Files in and out of tasks, one engine batch per task and direction."""
 
     def __init__(self, endpoint_url: Optional[str] = None, region: Optional[str] = None, threads: int = 8,
-                 bundles: bool = False, local_dir: Optional[str] = None) -> None:
+                 bundles: bool = False, local_dir: Optional[str] = None, ca_bundle: Optional[str] = None) -> None:
+        """``ca_bundle``: PEM file of the CAs that verify the endpoint's TLS certificate instead
+        of the system's, at this path on every worker too; checked here (ConfigError naming it)."""
+        if ca_bundle is not None:
+            check_ca_bundle(ca_bundle, "S3Staging(ca_bundle)")
         self.endpoint_url = endpoint_url
         self.region = region
         self.threads = threads
         self.bundles = bundles
         self.local_dir = local_dir
+        self.ca_bundle = ca_bundle
 
     def _options(self) -> Dict[str, Any]:
-        return {"endpoint": self.endpoint_url, "region": self.region, "threads": self.threads,
-                "bundles": self.bundles}  # Client's arguments; no keys: workers find their own
+        return {"endpoint": self.endpoint_url, "region": self.region, "threads": self.threads,  # Client's arguments;
+                "bundles": self.bundles, "ca_bundle": self.ca_bundle}  # no keys: workers find their own
 
     def can_stage_in(self, file: File) -> bool:
         return bool(file.scheme == "s3")

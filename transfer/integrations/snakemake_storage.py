@@ -12,7 +12,18 @@ Keys come from ``--storage-pegasus-cloudio-access-key``/``-secret-key`` or the v
 What is bulk: one provider holds one warm connection pool and one engine. ``inventory`` lists
 an object's directory once (one request per 1,000 keys) and answers existence, modification
 time and size of every file in it, for Snakemake's cache and for this provider's own
-``exists``/``size``/``mtime``. Retrievals (and stores) that Snakemake starts together (one
+``exists``/``size``/``mtime``.
+
+How long a listing is believed: a file it showed stays known (this provider's own stores and
+removals update it; Snakemake removes a job's stale outputs through the provider before the job
+runs). A file it did NOT show is taken as absent only while Snakemake's IOCache still holds the
+inventory made from that listing, that is while Snakemake builds the DAG. Snakemake clears that
+cache before it runs jobs, and from then on wants fresh answers: under remote execution a job
+stores its outputs from another node, after the listing. So afterwards a miss is asked again:
+one listing of the file's directory (one request up to 1,000 names, and it answers for the
+files beside it too), or one look at the file alone in a directory wider than that.
+
+Retrievals (and stores) that Snakemake starts together (one
 ``asyncio`` task group: a job's inputs) run as ONE engine batch on the thread pool; a
 ``directory()`` is one batch too. Snakemake's local mode stores a job's outputs one after
 the other (it awaits each), so those are single-file batches over the same warm pool.
@@ -50,6 +61,7 @@ except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[snakemake]'") from missing
 
 from transfer.aws_chain import aws_endpoint_and_region
+from transfer.context import check_ca_bundle
 from transfer.errors import InvalidInput, NotFound
 from transfer.client import Client, Entry
 
@@ -74,6 +86,8 @@ class StorageProviderSettings(StorageProviderSettingsBase):  # type: ignore[misc
     session_token: Optional[str] = _setting("S3 session token of temporary keys", secret=True)
     threads: Optional[int] = _setting("concurrent transfers and connections kept (default 8)", kind=int,
                                       default=8)
+    ca_bundle: Optional[str] = _setting("PEM file of the CAs that verify the endpoint's TLS certificate, "
+                                        "instead of the system's (a private CA)")
 
 
 def _split(query: str) -> Tuple[str, str]:
@@ -84,6 +98,21 @@ def _split(query: str) -> Tuple[str, str]:
     if not bucket or not key.strip("/"):
         raise ValueError(f"{query}: an s3:// query needs a bucket and a key (s3://BUCKET/KEY)")
     return bucket, key
+
+
+_PAGE = 1000  # names per listing request (S3's max-keys)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """The inventory a listing made: ``key`` (its directory's) in Snakemake's ``cache``."""
+
+    cache: IOCacheStorageInterface
+    key: str
+
+    def holds(self) -> bool:
+        """Whether Snakemake still holds it (it clears the cache once the DAG is built)."""
+        return self.key in self.cache.exists_in_storage
 
 
 class _Batches:
@@ -143,7 +172,8 @@ class _Batches:
 
 
 class StorageProvider(StorageProviderBase):  # type: ignore[misc]
-    """One warm pool and engine for the run; a memo of what inventories listed."""
+    """One warm pool and engine for the run; a memo of what listings showed (see the module doc
+    for how long it is believed)."""
 
     def __post_init__(self) -> None:
         settings = self.settings or StorageProviderSettings()
@@ -151,20 +181,24 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
         if threads < 1:  # the Client would refuse it too, but by the library's name for it
             raise InvalidInput(f"--storage-pegasus-cloudio-threads must be at least 1 (got {threads})",
                                operation="config")
+        if settings.ca_bundle is not None:  # named as the user gave it, before any request
+            check_ca_bundle(settings.ca_bundle, "--storage-pegasus-cloudio-ca-bundle")
         endpoint, region = settings.endpoint_url, settings.region
         if endpoint is None or region is None:  # the AWS settings' (docs/engines.md), also for keys given here
             aws_endpoint, aws_region = aws_endpoint_and_region(os.environ)
             endpoint, region = endpoint or aws_endpoint, region or aws_region
         self.client = Client(endpoint=endpoint, region=region, access_key=settings.access_key,
                              secret_key=settings.secret_key, session_token=settings.session_token,
-                             threads=threads)
+                             threads=threads, ca_bundle=settings.ca_bundle)
         self.batches = _Batches(self.client, self.logger)
-        self.listed: Dict[str, Entry] = {}  # url -> file entry, from inventories (dropped on store/remove)
-        self.listed_dirs: Set[str] = set()  # directory URLs (ending in "/") listed whole
+        self.listed: Dict[str, Entry] = {}  # url -> what the store showed there (dropped on store/remove)
+        self.listed_dirs: Dict[str, _Held] = {}  # directory URL (ending in "/") -> the inventory of its listing
+        self.widths: Dict[str, int] = {}  # directory URL -> names directly in it when last listed
         self.changed: Set[str] = set()  # URLs stored or removed since: listings no longer tell
         self.buckets: Set[str] = set()  # buckets known to exist
         self.lock = threading.Lock()
-        self._listings: Dict[str, "Future[List[Entry]]"] = {}  # directory URL -> its one listing
+        self._epoch = 0  # counts forget(): a listing that began before one does not record what it saw
+        self._listings: Dict[str, Tuple[object, "Future[List[Entry]]"]] = {}  # directory -> (cache, listing)
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="pegasus-cloudio-inventory")
 
     @classmethod
@@ -190,32 +224,42 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
             return StorageQueryValidationResult(query=query, valid=False, reason=str(err))
         return StorageQueryValidationResult(query=query, valid=True)
 
-    async def listing(self, directory: str) -> List[Entry]:
-        """Every file under ``directory``, listed once per provider however many objects ask
-        at the same time (Snakemake inventories a job's files concurrently)."""
+    async def listing(self, directory: str, cache: IOCacheStorageInterface) -> List[Entry]:
+        """Every file under ``directory``, listed once per Snakemake cache however many objects
+        ask at the same time (Snakemake inventories a job's files concurrently)."""
         with self.lock:
             pending = self._listings.get(directory)
-            if pending is None:
-                pending = self._listings[directory] = self._pool.submit(self._find, directory)
-        return await asyncio.wrap_future(pending)
+            if pending is None or pending[0] is not cache:
+                pending = self._listings[directory] = (cache, self._pool.submit(self._find, directory))
+        return await asyncio.wrap_future(pending[1])
 
     def _find(self, directory: str) -> List[Entry]:
+        epoch = self._epoch
         try:
             entries = self.client.find(directory)
         except NotFound:
             entries = []
-        with self.lock:
-            for entry in entries:
-                self.listed[entry.url] = entry
-            self.listed_dirs.add(directory)
+        self._record(entries, epoch)
         return entries
 
+    def _record(self, entries: List[Entry], epoch: int) -> None:
+        with self.lock:
+            if epoch == self._epoch:  # else something was stored or removed meanwhile: a later look tells
+                for entry in entries:
+                    self.listed[entry.url] = entry
+
+    def hold(self, directory: str, held: _Held) -> None:
+        """The listing of ``directory`` made the inventory ``held``: its absences hold while that does."""
+        with self.lock:
+            self.listed_dirs[directory] = held
+
     def forget(self, url: str) -> None:
-        """Drop what inventories said about ``url`` and anything under it (it changed)."""
+        """Drop what listings said about ``url`` and anything under it (it changed)."""
         with self.lock:
             for known in [u for u in self.listed if u == url or u.startswith(url.rstrip("/") + "/")]:
                 del self.listed[known]
             self.changed.add(url.rstrip("/"))
+            self._epoch += 1
 
     def remember(self, url: str) -> None:
         """Ask the store once what was just stored at ``url`` (file or directory), so Snakemake's
@@ -228,18 +272,41 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
             for entry in entries:
                 self.listed[entry.url] = entry
 
-    def known(self, url: str) -> Optional[bool]:
-        """True/False when an inventory listed ``url``'s directory, None when unknown."""
+    def absent(self, url: str) -> bool:
+        """Whether a listing that Snakemake's cache still holds says nothing is at ``url``."""
+        inside = url + "/"
         with self.lock:
-            if url in self.listed:
-                return True
+            if url in self.listed or any(u.startswith(inside) for u in self.listed):
+                return False
             at, listed = url, False
             while "/" in at[len("s3://"):]:  # listings are recursive: any listed ancestor tells
                 if at in self.changed:
-                    return None
+                    return False
                 at = posixpath.dirname(at)
-                listed = listed or at + "/" in self.listed_dirs
-            return False if listed else None
+                held = self.listed_dirs.get(at + "/")
+                listed = listed or (held is not None and held.holds())
+            return listed
+
+    def ask(self, url: str) -> Optional[Entry]:
+        """What is at ``url`` now, from the store: one listing of its directory, which answers
+        for the names beside it too, or in a directory wider than a listing page, ``url`` alone."""
+        directory = posixpath.dirname(url) + "/"
+        epoch = self._epoch
+        if self.widths.get(directory, 0) > _PAGE:
+            try:
+                found = self.client.info(url)
+            except NotFound:
+                return None
+            self._record([found], epoch)
+            return found
+        try:
+            entries = self.client.list(directory)
+        except NotFound:
+            entries = []
+        with self.lock:
+            self.widths[directory] = len(entries)
+        self._record(entries, epoch)
+        return next((e for e in entries if e.url == url), None)
 
 
 class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  # type: ignore[misc]
@@ -260,15 +327,18 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  
     # -- inventory ------------------------------------------------------------------------
 
     def get_inventory_parent(self) -> Optional[str]:
+        return self._parent_key()
+
+    def _parent_key(self) -> str:
         return str(self.cache_key(f"{self.bucket}/{posixpath.dirname(self.key.rstrip('/'))}"))
 
     async def inventory(self, cache: IOCacheStorageInterface) -> None:
         """One listing of this object's directory fills the cache for every file in it."""
-        parent = self.get_inventory_parent()
+        parent = self._parent_key()
         if parent in cache.exists_in_storage:
             return
         directory = posixpath.dirname(self.url) + "/"
-        entries = await self.provider.listing(directory)
+        entries = await self.provider.listing(directory, cache)
         prefix = f"s3://{self.bucket}/"
         for entry in entries:
             rest = entry.url[len(prefix):]
@@ -281,28 +351,22 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  
             cache.mtime[key] = Mtime(storage=entry.mtime if entry.mtime is not None else 0.0)
             cache.size[key] = entry.size
         cache.exists_in_storage[parent] = bool(entries)
+        self.provider.hold(directory, _Held(cache, parent))
         if self.cache_key() not in cache.exists_in_storage:
             cache.exists_in_storage[self.cache_key()] = False
 
     # -- state ----------------------------------------------------------------------------
 
     def _entry(self) -> Optional[Entry]:
-        """The file or directory at this URL, or None; a file an inventory listed costs nothing."""
+        """The file or directory at this URL, or None; what a listing showed costs nothing, and
+        so does what it did not show while Snakemake builds the DAG."""
         with self.provider.lock:
             listed = self.provider.listed.get(self.url)
         if listed is not None:
             return listed
-        if self.provider.known(self.url) is False and not self._has_children_listed():
+        if self.provider.absent(self.url):
             return None
-        try:
-            return self.provider.client.info(self.url)
-        except NotFound:
-            return None
-
-    def _has_children_listed(self) -> bool:
-        inside = self.url + "/"
-        with self.provider.lock:
-            return any(u.startswith(inside) for u in self.provider.listed)
+        return self.provider.ask(self.url)
 
     def _existing(self) -> Entry:
         found = self._entry()
