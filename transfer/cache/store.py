@@ -441,10 +441,13 @@ class NodeCache:
         self._set_usage({}, evict.usage(self._layout, self.config))
         return bad
 
-    def clear(self) -> None:
-        """Remove every entry not in use (the counters are kept)."""
-        evict.clear(self._layout, self.config)
+    def clear(self) -> int:
+        """Remove every entry not in use nor pinned (handed out as a symlink less than
+        ``pin_seconds`` ago: a job may still read it); the counters are kept. Returns the
+        number of pinned entries kept."""
+        kept = evict.clear(self._layout, self.config)[2]
         self._set_usage({}, evict.usage(self._layout, self.config))
+        return kept
 
     def flush_stats(self) -> None:
         """Merge this process's counters into the shared file (one small locked write)."""
