@@ -32,7 +32,8 @@ from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, scratch_file
 from transfer.backends.base import (
-    ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads, uploads,
+    ObjectInfo, ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads,
+    uploads,
 )
 from transfer._lean import logger
 from transfer.errors import NotFound, TransferError
@@ -529,8 +530,15 @@ class Engine:
 
     def abort_uploads(self, seconds: float) -> List[str]:
         """For signal handlers: abort every multipart upload in flight, giving up after
-        ``seconds``; returns the URLs of uploads that could not be aborted in time."""
-        return self._in_flight.abort_all(seconds) if self._in_flight is not None else []
+        ``seconds``, and remove the server-side temp files of other uploads in flight
+        (:class:`~transfer.backends.base.TempUploads`) in what is left of it; returns the URLs
+        of multipart uploads that could not be aborted in time."""
+        deadline = time.monotonic() + seconds
+        stuck = self._in_flight.abort_all(seconds) if self._in_flight is not None else []
+        for backend in self._session.opened():
+            if isinstance(backend, TempUploads):
+                backend.discard_in_flight(max(0.5, deadline - time.monotonic()))
+        return stuck
 
     def _remote_copy(self, source: Url, dest: Url, peers: Optional[PeerRound] = None) -> int:
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
