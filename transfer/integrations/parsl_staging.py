@@ -48,6 +48,11 @@ class S3Staging(Staging, RepresentationMixin):
 
     def __init__(self, endpoint_url: Optional[str] = None, region: Optional[str] = None, threads: int = 8,
                  bundles: bool = False, local_dir: Optional[str] = None) -> None:
+        """Raises InvalidInput, naming the argument, for a ``threads`` that is not a whole number
+        of at least 1: here, once, rather than in every task when its worker opens a Client."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise InvalidInput(f"S3Staging threads must be a whole number of at least 1 (got {threads!r})",
+                               operation="config")
         self.endpoint_url = endpoint_url
         self.region = region
         self.threads = threads
