@@ -476,6 +476,20 @@ def test_hit_and_miss_counters_add_up_across_processes_and_the_cli_shows_them(st
     assert bad.returncode == 2 and "writable by group or others" in bad.stderr
 
 
+def test_clear_keeps_an_entry_a_job_holds_as_a_symlink(tmp_path):
+    """A job handed a symlink to an entry reads it after the transfer ended: ``cache clear``
+    must not pull it from under the job (pinned, as eviction honours), only the rest."""
+    cfg = config(tmp_path / "cache")
+    cache = NodeCache(cfg)
+    assert cache.insert_bytes("k0", b"zero" * 1000) and cache.insert_bytes("k1", b"one" * 1000)
+    link = tmp_path / "job" / "k1"
+    assert cache.fetch("k1", str(link), _never, symlink=True) == (3000, True)
+    done = cli("clear", "--dir", cfg.directory)
+    assert done.returncode == 0, done.stderr
+    assert link.read_bytes() == b"one" * 1000 and "1 pinned entry kept" in done.stdout
+    assert [e.key for e in NodeCache(cfg).entries()] == ["k1"]
+
+
 # --------------------------------------------------------------------------- benchmark
 
 

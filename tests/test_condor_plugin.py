@@ -182,6 +182,28 @@ def test_a_stale_result_file_that_is_not_utf8_is_replaced(starter, https_files):
     [ad] = parse_results(outfile.read_text())
     assert ad.eval("TransferSuccess") is True and (starter.sandbox / "x.bin").read_bytes() == b"fresh"
 
+def test_a_local_file_name_that_is_not_utf8_fails_alone_and_is_named(starter, https_files):
+    """condor_starter writes a LocalFileName's bytes as they are: one that is not UTF-8 fails
+    that file alone (a Parameter error naming it, bytes escaped), never the batch nor a crash."""
+    https_files.objects["/ok.txt"] = b"fine"
+    https_files.objects["/cafe.txt"] = b"cafe"
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    good, bad = https_files.url("/ok.txt"), https_files.url("/cafe.txt")
+    infile, outfile = starter.prepare([file_ad(good, str(starter.sandbox / "ok.txt")),
+                                       file_ad(bad, str(starter.sandbox / "caf@.txt"))])
+    infile.write_bytes(infile.read_bytes().replace(b"caf@", b"caf\xe9"))
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stdout, done.stdout
+    ads = {ad.eval("TransferUrl"): ad for ad in parse_results(outfile.read_text())}
+    assert ads[good].eval("TransferSuccess") is True and (starter.sandbox / "ok.txt").read_bytes() == b"fine"
+    ad = ads[bad]
+    [entry] = ad.eval("TransferErrorData")
+    assert ad.eval("TransferSuccess") is False and entry.eval("ErrorType") == "Parameter"
+    assert "LocalFileName" in ad.eval("TransferError") and "caf\\xe9.txt" in ad.eval("TransferError")
+    assert not [name for name in os.listdir(starter.sandbox) if name.startswith("caf")]
+
+
 @pytest.mark.parametrize("request_text, why", [
     ('[ Url = "{url}"; LocalFileName = ', "ends inside ad 1 (truncated)"),
     ('[ Url = "{url}"; LocalFileName = "/x/a" ][ Url = "{url}"; LocalFileName = "/x', "ends inside ad 2"),

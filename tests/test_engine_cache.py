@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from transfer import Engine, Session, Settings, Transfer, parse_url
 from transfer.cache import cache_from_settings
 
@@ -143,3 +145,32 @@ def test_an_upload_in_parts_over_a_cached_name_replaces_the_entry(proxied, bucke
         [read] = engine_run(env, [Transfer((s3(bucket, "out.dat"),), parse_url(f"file://{tmp_path}/next{version}/out.dat"))],
                             cache_dir, **parts)
         assert read.ok and (tmp_path / f"next{version}" / "out.dat").read_bytes() == out.read_bytes()
+
+
+def read_through(env, bucket, key, cache_dir, dest):
+    [read] = engine_run(env, [Transfer((s3(bucket, key),), parse_url(f"file://{dest}"))], cache_dir, uploads="0")
+    assert read.ok, read.error
+    return dest.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["put", "parts", "bundle", "copy"])
+def test_an_upload_without_write_through_drops_the_entry_of_its_name(proxied, bucket, tmp_path, how):
+    """With the cache's uploads off, an upload (or copy) over a name this node has cached must
+    not leave the old entry: the next job on the node reads the new bytes, never the old."""
+    proxy, env = proxied
+    cache_dir = tmp_path / "cache"
+    settings = dict(multipart_threshold=5 << 20, multipart_part_size=5 << 20) if how == "parts" else {}
+    size = (5 << 20) + 1000 if how == "parts" else 3000
+    old, new = tmp_path / "old.dat", tmp_path / "new.dat"
+    old.write_bytes(os.urandom(size))
+    new.write_bytes(os.urandom(size))
+    assert engine_run(env, [Transfer((parse_url(str(old)),), s3(bucket, "x.dat"))], tmp_path / "c0")[0].ok
+    assert read_through(env, bucket, "x.dat", cache_dir, tmp_path / "r1/x.dat") == old.read_bytes()
+    if how == "copy":
+        assert engine_run(env, [Transfer((parse_url(str(new)),), s3(bucket, "y.dat"))], tmp_path / "c0")[0].ok
+        ops = [Transfer((s3(bucket, "y.dat"),), s3(bucket, "x.dat"))]
+    else:
+        ops = [Transfer((parse_url(str(new)),), s3(bucket, "x.dat"))]
+    [up] = engine_run(env, ops, cache_dir, uploads="0", bundle=how == "bundle", **settings)
+    assert up.ok, up.error
+    assert read_through(env, bucket, "x.dat", cache_dir, tmp_path / "r2/x.dat") == new.read_bytes()

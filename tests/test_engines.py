@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -484,6 +485,18 @@ def test_parsl_task_with_a_missing_input_fails_naming_it_and_runs_no_app(parsl_v
     assert f"s3://{bucket}/in/t0/f1.txt" in done.stderr, done.stderr[-3000:]
     assert "NotFound" in done.stderr, done.stderr[-3000:]
     assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="out/")  # the app never ran
+
+
+@pytest.mark.parametrize("threads", [0, -2, "8", 2.5])
+def test_parsl_staging_refuses_a_bad_thread_count_once_when_made(threads: object) -> None:
+    """Before, S3Staging took any ``threads`` and every task then failed in its worker."""
+    from transfer.errors import InvalidInput
+    from transfer.integrations.parsl_staging import S3Staging
+
+    with pytest.raises(InvalidInput, match=r"^config: S3Staging threads must be a whole number of at least 1 "
+                                           r"\(got " + re.escape(repr(threads)) + r"\)$"):
+        S3Staging(endpoint_url="http://127.0.0.1:9", threads=threads)  # type: ignore[arg-type]
+    assert S3Staging(threads=1).threads == 1
 
 
 PARSL_NAMES = """

@@ -282,3 +282,27 @@ def test_pipe_in_a_failed_transaction_stores_nothing(cfs):
     with fs.transaction:
         fs.pipe_file(f"{bucket}/tx/p3", b"3")
     assert fs.cat_file(f"{bucket}/tx/p3") == b"3"
+
+
+def test_exclusive_create_fails_if_the_object_appears_before_it_is_stored(cfs, minio):
+    """"xb" checked only at open: an object another writer stored before close was silently
+    replaced. The store itself now refuses (a PUT with If-None-Match: *)."""
+    fs, bucket = cfs
+    with Client(**_options(minio)) as other:
+        fh = fs.open(f"{bucket}/claim", "xb")
+        fh.write(b"mine")
+        other.write_bytes(f"s3://{bucket}/claim", b"theirs")
+        with pytest.raises(FileExistsError):
+            fh.close()
+    assert fs.cat_file(f"{bucket}/claim") == b"theirs"
+    with fs.open(f"{bucket}/fresh", "xb") as fh:
+        fh.write(b"new")
+    assert fs.cat_file(f"{bucket}/fresh") == b"new"
+    with pytest.raises(FileExistsError):
+        fs.open(f"{bucket}/fresh", "xb")
+    with pytest.raises(FileExistsError):
+        with fs.transaction:
+            with fs.open(f"{bucket}/late", "xb") as fh:
+                fh.write(b"mine")
+            fs.client.write_bytes(f"s3://{bucket}/late", b"theirs")
+    assert fs.cat_file(f"{bucket}/late") == b"theirs"

@@ -1,6 +1,7 @@
 """The GCS backend against a real fake-gcs-server, with a counting, fault-injecting proxy in between."""
 
 import base64
+import gzip
 import io
 import json
 import os
@@ -24,6 +25,7 @@ from transfer import (
     ConfigError,
     Engine,
     NotFound,
+    RemoteError,
     Remove,
     Session,
     Settings,
@@ -372,3 +374,47 @@ def test_missing_google_libraries_are_a_clear_config_error(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "'google_crc32c'" in done.stdout and "pip install 'pegasus-cloudio[gcs]'" in done.stdout
+
+
+# --------------------------------------------------------------------------- stored gzip
+
+
+def put_gzip_encoded(server, bucket, key, data):
+    """Store ``gzip(data)`` with ``Content-Encoding: gzip``, as ``gsutil cp -Z`` does."""
+    query = urllib.parse.urlencode({"uploadType": "media", "name": key, "contentEncoding": "gzip"})
+    request = urllib.request.Request(f"{server.endpoint}/upload/storage/v1/b/{bucket}/o?{query}",
+                                     data=gzip.compress(data, mtime=0), method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.load(answer)
+
+
+def test_a_gzip_encoded_object_is_read_decompressed_as_gcs_serves_it(gcs_server, gcs_env, gcs_bucket, tmp_path):
+    """GCS (and gsutil/gcloud cp) hand back the decompressed bytes of a ``Content-Encoding:
+    gzip`` object; its stored CRC32C/MD5 are of the compressed bytes, and still checked."""
+    data = b"line of text, compressible\n" * 20000
+    resource = put_gzip_encoded(gcs_server, gcs_bucket, "log.txt", data)
+    assert resource["crc32c"] == crc32c(gzip.compress(data, mtime=0)) and int(resource["size"]) < len(data)
+    with Session(Settings(), gcs_env) as session:
+        sink = io.BytesIO()
+        info = session.backend(gs(gcs_bucket, "log.txt")).get(gs(gcs_bucket, "log.txt"), sink)
+        assert sink.getvalue() == data and info.size == len(data)
+        [result] = Engine(session).run([Transfer((gs(gcs_bucket, "log.txt"),), local(tmp_path / "out/log.txt"))])
+        assert result.ok, result.error
+        assert (tmp_path / "out/log.txt").read_bytes() == data
+        # a range of the stored bytes is no range of the file: refused, never handed back
+        with pytest.raises(RemoteError, match="gzip"):
+            session.backend(gs(gcs_bucket, "log.txt")).get(gs(gcs_bucket, "log.txt"), io.BytesIO(), (0, 100))
+
+
+def test_a_gzip_encoded_body_unlike_the_stored_crc32c_is_refused(gcs_proxied, gcs_bucket, tmp_path):
+    """The stored CRC32C is of the compressed bytes: a valid gzip body of other bytes fails it."""
+    proxy, env = gcs_proxied
+    stored, other = gzip.compress(b"right" * 1000), gzip.compress(b"wrong" * 1000)
+    fault = Fault.status(200, body=other, method="GET", path="/download/",
+                         headers={"x-goog-hash": f"crc32c={crc32c(stored)}", "x-goog-generation": "1",
+                                  "content-encoding": "gzip", "x-goog-stored-content-encoding": "gzip",
+                                  "x-goog-stored-content-length": str(len(other))})
+    with Session(Settings(max_attempts=1, **FAST), env) as session:
+        proxy.set_faults([fault])
+        with pytest.raises(ChecksumMismatch):
+            session.backend(gs(gcs_bucket, "z")).get(gs(gcs_bucket, "z"), io.BytesIO())

@@ -3,6 +3,8 @@ a connection closed mid-pipeline costs nothing but a resend of its unanswered re
 and whatever the reader does not take (odd answers, no answer, a cancel) is handed back
 for the ordinary path, never lost nor delivered twice."""
 
+import select
+import socket
 import threading
 import time
 
@@ -323,3 +325,65 @@ def test_a_cancel_from_another_thread_ends_a_silent_run_at_once(serve):
     waited = time.monotonic() - started
     assert left == [0, 1, 2, 3]
     assert waited < 10, f"the run waited {waited:.1f} s after the cancel"
+
+
+class IdleClosingServer(RawServer):
+    """Closes a connection idle for ``idle`` seconds, as servers do with keep-alive ones."""
+
+    def __init__(self, answer, idle):
+        self.idle = idle
+        super().__init__(answer)
+
+    def _serve(self, conn):
+        conn.settimeout(self.idle)
+        super()._serve(conn)
+
+
+def closed_by_peer(sock):
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+
+
+def wait_for(predicate, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_warm_sockets_the_server_closed_idle_are_replaced_by_a_fresh_connection():
+    """A stager's warm socket is a kept-alive connection: one the server closed while idle
+    fails at the first pipelined send, and the pass goes on over a freshly dialled connection
+    (the other warm sockets to the address, as old, are dropped), instead of ending."""
+    from transfer.http import warm
+
+    server = IdleClosingServer(lambda number, nth, target: ok(target), idle=0.2)
+    address = ("127.0.0.1", server.port)
+    stale = [socket.create_connection(address) for _ in range(2)]
+    try:
+        wait_for(lambda: all(closed_by_peer(sock) for sock in stale), "the server to close the idle sockets")
+        warm.adopt(address, stale)
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        taker = Taker()
+        left = fetch(pool, 20, head, taker, connections=1, depth=8, max_body=1 << 20)
+        assert left == [] and sorted(taker.taken) == list(range(20))
+        assert warm.take(address) is None
+    finally:
+        warm.discard()
+        server.close()
+
+
+def test_a_kept_alive_connection_the_server_closed_idle_is_replaced_by_a_fresh_one():
+    server = IdleClosingServer(lambda number, nth, target: ok(target), idle=0.2)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        assert fetch(pool, 4, head, Taker(), connections=1, depth=8, max_body=1 << 20) == []
+        kept = pool.lease()
+        wait_for(lambda: closed_by_peer(kept.live_socket), "the server to close the idle connection")
+        pool.release(kept)
+        taker = Taker()
+        left = fetch(pool, 20, head, taker, connections=1, depth=8, max_body=1 << 20)
+        assert left == [] and sorted(taker.taken) == list(range(20))
+        assert server.connections == 2
+    finally:
+        server.close()

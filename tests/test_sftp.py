@@ -9,6 +9,7 @@ import errno
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -405,3 +406,26 @@ def test_paramiko_is_imported_only_when_an_ssh_url_is_used():
             "from transfer.backends import backend_module; backend_module('scp'); print('paramiko' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_sigterm_during_an_upload_leaves_no_part_file_on_the_server(ssh_env, ssh_base, ssh_remote_dir, tmp_path):
+    """HTCondor evicts with SIGTERM: the drop-in's handler removes the remote temp file of an
+    upload in flight, as it removes its local ones."""
+    fifo = tmp_path / "slow-source"
+    os.mkfifo(fifo)  # the upload reads what the test writes: the signal lands mid-upload for sure
+    spec = [transfer(f"file://{fifo}", f"{ssh_base}/big.dat", "big.dat")]
+    proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                            env=dict(ssh_env, PATH=os.environ["PATH"]))
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+    with open(fifo, "wb") as feed:
+        feed.write(os.urandom(1 << 20))
+        feed.flush()
+        while not any(os.path.getsize(os.path.join(ssh_remote_dir, n)) for n in os.listdir(ssh_remote_dir)):
+            assert proc.poll() is None, proc.stderr.read().decode()
+            threading.Event().wait(0.01)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert rc == 1 and "Exiting due to signal 15" in err, err
+    assert os.listdir(ssh_remote_dir) == [], err

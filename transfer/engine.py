@@ -32,7 +32,8 @@ from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, scratch_file
 from transfer.backends.base import (
-    ObjectInfo, ServerSideCopy, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads, uploads,
+    ObjectInfo, ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads,
+    uploads,
 )
 from transfer._lean import logger
 from transfer.errors import NotFound, TransferError
@@ -509,6 +510,16 @@ class Engine:
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
+        try:
+            size, version = self._put(path, dest)
+        except Exception:
+            self._write_through(dest, None, None, None)  # the object may have changed all the same
+            raise
+        self._write_through(dest, path if write_through else None, version, peers)
+        return size
+
+    def _put(self, path: str, dest: Url) -> Tuple[int, Optional[str]]:
+        """Store ``path`` as ``dest`` (in parts at the backend's threshold); size and version."""
         backend = self._session.backend(dest)
         in_parts = multipart_uploads(backend)
         if in_parts is not None:
@@ -517,35 +528,44 @@ class Engine:
             except OSError as err:
                 raise local_error(err, path, "put") from err
             if size >= in_parts.multipart_threshold:
-                size = self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
-                                           self._random())
-                if write_through:
-                    self._write_through(dest, path, None, peers)
-                return size
+                return self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
+                                            self._random()), None
         info = uploads(backend, dest, "put").put(path, dest)
-        if write_through:
-            self._write_through(dest, path, info.version, peers)
-        return info.size
+        return info.size, info.version
 
-    def _write_through(self, dest: Url, path: str, version: Optional[str], peers: Optional[PeerRound]) -> None:
-        """An uploaded file serves later jobs on this node (and, with peers, on others); only
-        when the cache's ``uploads`` setting (auto: peers present) asks for it."""
-        if not self._cache_uploads:
-            return
+    def _write_through(self, dest: Url, path: Optional[str], version: Optional[str],
+                       peers: Optional[PeerRound]) -> None:
+        """After an upload (or copy) to ``dest``: an uploaded file serves later jobs on this node
+        (and, with peers, on others) when the cache's ``uploads`` setting (auto: peers present)
+        asks for it; otherwise, or with no ``path``, the node's entry of the name is dropped -
+        it may hold the bytes the upload replaced."""
         key = self._cache_key(dest)
-        if key is not None and self._cache is not None:
-            if self._cache.insert_file(key, path, version) and peers is not None:
-                peers.stored(key, self._peer_scope(dest))
+        if key is None or self._cache is None:
+            return
+        if path is None or not self._cache_uploads:
+            self._cache.drop(key)
+        elif self._cache.insert_file(key, path, version) and peers is not None:
+            peers.stored(key, self._peer_scope(dest))
 
     def abort_uploads(self, seconds: float) -> List[str]:
         """For signal handlers: abort every multipart upload in flight, giving up after
-        ``seconds``; returns the URLs of uploads that could not be aborted in time."""
-        return self._in_flight.abort_all(seconds) if self._in_flight is not None else []
+        ``seconds``, and remove the server-side temp files of other uploads in flight
+        (:class:`~transfer.backends.base.TempUploads`) in what is left of it; returns the URLs
+        of multipart uploads that could not be aborted in time."""
+        deadline = time.monotonic() + seconds
+        stuck = self._in_flight.abort_all(seconds) if self._in_flight is not None else []
+        for backend in self._session.opened():
+            if isinstance(backend, TempUploads):
+                backend.discard_in_flight(max(0.5, deadline - time.monotonic()))
+        return stuck
 
     def _remote_copy(self, source: Url, dest: Url, peers: Optional[PeerRound] = None) -> int:
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
         if source_backend is dest_backend and isinstance(source_backend, ServerSideCopy):
-            return source_backend.copy(source, dest).size
+            try:
+                return source_backend.copy(source, dest).size
+            finally:
+                self._write_through(dest, None, None, None)
         uploads(dest_backend, dest, "put")  # a read-only destination is refused before any GET
         fd, temp = scratch_file("pegasus-cloudio-", ".data")
         os.close(fd)

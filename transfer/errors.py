@@ -6,6 +6,7 @@
     ├── InvalidInput (ValueError)      malformed URL, unknown scheme, bad option value
     ├── ConfigError (ValueError)       missing/unsafe credentials file, missing section
     ├── NotFound (FileNotFoundError)   the object or file does not exist       (permanent)
+    ├── AlreadyExists (FileExistsError)  an exclusive create found the name taken (permanent)
     ├── AuthError (PermissionError)    rejected credentials or access denied   (permanent)
     ├── RemoteError (OSError)          any other refusal by the server         (permanent)
     ├── LocalIOError (OSError)         writing or reading the local side failed (permanent)
@@ -83,6 +84,10 @@ class ConfigError(TransferError, ValueError):
 
 class NotFound(TransferError, FileNotFoundError):
     """The source object or file does not exist."""
+
+
+class AlreadyExists(TransferError, FileExistsError):
+    """An exclusive create (``put_new``) found an object of that name already stored."""
 
 
 class AuthError(TransferError, PermissionError):

@@ -26,6 +26,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
+from transfer.backends.base import ExclusiveCreate
 from transfer.client import Client
 from transfer.errors import NotFound
 from transfer.listing import Entry
@@ -135,9 +136,24 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         self._one((self._strip_protocol(rpath), _local(lpath)), self._run_get)
 
     def put_file(self, lpath: Any, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any) -> None:
-        if mode == "create" and self.exists(rpath):
-            raise FileExistsError(rpath)
+        if mode == "create":
+            self._create(_local(lpath), rpath)
+            return
         self._one((_local(lpath), self._strip_protocol(rpath)), self._run_put)
+
+    def _create(self, local: str, path: str) -> None:
+        """Store ``local`` as ``path`` only if no object has that name: FileExistsError
+        otherwise. Atomic where the store can refuse a replacement (S3's ``If-None-Match: *``,
+        :class:`~transfer.backends.base.ExclusiveCreate`); elsewhere checked just before."""
+        self.invalidate_cache()
+        url = self.client.url(self._url(path))
+        backend = self.client.session.backend(url)
+        if isinstance(backend, ExclusiveCreate):
+            backend.put_new(local, url)
+            return
+        if self.exists(path):
+            raise FileExistsError(path)
+        self.client.copy([(local, url)])
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         self._one((self._strip_protocol(path1), self._strip_protocol(path2)), self._run_copy)
@@ -218,10 +234,8 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         return self.client.read_bytes(url, start, end, pin=pin)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
-        if mode == "create" and self.exists(path):
-            raise FileExistsError(path)
-        if self._intrans:  # through a file, which the transaction stores when it ends
-            with self.open(path, "wb") as fh:
+        if mode == "create" or self._intrans:  # through a file ("xb": created only if absent), which a
+            with self.open(path, "xb" if mode == "create" else "wb") as fh:  # transaction stores when it ends
                 fh.write(value)
             return
         self.invalidate_cache()
@@ -238,6 +252,7 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
             kwargs["size"] = details["size"]
         made = CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
                            cache_options=cache_options, **kwargs)
+        made.exclusive = "x" in mode  # stored only if the name is still free when it is stored
         if mode == "rb":
             made.details = details
         return made
@@ -253,6 +268,7 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
     Appending (``"ab"``) spools the stored bytes first, so the object keeps them."""
 
     _spool: IO[bytes]
+    exclusive = False  # opened "xb": stored with _create, never over an object that appeared
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -293,7 +309,10 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
     def commit(self) -> None:
         try:
             self.fs.invalidate_cache()
-            self.fs.client.copy([(self._spool.name, self.fs._url(self.path))])
+            if self.exclusive:
+                self.fs._create(self._spool.name, self.path)
+            else:
+                self.fs.client.copy([(self._spool.name, self.fs._url(self.path))])
         finally:
             os.unlink(self._spool.name)
 

@@ -21,7 +21,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, Hashable, Mapping, Optional, Tuple
+    from typing import Dict, Hashable, List, Mapping, Optional, Tuple
 
 __all__ = ["BackendOpener", "Context", "Session"]  # Context lives in transfer.context; re-exported for callers
 
@@ -100,6 +100,10 @@ class Session:
                     url, self.context)
                 found = self._backends[key] = opened
             return found
+
+    def opened(self) -> List[Backend]:
+        """The backends opened so far (for a signal handler's clean-up)."""
+        return list(self._backends.values())
 
     def close(self) -> None:
         with self._lock:

@@ -4,8 +4,8 @@
 every process that used the cache directory; ``ls`` lists entries (least recently used
 first); ``verify`` checks every entry's size and SHA-256 and removes corrupt ones; ``gc``
 evicts down to the low watermark when above the high one; ``clear`` removes every entry
-not in use. The directory is ``--dir``, else ``PEGASUS_CLOUDIO_CACHE_DIR``, else the
-per-user default.
+not in use nor pinned (handed out as a symlink within ``PIN_SECONDS``: a job may still read
+it). The directory is ``--dir``, else ``PEGASUS_CLOUDIO_CACHE_DIR``, else the per-user default.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        ("ls", "entries, least recently used first"),
                        ("verify", "check sizes and checksums; remove corrupt entries"),
                        ("gc", "evict per the watermarks (never entries in use)"),
-                       ("clear", "remove every entry not in use")):
+                       ("clear", "remove every entry not in use nor pinned")):
         sub = actions.add_parser(name, help=text, parents=[common])
         if name in ("stats", "ls"):
             sub.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -81,8 +81,9 @@ def _run(cache: NodeCache, args: argparse.Namespace) -> int:
     elif args.action == "gc":
         print(f"freed {human(cache.gc())}")
     else:
-        cache.clear()
-        print(f"cleared {cache.directory}")
+        kept = cache.clear()
+        print(f"cleared {cache.directory}" + (f" ({kept} pinned entr{'y' if kept == 1 else 'ies'} kept: "
+                                              "a job holds a symlink to it)" if kept else ""))
     return 0
 
 

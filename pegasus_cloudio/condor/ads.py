@@ -95,11 +95,16 @@ def split_ads(text: str) -> List[str]:
 
 def read_file_ads(text: str) -> List[FileAd]:
     """Every file ad of a concatenated input, in order; ValueError unless all of it parses
-    and at least one file ad is there (the starter never asks for nothing)."""
+    and at least one file ad is there (the starter never asks for nothing).
+
+    ``text`` is the input decoded with ``errors="surrogateescape"``: the starter writes a
+    name's bytes as they are, and a ``Url`` or ``LocalFileName`` that is not UTF-8 makes that
+    file ad a malformed one naming the value (its bytes as ``\\xNN``), not the whole input."""
     module = classad()
     files = []
     for number, piece in enumerate(split_ads(text), 1):
-        parsed = list(module.parseAds(piece, module.ParserType.New))
+        marked = piece.translate(_MARK_BYTES)
+        parsed = list(module.parseAds(marked, module.ParserType.New))
         if len(parsed) != 1:
             raise ValueError(f"ad {number} does not parse")
         ad = parsed[0]
@@ -113,11 +118,30 @@ def read_file_ads(text: str) -> List[FileAd]:
             problem = "the input ad has no string Url"
         elif not isinstance(local, str) or not local:
             problem = "the input ad has no string LocalFileName"
+        if marked != piece:  # (only then: a name may hold the private-use characters themselves)
+            shown_url, shown_local = _escaped(url), _escaped(local)
+            if problem is None and shown_url != url:
+                problem = f"the input ad's Url {shown_url} is not UTF-8"
+            elif problem is None and shown_local != local:
+                problem = f"the input ad's LocalFileName {shown_local} is not UTF-8 (name the file in UTF-8)"
+            url, local = shown_url, shown_local
         files.append(FileAd(url if isinstance(url, str) else "", local if isinstance(local, str) else "",
                             problem))
     if not files:
         raise ValueError("the input holds no file ads (no Url/LocalFileName)")
     return files
+
+
+# A byte that is not UTF-8 reaches us as a lone surrogate (U+DC80..U+DCFF), which the ClassAd
+# parser cannot take: it goes through as a private-use character and comes back as \xNN.
+_MARK = 0xF700
+_MARK_BYTES = {0xDC00 + b: _MARK + b for b in range(0x80, 0x100)}
+_ESCAPES = {_MARK + b: f"\\x{b:02x}" for b in range(0x80, 0x100)}
+
+
+def _escaped(value: Any) -> str:
+    """A string value with the bytes that were not UTF-8 as ``\\xNN``; "" for a non-string."""
+    return value.translate(_ESCAPES) if isinstance(value, str) else ""
 
 
 def format_result(fields: Dict[str, Any]) -> str:

@@ -143,7 +143,7 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
         return _unusable(args, refusal)
     try:
         penv = build_environment(environ, argv0, sandbox)
-        with open(args.infile, encoding="utf-8") as fh:
+        with open(args.infile, encoding="utf-8", errors="surrogateescape") as fh:  # see read_file_ads
             files = read_file_ads(fh.read())
         writer = ResultWriter(args.outfile)
     except (NodeConfigError, JobAdError) as err:

@@ -7,6 +7,9 @@ Pure Python, no Google imports: request bodies, answer checks and the status-to-
   echoes, not by position. google-cloud-storage's ``client.batch()`` sends parts without
   Content-ID, which GCS tolerates but fake-gcs-server silently drops (it then answers with an
   empty multipart body), so the request is built here as Google's batch documentation writes it.
+* **Stored gzip**: objects stored with ``Content-Encoding: gzip`` are fetched as stored (so
+  the CRC32C, which is of the stored bytes, can be checked) and decompressed on the way to the
+  file, giving the bytes GCS and ``gsutil``/``gcloud storage cp`` give (decompressive transcoding).
 * **Single-request uploads**: ``multipart/related`` with the object's CRC32C in its metadata,
   streamed from disk (the library's multipart upload needs the whole file in memory).
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import zlib
 from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import quote
 
@@ -33,6 +37,9 @@ from transfer.urls import Url
 
 MAX_CALLS = 100  # the JSON API's limit per batch request
 BLOCK = 1 << 20
+
+_GZIP = 16 + zlib.MAX_WBITS  # wbits for a gzip header and trailer
+_INFLATE_STEP = 1 << 20  # output bound per decompress call: a small body may inflate a thousandfold
 
 _BOUNDARY = re.compile(r'boundary="?([^";\s]+)"?', re.IGNORECASE)
 _CONTENT_ID = re.compile(rb"^content-id:\s*<response-item(\d+)>\s*$", re.IGNORECASE | re.MULTILINE)
@@ -153,19 +160,55 @@ class StreamedBody:
 
 
 class CountingSink:
-    """Writes everything it is given to ``sink`` (looping over short writes) and counts it."""
+    """Writes everything it is given to ``sink`` (looping over short writes) and counts it.
+
+    ``count`` is of the bytes received (what the stored CRC32C and size describe); after
+    :meth:`expect` was told the body is ``gzip``, those are decompressed on the way to ``sink``
+    (``written`` counts what reached it), as GCS's decompressive transcoding would.
+    """
 
     def __init__(self, sink: BinaryIO) -> None:
         self._sink = sink
+        self._gunzip: Optional[Any] = None
         self.count = 0
+        self.written = 0
+
+    def expect(self, encoding: str, url: Url, byte_range: Optional[ByteRange]) -> None:
+        """Called with the response's ``Content-Encoding`` before any body byte arrives."""
+        if encoding.strip().lower() != "gzip":
+            return
+        if byte_range is not None:  # a range of the compressed bytes is no range of the file
+            raise RemoteError("ranged read of an object stored with Content-Encoding: gzip", url=str(url),
+                              operation="get")
+        self._gunzip = zlib.decompressobj(_GZIP)
 
     def write(self, data: bytes) -> int:
+        self.count += len(data)
+        if self._gunzip is None:
+            self._emit(data)
+            return len(data)
+        pending = bytes(data)
+        while pending:
+            if self._gunzip.eof:  # gzip allows members one after another
+                pending, self._gunzip = self._gunzip.unused_data + pending, zlib.decompressobj(_GZIP)
+            self._emit(self._gunzip.decompress(pending, _INFLATE_STEP))
+            pending = self._gunzip.unconsumed_tail
+        return len(data)
+
+    def finish(self, url: Url) -> None:
+        """Flush what the decompressor holds; a gzip body cut short is an error."""
+        if self._gunzip is None:
+            return
+        self._emit(self._gunzip.flush())
+        if not self._gunzip.eof:
+            raise ChecksumMismatch("gzip-encoded body ends inside its stream", url=str(url), operation="get")
+
+    def _emit(self, data: bytes) -> None:
         view = memoryview(data)
+        self.written += len(view)
         while view:
             written = self._sink.write(view)
             view = view[written if written is not None else len(view):]
-        self.count += len(data)
-        return len(data)
 
 
 def check_download(url: Url, status: int, headers: Mapping[str, str], count: int,
@@ -187,6 +230,19 @@ def check_download(url: Url, status: int, headers: Mapping[str, str], count: int
     if count != expected:
         raise ChecksumMismatch(f"received {count} bytes, expected {expected}", url=str(url), operation="get")
     return ObjectInfo(url, size, generation)
+
+
+class Watching:
+    """A transport for the library's download that tells ``sink`` the body's encoding first."""
+
+    def __init__(self, session: Any, sink: CountingSink, url: Url, byte_range: Optional[ByteRange]) -> None:
+        self._session, self._sink, self._url, self._range = session, sink, url, byte_range
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        response = self._session.request(method, url, **kwargs)
+        if response.status_code < 300:
+            self._sink.expect(response.headers.get("content-encoding", ""), self._url, self._range)
+        return response
 
 
 def check_upload(url: Url, resource: Mapping[str, Any], size: int, crc32c: Optional[str]) -> ObjectInfo:

@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -124,6 +124,25 @@ class MultipartUploads(Protocol):
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
         """Discard the parts; never raises for an already-finished upload."""
+
+
+@runtime_checkable
+class ExclusiveCreate(Protocol):
+    """Backends whose store can refuse, atomically, to replace an object (S3 ``If-None-Match: *``)."""
+
+    def put_new(self, path: str, url: Url) -> ObjectInfo:
+        """Upload the local file ``path`` to ``url`` only if no object has that name when the
+        store commits it; AlreadyExists otherwise (nothing of ours is then stored)."""
+
+
+@runtime_checkable
+class TempUploads(Protocol):
+    """Backends whose uploads write a temp file on the server first (SFTP's ``.part``): on a
+    signal the process ends without unwinding its workers, so these are removed for it."""
+
+    def discard_in_flight(self, seconds: float) -> None:
+        """For signal handlers: remove the temp files of uploads in flight, giving up after
+        ``seconds``; never raises."""
 
 
 class RunningCheck(Protocol):

@@ -8,9 +8,11 @@ endpoint). Each backend owns one ``google.cloud.storage.Client`` whose authorize
 all are busy, so a batch never opens (or discards) more than that.
 
 * **get**: exactly one media request, no metadata GET first. The stored bytes are fetched
-  as they are (no decompressive transcoding), the CRC32C the server sends in ``x-goog-hash``
-  is checked by the library (``google-crc32c`` in C) and the byte count against
-  ``x-goog-stored-content-length`` (or the ``Content-Range`` of a ranged read).
+  as they are, the CRC32C the server sends in ``x-goog-hash`` is checked by the library
+  (``google-crc32c`` in C) and the byte count against ``x-goog-stored-content-length`` (or
+  the ``Content-Range`` of a ranged read). An object stored with ``Content-Encoding: gzip``
+  is decompressed on the way to the sink, as GCS's decompressive transcoding and gsutil give
+  it; a ranged read of one is refused (a range of compressed bytes is no range of the file).
 * **put**: one multipart request below ``multipart_threshold``, streamed from disk, with
   the file's CRC32C in the metadata (the server rejects a mismatch) and checked again in
   the answer; at or above it, a resumable upload in ``multipart_part_size`` chunks whose
@@ -184,13 +186,16 @@ class GcsBackend:
                 raise InvalidInput(f"empty byte range {byte_range}", url=str(url), operation="get")
             start, end = byte_range[0], byte_range[1] - 1
         counted = wire.CountingSink(sink)
-        # gzip accepted: the server then sends the stored bytes, which the CRC32C describes.
+        # gzip accepted: the server then sends the stored bytes, which the CRC32C describes, and
+        # the sink decompresses a gzip-encoded body as GCS would have (see _gcs_wire).
         download = _media.RawDownload(f"{self._endpoint}/download{wire.object_path(bucket, key)}?alt=media",
                                       stream=counted, start=start, end=end,
                                       headers={"accept-encoding": "gzip"}, checksum="crc32c", retry=None)
         with _translated(url, "get"):
-            response = download.consume(self._http, timeout=self._timeout)
-        return wire.check_download(url, response.status_code, response.headers, counted.count, byte_range)
+            response = download.consume(wire.Watching(self._http, counted, url, byte_range), timeout=self._timeout)
+        info = wire.check_download(url, response.status_code, response.headers, counted.count, byte_range)
+        counted.finish(url)
+        return info if counted.written == counted.count else ObjectInfo(url, counted.written, info.version)
 
     def put(self, path: str, url: Url) -> ObjectInfo:
         bucket, key = split_url(url, need_key=True)

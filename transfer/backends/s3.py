@@ -49,7 +49,9 @@ from transfer.credentials import (
     pegasus_credentials_path,
     pegasus_s3_config,
 )
-from transfer.errors import ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError
+from transfer.errors import (
+    AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
+)
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.message import host_header, request_head
 from transfer.http.pool import ConnectionPool, PooledResponse
@@ -205,6 +207,14 @@ class S3Backend:
         return info
 
     def put(self, path: str, url: Url) -> ObjectInfo:
+        return self._put(path, url, exclusive=False)
+
+    def put_new(self, path: str, url: Url) -> ObjectInfo:
+        """``ExclusiveCreate``: a PUT with ``If-None-Match: *``, which the store answers 412
+        when the key exists (AWS S3 since 2024, MinIO)."""
+        return self._put(path, url, exclusive=True)
+
+    def _put(self, path: str, url: Url, exclusive: bool) -> ObjectInfo:
         target = split_url(url)
         text = str(url)
         if not target.key:
@@ -214,8 +224,14 @@ class S3Backend:
         except OSError as err:
             raise local_error(err, path, "put") from err
         headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode())]
+        if exclusive:
+            headers.append(("If-None-Match", "*"))
         with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
                         url=text) as response:
+            if exclusive and response.status == 412:
+                response.read()
+                raise AlreadyExists("an object of this name exists (exclusive create)", url=text,
+                                    operation="put", status=412)
             self._check(response, text, "put")
             etag = response.headers.get("etag", "")
         found = md5_of_etag(etag)

@@ -15,7 +15,8 @@ session) and moves files on a small pool of SFTP channels of it, at most
   directories; with the source's permission bits, owner-writable), checks the stored size,
   then renames it into place with ``posix-rename@openssh.com`` (remove + rename on servers
   without it). A failed upload removes its temp file; if the connection died, the removal
-  happens after reconnecting.
+  happens after reconnecting. On a signal (``TempUploads.discard_in_flight``) the temp files
+  of uploads in flight are removed on a channel of their own, within the handler's budget.
 * ``delete`` removes files (missing ones succeed); ``delete_tree`` removes a directory
   tree (``DIR/*``: the contents only); ``make_dirs`` is ``mkdir -p``. All on the same
   connection.
@@ -23,6 +24,7 @@ session) and moves files on a small pool of SFTP channels of it, at most
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -31,7 +33,7 @@ import secrets
 import socket
 import stat
 import threading
-from typing import BinaryIO, Callable, Hashable, Iterator, List, Mapping, Optional, Sequence, TypeVar
+from typing import BinaryIO, Callable, Hashable, Iterator, List, Mapping, Optional, Sequence, Set, TypeVar
 
 import paramiko
 import paramiko.sftp
@@ -75,6 +77,7 @@ class SftpBackend:
         self._posix_rename = True
         self._temp_ids = itertools.count(1)
         self._token = secrets.token_hex(3)
+        self._temps: Set[str] = set()  # temp files of uploads in flight
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -189,7 +192,13 @@ class SftpBackend:
                     self._discard(client, temp)
                     raise
 
-            self._run(url, "put", action)
+            with self._lock:
+                self._temps.add(temp)  # registered before it exists: a signal may come any time
+            try:
+                self._run(url, "put", action)
+            finally:
+                with self._lock:
+                    self._temps.discard(temp)
         return ObjectInfo(url, size)
 
     def list(self, url: Url) -> Iterator[ObjectInfo]:
@@ -255,6 +264,28 @@ class SftpBackend:
             current, self._connection_now = self._connection_now, None
         if current is not None:
             current.close()
+
+    def discard_in_flight(self, seconds: float) -> None:
+        """Remove the temp files of uploads in flight on a new channel, on a thread that is
+        given up after ``seconds`` (the interrupted thread may hold a paramiko lock)."""
+        with self._lock:
+            temps, connection = sorted(self._temps), self._connection_now
+        if not temps or connection is None or not connection.alive:
+            return
+
+        def remove() -> None:
+            with contextlib.suppress(*_SFTP_ERRORS):
+                client = paramiko.SFTPClient.from_transport(connection.transport)
+                if client is None:
+                    return
+                with client:
+                    for temp in temps:
+                        with contextlib.suppress(*_SFTP_ERRORS):
+                            client.remove(temp)
+
+        worker = threading.Thread(target=remove, name="sftp-discard", daemon=True)
+        worker.start()
+        worker.join(seconds)
 
     # -- put helpers --------------------------------------------------------------------
 

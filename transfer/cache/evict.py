@@ -193,15 +193,20 @@ def _intact(paths: KeyPaths, meta: Meta) -> bool:
     return digest.hexdigest() == meta.sha256
 
 
-def clear(layout: Layout, config: CacheConfig) -> Tuple[int, int]:
-    """Remove every entry not in use; (entries removed, bytes removed)."""
-    count = size = 0
+def clear(layout: Layout, config: CacheConfig, now: Optional[float] = None) -> Tuple[int, int, int]:
+    """Remove every entry not in use nor pinned (a job may hold a symlink to it, as eviction
+    honours); (entries removed, bytes removed, pinned entries kept)."""
+    now = time.time() if now is None else now
+    count = size = kept = 0
     for entry in list(scan(layout, config)):
+        if entry.pinned_until > now:
+            kept += 1
+            continue
         removed = try_remove(layout.paths_for_digest(entry.digest))
         if removed is not None:
             count, size = count + 1, size + removed
     clean_leftovers(layout)
-    return count, size
+    return count, size, kept
 
 
 def usage(layout: Layout, config: CacheConfig) -> Tuple[int, int]:

@@ -188,6 +188,19 @@ class NodeCache:
         except OSError as err:
             _log.warning("cache %s: cannot check %s: %s", self.directory, key, err)
 
+    def drop(self, key: str) -> None:
+        """The object named ``key`` was (or may have been) replaced in the store by this node:
+        remove its entry, so that no later read on the node gets the old bytes. Logs, never
+        raises, when the entry cannot be removed."""
+        paths = self._layout.paths(key)
+        if not (os.path.lexists(paths.data) or os.path.lexists(paths.meta)):
+            return  # nothing cached under the name: no lock file made for an upload's name
+        try:
+            with held(paths.lock, EXCLUSIVE):
+                self._remove_invalid(paths)
+        except OSError as err:
+            _log.warning("cache %s: cannot drop %s after an upload over it: %s", self.directory, key, err)
+
     def _fill(self, paths: KeyPaths, key: str, dest_path: str, download: Download, symlink: bool,
               call: _Call) -> Tuple[int, bool]:
         """A miss, under the exclusive lock: download, publish, materialise."""
@@ -429,10 +442,13 @@ class NodeCache:
         self._set_usage({}, evict.usage(self._layout, self.config))
         return bad
 
-    def clear(self) -> None:
-        """Remove every entry not in use (the counters are kept)."""
-        evict.clear(self._layout, self.config)
+    def clear(self) -> int:
+        """Remove every entry not in use nor pinned (handed out as a symlink less than
+        ``pin_seconds`` ago: a job may still read it); the counters are kept. Returns the
+        number of pinned entries kept."""
+        kept = evict.clear(self._layout, self.config)[2]
         self._set_usage({}, evict.usage(self._layout, self.config))
+        return kept
 
     def flush_stats(self) -> None:
         """Merge this process's counters into the shared file (one small locked write)."""

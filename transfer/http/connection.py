@@ -275,13 +275,24 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return context.wrap_socket(sock, server_hostname=self._server_hostname)
 
-    def _drop_warm(self) -> None:
-        """A warm socket failed (its handshake or first request): the others to this address,
-        opened about as long ago, go too."""
-        if self._warm and self.requests_sent <= 1:
+    @property
+    def reused(self) -> bool:
+        """Whether the next request goes out on a connection the server may have closed
+        meanwhile: one kept alive after a request, or a stager's warm socket."""
+        return self.requests_sent > 0 or self._warm
+
+    def unanswered(self) -> None:
+        """The server closed this connection before answering anything on it: if it was a warm
+        socket, the others to this address, opened about as long ago, go too."""
+        if self._warm:
             warm = sys.modules.get("transfer.http.warm")
             if warm is not None:
                 warm.forget(self._address)
+
+    def _drop_warm(self) -> None:
+        """A warm socket failed (its handshake or first request): see :meth:`unanswered`."""
+        if self.requests_sent <= 1:
+            self.unanswered()
 
     def _warm_socket(self) -> Optional[_socket.socket]:
         """A socket the node stager connected before this job began (:mod:`transfer.http.warm`,

@@ -98,7 +98,7 @@ class _Link:
         self.waiting: Deque[_Entry] = deque()
         self.sent = 0
         self.answered = 0
-        self.fresh = conn.requests_sent == 0
+        self.fresh = not conn.reused  # a warm socket is one kept alive: it may be stale
         self.alive = True
         self.limit = 1  # requests in flight at most: doubled by each answer taken, up to the depth
 
@@ -169,6 +169,8 @@ class _Run:
         link.waiting.clear()
         self.pending.extendleft(reversed(again))
         replace = link.answered > 0 or not link.fresh
+        if not link.answered:
+            link.conn.unanswered()  # the replacement dials: no other warm socket, as stale
         self.drop(link)
         if replace and self.pending:
             self.open(wait=not self.links)

@@ -50,7 +50,12 @@ class S3Staging(Staging, RepresentationMixin):
     def __init__(self, endpoint_url: Optional[str] = None, region: Optional[str] = None, threads: int = 8,
                  bundles: bool = False, local_dir: Optional[str] = None, ca_bundle: Optional[str] = None) -> None:
         """``ca_bundle``: PEM file of the CAs that verify the endpoint's TLS certificate instead
-        of the system's, at this path on every worker too; checked here (ConfigError naming it)."""
+        of the system's, at this path on every worker too; checked here (ConfigError naming it).
+        Raises InvalidInput, naming the argument, for a ``threads`` that is not a whole number
+        of at least 1: here, once, rather than in every task when its worker opens a Client."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise InvalidInput(f"S3Staging threads must be a whole number of at least 1 (got {threads!r})",
+                               operation="config")
         if ca_bundle is not None:
             check_ca_bundle(ca_bundle, "S3Staging(ca_bundle)")
         self.endpoint_url = endpoint_url
