@@ -8,7 +8,9 @@ be5c9bb | tar -x -C DIR``); the other contestant is this checkout. Each round st
 ``--count`` files of 300 B with each wheel's ``pegasus-cloudio-transfer``, then stages them back
 in, node cache off; the figure is the process's user and system CPU divided by the files
 (start-up included), medians over the rounds. ``--root`` holds the destinations (a tmpfs such as
-``/dev/shm`` takes the file system's noise out of the system time). A development measurement
+``/dev/shm`` takes the file system's noise out of the system time). ``--cache`` turns the node
+cache on (its default for users), a new empty cache directory for every run: GETs are misses
+that fill it. A development measurement
 beside ``pegasus-cloudio bench small-files``, which compares with s5cmd and the stock tool.
 """
 
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=5)
     parser.add_argument("--root", default=None)
+    parser.add_argument("--cache", action="store_true", help="node cache on, empty at every run")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="cpu-per-request-", dir=args.root)
     with MinioServer() as server:
@@ -78,7 +81,8 @@ def main() -> None:
                 found.setdefault((key, "PUT"), []).append(_cpu_ms(tool[key], put, env, args.count, root))
                 dest = tempfile.mkdtemp(dir=root)
                 get = transfer_spec([(u, f"file://{dest}/{n}") for n, u in zip(names, urls)], SITE, "local")
-                found.setdefault((key, "GET"), []).append(_cpu_ms(tool[key], get, env, args.count, dest))
+                cached = dict(env, PEGASUS_CLOUDIO_CACHE_DIR=os.path.join(dest, ".cache")) if args.cache else env
+                found.setdefault((key, "GET"), []).append(_cpu_ms(tool[key], get, cached, args.count, dest))
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     for (key, op), runs in sorted(found.items()):
         user = statistics.median(u for u, _ in runs)
