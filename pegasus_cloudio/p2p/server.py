@@ -308,6 +308,10 @@ class CacheServer:
         self._address: Optional[Tuple[str, int]] = None
 
     @property
+    def config(self) -> ServeConfig:
+        return self._config
+
+    @property
     def connections(self) -> Connections:
         assert self._server is not None
         return self._server.connections
