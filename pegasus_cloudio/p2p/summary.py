@@ -56,7 +56,8 @@ def summarise(cache_dirs: Iterable[str], limit: int = DEFAULT_MAX,
     """Short ids of every entry in ``cache_dirs`` (sorted; the ``limit`` most recently used
     when there are more). A cache directory that cannot be read is skipped (and appended to
     ``unreadable``). No link is followed (root runs this on users' caches), and a cache is
-    listed up to ``16 * limit`` directory entries."""
+    listed up to ``16 * limit`` directory entries (shards and their entries, as they are
+    read: no more of a directory is held in memory)."""
     entries: List[Tuple[float, str]] = []
     for directory in cache_dirs:
         try:
@@ -78,17 +79,21 @@ def _scan(directory: str, entries: List[Tuple[float, str]], budget: int) -> None
     finally:
         os.close(root)
     try:
-        for shard in sorted(os.listdir(objects)):
-            if len(shard) != 2 or budget <= 0:
-                continue
-            try:
-                fd = os.open(shard, _DIR_FLAGS, dir_fd=objects)
-            except OSError:
-                continue
-            try:
-                budget = _scan_shard(fd, entries, budget)
-            finally:
-                os.close(fd)
+        with os.scandir(objects) as it:  # not listdir: its names count against the budget as they come
+            for item in it:
+                budget -= 1
+                if budget < 0:
+                    break
+                if len(item.name) != 2:
+                    continue
+                try:
+                    fd = os.open(item.name, _DIR_FLAGS, dir_fd=objects)
+                except OSError:
+                    continue
+                try:
+                    budget = _scan_shard(fd, entries, budget)
+                finally:
+                    os.close(fd)
     finally:
         os.close(objects)
 
