@@ -332,7 +332,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
         return 2
     cwd, umask, argv, env = request
     try:
-        _enter(cwd, peer_pid(conn))
+        _enter(peer_pid(conn))
     except OSError as err:
         sys.stderr.write(f"pegasus-transfer: {cwd}: cannot enter the job's directory: {err.strerror}\n")
         return 1
@@ -361,16 +361,13 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     return code
 
 
-def _enter(cwd: str, pid: int) -> None:
+def _enter(pid: int) -> None:
     """Enter the job's directory: the one the client's process ``pid`` is in (its
-    ``/proc/<pid>/cwd``), not whatever ``cwd``, its path when the client took it, names by
-    now (another user who may rename a directory on that path, in a shared directory without
-    the sticky bit, could have put one of hers there). The path only when that link cannot
-    be followed (a client that is not dumpable)."""
-    try:
-        os.chdir(f"/proc/{pid}/cwd")
-    except OSError:
-        os.chdir(cwd)
+    ``/proc/<pid>/cwd``; the stager checked that the client shares its pid and mount
+    namespaces and that it may read that link), not whatever the path the client sent names
+    by now: another user who may rename a directory on that path (a shared directory without
+    the sticky bit) could have put one of hers there."""
+    os.chdir(f"/proc/{pid}/cwd")
 
 
 def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[str, str]]]:
