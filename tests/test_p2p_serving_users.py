@@ -21,6 +21,8 @@ from typing import Dict, Iterator, List
 
 import pytest
 
+from test_stager_trust import as_user
+
 TOKEN = "pool-token-0123456789"
 
 
@@ -87,17 +89,7 @@ def _uid_of(pid: int) -> int:
 
 def kill_as(uid: int, pid: int) -> None:
     """``kill -KILL pid`` by a process of ``uid`` (what that user can do to her own process)."""
-    child = os.fork()
-    if child == 0:
-        code = 1
-        try:
-            os.setgroups([])
-            os.setuid(uid)
-            os.kill(pid, signal.SIGKILL)
-            code = 0
-        finally:
-            os._exit(code)
-    assert os.waitpid(child, 0)[1] == 0
+    as_user(uid, lambda: os.kill(pid, signal.SIGKILL))
 
 
 class RootDaemon:

@@ -140,13 +140,15 @@ def other_user():
         subprocess.run(["userdel", name], capture_output=True, check=False)
 
 
-def _as_user(uid, action):
+def as_user(uid, action):
+    """``action()`` in a child process running as ``uid`` (its primary group, no other); it
+    must succeed."""
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.setgroups([])
-            os.setgid(uid)
+            os.setgid(pwd.getpwuid(uid).pw_gid)
             os.setuid(uid)
             action()
             code = 0
@@ -184,7 +186,7 @@ def test_the_job_runs_in_the_clients_directory_even_if_its_path_changes_hands(ot
             os.close(ready_w)
             os.close(go_r)
             assert os.read(ready_r, 1) == b"1"
-            _as_user(other_user, swap)
+            as_user(other_user, swap)
             os.write(go_w, b"1")
             out, err = client.communicate(timeout=120)
             os.close(ready_r)
