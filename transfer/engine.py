@@ -400,6 +400,19 @@ class Engine:
         scoped = peer_scopes(backend)
         return scoped.peer_scope(url) if scoped is not None else None
 
+    def _stored(self, peers: PeerRound, key: str, source: Url, from_peer: bool) -> None:
+        """Publish the node cache's new entry for ``key``: under the scope it was found and
+        verified in when a peer sent it, else under the scope of the identity that read
+        ``source`` from the store (not the one looked up for the key: another source of the
+        batch, maybe of an identity the store refuses this object to); not at all when that
+        identity has none."""
+        if from_peer:
+            peers.stored(key)
+            return
+        scope = self._peer_scope(source)
+        if scope is not None:
+            peers.stored(key, scope)
+
     def _replica(self, key: str) -> Optional[Replica]:
         """What peers may be told about the node cache's entry for ``key``."""
         from transfer.peers import Replica
@@ -490,19 +503,6 @@ class Engine:
                     err.message += note
                 raise
             return self._groups().read_member(found, source, dest_path, symlink, peers)
-
-    def _stored(self, peers: PeerRound, key: str, source: Url, from_peer: bool) -> None:
-        """Publish the node cache's new entry for ``key``: under the scope it was found and
-        verified in when a peer sent it, else under the scope of the identity that read
-        ``source`` from the store (not the one looked up for the key: another source of the
-        batch, maybe of an identity the store refuses this object to); not at all when that
-        identity has none."""
-        if from_peer:
-            peers.stored(key)
-            return
-        scope = self._peer_scope(source)
-        if scope is not None:
-            peers.stored(key, scope)
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
