@@ -192,3 +192,22 @@ def test_summary_reads_a_cache_flooded_with_names_within_its_budget(tmp_path):
         assert peak < 1 << 20, f"{peak} bytes at the peak of listing a flooded cache"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_summary_follows_no_link_a_user_planted_on_the_way_to_her_cache(tmp_path):
+    """Root summarises ``~alice/.cache/pegasus-cloudio``; Alice owns ``~alice/.cache`` and can
+    make it a link to another user's ``.cache``: root would then publish that user's entries
+    as the node's. A link of root's on the way (``/home`` -> ``/srv/home``) is followed."""
+    other = new_cache(tmp_path / "bob" / ".cache" / "pegasus-cloudio")
+    put(other, "s3://b/bobs-private-file", b"s")
+    home = tmp_path / "alice"
+    home.mkdir()
+    (home / ".cache").symlink_to(tmp_path / "bob" / ".cache")
+    os.lchown(home / ".cache", 65534, 65534)  # Alice's link
+    unreadable = []
+    assert summarise([str(home / ".cache" / "pegasus-cloudio")], unreadable=unreadable) == []
+    assert unreadable == [str(home / ".cache" / "pegasus-cloudio")]
+
+    roots = tmp_path / "roots-link"  # root's own link on the way is fine
+    roots.symlink_to(tmp_path / "bob")
+    assert summarise([str(roots / ".cache" / "pegasus-cloudio")]) == [short_id("s3://b/bobs-private-file")]
