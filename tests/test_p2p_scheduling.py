@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
+import tracemalloc
 
 import classad2
 import pytest
@@ -166,3 +169,45 @@ def test_summary_follows_no_link_a_user_planted_in_the_cache(tmp_path):
     unreadable = []
     assert summarise([str(planted), str(linked_root)], unreadable=unreadable) == []
     assert unreadable == [str(planted), str(linked_root)]
+
+
+
+def test_summary_reads_a_cache_flooded_with_names_within_its_budget(tmp_path):
+    """Root lists users' caches; a user can put millions of names in hers. The listing stops
+    at its budget (16 * limit entries a cache), so root's memory does not grow with them:
+    60,000 long names in ``objects/`` cost no more than a small cache does."""
+    fast = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)  # tmpfs: the names take a second
+    base = tempfile.mkdtemp(prefix="pcio-flood-", dir=fast)
+    try:
+        objects = os.path.join(base, "objects")
+        os.mkdir(objects, mode=0o700)
+        for i in range(60_000):
+            os.close(os.open(os.path.join(objects, f"{'x' * 240}{i}"), os.O_CREAT | os.O_WRONLY, 0o600))
+        tracemalloc.start()
+        try:
+            assert summarise([base], limit=100) == []
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20, f"{peak} bytes at the peak of listing a flooded cache"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_summary_follows_no_link_a_user_planted_on_the_way_to_her_cache(tmp_path):
+    """Root summarises ``~alice/.cache/pegasus-cloudio``; Alice owns ``~alice/.cache`` and can
+    make it a link to another user's ``.cache``: root would then publish that user's entries
+    as the node's. A link of root's on the way (``/home`` -> ``/srv/home``) is followed."""
+    other = new_cache(tmp_path / "bob" / ".cache" / "pegasus-cloudio")
+    put(other, "s3://b/bobs-private-file", b"s")
+    home = tmp_path / "alice"
+    home.mkdir()
+    (home / ".cache").symlink_to(tmp_path / "bob" / ".cache")
+    os.lchown(home / ".cache", 65534, 65534)  # Alice's link
+    unreadable = []
+    assert summarise([str(home / ".cache" / "pegasus-cloudio")], unreadable=unreadable) == []
+    assert unreadable == [str(home / ".cache" / "pegasus-cloudio")]
+
+    roots = tmp_path / "roots-link"  # root's own link on the way is fine
+    roots.symlink_to(tmp_path / "bob")
+    assert summarise([str(roots / ".cache" / "pegasus-cloudio")]) == [short_id("s3://b/bobs-private-file")]

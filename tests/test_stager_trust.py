@@ -5,14 +5,19 @@ runs in its own process, where its paths mean what it thinks."""
 
 import json
 import os
+import pwd
+import secrets
+import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from pegasus_cloudio.stager.server import StagerError, listen
 from pegasus_cloudio.testbed.stager import StagerProcess
-from test_stager import entry, job_env, served, wait_for
+from test_stager import _parts, _stalled_get, entry, job_env, served, wait_for
 
 NOBODY = 65534
 
@@ -57,3 +62,137 @@ def test_a_job_from_another_mount_namespace_runs_in_its_own_process(native_dropi
                               cwd=job, timeout=120)
         assert done.returncode == 0 and b"refused" not in done.stderr
         wait_for(lambda: served(stager), "the stager's log line")
+
+
+def _child_of(pid):
+    """The one child process of ``pid`` (as this namespace numbers it), once it exists."""
+    found = []
+
+    def one():
+        try:
+            found[:] = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        except OSError:
+            return False
+        return len(found) == 1
+    wait_for(one, f"the child of {pid}")
+    return int(found[0])
+
+
+def test_sigterm_reaches_the_job_of_a_client_in_another_pid_namespace(native_dropin, proxied, minio, bucket,
+                                                                       tmp_path):
+    """A client in another pid namespace (same file system) numbers processes differently:
+    the pid the stager sends names no process there, or another one, so HTCondor's SIGTERM
+    to the client would never reach the job. The stager refuses such a job (one line), which
+    runs in the client's own process, where SIGTERM ends it as without the stager."""
+    proxy, env = proxied
+    job, spec = _stalled_get(proxy, minio, bucket, tmp_path)
+    with StagerProcess() as stager:
+        argv = ["unshare", "--pid", "--fork", "--kill-child", *native_dropin]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=job,
+                                env=job_env(stager.socket_path, **env))
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        wait_for(lambda: _parts(job) and os.path.getsize(_parts(job)[0]) > 0, "a partial download")
+        os.kill(_child_of(proc.pid), signal.SIGTERM)  # the client, pid 1 of its namespace
+        try:
+            rc = proc.wait(timeout=20)  # the stall lasts 60 s
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail("SIGTERM to the client did not reach its job")
+        err = proc.stderr.read().decode()
+        assert rc == 1 and "Exiting due to signal 15" in err, err
+        refusals = [line for line in err.splitlines() if "refused the job" in line]
+        assert len(refusals) == 1 and "another pid namespace" in refusals[0], err
+        assert _parts(job) == [] and not (job / "big.dat").exists()
+        assert not served(stager)
+
+
+# A client that pauses between taking its working directory's path and sending it, so the
+# test can do in that window what another user may do at any time.
+_PAUSING_CLIENT = r"""
+import os, socket, sys
+from pegasus_cloudio.stager import wire
+ready, go = int(sys.argv[2]), int(sys.argv[3])
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(sys.argv[1])
+request = wire.encode_request(os.getcwd(), 0o022, ["-f", "spec.json"], dict(os.environ))
+socket.send_fds(sock, [wire.length(len(request))], [0, 1, 2])
+os.write(ready, b"1")
+os.read(go, 1)
+sock.sendall(request)
+started = wire.read_reply(sock)
+assert started is not None and started[0] == wire.PID, started
+done = wire.read_reply(sock)
+sys.exit(done[1] if done is not None else 99)
+"""
+
+
+@pytest.fixture
+def other_user():
+    """A new Unix user's uid, removed after the test."""
+    name = f"pcio{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                   check=True, capture_output=True)
+    try:
+        yield pwd.getpwnam(name).pw_uid
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+
+
+def as_user(uid, action):
+    """``action()`` in a child process running as ``uid`` (its primary group, no other); it
+    must succeed."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(pwd.getpwuid(uid).pw_gid)
+            os.setuid(uid)
+            action()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_the_job_runs_in_the_clients_directory_even_if_its_path_changes_hands(other_user, tmp_path):
+    """A job's directory inside a shared directory without the sticky bit (a group-writable
+    project area): another member can rename it and put a directory of hers in its place.
+    The client's process stays in its own directory (it holds it, not its name); so must the
+    stager's, or the job reads her spec.json and copies the job's files where she says."""
+    shared = Path(tempfile.mkdtemp(prefix="pcio-shared-"))
+    try:
+        shared.chmod(0o777)  # no sticky bit
+        secret = tmp_path / "secret.dat"
+        secret.write_bytes(b"the job's private bytes")
+        mine, theirs = tmp_path / "copy-for-the-job.dat", shared / "copy-for-mallory.dat"
+        job = shared / "job"
+        job.mkdir()
+        (job / "spec.json").write_text(json.dumps([entry(f"file://{secret}", f"file://{mine}")]))
+
+        def swap():
+            os.rename(job, shared / "moved")
+            job.mkdir()
+            (job / "spec.json").write_text(json.dumps([entry(f"file://{secret}", f"file://{theirs}")]))
+
+        with StagerProcess() as stager:
+            ready_r, ready_w = os.pipe()
+            go_r, go_w = os.pipe()
+            client = subprocess.Popen([sys.executable, "-c", _PAUSING_CLIENT, stager.socket_path, str(ready_w),
+                                       str(go_r)], cwd=job, env=job_env(stager.socket_path), pass_fds=(ready_w, go_r),
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            os.close(ready_w)
+            os.close(go_r)
+            assert os.read(ready_r, 1) == b"1"
+            as_user(other_user, swap)
+            os.write(go_w, b"1")
+            out, err = client.communicate(timeout=120)
+            os.close(ready_r)
+            os.close(go_w)
+        assert not theirs.exists(), "the job ran in the other user's directory"
+        assert client.returncode == 0, err.decode()
+        assert mine.read_bytes() == b"the job's private bytes"
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)], check=False)

@@ -405,6 +405,19 @@ class Engine:
         scoped = peer_scopes(backend)
         return scoped.peer_scope(url) if scoped is not None else None
 
+    def _stored(self, peers: PeerRound, key: str, source: Url, from_peer: bool) -> None:
+        """Publish the node cache's new entry for ``key``: under the scope it was found and
+        verified in when a peer sent it, else under the scope of the identity that read
+        ``source`` from the store (not the one looked up for the key: another source of the
+        batch, maybe of an identity the store refuses this object to); not at all when that
+        identity has none."""
+        if from_peer:
+            peers.stored(key)
+            return
+        scope = self._peer_scope(source)
+        if scope is not None:
+            peers.stored(key, scope)
+
     def _replica(self, key: str) -> Optional[Replica]:
         """What peers may be told about the node cache's entry for ``key``."""
         from transfer.peers import Replica
@@ -466,17 +479,20 @@ class Engine:
         key = self._cache_key(source)
         try:
             if key is not None and self._cache is not None:
+                from_peer = []
+
                 def fill(sink: BinaryIO) -> ObjectInfo:
                     if peers is not None:
                         from transfer.peers import PeerSink
                         got = peers.fetch(key, sink) if isinstance(sink, PeerSink) else None
                         if got is not None:
+                            from_peer.append(True)
                             return ObjectInfo(source, got)
                     return backend.get(source, sink)
 
                 nbytes, hit = self._cache.fetch(key, dest_path, fill, symlink=symlink)
                 if not hit and peers is not None:
-                    peers.stored(key)
+                    self._stored(peers, key, source, bool(from_peer))
                 return nbytes
             with AtomicFile(dest_path, mode=mode) as out:
                 in_ranges = ranged_reads(backend)

@@ -11,7 +11,8 @@ No process reads every user's files: started as root, the daemon binds each user
 and loads the node's key, then forks one process per user that drops to that user (uid,
 gid, no supplementary groups) before serving: a user's cache is read only with that user's
 rights, so a link planted in it reaches nothing she could not read herself. The root
-process keeps only the heartbeat. Started as a user, it serves that user's cache alone.
+process keeps only the heartbeat, and starts a user's serving process again when it exits
+(she may kill it; the other users serve on). Started as a user, it serves that user's cache alone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pwd
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Set
 from urllib.parse import urlsplit
 
 from transfer.errors import TransferError
@@ -59,7 +60,8 @@ class Daemon:
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
         self._warned = False
-        self.failed = False  # a serving process exited on its own
+        self._down: Set[str] = set()  # users whose serving process could not be started again
+        self.failed = False  # a serving process exited and could not be started again
 
     def url(self, user: str) -> str:
         """The URL peers use for ``user``'s cache (once bound): ``P2P_URL``'s scheme and host
@@ -78,7 +80,8 @@ class Daemon:
     def nodes(self) -> List[NodeInfo]:
         """One index node per served user: ``<node>/<user>`` at its own port."""
         s = self.settings
-        return [NodeInfo(node_id(s.node, user), self.url(user), s.node, s.rack) for user in self._users]
+        return [NodeInfo(node_id(s.node, user), self.url(user), s.node, s.rack) for user in self._users
+                if user not in self._down]
 
     def request_stop(self) -> None:
         """Make :meth:`wait` return (signal handlers)."""
@@ -102,14 +105,31 @@ class Daemon:
         """Bind every user's port here, then serve each in a child dropped to that user."""
         self._bind()
         for user, server in zip(self._users, self._servers):
-            pid = os.fork()
-            if pid == 0:
-                os._exit(self._child(user, server))
-            self._children[pid] = user
-        for server in self._servers:
-            server.close_listener()  # the children serve; the address stays known here
+            self._fork(user, server)
         self._start_heartbeat()
         return self
+
+    def _fork(self, user: str, server: CacheServer) -> None:
+        """Serve ``user`` from a child dropped to her (``server`` bound); the listener is the
+        child's alone (its address stays known here)."""
+        pid = os.fork()
+        if pid == 0:
+            os._exit(self._child(user, server))
+        self._children[pid] = user
+        server.close_listener()
+
+    def restart(self, user: str) -> None:
+        """Serve ``user`` again from a new child on her port: her serving process runs as her,
+        so she may kill it, and that must not stop the other users' sharing. Raises OSError
+        when the port cannot be bound again (her node then leaves the index)."""
+        i = self._users.index(user)
+        old = self._servers[i]
+        server = CacheServer(dataclasses.replace(old.config, bind=old.address))
+        server.bind()
+        parts = urlsplit(self.url(user))
+        server.announce(parts.hostname or "", parts.port or 0)
+        self._servers[i] = server
+        self._fork(user, server)
 
     def _child(self, user: str, server: CacheServer) -> int:
         code = 1
@@ -168,14 +188,30 @@ class Daemon:
             server.stop()
 
     def wait(self) -> None:
-        """Until asked to stop or (forked) a serving process exits."""
+        """Until asked to stop. A serving process that exits (its user may kill it: it runs as
+        her) is started again, at most once a second; one that cannot be (its port taken)
+        takes that user out of the index, and the others serve on."""
         while not self._stop.wait(1.0 if self._children else None):
             user = self.child_exited()
-            if user is not None:
-                _log.error("the process serving %s exited; stopping", user)
-                self.failed = True
-                self._stop.set()
+            if user is None:
+                continue
+            try:
+                self.restart(user)
+            except OSError as err:
+                _log.error("the process serving %s exited and cannot be started again: %s; serving the "
+                           "other users", user, err)
+                self._retire(user)
+            else:
+                _log.error("the process serving %s exited; started it again", user)
 
+    def _retire(self, user: str) -> None:
+        self.failed = True
+        self._down.add(user)
+        if self._index is not None:
+            try:
+                self._index.retire([node_id(self.settings.node, user)])
+            except Exception as err:  # noqa: BLE001 - the entry expires anyway
+                _log.warning("could not retire %s from the peer index: %s", user, err)
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.settings.heartbeat_ttl / 3):

@@ -19,13 +19,14 @@ Only the caches of the configured users are served, only complete entries (the c
 size and mtime check against its metadata, the key's digest matching the name), each file
 opened once (:mod:`.files`: no links, regular files of the cache's owner only, bounded
 reads) so eviction during a serve cannot change what is sent. Connections are bounded in
-number and time (:mod:`.limits`). HTTP/1.1 keep-alive; TLS with the pool's certificate
+number and time (:mod:`.limits`), a request's line and headers to :data:`MAX_HEADER_BYTES`. HTTP/1.1 keep-alive; TLS with the pool's certificate
 unless plain HTTP was configured explicitly.
 """
 
 from __future__ import annotations
 
 import hmac
+import http.client
 import io
 import logging
 import os
@@ -51,6 +52,7 @@ _PATH = re.compile(r"^/v1/([A-Za-z0-9._-]{1,64})/([0-9a-f]{64})$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _MAX_DIGITS = 18  # beyond this a range bound is past the end of any file (and int() stays cheap)
 BUFFER = 1 << 20
+MAX_HEADER_BYTES = 16 * 1024  # a reader's request line and headers take well under 1 KiB
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,29 @@ class _Server(ThreadingHTTPServer):
             self.connections.release(slot)
 
 
+class _HeaderBudget:
+    """The connection's reader, giving each request at most ``limit`` bytes of request line
+    and headers (http.server alone takes 100 lines of 64 KiB, before the token is checked):
+    past it, ``readline`` raises LineTooLong (answered 431, or the connection closed)."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self._raw, self._limit, self._left = raw, limit, limit
+
+    def next_request(self) -> None:
+        self._left = self._limit
+
+    def readline(self, size: int = -1) -> bytes:
+        want = self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
+        line: bytes = self._raw.readline(want)
+        self._left -= len(line)
+        if self._left < 0:
+            raise http.client.LineTooLong(f"request headers over {self._limit} bytes")
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -125,6 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.slot = self.server.admitted[id(self.request)]
         super().setup()
+        self.rfile = self._budget = _HeaderBudget(self.rfile, MAX_HEADER_BYTES)  # type: ignore[assignment]
         self.connection.settimeout(self.server.config.limits.handshake_seconds)
         if isinstance(self.connection, ssl.SSLSocket):
             try:
@@ -143,6 +169,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _next_request(self) -> None:
         self.connection.settimeout(self.server.config.limits.idle_seconds)
+        self._budget.next_request()
         self.handle_one_request()
         self.slot.expire_in(self.server.config.limits.idle_seconds)
 
@@ -306,6 +333,10 @@ class CacheServer:
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
         self._address: Optional[Tuple[str, int]] = None
+
+    @property
+    def config(self) -> ServeConfig:
+        return self._config
 
     @property
     def connections(self) -> Connections:

@@ -25,7 +25,9 @@ name (a site-wide profile cannot know a job's inputs).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import stat
 import socket
 import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -55,8 +57,10 @@ def summarise(cache_dirs: Iterable[str], limit: int = DEFAULT_MAX,
               unreadable: Optional[List[str]] = None) -> List[str]:
     """Short ids of every entry in ``cache_dirs`` (sorted; the ``limit`` most recently used
     when there are more). A cache directory that cannot be read is skipped (and appended to
-    ``unreadable``). No link is followed (root runs this on users' caches), and a cache is
-    listed up to ``16 * limit`` directory entries."""
+    ``unreadable``). No link is followed but root's on the way to a cache (root runs this
+    on users' caches: :func:`open_directory`), and a cache is
+    listed up to ``16 * limit`` directory entries (shards and their entries, as they are
+    read: no more of a directory is held in memory)."""
     entries: List[Tuple[float, str]] = []
     for directory in cache_dirs:
         try:
@@ -69,8 +73,48 @@ def summarise(cache_dirs: Iterable[str], limit: int = DEFAULT_MAX,
     return sorted({name for _, name in entries})
 
 
+_MAX_LINKS = 40  # as the kernel's path walk
+
+
+def open_directory(path: str) -> int:
+    """A descriptor of the directory ``path``, walked one component at a time from ``/``
+    without following any link but root's on the way (``/home`` -> ``/srv/home``; the
+    directory itself is never one): a user owns the components of the path to her cache
+    below her home, and a link of hers there (``.cache`` -> another user's) would lead root
+    into files she chose. Raises OSError (ELOOP for such a link, or too many)."""
+    parts = [p for p in os.path.abspath(path).split("/") if p]
+    fd = os.open("/", _DIR_FLAGS)
+    links = 0
+    try:
+        while parts:
+            part = parts.pop(0)
+            if part == "..":  # a root link's target may climb: stay on what was walked
+                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                continue
+            st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if st.st_uid != 0 or not parts or links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, "a link of another user's on the way, or as the directory", part)
+                target = os.readlink(part, dir_fd=fd)
+                parts[:0] = [p for p in target.split("/") if p and p != "."]
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", _DIR_FLAGS)
+                continue
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)  # O_NOFOLLOW: a link swapped in meanwhile fails
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _scan(directory: str, entries: List[Tuple[float, str]], budget: int) -> None:
-    root = os.open(directory, _DIR_FLAGS)
+    root = open_directory(directory)
     try:
         objects = os.open(OBJECTS, _DIR_FLAGS, dir_fd=root)
     except FileNotFoundError:
@@ -78,17 +122,21 @@ def _scan(directory: str, entries: List[Tuple[float, str]], budget: int) -> None
     finally:
         os.close(root)
     try:
-        for shard in sorted(os.listdir(objects)):
-            if len(shard) != 2 or budget <= 0:
-                continue
-            try:
-                fd = os.open(shard, _DIR_FLAGS, dir_fd=objects)
-            except OSError:
-                continue
-            try:
-                budget = _scan_shard(fd, entries, budget)
-            finally:
-                os.close(fd)
+        with os.scandir(objects) as it:  # not listdir: its names count against the budget as they come
+            for item in it:
+                budget -= 1
+                if budget < 0:
+                    break
+                if len(item.name) != 2:
+                    continue
+                try:
+                    fd = os.open(item.name, _DIR_FLAGS, dir_fd=objects)
+                except OSError:
+                    continue
+                try:
+                    budget = _scan_shard(fd, entries, budget)
+                finally:
+                    os.close(fd)
     finally:
         os.close(objects)
 

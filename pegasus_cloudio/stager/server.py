@@ -145,17 +145,24 @@ def peer_pid(conn: socket.socket) -> int:
     return int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[0:4], sys.byteorder)
 
 
+_VIEWS = (("mount namespace", "ns/mnt", "a container or MOUNT_UNDER_SCRATCH"),
+          ("root directory", "root", "a container or chroot"),
+          ("pid namespace", "ns/pid", "its signals could not reach the job here"))
+
+
 def foreign_view(pid: int) -> str:
-    """Why process ``pid`` sees another file system than this one ("" when it sees the
-    same): a different mount namespace (a container, HTCondor's ``MOUNT_UNDER_SCRATCH``) or
-    root directory. Paths it sends would then name other files here."""
-    for what, name in (("mount namespace", "ns/mnt"), ("root directory", "root")):
+    """Why process ``pid`` sees another system than this one ("" when it sees the same): a
+    different mount namespace (a container, HTCondor's ``MOUNT_UNDER_SCRATCH``) or root
+    directory, where paths it sends would name other files here; or a different pid
+    namespace, where the pid the client is sent (to pass SIGTERM on to) names another
+    process or none, so the job could not be stopped."""
+    for what, name, why in _VIEWS:
         try:
             theirs, ours = os.stat(f"/proc/{pid}/{name}"), os.stat(f"/proc/self/{name}")
         except OSError as err:
             return f"cannot check its {what} ({err.strerror})"
         if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
-            return f"it runs in another {what} (a container or MOUNT_UNDER_SCRATCH)"
+            return f"it runs in another {what} ({why})"
     return ""
 
 
@@ -325,7 +332,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
         return 2
     cwd, umask, argv, env = request
     try:
-        os.chdir(cwd)
+        _enter(peer_pid(conn))
     except OSError as err:
         sys.stderr.write(f"pegasus-transfer: {cwd}: cannot enter the job's directory: {err.strerror}\n")
         return 1
@@ -352,6 +359,15 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     leave_the_job()
     behind.drain()  # the job has its answer: fill the node cache now
     return code
+
+
+def _enter(pid: int) -> None:
+    """Enter the job's directory: the one the client's process ``pid`` is in (its
+    ``/proc/<pid>/cwd``; the stager checked that the client shares its pid and mount
+    namespaces and that it may read that link), not whatever the path the client sent names
+    by now: another user who may rename a directory on that path (a shared directory without
+    the sticky bit) could have put one of hers there."""
+    os.chdir(f"/proc/{pid}/cwd")
 
 
 def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[str, str]]]:

@@ -19,8 +19,9 @@ trusted: the system CAs never are; ``http://`` only with ``plain_http``), answer
 and TLS handshake within ``connect_timeout``, send its headers within ``first_byte_timeout``
 and finish the whole answer within ``first_byte_timeout + read_timeout`` plus its length at
 :data:`MIN_PEER_RATE` (:mod:`.deadlines`: a peer dripping bytes just inside the read timeout
-is given up, not waited for). A peer that failed to connect or timed out is skipped for
-:data:`SHUN_SECONDS`, so a dead or stalling peer costs a job one timeout, not one per file.
+is given up, not waited for). A peer that failed to connect or timed out, or whose name did
+not resolve (or not inside the pool's networks), is skipped for :data:`SHUN_SECONDS`, so a
+dead or stalling peer costs a job one timeout, not one per file.
 Connections are kept alive per peer and reused.
 """
 
@@ -170,6 +171,7 @@ class PeerClient:
         name = holder.info.node
         target = self._target(holder)
         self._check_shunned(target, name)
+        self._check_inside(target, name)
         conn, reused = self._connection(target, name)
         if reused and not _alive(conn):  # the peer closed it while idle
             conn.close()
@@ -216,11 +218,18 @@ class PeerClient:
             port = parts.port or (443 if scheme == "https" else 80)
         except ValueError as err:
             raise PeerFailure(f"peer {holder.info.node}: malformed URL {holder.info.url!r}") from err
+        return scheme, host, port
+
+    def _check_inside(self, target: Tuple[str, str, int], name: str) -> None:
+        """Every address of the target's host is in the pool's networks; a host outside them, or
+        whose name does not resolve (the resolver may take its whole timeout to say so: anyone
+        who can write the index can name such a host), is skipped from then on like one that
+        timed out."""
+        _, host, port = target
         outside = _outside(host, port, self._config.networks)
         if outside:
-            raise PeerFailure(f"peer {holder.info.node}: {holder.info.url} is outside the pool's "
-                              f"networks ({outside})")
-        return scheme, host, port
+            self._shun(target)
+            raise PeerFailure(f"peer {name}: {host}:{port} is outside the pool's networks ({outside})")
 
     def _connection(self, target: Tuple[str, str, int], name: str) -> Tuple[_Conn, bool]:
         """A kept-alive connection to ``target`` (True) or a new one (False)."""
@@ -249,7 +258,7 @@ class PeerClient:
         with self._lock:
             until = self._shunned.get(target, 0.0)
         if until > time.monotonic():
-            raise PeerFailure(f"peer {name}: skipped, it failed recently (connect or timeout)")
+            raise PeerFailure(f"peer {name}: skipped, it failed recently (connect, timeout or address)")
 
     def _shun(self, target: Tuple[str, str, int]) -> None:
         with self._lock:
