@@ -88,6 +88,17 @@ def test_v1_format_and_env_var_expansion_match(stock, inputs, env, tmp_path):
     assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"v1/f1.txt": b"file 1\nfile 1\n"}
 
 
+def test_unclosed_and_half_braced_variables_expand_like_stock(stock, inputs, env, tmp_path):
+    """Stock's ``\\${?NAME}?`` makes each brace optional: ``${OUTROOT`` and ``$OUTROOT}`` name OUTROOT."""
+    env = dict(env, OUTROOT=str(tmp_path))
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://${{OUTROOT/{w.name}/a/f0.txt"),
+                                 transfer(f"file://{inputs}/f1.txt", f"file://$OUTROOT}}/{w.name}/b/f1.txt")])
+    runs = both(stock, spec, env, tmp_path, "braces")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"a/f0.txt": b"file 0\n",
+                                                               "b/f1.txt": b"file 1\nfile 1\n"}
+
+
 def test_symlink_flag_matches(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/l/f0.txt")])
     results = {}
