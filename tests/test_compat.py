@@ -99,6 +99,24 @@ def test_unclosed_and_half_braced_variables_expand_like_stock(stock, inputs, env
                                                                "b/f1.txt": b"file 1\nfile 1\n"}
 
 
+def test_float_priorities_are_read_like_stock(stock, inputs, env, tmp_path):
+    """Stock reads ``int(priority)``: 5.9 is 5, below 6, so f1 is copied; ``"5.9"`` stops the run."""
+    def spec(w, bad=False):
+        entry = transfer(f"file://{inputs}/f0.txt", f"file://{w}/out.txt")
+        entry["src_urls"] = [{"site_label": "local", "url": f"file://{inputs}/f0.txt", "priority": 5.9},
+                             {"site_label": "local", "url": f"file://{inputs}/f1.txt", "priority": 6}]
+        if bad:
+            entry["dest_urls"][0]["priority"] = "5.9"
+        return json.dumps([entry])
+    runs = both(stock, spec, env, tmp_path, "prio")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"out.txt": b"file 1\nfile 1\n"}
+    runs = both(stock, lambda w: spec(w, bad=True), env, tmp_path, "badprio")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 1
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {}
+    assert "entry 0: dest_urls[0] priority '5.9' is not a whole number" in runs["ours"][0].err
+
+
 def test_symlink_flag_matches(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/l/f0.txt")])
     results = {}
