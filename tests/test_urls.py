@@ -136,3 +136,10 @@ def test_expansion_matches_the_stock_regex_on_random_text():
     for _ in range(20000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
         assert expand_vars(text, env) == stock_expand(text, env), text
+
+
+def test_the_repr_hides_a_password_and_a_query_too():
+    url = parse_url("https://joe:s3cret@example.org/data/f?X-Amz-Signature=abc", site_label="web")
+    assert repr(url) == ("Url(scheme='https', host='joe:***@example.org', path='/data/f?<query hidden>', "
+                         "site_label='web')")
+    assert repr(parse_url("s3://joe@site/b/k?x")) == "Url(scheme='s3', host='joe@site', path='/b/k?x', site_label=None)"

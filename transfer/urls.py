@@ -72,6 +72,16 @@ class Url:
         path, query_mark, _ = self.path.partition("?")
         return f"{self.scheme}://{_redact(self.host)}{path}{'?<query hidden>' if query_mark else ''}"
 
+    def __repr__(self) -> str:
+        """As a record's, with the password and query hidden as in :meth:`__str__` (a debug log
+        prints operations, and their URLs, this way)."""
+        host, path = self.host, self.path
+        if not self.is_local:
+            host = _redact(host)
+            if self.scheme not in _EXACT_PATH_SCHEMES and "?" in path:
+                path = path.partition("?")[0] + "?<query hidden>"
+        return f"Url(scheme={self.scheme!r}, host={host!r}, path={path!r}, site_label={self.site_label!r})"
+
     @property
     def full(self) -> str:
         """The complete URL, secrets included: for requests, never for messages."""

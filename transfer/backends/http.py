@@ -5,6 +5,7 @@ Follows up to five redirects (a redirect to another origin uses that origin's po
 host and port: a redirect to plain HTTP or another port carries none of the first
 origin's credentials), checks the
 byte count against Content-Length, and verifies TLS unless the URL is plain ``http://``.
+``user:password@`` in the URL is sent as Basic credentials to that origin, as wget and curl do.
 HTTP is a download-only source here: the backend reads only (no ``Uploads``, no ``Namespace``).
 """
 
@@ -25,7 +26,8 @@ from transfer.errors import (
     TransferError,
     TransientError,
 )
-from transfer.http.origins import OriginPools
+from transfer.http.message import basic_credentials
+from transfer.http.origins import OriginPools, origin_of
 from transfer.http.pool import PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url
@@ -77,8 +79,13 @@ class HttpBackend:
         self._headers = headers
 
     def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
+        first = origin_of(url.full)
+
         def hop_headers(origin: str) -> List[Tuple[str, str]]:
-            return self._headers(url, origin) + extra
+            headers = self._headers(url, origin) + extra
+            if origin == first and "@" in url.host and not any(k.lower() == "authorization" for k, _ in headers):
+                headers.append(("Authorization", basic_authorization(url.host)))
+            return headers
 
         try:
             return self._origins.request(method, url.full, hop_headers)
@@ -114,6 +121,16 @@ class HttpBackend:
 
     def close(self) -> None:
         self._origins.close()
+
+
+def basic_authorization(authority: str) -> str:
+    """The ``Basic`` credentials of ``user[:password]@host`` (percent-escapes decoded), which wget
+    and curl, stock pegasus-transfer's HTTP tools, send for such a URL. Sent to the URL's own
+    origin (scheme, host, port) only, never to a redirect's other origin; a header from the
+    credentials file wins."""
+    from urllib.parse import unquote
+    user, _, password = authority.rpartition("@")[0].partition(":")
+    return basic_credentials(unquote(user), unquote(password))
 
 
 def _has_site_credentials(url: Url, env: Mapping[str, str]) -> bool:
