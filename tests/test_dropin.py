@@ -75,7 +75,7 @@ def test_stage_out_verifies_against_meta_and_reports_the_metric(s3_env, bucket, 
     meta.write_text(json.dumps([{"_id": "out.dat", "_type": "file",
                                  "_attributes": {"checksum.type": "sha256", "checksum.value": "0" * 64}}]))
     rc, err = run(get, s3_env, tmp_path, "-m", "2")
-    assert rc == 1 and '"failed": 1' in err
+    assert rc == 1 and '"succeeded": 0, "failed": 2' in err, err  # stock counts every attempt's check
 
 
 def test_unsupported_scheme_without_stock_tool_fails_clearly_but_runs_the_rest(tmp_path):
@@ -122,7 +122,7 @@ def test_a_local_destination_failing_its_checksum_is_not_left_under_its_name(tmp
         spec = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"file://{tmp_path}/{dest}", "out.dat",
                                     dst_label="local", verify_checksum_remote=True, linkage="output")])
         rc, err = run(spec, env, tmp_path, "-m", "2")
-        assert rc == 1 and '"failed": 1' in err, err
+        assert rc == 1 and '"succeeded": 0, "failed": 2' in err, err  # one failed check per attempt
         assert (tmp_path / dest).exists() is kept, dest
     assert (tmp_path / "out.dat").read_bytes() == b"job output"
 
@@ -175,3 +175,22 @@ def test_stage_out_verification_pulls_the_object_back_from_the_store_even_when_u
     rc, err = run(spec, env, tmp_path)
     assert rc == 0 and '"succeeded": 1' in err, err
     assert proxy.requests_by_method.get("GET", 0) >= 1, proxy.requests_by_method
+
+
+def test_checks_without_a_linkage_are_counted_on_one_unknown_line_like_stock(tmp_path):
+    """Stock's add_integrity_verify files both a missing and an empty linkage under "unknown"."""
+    (tmp_path / "a").write_bytes(b"A")
+    (tmp_path / "b").write_bytes(b"B")
+    (tmp_path / "job.meta").write_text(json.dumps([
+        {"_id": n, "_type": "file", "_attributes": {"checksum.type": "sha256",
+                                                   "checksum.value": hashlib.sha256(n.upper().encode()).hexdigest()}}
+        for n in ("a", "b")]))
+    env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+    spec = json.dumps([transfer(f"file://{tmp_path}/a", f"file://{tmp_path}/out/a", "a", dst_label="local",
+                                verify_checksum_remote=True, linkage=""),
+                       transfer(f"file://{tmp_path}/b", f"file://{tmp_path}/out/b", "b", dst_label="local",
+                                verify_checksum_remote=True)])
+    rc, err = run(spec, env, tmp_path)
+    assert rc == 0, err
+    lines = [line for line in err.splitlines() if "int.metric" in line]
+    assert len(lines) == 1 and '"file_type": "unknown", "succeeded": 2, "failed": 0' in lines[0], err

@@ -7,7 +7,8 @@ reads back (see the spec, sections 1.8 and 1.9).
   ``$KICKSTART_INTEGRITY_DATA``.
 * ``verify_checksum_remote``: the destination (pulled back to a temp file when remote) is
   checked against ``./*.meta``; a mismatch re-runs the transfer, up to the attempt limit,
-  and one ``@@@MONITORING_PAYLOAD`` line per linkage reports the counts.
+  and one ``@@@MONITORING_PAYLOAD`` line per linkage reports the counts of checks, as stock
+  does (every attempt's).
 * With ``$PEGASUS_MULTIPART_DIR`` set, every attempt is written as ``transfer_attempts``.
 """
 
@@ -115,33 +116,39 @@ def _verify_remote(entries: Sequence[Entry], results: List[Result], engine: Engi
         return
     from pegasus_cloudio.dropin import integrity
     index = integrity.load_meta_index(".")
-    counts: Dict[Optional[str], Tuple[int, int, float]] = {}
+    counts: Dict[str, Tuple[int, int, float]] = {}  # linkage -> checks passed, checks failed, seconds
     for position in wanted:
         entry = entries[position]
-        ok, seconds = _verify_with_retries(entry, engine, results, position, index)
-        good, bad, total = counts.get(entry.linkage, (0, 0, 0.0))
-        counts[entry.linkage] = (good + ok, bad + (not ok), total + seconds)
+        good, bad, seconds = _verify_with_retries(entry, engine, results, position, index)
+        file_type = entry.linkage or "unknown"  # stock's add_integrity_verify: one key for None and ""
+        before = counts.get(file_type, (0, 0, 0.0))
+        counts[file_type] = (before[0] + good, before[1] + bad, before[2] + seconds)
     for file_type, (good, bad, total) in counts.items():
         log.info("%s", monitoring.integrity_payload_line(file_type, good, bad, total))
 
 
 def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], index: int,
-                         meta: "integrity.MetaIndex") -> Tuple[bool, float]:
+                         meta: "integrity.MetaIndex") -> Tuple[int, int, float]:
+    """Verify, re-running the transfer after a failed check while attempts are left; returns
+    (checks passed, checks failed, seconds). Every check counts, as in stock, whose
+    ``add_integrity_verify`` runs once per attempt: three failed attempts are ``failed: 3``."""
     op = entry.op
     assert isinstance(op, Transfer) and entry.lfn
     spent = 0.0
+    failed = 0
     attempts = results[index].attempts
     while True:
         outcome = _verify_once(entry, engine, meta)
         spent += outcome.seconds
         if outcome.ok:
-            return True, spent
+            return 1, failed, spent
+        failed += 1
         log.error("Integrity check failed for %s: %s", entry.lfn, outcome.message)
         if attempts >= engine.max_attempts:
             results[index] = Result(op, False, 0, results[index].seconds, attempts,
                                     results[index].error, None, results[index].history)
             _discard(results[index].source or op.sources[0], op)
-            return False, spent
+            return 0, failed, spent
         source = results[index].source or op.sources[0]
         rerun = engine.run([op])[0]
         attempts += rerun.attempts
@@ -149,7 +156,7 @@ def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], in
         results[index] = replace(rerun, history=results[index].history + rerun.history)
         if not rerun.ok:
             _discard(source, op)  # the copy that failed its check is still there
-            return False, spent
+            return 0, failed, spent
 
 
 def _discard(source: "Url", op: Transfer) -> None:
