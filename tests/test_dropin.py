@@ -177,6 +177,35 @@ def test_stage_out_verification_pulls_the_object_back_from_the_store_even_when_u
     assert proxy.requests_by_method.get("GET", 0) >= 1, proxy.requests_by_method
 
 
+def test_an_upload_that_keeps_failing_its_check_is_removed_from_the_store(s3_env, minio, bucket, tmp_path):
+    """Stock leaves the object that failed its last check in the store, where a later job or a
+    rescue run reads it without a word; ours removes it (and counts each attempt's check)."""
+    import boto3
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    (tmp_path / "job.meta").write_text(json.dumps([{"_id": "out.dat", "_type": "file", "_attributes": {
+        "checksum.type": "sha256", "checksum.value": hashlib.sha256(b"other output").hexdigest()}}]))
+    spec = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"s3://test@minio/{bucket}/run/out.dat", "out.dat",
+                                verify_checksum_remote=True, linkage="output")])
+    rc, err = run(spec, s3_env, tmp_path, "-m", "2")
+    assert rc == 1, err
+    assert '"file_type": "output", "succeeded": 0, "failed": 2' in err, err
+    assert f"Removed s3://test@minio/{bucket}/run/out.dat: it failed its integrity check" in err, err
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    assert (tmp_path / "out.dat").read_bytes() == b"job output"  # the source stays
+
+
+def test_remote_verification_without_an_lfn_is_refused_before_any_transfer(s3_env, bucket, tmp_path):
+    """Stock copies, then fails every attempt ("lfn is required when enabling checksumming"); an
+    entry that can never be verified is refused up front, naming it."""
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    entry = transfer(f"file://{tmp_path}/out.dat", f"s3://test@minio/{bucket}/out.dat", "", verify_checksum_remote=True)
+    rc, err = run(json.dumps([entry]), s3_env, tmp_path)
+    assert rc == 1 and "entry 0: verify_checksum_remote needs an 'lfn'" in err, err
+    assert len([line for line in err.splitlines() if "CRITICAL" in line]) == 1, err
+
+
 def test_checks_without_a_linkage_are_counted_on_one_unknown_line_like_stock(tmp_path):
     """Stock's add_integrity_verify files both a missing and an empty linkage under "unknown"."""
     (tmp_path / "a").write_bytes(b"A")

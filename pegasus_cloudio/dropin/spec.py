@@ -133,6 +133,8 @@ def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Map
     dest = _ranked(dests, "dest_urls", index, env)[0]
     lfn, linkage = _text(item, "lfn", index), _text(item, "linkage", index)
     verify = _bool(item.get("verify_checksum_remote", False), "verify_checksum_remote", index)
+    if verify and not lfn:  # stock copies, then fails every attempt: the .meta files are keyed by LFN
+        raise SpecError(f"entry {index}: verify_checksum_remote needs an 'lfn'", operation="parse")
     local_pair = dest.scheme == "file" and all([u.scheme == "file" for u in src_urls])
     return Entry(
         Transfer(src_urls, dest, lfn=lfn,
