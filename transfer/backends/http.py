@@ -6,6 +6,8 @@ host and port: a redirect to plain HTTP or another port carries none of the firs
 origin's credentials), checks the
 byte count against Content-Length, and verifies TLS unless the URL is plain ``http://``.
 ``user:password@`` in the URL is sent as Basic credentials to that origin, as wget and curl do.
+``http_proxy``, ``https_proxy``, ``no_proxy`` and ``OSG_SQUID_LOCATION`` are honoured as
+stock pegasus-transfer's wget honours them (:mod:`transfer.http.proxy`).
 HTTP is a download-only source here: the backend reads only (no ``Uploads``, no ``Namespace``).
 """
 
@@ -42,8 +44,11 @@ HeaderLookup = Callable[[Url, str], List[Tuple[str, str]]]  # (URL, origin of th
 
 
 def open_backend(url: Url, context: Opening) -> "HttpBackend":
+    from transfer.http.proxy import proxy_for
+    env = context.env
     origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
-                          timeouts=context.timeouts, stats=context.stats)
+                          timeouts=context.timeouts, stats=context.stats,
+                          proxies=lambda scheme, host: proxy_for(scheme, host, env))
     return HttpBackend(origins, credential_headers(context))
 
 
