@@ -117,6 +117,35 @@ def test_float_priorities_are_read_like_stock(stock, inputs, env, tmp_path):
     assert "entry 0: dest_urls[0] priority '5.9' is not a whole number" in runs["ours"][0].err
 
 
+def test_a_directory_source_fails_like_stock_whatever_the_destination(stock, env, tmp_path):
+    """Stock's file handler would run ``cp -f -R -L``, but its ``verify_local_file`` first opens the
+    source, which fails for a directory ("File is not readable"): no directory is ever copied,
+    into an existing directory or elsewhere."""
+    def spec(w):
+        (w / "srcdir" / "sub").mkdir(parents=True)
+        (w / "srcdir" / "sub" / "b").write_bytes(b"b")
+        (w / "existing").mkdir()
+        return json.dumps([transfer(f"file://{w}/srcdir", f"file://{w}/existing"),
+                           transfer(f"file://{w}/srcdir", f"file://{w}/new")])
+    runs = both(stock, spec, env, tmp_path, "dirsrc")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 1
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"srcdir/sub/b": b"b"}
+    assert not (runs["ours"][1] / "new").exists() and os.listdir(runs["ours"][1] / "existing") == []
+
+
+def test_a_file_whose_destination_is_an_existing_directory_fails_where_stock_writes_inside_it(
+        stock, inputs, env, tmp_path):
+    """A deliberate difference: stock's ``cp -R`` puts the file at ``DIR/<name>`` and reports success,
+    so the job finds a directory where its file should be; ours fails, naming the path."""
+    def spec(w):
+        (w / "out").mkdir()
+        return json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/out")])
+    runs = both(stock, spec, env, tmp_path, "intodir")
+    assert runs["stock"][0].rc == 0 and tree(runs["stock"][1]) == {"out/f0.txt": b"file 0\n"}
+    assert runs["ours"][0].rc == 1 and tree(runs["ours"][1]) == {}
+    assert f"{runs['ours'][1]}/out: Is a directory" in runs["ours"][0].err
+
+
 def test_symlink_flag_matches(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/l/f0.txt")])
     results = {}
