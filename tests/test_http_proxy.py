@@ -55,12 +55,12 @@ class Origin:
         self.server.server_close()
 
 
-def run(tmp_path, url, env, *args):
+def run(tmp_path, url, env, *args, attempts=1):
     spec = json.dumps([{"type": "transfer", "lfn": "f", "src_urls": [{"site_label": "web", "url": url}],
                         "dest_urls": [{"site_label": "local", "url": f"file://{tmp_path}/out/f"}]}])
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off",
             "PEGASUS_CLOUDIO_CONFIG": os.devnull}
-    done = subprocess.run(OURS + ["-m", "1"] + list(args), input=spec, env=dict(base, **env), cwd=tmp_path,
+    done = subprocess.run(OURS + ["-m", str(attempts)] + list(args), input=spec, env=dict(base, **env), cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     return done.returncode, done.stderr
 
@@ -167,3 +167,15 @@ def test_proxy_urls_default_to_port_1080_and_carry_basic_credentials():
     assert proxy_for("https", "h", {"HTTPS_PROXY": "p:3"}).port == 3
     with pytest.raises(ConfigError):
         parse_proxy("https://tls-proxy:443", "https_proxy")
+
+
+def test_after_a_failure_through_the_http_proxy_the_next_attempt_goes_direct_like_stock(tmp_path):
+    """Stock drops http_proxy once a transfer has failed an attempt: a Squid's bad copy or outage
+    must not fail every attempt."""
+    with Origin() as origin, ForwardProxy(fail_first=1) as proxy:
+        url = f"http://127.0.0.1:{origin.port}/f"
+        env = {"OSG_SQUID_LOCATION": proxy.url, "PEGASUS_CLOUDIO_RETRY_BASE_DELAY": "0"}
+        rc, err = run(tmp_path, url, env, attempts=2)
+        assert rc == 0, err
+        assert [r.target for r in proxy.requests] == [url] and origin.paths == ["/f"]
+    assert (tmp_path / "out" / "f").read_bytes() == b"through"

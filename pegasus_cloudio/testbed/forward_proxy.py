@@ -33,7 +33,9 @@ class ProxiedRequest:
 class ForwardProxy:
     """``with ForwardProxy() as proxy:`` then ``http_proxy=proxy.url``."""
 
-    def __init__(self, credentials: Optional[str] = None) -> None:
+    def __init__(self, credentials: Optional[str] = None, fail_first: int = 0) -> None:
+        """``fail_first``: answer that many absolute-form requests 502 (a failing Squid)."""
+        self._fail_left = fail_first
         self._expected = "Basic " + base64.b64encode(credentials.encode()).decode() if credentials else None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -87,7 +89,11 @@ class ForwardProxy:
                 client.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
                                b"Proxy-Authenticate: Basic realm=\"p\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
-            if method == "CONNECT":
+            with self._lock:
+                fail, self._fail_left = self._fail_left > 0 and method != "CONNECT", max(0, self._fail_left - 1)
+            if fail:
+                client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            elif method == "CONNECT":
                 self._tunnel(client, target)
             else:
                 self._forward(client, method, target, headers)

@@ -13,7 +13,7 @@ HTTP is a download-only source here: the backend reads only (no ``Uploads``, no 
 
 from __future__ import annotations
 
-from typing import BinaryIO, Callable, Hashable, List, Mapping, Optional, Tuple
+from typing import BinaryIO, Callable, Hashable, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
 from transfer._digests import sha256_hex
@@ -46,10 +46,12 @@ HeaderLookup = Callable[[Url, str], List[Tuple[str, str]]]  # (URL, origin of th
 def open_backend(url: Url, context: Opening) -> "HttpBackend":
     from transfer.http.proxy import proxy_for
     env = context.env
-    origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
-                          timeouts=context.timeouts, stats=context.stats,
-                          proxies=lambda scheme, host: proxy_for(scheme, host, env))
-    return HttpBackend(origins, credential_headers(context))
+
+    def pools(proxied: bool) -> OriginPools:
+        return OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
+                           timeouts=context.timeouts, stats=context.stats,
+                           proxies=(lambda scheme, host: proxy_for(scheme, host, env)) if proxied else None)
+    return HttpBackend(pools(True), credential_headers(context), direct=pools(False))
 
 
 def credential_headers(context: Opening) -> HeaderLookup:
@@ -77,11 +79,16 @@ def credential_headers(context: Opening) -> HeaderLookup:
 
 class HttpBackend:
     """Every HTTP(S) origin of one session: ``origins`` makes a pool per origin on first use;
-    ``headers`` gives the extra headers of each hop (credentials)."""
+    ``headers`` gives the extra headers of each hop (credentials). ``direct``: pools without a
+    proxy, for an ``http://`` URL whose request through its proxy failed: as stock
+    pegasus-transfer drops ``http_proxy`` (a Squid's copy may be the bad one) after a first
+    failed attempt, later attempts of that URL go to the origin itself."""
 
-    def __init__(self, origins: OriginPools, headers: HeaderLookup) -> None:
+    def __init__(self, origins: OriginPools, headers: HeaderLookup, direct: Optional[OriginPools] = None) -> None:
         self._origins = origins
         self._headers = headers
+        self._direct = direct
+        self._bypass: Set[str] = set()  # http URLs that failed through their proxy
 
     def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
         first = origin_of(url.full)
@@ -92,18 +99,35 @@ class HttpBackend:
                 headers.append(("Authorization", basic_authorization(url.host)))
             return headers
 
+        origins = self._direct if self._direct is not None and url.full in self._bypass else self._origins
         try:
-            return self._origins.request(method, url.full, hop_headers)
+            return origins.request(method, url.full, hop_headers)
         except TransferError as err:
             raise type(err)(err.message, url=str(url), operation=method.lower(), status=err.status) from err
 
+    def _failed(self, url: Url) -> None:
+        """After a failed request for ``url``: an http URL served through a proxy goes direct next."""
+        if url.scheme == "http" and self._direct is not None and self._origins.proxied(origin_of(url.full)):
+            self._bypass.add(url.full)
+
     def stat(self, url: Url) -> ObjectInfo:
-        response, _ = self._open("HEAD", url, [])
-        with response:
-            check_response(response, url, "stat")
-            return _info(url, response)
+        try:
+            response, _ = self._open("HEAD", url, [])
+            with response:
+                check_response(response, url, "stat")
+                return _info(url, response)
+        except TransferError:
+            self._failed(url)
+            raise
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        try:
+            return self._get(url, sink, byte_range)
+        except TransferError:
+            self._failed(url)
+            raise
+
+    def _get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange]) -> ObjectInfo:
         extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []
         response, _ = self._open("GET", url, extra)
         with response:
@@ -126,6 +150,8 @@ class HttpBackend:
 
     def close(self) -> None:
         self._origins.close()
+        if self._direct is not None:
+            self._direct.close()
 
 
 def basic_authorization(authority: str) -> str:

@@ -80,6 +80,10 @@ class OriginPools:
                         stats=self._stats, proxy=proxy)
         return pool
 
+    def proxied(self, origin: str) -> bool:
+        """Whether requests to ``origin`` go through a proxy."""
+        return self.pool(origin).proxy is not None
+
     def request(self, method: str, location: str, headers: Callable[[str], Headers], body: Body = None,
                 follow: Tuple[int, ...] = REDIRECTS) -> Tuple[PooledResponse, str]:
         """Send ``method`` to ``location``, following redirects with a status in ``follow``.

@@ -102,6 +102,10 @@ class ConnectionPool:
                               timeouts=self._timeouts, stats=self.stats, max_open=self._max_open)
 
     @property
+    def proxy(self) -> Optional[Proxy]:
+        return self._proxy
+
+    @property
     def timeouts(self) -> Timeouts:
         return self._timeouts
 
