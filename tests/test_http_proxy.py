@@ -3,16 +3,15 @@ pegasus-transfer's HTTP tools, honour: through a real forward proxy on 127.0.0.1
 
 import json
 import os
-import ssl
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from pegasus_cloudio.testbed.certs import make_tls_files
 from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+from pegasus_cloudio.testbed.webserver import serve
 from transfer.errors import ConfigError
 from transfer.http.proxy import bypassed, parse_proxy, proxy_for
 
@@ -39,13 +38,8 @@ class Origin:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(str(tls.cert), str(tls.key))
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.server = serve(Handler, tls)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def __enter__(self):
         return self
