@@ -159,6 +159,8 @@ def test_proxy_urls_default_to_port_1080_and_carry_basic_credentials():
     assert proxy_for("https", "h", {"http_proxy": "p:1"}) is None
     assert proxy_for("http", "h", {"https_proxy": "p:1"}) is None
     assert proxy_for("https", "h", {"HTTPS_PROXY": "p:3"}).port == 3
+    assert proxy_for("https", "h", {"https_proxy": "", "HTTPS_PROXY": "p:3"}) is None  # as curl
+    assert proxy_for("http", "h", {"HTTP_PROXY": "p:3"}) is None
     with pytest.raises(ConfigError):
         parse_proxy("https://tls-proxy:443", "https_proxy")
 

@@ -6,7 +6,7 @@ missing), so its users set proxies the way those tools read them:
 * ``http_proxy`` for ``http://`` URLs (lower case only: wget reads no other, and curl refuses
   ``HTTP_PROXY``, which a CGI request could set); when it is not set, ``OSG_SQUID_LOCATION``
   (an Open Science Grid site's Squid), as stock pegasus-transfer sets it for wget;
-* ``https_proxy`` (or ``HTTPS_PROXY``) for ``https://`` URLs;
+* ``https_proxy`` (else ``HTTPS_PROXY``) for ``https://`` URLs;
 * ``no_proxy`` (or ``NO_PROXY``): hosts that go direct, matched as curl does: ``*`` is every
   host; an entry (a leading ``.`` ignored) matches that host name and every name under it
   (``example.org`` matches ``a.example.org``, not ``badexample.org``); an IP address or
@@ -49,7 +49,7 @@ def proxy_for(scheme: str, host: str, env: Mapping[str, str]) -> Optional[Proxy]
     """The proxy a request to ``scheme://host`` goes through, or None for a direct connection.
     Raises ConfigError naming the variable when its value is not a proxy URL."""
     if scheme == "https":
-        name = "https_proxy" if env.get("https_proxy") else "HTTPS_PROXY"
+        name = "https_proxy" if "https_proxy" in env else "HTTPS_PROXY"  # set-but-empty: none, as curl
     elif scheme == "http":
         name = "http_proxy" if "http_proxy" in env else "OSG_SQUID_LOCATION"
     else:
