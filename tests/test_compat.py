@@ -146,6 +146,42 @@ def test_a_file_whose_destination_is_an_existing_directory_fails_where_stock_wri
     assert f"{runs['ours'][1]}/out: Is a directory" in runs["ours"][0].err
 
 
+def test_userinfo_in_an_http_url_authenticates_like_stock(stock, env, tmp_path):
+    """Stock's wget answers the server's Basic challenge with the URL's ``user:password``."""
+    import base64
+
+    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    good = "Basic " + base64.b64encode(b"joe:s3cret").decode()
+
+    def guarded(req):
+        if req.header("Authorization") != good:
+            return Reply(401, {"WWW-Authenticate": 'Basic realm="x"'}, b"no")
+        return Reply(200, {}, b"members only\n")
+    with ScriptedServer(guarded) as server:
+        url = server.endpoint.replace("http://", "http://joe:s3cret@") + "/f"
+        runs = both(stock, lambda w: json.dumps([transfer(url, f"file://{w}/f", src_label="web")]), env, tmp_path,
+                    "userinfo")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"f": b"members only\n"}
+
+
+@pytest.mark.parametrize("variable", ["http_proxy", "OSG_SQUID_LOCATION"])
+def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, variable):
+    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    with ScriptedServer(lambda req: Reply(200, {}, b"via proxy\n")) as origin, ForwardProxy() as proxy:
+        url = f"{origin.endpoint}/f"
+        seen = {}
+        for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+            work = tmp_path / f"proxy-{tool}"
+            work.mkdir()
+            before = len(proxy.requests)
+            spec = json.dumps([transfer(url, f"file://{work}/f", src_label="web")])
+            assert run_tool(argv, spec, dict(tool_env, **{variable: proxy.url}), work).rc == 0
+            seen[tool] = ([r.method for r in proxy.requests[before:]], tree(work))
+    assert seen["ours"] == seen["stock"] == (["GET"], {"f": b"via proxy\n"})
+
+
 def test_symlink_flag_matches(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/l/f0.txt")])
     results = {}

@@ -5,7 +5,8 @@ What tests of ``http_proxy``/``https_proxy`` need: proof that requests went thro
 credentials (``credentials="user:password"`` answers 407 without them), and a TLS tunnel
 whose far end is the origin (the proxy relays bytes; it never sees the TLS plaintext).
 One request per client connection for absolute-form requests (the response gets
-``Connection: close``); a tunnel lasts until either side closes.
+``Connection: close`` and ends after its Content-Length); a tunnel lasts until either side
+closes.
 """
 
 from __future__ import annotations
@@ -123,16 +124,25 @@ class ForwardProxy:
         request = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close", "", ""])
         with socket.create_connection((parts.hostname, parts.port or 80), timeout=10) as upstream:
             upstream.sendall(request.encode("latin-1"))
-            first = True
-            while True:
-                data = upstream.recv(65536)
+            head = _read_head(upstream)
+            if head is None:
+                return
+            lines = head.split(b"\r\n")
+            # the client must not reuse a connection this proxy closes
+            client.sendall(b"\r\n".join([lines[0], b"Connection: close", *lines[1:], b"", b""]))
+            length = next((int(line.split(b":", 1)[1]) for line in lines[1:]
+                           if line.lower().startswith(b"content-length:")), None)
+            left = 0 if method == "HEAD" else -1 if length is None else length
+            while left != 0:  # the body: Content-Length bytes, else up to the origin's close
+                try:
+                    data = upstream.recv(65536 if left < 0 else min(left, 65536))
+                except OSError:
+                    return
                 if not data:
                     return
-                if first:  # the client must not reuse a connection this proxy closes
-                    status, sep, rest = data.partition(b"\r\n")
-                    data = status + sep + b"Connection: close\r\n" + rest
-                    first = False
                 client.sendall(data)
+                if left > 0:
+                    left -= len(data)
 
 
 def _read_head(sock: socket.socket) -> Optional[bytes]:
