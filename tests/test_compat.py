@@ -165,8 +165,10 @@ def test_userinfo_in_an_http_url_authenticates_like_stock(stock, env, tmp_path):
     assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"f": b"members only\n"}
 
 
-@pytest.mark.parametrize("variable", ["http_proxy", "OSG_SQUID_LOCATION"])
-def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, variable):
+@pytest.mark.parametrize("variable, extra, methods", [("http_proxy", {}, ["GET"]),
+                                                       ("OSG_SQUID_LOCATION", {}, ["GET"]),
+                                                       ("http_proxy", {"no_proxy": "localhost,127.0.0.1"}, [])])
+def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, variable, extra, methods):
     from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
     from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
     with ScriptedServer(lambda req: Reply(200, {}, b"via proxy\n")) as origin, ForwardProxy() as proxy:
@@ -177,9 +179,45 @@ def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, va
             work.mkdir()
             before = len(proxy.requests)
             spec = json.dumps([transfer(url, f"file://{work}/f", src_label="web")])
-            assert run_tool(argv, spec, dict(tool_env, **{variable: proxy.url}), work).rc == 0
+            assert run_tool(argv, spec, dict(tool_env, **{variable: proxy.url}, **extra), work).rc == 0
             seen[tool] = ([r.method for r in proxy.requests[before:]], tree(work))
-    assert seen["ours"] == seen["stock"] == (["GET"], {"f": b"via proxy\n"})
+    assert seen["ours"] == seen["stock"] == (methods, {"f": b"via proxy\n"})
+
+
+def test_https_downloads_tunnel_through_https_proxy_like_stock(stock, env, tmp_path):
+    from http.server import BaseHTTPRequestHandler
+
+    from pegasus_cloudio.testbed.certs import make_tls_files
+    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio.testbed.webserver import serve
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", "7")
+            self.end_headers()
+            self.wfile.write(b"secure\n")
+
+        def log_message(self, *args):
+            pass
+
+    tls = make_tls_files(tmp_path / "tls")
+    server = serve(Handler, tls)
+    try:
+        with ForwardProxy() as proxy:
+            url = f"https://localhost:{server.server_address[1]}/f"
+            env = dict(env, https_proxy=proxy.url, PEGASUS_CLOUDIO_CA_BUNDLE=str(tls.ca_cert))
+            runs = both(stock, lambda w: json.dumps([transfer(url, f"file://{w}/f", src_label="web")]), env,
+                        tmp_path, "tunnel")
+            targets = [r.target for r in proxy.requests if r.method == "CONNECT"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"f": b"secure\n"}
+    assert targets == [f"localhost:{server.server_address[1]}"] * 2
 
 
 def test_symlink_flag_matches(stock, inputs, env, tmp_path):
