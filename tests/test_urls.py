@@ -143,3 +143,9 @@ def test_the_repr_hides_a_password_and_a_query_too():
     assert repr(url) == ("Url(scheme='https', host='joe:***@example.org', path='/data/f?<query hidden>', "
                          "site_label='web')")
     assert repr(parse_url("s3://joe@site/b/k?x")) == "Url(scheme='s3', host='joe@site', path='/b/k?x', site_label=None)"
+
+
+@pytest.mark.parametrize("text", ["https://example.org/$PWD/f", "s3://joe@site/b/${PWD}/k", "gs://b/${PWD/k"])
+def test_remote_urls_are_not_expanded_as_in_stock(text):
+    """Stock expands variables only in file:, symlink: and moveto: paths."""
+    assert parse_url(text, env=ENV).full == text
