@@ -88,6 +88,138 @@ def test_v1_format_and_env_var_expansion_match(stock, inputs, env, tmp_path):
     assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"v1/f1.txt": b"file 1\nfile 1\n"}
 
 
+def test_unclosed_and_half_braced_variables_expand_like_stock(stock, inputs, env, tmp_path):
+    """Stock's ``\\${?NAME}?`` makes each brace optional: ``${OUTROOT`` and ``$OUTROOT}`` name OUTROOT."""
+    env = dict(env, OUTROOT=str(tmp_path))
+    spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://${{OUTROOT/{w.name}/a/f0.txt"),
+                                 transfer(f"file://{inputs}/f1.txt", f"file://$OUTROOT}}/{w.name}/b/f1.txt")])
+    runs = both(stock, spec, env, tmp_path, "braces")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"a/f0.txt": b"file 0\n",
+                                                               "b/f1.txt": b"file 1\nfile 1\n"}
+
+
+def test_float_priorities_are_read_like_stock(stock, inputs, env, tmp_path):
+    """Stock reads ``int(priority)``: 5.9 is 5, below 6, so f1 is copied; ``"5.9"`` stops the run."""
+    def spec(w, bad=False):
+        entry = transfer(f"file://{inputs}/f0.txt", f"file://{w}/out.txt")
+        entry["src_urls"] = [{"site_label": "local", "url": f"file://{inputs}/f0.txt", "priority": 5.9},
+                             {"site_label": "local", "url": f"file://{inputs}/f1.txt", "priority": 6}]
+        if bad:
+            entry["dest_urls"][0]["priority"] = "5.9"
+        return json.dumps([entry])
+    runs = both(stock, spec, env, tmp_path, "prio")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"out.txt": b"file 1\nfile 1\n"}
+    runs = both(stock, lambda w: spec(w, bad=True), env, tmp_path, "badprio")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 1
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {}
+    assert "entry 0: dest_urls[0] priority '5.9' is not a whole number" in runs["ours"][0].err
+
+
+def test_a_directory_source_fails_like_stock_whatever_the_destination(stock, env, tmp_path):
+    """Stock's file handler would run ``cp -f -R -L``, but its ``verify_local_file`` first opens the
+    source, which fails for a directory ("File is not readable"): no directory is ever copied,
+    into an existing directory or elsewhere."""
+    def spec(w):
+        (w / "srcdir" / "sub").mkdir(parents=True)
+        (w / "srcdir" / "sub" / "b").write_bytes(b"b")
+        (w / "existing").mkdir()
+        return json.dumps([transfer(f"file://{w}/srcdir", f"file://{w}/existing"),
+                           transfer(f"file://{w}/srcdir", f"file://{w}/new")])
+    runs = both(stock, spec, env, tmp_path, "dirsrc")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 1
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"srcdir/sub/b": b"b"}
+    assert not (runs["ours"][1] / "new").exists() and os.listdir(runs["ours"][1] / "existing") == []
+
+
+def test_a_file_whose_destination_is_an_existing_directory_fails_where_stock_writes_inside_it(
+        stock, inputs, env, tmp_path):
+    """A deliberate difference: stock's ``cp -R`` puts the file at ``DIR/<name>`` and reports success,
+    so the job finds a directory where its file should be; ours fails, naming the path."""
+    def spec(w):
+        (w / "out").mkdir()
+        return json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/out")])
+    runs = both(stock, spec, env, tmp_path, "intodir")
+    assert runs["stock"][0].rc == 0 and tree(runs["stock"][1]) == {"out/f0.txt": b"file 0\n"}
+    assert runs["ours"][0].rc == 1 and tree(runs["ours"][1]) == {}
+    assert f"{runs['ours'][1]}/out: Is a directory" in runs["ours"][0].err
+
+
+def test_userinfo_in_an_http_url_authenticates_like_stock(stock, env, tmp_path):
+    """Stock's wget answers the server's Basic challenge with the URL's ``user:password``."""
+    import base64
+
+    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    good = "Basic " + base64.b64encode(b"joe:s3cret").decode()
+
+    def guarded(req):
+        if req.header("Authorization") != good:
+            return Reply(401, {"WWW-Authenticate": 'Basic realm="x"'}, b"no")
+        return Reply(200, {}, b"members only\n")
+    with ScriptedServer(guarded) as server:
+        url = server.endpoint.replace("http://", "http://joe:s3cret@") + "/f"
+        runs = both(stock, lambda w: json.dumps([transfer(url, f"file://{w}/f", src_label="web")]), env, tmp_path,
+                    "userinfo")
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"f": b"members only\n"}
+
+
+@pytest.mark.parametrize("variable, extra, methods", [("http_proxy", {}, ["GET"]),
+                                                       ("OSG_SQUID_LOCATION", {}, ["GET"]),
+                                                       ("http_proxy", {"no_proxy": "localhost,127.0.0.1"}, [])])
+def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, variable, extra, methods):
+    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    with ScriptedServer(lambda req: Reply(200, {}, b"via proxy\n")) as origin, ForwardProxy() as proxy:
+        url = f"{origin.endpoint}/f"
+        seen = {}
+        for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+            work = tmp_path / f"proxy-{tool}"
+            work.mkdir()
+            before = len(proxy.requests)
+            spec = json.dumps([transfer(url, f"file://{work}/f", src_label="web")])
+            assert run_tool(argv, spec, dict(tool_env, **{variable: proxy.url}, **extra), work).rc == 0
+            seen[tool] = ([r.method for r in proxy.requests[before:]], tree(work))
+    assert seen["ours"] == seen["stock"] == (methods, {"f": b"via proxy\n"})
+
+
+def test_https_downloads_tunnel_through_https_proxy_like_stock(stock, env, tmp_path):
+    from http.server import BaseHTTPRequestHandler
+
+    from pegasus_cloudio.testbed.certs import make_tls_files
+    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio.testbed.webserver import serve
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", "7")
+            self.end_headers()
+            self.wfile.write(b"secure\n")
+
+        def log_message(self, *args):
+            pass
+
+    tls = make_tls_files(tmp_path / "tls")
+    server = serve(Handler, tls)
+    try:
+        with ForwardProxy() as proxy:
+            url = f"https://localhost:{server.server_address[1]}/f"
+            env = dict(env, https_proxy=proxy.url, PEGASUS_CLOUDIO_CA_BUNDLE=str(tls.ca_cert))
+            runs = both(stock, lambda w: json.dumps([transfer(url, f"file://{w}/f", src_label="web")]), env,
+                        tmp_path, "tunnel")
+            targets = [r.target for r in proxy.requests if r.method == "CONNECT"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert runs["stock"][0].rc == runs["ours"][0].rc == 0, runs["ours"][0].err
+    assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"f": b"secure\n"}
+    assert targets == [f"localhost:{server.server_address[1]}"] * 2
+
+
 def test_symlink_flag_matches(stock, inputs, env, tmp_path):
     spec = lambda w: json.dumps([transfer(f"file://{inputs}/f0.txt", f"file://{w}/l/f0.txt")])
     results = {}

@@ -75,7 +75,7 @@ def test_stage_out_verifies_against_meta_and_reports_the_metric(s3_env, bucket, 
     meta.write_text(json.dumps([{"_id": "out.dat", "_type": "file",
                                  "_attributes": {"checksum.type": "sha256", "checksum.value": "0" * 64}}]))
     rc, err = run(get, s3_env, tmp_path, "-m", "2")
-    assert rc == 1 and '"failed": 1' in err
+    assert rc == 1 and '"succeeded": 0, "failed": 2' in err, err  # stock counts every attempt's check
 
 
 def test_unsupported_scheme_without_stock_tool_fails_clearly_but_runs_the_rest(tmp_path):
@@ -122,7 +122,7 @@ def test_a_local_destination_failing_its_checksum_is_not_left_under_its_name(tmp
         spec = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"file://{tmp_path}/{dest}", "out.dat",
                                     dst_label="local", verify_checksum_remote=True, linkage="output")])
         rc, err = run(spec, env, tmp_path, "-m", "2")
-        assert rc == 1 and '"failed": 1' in err, err
+        assert rc == 1 and '"succeeded": 0, "failed": 2' in err, err  # one failed check per attempt
         assert (tmp_path / dest).exists() is kept, dest
     assert (tmp_path / "out.dat").read_bytes() == b"job output"
 
@@ -175,3 +175,51 @@ def test_stage_out_verification_pulls_the_object_back_from_the_store_even_when_u
     rc, err = run(spec, env, tmp_path)
     assert rc == 0 and '"succeeded": 1' in err, err
     assert proxy.requests_by_method.get("GET", 0) >= 1, proxy.requests_by_method
+
+
+def test_an_upload_that_keeps_failing_its_check_is_removed_from_the_store(s3_env, minio, bucket, tmp_path):
+    """Stock leaves the object that failed its last check in the store, where a later job or a
+    rescue run reads it without a word; ours removes it (and counts each attempt's check)."""
+    import boto3
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    (tmp_path / "job.meta").write_text(json.dumps([{"_id": "out.dat", "_type": "file", "_attributes": {
+        "checksum.type": "sha256", "checksum.value": hashlib.sha256(b"other output").hexdigest()}}]))
+    spec = json.dumps([transfer(f"file://{tmp_path}/out.dat", f"s3://test@minio/{bucket}/run/out.dat", "out.dat",
+                                verify_checksum_remote=True, linkage="output")])
+    rc, err = run(spec, s3_env, tmp_path, "-m", "2")
+    assert rc == 1, err
+    assert '"file_type": "output", "succeeded": 0, "failed": 2' in err, err
+    assert f"Removed s3://test@minio/{bucket}/run/out.dat: it failed its integrity check" in err, err
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    assert (tmp_path / "out.dat").read_bytes() == b"job output"  # the source stays
+
+
+def test_remote_verification_without_an_lfn_is_refused_before_any_transfer(s3_env, bucket, tmp_path):
+    """Stock copies, then fails every attempt ("lfn is required when enabling checksumming"); an
+    entry that can never be verified is refused up front, naming it."""
+    (tmp_path / "out.dat").write_bytes(b"job output")
+    entry = transfer(f"file://{tmp_path}/out.dat", f"s3://test@minio/{bucket}/out.dat", "", verify_checksum_remote=True)
+    rc, err = run(json.dumps([entry]), s3_env, tmp_path)
+    assert rc == 1 and "entry 0: verify_checksum_remote needs an 'lfn'" in err, err
+    assert len([line for line in err.splitlines() if "CRITICAL" in line]) == 1, err
+
+
+def test_checks_without_a_linkage_are_counted_on_one_unknown_line_like_stock(tmp_path):
+    """Stock's add_integrity_verify files both a missing and an empty linkage under "unknown"."""
+    (tmp_path / "a").write_bytes(b"A")
+    (tmp_path / "b").write_bytes(b"B")
+    (tmp_path / "job.meta").write_text(json.dumps([
+        {"_id": n, "_type": "file", "_attributes": {"checksum.type": "sha256",
+                                                   "checksum.value": hashlib.sha256(n.upper().encode()).hexdigest()}}
+        for n in ("a", "b")]))
+    env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+    spec = json.dumps([transfer(f"file://{tmp_path}/a", f"file://{tmp_path}/out/a", "a", dst_label="local",
+                                verify_checksum_remote=True, linkage=""),
+                       transfer(f"file://{tmp_path}/b", f"file://{tmp_path}/out/b", "b", dst_label="local",
+                                verify_checksum_remote=True)])
+    rc, err = run(spec, env, tmp_path)
+    assert rc == 0, err
+    lines = [line for line in err.splitlines() if "int.metric" in line]
+    assert len(lines) == 1 and '"file_type": "unknown", "succeeded": 2, "failed": 0' in lines[0], err

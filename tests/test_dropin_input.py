@@ -56,7 +56,8 @@ def test_deep_nesting_is_refused_without_a_recursion_error(tmp_path, source):
 @pytest.mark.parametrize("extra, needle", [
     ({"url_override": 5}, "'url' must be a string"),
     ({"priority": {"a": 1}}, "priority"),
-    ({"priority": True}, "priority"),
+    ({"priority": None}, "priority"),
+    ({"priority": "1.5"}, "src_urls[0] priority '1.5' is not a whole number"),
     ({"site_label_override": ["x"]}, "'site_label' must be a string"),
 ])
 def test_wrongly_typed_fields_name_the_entry(tmp_path, source, extra, needle):

@@ -5,13 +5,12 @@ redirect to plain HTTP or to another port of the same host. Real HTTPS and HTTP 
 from __future__ import annotations
 
 import io
-import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from pegasus_cloudio.testbed.certs import make_tls_files
+from pegasus_cloudio.testbed.webserver import serve
 from transfer import Session, Settings, parse_url
 from transfer.credentials import PegasusCredentialsFile
 
@@ -45,14 +44,9 @@ class Recorder:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(str(tls.cert), str(tls.key))
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.server = serve(Handler, tls)
         self.port = self.server.server_address[1]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def secrets_seen(self):
         return [h for h in self.seen if any(SECRET in v for v in h.values())]

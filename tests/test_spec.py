@@ -100,3 +100,44 @@ def test_unknown_scheme_is_not_native_but_parses():
     text = json.dumps([transfer([{"site_label": "g", "url": "gsiftp://host/path/f"}])])
     [entry] = parse_spec(text, env=ENV)
     assert entry.native is False
+
+
+def stock_priority(value):
+    """pegasus-transfer 5.1.2 ``json_object_decoder``: ``priority = int(surl["priority"])``."""
+    return int(value)
+
+
+@pytest.mark.parametrize("value", [1.5, 2.99, -0.5, True, False, " 7 ", "+3", 1e20])
+def test_priorities_the_stock_tool_accepts_are_read_as_its_int(value):
+    text = json.dumps([transfer([{"site_label": "a", "url": "file:///a", "priority": 2},
+                                 {"site_label": "b", "url": "file:///b", "priority": value}])])
+    [entry] = parse_spec(text, env=ENV)
+    expected = ["/b", "/a"] if stock_priority(value) > 2 else ["/a", "/b"]
+    assert [u.path for u in entry.op.sources] == expected
+
+
+def test_a_float_priority_truncates_like_int_so_equal_ranks_keep_input_order():
+    text = json.dumps([transfer([{"site_label": "a", "url": "file:///a", "priority": 1.2},
+                                 {"site_label": "b", "url": "file:///b", "priority": 1.9},
+                                 {"site_label": "c", "url": "file:///c", "priority": 2.0}])])
+    [entry] = parse_spec(text, env=ENV)
+    assert [u.path for u in entry.op.sources] == ["/c", "/a", "/b"]
+
+
+@pytest.mark.parametrize("value", ["1.5", None, "NaN", "Infinity", [1], {"a": 1}, "x"])
+def test_priorities_the_stock_tool_refuses_name_the_entry(value):
+    raw = json.dumps(value) if value not in ("NaN", "Infinity") else value  # JSON's non-standard constants
+    text = ('[{"type": "transfer", "src_urls": [{"site_label": "a", "url": "file:///a"}], "dest_urls": '
+            '[{"site_label": "b", "url": "file:///b", "priority": %s}]}]' % raw)
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, env=ENV)
+    message = str(info.value)
+    assert "entry 0" in message and "dest_urls[0] priority" in message and "\n" not in message
+
+
+def test_the_destination_with_the_highest_priority_is_used_as_by_stock():
+    text = json.dumps([{"type": "transfer", "src_urls": [{"site_label": "a", "url": "file:///a"}],
+                        "dest_urls": [{"site_label": "low", "url": "file:///low", "priority": 1},
+                                      {"site_label": "high", "url": "file:///high", "priority": 9.5}]}])
+    [entry] = parse_spec(text, env=ENV)
+    assert (entry.op.dest.path, entry.op.dest.site_label) == ("/high", "high")

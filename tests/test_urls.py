@@ -104,3 +104,48 @@ def test_unquote_plus_matches_the_stdlib_on_random_text():
         cases.append("".join(rng.choice(alphabet + "0123456789abcdef") for _ in range(rng.randint(0, 12))))
     for text in cases:
         assert unquote_plus(text) == stdlib(text), text
+
+
+STOCK_VARIABLE = r"\${?([a-zA-Z][a-zA-Z0-9_]+)}?"  # pegasus-transfer 5.1.2, expand_env_vars()
+
+
+def stock_expand(text, env):
+    import re
+    return re.sub(STOCK_VARIABLE, lambda m: env.get(m.group(1), ""), text)
+
+
+@pytest.mark.parametrize("text,expanded", [
+    ("file://${PWD/f.a", "/work/job/f.a"),  # unclosed: the name ends where its characters do
+    ("file://$PWD}/f.a", "/work/job/f.a"),  # a brace after a name is consumed
+    ("file://${PWD}}/f.a", "/work/job}/f.a"),
+    ("file://${/f.a", "${/f.a"),
+    ("file://${P}/f.a", "${P}/f.a"),
+    ("file://$$PWD/f.a", "$/work/job/f.a"),
+    ("file://${1X}/f.a", "${1X}/f.a"),
+])
+def test_braces_are_each_optional_as_in_the_stock_expansion(text, expanded):
+    assert stock_expand(text[7:], ENV) == expanded
+    assert parse_url(text, env=ENV).path == expanded
+
+
+def test_expansion_matches_the_stock_regex_on_random_text():
+    import random
+    rng = random.Random(5)
+    env = {"AB": "<ab>", "A_1": "<a1>", "Ab": ""}
+    alphabet = "$${}}ABb_1/ -"
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        assert expand_vars(text, env) == stock_expand(text, env), text
+
+
+def test_the_repr_hides_a_password_and_a_query_too():
+    url = parse_url("https://joe:s3cret@example.org/data/f?X-Amz-Signature=abc", site_label="web")
+    assert repr(url) == ("Url(scheme='https', host='joe:***@example.org', path='/data/f?<query hidden>', "
+                         "site_label='web')")
+    assert repr(parse_url("s3://joe@site/b/k?x")) == "Url(scheme='s3', host='joe@site', path='/b/k?x', site_label=None)"
+
+
+@pytest.mark.parametrize("text", ["https://example.org/$PWD/f", "s3://joe@site/b/${PWD}/k", "gs://b/${PWD/k"])
+def test_remote_urls_are_not_expanded_as_in_stock(text):
+    """Stock expands variables only in file:, symlink: and moveto: paths."""
+    assert parse_url(text, env=ENV).full == text

@@ -4,10 +4,10 @@
   implied).
 * ``file:`` drops ``file:``, ``file://`` or ``file://localhost``; ``symlink:`` and ``moveto:``
   drop the scheme and an optional ``//``. When the caller passes ``env`` (the Pegasus front
-  ends do), the remaining path then has ``$VAR`` and ``${VAR}`` expanded from it (names
-  ``[a-zA-Z][a-zA-Z0-9_]+``; undefined variables expand to ``""``), because PegasusLite writes
-  ``file://$PWD/f.a`` inside a quoted heredoc. Without ``env`` a path is taken literally: the
-  library never reads ``os.environ`` here.
+  ends do), the remaining path then has ``$VAR``, ``${VAR}`` (and ``${VAR``, ``$VAR}``)
+  expanded from it (names ``[a-zA-Z][a-zA-Z0-9_]+``; undefined variables expand to ``""``),
+  because PegasusLite writes ``file://$PWD/f.a`` inside a quoted heredoc. Without ``env`` a
+  path is taken literally: the library never reads ``os.environ`` here.
 * Everything else must match ``scheme://authority/path`` with a non-empty authority (a host,
   ``user@site`` or an AWS-style bucket): ``s3://`` alone is malformed, refused before any
   request, credential lookup included. Repeated ``/`` in the path collapse, except in
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 LOCAL_SCHEMES = frozenset({"file", "symlink", "moveto"})
 
 # The grammar as regular expressions, parsed by hand below: ``re`` costs every job step ~5 ms.
-#   variable:  \$\{([a-zA-Z][a-zA-Z0-9_]+)\}|\$([a-zA-Z][a-zA-Z0-9_]+)
+#   variable:  \${?([a-zA-Z][a-zA-Z0-9_]+)}?   (pegasus-transfer's, braces each optional)
 #   remote:    ^(\w+)://([\w.\-:@#]*)(/[\S ]*)?$
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _NAME_CHARS = _LETTERS | frozenset("0123456789_")
@@ -72,6 +72,16 @@ class Url:
         path, query_mark, _ = self.path.partition("?")
         return f"{self.scheme}://{_redact(self.host)}{path}{'?<query hidden>' if query_mark else ''}"
 
+    def __repr__(self) -> str:
+        """As a record's, with the password and query hidden as in :meth:`__str__` (a debug log
+        prints operations, and their URLs, this way)."""
+        host, path = self.host, self.path
+        if not self.is_local:
+            host = _redact(host)
+            if self.scheme not in _EXACT_PATH_SCHEMES and "?" in path:
+                path = path.partition("?")[0] + "?<query hidden>"
+        return f"Url(scheme={self.scheme!r}, host={host!r}, path={path!r}, site_label={self.site_label!r})"
+
     @property
     def full(self) -> str:
         """The complete URL, secrets included: for requests, never for messages."""
@@ -91,7 +101,10 @@ def _redact(authority: str) -> str:
 
 
 def expand_vars(text: str, env: Mapping[str, str]) -> str:
-    """Expand ``$VAR``/``${VAR}`` the way pegasus-transfer does (undefined -> "")."""
+    """Expand variables as pegasus-transfer's ``re.sub(r"\\${?([a-zA-Z][a-zA-Z0-9_]+)}?")`` does:
+    each brace is optional on its own, so ``${VAR}``, ``${VAR`` and ``$VAR`` all name VAR and a
+    ``}`` right after a name is consumed (``$VAR}`` too); a name has two characters or more;
+    an undefined variable expands to ``""``; a ``$`` that starts no name stays."""
     if "$" not in text:
         return text
     out = []
@@ -102,13 +115,11 @@ def expand_vars(text: str, env: Mapping[str, str]) -> str:
             out.append(text[position:])
             return "".join(out)
         out.append(text[position:dollar])
-        braced = text.startswith("{", dollar + 1)
-        start = dollar + 2 if braced else dollar + 1
+        start = dollar + 2 if text.startswith("{", dollar + 1) else dollar + 1
         end = _name_end(text, start)
-        closed = not braced or text.startswith("}", end)
-        if end - start >= 2 and closed:
+        if end - start >= 2:
             out.append(env.get(text[start:end], ""))
-            position = end + 1 if braced else end
+            position = end + 1 if text.startswith("}", end) else end
         else:
             out.append("$")
             position = dollar + 1

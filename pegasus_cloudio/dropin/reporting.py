@@ -7,7 +7,9 @@ reads back (see the spec, sections 1.8 and 1.9).
   ``$KICKSTART_INTEGRITY_DATA``.
 * ``verify_checksum_remote``: the destination (pulled back to a temp file when remote) is
   checked against ``./*.meta``; a mismatch re-runs the transfer, up to the attempt limit,
-  and one ``@@@MONITORING_PAYLOAD`` line per linkage reports the counts.
+  and one ``@@@MONITORING_PAYLOAD`` line per linkage reports the counts of checks, as stock
+  does (every attempt's). A destination that still fails is removed, a remote object too
+  (stock leaves it in place).
 * With ``$PEGASUS_MULTIPART_DIR`` set, every attempt is written as ``transfer_attempts``.
 """
 
@@ -115,46 +117,58 @@ def _verify_remote(entries: Sequence[Entry], results: List[Result], engine: Engi
         return
     from pegasus_cloudio.dropin import integrity
     index = integrity.load_meta_index(".")
-    counts: Dict[Optional[str], Tuple[int, int, float]] = {}
+    counts: Dict[str, Tuple[int, int, float]] = {}  # linkage -> checks passed, checks failed, seconds
     for position in wanted:
         entry = entries[position]
-        ok, seconds = _verify_with_retries(entry, engine, results, position, index)
-        good, bad, total = counts.get(entry.linkage, (0, 0, 0.0))
-        counts[entry.linkage] = (good + ok, bad + (not ok), total + seconds)
+        good, bad, seconds = _verify_with_retries(entry, engine, results, position, index)
+        file_type = entry.linkage or "unknown"  # stock's add_integrity_verify: one key for None and ""
+        before = counts.get(file_type, (0, 0, 0.0))
+        counts[file_type] = (before[0] + good, before[1] + bad, before[2] + seconds)
     for file_type, (good, bad, total) in counts.items():
         log.info("%s", monitoring.integrity_payload_line(file_type, good, bad, total))
 
 
 def _verify_with_retries(entry: Entry, engine: Engine, results: List[Result], index: int,
-                         meta: "integrity.MetaIndex") -> Tuple[bool, float]:
+                         meta: "integrity.MetaIndex") -> Tuple[int, int, float]:
+    """Verify, re-running the transfer after a failed check while attempts are left; returns
+    (checks passed, checks failed, seconds). Every check counts, as in stock, whose
+    ``add_integrity_verify`` runs once per attempt: three failed attempts are ``failed: 3``."""
     op = entry.op
     assert isinstance(op, Transfer) and entry.lfn
     spent = 0.0
+    failed = 0
     attempts = results[index].attempts
     while True:
         outcome = _verify_once(entry, engine, meta)
         spent += outcome.seconds
         if outcome.ok:
-            return True, spent
+            return 1, failed, spent
+        failed += 1
         log.error("Integrity check failed for %s: %s", entry.lfn, outcome.message)
         if attempts >= engine.max_attempts:
             results[index] = Result(op, False, 0, results[index].seconds, attempts,
                                     results[index].error, None, results[index].history)
-            _discard(results[index].source or op.sources[0], op)
-            return False, spent
+            _discard(results[index].source or op.sources[0], op, engine)
+            return 0, failed, spent
         source = results[index].source or op.sources[0]
         rerun = engine.run([op])[0]
         attempts += rerun.attempts
         # every attempt stays in the record (transfer_attempts), the first run's included
         results[index] = replace(rerun, history=results[index].history + rerun.history)
         if not rerun.ok:
-            _discard(source, op)  # the copy that failed its check is still there
-            return False, spent
+            _discard(source, op, engine)  # the copy that failed its check is still there
+            return 0, failed, spent
 
 
-def _discard(source: "Url", op: Transfer) -> None:
-    """Remove a local destination that failed its integrity check, so that no job reads it
-    under its name; never the source itself (a destination naming the source's file)."""
+def _discard(source: "Url", op: Transfer, engine: Engine) -> None:
+    """Remove a destination that failed its integrity check, so that no job reads it under its
+    name: a local file, or a remote object (stock leaves the object, which a later job or a
+    rescue run would read without a word); never the source itself (a destination naming the
+    source's file or object)."""
+    if not op.dest.is_local:
+        if op.dest.full != source.full:
+            _discard_remote(op.dest, engine)
+        return
     if op.dest.scheme not in ("file", "symlink"):
         return
     dest = op.dest.path
@@ -167,6 +181,16 @@ def _discard(source: "Url", op: Transfer) -> None:
         pass
     except OSError as err:
         log.error("Unable to remove %s after its failed integrity check: %s", dest, err)
+
+
+def _discard_remote(dest: "Url", engine: Engine) -> None:
+    from transfer.ops import Remove
+    with engine.uncached() as store:
+        removed = store.run([Remove(dest)])[0]
+    if removed.ok:
+        log.warning("Removed %s: it failed its integrity check", dest)
+    else:
+        log.error("Unable to remove %s after its failed integrity check: %s", dest, removed.error)
 
 
 def _verify_once(entry: Entry, engine: Engine, meta: "integrity.MetaIndex") -> "integrity.VerifyOutcome":

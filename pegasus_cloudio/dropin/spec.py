@@ -5,9 +5,10 @@ Input starting with exactly ``# src`` is v1 (4-line groups of ``# src N SITE`` /
 ``remove`` objects. Unknown keys (``id``, ``attributes``, ``checkpoint``...) are ignored.
 Mixed lists and several mkdirs are accepted (the 5.1.3 tool crashes on them).
 
-Sources are ordered by ``priority``, highest first; entries without one keep their input
-order after those that have one (5.1.3 draws a random priority, so its order is random).
-Only the first destination is used, as in 5.1.3.
+Sources and destinations are ordered by ``priority`` (read as the stock ``int(priority)``:
+``1.5`` is 1), highest first; entries without one keep their input order after those that
+have one (5.1.3 draws a random priority, so its order is random). Only the first destination
+is used, as in 5.1.3.
 """
 
 from __future__ import annotations
@@ -128,16 +129,12 @@ def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Map
     dests = _field(item, "dest_urls", index)
     if not isinstance(sources, list) or not sources or not isinstance(dests, list) or not dests:
         raise SpecError(f"entry {index}: src_urls and dest_urls must be non-empty lists", operation="parse")
-    src_urls: Tuple[Url, ...]
-    if len(sources) == 1:  # the usual entry: nothing to rank
-        _priority(sources[0], index)  # checked even for one source
-        src_urls = (_url(sources[0], index, env),)
-    else:
-        priorities = [_priority(entry, index) for entry in sources]
-        ranked = sorted(range(len(sources)), key=lambda n: (-priorities[n], n))
-        src_urls = tuple([_url(sources[n], index, env) for n in ranked])
-    dest = _url(dests[0], index, env)
+    src_urls = _ranked(sources, "src_urls", index, env)
+    dest = _ranked(dests, "dest_urls", index, env)[0]
     lfn, linkage = _text(item, "lfn", index), _text(item, "linkage", index)
+    verify = _bool(item.get("verify_checksum_remote", False), "verify_checksum_remote", index)
+    if verify and not lfn:  # stock copies, then fails every attempt: the .meta files are keyed by LFN
+        raise SpecError(f"entry {index}: verify_checksum_remote needs an 'lfn'", operation="parse")
     local_pair = dest.scheme == "file" and all([u.scheme == "file" for u in src_urls])
     return Entry(
         Transfer(src_urls, dest, lfn=lfn,
@@ -147,8 +144,7 @@ def _transfer(item: Dict[str, Any], index: int, symlink: bool, env: Optional[Map
         lfn=lfn,
         linkage=linkage,
         generate_checksum=_bool(item.get("generate_checksum", False), "generate_checksum", index),
-        verify_checksum_remote=_bool(item.get("verify_checksum_remote", False), "verify_checksum_remote",
-                                     index),
+        verify_checksum_remote=verify,
     )
 
 
@@ -181,16 +177,31 @@ def _url(entry: Any, index: int, env: Optional[Mapping[str, str]]) -> Url:
         raise SpecError(f"entry {index}: {err.message}", url=err.url, operation="parse") from None
 
 
-def _priority(entry: Any, index: int) -> int:
-    value = entry.get("priority") if isinstance(entry, dict) else None
-    if value is None:
+def _ranked(entries: List[Any], field: str, index: int, env: Optional[Mapping[str, str]]) -> Tuple[Url, ...]:
+    """The URLs of ``entries``, highest ``priority`` first (stock sorts destinations too, and uses
+    the first); every priority is checked, even of a lone entry."""
+    priorities = [_priority(entry, field, n, index) for n, entry in enumerate(entries)]
+    if len(entries) == 1:  # the usual entry: nothing to rank
+        return (_url(entries[0], index, env),)
+    ranked = sorted(range(len(entries)), key=lambda n: (-priorities[n], n))
+    return tuple([_url(entries[n], index, env) for n in ranked])
+
+
+def _priority(entry: Any, field: str, position: int, index: int) -> int:
+    """The stock tool's ``int(entry["priority"])``: a bool, a whole number, a finite float (1.5 is
+    1, truncated) or a string of a whole number (``"90"``, ``" 7 "``); anything else (``null``,
+    ``"1.5"``, NaN, a list) stops the stock run, and is a SpecError naming the entry here.
+    An entry without the key ranks after every entry with one (stock draws a random one)."""
+    if not isinstance(entry, dict) or "priority" not in entry:
         return -1
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise SpecError(f"entry {index}: priority {value!r:.80} is not a number", operation="parse")
+    value = entry["priority"]
     try:
-        return int(value)
-    except ValueError:
-        raise SpecError(f"entry {index}: priority {value!r} is not a number", operation="parse") from None
+        if isinstance(value, (bool, int, float, str)):
+            return int(value)
+    except (ValueError, OverflowError):
+        pass
+    raise SpecError(f"entry {index}: {field}[{position}] priority {value!r:.80} is not a whole number",
+                    operation="parse")
 
 
 def _bool(value: Any, name: str, index: int) -> bool:

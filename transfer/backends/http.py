@@ -5,12 +5,15 @@ Follows up to five redirects (a redirect to another origin uses that origin's po
 host and port: a redirect to plain HTTP or another port carries none of the first
 origin's credentials), checks the
 byte count against Content-Length, and verifies TLS unless the URL is plain ``http://``.
+``user:password@`` in the URL is sent as Basic credentials to that origin, as wget and curl do.
+``http_proxy``, ``https_proxy``, ``no_proxy`` and ``OSG_SQUID_LOCATION`` are honoured as
+stock pegasus-transfer's wget honours them (:mod:`transfer.http.proxy`).
 HTTP is a download-only source here: the backend reads only (no ``Uploads``, no ``Namespace``).
 """
 
 from __future__ import annotations
 
-from typing import BinaryIO, Callable, Hashable, List, Mapping, Optional, Tuple
+from typing import BinaryIO, Callable, Hashable, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
 from transfer._digests import sha256_hex
@@ -25,7 +28,8 @@ from transfer.errors import (
     TransferError,
     TransientError,
 )
-from transfer.http.origins import OriginPools
+from transfer.http.message import basic_credentials
+from transfer.http.origins import OriginPools, origin_of
 from transfer.http.pool import PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url
@@ -40,9 +44,14 @@ HeaderLookup = Callable[[Url, str], List[Tuple[str, str]]]  # (URL, origin of th
 
 
 def open_backend(url: Url, context: Opening) -> "HttpBackend":
-    origins = OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
-                          timeouts=context.timeouts, stats=context.stats)
-    return HttpBackend(origins, credential_headers(context))
+    from transfer.http.proxy import proxy_for
+    env = context.env
+
+    def pools(proxied: bool) -> OriginPools:
+        return OriginPools(max_idle=context.settings.threads + 2, ssl_context=context.ssl_context,
+                           timeouts=context.timeouts, stats=context.stats,
+                           proxies=(lambda scheme, host: proxy_for(scheme, host, env)) if proxied else None)
+    return HttpBackend(pools(True), credential_headers(context), direct=pools(False))
 
 
 def credential_headers(context: Opening) -> HeaderLookup:
@@ -70,28 +79,55 @@ def credential_headers(context: Opening) -> HeaderLookup:
 
 class HttpBackend:
     """Every HTTP(S) origin of one session: ``origins`` makes a pool per origin on first use;
-    ``headers`` gives the extra headers of each hop (credentials)."""
+    ``headers`` gives the extra headers of each hop (credentials). ``direct``: pools without a
+    proxy, for an ``http://`` URL whose request through its proxy failed: as stock
+    pegasus-transfer drops ``http_proxy`` (a Squid's copy may be the bad one) after a first
+    failed attempt, later attempts of that URL go to the origin itself."""
 
-    def __init__(self, origins: OriginPools, headers: HeaderLookup) -> None:
+    def __init__(self, origins: OriginPools, headers: HeaderLookup, direct: Optional[OriginPools] = None) -> None:
         self._origins = origins
         self._headers = headers
+        self._direct = direct
+        self._bypass: Set[str] = set()  # http URLs that failed through their proxy
 
     def _open(self, method: str, url: Url, extra: List[Tuple[str, str]]) -> Tuple[PooledResponse, str]:
-        def hop_headers(origin: str) -> List[Tuple[str, str]]:
-            return self._headers(url, origin) + extra
+        first = origin_of(url.full)
 
+        def hop_headers(origin: str) -> List[Tuple[str, str]]:
+            headers = self._headers(url, origin) + extra
+            if origin == first and "@" in url.host and not any(k.lower() == "authorization" for k, _ in headers):
+                headers.append(("Authorization", basic_authorization(url.host)))
+            return headers
+
+        origins = self._direct if self._direct is not None and url.full in self._bypass else self._origins
         try:
-            return self._origins.request(method, url.full, hop_headers)
+            return origins.request(method, url.full, hop_headers)
         except TransferError as err:
             raise type(err)(err.message, url=str(url), operation=method.lower(), status=err.status) from err
 
+    def _failed(self, url: Url) -> None:
+        """After a failed request for ``url``: an http URL served through a proxy goes direct next."""
+        if url.scheme == "http" and self._direct is not None and self._origins.proxied(origin_of(url.full)):
+            self._bypass.add(url.full)
+
     def stat(self, url: Url) -> ObjectInfo:
-        response, _ = self._open("HEAD", url, [])
-        with response:
-            check_response(response, url, "stat")
-            return _info(url, response)
+        try:
+            response, _ = self._open("HEAD", url, [])
+            with response:
+                check_response(response, url, "stat")
+                return _info(url, response)
+        except TransferError:
+            self._failed(url)
+            raise
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        try:
+            return self._get(url, sink, byte_range)
+        except TransferError:
+            self._failed(url)
+            raise
+
+    def _get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange]) -> ObjectInfo:
         extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []
         response, _ = self._open("GET", url, extra)
         with response:
@@ -114,6 +150,18 @@ class HttpBackend:
 
     def close(self) -> None:
         self._origins.close()
+        if self._direct is not None:
+            self._direct.close()
+
+
+def basic_authorization(authority: str) -> str:
+    """The ``Basic`` credentials of ``user[:password]@host`` (percent-escapes decoded), which wget
+    and curl, stock pegasus-transfer's HTTP tools, send for such a URL. Sent to the URL's own
+    origin (scheme, host, port) only, never to a redirect's other origin; a header from the
+    credentials file wins."""
+    from urllib.parse import unquote
+    user, _, password = authority.rpartition("@")[0].partition(":")
+    return basic_credentials(unquote(user), unquote(password))
 
 
 def _has_site_credentials(url: Url, env: Mapping[str, str]) -> bool:

@@ -19,7 +19,7 @@ import sys
 
 from transfer import _digests
 from transfer._lean import record
-from transfer.errors import RemoteError, TransientError
+from transfer.errors import RemoteError, TransferError, TransientError
 from transfer.http.message import (MAX_LINE, buffered_head, header_lines, host_header, read_headers, request_head,
                                    status_line)
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import socket
     import ssl
     from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+    from transfer.http.proxy import Proxy
 
 _CHUNK = 1 << 18
 
@@ -197,7 +199,9 @@ class Connection:
     """A single keep-alive connection to ``host:port``; not thread-safe (the pool hands it out).
 
     ``connect_to`` dials another address while Host and TLS name stay ``host`` (like curl's
-    ``--connect-to``): how tests reach a loopback server under a real cloud host name."""
+    ``--connect-to``): how tests reach a loopback server under a real cloud host name.
+    ``proxy`` (:mod:`transfer.http.proxy`) is dialled instead: plain HTTP requests go to it in
+    absolute form, TLS goes through a ``CONNECT`` tunnel and is verified against ``host``."""
 
     def __init__(
         self,
@@ -208,10 +212,12 @@ class Connection:
         server_hostname: Optional[str] = None,
         timeouts: Timeouts = Timeouts(),
         connect_to: Optional[Tuple[str, int]] = None,
+        proxy: Optional[Proxy] = None,
     ) -> None:
         self.host = host
         self.port = port
-        self._address = connect_to or (host, port)
+        self._proxy = proxy
+        self._address = connect_to or ((proxy.host, proxy.port) if proxy is not None else (host, port))
         self._ssl_context = ssl_context
         self._server_hostname = server_hostname or host
         self._timeouts = timeouts
@@ -245,11 +251,14 @@ class Connection:
                 self._drop_warm()  # a warm socket the TLS handshake failed on: dial afresh, once
                 self._warm = False
                 sock, rfile = self._open()
+        except TransferError:  # a proxy's refusal of its tunnel, already named
+            raise
         except OSError as err:  # ssl.SSLError included
             if type(err).__name__ == "SSLCertVerificationError":
                 raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",  # type: ignore[attr-defined]
                                   url=self.endpoint, operation="connect") from err
-            raise TransientError(f"cannot connect: {err}", url=self.endpoint,
+            via = f" through proxy {self._proxy}" if self._proxy is not None else ""
+            raise TransientError(f"cannot connect{via}: {err}", url=self.endpoint,
                                  operation="connect") from err
         self._sock = sock
         self._rfile = rfile
@@ -260,19 +269,27 @@ class Connection:
             sock: _socket.socket = self._tls_socket(self._ssl_context)
             sock.settimeout(self._timeouts.read)
             return sock, sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
-        sock = self._warm_socket() or _plain_socket(self._address, self._timeouts.connect)
+        warm = self._warm_socket() if self._proxy is None else None
+        sock = warm or _plain_socket(self._address, self._timeouts.connect)
         _kernel_timeouts(sock, self._timeouts.read)
         return sock, io.BufferedReader(_SocketReader(sock), _CHUNK)
 
     def _tls_socket(self, context: ssl.SSLContext) -> socket.socket:
         import socket
-        warm = self._warm_socket()
+        warm = self._warm_socket() if self._proxy is None else None
         if warm is not None:
             sock = socket.socket(fileno=warm.detach())
             sock.settimeout(self._timeouts.connect)
         else:
             sock = socket.create_connection(self._address, self._timeouts.connect)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._proxy is not None:
+                from transfer.http.proxy import tunnel
+                try:
+                    tunnel(sock, self.host, self.port, self._proxy, self.endpoint)
+                except BaseException:
+                    sock.close()
+                    raise
         return context.wrap_socket(sock, server_hostname=self._server_hostname)
 
     @property
@@ -371,6 +388,10 @@ class Connection:
             length = len(body) if body else 0
         else:
             length = None
+        if self._proxy is not None and self._ssl_context is None:  # absolute form, to the proxy
+            target = f"http://{self._host_header()}{target}"
+            if self._proxy.authorization:
+                headers = list(headers) + [("Proxy-Authorization", self._proxy.authorization)]
         return request_head(method, target, headers, length, self._host_header(), self._endpoint)
 
     def _send_file(self, region: FileRegion) -> None:

@@ -118,3 +118,10 @@ def read_headers(rfile: BinaryIO, endpoint: str) -> Dict[str, str]:
         value = value.strip()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     raise TransientError("too many response headers", url=endpoint)
+
+
+def basic_credentials(user: str, password: str) -> str:
+    """``Basic`` and base64 of ``user:password`` in UTF-8: an ``Authorization`` or
+    ``Proxy-Authorization`` value."""
+    from binascii import b2a_base64
+    return "Basic " + b2a_base64(f"{user}:{password}".encode("utf-8"), newline=False).decode("ascii")

@@ -16,6 +16,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Dict, Optional, Tuple
 
+    from transfer.http.proxy import Proxy
+
+    ProxyLookup = Callable[[str, str], Optional[Proxy]]
+
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 5
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -50,8 +54,10 @@ class OriginPools:
     """One :class:`ConnectionPool` per origin, created on first use; thread-safe."""
 
     def __init__(self, *, max_idle: int, ssl_context: Callable[[], ssl.SSLContext], timeouts: Timeouts,
-                 stats: Optional[PoolStats] = None) -> None:
+                 stats: Optional[PoolStats] = None, proxies: Optional[ProxyLookup] = None) -> None:
+        """``proxies(scheme, host)``: the proxy an origin's connections go through, or None."""
         self._max_idle = max_idle
+        self._proxies = proxies
         self._ssl_context = ssl_context
         self._timeouts = timeouts
         self._stats = stats
@@ -65,10 +71,18 @@ class OriginPools:
                 pool = self._pools.get(origin)
                 if pool is None:
                     context = self._ssl_context() if origin.startswith("https:") else None
+                    proxy = None
+                    if self._proxies is not None:
+                        parts = urlsplit(origin)
+                        proxy = self._proxies(parts.scheme, parts.hostname or "")
                     pool = self._pools[origin] = ConnectionPool(
                         origin, max_idle=self._max_idle, ssl_context=context, timeouts=self._timeouts,
-                        stats=self._stats)
+                        stats=self._stats, proxy=proxy)
         return pool
+
+    def proxied(self, origin: str) -> bool:
+        """Whether requests to ``origin`` go through a proxy."""
+        return self.pool(origin).proxy is not None
 
     def request(self, method: str, location: str, headers: Callable[[str], Headers], body: Body = None,
                 follow: Tuple[int, ...] = REDIRECTS) -> Tuple[PooledResponse, str]:

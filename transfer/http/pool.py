@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import ssl
     from typing import Callable, List, Optional, Tuple
 
+    from transfer.http.proxy import Proxy
+
 
 class PoolStats:
     """Counters a benchmark reads: connections opened and requests sent."""
@@ -62,11 +64,14 @@ class ConnectionPool:
         stats: Optional[PoolStats] = None,
         connect_to: Optional[Tuple[str, int]] = None,
         max_open: Optional[int] = None,
+        proxy: Optional[Proxy] = None,
     ) -> None:
         """``max_open`` caps the connections in use at once (a request waits for a free one,
-        up to the read timeout); ``max_idle`` how many are kept for reuse."""
+        up to the read timeout); ``max_idle`` how many are kept for reuse; ``proxy``: every
+        connection goes through it (:mod:`transfer.http.proxy`)."""
         scheme, host, port = _origin(base_url)
         self._connect_to = connect_to
+        self._proxy = proxy
         if scheme not in ("http", "https") or not host:
             raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
                                url=base_url, operation="connect")
@@ -97,6 +102,10 @@ class ConnectionPool:
                               timeouts=self._timeouts, stats=self.stats, max_open=self._max_open)
 
     @property
+    def proxy(self) -> Optional[Proxy]:
+        return self._proxy
+
+    @property
     def timeouts(self) -> Timeouts:
         return self._timeouts
 
@@ -106,7 +115,7 @@ class ConnectionPool:
 
     def _new_connection(self) -> Connection:
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
-                          connect_to=self._connect_to)
+                          connect_to=self._connect_to, proxy=self._proxy)
         conn.connect()
         self.stats.count(connections=1)
         return conn
