@@ -175,3 +175,10 @@ def test_after_a_failure_through_the_http_proxy_the_next_attempt_goes_direct_lik
         assert rc == 0, err
         assert [r.target for r in proxy.requests] == [url] and origin.paths == ["/f"]
     assert (tmp_path / "out" / "f").read_bytes() == b"through"
+
+
+def test_a_proxys_credentials_are_in_neither_its_str_nor_its_repr():
+    proxy = parse_proxy("http://squid:s3cret-pass@proxy.example:3128", "http_proxy")
+    assert proxy.authorization is not None and proxy.port == 3128
+    for text in (str(proxy), repr(proxy), repr([proxy])):
+        assert "s3cret" not in text and proxy.authorization not in text, text

@@ -21,7 +21,7 @@ the origin's name, never the proxy's. The proxy's credentials are sent as
 
 from __future__ import annotations
 
-from transfer._lean import record
+from transfer._lean import field, record
 from transfer.errors import AuthError, ConfigError, RemoteError, TransientError
 
 TYPE_CHECKING = False
@@ -38,7 +38,7 @@ class Proxy:
 
     host: str
     port: int
-    authorization: Optional[str] = None
+    authorization: Optional[str] = field(default=None, repr=False)  # holds the proxy's password
 
     def __str__(self) -> str:
         """``host:port`` only: the credentials are never printed."""
