@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Tuple
 
 from pegasus_cloudio.stager import wire
 from pegasus_cloudio.stager.warm import WarmSockets, report
+from transfer._lean import prepare
 from transfer.cache import behind
 
 # Imported once, before the first fork: the drop-in, its backends and features, and what its
@@ -52,6 +53,7 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "transfer.ops", "transfer.context",
            "transfer._workers", "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
            "awscrt.checksums")
+_OURS = ("transfer.", "pegasus_cloudio.")  # modules whose record classes preload() prepares
 REQUEST_TIMEOUT_S = 30.0
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
@@ -67,14 +69,20 @@ class _Stop(Exception):
 
 
 def preload() -> List[str]:
-    """Import what jobs use; the names that could not be imported (an extra not installed: its
-    import error then reaches the job that needs it, as without the stager)."""
+    """Import what jobs use, and generate the ``__init__`` of every record class they may
+    create (:func:`transfer._lean.prepare`); the names that could not be imported (an extra not
+    installed: its import error then reaches the job that needs it, as without the stager)."""
     missing = []
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - e.g. MissingExtra for gcs without [gcs]
             missing.append(name)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith(_OURS):
+            for value in list(vars(module).values()):
+                if isinstance(value, type):
+                    prepare(value)
     return missing
 
 
@@ -301,7 +309,8 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     logging.root.handlers.clear()  # the stager's own log: the job logs as it would in-process
-    logging.root.setLevel(logging.WARNING)
+    if logging.root.level != logging.WARNING:  # (the command's stager has it so: see cli.py)
+        logging.root.setLevel(logging.WARNING)  # clears every logger's cache, so touches (copies) each
     conn.settimeout(REQUEST_TIMEOUT_S)  # a client that connects and sends nothing
     try:
         header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
@@ -330,8 +339,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
         sys.stderr.write(f"pegasus-transfer: {cwd}: cannot enter the job's directory: {err.strerror}\n")
         return 1
     os.umask(umask)
-    os.environ.clear()
-    os.environ.update(env)
+    _take_environment(env)
     tempfile.tempdir = None
     sys.argv = ["pegasus-transfer", *argv]
     finishing = threading.Event()
@@ -352,6 +360,17 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     leave_the_job()
     behind.drain()  # the job has its answer: fill the node cache now
     return code
+
+
+def _take_environment(env: Dict[str, str]) -> None:
+    """``os.environ`` becomes ``env``, changing only what differs: a job's environment is
+    mostly the stager's, and ``clear()`` then ``update()`` would unset and set every variable
+    again (a quadratic ``clear``, and a system call each)."""
+    for name in [name for name in os.environ if name not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[str, str]]]:
