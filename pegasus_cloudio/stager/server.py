@@ -1,7 +1,8 @@
 """The node stager: accept a job from the drop-in, fork a ready copy of this process, run it.
 
-The stager imports the drop-in and its backends once (:data:`PRELOAD`), then waits on a Unix
-socket in a private directory. Each connection from a process of the same user (checked with
+The stager imports the drop-in and its backends once (:data:`PRELOAD`; the heavy ones,
+:data:`ON_DEMAND`, once a job has used them) and generates its record classes' constructors,
+then waits on a Unix socket in a private directory. Each connection from a process of the same user (checked with
 ``SO_PEERCRED``; others are refused) gets a forked child that takes over the client's
 standard streams, working directory, umask, environment and arguments, runs the drop-in's
 ``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). Cache
@@ -46,13 +47,16 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "pegasus_cloudio.dropin.reporting", "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec",
            "pegasus_cloudio.dropin.stats",
            "transfer.backends.s3", "transfer.backends._s3_xml", "transfer.backends.http", "transfer.backends.local",
-           "transfer.backends.gcs", "transfer.backends.sftp",
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
            "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",
            "transfer.p2p", "transfer.engine", "transfer.node", "transfer.session", "transfer.ranged", "transfer.retry",
            "transfer.ops", "transfer.context",
            "transfer._workers", "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
            "awscrt.checksums")
+# Imported once a job has used them (its copy reports it), not before: google-cloud-storage and
+# paramiko are 26 MB of the stager's 40 MB, and every fork copies the page tables of what the
+# stager holds, and every copy's exit tears them down (2.7 ms more CPU per job step with them).
+ON_DEMAND = ("transfer.backends.gcs", "transfer.backends.sftp")
 _OURS = ("transfer.", "pegasus_cloudio.")  # modules whose record classes preload() prepares
 REQUEST_TIMEOUT_S = 30.0
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
@@ -72,18 +76,25 @@ def preload() -> List[str]:
     """Import what jobs use, and generate the ``__init__`` of every record class they may
     create (:func:`transfer._lean.prepare`); the names that could not be imported (an extra not
     installed: its import error then reaches the job that needs it, as without the stager)."""
-    missing = []
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - e.g. MissingExtra for gcs without [gcs]
-            missing.append(name)
+    missing = [name for name in PRELOAD if not _import(name)]
+    _prepare_records()
+    return missing
+
+
+def _import(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - e.g. MissingExtra for gcs without [gcs]
+        return False
+    return True
+
+
+def _prepare_records() -> None:
     for module in list(sys.modules.values()):
         if getattr(module, "__name__", "").startswith(_OURS):
             for value in list(vars(module).values()):
                 if isinstance(value, type):
                     prepare(value)
-    return missing
 
 
 def check_directory(directory: str) -> None:
@@ -195,6 +206,7 @@ class Stager:
             while True:
                 conn, _ = self._listener.accept()
                 self._dispatch(conn)
+                self._import_learnt()
         except _Stop:
             pass
         finally:
@@ -234,6 +246,21 @@ class Stager:
             self._warm.refill()
         finally:
             self._dispatching = False
+
+    def _import_learnt(self) -> None:
+        """Import the :data:`ON_DEMAND` modules finished jobs used (their copies reported them),
+        so that later jobs find them loaded."""
+        assert self._warm is not None
+        wanted = [name for name in ON_DEMAND if name in self._warm.imports and name not in sys.modules]
+        self._warm.imports.clear()
+        if not wanted:
+            return
+        for name in wanted:
+            if _import(name):
+                log.info("loaded %s, which a job used: later jobs find it loaded", name)
+        _prepare_records()
+        gc.collect()
+        gc.freeze()
 
     def _fork(self, conn: socket.socket, handed: Dict[Tuple[str, int], List[socket.socket]]) -> int:
         """Fork the job's copy (which never returns from here); the child's pid."""
@@ -304,6 +331,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     (on the connections the stager opened ahead, ``warm_sockets``; the addresses the job used
     are reported on ``reports`` once it is done)."""
     from transfer.http import warm
+    on_demand = [name for name in ON_DEMAND if name not in sys.modules]
     for address, sockets in warm_sockets.items():
         warm.adopt(address, sockets)
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -349,7 +377,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     code = _run(argv)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    report(reports, warm.used())
+    report(reports, warm.used(), [name for name in on_demand if name in sys.modules])
     warm.discard()
     finishing.set()
     try:
