@@ -390,18 +390,20 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     return code
 
 
-def _take_environment(env: Dict[str, str]) -> None:
-    """``os.environ`` becomes ``env``, changing only what differs: a job's environment is
-    mostly the stager's, and ``clear()`` then ``update()`` would unset and set every variable
-    again (a quadratic ``clear``, and a system call each)."""
-    for name in [name for name in os.environ if name not in env]:
-        del os.environ[name]
+def _take_environment(env: Dict[bytes, bytes]) -> None:
+    """The environment (``os.environ`` and ``os.environb``, one mapping) becomes ``env``,
+    changing only what differs: a job's environment is mostly the stager's, and ``clear()``
+    then ``update()`` would unset and set every variable again (a quadratic ``clear``, and a
+    system call each); as bytes, nothing is decoded and encoded again."""
+    environ = os.environb
+    for name in [name for name in environ if name not in env]:
+        del environ[name]
     for name, value in env.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
+        if environ.get(name) != value:
+            environ[name] = value
 
 
-def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[str, str]]]:
+def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[bytes, bytes]]]:
     if size > wire.MAX_REQUEST:
         return None
     data = bytearray()
@@ -410,7 +412,7 @@ def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[st
         if not chunk:
             return None
         data += chunk
-    return wire.decode_request(bytes(data))
+    return wire.decode_request_bytes(bytes(data))
 
 
 def _rebind_streams() -> None:
