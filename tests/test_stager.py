@@ -91,6 +91,27 @@ def test_the_job_sees_the_clients_environment_not_the_stagers(native_dropin, sta
     wait_for(lambda: served(stager), "the stager's log line")  # it ran in the stager, which has no such setting
 
 
+def test_a_copy_takes_the_jobs_environment_exactly_for_itself_and_what_it_starts():
+    from pegasus_cloudio.stager import server
+
+    def started():  # the C-level environment, which commands the job starts get
+        out = subprocess.run(["env", "-0"], capture_output=True, check=True).stdout
+        return dict(line.split(b"=", 1) for line in out.split(b"\0") if line)
+
+    saved = dict(os.environb)
+    outside = {k: v for k, v in started().items() if k not in saved}  # set by C code (readline's LINES...)
+    try:
+        os.environb.update({b"STAGER_ONLY": b"1", b"SHARED_SAME": b"same", b"SHARED_OTHER": b"stager's"})
+        job = {**{k: v for k, v in saved.items()}, b"SHARED_SAME": b"same", b"SHARED_OTHER": b"job's",
+               b"JOB_ONLY": b"\xff\xfe", b"EMPTY": b""}
+        server._take_environment(job)
+        assert dict(os.environb) == job and os.environ["JOB_ONLY"] == os.fsdecode(b"\xff\xfe")
+        assert started() == {**job, **outside}
+    finally:
+        server._take_environment(saved)
+    assert dict(os.environb) == saved
+
+
 def test_usage_errors_and_version_keep_their_exit_codes(native_dropin, stager, tmp_path):
     version = run_job(native_dropin, ["--version"], job_env(stager.socket_path), tmp_path)
     assert version.stdout.startswith(b"pegasus-cloudio-transfer ")

@@ -8,7 +8,8 @@ walks every member on every ``isinstance``. This module stands in for the three 
 * :func:`record` makes a frozen value class from a class's annotations, as
   ``dataclass(frozen=True)`` does (``__init__`` with defaults, ``__repr__``, ``__eq__``,
   ``__hash__``, ``__post_init__``, assignment refused); :func:`field` gives a default factory
-  or hides a field from ``repr``; :func:`replace` and :func:`fields` work on them.
+  or hides a field from ``repr``; :func:`replace` and :func:`fields` work on them. Its
+  ``__init__`` is generated when the class is first instantiated, or ahead by :func:`prepare`.
 * :class:`Protocol` and :func:`runtime_checkable`: a capability whose ``isinstance`` checks
   that the class has every method (and attribute) the protocol names; the answer is cached
   per class by ``abc``, so a check on a hot path is one dictionary lookup.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import abc
 
-__all__ = ["Buffer", "Headers", "Protocol", "asdict", "field", "fields", "logger", "record", "replace",
+__all__ = ["Buffer", "Headers", "Protocol", "asdict", "field", "fields", "logger", "prepare", "record", "replace",
            "runtime_checkable"]
 
 TYPE_CHECKING = False
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from dataclasses import asdict as asdict, dataclass as record, field as field, fields as fields, replace as replace
     from logging import Logger
     from typing import Protocol as Protocol, runtime_checkable as runtime_checkable
+
+    def prepare(cls: type) -> bool: ...
 else:
     _MISSING = object()
 
@@ -111,15 +114,29 @@ else:
         job step creates few of the record classes it imports, and generating one costs a
         compile (about 0.1-0.3 ms each, 30 classes on a one-file job's path)."""
 
-        def __init__(self, *args, **kwargs):
+        def generate():
             init = cls.__dict__["__init__"]
             if init is __init__:  # not yet generated (another thread may just have done it)
                 init = _init(cls, specs, frozen)
                 cls.__init__ = init
-            init(self, *args, **kwargs)
+            return init
+
+        def __init__(self, *args, **kwargs):
+            generate()(self, *args, **kwargs)
 
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+        __init__.__record_generate__ = generate
         return __init__
+
+    def prepare(cls):
+        """Generate now the ``__init__`` of record class ``cls`` (a process that forks copies
+        to run jobs, the node stager, does it once for all of them); True when it was still
+        to be generated, False for a generated one or a class that is not a record."""
+        generate = getattr(cls.__dict__.get("__init__"), "__record_generate__", None)
+        if generate is None:
+            return False
+        generate()
+        return True
 
     def _init(cls, specs, frozen):
         """The one generated method (as ``dataclasses`` does): a plain ``__init__`` is several

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from transfer._threads import Cancel, Joinable
     from transfer.bundles.groups import GroupTask
-    from transfer.bundles.staging import BundleStager
+    from transfer.bundles.staging import BundleStager, DownloadGroup
     from transfer.cache import NodeCache
     from transfer.peers import PeerRound, PeerSource, Replica, Scope
     from transfer.session import Session
@@ -141,7 +141,7 @@ class Engine:
     def _bundles(self) -> BundleStager:
         """Bundles, imported when first used (a read that found nothing may be a member)."""
         if self._bundle_stager is None:
-            from transfer.bundles.staging import BundleStager
+            from transfer.bundles.staging import BundleStager, DownloadGroup
             with self._lazy_lock:
                 if self._bundle_stager is None:
                     self._bundle_stager = BundleStager(self._session)
@@ -235,6 +235,7 @@ class Engine:
                        budget: RetryBudget, executor: Executor, peers: Optional[PeerRound]) -> None:
         indexed = [(i, op) for i, op in enumerate(ops) if isinstance(op, Transfer)]
         groups: List[Future] = []  # type: ignore[type-arg]
+        resident: List[DownloadGroup] = []
         group_pool: Optional[Executor] = None
         if peers is not None:
             peers.lookup(self._read_keys(op for _, op in indexed))
@@ -251,12 +252,18 @@ class Engine:
                 if heads is not executor:
                     heads.shutdown(wait=True)  # idle threads: none left to hold a lock when the drop-in forks
             bundled_up, indexed = self._bundles.plan_uploads(indexed)
-            if downloads or bundled_up:
+            # A bundle the listing brought whole (its head is all of it) costs no request: its
+            # members are written from this thread, below, while the other groups and files wait
+            # on the network. Threads writing into one directory only contend for its lock and
+            # for the interpreter: two took more CPU and more time than one.
+            resident = [g for g in downloads if g.bundle.complete]
+            fetched = [g for g in downloads if not g.bundle.complete]
+            if fetched or bundled_up:
                 # Unpacking a bundle is local CPU and file-system work: more threads than cores
                 # only fight over the interpreter lock.
-                pool = group_pool = self._group_pool(executor, len(downloads) + len(bundled_up))
+                pool = group_pool = self._group_pool(executor, len(fetched) + len(bundled_up))
                 task = self._groups()
-                groups = [pool.submit(task.download, g, budget, peers) for g in downloads]
+                groups = [pool.submit(task.download, g, budget, peers) for g in fetched]
                 groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
         if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
@@ -277,6 +284,11 @@ class Engine:
             indexed = sorted(rest + [item for item in indexed if item[0] in hits]) if hits else rest
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
+            if resident:
+                task = self._groups()
+                for one in resident:
+                    for i, result in task.download(one, budget, peers):
+                        self._finish(results, i, result)
             for group in groups:
                 for i, result in group.result():
                     self._finish(results, i, result)

@@ -25,8 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+    # The stager's own lines at INFO; the root logger at its default level (WARNING), as a
+    # job's copy wants it: setting it there would touch (copy) every logger, per job.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s stager: %(message)s")
+    logging.getLogger("pegasus_cloudio.stager").setLevel(logging.INFO)
     missing = preload()
     if missing:
         logging.getLogger("pegasus_cloudio.stager").info("not preloaded (not installed): %s", ", ".join(missing))

@@ -1,7 +1,8 @@
 """The node stager: accept a job from the drop-in, fork a ready copy of this process, run it.
 
-The stager imports the drop-in and its backends once (:data:`PRELOAD`), then waits on a Unix
-socket in a private directory. Each connection from a process of the same user (checked with
+The stager imports the drop-in and its backends once (:data:`PRELOAD`; the heavy ones,
+:data:`ON_DEMAND`, once a job has used them) and generates its record classes' constructors,
+then waits on a Unix socket in a private directory. Each connection from a process of the same user (checked with
 ``SO_PEERCRED``; others are refused) gets a forked child that takes over the client's
 standard streams, working directory, umask, environment and arguments, runs the drop-in's
 ``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). Cache
@@ -36,6 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 from pegasus_cloudio.stager import wire
 from pegasus_cloudio.stager.warm import WarmSockets, report
+from transfer._lean import prepare
 from transfer.cache import behind
 
 # Imported once, before the first fork: the drop-in, its backends and features, and what its
@@ -45,13 +47,17 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "pegasus_cloudio.dropin.reporting", "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec",
            "pegasus_cloudio.dropin.stats",
            "transfer.backends.s3", "transfer.backends._s3_xml", "transfer.backends.http", "transfer.backends.local",
-           "transfer.backends.gcs", "transfer.backends.sftp",
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
            "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",
            "transfer.p2p", "transfer.engine", "transfer.node", "transfer.session", "transfer.ranged", "transfer.retry",
            "transfer.ops", "transfer.context",
            "transfer._workers", "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
            "awscrt.checksums")
+# Imported once a job has used them (its copy reports it), not before: google-cloud-storage and
+# paramiko are 26 MB of the stager's 40 MB, and every fork copies the page tables of what the
+# stager holds, and every copy's exit tears them down (2.7 ms more CPU per job step with them).
+ON_DEMAND = ("transfer.backends.gcs", "transfer.backends.sftp")
+_OURS = ("transfer.", "pegasus_cloudio.")  # modules whose record classes preload() prepares
 REQUEST_TIMEOUT_S = 30.0
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
@@ -67,15 +73,28 @@ class _Stop(Exception):
 
 
 def preload() -> List[str]:
-    """Import what jobs use; the names that could not be imported (an extra not installed: its
-    import error then reaches the job that needs it, as without the stager)."""
-    missing = []
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - e.g. MissingExtra for gcs without [gcs]
-            missing.append(name)
+    """Import what jobs use, and generate the ``__init__`` of every record class they may
+    create (:func:`transfer._lean.prepare`); the names that could not be imported (an extra not
+    installed: its import error then reaches the job that needs it, as without the stager)."""
+    missing = [name for name in PRELOAD if not _import(name)]
+    _prepare_records()
     return missing
+
+
+def _import(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - e.g. MissingExtra for gcs without [gcs]
+        return False
+    return True
+
+
+def _prepare_records() -> None:
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith(_OURS):
+            for value in list(vars(module).values()):
+                if isinstance(value, type):
+                    prepare(value)
 
 
 def check_directory(directory: str) -> None:
@@ -194,6 +213,7 @@ class Stager:
             while True:
                 conn, _ = self._listener.accept()
                 self._dispatch(conn)
+                self._import_learnt()
         except _Stop:
             pass
         finally:
@@ -233,6 +253,21 @@ class Stager:
             self._warm.refill()
         finally:
             self._dispatching = False
+
+    def _import_learnt(self) -> None:
+        """Import the :data:`ON_DEMAND` modules finished jobs used (their copies reported them),
+        so that later jobs find them loaded."""
+        assert self._warm is not None
+        wanted = [name for name in ON_DEMAND if name in self._warm.imports and name not in sys.modules]
+        self._warm.imports.clear()
+        if not wanted:
+            return
+        for name in wanted:
+            if _import(name):
+                log.info("loaded %s, which a job used: later jobs find it loaded", name)
+        _prepare_records()
+        gc.collect()
+        gc.freeze()
 
     def _fork(self, conn: socket.socket, handed: Dict[Tuple[str, int], List[socket.socket]]) -> int:
         """Fork the job's copy (which never returns from here); the child's pid."""
@@ -303,12 +338,14 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     (on the connections the stager opened ahead, ``warm_sockets``; the addresses the job used
     are reported on ``reports`` once it is done)."""
     from transfer.http import warm
+    on_demand = [name for name in ON_DEMAND if name not in sys.modules]
     for address, sockets in warm_sockets.items():
         warm.adopt(address, sockets)
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     logging.root.handlers.clear()  # the stager's own log: the job logs as it would in-process
-    logging.root.setLevel(logging.WARNING)
+    if logging.root.level != logging.WARNING:  # (the command's stager has it so: see cli.py)
+        logging.root.setLevel(logging.WARNING)  # clears every logger's cache, so touches (copies) each
     conn.settimeout(REQUEST_TIMEOUT_S)  # a client that connects and sends nothing
     try:
         header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
@@ -337,8 +374,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
         sys.stderr.write(f"pegasus-transfer: {cwd}: cannot enter the job's directory: {err.strerror}\n")
         return 1
     os.umask(umask)
-    os.environ.clear()
-    os.environ.update(env)
+    _take_environment(env)
     tempfile.tempdir = None
     sys.argv = ["pegasus-transfer", *argv]
     finishing = threading.Event()
@@ -348,7 +384,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     code = _run(argv)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    report(reports, warm.used())
+    report(reports, warm.used(), [name for name in on_demand if name in sys.modules])
     warm.discard()
     finishing.set()
     try:
@@ -370,7 +406,20 @@ def _enter(pid: int) -> None:
     os.chdir(f"/proc/{pid}/cwd")
 
 
-def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[str, str]]]:
+def _take_environment(env: Dict[bytes, bytes]) -> None:
+    """The environment (``os.environ`` and ``os.environb``, one mapping) becomes ``env``,
+    changing only what differs: a job's environment is mostly the stager's, and ``clear()``
+    then ``update()`` would unset and set every variable again (a quadratic ``clear``, and a
+    system call each); as bytes, nothing is decoded and encoded again."""
+    environ = os.environb
+    for name in [name for name in environ if name not in env]:
+        del environ[name]
+    for name, value in env.items():
+        if environ.get(name) != value:
+            environ[name] = value
+
+
+def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[bytes, bytes]]]:
     if size > wire.MAX_REQUEST:
         return None
     data = bytearray()
@@ -379,7 +428,7 @@ def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[st
         if not chunk:
             return None
         data += chunk
-    return wire.decode_request(bytes(data))
+    return wire.decode_request_bytes(bytes(data))
 
 
 def _rebind_streams() -> None:

@@ -1,7 +1,8 @@
 """The stager's warm connections: TCP connections opened ahead to the endpoints its jobs use.
 
 A job's copy reports, when its job is done, the addresses it connected to (one line each
-on a pipe to the stager, ``host port``). The stager keeps :data:`PER_ENDPOINT` connections
+on a pipe to the stager, ``host port``), and the modules it imported that the stager holds
+only once a job needed them (``import name``; :attr:`WarmSockets.imports`). The stager keeps :data:`PER_ENDPOINT` connections
 open to each of the :data:`MAX_ENDPOINTS` most recent, dialled without waiting (non-blocking
 ``connect``; the stager never waits on the network), and hands all it holds for an endpoint
 to the next job's copy (:mod:`transfer.http.warm` takes them there), then dials again. So a
@@ -22,7 +23,7 @@ import errno
 import os
 import socket
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 Address = Tuple[str, int]
 
@@ -32,6 +33,7 @@ MAX_AGE_S = 10.0
 FORGET_S = 300.0
 RESOLVE_S = 30.0
 MAX_REPORT = 4096  # bytes of reports read per drain
+MAX_IMPORTS = 16  # module names remembered between two of the stager's looks
 _MAX_HOST = 253
 _MAX_UNRESOLVED = 64
 
@@ -53,6 +55,7 @@ class WarmSockets:
         self._unresolved: Dict[Address, float] = {}  # name -> when it last failed to resolve
         self.reports_r, self.reports_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._pending = b""
+        self.imports: Set[str] = set()  # module names copies reported (the stager takes them)
 
     def drain_reports(self) -> None:
         """Learn the addresses copies reported since the last call (malformed lines are ignored)."""
@@ -63,6 +66,11 @@ class WarmSockets:
         lines = data.split(b"\n")
         self._pending = lines.pop()[-MAX_REPORT:]
         for line in lines:
+            if line.startswith(b"import "):
+                name = parse_import(line)
+                if name is not None and len(self.imports) < MAX_IMPORTS:
+                    self.imports.add(name)
+                continue
             address = parse_report(line)
             if address is not None:
                 self._learn(address)
@@ -159,10 +167,22 @@ def parse_report(line: bytes) -> Optional[Address]:
     return host, port
 
 
-def report(fd: int, addresses: List[Address]) -> None:
+def parse_import(line: bytes) -> Optional[str]:
+    """The module name of ``b"import name"`` as a copy writes it, or None when it is not one."""
+    try:
+        word, name = line.decode("ascii").split(" ")
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if word != "import" or len(name) > 200 or not all(part.isidentifier() for part in name.split(".")):
+        return None
+    return name
+
+
+def report(fd: int, addresses: List[Address], modules: Sequence[str] = ()) -> None:
     """A copy's report (each line one atomic write: the pipe is shared by every copy)."""
-    for host, port in addresses:
-        line = f"{host} {port}\n".encode("ascii", "replace")
+    lines = [f"{host} {port}\n" for host, port in addresses] + [f"import {name}\n" for name in modules]
+    for text in lines:
+        line = text.encode("ascii", "replace")
         if len(line) <= 512:
             try:
                 os.write(fd, line)

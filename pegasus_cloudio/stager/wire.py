@@ -46,6 +46,16 @@ def encode_request(cwd: str, umask: int, argv: "Sequence[str]", env: "Mapping[st
 
 def decode_request(data: bytes) -> "Optional[Tuple[str, int, List[str], Dict[str, str]]]":
     """(cwd, umask, argv, env), or None when ``data`` is not a request of this version."""
+    found = decode_request_bytes(data)
+    if found is None:
+        return None
+    cwd, umask, argv, env = found
+    return cwd, umask, argv, {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
+
+
+def decode_request_bytes(data: bytes) -> "Optional[Tuple[str, int, List[str], Dict[bytes, bytes]]]":
+    """:func:`decode_request` with the environment as bytes, as ``os.environb`` takes it (the
+    stager's copy sets it without decoding and encoding again every variable)."""
     fields = data.split(b"\0")
     try:
         if fields[0] != VERSION:
@@ -55,7 +65,7 @@ def decode_request(data: bytes) -> "Optional[Tuple[str, int, List[str], Dict[str
         pairs = [f.split(b"=", 1) for f in fields[4 + argc:]]
         if len(argv) != argc or any(len(p) != 2 or not p[0] for p in pairs) or not 0 <= umask <= 0o777:
             return None
-        return os.fsdecode(fields[1]), umask, argv, {os.fsdecode(k): os.fsdecode(v) for k, v in pairs}
+        return os.fsdecode(fields[1]), umask, argv, {k: v for k, v in pairs}
     except (IndexError, ValueError):
         return None
 
