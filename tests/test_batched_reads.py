@@ -319,3 +319,20 @@ def test_a_destination_that_names_a_directory_fails_without_a_request_or_a_new_d
     assert isinstance(results[2].error, InvalidInput) and "directory" in str(results[2].error)
     assert proxy.snapshot()["requests_by_method"]["GET"] == len(names) - 1
     assert not (tmp_path / "out" / "sub").exists() and hidden(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("bundle", [False, True], ids=["pipelined", "bundles-on"])
+def test_with_the_node_cache_a_source_without_credentials_fails_alone(stored, bucket, tmp_path, bundle):
+    """Asking the cache about a source builds its backend, which can fail (no credentials for
+    its identity): that file fails as the per-file path reports it; the run goes on."""
+    proxy, env, data = stored
+    cache = NodeCache(CacheConfig(str(tmp_path / "cache"), max_bytes=1 << 30, min_free_bytes=0, fsync=False))
+    names = list(data)[:4]
+    ops = [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/out/{n}")) for n in names]
+    ops.insert(2, Transfer((parse_url(f"s3://nobody@minio/{bucket}/{names[0]}", site_label="minio"),),
+                           parse_url(f"file://{tmp_path}/out/orphan")))
+    with Session(Settings(threads=3, bundle=bundle), env) as session:
+        results = Engine(session, retry=FAST_RETRY, cache=cache).run(ops)
+    assert [r.ok for r in results] == [True, True, False, True, True], [r.error for r in results]
+    assert "nobody" in str(results[2].error)
+    assert not (tmp_path / "out" / "orphan").exists()

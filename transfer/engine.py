@@ -276,7 +276,7 @@ class Engine:
                                                   _LISTING_WAIT)
 
             # node-cache hits are the per-file path's: served from the cache without a request
-            hits = {i for i, op in indexed if self._cached(op.sources[0])} if self._cache is not None else set()
+            hits = {i for i, op in indexed if self._hit(op.sources[0])} if self._cache is not None else set()
             rest = read_batched(self._session, [item for item in indexed if item[0] not in hits] if hits else indexed,
                                 self._threads, budget, budget.cancel if isinstance(budget, RunBudget) else None,
                                 lambda i, result: self._finish(results, i, result), stands_in,
@@ -389,11 +389,24 @@ class Engine:
         return keys.cache_key(url) if keys is not None else None
 
     def _elsewhere(self, url: Url, peers: Optional[PeerRound]) -> bool:
-        """Served by the node cache or a peer (steps 1-2 of the read order): no bundle fetch."""
-        if self._cached(url):
+        """Served by the node cache or a peer (steps 1-2 of the read order): no bundle fetch.
+        True, too, where asking fails (its backend cannot be made): the per-file path meets the
+        same error and reports it for that file alone."""
+        try:
+            if self._cached(url):
+                return True
+            key = self._cache_key(url)
+        except TransferError:
             return True
-        key = self._cache_key(url)
         return peers is not None and key is not None and peers.holds(key)
+
+    def _hit(self, url: Url) -> bool:
+        """:meth:`_cached`, False where asking fails (its backend cannot be made: the per-file
+        path meets the same error and reports it for that file alone)."""
+        try:
+            return self._cached(url)
+        except TransferError:
+            return False
 
     def _cached(self, url: Url) -> bool:
         key = self._cache_key(url)
