@@ -222,3 +222,39 @@ def test_files_the_node_cache_holds_are_not_read_through_bundles(proxied, bucket
         assert (tmp_path / "job" / f"f{i}").read_bytes() == (src / f"f{i}").read_bytes()
     # f0's GET alone (one file to read: too few to list the directory): the nine cached files cost nothing
     assert proxy.snapshot()["requests_by_method"] == {"GET": 1}, proxy.snapshot()["requests_by_method"]
+
+
+def test_a_directorys_small_bundles_are_read_in_one_pipelined_pass(proxied, bucket, minio):
+    """The heads of small bundles (each all of its bundle) are pipelined GETs on at most
+    ``connections`` connections, one per bundle; none is left to the one-request path, and
+    every member reads back as packed. One small bundle alone takes the one-request path."""
+    from transfer.bundles.directory import BundleDirectory
+
+    proxy, env = proxied
+    s3 = client(minio)
+    packed = {f"{b:03d}": {f"m{b}_{i}": os.urandom(50 + i) for i in range(3)} for b in range(12)}
+    for name, members in packed.items():
+        s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/{name}.pcb", Body=bundle_bytes(list(members.items())))
+    s3.put_object(Bucket=bucket, Key="E/.cloudio-bundles/001.pcb", Body=bundle_bytes([("alone", b"one")]))
+    asked = []
+
+    def map_fn(function, items):
+        items = list(items)
+        asked.extend(info.url.path for info in items)
+        return map(function, items)
+
+    with Session(Settings(threads=3), env) as session:
+        directory = parse_url(f"s3://test@minio/{bucket}/D", site_label="minio")
+        proxy.reset_counters()
+        loaded = BundleDirectory.load(session.backend(directory), directory, map_fn, connections=5)
+        counts = proxy.snapshot()
+        assert asked == []
+        assert counts["requests_by_method"] == {"GET": 13} and counts["connections"] <= 5  # a LIST and 12 heads
+        for members in packed.values():
+            for member_name, data in members.items():
+                bundle, member = loaded.lookup(member_name)
+                start = bundle.index.data_start + member.offset
+                assert bundle.head[start:start + member.size] == data
+        single = parse_url(f"s3://test@minio/{bucket}/E", site_label="minio")
+        assert BundleDirectory.load(session.backend(single), single, map_fn, connections=5).lookup("alone") is not None
+        assert asked == [f"/{bucket}/E/.cloudio-bundles/001.pcb"]

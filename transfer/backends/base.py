@@ -193,8 +193,11 @@ class BatchReads(Protocol):
     """Backends that read many small whole objects at once (pipelined requests, one thread)."""
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
-                   missing: Optional[Callable[[int], bool]] = None) -> List[int]:
-        """Fetch the objects of ``urls`` over up to ``connections`` connections and give each
+                   missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None) -> List[int]:
+        """Fetch the objects of ``urls`` over up to ``connections`` connections, at most
+        ``depth`` requests in flight on each (None: the backend's own; a caller with a few
+        objects and a round trip to hide asks for a small one, which spreads them over more
+        connections), and give each
         whose body arrived whole and passed the checks :meth:`Backend.get` makes (size, and
         the store's checksum) to ``take(index, body, info, sent)`` (``sent``: monotonic time
         of its request), which returns whether it took it. ``missing(index)`` is told of an

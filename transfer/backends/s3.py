@@ -404,7 +404,7 @@ class S3Backend:
     # -- BatchReads ---------------------------------------------------------------------
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
-                   missing: Optional[Callable[[int], bool]] = None) -> List[int]:
+                   missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
         the route of their bucket; see :class:`~transfer.backends.base.BatchReads`."""
         left: List[int] = []
@@ -420,7 +420,8 @@ class S3Backend:
             group[1].append(index)
             group[2].append(path)
         for route, indexes, paths in groups.values():
-            left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel, missing)
+            left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel, missing,
+                                depth or _DEPTH)
         return sorted(left)
 
     # -- ServerSideCopy -----------------------------------------------------------------
@@ -521,7 +522,8 @@ _SMALL_BODY = 1 << 20
 
 
 def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: List[int], take: Take,
-                connections: int, cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]]) -> List[int]:
+                connections: int, cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]],
+                depth: int) -> List[int]:
     """:meth:`S3Backend.read_small` for the objects of one route (``indexes``: their
     positions in the caller's list, which ``take`` and the result speak of)."""
     from transfer.http import pipeline
@@ -554,7 +556,7 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
             raise pipeline.GiveUp()
         return done
 
-    left = pipeline.fetch(pool, len(urls), head, deliver, connections=connections, depth=_DEPTH,
+    left = pipeline.fetch(pool, len(urls), head, deliver, connections=connections, depth=depth,
                           max_body=_SMALL_BODY, cancel=cancel)
     return [indexes[k] for k in left]
 

@@ -29,7 +29,7 @@ from transfer import _threads
 from transfer._lean import logger, field, record
 from transfer._lean_json import loads
 
-from transfer.backends.base import Backend, Namespace, ObjectInfo
+from transfer.backends.base import Backend, Namespace, ObjectInfo, batch_reads
 from transfer.bundles.format import (
     CHUNK,
     MAX_MEMBERS,
@@ -54,6 +54,9 @@ SUFFIX = ".pcb"
 HEAD_BYTES = 256 << 10
 KEPT_HEAD_BYTES = 16 << 20  # bytes of small bundles kept in memory per directory
 _log = logger(__name__)  # logging is imported when a warning is first logged
+# Requests in flight per connection when reading heads: few, so a directory's bundles spread over
+# every connection (a pipelined connection starts with one request and doubles that per answer).
+_HEADS_DEPTH = 2
 WHOLE_FRACTION = 0.5  # fetch the whole bundle when at least this share of its data is wanted
 
 if TYPE_CHECKING:
@@ -177,13 +180,19 @@ class BundleDirectory:
 
     @classmethod
     def load(cls, backend: Backend, directory: Url, map_fn: MapFn = map,
-             max_entries: int = MAX_MEMBERS) -> "BundleDirectory":
+             max_entries: int = MAX_MEMBERS, connections: int = 1) -> "BundleDirectory":
         """List ``directory`` once and read its bundles' indexes; a bad bundle is set aside.
+        Bundles no larger than :data:`HEAD_BYTES` are read whole in one pipelined pass over up
+        to ``connections`` connections when the backend offers it (:func:`_read_whole`), the
+        rest through ``map_fn``.
 
         Raises TransferError when the listing fails or the directory holds more than
         ``max_entries`` objects and members together."""
         bundles, records, plain = _list(backend, directory, max_entries)
-        results = list(map_fn(lambda info: _try_load(backend, info, max_entries), bundles))
+        results: List["LoadedBundle | BrokenBundle | None"] = _read_whole(backend, bundles, max_entries, connections)
+        rest = [info for info, result in zip(bundles, results) if result is None]
+        loaded_rest = iter(map_fn(lambda info: _try_load(backend, info, max_entries), rest))
+        results = [next(loaded_rest) if result is None else result for result in results]
         loaded = [r for r in results if isinstance(r, LoadedBundle)]
         broken = [r for r in results if isinstance(r, BrokenBundle)]
         entries = len(plain) + sum(len(b.index) for b in loaded)
@@ -225,6 +234,32 @@ def _list(backend: Backend, directory: Url, max_entries: int) -> Tuple[List[Obje
         pass
     bundles.sort(key=lambda i: i.url.path)
     return bundles, records, plain
+
+
+def _read_whole(backend: Backend, bundles: Sequence[ObjectInfo], max_members: int,
+                connections: int) -> List["LoadedBundle | BrokenBundle | None"]:
+    """The small bundles of ``bundles`` (at most :data:`HEAD_BYTES`, so a head would be all of
+    each) read whole in one pass of pipelined GETs (:class:`BatchReads`), by position; None
+    where a bundle is left to :func:`_try_load` -- a larger one, a backend without pipelined
+    reads, fewer than two small bundles, and any the pass did not take (an error answer, a
+    failed check, a body whose size differs from the listing's, an index that does not parse):
+    the one-request path reads it again and reports what it meets, as without this pass.
+    At 7 connections, 16 bundles' heads then take two round trips, not three; 32, three, not five."""
+    results: List["LoadedBundle | BrokenBundle | None"] = [None] * len(bundles)
+    reader = batch_reads(backend)
+    small = [k for k, info in enumerate(bundles) if info.size <= HEAD_BYTES]
+    if reader is None or len(small) < 2:
+        return results
+
+    def take(j: int, body: bytes, stored: ObjectInfo, sent: float) -> bool:
+        info = bundles[small[j]]
+        if len(body) != info.size or index_length(body) > len(body):
+            return False
+        results[small[j]] = LoadedBundle(info.url, info.size, parse_index(body, info.size, max_members), body)
+        return True  # what parse_index raises leaves the bundle to the one-request path
+
+    reader.read_small([bundles[k].url for k in small], take, connections=max(1, connections), depth=_HEADS_DEPTH)
+    return results
 
 
 def _try_load(backend: Backend, info: ObjectInfo, max_members: int) -> "LoadedBundle | BrokenBundle":

@@ -111,7 +111,8 @@ class BundleStager:
             future = self._directories.get(key)
             if future is not None:
                 return future, None
-            created = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn), {})
+            created = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn),
+                                                       {"connections": self._settings.threads + 2})
 
         def load() -> None:
             created.run()
