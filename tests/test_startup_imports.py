@@ -110,15 +110,17 @@ def test_the_node_cache_brings_no_bundles_or_peers(job: Dict[str, object]) -> No
 
 def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: Dict[str, object]) -> None:
     """A producer's stage-in of one plain file with bundles and the node cache on (the workflow's
-    "bundles + cache" mode): no listing is made for one file, and the cache's metadata and the
-    bundle code use transfer._lean_json, so none of the heavy parsers comes in."""
+    "bundles + cache" mode): no listing is made for one file, so the bundle code is not even
+    imported (transfer.bundle_gate), and the cache's metadata uses transfer._lean_json, so none
+    of the heavy parsers comes in."""
     env = dict(job["env"], PEGASUS_CLOUDIO_BUNDLE="1",  # type: ignore[call-overload]
                PEGASUS_CLOUDIO_CACHE_DIR=str(Path(str(job["cwd"])).parent / "cache"))
     bin_dir = str(job["bin"])
     found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer-py")], env, job["cwd"],  # type: ignore[arg-type]
                      str(job["spec"]))
     assert (Path(str(job["cwd"])) / "f.a").read_bytes() == b"x" * 300
-    assert "transfer.cache.store" in found and "transfer.bundles.staging" in found  # both were on
+    assert "transfer.cache.store" in found and "transfer.bundle_gate" in found  # both were on
+    assert not [name for name in found if name.startswith("transfer.bundles")], sorted(found)
     heavy = {"re", "json", "json.decoder", "xml.etree.ElementTree", "urllib.parse", "calendar", "_strptime",
              "datetime", "locale", "tempfile", "shutil", "typing", "dataclasses", "logging", "threading", "hashlib",
              "hmac", "_hashlib", "collections", "functools", "contextlib", "array"}

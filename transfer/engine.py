@@ -239,7 +239,7 @@ class Engine:
         group_pool: Optional[Executor] = None
         if peers is not None:
             peers.lookup(self._read_keys(op for _, op in indexed))
-        if self._bundles_on:
+        if self._bundles_on and self._plans_bundles(indexed):
             def elsewhere(url: Url) -> bool:
                 return self._elsewhere(url, peers)
 
@@ -303,6 +303,13 @@ class Engine:
             cancel = budget.cancel if isinstance(budget, RunBudget) else None
             for load in loads:  # no thread left to hold a lock when the drop-in forks (unless cancelled)
                 load.join(0 if cancel is not None and cancel.is_set() else None)
+
+    def _plans_bundles(self, indexed: List[Tuple[int, Transfer]]) -> bool:
+        """Whether bundles could serve this batch (one that cannot does not import them)."""
+        if self._bundle_stager is not None:  # it may hold directory indexes an earlier run loaded
+            return True
+        from transfer.bundle_gate import may_use_bundles
+        return may_use_bundles((op for _, op in indexed), self._session.settings.bundle_min_files)
 
     def _group_pool(self, executor: Executor, groups: int) -> Executor:
         if self._executor is not None:  # an injected executor (tests) runs everything

@@ -27,6 +27,7 @@ from transfer._lean_json import dumps
 
 from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import Backend, store
+from transfer.bundle_gate import LIST_MIN_FILES, OBJECT_SCHEMES
 from transfer.bundles.directory import BundleDirectory, LoadedBundle, MapFn, new_bundle_url, removal_record_url
 from transfer.bundles.format import Member, pack
 from transfer.config import Settings
@@ -39,11 +40,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
-OBJECT_SCHEMES = frozenset({"s3", "s3s", "gs"})
-# A batch reading fewer files than this from one directory reads them as plain objects: a
-# LIST and the heads of the directory's bundles cost more than the 404 that sends a member to
-# its bundle (at most one per thread, in parallel; the index then loads as it would have).
-LIST_MIN_FILES = 4
 if TYPE_CHECKING:
     Indexed = List[Tuple[int, Transfer]]
 else:
