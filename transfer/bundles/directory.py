@@ -5,8 +5,9 @@ members writes a record ``D/.cloudio-bundles/<name>.pcb.rm-<id>`` (a JSON list o
 Everything lives under ``D/``, so a recursive remove of ``D`` removes bundles too.
 
 :meth:`BundleDirectory.load` costs one LIST of ``D/`` (per 1,000 objects; it shows the plain
-objects and the bundles together) plus one ranged GET of the first :data:`HEAD_BYTES` of each
-bundle, which for a bundle of small files is the whole bundle; those bytes are kept (up to
+objects and the bundles together) plus one GET of the first :data:`HEAD_BYTES` of each
+bundle, which for a bundle of small files is the whole bundle (such bundles are read in one
+pipelined pass where the backend offers it); those bytes are kept (up to
 :data:`KEPT_HEAD_BYTES` per directory), so such a bundle is never downloaded twice. A reader
 that takes members one at a time (the per-file path) asks :meth:`BundleDirectory.resident`
 first, which fetches a larger bundle whole, once, within the same budget: 6,173 members of
