@@ -11,8 +11,8 @@ operation, in input order. It
   partial file behind;
 * reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
   from bundles (one fetch per bundle for a batch: :mod:`transfer.bundles.groups`), then from
-  the store, and fills the node cache once; without cache and bundles, small objects are
-  first read many per round trip (:mod:`transfer.batched`);
+  the store, and fills the node cache once; without peers and bundles, small objects are
+  first read many per round trip (:mod:`transfer.batched`, :mod:`transfer.cached_reads`);
 * drives multipart uploads (:mod:`transfer.uploads`) and parallel ranged downloads
   (:mod:`transfer.ranged`) of large files, all their parts sharing one
   :class:`~transfer.ranged.PartPool` of ``threads``, and server-side copies between objects of
@@ -268,6 +268,7 @@ class Engine:
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
         if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
             from transfer.batched import read_batched, write_file  # small downloads, pipelined from this thread first
+            from transfer.cached_reads import CachedReads
 
             def stands_in(source: Url) -> bool:
                 # the listing runs on a thread of its own: one slow directory holds up the pass for
@@ -276,12 +277,13 @@ class Engine:
                                                   _LISTING_WAIT)
 
             # node-cache hits are the per-file path's: served from the cache without a request
-            hits = {i for i, op in indexed if self._hit(op.sources[0])} if self._cache is not None else set()
-            rest = read_batched(self._session, [item for item in indexed if item[0] not in hits] if hits else indexed,
-                                self._threads, budget, budget.cancel if isinstance(budget, RunBudget) else None,
+            cached = CachedReads(self._cache, self._cache_key) if self._cache is not None else None
+            hits, misses = cached.split(indexed) if cached is not None else ([], indexed)
+            rest = read_batched(self._session, misses, self._threads, budget,
+                                budget.cancel if isinstance(budget, RunBudget) else None,
                                 lambda i, result: self._finish(results, i, result), stands_in,
-                                write_file if self._cache is None else self._write_fetched)
-            indexed = sorted(rest + [item for item in indexed if item[0] in hits]) if hits else rest
+                                write_file if cached is None else cached.write)
+            indexed = sorted(rest + hits) if hits else rest
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             if resident:
@@ -305,11 +307,11 @@ class Engine:
                 load.join(0 if cancel is not None and cancel.is_set() else None)
 
     def _plans_bundles(self, indexed: List[Tuple[int, Transfer]]) -> bool:
-        """Whether bundles could serve this batch (one that cannot does not import them)."""
-        if self._bundle_stager is not None:  # it may hold directory indexes an earlier run loaded
-            return True
+        """Whether bundles could serve this batch: the stager may hold indexes an earlier run
+        loaded; else :mod:`transfer.bundle_gate` (a batch they cannot serve does not import them)."""
         from transfer.bundle_gate import may_use_bundles
-        return may_use_bundles((op for _, op in indexed), self._session.settings.bundle_min_files)
+        return self._bundle_stager is not None or may_use_bundles((op for _, op in indexed),
+                                                                  self._session.settings.bundle_min_files)
 
     def _group_pool(self, executor: Executor, groups: int) -> Executor:
         if self._executor is not None:  # an injected executor (tests) runs everything
@@ -406,14 +408,6 @@ class Engine:
         except TransferError:
             return True
         return peers is not None and key is not None and peers.holds(key)
-
-    def _hit(self, url: Url) -> bool:
-        """:meth:`_cached`, False where asking fails (its backend cannot be made: the per-file
-        path meets the same error and reports it for that file alone)."""
-        try:
-            return self._cached(url)
-        except TransferError:
-            return False
 
     def _cached(self, url: Url) -> bool:
         key = self._cache_key(url)
@@ -540,21 +534,6 @@ class Engine:
                     err.message += note
                 raise
             return self._groups().read_member(found, source, dest_path, symlink, peers)
-
-    def _write_fetched(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
-        """The pipelined pass's ``write`` with the node cache: ``body`` (verified, of the object
-        ``op`` reads) fills the cache entry and the destination, as :meth:`_download`'s fill
-        does; an object the cache does not take is written to the destination alone."""
-        key = self._cache_key(op.sources[0])
-        if key is None or self._cache is None:
-            from transfer.batched import write_file
-            return write_file(op, body, info)
-
-        def received(sink: BinaryIO) -> ObjectInfo:
-            sink.write(body)
-            return info
-
-        return self._cache.fetch(key, op.dest.path, received, missed=True)[0]
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:

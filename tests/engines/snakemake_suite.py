@@ -1,5 +1,5 @@
 """snakemake-interface-storage-plugins' own TestStorageBase, unmodified, subclassed as its docs
-tell plugin authors. Not collected by the project's suite: tests/test_engines.py copies it into
+tell plugin authors. Not collected by the project's suite: tests/test_engines_snakemake.py copies it into
 a venv where the wheel is installed with ``[snakemake]`` and runs it there against MinIO
 (``SUITE_ENDPOINT``, ``SUITE_BUCKET``, keys in ``SUITE_ACCESS_KEY``/``SUITE_SECRET_KEY``)."""
 

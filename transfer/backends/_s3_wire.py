@@ -200,6 +200,12 @@ def _server_side_encrypted(headers: Dict[str, str]) -> bool:
     return headers.get("x-amz-server-side-encryption", "AES256") not in ("AES256", "")
 
 
+def etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:
+    """The object's MD5 if its ETag is one (single part, not encrypted with a KMS key)."""
+    found = md5_of_etag(info.version or "")
+    return found if found and not _server_side_encrypted(headers) else None
+
+
 def _child_url(url: Url, bucket: str, key: str) -> Url:
     if "@" in url.host:
         return url.with_path(f"/{bucket}/{key}")

@@ -27,6 +27,7 @@ from transfer.backends._s3_wire import (
     check_bucket,
     check_endpoint,
     default_endpoint,
+    etag_md5,
     http_date_epoch,
     iso8601_epoch,
     md5_of_etag,
@@ -37,8 +38,8 @@ from transfer.backends._s3_wire import (
     xml_escape,
     xml_tree,
 )
-from transfer.backends._s3_checksum import CHECKSUM_HEADERS, CHECKSUM_MODE, response_check
-from transfer.backends._s3_route import AnyReply, PoolFactory, Route, Router
+from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
+from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
 from transfer.config import Settings
@@ -53,7 +54,6 @@ from transfer.errors import (
     AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
 )
 from transfer.http.connection import Body, FileRegion, file_body
-from transfer.http.message import host_header, request_head
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url, unquote_plus
@@ -186,7 +186,7 @@ class S3Backend:
         with self._send("GET", path, headers=headers, url=str(url)) as response:
             self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response.status, response.headers)
-            check = None if byte_range else response_check(response.headers, _etag_md5(info, response.headers), info.size)
+            check = None if byte_range else response_check(response.headers, etag_md5(info, response.headers), info.size)
             if check is not None:
                 write, update = sink.write, check.update
 
@@ -379,7 +379,7 @@ class S3Backend:
             response.discard()
             raise
         info = _info(url, response.status, response.headers)
-        return _S3Stream(response, info, response_check(response.headers, _etag_md5(info, response.headers), info.size), text)
+        return _S3Stream(response, info, response_check(response.headers, etag_md5(info, response.headers), info.size), text)
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
@@ -406,23 +406,10 @@ class S3Backend:
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
-        the route of their bucket; see :class:`~transfer.backends.base.BatchReads`."""
-        left: List[int] = []
-        groups: Dict[int, Tuple[Route, List[int], List[S3Path]]] = {}
-        for index, url in enumerate(urls):
-            try:
-                path = split_url(url)
-            except TransferError:
-                left.append(index)
-                continue
-            route = self._router.for_bucket(path.bucket)
-            group = groups.setdefault(id(route), (route, [], []))
-            group[1].append(index)
-            group[2].append(path)
-        for route, indexes, paths in groups.values():
-            left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel, missing,
-                                depth or _DEPTH)
-        return sorted(left)
+        the route of their bucket; see :class:`~transfer.backends.base.BatchReads` and
+        :mod:`transfer.backends._s3_pipelined`."""
+        from transfer.backends._s3_pipelined import read_small  # batches of small files only
+        return read_small(self._router, urls, take, connections, cancel, missing, depth)
 
     # -- ServerSideCopy -----------------------------------------------------------------
 
@@ -516,85 +503,6 @@ class _S3Stream:
 
     def close(self) -> None:
         self._response.discard()
-
-
-_SMALL_BODY = 1 << 20
-
-
-def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: List[int], take: Take,
-                connections: int, cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]],
-                depth: int) -> List[int]:
-    """:meth:`S3Backend.read_small` for the objects of one route (``indexes``: their
-    positions in the caller's list, which ``take`` and the result speak of)."""
-    from transfer.http import pipeline
-    pool = route.pool
-    default_host = host_header(pool.host, pool.port, pool.scheme == "https")
-    endpoint = pool.base_url
-
-    signer = route.signer
-    if signer is None:  # anonymous reads may not ask for response-* overrides: no tag, no pipelining
-        return list(indexes)
-
-    def head(k: int) -> bytes:
-        host, encoded = route.target(paths[k])
-        extra = [CHECKSUM_MODE] if host == route.host_header else [("Host", host), CHECKSUM_MODE]
-        query = f"response-cache-control={_TAG}{k}"
-        headers = signer.sign("GET", host, encoded, query, EMPTY_SHA256, extra)
-        return request_head("GET", f"{encoded}?{query}", headers, None, default_host, endpoint)
-
-    taken = [0, 0]  # answers taken, answers not taken
-
-    def deliver(k: int, status: int, headers: Dict[str, str], body: bytes, sent: float) -> bool:
-        if status == 404 and missing is not None and missing(indexes[k]):
-            raise pipeline.GiveUp()
-        if status in (401, 403):  # refused credentials refuse every object: the per-file path says so, once each
-            raise pipeline.GiveUp()
-        info = _verified(urls[k], status, headers, body, f"{_TAG}{k}")
-        done = info is not None and take(indexes[k], body, info, sent)
-        taken[0 if done else 1] += 1
-        if not taken[0] and taken[1] >= _USELESS:  # a store that answers nothing here (refuses the tag?)
-            raise pipeline.GiveUp()
-        return done
-
-    left = pipeline.fetch(pool, len(urls), head, deliver, connections=connections, depth=depth,
-                          max_body=_SMALL_BODY, cancel=cancel)
-    return [indexes[k] for k in left]
-
-
-def _verified(url: Url, status: int, headers: Dict[str, str], body: bytes, tag: str) -> Optional[ObjectInfo]:
-    """What the store says of the object when a pipelined answer is this request's (its tag
-    echoed), whole and right: the checks :meth:`S3Backend.get` makes (size, then checksum
-    header or MD5 ETag); None otherwise, and None for an answer with nothing but its size to
-    check (a multipart or SSE-KMS ETag and no checksum header): on a pipelined connection the
-    body is whatever its Content-Length spans, so a wrong one (a head sent without its body)
-    would pass the next answer's bytes off as this object. The ordinary path reads it alone."""
-    if status != 200 or headers.get("cache-control") != tag:
-        return None
-    info = _info(url, 200, headers)
-    if info.size != len(body):
-        return None
-    etag_md5 = _etag_md5(info, headers)
-    if etag_md5 is not None and not any(header in headers for header in CHECKSUM_HEADERS):
-        return info if _digests.md5(body).hex() == etag_md5.lower() else None  # response_check's choice, at once
-    check = response_check(headers, etag_md5, info.size)
-    if check is None:
-        return None
-    check.update(body)
-    return info if check.matches() else None
-
-
-_DEPTH = 8
-_USELESS = 8  # answers none of which could be taken, after which the pass gives up
-# Each pipelined GET asks the store to echo a tag naming it (the response-cache-control
-# override), so an answer is written only to the file it was asked for, even behind an
-# intermediary that answers pipelined requests out of order.
-_TAG = "pegasus-cloudio-get-"
-
-
-def _etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:
-    """The object's MD5 if its ETag is one (single part, not encrypted with a KMS key)."""
-    found = md5_of_etag(info.version or "")
-    return found if found and not _server_side_encrypted(headers) else None
 
 
 def _fixed(credentials: Credentials) -> CredentialSource:
