@@ -33,7 +33,7 @@ import tempfile
 import threading
 import traceback
 from types import FrameType
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from pegasus_cloudio.stager import wire
 from pegasus_cloudio.stager.warm import WarmSockets, report
@@ -281,7 +281,7 @@ class Stager:
                 for sock in self._warm.held():  # the stager's, not this job's
                     sock.close()
                 os.close(self._warm.reports_r)
-                code = _child(conn, handed, self._warm.reports_w)
+                code = _child(conn, handed, self._warm.reports_w, self._warm.fresh())
             finally:
                 os._exit(code)
         conn.close()
@@ -333,10 +333,12 @@ def _refuse(conn: socket.socket, why: str) -> None:
     conn.close()
 
 
-def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.socket]], reports: int) -> int:
+def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.socket]], reports: int,
+           fresh: Set[Tuple[str, int]]) -> int:
     """Become the client's job: its streams, directory, umask, environment; run the drop-in
     (on the connections the stager opened ahead, ``warm_sockets``; the addresses the job used
-    are reported on ``reports`` once it is done)."""
+    are reported on ``reports`` once it is done, those not in ``fresh`` looked up after the
+    job's answer: the stager looks no name up)."""
     from transfer.http import warm
     on_demand = [name for name in ON_DEMAND if name not in sys.modules]
     for address, sockets in warm_sockets.items():
@@ -384,7 +386,8 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     code = _run(argv)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    report(reports, warm.used(), [name for name in on_demand if name in sys.modules])
+    used = warm.used()
+    report(reports, [address for address in used if address in fresh], [n for n in on_demand if n in sys.modules])
     warm.discard()
     finishing.set()
     try:
@@ -394,6 +397,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     from pegasus_cloudio.dropin.main import leave_the_job  # preloaded
     leave_the_job()
     behind.drain()  # the job has its answer: fill the node cache now
+    report(reports, [address for address in used if address not in fresh], look_up=True)  # may wait on a resolver
     return code
 
 
