@@ -17,13 +17,17 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Sequence
 
 import pytest
 
+from pegasus_cloudio.testbed.redis import RedisServer
 from test_stager_trust import as_user
+from transfer.p2p import connect_redis
+from transfer.p2p.index import PeerIndex
 
 TOKEN = "pool-token-0123456789"
+TTL = 3  # seconds a heartbeat keeps a node in the index
 
 
 def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
@@ -96,7 +100,12 @@ class RootDaemon:
     """``pegasus-cloudio serve`` run as root for ``users`` (plain HTTP on loopback): its
     process, its log lines as they come, each user's port."""
 
-    def __init__(self, users: Dict[str, int], base: Path, token: Path) -> None:
+    NAMESPACE = f"serve{os.getpid()}"
+
+    def __init__(self, users: Dict[str, int], base: Path, token: Path, redis_url: str = "",
+                 prefix: Sequence[str] = ()) -> None:
+        """``redis_url``: the index it heartbeats into ("": none; namespace :attr:`NAMESPACE`,
+        TTL :data:`TTL`); ``prefix``: what runs the command (``unshare ...``)."""
         caches = {}
         for name, uid in users.items():
             caches[name] = base / name
@@ -108,7 +117,10 @@ class RootDaemon:
                    PEGASUS_CLOUDIO_P2P_PLAIN_HTTP="1", PEGASUS_CLOUDIO_P2P_TOKEN_FILE=str(token),
                    PEGASUS_CLOUDIO_P2P_USERS=",".join(f"{n}={c}" for n, c in caches.items()))
         env.pop("PEGASUS_CLOUDIO_P2P_REDIS", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "pegasus_cloudio.cli", "serve"], env=env,
+        if redis_url:
+            env.update(PEGASUS_CLOUDIO_P2P_REDIS=redis_url, PEGASUS_CLOUDIO_P2P_NAMESPACE=self.NAMESPACE,
+                       PEGASUS_CLOUDIO_P2P_HEARTBEAT_TTL=str(TTL))
+        self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "pegasus_cloudio.cli", "serve"], env=env,
                                      stderr=subprocess.PIPE, text=True)
         self.log: List[str] = []
         threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
@@ -188,3 +200,52 @@ def test_a_user_taking_her_port_after_killing_her_process_leaves_the_others_serv
         os.kill(squatter, signal.SIGKILL)
         os.waitpid(squatter, 0)
         os.close(ready_r)
+
+
+def test_a_serving_process_is_started_again_from_a_single_threaded_root_that_looks_nothing_up(users, tmp_path):
+    """The root process forks a user's serving process again whenever she kills hers. A
+    child forked while another thread of the parent held a lock (the heartbeat's, one in an
+    NSS module or the C library) would wait on it for ever, as root, before dropping to her:
+    so the root forks only while it is its one thread (heartbeats go out from its loop), and
+    the child looks nothing up (her uid and gid were resolved at start). Shown here with the
+    user database made to hang once the daemon serves (``/etc/passwd`` a FIFO, in the
+    daemon's own mount namespace: a lookup in the child would never return)."""
+    alice, bob = sorted(users)
+    base = Path(tempfile.mkdtemp(prefix="pcio-serve-"))
+    base.chmod(0o755)
+    fifo = tmp_path / "passwd.fifo"
+    os.mkfifo(fifo)
+    prefix = ["unshare", "--mount", "--propagation", "private"]
+    try:
+        with RedisServer() as redis_server:
+            started = time.monotonic()
+            daemon = RootDaemon(users, base, tmp_path / "token", redis_server.url, prefix)
+            index = PeerIndex(connect_redis(redis_server.url), RootDaemon.NAMESPACE)
+
+            def both_live() -> bool:
+                return {node.rpartition("/")[2] for node in index.live_nodes()} == {alice, bob}
+            try:
+                tasks = os.listdir(f"/proc/{daemon.proc.pid}/task")
+                assert len(tasks) == 1, f"the root process runs {len(tasks)} threads"
+                subprocess.run(["nsenter", f"--mount=/proc/{daemon.proc.pid}/ns/mnt", "mount", "--bind", str(fifo),
+                                "/etc/passwd"], check=True, capture_output=True)
+                kill_as(users[alice], serving_process(daemon.proc.pid, users[alice]))
+                wait_for(lambda: daemon.logged(f"serving {alice} exited; started it again"), "the daemon to notice")
+                wait_for(lambda: answers(daemon.ports[alice]), "Alice's cache to be served again")
+                assert _uid_of(serving_process(daemon.proc.pid, users[alice])) == users[alice]
+                assert answers(daemon.ports[bob]) and daemon.proc.poll() is None, "".join(daemon.log)
+                # the first heartbeat has expired by now: the root's loop sent the later ones
+                wait_for(lambda: time.monotonic() - started > 2 * TTL and both_live(), "heartbeats from the loop")
+                assert len(os.listdir(f"/proc/{daemon.proc.pid}/task")) == 1
+            finally:
+                _release(fifo)  # a reader stuck on it (a child that looked up) reads the end and exits
+                daemon.stop()
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def _release(fifo: Path) -> None:
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # nobody is reading it
+        pass

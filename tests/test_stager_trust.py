@@ -196,3 +196,51 @@ def test_the_job_runs_in_the_clients_directory_even_if_its_path_changes_hands(ot
         assert mine.read_bytes() == b"the job's private bytes"
     finally:
         subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+
+# A client in another mount namespace (refused) that announces a request and then sends it
+# one byte every half second: each read waits less than a second, the whole never ends.
+_DRIPPING_CLIENT = r"""
+import socket, sys, time
+from pegasus_cloudio.stager import wire
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(sys.argv[1])
+socket.send_fds(sock, [wire.length(4096)], [0, 1, 2])
+print("sent", flush=True)
+try:
+    for _ in range(4096):
+        time.sleep(0.5)
+        sock.send(b"x")
+except OSError:  # the stager hung up
+    print("hung up", flush=True)
+"""
+
+
+def test_a_refused_client_sending_slowly_does_not_hold_up_the_next_job(native_dropin, tmp_path):
+    """The stager refuses a client in another mount or pid namespace (a container of the same
+    user, which may not be able to signal the stager) on its own loop. A client dripping its
+    request just inside each read's timeout must not keep that loop from the next job: the
+    whole refusal has one short deadline."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "in.dat").write_bytes(b"input")
+    spec = json.dumps([entry(f"file://{job}/in.dat", f"file://{job}/out.dat")])
+    with StagerProcess() as stager:
+        dripper = subprocess.Popen(["unshare", "--mount", "--propagation", "private", sys.executable, "-c",
+                                    _DRIPPING_CLIENT, stager.socket_path], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert dripper.stdout.readline() == "sent\n", dripper.stderr.read()
+            try:  # the drip lasts 34 minutes
+                done = subprocess.run(native_dropin, input=spec.encode(), capture_output=True, cwd=job,
+                                      env=job_env(stager.socket_path), timeout=20)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the stager took no job while it refused a slow client")
+            assert done.returncode == 0 and b"refused" not in done.stderr, done.stderr.decode()
+            assert (job / "out.dat").read_bytes() == b"input"
+            wait_for(lambda: served(stager), "the stager's log line")
+            assert "refused a job" in stager.log_tail(1000)
+            assert dripper.stdout.readline() == "hung up\n"
+        finally:
+            dripper.kill()
+            dripper.wait()

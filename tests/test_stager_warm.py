@@ -6,6 +6,8 @@ import errno
 import json
 import os
 import socket
+import subprocess
+import sys
 
 import boto3
 
@@ -85,10 +87,12 @@ def test_a_warm_connection_the_tls_handshake_fails_on_is_replaced_by_a_fresh_one
 
 
 def test_reports_from_copies_are_parsed_strictly():
-    assert stager_warm.parse_report(b"127.0.0.1 9000") == ("127.0.0.1", 9000)
-    assert stager_warm.parse_report(b"s3.example.org 443") == ("s3.example.org", 443)
-    for bad in (b"", b"host", b"host 0", b"host 70000", b"host x", b"a b c", b"\xff 80", b"ho\x00st 80",
-                b"h" * 300 + b" 80"):
+    assert stager_warm.parse_report(b"127.0.0.1 9000") == (("127.0.0.1", 9000), None)
+    assert stager_warm.parse_report(b"s3.example.org 443") == (("s3.example.org", 443), None)
+    assert stager_warm.parse_report(b"s3.example.org 443 192.0.2.7") == (("s3.example.org", 443), "192.0.2.7")
+    assert stager_warm.parse_report(b"s3.example.org 443 -") == (("s3.example.org", 443), "-")
+    for bad in (b"", b"host", b"host 0", b"host 70000", b"host x", b"a b c d", b"host 80 ", b"\xff 80",
+                b"ho\x00st 80", b"h" * 300 + b" 80", b"host 80 a\x00b"):
         assert stager_warm.parse_report(bad) is None, bad
 
 
@@ -96,7 +100,7 @@ def test_the_stager_keeps_a_bounded_number_of_endpoints_and_connections(tmp_path
     listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(stager_warm.MAX_ENDPOINTS + 2)]
     sockets = stager_warm.WarmSockets()
     try:
-        stager_warm.report(sockets.reports_w, [("127.0.0.1", s.getsockname()[1]) for s in listeners])
+        stager_warm.report(sockets.reports_w, [("127.0.0.1", s.getsockname()[1]) for s in listeners], look_up=True)
         os.write(sockets.reports_w, b"garbage line\n")
         sockets.drain_reports()
         held = sockets.held()
@@ -113,49 +117,45 @@ def test_the_stager_keeps_a_bounded_number_of_endpoints_and_connections(tmp_path
             listener.close()
 
 
-def test_a_name_that_does_not_resolve_is_not_looked_up_on_every_report(monkeypatch):
-    """Name lookups block the stager's loop: a failed one is remembered (no DNS query leaves
-    this machine: the lookup is answered here, as a resolver would for an unknown name)."""
-    asked = []
-
-    def getaddrinfo(host, *args, **kwargs):
-        asked.append(host)
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
-    monkeypatch.setattr(stager_warm.socket, "getaddrinfo", getaddrinfo)
+def test_the_stager_dials_the_addresses_its_copies_looked_up_and_none_it_would_have_to():
+    """The stager looks no name up (a lookup may wait for the resolver's timeout): a name a
+    copy reports without an address teaches it nothing; a name that no longer resolves (the
+    copy found none) is dropped."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
     sockets = stager_warm.WarmSockets()
     try:
-        for _ in range(3):
-            stager_warm.report(sockets.reports_w, [("store.unresolvable.invalid", 443)])
-            sockets.drain_reports()
-        assert asked == ["store.unresolvable.invalid"]
+        os.write(sockets.reports_w, f"store.test {port}\n".encode())
+        sockets.drain_reports()
+        assert sockets.held() == [] and sockets.fresh() == set()
+        os.write(sockets.reports_w, f"store.test {port} 127.0.0.1\n".encode())
+        sockets.drain_reports()
+        assert {s.getpeername() for s in sockets.held()} == {("127.0.0.1", port)}
+        assert sockets.fresh() == {("store.test", port)}
+        os.write(sockets.reports_w, f"store.test {port} -\n".encode())
+        sockets.drain_reports()
         assert sockets.held() == [] and sockets.hand_out() == {}
     finally:
         sockets.close()
+        listener.close()
 
 
-def test_a_name_that_moves_is_followed_not_dialled_at_its_old_address_for_ever(monkeypatch):
-    """An endpoint in steady use is looked up again now and then: once its name points
-    elsewhere (a store's fail-over), the connections handed to jobs go where the job's own
-    dialling would, not to the address the name had when the stager first learnt it."""
-    old, new = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
-    points_to = [old.getsockname()]
-
-    def getaddrinfo(host, port, *args, **kwargs):  # answered here: no DNS query leaves this machine
-        assert host == "store.test"
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", points_to[0])]
-
-    monkeypatch.setattr(stager_warm.socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(stager_warm, "RESOLVE_S", 0.0)
+def test_a_name_that_moves_is_followed_not_dialled_at_its_old_address_for_ever():
+    """An endpoint in steady use is looked up again now and then (by a copy, after its job):
+    once its name points elsewhere (a store's fail-over), the connections handed to jobs go
+    where the job's own dialling would, not to the address the name had when the stager
+    first learnt it."""
+    old = socket.create_server(("127.0.0.1", 0))
+    port = old.getsockname()[1]
+    new = socket.create_server(("127.0.0.2", port))
     sockets = stager_warm.WarmSockets()
     try:
-        stager_warm.report(sockets.reports_w, [("store.test", 443)])
+        os.write(sockets.reports_w, f"store.test {port} 127.0.0.1\n".encode())
         sockets.drain_reports()
         assert {s.getpeername() for s in sockets.held()} == {old.getsockname()}
-        points_to[0] = new.getsockname()
-        stager_warm.report(sockets.reports_w, [("store.test", 443)])  # still in use
+        os.write(sockets.reports_w, f"store.test {port} 127.0.0.2\n".encode())  # still in use, looked up again
         sockets.drain_reports()
-        handed = sockets.hand_out()[("store.test", 443)]
+        handed = sockets.hand_out()[("store.test", port)]
         assert handed and {s.getpeername() for s in handed} == {new.getsockname()}
         for sock in handed:
             sock.close()
@@ -197,3 +197,84 @@ def test_a_warm_connection_still_connecting_costs_the_connect_timeout_not_the_re
         warm.discard()
         for sock in queued + [full]:
             sock.close()
+
+
+# Runs in a private network and mount namespace (the test below): a DNS server on 127.0.0.1:53
+# that answers the first lookup of each kind (the job's own) and holds every later query
+# unanswered, an HTTP server, the stager, and two jobs run through the native client.
+_SLOW_RESOLVER_WORLD = r"""
+import json, os, socket, subprocess, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pegasus_cloudio.testbed.stager import StagerProcess
+
+client, work = json.loads(sys.argv[1]), sys.argv[2]
+held, answered = [], set()
+dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dns.bind(("127.0.0.1", 53))
+
+def answer():
+    while True:
+        query, peer = dns.recvfrom(4096)
+        end = query.index(b"\0", 12) + 5  # the question: labels, then type and class
+        qtype = query[end - 4:end - 2]
+        if qtype in answered:
+            held.append(query)  # never answered: the resolver waits out its timeout
+            continue
+        answered.add(qtype)
+        record = b"\xc0\x0c\0\x01\0\x01\0\0\0\0\0\x04" + socket.inet_aton("127.0.0.1") if qtype == b"\0\x01" else b""
+        dns.sendto(query[:2] + b"\x81\x80\0\x01" + (b"\0\x01" if record else b"\0\0") + b"\0\0\0\0" + query[12:end]
+                   + record, peer)
+
+threading.Thread(target=answer, daemon=True).start()
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"bytes")
+    def log_message(self, *args):
+        pass
+
+web = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+threading.Thread(target=web.serve_forever, daemon=True).start()
+
+def job(stager, src, dst, timeout):
+    spec = [{"type": "transfer", "src_urls": [{"site_label": "web", "url": src}],
+             "dest_urls": [{"site_label": "local", "url": dst}]}]
+    env = {"PATH": os.environ["PATH"], "HOME": work, "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+           "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_STAGER": stager.socket_path}
+    return subprocess.run(client, input=json.dumps(spec).encode(), capture_output=True, env=env, cwd=work,
+                          timeout=timeout)
+
+with StagerProcess() as stager:
+    first = job(stager, f"http://store.test:{web.server_address[1]}/obj", f"file://{work}/one", 60)
+    assert first.returncode == 0, first.stderr.decode()
+    deadline = time.monotonic() + 30
+    while not held:  # someone looks the name up again (the stager learning the endpoint) and waits
+        assert time.monotonic() < deadline, "nobody looked the name up again"
+        time.sleep(0.05)
+    try:
+        second = job(stager, f"file://{work}/one", f"file://{work}/two", 20)  # the resolver holds for 60 s
+        print("served" if second.returncode == 0 else second.stderr.decode())
+    except subprocess.TimeoutExpired:
+        print("stalled: the stager did not take a job while a name lookup waited")
+    finally:
+        dns.close()  # the held lookup fails at once
+"""
+
+
+def test_a_hanging_name_lookup_does_not_hold_up_the_next_job(native_dropin, tmp_path):
+    """The stager learns the endpoints its jobs used (host names) and keeps connections open
+    to them; looking a name up may take the resolver's whole timeout (a DNS server that does
+    not answer: a zone's servers down, a slow network). That wait must not be the stager's
+    loop's: every job of the user on the node would wait behind it. Real resolver (glibc,
+    ``/etc/resolv.conf``) against a DNS server that answers the job's lookup and holds the next."""
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
+    shell = 'ip link set lo up && mount --bind "$1" /etc/resolv.conf && exec "$2" -c "$3" "$4" "$5"'
+    done = subprocess.run(["unshare", "--net", "--mount", "--propagation", "private", "sh", "-c", shell, "sh",
+                           str(resolv), sys.executable, _SLOW_RESOLVER_WORLD, json.dumps(native_dropin), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "served", done.stdout

@@ -12,7 +12,11 @@ and loads the node's key, then forks one process per user that drops to that use
 gid, no supplementary groups) before serving: a user's cache is read only with that user's
 rights, so a link planted in it reaches nothing she could not read herself. The root
 process keeps only the heartbeat, and starts a user's serving process again when it exits
-(she may kill it; the other users serve on). Started as a user, it serves that user's cache alone.
+(she may kill it; the other users serve on). It forks only while it is its one thread (the
+heartbeat goes out from its loop, not from a thread of its own), and a child looks nothing
+up (users' ids and the C library are resolved at start): a child forked while another thread
+held a lock (an NSS module's, the C library's, the heartbeat's) would wait on it for ever, as
+root. Started as a user, it serves that user's cache alone (heartbeat in a thread: it never forks).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import pwd
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Set
+import time
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
 from transfer.errors import TransferError
@@ -57,6 +62,9 @@ class Daemon:
             settings.serve, caches={user: settings.serve.caches[user]},
             bind=(base[0], base[1] + i if base[1] else 0))) for i, user in enumerate(self._users)]
         self._children: Dict[int, str] = {}
+        self._ids: Dict[str, Tuple[int, int]] = {}  # user -> (uid, gid), resolved before any fork
+        self._libc: Any = None
+        self._forked = False  # serving processes are children: the heartbeat is wait()'s
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
         self._warned = False
@@ -102,11 +110,17 @@ class Daemon:
             server.announce(parts.hostname or "", parts.port or 0)
 
     def start_forked(self) -> "Daemon":
-        """Bind every user's port here, then serve each in a child dropped to that user."""
+        """Bind every user's port here, then serve each in a child dropped to that user. The
+        heartbeat is then :meth:`wait`'s: this process stays single-threaded, so that it can
+        fork again (KeyError/OSError: a user or the C library cannot be found)."""
+        self._libc = _libc()
+        self._ids = {user: _ids_of(user) for user in self._users}
+        self._forked = True
         self._bind()
         for user, server in zip(self._users, self._servers):
             self._fork(user, server)
-        self._start_heartbeat()
+        if self._index is not None:
+            self._heartbeat()
         return self
 
     def _fork(self, user: str, server: CacheServer) -> None:
@@ -141,9 +155,8 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
             parent = os.getppid()
-            libc = _libc()
-            drop_privileges(user)
-            _die_with(parent, libc)  # after the drop: changing credentials clears the setting
+            _become(user, *self._ids[user], self._libc)
+            _die_with(parent, self._libc)  # after the drop: changing credentials clears the setting
             server.run()
             stop.wait()
             server.stop()
@@ -190,19 +203,35 @@ class Daemon:
     def wait(self) -> None:
         """Until asked to stop. A serving process that exits (its user may kill it: it runs as
         her) is started again, at most once a second; one that cannot be (its port taken)
-        takes that user out of the index, and the others serve on."""
-        while not self._stop.wait(1.0 if self._children else None):
-            user = self.child_exited()
-            if user is None:
-                continue
-            try:
-                self.restart(user)
-            except OSError as err:
-                _log.error("the process serving %s exited and cannot be started again: %s; serving the "
-                           "other users", user, err)
-                self._retire(user)
-            else:
-                _log.error("the process serving %s exited; started it again", user)
+        takes that user out of the index, and the others serve on. Serving forked, it also
+        sends the heartbeats (every third of the TTL)."""
+        period = self.settings.heartbeat_ttl / 3
+        due = time.monotonic() + period if self._index is not None and self._forked else None
+        while not self._stop.wait(self._pause(due)):
+            if due is not None and time.monotonic() >= due:
+                self._heartbeat()
+                due = time.monotonic() + period
+            self._restart_exited()
+
+    def _pause(self, due: Optional[float]) -> Optional[float]:
+        """How long :meth:`wait` may sleep: a second while children may exit, until ``due``."""
+        bounds = [1.0] if self._children else []
+        if due is not None:
+            bounds.append(max(0.0, due - time.monotonic()))
+        return min(bounds) if bounds else None
+
+    def _restart_exited(self) -> None:
+        user = self.child_exited()
+        if user is None:
+            return
+        try:
+            self.restart(user)
+        except OSError as err:
+            _log.error("the process serving %s exited and cannot be started again: %s; serving the "
+                       "other users", user, err)
+            self._retire(user)
+        else:
+            _log.error("the process serving %s exited; started it again", user)
 
     def _retire(self, user: str) -> None:
         self.failed = True
@@ -252,15 +281,26 @@ def drop_privileges(user: str) -> None:
     """Become ``user`` (uid, gid, no supplementary groups) for good, and stay non-dumpable
     whatever ``fs.suid_dumpable`` says: the user may not attach to, or dump, a process holding
     the node's TLS key. A no-op when this process already runs as that user. Raises
-    OSError/KeyError when it cannot."""
+    OSError/KeyError when it cannot. Looks ``user`` up: not for a child forked from a
+    threaded process (:func:`_become` with ids resolved before the fork)."""
+    _become(user, *_ids_of(user), _libc())
+
+
+def _ids_of(user: str) -> Tuple[int, int]:
+    """``user``'s uid and gid (KeyError when there is no such user)."""
     entry = pwd.getpwnam(user)
-    if os.geteuid() == entry.pw_uid and os.getuid() == entry.pw_uid:
+    return entry.pw_uid, entry.pw_gid
+
+
+def _become(user: str, uid: int, gid: int, libc: Any) -> None:
+    """:func:`drop_privileges` with ``user``'s ids and the C library already at hand (the
+    user may not be able to read the interpreter's library once dropped): system calls only."""
+    if os.geteuid() == uid and os.getuid() == uid:
         return
-    libc = _libc()  # before the drop: the user may not be able to read the interpreter's library
     os.setgroups([])
-    os.setgid(entry.pw_gid)
-    os.setuid(entry.pw_uid)
-    if os.geteuid() != entry.pw_uid or os.getegid() != entry.pw_gid:
+    os.setgid(gid)
+    os.setuid(uid)
+    if os.geteuid() != uid or os.getegid() != gid:
         raise OSError(f"could not drop privileges to {user}")
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(f"could not make the process serving {user} non-dumpable")

@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import socket
+import socketserver
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -81,6 +82,13 @@ class _Server(ThreadingHTTPServer):
     connections: Connections
     binding: str
     admitted: Dict[int, Slot]
+
+    def server_bind(self) -> None:
+        """Bind, without ``HTTPServer``'s reverse lookup of the address (``getfqdn``, a DNS
+        query that may hang: ``serve``'s root process binds again on its loop)."""
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
     def handle_error(self, request: object, client_address: object) -> None:
         _log.debug("connection from %s ended with an error", client_address, exc_info=True)

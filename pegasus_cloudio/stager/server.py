@@ -31,9 +31,10 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from types import FrameType
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from pegasus_cloudio.stager import wire
 from pegasus_cloudio.stager.warm import WarmSockets, report
@@ -59,6 +60,7 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
 ON_DEMAND = ("transfer.backends.gcs", "transfer.backends.sftp")
 _OURS = ("transfer.", "pegasus_cloudio.")  # modules whose record classes preload() prepares
 REQUEST_TIMEOUT_S = 30.0
+REFUSE_S = 1.0  # the whole of a refusal (on the stager's loop)
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
 log = logging.getLogger("pegasus_cloudio.stager")
@@ -281,7 +283,7 @@ class Stager:
                 for sock in self._warm.held():  # the stager's, not this job's
                     sock.close()
                 os.close(self._warm.reports_r)
-                code = _child(conn, handed, self._warm.reports_w)
+                code = _child(conn, handed, self._warm.reports_w, self._warm.fresh())
             finally:
                 os._exit(code)
         conn.close()
@@ -319,24 +321,48 @@ class Stager:
 
 def _refuse(conn: socket.socket, why: str) -> None:
     """Take the client's request (its descriptors closed unused, so it finishes sending),
-    tell it why it must run its job itself (one line), then hang up."""
+    tell it why it must run its job itself (one line), then hang up; all within
+    :data:`REFUSE_S`, whatever the client does: this runs on the stager's loop, and a client
+    that may not signal the stager (another pid namespace) must not hold it by sending slowly."""
+    deadline = time.monotonic() + REFUSE_S
     try:
-        conn.settimeout(1.0)
+        _time_left(conn, deadline)
         header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
         for fd in fds:
             os.close(fd)
         if len(header) == wire.LENGTH_BYTES:
-            _request(conn, int.from_bytes(header, "big"))
+            _discard(conn, min(int.from_bytes(header, "big"), wire.MAX_REQUEST), deadline)
+        _time_left(conn, deadline)
         conn.sendall(wire.refusal(why))
     except OSError:
         pass
     conn.close()
 
 
-def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.socket]], reports: int) -> int:
+def _time_left(conn: socket.socket, deadline: float) -> None:
+    """Make ``conn``'s next call wait until ``deadline`` at most (TimeoutError once past)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the client's time is up")
+    conn.settimeout(left)
+
+
+def _discard(conn: socket.socket, size: int, deadline: float) -> None:
+    """Read and drop ``size`` bytes (fewer if the client stops), by ``deadline``."""
+    while size > 0:
+        _time_left(conn, deadline)
+        chunk = conn.recv(min(size, 1 << 16))
+        if not chunk:
+            return
+        size -= len(chunk)
+
+
+def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.socket]], reports: int,
+           fresh: Set[Tuple[str, int]]) -> int:
     """Become the client's job: its streams, directory, umask, environment; run the drop-in
     (on the connections the stager opened ahead, ``warm_sockets``; the addresses the job used
-    are reported on ``reports`` once it is done)."""
+    are reported on ``reports`` once it is done, those not in ``fresh`` looked up after the
+    job's answer: the stager looks no name up)."""
     from transfer.http import warm
     on_demand = [name for name in ON_DEMAND if name not in sys.modules]
     for address, sockets in warm_sockets.items():
@@ -384,7 +410,8 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     code = _run(argv)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    report(reports, warm.used(), [name for name in on_demand if name in sys.modules])
+    used = warm.used()
+    report(reports, [address for address in used if address in fresh], [n for n in on_demand if n in sys.modules])
     warm.discard()
     finishing.set()
     try:
@@ -394,6 +421,7 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     from pegasus_cloudio.dropin.main import leave_the_job  # preloaded
     leave_the_job()
     behind.drain()  # the job has its answer: fill the node cache now
+    report(reports, [address for address in used if address not in fresh], look_up=True)  # may wait on a resolver
     return code
 
 

@@ -12,9 +12,15 @@ What is shared is a TCP connection that has carried nothing: TLS, credentials an
 are the job's own, and the stager serves one user. Connections older than
 :data:`MAX_AGE_S` are closed rather than handed out (a server may have closed them; one that
 did anyway is retried by the job on a fresh connection). An endpoint unused for
-:data:`FORGET_S` is dropped. A name is resolved when an endpoint is learnt and again, when a
-job reports it, once :data:`RESOLVE_S` have passed: connections follow a name that moved (a
-store's fail-over) to where the job's own dialling would go, not to its first address for ever.
+:data:`FORGET_S` is dropped.
+
+The stager never looks a name up: a lookup may wait for the resolver's whole timeout (a zone
+whose servers do not answer), and every job of the node's user would wait behind its loop. A
+job's copy looks up, after its job has its answer, each name it used that the stager had not
+looked up in the last :data:`RESOLVE_S` when the copy was forked, and reports the numeric
+address it found (``host port address``, ``-`` for none; the others as ``host port``). So
+connections follow a name that moved (a store's fail-over) to where the job's own dialling
+would go, not to its first address for ever.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ RESOLVE_S = 30.0
 MAX_REPORT = 4096  # bytes of reports read per drain
 MAX_IMPORTS = 16  # module names remembered between two of the stager's looks
 _MAX_HOST = 253
-_MAX_UNRESOLVED = 64
+_NUMERIC = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV  # parsed here, never a query
 
 
 class _Endpoint:
@@ -48,11 +54,11 @@ class _Endpoint:
 
 
 class WarmSockets:
-    """The stager's side; single-threaded (the stager's loop), never blocks on the network."""
+    """The stager's side; single-threaded (the stager's loop), never blocks on the network
+    (nor on a resolver: the addresses come from the copies)."""
 
     def __init__(self) -> None:
         self._endpoints: Dict[Address, _Endpoint] = {}
-        self._unresolved: Dict[Address, float] = {}  # name -> when it last failed to resolve
         self.reports_r, self.reports_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._pending = b""
         self.imports: Set[str] = set()  # module names copies reported (the stager takes them)
@@ -71,43 +77,37 @@ class WarmSockets:
                 if name is not None and len(self.imports) < MAX_IMPORTS:
                     self.imports.add(name)
                 continue
-            address = parse_report(line)
-            if address is not None:
-                self._learn(address)
+            report = parse_report(line)
+            if report is not None:
+                self._learn(*report)
         self.refill()
 
-    def _learn(self, address: Address) -> None:
+    def fresh(self) -> Set[Address]:
+        """The endpoints looked up less than :data:`RESOLVE_S` ago (a copy forked now looks
+        up the others it uses)."""
+        now = time.monotonic()
+        return {address for address, endpoint in self._endpoints.items() if now - endpoint.resolved < RESOLVE_S}
+
+    def _learn(self, address: Address, found: Optional[str]) -> None:
+        """A copy used ``address``; ``found``: the numeric address it looked up for its name
+        ("-": none; None: it did not look, the stager's was fresh)."""
         known = self._endpoints.get(address)
         if known is not None:
             known.used = time.monotonic()
-            if known.used - known.resolved < RESOLVE_S:
-                return
-        found = self._resolve(address)
+        if found is None:
+            return
+        place = _numeric(found, address[1])
         if known is not None:
-            if found == (known.family, known.target):
+            if place == (known.family, known.target):
                 known.resolved = time.monotonic()
                 return
             self._close(self._endpoints.pop(address))  # the name moved (or no longer resolves)
-        if found is None:
+        if place is None:
             return
         if len(self._endpoints) >= MAX_ENDPOINTS:
             oldest = min(self._endpoints, key=lambda a: self._endpoints[a].used)
             self._close(self._endpoints.pop(oldest))
-        self._endpoints[address] = _Endpoint(found[1], found[0])
-
-    def _resolve(self, address: Address) -> Optional[Tuple[int, Tuple[object, ...]]]:
-        """(family, socket address) of ``address``'s name, or None (remembered for a while)."""
-        failed = self._unresolved.get(address)
-        if failed is not None and time.monotonic() - failed < FORGET_S:
-            return None  # a name that did not resolve is not looked up (a blocking call) on every report
-        try:
-            family, _, _, _, target = socket.getaddrinfo(address[0], address[1], 0, socket.SOCK_STREAM)[0]
-        except (OSError, IndexError):
-            if len(self._unresolved) >= _MAX_UNRESOLVED:
-                self._unresolved.clear()
-            self._unresolved[address] = time.monotonic()
-            return None
-        return family, target
+        self._endpoints[address] = _Endpoint(place[1], place[0])
 
     def hand_out(self) -> Dict[Address, List[socket.socket]]:
         """The fresh connections held, for the next job's copy (the caller closes its copies
@@ -155,16 +155,19 @@ class WarmSockets:
         endpoint.sockets = []
 
 
-def parse_report(line: bytes) -> Optional[Address]:
-    """``b"host port"`` as a copy writes it, or None when it is not one."""
+def parse_report(line: bytes) -> Optional[Tuple[Address, Optional[str]]]:
+    """``b"host port"`` or ``b"host port address"`` as a copy writes it: ((host, port), the
+    address the copy found, "-" for none, None when it did not look), or None when it is not one."""
     try:
-        host, port_text = line.decode("ascii").split(" ")
+        host, port_text, *found = line.decode("ascii").split(" ")
         port = int(port_text)
     except (UnicodeDecodeError, ValueError):
         return None
-    if not host or len(host) > _MAX_HOST or not host.isprintable() or not 0 < port < 65536:
+    if not host or len(host) > _MAX_HOST or not host.isprintable() or not 0 < port < 65536 or len(found) > 1:
         return None
-    return host, port
+    if found and (not found[0] or len(found[0]) > _MAX_HOST or not found[0].isprintable()):
+        return None
+    return (host, port), (found[0] if found else None)
 
 
 def parse_import(line: bytes) -> Optional[str]:
@@ -178,9 +181,11 @@ def parse_import(line: bytes) -> Optional[str]:
     return name
 
 
-def report(fd: int, addresses: List[Address], modules: Sequence[str] = ()) -> None:
-    """A copy's report (each line one atomic write: the pipe is shared by every copy)."""
-    lines = [f"{host} {port}\n" for host, port in addresses] + [f"import {name}\n" for name in modules]
+def report(fd: int, addresses: List[Address], modules: Sequence[str] = (), look_up: bool = False) -> None:
+    """A copy's report (each line one atomic write: the pipe is shared by every copy);
+    ``look_up``: with the address each name has now (a lookup each: not before the job's answer)."""
+    lines = [f"{host} {port}{' ' + _look_up(host, port) if look_up else ''}\n" for host, port in addresses]
+    lines += [f"import {name}\n" for name in modules]
     for text in lines:
         line = text.encode("ascii", "replace")
         if len(line) <= 512:
@@ -188,6 +193,23 @@ def report(fd: int, addresses: List[Address], modules: Sequence[str] = ()) -> No
                 os.write(fd, line)
             except OSError:
                 return  # the stager is not reading (pipe full): a missed warm connection only
+
+
+def _look_up(host: str, port: int) -> str:
+    """The first numeric address ``host`` has (as the job's dialling takes it), "-" for none."""
+    try:
+        return str(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0][4][0])
+    except (OSError, IndexError):
+        return "-"
+
+
+def _numeric(text: str, port: int) -> Optional[Tuple[int, Tuple[object, ...]]]:
+    """(family, socket address) of a numeric address a copy reported, or None ("-", not one)."""
+    try:
+        family, _, _, _, target = socket.getaddrinfo(text, port, 0, socket.SOCK_STREAM, 0, _NUMERIC)[0]
+    except (OSError, IndexError, UnicodeError):
+        return None
+    return family, target
 
 
 def _dial(endpoint: _Endpoint) -> Optional[socket.socket]:
