@@ -184,6 +184,27 @@ def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, va
     assert seen["ours"] == seen["stock"] == (methods, {"f": b"via proxy\n"})
 
 
+@pytest.mark.parametrize("variable", ["http_proxy", "OSG_SQUID_LOCATION"])
+def test_a_proxy_named_without_a_port_is_asked_on_port_80_like_stock(stock, env, tmp_path, variable):
+    """Stock's wget reads a port-less proxy as an http:// URL: port 80 (curl's 1080 only when
+    wget is missing). An OSG_SQUID_LOCATION of a bare host name is one such value. The proxy
+    listens on 127.0.0.2, where port 80 is free whatever 127.0.0.1 runs."""
+    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    with ScriptedServer(lambda req: Reply(200, {}, b"via proxy\n")) as origin, \
+            ForwardProxy(host="127.0.0.2", port=80) as proxy:
+        url = f"{origin.endpoint}/f"
+        seen = {}
+        for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+            work = tmp_path / f"proxy-{tool}"
+            work.mkdir()
+            before = len(proxy.requests)
+            spec = json.dumps([transfer(url, f"file://{work}/f", src_label="web")])
+            done = run_tool(argv, spec, dict(tool_env, **{variable: "127.0.0.2"}), work)
+            seen[tool] = (done.rc, [(r.method, r.target) for r in proxy.requests[before:]], tree(work))
+    assert seen["ours"] == seen["stock"] == (0, [("GET", url)], {"f": b"via proxy\n"}), seen
+
+
 def test_https_downloads_tunnel_through_https_proxy_like_stock(stock, env, tmp_path):
     from http.server import BaseHTTPRequestHandler
 

@@ -152,10 +152,10 @@ def test_no_proxy_matches_as_curl_does(host, no_proxy, expected):
     assert bypassed(host, no_proxy) is expected
 
 
-def test_proxy_urls_default_to_port_1080_and_carry_basic_credentials():
+def test_proxy_urls_default_to_port_80_and_carry_basic_credentials():
     proxy = parse_proxy("http://u%40x:p@squid.example.org", "http_proxy")
-    assert (proxy.host, proxy.port, proxy.authorization) == ("squid.example.org", 1080, "Basic dUB4OnA=")
-    assert str(proxy) == "squid.example.org:1080"
+    assert (proxy.host, proxy.port, proxy.authorization) == ("squid.example.org", 80, "Basic dUB4OnA=")
+    assert str(proxy) == "squid.example.org:80"
     assert proxy_for("https", "h", {"http_proxy": "p:1"}) is None
     assert proxy_for("http", "h", {"https_proxy": "p:1"}) is None
     assert proxy_for("https", "h", {"HTTPS_PROXY": "p:3"}).port == 3

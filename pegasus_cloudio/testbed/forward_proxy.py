@@ -34,11 +34,15 @@ class ProxiedRequest:
 class ForwardProxy:
     """``with ForwardProxy() as proxy:`` then ``http_proxy=proxy.url``."""
 
-    def __init__(self, credentials: Optional[str] = None, fail_first: int = 0) -> None:
-        """``fail_first``: answer that many absolute-form requests 502 (a failing Squid)."""
+    def __init__(self, credentials: Optional[str] = None, fail_first: int = 0, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        """``fail_first``: answer that many absolute-form requests 502 (a failing Squid).
+        ``host``/``port``: where to listen (a free port on 127.0.0.1 unless a test needs a
+        fixed one, such as 80, where a proxy named without a port is looked for)."""
         self._fail_left = fail_first
         self._expected = "Basic " + base64.b64encode(credentials.encode()).decode() if credentials else None
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server((host, port))
+        self.host = host
         self.port = self._listener.getsockname()[1]
         self.requests: List[ProxiedRequest] = []
         self._lock = threading.Lock()
@@ -46,7 +50,7 @@ class ForwardProxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def __enter__(self) -> "ForwardProxy":
         self._spawn(self._accept)
