@@ -537,7 +537,9 @@ class Engine:
     def _write_fetched(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
         """The pipelined pass's ``write`` with the node cache: ``body`` (verified, of the object
         ``op`` reads) fills the cache entry and the destination, as :meth:`_download`'s fill
-        does; an object the cache does not take is written to the destination alone."""
+        does; an object the cache does not take is written to the destination alone. An entry of
+        another version found at the fill (another job's, of the object before it was replaced)
+        is replaced by ``body``, not handed out."""
         key = self._cache_key(op.sources[0])
         if key is None or self._cache is None:
             from transfer.batched import write_file
@@ -547,7 +549,7 @@ class Engine:
             sink.write(body)
             return info
 
-        return self._cache.fetch(key, op.dest.path, received, missed=True)[0]
+        return self._cache.fetch(key, op.dest.path, received, missed=True, fresh=info.version)[0]
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
