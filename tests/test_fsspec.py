@@ -311,8 +311,9 @@ def test_exclusive_create_fails_if_the_object_appears_before_it_is_stored(cfs, m
 
 def test_an_exclusive_create_over_a_removed_name_is_read_back_past_the_node_cache(minio, tmp_path):
     """'xb' / mode='create' stores through the backend's put_new, outside the engine, whose
-    uploads drop this node's cache entry of the name. After rm, a create of the same name was
-    read back as the removed object's bytes, from the entry the first read left."""
+    uploads drop this node's cache entry of the name. After another process removed the object,
+    a create of the same name was read back as the removed object's bytes, from the entry the
+    first read left."""
     fs = CloudioFileSystem(skip_instance_cache=True, cache_dir=str(tmp_path / "cache"), **_options(minio))
     bucket = f"fx-{uuid.uuid4().hex[:12]}"
     fs.mkdir(bucket)
@@ -322,7 +323,9 @@ def test_an_exclusive_create_over_a_removed_name_is_read_back_past_the_node_cach
             fs.pipe_file(path, b"old")
             fs.get_file(path, str(tmp_path / "first"))
             assert (tmp_path / "first").read_bytes() == b"old" and len(fs.client._cache.entries()) == 1
-            fs.rm(path)
+            with Client(**_options(minio)) as other:  # another process: this node's entry stays
+                other.remove(f"s3://{path}")
+            fs.invalidate_cache()
             if new == b"piped":
                 fs.pipe_file(path, new, mode="create")
             else:
