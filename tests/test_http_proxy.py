@@ -177,6 +177,24 @@ def test_after_a_failure_through_the_http_proxy_the_next_attempt_goes_direct_lik
     assert (tmp_path / "out" / "f").read_bytes() == b"through"
 
 
+@pytest.mark.parametrize("options", [{"credentials": "pu:pw"}, {"refuse": 403}], ids=["407", "403"])
+def test_a_proxy_that_refuses_the_request_is_bypassed_on_the_next_attempt_like_stock(tmp_path, options):
+    """Stock retries every failed transfer and drops http_proxy after a first failed attempt,
+    whatever the failure: a Squid that wants credentials (407) or whose rules deny the site
+    (403) costs an attempt, then the origin serves the file. A refusal is no retryable error of
+    its own, so ours made no second attempt and failed the job."""
+    with Origin() as origin, ForwardProxy(**options) as proxy:
+        url = f"http://127.0.0.1:{origin.port}/f"
+        rc, err = run(tmp_path, url, {"http_proxy": proxy.url, "PEGASUS_CLOUDIO_RETRY_BASE_DELAY": "0"}, attempts=2)
+        assert rc == 0, err
+        assert [r.target for r in proxy.requests] == [url] and origin.paths == ["/f"]
+        assert (tmp_path / "out" / "f").read_bytes() == b"through"
+        (tmp_path / "out" / "f").unlink()
+        rc, err = run(tmp_path, url, {"http_proxy": proxy.url}, attempts=1)  # one attempt: the refusal, named
+        assert rc == 1 and f"HTTP {options.get('refuse', 407)}" in err and origin.paths == ["/f"], err
+    assert not (tmp_path / "out" / "f").exists()
+
+
 def test_a_proxys_credentials_are_in_neither_its_str_nor_its_repr():
     proxy = parse_proxy("http://squid:s3cret-pass@proxy.example:3128", "http_proxy")
     assert proxy.authorization is not None and proxy.port == 3128
