@@ -362,8 +362,8 @@ def test_with_the_node_cache_an_entry_of_another_version_found_at_the_fill_is_no
         backend = session.backend(s3(bucket, names[0]))
         keys = {n: cache_keys(backend).cache_key(s3(bucket, n)) for n in names}
         versions = {n: backend.stat(s3(bucket, n)).version for n in names}
-        assert all(Engine(session).run([Transfer((parse_url(str(tmp_path / "src" / n)),), s3(bucket, n))
-                                        for n in names]))
+        assert all(r.ok for r in Engine(session).run([Transfer((parse_url(str(tmp_path / "src" / n)),), s3(bucket, n))
+                                                      for n in names]))
         out = tmp_path / "out"
         planted = []
 
