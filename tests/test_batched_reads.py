@@ -336,3 +336,50 @@ def test_with_the_node_cache_a_source_without_credentials_fails_alone(stored, bu
     assert [r.ok for r in results] == [True, True, False, True, True], [r.error for r in results]
     assert "nobody" in str(results[2].error)
     assert not (tmp_path / "out" / "orphan").exists()
+
+
+def test_with_the_node_cache_an_entry_of_another_version_found_at_the_fill_is_not_handed_out(stored, bucket,
+                                                                                           tmp_path):
+    """A pipelined answer is the object as stored now. If, between the pass's look for hits and
+    its fill, another job on the node publishes an entry of an older version (it read the
+    object before it was replaced), the job gets the bytes it fetched, not the entry's, and the
+    stale entry goes, as a fresh GET drops one everywhere else (NodeCache.observe). The other
+    job's fill is played by the result callback of the first file done, through the cache's
+    public insert."""
+    from transfer.backends.base import cache_keys
+    proxy, env, data = stored
+    names = list(data)[:4]
+    old = {n: b"old " + data[n] for n in names}
+    src = tmp_path / "old"
+    src.mkdir()
+    for n in names:
+        (src / n).write_bytes(old[n])
+    cache = NodeCache(CacheConfig(str(tmp_path / "cache"), max_bytes=1 << 30, min_free_bytes=0, fsync=False))
+    with Session(Settings(threads=3), env) as session:
+        # the old version's ETag as the store gave it, then the object as it is now
+        assert all(r.ok for r in Engine(session).run([Transfer((parse_url(str(src / n)),), s3(bucket, n))
+                                                        for n in names]))
+        backend = session.backend(s3(bucket, names[0]))
+        keys = {n: cache_keys(backend).cache_key(s3(bucket, n)) for n in names}
+        versions = {n: backend.stat(s3(bucket, n)).version for n in names}
+        assert all(r.ok for r in Engine(session).run([Transfer((parse_url(str(tmp_path / "src" / n)),), s3(bucket, n))
+                                                      for n in names]))
+        out = tmp_path / "out"
+        planted = []
+
+        def another_job_fills(result):
+            if not planted:
+                for n in names:
+                    if not (out / n).exists():
+                        assert cache.insert_bytes(keys[n], old[n], versions[n])
+                        planted.append(n)
+
+        executor = CountingExecutor()
+        results = Engine(session, retry=FAST_RETRY, executor=executor, cache=cache,
+                         on_result=another_job_fills).run(
+            [Transfer((s3(bucket, n),), parse_url(f"file://{out}/{n}")) for n in names])
+    assert all(r.ok for r in results) and executor.submitted == 0 and planted  # every file took the pass
+    assert {n: (out / n).read_bytes() for n in names} == {n: data[n] for n in names}
+    for n in planted:
+        with cache.pin(keys[n]) as entry:
+            assert entry is None or open(entry, "rb").read() == data[n], n

@@ -165,13 +165,13 @@ def test_userinfo_in_an_http_url_authenticates_like_stock(stock, env, tmp_path):
     assert tree(runs["stock"][1]) == tree(runs["ours"][1]) == {"f": b"members only\n"}
 
 
-@pytest.mark.parametrize("variable, extra, methods", [("http_proxy", {}, ["GET"]),
-                                                       ("OSG_SQUID_LOCATION", {}, ["GET"]),
-                                                       ("http_proxy", {"no_proxy": "localhost,127.0.0.1"}, [])])
-def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, variable, extra, methods):
+def through_proxy(stock, env, tmp_path, proxy_env, **proxy_options):
+    """Stock and ours fetch one http file with ``proxy_env`` set and a ForwardProxy
+    (``proxy_options``; ``proxy_env`` may name it with ``{proxy}``) on the way; per tool: exit
+    code, (method, target) of each request the proxy saw, the files written; and the URL."""
     from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
     from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
-    with ScriptedServer(lambda req: Reply(200, {}, b"via proxy\n")) as origin, ForwardProxy() as proxy:
+    with ScriptedServer(lambda req: Reply(200, {}, b"via proxy\n")) as origin, ForwardProxy(**proxy_options) as proxy:
         url = f"{origin.endpoint}/f"
         seen = {}
         for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
@@ -179,9 +179,27 @@ def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, va
             work.mkdir()
             before = len(proxy.requests)
             spec = json.dumps([transfer(url, f"file://{work}/f", src_label="web")])
-            assert run_tool(argv, spec, dict(tool_env, **{variable: proxy.url}, **extra), work).rc == 0
-            seen[tool] = ([r.method for r in proxy.requests[before:]], tree(work))
-    assert seen["ours"] == seen["stock"] == (methods, {"f": b"via proxy\n"})
+            variables = {name: value.format(proxy=proxy.url) for name, value in proxy_env.items()}
+            done = run_tool(argv, spec, dict(tool_env, **variables), work)
+            seen[tool] = (done.rc, [(r.method, r.target) for r in proxy.requests[before:]], tree(work))
+    return seen, url
+
+
+@pytest.mark.parametrize("variable, extra, via", [("http_proxy", {}, True),
+                                                   ("OSG_SQUID_LOCATION", {}, True),
+                                                   ("http_proxy", {"no_proxy": "localhost,127.0.0.1"}, False)])
+def test_http_downloads_go_through_the_proxy_like_stock(stock, env, tmp_path, variable, extra, via):
+    seen, url = through_proxy(stock, env, tmp_path, dict(extra, **{variable: "{proxy}"}))
+    assert seen["ours"] == seen["stock"] == (0, [("GET", url)] if via else [], {"f": b"via proxy\n"}), seen
+
+
+@pytest.mark.parametrize("variable", ["http_proxy", "OSG_SQUID_LOCATION"])
+def test_a_proxy_named_without_a_port_is_asked_on_port_80_like_stock(stock, env, tmp_path, variable):
+    """Stock's wget reads a port-less proxy as an http:// URL: port 80 (curl's 1080 only when
+    wget is missing). An OSG_SQUID_LOCATION of a bare host name is one such value. The proxy
+    listens on 127.0.0.2, where port 80 is free whatever 127.0.0.1 runs."""
+    seen, url = through_proxy(stock, env, tmp_path, {variable: "127.0.0.2"}, host="127.0.0.2", port=80)
+    assert seen["ours"] == seen["stock"] == (0, [("GET", url)], {"f": b"via proxy\n"}), seen
 
 
 def test_https_downloads_tunnel_through_https_proxy_like_stock(stock, env, tmp_path):

@@ -174,3 +174,28 @@ def test_an_upload_without_write_through_drops_the_entry_of_its_name(proxied, bu
     [up] = engine_run(env, ops, cache_dir, uploads="0", bundle=how == "bundle", **settings)
     assert up.ok, up.error
     assert read_through(env, bucket, "x.dat", cache_dir, tmp_path / "r2/x.dat") == new.read_bytes()
+
+
+def test_a_removed_object_is_not_read_back_from_the_node_cache(proxied, bucket, tmp_path):
+    """A remove on this node drops the entries of what it deletes, as an upload over a name does:
+    before, a read after the remove succeeded with the deleted object's bytes from the entry
+    (fsspec: exists() False, cat_file() the old bytes)."""
+    from transfer import NotFound, Remove
+    proxy, env = proxied
+    for name in ("one.dat", "dir/two.dat"):
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_bytes(name.encode())
+    ups = [Transfer((parse_url(str(tmp_path / "src" / n)),), s3(bucket, n)) for n in ("one.dat", "dir/two.dat")]
+    assert all(r.ok for r in engine_run(env, ups, tmp_path / "other-cache"))
+    cache_dir = tmp_path / "cache"
+
+    def read(job):
+        return engine_run(env, [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/{job}/{n}"))
+                                for n in ("one.dat", "dir/two.dat")], cache_dir)
+
+    assert all(r.ok for r in read("first"))
+    removes = [Remove(s3(bucket, "one.dat")), Remove(s3(bucket, "dir/"), recursive=True)]
+    assert all(r.ok for r in engine_run(env, removes, cache_dir))
+    again = read("second")
+    assert [type(r.error) for r in again] == [NotFound, NotFound], [r.error for r in again]
+    assert not (tmp_path / "second").exists() or os.listdir(tmp_path / "second") == []

@@ -306,3 +306,33 @@ def test_exclusive_create_fails_if_the_object_appears_before_it_is_stored(cfs, m
                 fh.write(b"mine")
             fs.client.write_bytes(f"s3://{bucket}/late", b"theirs")
     assert fs.cat_file(f"{bucket}/late") == b"theirs"
+
+
+
+def test_an_exclusive_create_over_a_removed_name_is_read_back_past_the_node_cache(minio, tmp_path):
+    """'xb' / mode='create' stores through the backend's put_new, outside the engine, whose
+    uploads drop this node's cache entry of the name. After another process removed the object,
+    a create of the same name was read back as the removed object's bytes, from the entry the
+    first read left."""
+    fs = CloudioFileSystem(skip_instance_cache=True, cache_dir=str(tmp_path / "cache"), **_options(minio))
+    bucket = f"fx-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    path = f"{bucket}/f"
+    try:
+        for new in (b"piped", b"opened"):
+            fs.pipe_file(path, b"old")
+            fs.get_file(path, str(tmp_path / "first"))
+            assert (tmp_path / "first").read_bytes() == b"old" and len(fs.client._cache.entries()) == 1
+            with Client(**_options(minio)) as other:  # another process: this node's entry stays
+                other.remove(f"s3://{path}")
+            fs.invalidate_cache()
+            if new == b"piped":
+                fs.pipe_file(path, new, mode="create")
+            else:
+                with fs.open(path, "xb") as fh:
+                    fh.write(new)
+            fs.get_file(path, str(tmp_path / "second"))
+            assert (tmp_path / "second").read_bytes() == new and fs.cat_file(path) == new
+            fs.rm(path)
+    finally:
+        fs.client.close()

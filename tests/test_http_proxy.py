@@ -152,10 +152,10 @@ def test_no_proxy_matches_as_curl_does(host, no_proxy, expected):
     assert bypassed(host, no_proxy) is expected
 
 
-def test_proxy_urls_default_to_port_1080_and_carry_basic_credentials():
+def test_proxy_urls_default_to_port_80_and_carry_basic_credentials():
     proxy = parse_proxy("http://u%40x:p@squid.example.org", "http_proxy")
-    assert (proxy.host, proxy.port, proxy.authorization) == ("squid.example.org", 1080, "Basic dUB4OnA=")
-    assert str(proxy) == "squid.example.org:1080"
+    assert (proxy.host, proxy.port, proxy.authorization) == ("squid.example.org", 80, "Basic dUB4OnA=")
+    assert str(proxy) == "squid.example.org:80"
     assert proxy_for("https", "h", {"http_proxy": "p:1"}) is None
     assert proxy_for("http", "h", {"https_proxy": "p:1"}) is None
     assert proxy_for("https", "h", {"HTTPS_PROXY": "p:3"}).port == 3
@@ -175,6 +175,24 @@ def test_after_a_failure_through_the_http_proxy_the_next_attempt_goes_direct_lik
         assert rc == 0, err
         assert [r.target for r in proxy.requests] == [url] and origin.paths == ["/f"]
     assert (tmp_path / "out" / "f").read_bytes() == b"through"
+
+
+@pytest.mark.parametrize("options", [{"credentials": "pu:pw"}, {"refuse": 403}], ids=["407", "403"])
+def test_a_proxy_that_refuses_the_request_is_bypassed_on_the_next_attempt_like_stock(tmp_path, options):
+    """Stock retries every failed transfer and drops http_proxy after a first failed attempt,
+    whatever the failure: a Squid that wants credentials (407) or whose rules deny the site
+    (403) costs an attempt, then the origin serves the file. A refusal is no retryable error of
+    its own, so ours made no second attempt and failed the job."""
+    with Origin() as origin, ForwardProxy(**options) as proxy:
+        url = f"http://127.0.0.1:{origin.port}/f"
+        rc, err = run(tmp_path, url, {"http_proxy": proxy.url, "PEGASUS_CLOUDIO_RETRY_BASE_DELAY": "0"}, attempts=2)
+        assert rc == 0, err
+        assert [r.target for r in proxy.requests] == [url] and origin.paths == ["/f"]
+        assert (tmp_path / "out" / "f").read_bytes() == b"through"
+        (tmp_path / "out" / "f").unlink()
+        rc, err = run(tmp_path, url, {"http_proxy": proxy.url}, attempts=1)  # one attempt: the refusal, named
+        assert rc == 1 and f"HTTP {options.get('refuse', 407)}" in err and origin.paths == ["/f"], err
+    assert not (tmp_path / "out" / "f").exists()
 
 
 def test_a_proxys_credentials_are_in_neither_its_str_nor_its_repr():

@@ -61,3 +61,17 @@ def test_wrong_userinfo_fails_without_logging_the_password(tmp_path):
         rc, err = run(json.dumps([transfer(url, f"file://{tmp_path}/f")]), tmp_path, "-m", "1")
     assert rc == 1 and "401" in err and ":wrong" not in err, err
     assert not (tmp_path / "f").exists()
+
+
+def test_a_url_refused_for_its_password_characters_is_named_without_the_password(tmp_path):
+    """A password with characters the URL grammar refuses (percent-escapes, ``!``, ``~``): the
+    URL is refused as stock's parser cannot take it either, and the one-line error names it
+    as every message does, ``user:***@``."""
+    with ScriptedServer(guarded) as server:
+        for password in ("p%40ss", "pa!ss", "t~ilde"):
+            url = server.endpoint.replace("http://", f"http://joe:{password}@") + "/f"
+            rc, err = run(json.dumps([transfer(url, f"file://{tmp_path}/f")]), tmp_path, "-m", "1")
+            assert rc == 1 and "unable to parse URL" in err and "joe:***@" in err, err
+            assert password not in err, err
+        assert server.requests == []
+    assert not (tmp_path / "f").exists()

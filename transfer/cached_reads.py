@@ -55,7 +55,9 @@ class CachedReads:
     def write(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
         """The pipelined pass's ``write`` with the node cache: ``body`` (verified, of the object
         ``op`` reads) fills the cache entry and the destination, as the engine's per-file fill
-        does; an object the cache does not take is written to the destination alone."""
+        does; an object the cache does not take is written to the destination alone. An entry of
+        another version found at the fill (another job's, of the object before it was replaced)
+        is replaced by ``body``, not handed out."""
         key = self._cache_key(op.sources[0])
         if key is None:
             return write_file(op, body, info)
@@ -64,4 +66,4 @@ class CachedReads:
             sink.write(body)
             return info
 
-        return self._cache.fetch(key, op.dest.path, received, missed=True)[0]
+        return self._cache.fetch(key, op.dest.path, received, missed=True, fresh=info.version)[0]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import RangedReads, namespace, uploads
+from transfer.backends.base import RangedReads, cache_keys, namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
@@ -108,6 +108,16 @@ class Client:
         """``text`` parsed (local paths and keys literally, trailing spaces included); a Url
         passes through."""
         return text if isinstance(text, Url) else literal_url(text)
+
+    def forget(self, url: UrlLike) -> None:
+        """Drop this node's cache entry of ``url``: the object was (or may have been) stored
+        outside the engine, whose uploads drop it themselves. Nothing without a node cache."""
+        target = self.url(url)
+        if self._cache is None or target.is_local:
+            return
+        keys = cache_keys(self.session.backend(target))
+        if keys is not None:
+            self._cache.drop(keys.cache_key(target))
 
     # -- many files -----------------------------------------------------------------------
 

@@ -198,7 +198,7 @@ class Engine:
             if removes:
                 from transfer.removes import RemoveTask
                 task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._retry,
-                                  self._random(), self._wait)
+                                  self._random(), self._wait, None if self._cache is None else self._forget)
                 for i, result in task.run(removes, budget):
                     self._finish(results, i, result)
         finally:
@@ -396,6 +396,12 @@ class Engine:
         backend = self._session.backend(url)
         keys = cache_keys(backend)
         return keys.cache_key(url) if keys is not None else None
+
+    def _forget(self, url: Url) -> None:
+        """A remove asked the store to delete ``url``: drop the node cache's entry of it."""
+        key = self._cache_key(url)
+        if key is not None and self._cache is not None:
+            self._cache.drop(key)
 
     def _elsewhere(self, url: Url, peers: Optional[PeerRound]) -> bool:
         """Served by the node cache or a peer (steps 1-2 of the read order): no bundle fetch.

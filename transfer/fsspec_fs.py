@@ -149,7 +149,10 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         url = self.client.url(self._url(path))
         backend = self.client.session.backend(url)
         if isinstance(backend, ExclusiveCreate):
-            backend.put_new(local, url)
+            try:
+                backend.put_new(local, url)
+            finally:  # stored or refused, the node cache's entry of the name may be of another object
+                self.client.forget(url)
             return
         if self.exists(path):
             raise FileExistsError(path)

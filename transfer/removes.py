@@ -34,8 +34,11 @@ class RemoveTask:
     """Runs the removes of one batch; yields ``(position, result)`` for every one."""
 
     def __init__(self, session: Session, bundles: Optional[BundleStager], retry: RetryPolicy, rng: random.Random,
-                 wait: Wait) -> None:
-        """``bundles``: None when bundles are off (nothing of them is imported then)."""
+                 wait: Wait, removed: Optional[Callable[[Url], None]] = None) -> None:
+        """``bundles``: None when bundles are off (nothing of them is imported then).
+        ``removed(url)`` is told of every object a delete was asked for (deleted or maybe not):
+        the node cache drops its entry, so no later read on the node gets what was removed."""
+        self._removed = removed
         self._session = session
         self._bundles = bundles
         self._retry = retry
@@ -110,9 +113,15 @@ class RemoveTask:
             urls.extend(expanded)
             owners.extend([index] * len(expanded))
         if urls:
-            for owner, failure in zip(owners, backend.delete(urls)):
-                if failure is not None and errors[owner] is None:
-                    errors[owner] = failure
+            try:
+                for owner, failure in zip(owners, backend.delete(urls)):
+                    if failure is not None and errors[owner] is None:
+                        errors[owner] = failure
+            finally:
+                removed = self._removed
+                if removed is not None:
+                    for url in urls:
+                        removed(url)
         return errors
 
 

@@ -100,6 +100,16 @@ def _redact(authority: str) -> str:
     return authority
 
 
+def _redact_text(text: str) -> str:
+    """``text``, a URL that did not parse, with a password in its authority hidden as
+    :func:`_redact` hides it (the error names the URL; a password the grammar refuses, such as
+    one with ``%``-escapes or ``!``, is what made it fail)."""
+    scheme, sep, rest = text.partition("://")
+    slash = rest.find("/")
+    authority, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    return f"{scheme}{sep}{_redact(authority)}{path}" if sep else text
+
+
 def expand_vars(text: str, env: Mapping[str, str]) -> str:
     """Expand variables as pegasus-transfer's ``re.sub(r"\\${?([a-zA-Z][a-zA-Z0-9_]+)}?")`` does:
     each brace is optional on its own, so ``${VAR}``, ``${VAR`` and ``$VAR`` all name VAR and a
@@ -199,7 +209,7 @@ def parse_url(
             return Url(scheme, "", _expand(rest, env), site_label)
     parts = _split_remote(text)
     if parts is None:
-        raise InvalidInput("unable to parse URL", url=text, operation="parse")
+        raise InvalidInput("unable to parse URL", url=_redact_text(text), operation="parse")
     scheme, host, path = parts[0].lower(), parts[1], parts[2]
     if not host.strip("@:"):
         raise InvalidInput("malformed URL: no host, site or bucket after '://'", url=text, operation="parse")

@@ -34,11 +34,18 @@ class ProxiedRequest:
 class ForwardProxy:
     """``with ForwardProxy() as proxy:`` then ``http_proxy=proxy.url``."""
 
-    def __init__(self, credentials: Optional[str] = None, fail_first: int = 0) -> None:
-        """``fail_first``: answer that many absolute-form requests 502 (a failing Squid)."""
+    def __init__(self, credentials: Optional[str] = None, fail_first: int = 0, host: str = "127.0.0.1",
+                 port: int = 0, refuse: Optional[int] = None) -> None:
+        """``fail_first``: answer that many absolute-form requests 502 (a failing Squid).
+        ``refuse``: answer every absolute-form request with this status (a Squid whose rules
+        deny the site: 403).
+        ``host``/``port``: where to listen (a free port on 127.0.0.1 unless a test needs a
+        fixed one, such as 80, where a proxy named without a port is looked for)."""
         self._fail_left = fail_first
+        self._refuse = refuse
         self._expected = "Basic " + base64.b64encode(credentials.encode()).decode() if credentials else None
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server((host, port))
+        self.host = host
         self.port = self._listener.getsockname()[1]
         self.requests: List[ProxiedRequest] = []
         self._lock = threading.Lock()
@@ -46,7 +53,7 @@ class ForwardProxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def __enter__(self) -> "ForwardProxy":
         self._spawn(self._accept)
@@ -92,7 +99,10 @@ class ForwardProxy:
                 return
             with self._lock:
                 fail, self._fail_left = self._fail_left > 0 and method != "CONNECT", max(0, self._fail_left - 1)
-            if fail:
+            if self._refuse is not None and method != "CONNECT":
+                client.sendall(f"HTTP/1.1 {self._refuse} Refused\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                               .encode())
+            elif fail:
                 client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             elif method == "CONNECT":
                 self._tunnel(client, target)

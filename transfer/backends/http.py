@@ -105,10 +105,18 @@ class HttpBackend:
         except TransferError as err:
             raise type(err)(err.message, url=str(url), operation=method.lower(), status=err.status) from err
 
-    def _failed(self, url: Url) -> None:
-        """After a failed request for ``url``: an http URL served through a proxy goes direct next."""
-        if url.scheme == "http" and self._direct is not None and self._origins.proxied(origin_of(url.full)):
-            self._bypass.add(url.full)
+    def _failed(self, url: Url, err: TransferError) -> TransferError:
+        """After a failed request for ``url``, the error to raise: an http URL served through a
+        proxy goes direct next, and its failure through the proxy (a 407, a 403 of the proxy's
+        rules, whatever it was) is worth that next attempt, as stock retries every failure."""
+        if url.full in self._bypass or not (url.scheme == "http" and self._direct is not None
+                                            and self._origins.proxied(origin_of(url.full))):
+            return err
+        self._bypass.add(url.full)
+        if err.retryable:
+            return err
+        return TransientError(f"{err.message} (through the proxy; a retry goes direct)", url=err.url,
+                              operation=err.operation, status=err.status)
 
     def stat(self, url: Url) -> ObjectInfo:
         try:
@@ -116,16 +124,20 @@ class HttpBackend:
             with response:
                 check_response(response, url, "stat")
                 return _info(url, response)
-        except TransferError:
-            self._failed(url)
-            raise
+        except TransferError as err:
+            failure = self._failed(url, err)
+            if failure is err:
+                raise
+            raise failure from err
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         try:
             return self._get(url, sink, byte_range)
-        except TransferError:
-            self._failed(url)
-            raise
+        except TransferError as err:
+            failure = self._failed(url, err)
+            if failure is err:
+                raise
+            raise failure from err
 
     def _get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange]) -> ObjectInfo:
         extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []

@@ -89,13 +89,16 @@ class NodeCache:
     # -- fetch ------------------------------------------------------------------------
 
     def fetch(self, key: str, dest_path: str, download: Download, *,
-              symlink: bool = False, missed: bool = False) -> Tuple[int, bool]:
+              symlink: bool = False, missed: bool = False, fresh: Optional[str] = None) -> Tuple[int, bool]:
         """Make ``dest_path`` hold the object ``key`` names; returns (bytes, hit?).
 
         ``download(sink)`` writes the object to ``sink`` and returns its ObjectInfo. It is
         called at most once per fetch, and by one process at a time per key on the node;
         its errors propagate unchanged and leave nothing behind. ``missed``: the caller has
         just found no entry (a hint: the first look for a hit is made under the fill's lock).
+        ``fresh``: the version of the object as the caller's download has it (its bytes already
+        in hand): an entry recorded with another version is not handed out but replaced, as
+        :meth:`observe` drops one.
         """
         paths = self._layout.paths(key)
         call = _Call()
@@ -106,7 +109,8 @@ class NodeCache:
                     self._counters.add(hits=1, requests_saved=1, bytes_saved=size)
                     return size, True
                 with held(paths.lock, EXCLUSIVE):
-                    if self._valid(paths, key, check=True, report=False) is None:
+                    meta = self._valid(paths, key, check=True, report=False)
+                    if meta is None or self._outdated(meta, key, fresh):
                         return self._fill(paths, key, dest_path, download, symlink, call)
         except _CannotStore:
             pass
@@ -120,6 +124,14 @@ class NodeCache:
         info = _download_to(dest_path, download)
         self.observe(key, info.version)
         return info.size, False
+
+    def _outdated(self, meta: Meta, key: str, fresh: Optional[str]) -> bool:
+        """Whether the entry ``meta`` is of another version than ``fresh`` (logged: it goes)."""
+        if fresh is None or meta.version is None or meta.version == fresh:
+            return False
+        _log.warning("cache %s: %s changed in the store (version %s, cached %s); entry replaced",
+                     self.directory, key, fresh, meta.version)
+        return True
 
     def _serve(self, paths: KeyPaths, key: str, dest_path: str, symlink: bool) -> Optional[int]:
         """A hit, under the shared lock: the entry's size, or None without a valid entry."""

@@ -12,7 +12,8 @@ missing), so its users set proxies the way those tools read them:
   (``example.org`` matches ``a.example.org``, not ``badexample.org``); an IP address or
   ``address/bits`` block matches the URL's literal address; an entry's ``:port`` is ignored.
 
-A proxy is ``[http://][user:password@]host[:port]`` (port 1080 when absent, as curl has it).
+A proxy is ``[http://][user:password@]host[:port]``; without a port, port 80, as wget (stock's
+first choice) reads it as an ``http://`` URL (curl, used only when wget is missing, takes 1080).
 An ``http://`` request goes to the proxy in absolute form (``GET http://host/path``); an
 ``https://`` one through a ``CONNECT host:port`` tunnel, inside which TLS is verified against
 the origin's name, never the proxy's. The proxy's credentials are sent as
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     import socket
     from typing import Mapping, Optional
 
-_DEFAULT_PORT = 1080
+_DEFAULT_PORT = 80  # wget's: a proxy is an http:// URL
 
 
 @record(frozen=True)
