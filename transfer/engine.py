@@ -30,7 +30,7 @@ import time
 
 from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
-from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, scratch_file
+from transfer.atomic import AtomicFile, local_error, scratch_file
 from transfer.backends.base import (
     ObjectInfo, ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads,
     uploads,
@@ -470,28 +470,8 @@ class Engine:
         return self._remote_copy(source, dest, peers)
 
     def _local_copy(self, source: Url, op: Transfer) -> int:
-        from transfer.backends import local
-        dest = op.dest.path
-        if op.dest.scheme == "moveto":
-            return local.move(source.path, dest)
-        symlink = op.dest.scheme == "symlink" or op.link is LinkMode.SYMLINK
-        if op.dest.scheme == "symlink" and not op.verify_source:
-            # only a symlink:// destination may dangle (its source may be seen elsewhere, in a
-            # container); a copy made a link (--symlink) needs its source, as in stock
-            # pegasus-transfer. Never a file linked onto itself.
-            if not local.same_file(source.path, dest):
-                atomic_symlink(source.path, dest)
-            return 0
-        status = local.verify_readable(source.path)
-        if local.same_file(source.path, dest):
-            return status.st_size
-        if symlink:
-            atomic_symlink(source.path, dest)
-            return 0
-        if op.link is LinkMode.HARDLINK and atomic_hardlink(source.path, dest):
-            return status.st_size
-        # the source's permission bits less the umask, as ``cp`` gives them (an executable stays one)
-        return self._download(source, dest, mode=status.st_mode & 0o777)
+        from transfer.local_copies import local_copy
+        return local_copy(source, op, lambda dest, mode: self._download(source, dest, mode=mode))
 
     def _download(self, source: Url, dest_path: str, symlink: bool = False,
                   peers: Optional[PeerRound] = None, mode: int = 0o666) -> int:
