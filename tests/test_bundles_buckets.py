@@ -1,0 +1,85 @@
+"""Bundles of two buckets with the same directory path (real MinIO): a backend that serves
+every bucket of an endpoint (plain ``s3://BUCKET/KEY`` URLs, ``gs://``) must not mix their
+directory indexes nor pack one bucket's files into another's bundle."""
+
+from __future__ import annotations
+
+import uuid
+
+import boto3
+
+from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
+
+FAST = RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.01)
+
+
+def _aws_env(minio, tmp_path):
+    """Plain ``s3://BUCKET/KEY`` URLs at MinIO through the AWS variables (one backend, all buckets)."""
+    return {"AWS_ENDPOINT_URL": minio.endpoint, "AWS_ACCESS_KEY_ID": minio.access_key,
+            "AWS_SECRET_ACCESS_KEY": minio.secret_key, "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true", "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": "/dev/null"}
+
+
+def _buckets(minio, count):
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    names = [f"t-{uuid.uuid4().hex[:16]}" for _ in range(count)]
+    for name in names:
+        s3.create_bucket(Bucket=name)
+    return s3, names
+
+
+def test_uploads_to_two_buckets_land_in_their_own_bucket(minio, tmp_path):
+    """Files bundled for ``s3://b1/D/`` and ``s3://b2/D/`` in one batch: each bucket gets its own
+    bundle, and every file reads back from the bucket it was written to."""
+    s3, (first, second) = _buckets(minio, 2)
+    env = _aws_env(minio, tmp_path)
+    local = tmp_path / "in"
+    local.mkdir()
+    ops = []
+    for bucket in (first, second):
+        for i in range(4):
+            path = local / f"{bucket}-{i}"
+            path.write_bytes(f"{bucket} {i}".encode())
+            ops.append(Transfer((parse_url(f"file://{path}"),), parse_url(f"s3://{bucket}/D/{bucket}-{i}")))
+    with Session(Settings(threads=2, bundle=True, bundle_min_files=4), env) as session:
+        assert all(r.ok for r in Engine(session, retry=FAST).run(ops))
+    for bucket in (first, second):
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="D/").get("Contents", [])]
+        assert len(keys) == 1 and keys[0].startswith("D/.cloudio-bundles/"), (bucket, keys)
+    out = tmp_path / "out"
+    with Session(Settings(threads=2, bundle=True), env) as session:
+        results = Engine(session, retry=FAST).run(
+            [Transfer((parse_url(f"s3://{bucket}/D/{bucket}-{i}"),), parse_url(f"file://{out}/{bucket}-{i}"))
+             for bucket in (first, second) for i in range(4)])
+    assert all(r.ok for r in results), [str(r.error) for r in results if not r.ok]
+    for bucket in (first, second):
+        for i in range(4):
+            assert (out / f"{bucket}-{i}").read_bytes() == f"{bucket} {i}".encode()
+
+
+def test_downloads_from_two_buckets_read_their_own_bucket(minio, tmp_path):
+    """``s3://b1/D/x`` is a bundle member, ``s3://b2/D/x`` a plain object of other bytes: one
+    batch reads each from its own bucket."""
+    s3, (first, second) = _buckets(minio, 2)
+    env = _aws_env(minio, tmp_path)
+    local = tmp_path / "in"
+    local.mkdir()
+    ups = []
+    for i in range(4):
+        path = local / f"x{i}"
+        path.write_bytes(f"bundled in the first {i}".encode())
+        ups.append(Transfer((parse_url(f"file://{path}"),), parse_url(f"s3://{first}/D/x{i}")))
+        s3.put_object(Bucket=second, Key=f"D/x{i}", Body=f"plain in the second {i}".encode())
+    with Session(Settings(threads=2, bundle=True, bundle_min_files=4), env) as session:
+        assert all(r.ok for r in Engine(session, retry=FAST).run(ups))
+    assert "Contents" in s3.list_objects_v2(Bucket=first, Prefix="D/.cloudio-bundles/")
+    out = tmp_path / "out"
+    with Session(Settings(threads=2, bundle=True), env) as session:
+        results = Engine(session, retry=FAST).run(
+            [Transfer((parse_url(f"s3://{bucket}/D/x{i}"),), parse_url(f"file://{out}/{bucket}/x{i}"))
+             for bucket in (first, second) for i in range(4)])
+    assert all(r.ok for r in results), [str(r.error) for r in results if not r.ok]
+    for i in range(4):
+        assert (out / first / f"x{i}").read_bytes() == f"bundled in the first {i}".encode()
+        assert (out / second / f"x{i}").read_bytes() == f"plain in the second {i}".encode()
