@@ -29,6 +29,13 @@ def _buckets(minio, count):
     return s3, names
 
 
+def _run(env, pairs, **settings):
+    """One engine run of ``(source, dest)`` URL pairs with bundles on; all must succeed."""
+    with Session(Settings(threads=2, bundle=True, **settings), env) as session:
+        results = Engine(session, retry=FAST).run([Transfer((parse_url(a),), parse_url(b)) for a, b in pairs])
+    assert all(r.ok for r in results), [str(r.error) for r in results if not r.ok]
+
+
 def test_uploads_to_two_buckets_land_in_their_own_bucket(minio, tmp_path):
     """Files bundled for ``s3://b1/D/`` and ``s3://b2/D/`` in one batch: each bucket gets its own
     bundle, and every file reads back from the bucket it was written to."""
@@ -41,18 +48,14 @@ def test_uploads_to_two_buckets_land_in_their_own_bucket(minio, tmp_path):
         for i in range(4):
             path = local / f"{bucket}-{i}"
             path.write_bytes(f"{bucket} {i}".encode())
-            ops.append(Transfer((parse_url(f"file://{path}"),), parse_url(f"s3://{bucket}/D/{bucket}-{i}")))
-    with Session(Settings(threads=2, bundle=True, bundle_min_files=4), env) as session:
-        assert all(r.ok for r in Engine(session, retry=FAST).run(ops))
+            ops.append((f"file://{path}", f"s3://{bucket}/D/{bucket}-{i}"))
+    _run(env, ops, bundle_min_files=4)
     for bucket in (first, second):
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="D/").get("Contents", [])]
         assert len(keys) == 1 and keys[0].startswith("D/.cloudio-bundles/"), (bucket, keys)
     out = tmp_path / "out"
-    with Session(Settings(threads=2, bundle=True), env) as session:
-        results = Engine(session, retry=FAST).run(
-            [Transfer((parse_url(f"s3://{bucket}/D/{bucket}-{i}"),), parse_url(f"file://{out}/{bucket}-{i}"))
-             for bucket in (first, second) for i in range(4)])
-    assert all(r.ok for r in results), [str(r.error) for r in results if not r.ok]
+    _run(env, [(f"s3://{bucket}/D/{bucket}-{i}", f"file://{out}/{bucket}-{i}") for bucket in (first, second)
+               for i in range(4)])
     for bucket in (first, second):
         for i in range(4):
             assert (out / f"{bucket}-{i}").read_bytes() == f"{bucket} {i}".encode()
@@ -69,17 +72,12 @@ def test_downloads_from_two_buckets_read_their_own_bucket(minio, tmp_path):
     for i in range(4):
         path = local / f"x{i}"
         path.write_bytes(f"bundled in the first {i}".encode())
-        ups.append(Transfer((parse_url(f"file://{path}"),), parse_url(f"s3://{first}/D/x{i}")))
+        ups.append((f"file://{path}", f"s3://{first}/D/x{i}"))
         s3.put_object(Bucket=second, Key=f"D/x{i}", Body=f"plain in the second {i}".encode())
-    with Session(Settings(threads=2, bundle=True, bundle_min_files=4), env) as session:
-        assert all(r.ok for r in Engine(session, retry=FAST).run(ups))
+    _run(env, ups, bundle_min_files=4)
     assert "Contents" in s3.list_objects_v2(Bucket=first, Prefix="D/.cloudio-bundles/")
     out = tmp_path / "out"
-    with Session(Settings(threads=2, bundle=True), env) as session:
-        results = Engine(session, retry=FAST).run(
-            [Transfer((parse_url(f"s3://{bucket}/D/x{i}"),), parse_url(f"file://{out}/{bucket}/x{i}"))
-             for bucket in (first, second) for i in range(4)])
-    assert all(r.ok for r in results), [str(r.error) for r in results if not r.ok]
+    _run(env, [(f"s3://{bucket}/D/x{i}", f"file://{out}/{bucket}/x{i}") for bucket in (first, second) for i in range(4)])
     for i in range(4):
         assert (out / first / f"x{i}").read_bytes() == f"bundled in the first {i}".encode()
         assert (out / second / f"x{i}").read_bytes() == f"plain in the second {i}".encode()
