@@ -81,3 +81,31 @@ def test_downloads_from_two_buckets_read_their_own_bucket(minio, tmp_path):
     for i in range(4):
         assert (out / first / f"x{i}").read_bytes() == f"bundled in the first {i}".encode()
         assert (out / second / f"x{i}").read_bytes() == f"plain in the second {i}".encode()
+
+
+def test_a_remove_in_one_bucket_leaves_the_same_path_in_another_alone(minio, tmp_path):
+    """A long-lived engine read ``s3://b1/D/``'s members (its index is loaded), then removes
+    ``s3://b2/D/x0``: only b2's object goes; b1's member ``x0`` still reads back."""
+    from transfer import Remove
+
+    s3, (first, second) = _buckets(minio, 2)
+    env = _aws_env(minio, tmp_path)
+    local = tmp_path / "in"
+    local.mkdir()
+    ups = []
+    for i in range(4):
+        (local / f"x{i}").write_bytes(f"bundled in the first {i}".encode())
+        ups.append((f"file://{local}/x{i}", f"s3://{first}/D/x{i}"))
+    _run(env, ups, bundle_min_files=4)
+    s3.put_object(Bucket=second, Key="D/x0", Body=b"plain in the second")
+    with Session(Settings(threads=2, bundle=True), env) as session:
+        engine = Engine(session, retry=FAST)
+        assert all(r.ok for r in engine.run([Transfer((parse_url(f"s3://{first}/D/x{i}"),),
+                                                      parse_url(f"file://{tmp_path}/out/x{i}")) for i in range(4)]))
+        [removed] = engine.run([Remove(parse_url(f"s3://{second}/D/x0"))])
+    assert removed.ok, removed.error
+    assert "Contents" not in s3.list_objects_v2(Bucket=second, Prefix="D/")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=first, Prefix="D/").get("Contents", [])
+            if ".rm-" in o["Key"]] == []
+    _run(env, [(f"s3://{first}/D/x0", f"file://{tmp_path}/again/x0")])
+    assert (tmp_path / "again" / "x0").read_bytes() == b"bundled in the first 0"
