@@ -36,6 +36,14 @@ def _run(env, pairs, **settings):
     assert all(r.ok for r in results), [str(r.error) for r in results if not r.ok]
 
 
+def _bundle_in(env, bucket, local):
+    """``s3://BUCKET/D/x0..x3`` uploaded as one bundle (bytes ``bundled in the first I``)."""
+    local.mkdir()
+    for i in range(4):
+        (local / f"x{i}").write_bytes(f"bundled in the first {i}".encode())
+    _run(env, [(f"file://{local}/x{i}", f"s3://{bucket}/D/x{i}") for i in range(4)], bundle_min_files=4)
+
+
 def test_uploads_to_two_buckets_land_in_their_own_bucket(minio, tmp_path):
     """Files bundled for ``s3://b1/D/`` and ``s3://b2/D/`` in one batch: each bucket gets its own
     bundle, and every file reads back from the bucket it was written to."""
@@ -66,15 +74,9 @@ def test_downloads_from_two_buckets_read_their_own_bucket(minio, tmp_path):
     batch reads each from its own bucket."""
     s3, (first, second) = _buckets(minio, 2)
     env = _aws_env(minio, tmp_path)
-    local = tmp_path / "in"
-    local.mkdir()
-    ups = []
     for i in range(4):
-        path = local / f"x{i}"
-        path.write_bytes(f"bundled in the first {i}".encode())
-        ups.append((f"file://{path}", f"s3://{first}/D/x{i}"))
         s3.put_object(Bucket=second, Key=f"D/x{i}", Body=f"plain in the second {i}".encode())
-    _run(env, ups, bundle_min_files=4)
+    _bundle_in(env, first, tmp_path / "in")
     assert "Contents" in s3.list_objects_v2(Bucket=first, Prefix="D/.cloudio-bundles/")
     out = tmp_path / "out"
     _run(env, [(f"s3://{bucket}/D/x{i}", f"file://{out}/{bucket}/x{i}") for bucket in (first, second) for i in range(4)])
@@ -90,13 +92,7 @@ def test_a_remove_in_one_bucket_leaves_the_same_path_in_another_alone(minio, tmp
 
     s3, (first, second) = _buckets(minio, 2)
     env = _aws_env(minio, tmp_path)
-    local = tmp_path / "in"
-    local.mkdir()
-    ups = []
-    for i in range(4):
-        (local / f"x{i}").write_bytes(f"bundled in the first {i}".encode())
-        ups.append((f"file://{local}/x{i}", f"s3://{first}/D/x{i}"))
-    _run(env, ups, bundle_min_files=4)
+    _bundle_in(env, first, tmp_path / "in")
     s3.put_object(Bucket=second, Key="D/x0", Body=b"plain in the second")
     with Session(Settings(threads=2, bundle=True), env) as session:
         engine = Engine(session, retry=FAST)
