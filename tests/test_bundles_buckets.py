@@ -36,12 +36,12 @@ def _run(env, pairs, **settings):
     assert all(r.ok for r in results), [str(r.error) for r in results if not r.ok]
 
 
-def _bundle_in(env, bucket, local):
-    """``s3://BUCKET/D/x0..x3`` uploaded as one bundle (bytes ``bundled in the first I``)."""
+def _bundle_in(env, bucket, local, scheme="s3"):
+    """``SCHEME://BUCKET/D/x0..x3`` uploaded as one bundle (bytes ``bundled in the first I``)."""
     local.mkdir()
     for i in range(4):
         (local / f"x{i}").write_bytes(f"bundled in the first {i}".encode())
-    _run(env, [(f"file://{local}/x{i}", f"s3://{bucket}/D/x{i}") for i in range(4)], bundle_min_files=4)
+    _run(env, [(f"file://{local}/x{i}", f"{scheme}://{bucket}/D/x{i}") for i in range(4)], bundle_min_files=4)
 
 
 def test_uploads_to_two_buckets_land_in_their_own_bucket(minio, tmp_path):
@@ -105,3 +105,22 @@ def test_a_remove_in_one_bucket_leaves_the_same_path_in_another_alone(minio, tmp
             if ".rm-" in o["Key"]] == []
     _run(env, [(f"s3://{first}/D/x0", f"file://{tmp_path}/again/x0")])
     assert (tmp_path / "again" / "x0").read_bytes() == b"bundled in the first 0"
+
+
+def test_gcs_downloads_from_two_buckets_read_their_own_bucket(gcs_server, gcs_env, tmp_path):
+    """The same on GCS (fake-gcs-server): one backend serves every ``gs://BUCKET``."""
+    first, second = (f"t-{uuid.uuid4().hex[:16]}" for _ in range(2))
+    for bucket in (first, second):
+        gcs_server.create_bucket(bucket)
+    _bundle_in(gcs_env, first, tmp_path / "in", "gs")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for i in range(4):  # fewer than bundle_min_files (8): plain objects
+        (plain / f"x{i}").write_bytes(f"plain in the second {i}".encode())
+    _run(gcs_env, [(f"file://{plain}/x{i}", f"gs://{second}/D/x{i}") for i in range(4)])
+    out = tmp_path / "out"
+    _run(gcs_env, [(f"gs://{bucket}/D/x{i}", f"file://{out}/{bucket}/x{i}") for bucket in (first, second)
+                   for i in range(4)])
+    for i in range(4):
+        assert (out / first / f"x{i}").read_bytes() == f"bundled in the first {i}".encode()
+        assert (out / second / f"x{i}").read_bytes() == f"plain in the second {i}".encode()
