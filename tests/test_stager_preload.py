@@ -121,3 +121,26 @@ def test_a_heavy_backend_is_loaded_by_the_stager_once_a_job_used_it_not_before(n
                  "the stager to load the GCS backend")
         assert "transfer.backends.sftp" not in stager.log_tail(1000)
     assert (tmp_path / "back.dat").read_bytes() == b"gcs bytes"
+
+
+def test_a_job_reading_a_directory_of_several_bundles_in_a_preloaded_process_imports_nothing(s3_env, bucket,
+                                                                                            tmp_path):
+    """A concat job's stage-in: the directory holds several small bundles, whose heads are read in
+    one pipelined pass (transfer.bundles.directory._read_whole): that pass's modules are preloaded."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **s3_env,
+           "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0", "PEGASUS_CLOUDIO_BUNDLE": "1",
+           "PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "cache")}
+    src = tmp_path / "src"
+    src.mkdir()
+    url = f"s3://test@minio/{bucket}"
+    batches = [[f"b{b}-{i:02d}.dat" for i in range(8)] for b in range(3)]
+    for names in batches:  # one stage-out job per batch: one bundle each
+        for name in names:
+            (src / name).write_bytes(name.encode() * 25)
+        assert job_after_preload([entry(f"file://{src}/{n}", f"{url}/run/{n}", "local", "minio") for n in names],
+                                 env, tmp_path) == []
+    names = [name for batch in batches for name in batch]
+    stage_in = [entry(f"{url}/run/{n}", f"file://{tmp_path}/in/{n}", "minio", "local") for n in names]
+    assert job_after_preload(stage_in, env, tmp_path) == []
+    for name in names:
+        assert (tmp_path / "in" / name).read_bytes() == name.encode() * 25

@@ -67,6 +67,14 @@ def _directory_key(url: Url) -> Tuple[str, str, str]:
     return url.scheme, url.host, posixpath.dirname(url.path)
 
 
+def _at(backend: Backend, host: str, path: str) -> Tuple[int, str, str]:
+    """The key of a directory or bundle in the stager's tables: its backend, the URL's host and
+    path. The host counts: one backend may serve every bucket of an endpoint (plain
+    ``s3://BUCKET/KEY`` and ``gs://BUCKET/KEY`` URLs, whose bucket is the host), where the same
+    path in two buckets is two directories."""
+    return id(backend), host, path
+
+
 def _split(url: Url) -> Tuple[Url, str]:
     directory, name = posixpath.split(url.path)
     return url.with_path(directory), name
@@ -102,7 +110,7 @@ class BundleStager:
         """The directory's index load, and the call that runs it when this caller is the first
         (None: another caller runs it). A failed load is forgotten: its waiters get its error,
         later callers try again."""
-        key = (id(backend), directory.path)
+        key = _at(backend, directory.host, directory.path)
         with self._lock:
             future = self._directories.get(key)
             if future is not None:
@@ -121,7 +129,7 @@ class BundleStager:
 
     def _forget(self, backend: Backend, directory: Url) -> None:
         with self._lock:
-            self._directories.pop((id(backend), directory.path), None)
+            self._directories.pop(_at(backend, directory.host, directory.path), None)
 
     def forget(self, source: Url) -> None:
         """Drop the cached index of ``source``'s directory (a bundle vanished)."""
@@ -136,9 +144,9 @@ class BundleStager:
         """Group transfers by the bundle holding their source; files the node cache already has
         (``cached``), files in no bundle, and files of a directory the batch reads fewer than
         :data:`LIST_MIN_FILES` of (unless its index is loaded) are left to the per-file path."""
-        groups: Dict[Tuple[int, str], DownloadGroup] = {}
+        groups: Dict[Tuple[int, str, str], DownloadGroup] = {}
         rest: Indexed = []
-        indexes: Dict[Tuple[int, str], BundleDirectory] = {}
+        indexes: Dict[Tuple[int, str, str], BundleDirectory] = {}
         eligible = [(position, op) for position, op in transfers if self._may_be_bundled(op, cached)]
         if not eligible:
             return [], list(transfers)
@@ -159,7 +167,8 @@ class BundleStager:
                 rest.append((position, op))
                 continue
             backend, bundle, member = found
-            group = groups.setdefault((id(backend), bundle.url.path), DownloadGroup(backend, bundle, []))
+            group = groups.setdefault(_at(backend, bundle.url.host, bundle.url.path),
+                                      DownloadGroup(backend, bundle, []))
             group.items.append((position, op, member))
         return list(groups.values()), rest
 
@@ -176,22 +185,23 @@ class BundleStager:
         if located is None:
             return False
         with self._lock:
-            future = self._directories.get((id(located[0]), located[1].path))
+            future = self._directories.get(_at(located[0], located[1].host, located[1].path))
         return future is not None and future.done() and future.exception() is None
 
-    def _bundled(self, source: Url, indexes: Dict[Tuple[int, str], BundleDirectory],
+    def _bundled(self, source: Url, indexes: Dict[Tuple[int, str, str], BundleDirectory],
                  map_fn: MapFn) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The bundle member that serves ``source``, if one does (its directory's index loaded once)."""
         backend = self._session.backend(source)
         directory_path, name = posixpath.split(source.path)
-        index = indexes.get((id(backend), directory_path))
+        key = _at(backend, source.host, directory_path)
+        index = indexes.get(key)
         if index is None:
             directory = source.with_path(directory_path)
             try:
                 index = self._directory(backend, directory, map_fn)
             except TransferError:  # once per directory per batch; files then go the per-file way
                 index = BundleDirectory(directory, [])
-            indexes[(id(backend), directory_path)] = index
+            indexes[key] = index
         found = index.lookup(name)
         return None if found is None else (backend, found[0], found[1])
 
@@ -241,7 +251,7 @@ class BundleStager:
             return None
         backend, directory, name = located
         with self._lock:
-            future = self._directories.get((id(backend), directory.path))
+            future = self._directories.get(_at(backend, directory.host, directory.path))
         if future is None or future.exception() is not None:
             return None
         index = future.result()
@@ -277,12 +287,13 @@ class BundleStager:
 
     def plan_uploads(self, transfers: Indexed) -> Tuple[List[UploadGroup], Indexed]:
         settings = self._settings
-        candidates: Dict[Tuple[Hashable, str], List[Tuple[int, Transfer, int]]] = {}
+        candidates: Dict[Tuple[int, str, str], List[Tuple[int, Transfer, int]]] = {}
         rest: Indexed = []
         for position, op in transfers:
             try:
                 size = self._bundleable_size(op)
-                key = (id(self._session.backend(op.dest)), _split(op.dest)[0].path) if size is not None else None
+                key = _at(self._session.backend(op.dest), op.dest.host,
+                          posixpath.dirname(op.dest.path)) if size is not None else None
             except TransferError:
                 size = key = None  # reported per file by the ordinary path
             if size is None or key is None:
@@ -343,7 +354,7 @@ class BundleStager:
     def remove_members(self, removes: Sequence[Tuple[int, Remove]]) -> Dict[int, TransferError]:
         """Record removal of bundled files; delete bundles left without live members."""
         failures: Dict[int, TransferError] = {}
-        by_bundle: Dict[Tuple[int, str], Tuple[Backend, LoadedBundle, List[Tuple[int, str]]]] = {}
+        by_bundle: Dict[Tuple[int, str, str], Tuple[Backend, LoadedBundle, List[Tuple[int, str]]]] = {}
         for position, op in removes:
             target = op.target
             if op.recursive or target.scheme not in OBJECT_SCHEMES or not self._bundles_for(target.site_label):
@@ -355,7 +366,7 @@ class BundleStager:
                 continue
             if found is not None:
                 backend, bundle, member = found
-                by_bundle.setdefault((id(backend), bundle.url.path), (backend, bundle, []))[2].append(
+                by_bundle.setdefault(_at(backend, bundle.url.host, bundle.url.path), (backend, bundle, []))[2].append(
                     (position, member.name))
         for backend, bundle, entries in by_bundle.values():
             try:
