@@ -81,11 +81,20 @@ def test_a_job_in_a_preloaded_process_imports_nothing(s3_env, bucket, tmp_path):
                               for n in names], bundled),
         "plain object, bundles and cache on": (
             [entry(f"{url}/h.hdr", f"file://{tmp_path}/in-cached/h.hdr", "minio", "local")], bundled),
+        "plain objects out": ([entry(f"file://{src}/{n}", f"{url}/flat/{n}", "local", "minio") for n in names], plain),
+        "plain objects in, pipelined": (
+            [entry(f"{url}/flat/{n}", f"file://{tmp_path}/in-flat/{n}", "minio", "local") for n in names], plain),
+        "plain objects in, pipelined into the cache": (
+            [entry(f"{url}/flat/{n}", f"file://{tmp_path}/in-flat-cached/{n}", "minio", "local") for n in names],
+            dict(env, PEGASUS_CLOUDIO_CACHE_DIR=str(tmp_path / "cache"))),
+        "a local copy": ([entry(f"file://{src}/h.hdr", f"file://{tmp_path}/copied/h.hdr", "local", "local")], plain),
     }
     imported = {what: job_after_preload(spec, job_env, tmp_path) for what, (spec, job_env) in jobs.items()}
     assert imported == {what: [] for what in jobs}
     assert (tmp_path / "in-bundle" / names[3]).read_bytes() == names[3].encode() * 25
     assert (tmp_path / "in-cached" / "h.hdr").read_bytes() == b"SIMPLE = T"
+    assert (tmp_path / "in-flat-cached" / names[5]).read_bytes() == names[5].encode() * 25
+    assert (tmp_path / "copied" / "h.hdr").read_bytes() == b"SIMPLE = T"
 
 
 def test_reports_of_modules_a_copy_imported_are_parsed_strictly():
