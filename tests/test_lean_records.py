@@ -5,7 +5,7 @@ same frozen refusal and ``__post_init__``."""
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import pytest
 
@@ -59,9 +59,20 @@ def test_generic_and_generated_instances_are_the_same() -> None:
     assert prepare(generic) is True  # still generic: fewer than GENERIC_INSTANCES made
 
 
-@pytest.mark.parametrize("args,kwargs", BAD_CALLS)
-def test_a_bad_call_is_the_same_type_error_both_ways(args: tuple, kwargs: dict) -> None:
-    generic, generated = make_class(), make_class()
+def make_required() -> type:
+    @record
+    class Three:
+        x: int
+        y: int
+        z: int
+
+    return Three
+
+
+@pytest.mark.parametrize("make,args,kwargs", [(make_class, args, kwargs) for args, kwargs in BAD_CALLS] + [
+    (make_required, args, kwargs) for args, kwargs in [((1, 2, 3, 4), {}), ((), {}), ((1,), {}), ((1, 2), {"x": 1})]])
+def test_a_bad_call_is_the_same_type_error_both_ways(make: Callable[[], type], args: tuple, kwargs: dict) -> None:
+    generic, generated = make(), make()
     prepare(generated)
     with pytest.raises(TypeError) as from_generic:
         generic(*args, **kwargs)
@@ -77,7 +88,7 @@ def test_post_init_and_frozen_hold_for_generic_instances() -> None:
     obj = cls(1, "b")
     with pytest.raises(AttributeError, match="cannot assign"):
         obj.a = 2  # type: ignore[misc]
-    assert obj == make_class()(1, "b") or values(obj) == (("a", 1), ("b", "b"), ("c", None), ("d", 0.0), ("e", []))
+    assert values(obj) == (("a", 1), ("b", "b"), ("c", None), ("d", 0.0), ("e", []))
 
 
 def test_the_init_is_generated_after_the_generic_instances() -> None:
@@ -89,27 +100,6 @@ def test_the_init_is_generated_after_the_generic_instances() -> None:
     cls(GENERIC_INSTANCES, "b")
     assert cls.__dict__["__init__"] is not deferred and prepare(cls) is False
     assert values(cls(5, "x", e=["y"])) == (("a", 5), ("b", "x"), ("c", None), ("d", 0.0), ("e", ["y"]))
-
-
-def make_required() -> type:
-    @record
-    class Three:
-        x: int
-        y: int
-        z: int
-
-    return Three
-
-
-@pytest.mark.parametrize("args,kwargs", [((1, 2, 3, 4), {}), ((), {}), ((1,), {}), ((1, 2), {"x": 1})])
-def test_messages_of_an_all_required_record_match_too(args: tuple, kwargs: dict) -> None:
-    generic, generated = make_required(), make_required()
-    prepare(generated)
-    with pytest.raises(TypeError) as from_generic:
-        generic(*args, **kwargs)
-    with pytest.raises(TypeError) as from_generated:
-        generated(*args, **kwargs)
-    assert str(from_generic.value) == str(from_generated.value)
 
 
 def test_a_required_field_after_a_default_is_refused_when_the_class_is_made() -> None:
