@@ -24,8 +24,8 @@ from installed import clean_env
 
 # Beyond `python -c pass`: what a stage-in of one S3 object (node cache off) may import.
 ONE_FILE_S3 = frozenset({
-    "__future__", "_json", "_md5", "_queue", "_sha256", "_sha2", "_socket", "binascii", "errno", "itertools", "zlib",
-    "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log",
+    "__future__", "_json", "_md5", "atexit", "_queue", "_sha256", "_sha2", "_socket", "binascii", "errno", "itertools", "zlib",
+    "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log", "pegasus_cloudio.ending",
     "pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.monitoring", "pegasus_cloudio.dropin.reporting",
     "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
     "transfer", "transfer._digests", "transfer._lean", "transfer._lean_json", "transfer._threads", "transfer._workers", "transfer.atomic", "transfer.backends",

@@ -319,7 +319,8 @@ def _stop_on_signals(reporter: Reporter, engine: Engine, cancel: threading.Event
 
 
 def console_main() -> None:
-    sys.exit(main())
+    from pegasus_cloudio.ending import end  # the exit without the interpreter's teardown
+    end(main())
 
 
 if __name__ == "__main__":

@@ -21,26 +21,27 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported on this path (start-up time)
 if TYPE_CHECKING:
-    from typing import Mapping
+    from typing import Mapping, NoReturn
 
 
 NATIVE_VAR = "_PEGASUS_CLOUDIO_NATIVE"
 TRIED_VAR = "_PEGASUS_CLOUDIO_STAGER_TRIED"
 
 
-def console_main() -> None:
+def console_main() -> "NoReturn":
     native = os.environ.pop(NATIVE_VAR, "")
     if native and sys.argv:
         sys.argv[0] = native
     tried = os.environ.pop(TRIED_VAR, "")
     path = "" if tried else stager_socket(os.environ)
+    from pegasus_cloudio.ending import end  # the exit without the interpreter's teardown
     if path:
         from pegasus_cloudio.stager.client import hand_off
         code = hand_off(path, sys.argv[1:], os.environ)
         if code is not None:
-            sys.exit(code)
+            end(code)
     from pegasus_cloudio.dropin.main import main
-    sys.exit(main())
+    end(main())
 
 
 def stager_socket(env: "Mapping[str, str]") -> str:

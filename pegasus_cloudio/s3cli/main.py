@@ -200,7 +200,8 @@ def _setup_logging(verbose: bool, debug: bool) -> None:
 
 
 def console_main() -> None:
-    sys.exit(main())
+    from pegasus_cloudio.ending import end  # the exit without the interpreter's teardown
+    end(main())
 
 
 if __name__ == "__main__":
