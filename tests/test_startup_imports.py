@@ -24,7 +24,7 @@ from installed import clean_env
 
 # Beyond `python -c pass`: what a stage-in of one S3 object (node cache off) may import.
 ONE_FILE_S3 = frozenset({
-    "__future__", "_json", "_md5", "atexit", "_queue", "_sha256", "_sha2", "_socket", "binascii", "errno", "itertools", "zlib",
+    "__future__", "_json", "_md5", "atexit", "gc", "_queue", "_sha256", "_sha2", "_socket", "binascii", "errno", "itertools", "zlib",
     "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log", "pegasus_cloudio.ending",
     "pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.monitoring", "pegasus_cloudio.dropin.reporting",
     "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
@@ -157,3 +157,20 @@ def test_a_stage_out_opens_the_node_cache_only_when_uploads_are_written_through(
         found = imported(bin_dir, [os.path.join(bin_dir, "pegasus-cloudio-transfer-py")], env, cwd, spec)
         assert ("transfer.cache.store" in found) is cached, (uploads, sorted(found))
         assert cache.exists() is cached
+
+
+def test_the_drop_in_looks_for_cycles_less_often_than_python() -> None:
+    """A job step's imports allocate tens of thousands of objects and free next to none, so
+    the command raises the cyclic collector's first threshold (launch.GC_THRESHOLD) before them."""
+    import sys
+
+    probe = ("import gc, sys\n"
+             "import pegasus_cloudio.dropin.main as m\n"
+             "m.main = lambda: print(gc.get_threshold()[0]) or 0\n"
+             "from pegasus_cloudio.dropin.launch import console_main\n"
+             "console_main()\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env.pop("PEGASUS_CLOUDIO_STAGER", None)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == 10_000 > 700
