@@ -4,9 +4,10 @@
 finalization, which frees every module, class and function one by one (about 6 ms of a job
 step's CPU with the drop-in's modules loaded, 3 ms for a bare interpreter, on a 2-core VM).
 What a normal exit does that anyone can observe is done first, in the interpreter's order:
-the atexit callbacks (logging's flush, ``weakref.finalize``), then the standard streams
-flushed; then :func:`os._exit`. The normal exit is taken instead whenever it would do
-something more that is observable:
+the atexit callbacks (logging's flush, ``weakref.finalize``; one that fails is reported and
+does not change the status, on Python 3.9 too), then the standard streams flushed; then
+:func:`os._exit`. The normal exit is taken instead whenever it would do something more that
+is observable:
 
 * a thread of :mod:`threading` that is not a daemon is still running (the interpreter
   waits for it);
@@ -34,7 +35,10 @@ def end(code: "Optional[Union[int, str]]") -> "NoReturn":
     """Exit with ``code``: see the module's contract."""
     if type(code) is not int or not 0 <= code <= 255 or _threads_running():
         sys.exit(code)
-    atexit._run_exitfuncs()
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - Python 3.9 raises a failing callback's error again, after
+        pass  # printing it; the normal exit prints it once and keeps the status, and so do we
     try:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -90,3 +92,52 @@ def test_codes_that_are_not_a_status_go_through_sys_exit(value: object, code: in
     assert status == code
     assert err.replace(b"atexit ran\n", b"").replace(b"torn down\n", b"") == message
     assert b"atexit ran" in err
+
+
+# --------------------------------------------------------------------------- the installed commands
+
+# A site hook (a .pth line, as coverage's, a monitoring agent's or a site's own sitecustomize
+# add) whose atexit callback fails: the normal exit prints its traceback once and keeps the status.
+FAILING_HOOK = "import atexit; atexit.register(lambda: 1 / 0)\n"
+# Each command ends through end() with status 0 here, before any network or job file.
+ENDING_COMMANDS = [("pegasus-cloudio-transfer", [], "[]"), ("pegasus-cloudio-s3", ["help"], ""),
+                   ("pegasus-cloudio-condor-plugin", ["--version"], "")]
+
+
+@pytest.fixture(scope="module")
+def oldest_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The wheel installed for the oldest Python we support (RHEL 9's system python3 is 3.9),
+    in a venv with :data:`FAILING_HOOK`."""
+    from test_worker_bundle import MIN, interpreters
+
+    from pegasus_cloudio.testbed.wheel import build_wheel
+    supported = [path for version, path in interpreters() if version >= MIN]
+    assert supported, "no python3 >= 3.9 outside a venv on this machine"
+    root = str(tmp_path_factory.mktemp("ending-oldest"))
+    venv = os.path.join(root, "venv")
+    steps = [[supported[0], "-m", "venv", "--without-pip", venv],
+             [sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), "install", "--quiet",
+              "--no-deps", "--no-index", build_wheel(root)]]
+    for argv in steps:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    [site] = [os.path.join(venv, "lib", n, "site-packages") for n in os.listdir(os.path.join(venv, "lib"))]
+    with open(os.path.join(site, "failing-exit-hook.pth"), "w") as fh:
+        fh.write(FAILING_HOOK)
+    return os.path.join(venv, "bin")
+
+
+@pytest.mark.parametrize("command, argv, stdin", ENDING_COMMANDS, ids=[c for c, _, _ in ENDING_COMMANDS])
+def test_a_failing_atexit_callback_leaves_the_status_as_the_normal_exit_does(
+        oldest_bin: str, tmp_path: Path, command: str, argv: List[str], stdin: str) -> None:
+    """Python 3.9's ``atexit._run_exitfuncs`` prints a failing callback's error, then raises it
+    again: end() must not turn that into exit 1 (a failed job step, a held job)."""
+    from installed import clean_env, run
+
+    env = clean_env(oldest_bin, {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+                                 "PEGASUS_CLOUDIO_CACHE_DIR": "off"})
+    normal = run([os.path.join(oldest_bin, "python"), "-c", "import sys; sys.exit(0)"], env, tmp_path)
+    assert normal.returncode == 0 and "ZeroDivisionError" in normal.stderr, normal
+    done = run([os.path.join(oldest_bin, command), *argv], env, tmp_path, stdin=stdin, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("ZeroDivisionError") == normal.stderr.count("ZeroDivisionError"), done.stderr
