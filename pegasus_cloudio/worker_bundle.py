@@ -30,7 +30,7 @@ DEFAULT_INTERPRETER = "/usr/bin/env python3"
 # package -> the parts of it the drop-in needs ("" = all of it)
 CONTENTS: Tuple[Tuple[ModuleType, Tuple[str, ...]], ...] = (
     (transfer, ("",)),
-    (pegasus_cloudio, ("__init__.py", "version.py", "dropin")),
+    (pegasus_cloudio, ("__init__.py", "version.py", "ending.py", "dropin")),
 )
 MAIN = f'''"""pegasus-cloudio-transfer {__version__}, a single-file drop-in for pegasus-transfer."""
 import sys
@@ -39,9 +39,9 @@ if sys.version_info < (3, 9):
     sys.stderr.write("pegasus-cloudio-transfer needs Python 3.9 or later; this is %s\\n"
                      % sys.version.split()[0])
     sys.exit(2)
-from pegasus_cloudio.dropin.main import console_main
+from pegasus_cloudio.dropin.launch import run_here
 
-console_main()
+run_here()
 '''
 
 

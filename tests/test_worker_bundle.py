@@ -63,6 +63,25 @@ def test_bundle_is_one_small_executable_file(pyz: Path, oldest: str, tmp_path: P
     assert done.stdout.startswith(f"pegasus-cloudio-transfer {__version__} (Python {oldest.rsplit('python', 1)[1]}")
 
 
+def test_the_bundle_ends_as_the_installed_drop_in_does(pyz: Path, oldest: str, tmp_path: Path) -> None:
+    """As the installed command: the cyclic collector's threshold raised before the imports
+    (launch.GC_THRESHOLD), and an exit without the interpreter's teardown (pegasus_cloudio.ending):
+    an object that only the teardown frees says whether it ran."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import atexit, gc, os\n"
+        "class Torn:\n"
+        "    def __del__(self):\n"
+        "        os.write(2, b'torn down\\n')\n"
+        "torn = Torn()\n"
+        "atexit.register(lambda: os.write(2, b'threshold %d\\n' % gc.get_threshold()[0]))\n")
+    done = run([oldest, str(pyz)], clean_env("/usr/bin", {"PYTHONPATH": str(hook)}), tmp_path, stdin="[]")
+    assert done.returncode == 0, done.stderr
+    assert "threshold 10000" in done.stderr
+    assert "torn down" not in done.stderr
+
+
 def test_bundled_stage_in_and_cache_hit_under_the_oldest_python(pyz: Path, oldest: str, proxied: tuple,
                                                                 bucket: str, tmp_path: Path) -> None:
     proxy, env = proxied

@@ -41,13 +41,21 @@ def console_main() -> "NoReturn":
         sys.argv[0] = native
     tried = os.environ.pop(TRIED_VAR, "")
     path = "" if tried else stager_socket(os.environ)
-    from pegasus_cloudio.ending import end  # the exit without the interpreter's teardown
     if path:
+        from pegasus_cloudio.ending import end  # the exit without the interpreter's teardown
         from pegasus_cloudio.stager.client import hand_off
         code = hand_off(path, sys.argv[1:], os.environ)
         if code is not None:
             end(code)
+    run_here()
+
+
+def run_here() -> "NoReturn":
+    """Run the job in this process and end without the interpreter's teardown
+    (:mod:`pegasus_cloudio.ending`); also the entry point of the worker bundle, which has no stager."""
+    gc.set_threshold(GC_THRESHOLD)
     from pegasus_cloudio.dropin.main import main
+    from pegasus_cloudio.ending import end
     end(main())
 
 

@@ -331,7 +331,3 @@ def _stock_argv(args: "Options | argparse.Namespace", settings: "Settings") -> "
     if args.debug:
         argv.append("--debug")
     return argv
-
-
-def console_main() -> None:
-    sys.exit(main())
