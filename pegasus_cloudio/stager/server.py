@@ -201,7 +201,9 @@ class Stager:
         self._reaping = False
         self._stop_asked = False
         self._warm: Optional[WarmSockets] = None
-        self._dispatching = False
+        self._dispatching = False  # the loop is using the warm connections: the reaper leaves them
+        self._reaped: List[int] = []  # copies reaped whose lent sockets are not given back yet
+        self._reap_again = False
 
     def serve(self) -> None:
         self._listener = listen(self.path)
@@ -222,6 +224,7 @@ class Stager:
             pass
         finally:
             self._serving = False
+            self._dispatching = True  # the reaper leaves the warm connections alone from now on
             self._listener.close()
             self._warm.close()
             try:
@@ -248,15 +251,25 @@ class Stager:
         assert self._warm is not None
         self._dispatching = True  # the reaper leaves the warm connections alone meanwhile
         try:
+            self._give_back_reaped()
             self._warm.drain_reports()
             handed = self._warm.hand_out()
-            pid = self._fork(conn, handed)
-            for sockets in handed.values():
-                for sock in sockets:
-                    sock.close()
+            pid = -1
+            try:
+                pid = self._fork(conn, handed)
+            finally:
+                self._warm.lend(pid)  # the stager keeps its descriptors: lent, not given
             self._warm.refill()
+            self._give_back_reaped()  # copies reaped meanwhile
         finally:
             self._dispatching = False
+
+    def _give_back_reaped(self) -> None:
+        """The sockets lent to reaped copies go back to the pool (or are closed): only where
+        nothing else touches the pool (the loop while dispatching, or the reaper otherwise)."""
+        assert self._warm is not None
+        while self._reaped:
+            self._warm.give_back(self._reaped.pop())
 
     def _import_learnt(self) -> None:
         """Import the :data:`ON_DEMAND` modules finished jobs used (their copies reported them),
@@ -292,28 +305,41 @@ class Stager:
         return pid
 
     def _reap(self, signum: int, frame: Optional[FrameType]) -> None:
-        """Reap and log every finished job. A stop asked meanwhile (SIGTERM runs its handler
-        between any two bytecodes, this one included) takes effect once this is done, so no
-        finished job goes unlogged or unreaped."""
+        """Reap and log every finished job, and give back the sockets lent to its copy (or,
+        during a dispatch, leave that to the dispatch's end). A stop asked meanwhile (SIGTERM
+        runs its handler between any two bytecodes, this one included) takes effect once this
+        is done, so no finished job goes unlogged or unreaped; a SIGCHLD meanwhile makes this
+        one go round again instead of running inside it."""
+        if self._reaping:
+            self._reap_again = True
+            return
         self._reaping = True
         try:
-            while True:
-                try:
-                    pid, status, usage = os.wait4(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                cpu = usage.ru_utime + usage.ru_stime
-                self.served += 1
-                self.cpu_s += cpu
-                log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
-            if self._warm is not None and not self._dispatching:
-                self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
+            self._reap_again = True
+            while self._reap_again:
+                self._reap_again = False
+                self._wait_all()
+                if self._warm is not None and not self._dispatching:
+                    self._give_back_reaped()
+                    self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
         finally:
             self._reaping = False
         if self._stop_asked and self._serving:
             raise _Stop()
+
+    def _wait_all(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            cpu = usage.ru_utime + usage.ru_stime
+            self.served += 1
+            self.cpu_s += cpu
+            self._reaped.append(pid)
+            log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
 
     def _stop(self, signum: int, frame: Optional[FrameType]) -> None:
         self._stop_asked = True
