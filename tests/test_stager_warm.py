@@ -12,6 +12,7 @@ import sys
 import time
 
 import boto3
+import pytest
 
 from pegasus_cloudio.stager import warm as stager_warm
 from pegasus_cloudio.testbed.stager import StagerProcess
@@ -354,13 +355,19 @@ class Store:
             conn.close()
 
 
-def _warm_to(store):
-    sockets = stager_warm.WarmSockets()
-    stager_warm.report(sockets.reports_w, [store.address], look_up=True)
-    sockets.drain_reports()
-    for sock in sockets.idle():
-        wait_for(lambda: _state(sock) == 1, "the stager's connect")  # TCP_ESTABLISHED
-    return sockets
+@pytest.fixture
+def warmed():
+    """(store, the stager's warm sockets): PER_ENDPOINT connected to the store, ready."""
+    store, sockets = Store(), stager_warm.WarmSockets()
+    try:
+        stager_warm.report(sockets.reports_w, [store.address], look_up=True)
+        sockets.drain_reports()
+        for sock in sockets.idle():
+            wait_for(lambda: _state(sock) == 1, "the stager's connect")  # TCP_ESTABLISHED
+        yield store, sockets
+    finally:
+        sockets.close()
+        store.close()
 
 
 def _state(sock):
@@ -387,169 +394,135 @@ def _reaped(pid):
     return os.waitstatus_to_exitcode(status)
 
 
-def test_a_socket_lent_to_a_job_that_sent_nothing_comes_back_and_is_handed_to_the_next_job():
-    store = Store()
-    sockets = _warm_to(store)
-    try:
-        assert store.accept_all() == stager_warm.PER_ENDPOINT
-        first = sockets.hand_out()[store.address]
-        pid = _job({store.address: first})
-        sockets.lend(pid)
-        sockets.refill()  # what is available is dialled again, not what is lent
-        assert store.accept_all() == 2 * stager_warm.PER_ENDPOINT
-        assert _reaped(pid) == 0
-        sockets.give_back(pid)
-        assert set(first) <= set(sockets.idle())
-        second = sockets.hand_out()[store.address]
-        assert second == first  # the oldest first: connected the longest
-        pid = _job({store.address: second})
-        sockets.lend(pid)
-        sockets.refill()
-        assert _reaped(pid) == 0
-        sockets.give_back(pid)
-        assert store.accept_all() == 2 * stager_warm.PER_ENDPOINT  # the second job cost no connection
-        assert all(sock.fileno() >= 0 for sock in first)
-    finally:
-        sockets.close()
-        store.close()
+def test_a_socket_lent_to_a_job_that_sent_nothing_comes_back_and_is_handed_to_the_next_job(warmed):
+    store, sockets = warmed
+    assert store.accept_all() == stager_warm.PER_ENDPOINT
+    first = sockets.hand_out()[store.address]
+    pid = _job({store.address: first})
+    sockets.lend(pid)
+    sockets.refill()  # what is available is dialled again, not what is lent
+    wait_for(lambda: store.accept_all() == 2 * stager_warm.PER_ENDPOINT, "the refill's connections")
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert set(first) <= set(sockets.idle())
+    second = sockets.hand_out()[store.address]
+    assert second == first  # the oldest first: connected the longest
+    pid = _job({store.address: second})
+    sockets.lend(pid)
+    sockets.refill()
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert store.accept_all() == 2 * stager_warm.PER_ENDPOINT  # the second job cost no connection
+    assert all(sock.fileno() >= 0 for sock in first)
 
 
-def test_a_socket_a_job_sent_a_request_on_is_closed_and_never_handed_again():
-    store = Store()
-    sockets = _warm_to(store)
-    try:
-        handed = sockets.hand_out()
-        used, unused = handed[store.address]
-        pid = _job(handed, lambda _: used.sendall(b"GET /obj HTTP/1.1\r\nHost: store\r\n\r\n"))
-        sockets.lend(pid)
-        assert _reaped(pid) == 0
-        peer = store.peer_of(used)
-        assert peer.recv(100).startswith(b"GET /obj")
-        sockets.give_back(pid)
-        assert used.fileno() == -1 and used not in sockets.held()
-        assert unused in sockets.idle()
-        assert peer.recv(100) == b""  # the store sees the stager hang up
-        for _ in range(3):
-            assert used not in sockets.hand_out().get(store.address, [])
-            sockets.lend(-1)
-    finally:
-        sockets.close()
-        store.close()
-
-
-def test_a_socket_the_server_sent_bytes_on_is_closed_whether_or_not_the_job_read_them():
-    store = Store()
-    sockets = _warm_to(store)
-    try:
-        handed = sockets.hand_out()
-        unread, read = handed[store.address]
-        for sock in (unread, read):
-            store.peer_of(sock).sendall(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
-        pid = _job(handed, lambda _: read.recv(100))
-        sockets.lend(pid)
-        assert _reaped(pid) == 0
-        sockets.give_back(pid)
-        assert unread.fileno() == -1 and read.fileno() == -1
-        assert sockets.held() == []
-    finally:
-        sockets.close()
-        store.close()
-
-
-def test_the_sockets_of_a_job_killed_mid_run_come_back_only_if_untouched():
-    store = Store()
-    sockets = _warm_to(store)
-    try:
-        handed = sockets.hand_out()
-        half, untouched = handed[store.address]
-
-        def half_a_request(_):
-            half.sendall(b"PUT /obj HTTP/1.1\r\nContent-Length: 100\r\n\r\n")
-            while True:
-                time.sleep(1)
-
-        pid = _job(handed, half_a_request)
-        sockets.lend(pid)
-        peer = store.peer_of(half)
-        assert peer.recv(100).startswith(b"PUT /obj")
-        os.kill(pid, signal.SIGKILL)
-        assert _reaped(pid) == -signal.SIGKILL
-        sockets.give_back(pid)
-        assert half.fileno() == -1 and sockets.idle() == [untouched]
-    finally:
-        sockets.close()
-        store.close()
-
-
-def test_sockets_still_lent_are_kept_until_the_copy_is_reaped_and_closed_with_the_stager():
-    store = Store()
-    sockets = _warm_to(store)
-    try:
-        handed = sockets.hand_out()
-        reader, writer = os.pipe()
-        pid = _job(handed, lambda _: os.read(reader, 1))  # still running (its inserts after the answer)
-        sockets.lend(pid)
-        peers = [store.peer_of(sock) for sock in handed[store.address]]
-        sockets.give_back(pid + 100000)  # another pid: nothing of this one's moves
-        assert all(sock in sockets.held() and sock not in sockets.idle() for sock in handed[store.address])
-        sockets.close()
-        assert all(sock.fileno() == -1 for sock in handed[store.address])
-        os.write(writer, b"x")
-        assert _reaped(pid) == 0
-        sockets.give_back(pid)  # after close: nothing left to give back, nothing raised
-        assert all(peer.recv(10) == b"" for peer in peers)
-        os.close(reader)
-        os.close(writer)
-    finally:
-        store.close()
-
-
-def test_the_idle_sockets_come_back_capped_at_twice_the_per_endpoint_count_the_oldest_closed():
-    store = Store()
-    sockets = _warm_to(store)
-    try:
-        lent = []
-        for _ in range(3):  # three jobs at once, none using its sockets
-            handed = sockets.hand_out()
-            pid = _job(handed)
-            sockets.lend(pid)
-            sockets.refill()
-            lent.append((pid, handed[store.address]))
-        assert store.accept_all() == 4 * stager_warm.PER_ENDPOINT
-        for pid, _ in lent:
-            assert _reaped(pid) == 0
-            sockets.give_back(pid)
-        idle = sockets.idle()
-        assert len(idle) == stager_warm.MAX_IDLE == 2 * stager_warm.PER_ENDPOINT
-        oldest = lent[0][1] + lent[1][1]  # dialled first
-        assert all(sock.fileno() == -1 for sock in oldest)
-        assert set(idle) == set(lent[2][1]) | set(sockets.held()) - set(oldest)
-        handed = sockets.hand_out()[store.address]
-        assert handed == lent[2][1]  # the oldest of those kept
-        sockets.lend(-1)  # no copy was forked: the stager closes them
-        assert all(sock.fileno() == -1 for sock in handed)
-    finally:
-        sockets.close()
-        store.close()
-
-
-def test_a_job_is_handed_at_most_per_endpoint_sockets_an_endpoint():
-    store = Store()
-    sockets = _warm_to(store)
-    try:
-        pid = _job(sockets.hand_out())
-        sockets.lend(pid)
-        sockets.refill()
-        assert _reaped(pid) == 0
-        sockets.give_back(pid)
-        assert len(sockets.idle()) == 2 * stager_warm.PER_ENDPOINT
-        handed = sockets.hand_out()
-        assert len(handed[store.address]) == stager_warm.PER_ENDPOINT
-        assert len(sockets.idle()) == stager_warm.PER_ENDPOINT
+def test_a_socket_a_job_sent_a_request_on_is_closed_and_never_handed_again(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    used, unused = handed[store.address]
+    pid = _job(handed, lambda _: used.sendall(b"GET /obj HTTP/1.1\r\nHost: store\r\n\r\n"))
+    sockets.lend(pid)
+    assert _reaped(pid) == 0
+    peer = store.peer_of(used)
+    assert peer.recv(100).startswith(b"GET /obj")
+    sockets.give_back(pid)
+    assert used.fileno() == -1 and used not in sockets.held()
+    assert unused in sockets.idle()
+    assert peer.recv(100) == b""  # the store sees the stager hang up
+    for _ in range(3):
+        assert used not in sockets.hand_out().get(store.address, [])
         sockets.lend(-1)
-    finally:
-        sockets.close()
-        store.close()
+
+
+def test_a_socket_the_server_sent_bytes_on_is_closed_whether_or_not_the_job_read_them(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    unread, read = handed[store.address]
+    for sock in (unread, read):
+        store.peer_of(sock).sendall(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
+    pid = _job(handed, lambda _: read.recv(100))
+    sockets.lend(pid)
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert unread.fileno() == -1 and read.fileno() == -1
+    assert sockets.held() == []
+
+
+def test_the_sockets_of_a_job_killed_mid_run_come_back_only_if_untouched(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    half, untouched = handed[store.address]
+
+    def half_a_request(_):
+        half.sendall(b"PUT /obj HTTP/1.1\r\nContent-Length: 100\r\n\r\n")
+        while True:
+            time.sleep(1)
+
+    pid = _job(handed, half_a_request)
+    sockets.lend(pid)
+    peer = store.peer_of(half)
+    assert peer.recv(100).startswith(b"PUT /obj")
+    os.kill(pid, signal.SIGKILL)
+    assert _reaped(pid) == -signal.SIGKILL
+    sockets.give_back(pid)
+    assert half.fileno() == -1 and sockets.idle() == [untouched]
+
+
+def test_sockets_still_lent_are_kept_until_the_copy_is_reaped_and_closed_with_the_stager(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    reader, writer = os.pipe()
+    pid = _job(handed, lambda _: os.read(reader, 1))  # still running (its inserts after the answer)
+    sockets.lend(pid)
+    peers = [store.peer_of(sock) for sock in handed[store.address]]
+    sockets.give_back(pid + 100000)  # another pid: nothing of this one's moves
+    assert all(sock in sockets.held() and sock not in sockets.idle() for sock in handed[store.address])
+    sockets.close()
+    assert all(sock.fileno() == -1 for sock in handed[store.address])
+    os.write(writer, b"x")
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)  # after close: nothing left to give back, nothing raised
+    assert all(peer.recv(10) == b"" for peer in peers)
+    os.close(reader)
+    os.close(writer)
+
+
+def test_the_idle_sockets_come_back_capped_at_twice_the_per_endpoint_count_the_oldest_closed(warmed):
+    store, sockets = warmed
+    lent = []
+    for _ in range(3):  # three jobs at once, none using its sockets
+        handed = sockets.hand_out()
+        pid = _job(handed)
+        sockets.lend(pid)
+        sockets.refill()
+        lent.append((pid, handed[store.address]))
+    wait_for(lambda: store.accept_all() == 4 * stager_warm.PER_ENDPOINT, "the refills' connections")
+    for pid, _ in lent:
+        assert _reaped(pid) == 0
+        sockets.give_back(pid)
+    idle = sockets.idle()
+    assert len(idle) == stager_warm.MAX_IDLE == 2 * stager_warm.PER_ENDPOINT
+    oldest = lent[0][1] + lent[1][1]  # dialled first
+    assert all(sock.fileno() == -1 for sock in oldest)
+    assert set(idle) == set(lent[2][1]) | set(sockets.held()) - set(oldest)
+    handed = sockets.hand_out()[store.address]
+    assert handed == lent[2][1]  # the oldest of those kept
+    sockets.lend(-1)  # no copy was forked: the stager closes them
+    assert all(sock.fileno() == -1 for sock in handed)
+
+
+def test_a_job_is_handed_at_most_per_endpoint_sockets_an_endpoint(warmed):
+    store, sockets = warmed
+    pid = _job(sockets.hand_out())
+    sockets.lend(pid)
+    sockets.refill()
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert len(sockets.idle()) == 2 * stager_warm.PER_ENDPOINT
+    handed = sockets.hand_out()
+    assert len(handed[store.address]) == stager_warm.PER_ENDPOINT
+    assert len(sockets.idle()) == stager_warm.PER_ENDPOINT
+    sockets.lend(-1)
 
 
 def test_the_tcp_info_reading_tells_a_connection_that_carried_nothing_from_one_that_did():
@@ -599,27 +572,23 @@ def test_the_tcp_info_reading_tells_a_connection_that_carried_nothing_from_one_t
         store.close()
 
 
-def test_a_copy_reaped_during_a_dispatch_gives_its_sockets_back_after_the_dispatch():
+def test_a_copy_reaped_during_a_dispatch_gives_its_sockets_back_after_the_dispatch(warmed):
     """The reaper (SIGCHLD's handler) runs between any two bytecodes, the dispatch's too: a
     copy reaped while the stager hands out and dials is logged at once, but its sockets come
     back to the pool only once the dispatch is done with it."""
     from pegasus_cloudio.stager import server
 
-    store = Store()
+    store, sockets = warmed
     stager = server.Stager("/nonexistent/s.sock")
-    stager._warm = _warm_to(store)
-    try:
-        handed = stager._warm.hand_out()[store.address]
-        pid = _job({store.address: handed})
-        stager._warm.lend(pid)
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it ended; not reaped yet
-        stager._dispatching = True
-        stager._reap(signal.SIGCHLD, None)
-        assert stager.served == 1
-        assert all(sock in stager._warm.held() and sock not in stager._warm.idle() for sock in handed)
-        stager._give_back_reaped()  # the dispatch's end (it still holds the pool)
-        stager._dispatching = False
-        assert set(handed) <= set(stager._warm.idle())
-    finally:
-        stager._warm.close()
-        store.close()
+    stager._warm = sockets
+    handed = stager._warm.hand_out()[store.address]
+    pid = _job({store.address: handed})
+    stager._warm.lend(pid)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it ended; not reaped yet
+    stager._dispatching = True
+    stager._reap(signal.SIGCHLD, None)
+    assert stager.served == 1
+    assert all(sock in stager._warm.held() and sock not in stager._warm.idle() for sock in handed)
+    stager._give_back_reaped()  # the dispatch's end (it still holds the pool)
+    stager._dispatching = False
+    assert set(handed) <= set(stager._warm.idle())

@@ -388,7 +388,8 @@ def _discard(conn: socket.socket, size: int, deadline: float) -> None:
 def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.socket]], reports: int,
            fresh: Set[Tuple[str, int]]) -> int:
     """Become the client's job: its streams, directory, umask, environment; run the drop-in
-    (on the connections the stager opened ahead, ``warm_sockets``; the addresses the job used
+    (on the connections the stager opened ahead and lends it, ``warm_sockets``: it closes its
+    descriptors of them, never shuts one down; the addresses the job used
     are reported on ``reports`` once it is done, those not in ``fresh`` looked up after the
     job's answer: the stager looks no name up)."""
     from transfer.http import warm

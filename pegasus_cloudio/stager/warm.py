@@ -208,7 +208,9 @@ class WarmSockets:
         return self.idle() + [loan[3] for loans in self._lent.values() for loan in loans]
 
     def close(self) -> None:
-        """Close every socket, ready, handed out or lent, and the reports' pipe."""
+        """Close every socket, ready, handed out or lent, and the reports' pipe (once)."""
+        if self.reports_r < 0:
+            return
         self.lend(-1)
         for loans in self._lent.values():
             for *_, sock in loans:
@@ -219,6 +221,7 @@ class WarmSockets:
         self._endpoints.clear()
         for fd in (self.reports_r, self.reports_w):
             os.close(fd)
+        self.reports_r = self.reports_w = -1
 
     @staticmethod
     def _close(endpoint: _Endpoint) -> None:
