@@ -572,23 +572,25 @@ def test_the_tcp_info_reading_tells_a_connection_that_carried_nothing_from_one_t
         store.close()
 
 
-def test_a_copy_reaped_during_a_dispatch_gives_its_sockets_back_after_the_dispatch(warmed):
+def test_a_copy_that_ends_during_a_dispatch_is_reaped_and_gives_its_sockets_back_after_it(warmed):
     """The reaper (SIGCHLD's handler) runs between any two bytecodes, the dispatch's too: a
-    copy reaped while the stager hands out and dials is logged at once, but its sockets come
-    back to the pool only once the dispatch is done with it."""
+    copy that ends while the stager hands out, forks and dials is reaped only once the
+    dispatch is done with the pool. Nor is its pid freed before: the next copy, which may get
+    that pid, must never be given back the sockets lent to the one that had it before."""
     from pegasus_cloudio.stager import server
 
     store, sockets = warmed
     stager = server.Stager("/nonexistent/s.sock")
     stager._warm = sockets
-    handed = stager._warm.hand_out()[store.address]
+    handed = sockets.hand_out()[store.address]
     pid = _job({store.address: handed})
-    stager._warm.lend(pid)
+    sockets.lend(pid)
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it ended; not reaped yet
     stager._dispatching = True
     stager._reap(signal.SIGCHLD, None)
-    assert stager.served == 1
-    assert all(sock in stager._warm.held() and sock not in stager._warm.idle() for sock in handed)
-    stager._give_back_reaped()  # the dispatch's end (it still holds the pool)
-    stager._dispatching = False
-    assert set(handed) <= set(stager._warm.idle())
+    assert stager.served == 0 and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    assert all(sock in sockets.held() and sock not in sockets.idle() for sock in handed)
+    stager._dispatching = False  # the dispatch's end: it reaps what ended meanwhile
+    assert stager._reap_again
+    stager._reap(signal.SIGCHLD, None)
+    assert stager.served == 1 and set(handed) <= set(sockets.idle())

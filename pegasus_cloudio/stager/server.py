@@ -202,8 +202,7 @@ class Stager:
         self._stop_asked = False
         self._warm: Optional[WarmSockets] = None
         self._dispatching = False  # the loop is using the warm connections: the reaper leaves them
-        self._reaped: List[int] = []  # copies reaped whose lent sockets are not given back yet
-        self._reap_again = False
+        self._reap_again = False  # a child ended while the reaper could not reap: reap again
 
     def serve(self) -> None:
         self._listener = listen(self.path)
@@ -224,7 +223,7 @@ class Stager:
             pass
         finally:
             self._serving = False
-            self._dispatching = True  # the reaper leaves the warm connections alone from now on
+            self._dispatching = True  # the reaper leaves the warm connections (and children) alone from now on
             self._listener.close()
             self._warm.close()
             try:
@@ -249,9 +248,8 @@ class Stager:
             if stream is not None:
                 stream.flush()
         assert self._warm is not None
-        self._dispatching = True  # the reaper leaves the warm connections alone meanwhile
+        self._dispatching = True  # the reaper leaves the warm connections and the children alone meanwhile
         try:
-            self._give_back_reaped()
             self._warm.drain_reports()
             handed = self._warm.hand_out()
             pid = -1
@@ -260,16 +258,10 @@ class Stager:
             finally:
                 self._warm.lend(pid)  # the stager keeps its descriptors: lent, not given
             self._warm.refill()
-            self._give_back_reaped()  # copies reaped meanwhile
         finally:
             self._dispatching = False
-
-    def _give_back_reaped(self) -> None:
-        """The sockets lent to reaped copies go back to the pool (or are closed): only where
-        nothing else touches the pool (the loop while dispatching, or the reaper otherwise)."""
-        assert self._warm is not None
-        while self._reaped:
-            self._warm.give_back(self._reaped.pop())
+        if self._reap_again:  # children ended meanwhile
+            self._reap(signal.SIGCHLD, None)
 
     def _import_learnt(self) -> None:
         """Import the :data:`ON_DEMAND` modules finished jobs used (their copies reported them),
@@ -305,12 +297,15 @@ class Stager:
         return pid
 
     def _reap(self, signum: int, frame: Optional[FrameType]) -> None:
-        """Reap and log every finished job, and give back the sockets lent to its copy (or,
-        during a dispatch, leave that to the dispatch's end). A stop asked meanwhile (SIGTERM
-        runs its handler between any two bytecodes, this one included) takes effect once this
-        is done, so no finished job goes unlogged or unreaped; a SIGCHLD meanwhile makes this
-        one go round again instead of running inside it."""
-        if self._reaping:
+        """Reap and log every finished job, and give back the sockets lent to its copy. A stop
+        asked meanwhile (SIGTERM runs its handler between any two bytecodes, this one included)
+        takes effect once this is done, so no finished job goes unlogged or unreaped.
+
+        During a dispatch, or inside this handler (a SIGCHLD meanwhile), it only notes that a
+        child ended, and the dispatch, or this handler, reaps once done: a pid is freed only
+        where the sockets lent under it are given back in the same step, so a copy forked
+        with a reaped copy's pid is never given the other's sockets, nor theirs taken back."""
+        if self._reaping or self._dispatching:
             self._reap_again = True
             return
         self._reaping = True
@@ -319,8 +314,7 @@ class Stager:
             while self._reap_again:
                 self._reap_again = False
                 self._wait_all()
-                if self._warm is not None and not self._dispatching:
-                    self._give_back_reaped()
+                if self._warm is not None:
                     self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
         finally:
             self._reaping = False
@@ -335,10 +329,11 @@ class Stager:
                 return
             if pid == 0:
                 return
+            if self._warm is not None:
+                self._warm.give_back(pid)
             cpu = usage.ru_utime + usage.ru_stime
             self.served += 1
             self.cpu_s += cpu
-            self._reaped.append(pid)
             log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
 
     def _stop(self, signum: int, frame: Optional[FrameType]) -> None:
