@@ -5,11 +5,14 @@ dialling; a warm connection the server closed meanwhile costs a retry, never a f
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import boto3
+import pytest
 
 from pegasus_cloudio.stager import warm as stager_warm
 from pegasus_cloudio.testbed.stager import StagerProcess
@@ -21,14 +24,15 @@ from test_stager import entry, job_env, run_job, served, wait_for
 
 def test_a_second_job_sends_its_request_on_a_connection_the_stager_opened_before(native_dropin, proxied, minio,
                                                                                 bucket, tmp_path):
+    """The first job teaches the stager the endpoint; each later job is lent PER_ENDPOINT
+    connections and dials none itself: the stager dials again only what the jobs used (the
+    connection a request went out on is closed at the job's end, the other comes back)."""
     proxy, env = proxied
     boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
                  aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
         Bucket=bucket, Key="obj", Body=b"warm bytes")
     with StagerProcess() as stager:
-        for n in range(3):
-            if n:  # the first job taught the stager the endpoint: it dials ahead, after each job
-                wait_for(lambda: proxy.open_connections == stager_warm.PER_ENDPOINT, "the stager's warm connections")
+        for n in range(4):
             before = proxy.connections
             spec = [entry(f"s3://test@minio/{bucket}/obj", f"file://{tmp_path}/out{n}", "minio", "local")]
             done = run_job(native_dropin, [], job_env(stager.socket_path, **env), tmp_path,
@@ -36,9 +40,45 @@ def test_a_second_job_sends_its_request_on_a_connection_the_stager_opened_before
             assert done.returncode == 0, done.stderr.decode()
             assert (tmp_path / f"out{n}").read_bytes() == b"warm bytes"
             wait_for(lambda: len(served(stager)) == n + 1, "the job's process to end")
-            if n:  # only the stager's refill was dialled during the job: the job dialled nothing
-                wait_for(lambda: proxy.open_connections == stager_warm.PER_ENDPOINT, "the refill")
+            # idle after the job: 2 dialled on learning the endpoint; then 2 dialled for the
+            # first warm job plus its unused one back; then one dialled, one back, each job
+            idle = stager_warm.PER_ENDPOINT if n == 0 else stager_warm.PER_ENDPOINT + 1
+            wait_for(lambda: proxy.open_connections == idle, "the stager's warm connections")
+            if n == 1:  # both were lent: the stager dialled 2, the job none
                 assert proxy.connections - before == stager_warm.PER_ENDPOINT
+            if n > 1:  # the stager dialled again the one the job used, the job none
+                assert proxy.connections - before == 1
+
+
+def test_jobs_that_send_no_request_cost_no_new_connection(native_dropin, proxied, minio, bucket, tmp_path):
+    """A job whose stage-in needs no request (a node-cache hit; here a local copy) hands back
+    the connections lent to it untouched, and the next job is lent those: no connection is
+    dialled for it. A later job's request on a connection that came back gets its own answer."""
+    proxy, env = proxied
+    boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                 aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
+        Bucket=bucket, Key="obj", Body=b"warm bytes")
+    (tmp_path / "local").write_bytes(b"local bytes")
+
+    def job(n, src):
+        done = run_job(native_dropin, [], job_env(stager.socket_path, **env), tmp_path,
+                       stdin=json.dumps([entry(src, f"file://{tmp_path}/out{n}", "minio", "local")]).encode())
+        assert done.returncode == 0, done.stderr.decode()
+        wait_for(lambda: len(served(stager)) == n + 1, "the job's process to end")
+
+    with StagerProcess() as stager:
+        job(0, f"s3://test@minio/{bucket}/obj")  # teaches the stager the endpoint
+        wait_for(lambda: proxy.open_connections == stager_warm.PER_ENDPOINT, "the stager's warm connections")
+        job(1, f"file://{tmp_path}/local")  # lent both: 2 dialled to stay ready, both come back
+        wait_for(lambda: proxy.open_connections == stager_warm.MAX_IDLE, "the lent connections back")
+        before = proxy.connections
+        for n in range(2, 5):
+            job(n, f"file://{tmp_path}/local")
+            assert (tmp_path / f"out{n}").read_bytes() == b"local bytes"
+        assert proxy.connections == before and proxy.open_connections == stager_warm.MAX_IDLE
+        job(5, f"s3://test@minio/{bucket}/obj")
+        assert (tmp_path / "out5").read_bytes() == b"warm bytes"
+        assert proxy.connections == before  # the job's request went out on a connection that came back
 
 
 def test_a_warm_connection_the_server_closed_is_retried_on_a_fresh_one(minio, proxied, bucket):
@@ -278,3 +318,279 @@ def test_a_hanging_name_lookup_does_not_hold_up_the_next_job(native_dropin, tmp_
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "served", done.stdout
+
+
+# --------------------------------------------------------------------------- lent, not given
+# The stager lends each job's copy a descriptor of its warm sockets and keeps its own; when the
+# copy is reaped, a socket comes back to the pool only if the kernel says it carried nothing.
+
+
+class Store:
+    """A TCP server that accepts and counts connections (the store's side of each)."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setblocking(False)
+        self.accepted = []
+
+    @property
+    def address(self):
+        return self.listener.getsockname()
+
+    def accept_all(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except BlockingIOError:
+                return len(self.accepted)
+            self.accepted.append(conn)
+
+    def peer_of(self, sock):
+        """The store's side of the client socket ``sock``."""
+        self.accept_all()
+        return next(conn for conn in self.accepted if conn.getpeername() == sock.getsockname())
+
+    def close(self):
+        for conn in self.accepted + [self.listener]:
+            conn.close()
+
+
+@pytest.fixture
+def warmed():
+    """(store, the stager's warm sockets): PER_ENDPOINT connected to the store, ready."""
+    store, sockets = Store(), stager_warm.WarmSockets()
+    try:
+        stager_warm.report(sockets.reports_w, [store.address], look_up=True)
+        sockets.drain_reports()
+        for sock in sockets.idle():
+            wait_for(lambda: _state(sock) == 1, "the stager's connect")  # TCP_ESTABLISHED
+        yield store, sockets
+    finally:
+        sockets.close()
+        store.close()
+
+
+def _state(sock):
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+
+
+def _job(handed, act=lambda sockets: None):
+    """A job's copy: a forked process holding the handed sockets, doing ``act`` with them,
+    then closing its descriptors (as ``transfer.http.warm.discard`` does); its pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            act([sock for found in handed.values() for sock in found])
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _reaped(pid):
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_a_socket_lent_to_a_job_that_sent_nothing_comes_back_and_is_handed_to_the_next_job(warmed):
+    store, sockets = warmed
+    assert store.accept_all() == stager_warm.PER_ENDPOINT
+    first = sockets.hand_out()[store.address]
+    pid = _job({store.address: first})
+    sockets.lend(pid)
+    sockets.refill()  # what is available is dialled again, not what is lent
+    wait_for(lambda: store.accept_all() == 2 * stager_warm.PER_ENDPOINT, "the refill's connections")
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert set(first) <= set(sockets.idle())
+    second = sockets.hand_out()[store.address]
+    assert second == first  # the oldest first: connected the longest
+    pid = _job({store.address: second})
+    sockets.lend(pid)
+    sockets.refill()
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert store.accept_all() == 2 * stager_warm.PER_ENDPOINT  # the second job cost no connection
+    assert all(sock.fileno() >= 0 for sock in first)
+
+
+def test_a_socket_a_job_sent_a_request_on_is_closed_and_never_handed_again(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    used, unused = handed[store.address]
+    pid = _job(handed, lambda _: used.sendall(b"GET /obj HTTP/1.1\r\nHost: store\r\n\r\n"))
+    sockets.lend(pid)
+    assert _reaped(pid) == 0
+    peer = store.peer_of(used)
+    assert peer.recv(100).startswith(b"GET /obj")
+    sockets.give_back(pid)
+    assert used.fileno() == -1 and used not in sockets.held()
+    assert unused in sockets.idle()
+    assert peer.recv(100) == b""  # the store sees the stager hang up
+    for _ in range(3):
+        assert used not in sockets.hand_out().get(store.address, [])
+        sockets.lend(-1)
+
+
+def test_a_socket_the_server_sent_bytes_on_is_closed_whether_or_not_the_job_read_them(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    unread, read = handed[store.address]
+    for sock in (unread, read):
+        store.peer_of(sock).sendall(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
+    pid = _job(handed, lambda _: read.recv(100))
+    sockets.lend(pid)
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert unread.fileno() == -1 and read.fileno() == -1
+    assert sockets.held() == []
+
+
+def test_the_sockets_of_a_job_killed_mid_run_come_back_only_if_untouched(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    half, untouched = handed[store.address]
+
+    def half_a_request(_):
+        half.sendall(b"PUT /obj HTTP/1.1\r\nContent-Length: 100\r\n\r\n")
+        while True:
+            time.sleep(1)
+
+    pid = _job(handed, half_a_request)
+    sockets.lend(pid)
+    peer = store.peer_of(half)
+    assert peer.recv(100).startswith(b"PUT /obj")
+    os.kill(pid, signal.SIGKILL)
+    assert _reaped(pid) == -signal.SIGKILL
+    sockets.give_back(pid)
+    assert half.fileno() == -1 and sockets.idle() == [untouched]
+
+
+def test_sockets_still_lent_are_kept_until_the_copy_is_reaped_and_closed_with_the_stager(warmed):
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    reader, writer = os.pipe()
+    pid = _job(handed, lambda _: os.read(reader, 1))  # still running (its inserts after the answer)
+    sockets.lend(pid)
+    peers = [store.peer_of(sock) for sock in handed[store.address]]
+    sockets.give_back(pid + 100000)  # another pid: nothing of this one's moves
+    assert all(sock in sockets.held() and sock not in sockets.idle() for sock in handed[store.address])
+    sockets.close()
+    assert all(sock.fileno() == -1 for sock in handed[store.address])
+    os.write(writer, b"x")
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)  # after close: nothing left to give back, nothing raised
+    assert all(peer.recv(10) == b"" for peer in peers)
+    os.close(reader)
+    os.close(writer)
+
+
+def test_the_idle_sockets_come_back_capped_at_twice_the_per_endpoint_count_the_oldest_closed(warmed):
+    store, sockets = warmed
+    lent = []
+    for _ in range(3):  # three jobs at once, none using its sockets
+        handed = sockets.hand_out()
+        pid = _job(handed)
+        sockets.lend(pid)
+        sockets.refill()
+        lent.append((pid, handed[store.address]))
+    wait_for(lambda: store.accept_all() == 4 * stager_warm.PER_ENDPOINT, "the refills' connections")
+    for pid, _ in lent:
+        assert _reaped(pid) == 0
+        sockets.give_back(pid)
+    idle = sockets.idle()
+    assert len(idle) == stager_warm.MAX_IDLE == 2 * stager_warm.PER_ENDPOINT
+    oldest = lent[0][1] + lent[1][1]  # dialled first
+    assert all(sock.fileno() == -1 for sock in oldest)
+    assert set(idle) == set(lent[2][1]) | set(sockets.held()) - set(oldest)
+    handed = sockets.hand_out()[store.address]
+    assert handed == lent[2][1]  # the oldest of those kept
+    sockets.lend(-1)  # no copy was forked: the stager closes them
+    assert all(sock.fileno() == -1 for sock in handed)
+
+
+def test_a_job_is_handed_at_most_per_endpoint_sockets_an_endpoint(warmed):
+    store, sockets = warmed
+    pid = _job(sockets.hand_out())
+    sockets.lend(pid)
+    sockets.refill()
+    assert _reaped(pid) == 0
+    sockets.give_back(pid)
+    assert len(sockets.idle()) == 2 * stager_warm.PER_ENDPOINT
+    handed = sockets.hand_out()
+    assert len(handed[store.address]) == stager_warm.PER_ENDPOINT
+    assert len(sockets.idle()) == stager_warm.PER_ENDPOINT
+    sockets.lend(-1)
+
+
+def test_the_tcp_info_reading_tells_a_connection_that_carried_nothing_from_one_that_did():
+    """``struct tcp_info`` (include/uapi/linux/tcp.h) read on this kernel, real sockets: the
+    SYN counts in ``tcpi_bytes_acked`` (1) and in ``tcpi_unacked`` while the connect waits."""
+    store = Store()
+    full = socket.socket()
+    try:
+        def connected():
+            sock = socket.create_connection(store.address)
+            return sock, store.peer_of(sock)
+
+        idle, _ = connected()
+        sent, sent_peer = connected()
+        sent.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert sent_peer.recv(100)
+        wait_for(lambda: not stager_warm.untouched(sent.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)),
+                 "the request's ack")
+        received, received_peer = connected()
+        received_peer.sendall(b"x")
+        wait_for(lambda: received.recv(1, socket.MSG_PEEK) == b"x", "the byte")
+        read, read_peer = connected()
+        read_peer.sendall(b"x")
+        assert read.recv(1) == b"x"
+        hung_up, hung_up_peer = connected()
+        hung_up_peer.close()
+        wait_for(lambda: hung_up.recv(1, socket.MSG_PEEK) == b"", "the store's FIN")
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        queued = socket.create_connection(full.getsockname())  # the accept queue is full now
+        connecting = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+        assert connecting.connect_ex(full.getsockname()) == errno.EINPROGRESS
+        assert _state(connecting) == 2  # TCP_SYN_SENT
+        assert stager_warm.pristine(idle) and stager_warm.pristine(connecting)
+        for sock in (sent, received, read, hung_up):
+            assert not stager_warm.pristine(sock)
+        info = idle.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        assert stager_warm.untouched(info)
+        assert not stager_warm.untouched(info[:stager_warm.TCP_INFO_BYTES - 1])  # an older kernel's: unknown
+        for sock in (sent, received, read):
+            assert not stager_warm.untouched(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256))
+        for sock in (idle, sent, received, read, hung_up, queued, connecting):
+            sock.close()
+        assert not stager_warm.pristine(idle)  # a closed socket: its getsockopt fails
+    finally:
+        full.close()
+        store.close()
+
+
+def test_a_copy_that_ends_during_a_dispatch_is_reaped_and_gives_its_sockets_back_after_it(warmed):
+    """The reaper (SIGCHLD's handler) runs between any two bytecodes, the dispatch's too: a
+    copy that ends while the stager hands out, forks and dials is reaped only once the
+    dispatch is done with the pool. Nor is its pid freed before: the next copy, which may get
+    that pid, must never be given back the sockets lent to the one that had it before."""
+    from pegasus_cloudio.stager import server
+
+    store, sockets = warmed
+    stager = server.Stager("/nonexistent/s.sock")
+    stager._warm = sockets
+    handed = sockets.hand_out()[store.address]
+    pid = _job({store.address: handed})
+    sockets.lend(pid)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it ended; not reaped yet
+    stager._dispatching = True
+    stager._reap(signal.SIGCHLD, None)
+    assert stager.served == 0 and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    assert all(sock in sockets.held() and sock not in sockets.idle() for sock in handed)
+    stager._dispatching = False  # the dispatch's end: it reaps what ended meanwhile
+    assert stager._reap_again
+    stager._reap(signal.SIGCHLD, None)
+    assert stager.served == 1 and set(handed) <= set(sockets.idle())

@@ -201,7 +201,8 @@ class Stager:
         self._reaping = False
         self._stop_asked = False
         self._warm: Optional[WarmSockets] = None
-        self._dispatching = False
+        self._dispatching = False  # the loop is using the warm connections: the reaper leaves them
+        self._reap_again = False  # a child ended while the reaper could not reap: reap again
 
     def serve(self) -> None:
         self._listener = listen(self.path)
@@ -222,6 +223,7 @@ class Stager:
             pass
         finally:
             self._serving = False
+            self._dispatching = True  # the reaper leaves the warm connections (and children) alone from now on
             self._listener.close()
             self._warm.close()
             try:
@@ -246,17 +248,20 @@ class Stager:
             if stream is not None:
                 stream.flush()
         assert self._warm is not None
-        self._dispatching = True  # the reaper leaves the warm connections alone meanwhile
+        self._dispatching = True  # the reaper leaves the warm connections and the children alone meanwhile
         try:
             self._warm.drain_reports()
             handed = self._warm.hand_out()
-            pid = self._fork(conn, handed)
-            for sockets in handed.values():
-                for sock in sockets:
-                    sock.close()
+            pid = -1
+            try:
+                pid = self._fork(conn, handed)
+            finally:
+                self._warm.lend(pid)  # the stager keeps its descriptors: lent, not given
             self._warm.refill()
         finally:
             self._dispatching = False
+        if self._reap_again:  # children ended meanwhile
+            self._reap(signal.SIGCHLD, None)
 
     def _import_learnt(self) -> None:
         """Import the :data:`ON_DEMAND` modules finished jobs used (their copies reported them),
@@ -292,28 +297,44 @@ class Stager:
         return pid
 
     def _reap(self, signum: int, frame: Optional[FrameType]) -> None:
-        """Reap and log every finished job. A stop asked meanwhile (SIGTERM runs its handler
-        between any two bytecodes, this one included) takes effect once this is done, so no
-        finished job goes unlogged or unreaped."""
+        """Reap and log every finished job, and give back the sockets lent to its copy. A stop
+        asked meanwhile (SIGTERM runs its handler between any two bytecodes, this one included)
+        takes effect once this is done, so no finished job goes unlogged or unreaped.
+
+        During a dispatch, or inside this handler (a SIGCHLD meanwhile), it only notes that a
+        child ended, and the dispatch, or this handler, reaps once done: a pid is freed only
+        where the sockets lent under it are given back in the same step, so a copy forked
+        with a reaped copy's pid is never given the other's sockets, nor theirs taken back."""
+        if self._reaping or self._dispatching:
+            self._reap_again = True
+            return
         self._reaping = True
         try:
-            while True:
-                try:
-                    pid, status, usage = os.wait4(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                cpu = usage.ru_utime + usage.ru_stime
-                self.served += 1
-                self.cpu_s += cpu
-                log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
-            if self._warm is not None and not self._dispatching:
-                self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
+            self._reap_again = True
+            while self._reap_again:
+                self._reap_again = False
+                self._wait_all()
+                if self._warm is not None:
+                    self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
         finally:
             self._reaping = False
         if self._stop_asked and self._serving:
             raise _Stop()
+
+    def _wait_all(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self._warm is not None:
+                self._warm.give_back(pid)
+            cpu = usage.ru_utime + usage.ru_stime
+            self.served += 1
+            self.cpu_s += cpu
+            log.info("job pid %d exited %d (%.3f s CPU)", pid, os.waitstatus_to_exitcode(status), cpu)
 
     def _stop(self, signum: int, frame: Optional[FrameType]) -> None:
         self._stop_asked = True
@@ -362,7 +383,8 @@ def _discard(conn: socket.socket, size: int, deadline: float) -> None:
 def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.socket]], reports: int,
            fresh: Set[Tuple[str, int]]) -> int:
     """Become the client's job: its streams, directory, umask, environment; run the drop-in
-    (on the connections the stager opened ahead, ``warm_sockets``; the addresses the job used
+    (on the connections the stager opened ahead and lends it, ``warm_sockets``: it closes its
+    descriptors of them, never shuts one down; the addresses the job used
     are reported on ``reports`` once it is done, those not in ``fresh`` looked up after the
     job's answer: the stager looks no name up)."""
     from transfer.http import warm

@@ -1,8 +1,11 @@
 """Connections opened before a process needed them: the node stager's warm sockets.
 
 The node stager (:mod:`pegasus_cloudio.stager`) keeps a few TCP connections open to the store
-endpoints its jobs used, and hands the ones it holds to each job's process, which
-:func:`adopt`\\ s them. A :class:`~transfer.http.connection.Connection` to one of those
+endpoints its jobs used, and lends some to each job's process, which :func:`adopt`\\ s them:
+the stager keeps its own descriptor of each, and takes back, once this process has ended,
+those the kernel says carried nothing. So this process only ever closes its descriptors
+(:func:`discard`, :func:`forget`, a connection's close), never shuts a socket down: that would
+end the stager's connection too. A :class:`~transfer.http.connection.Connection` to one of those
 addresses then :func:`take`\\ s a socket instead of dialling: the connection's round trip
 was paid before the job began. A taken socket counts as a reused keep-alive connection, so
 one the server closed meanwhile fails as :class:`~transfer.errors.StaleConnection` and the
