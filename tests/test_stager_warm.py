@@ -594,3 +594,72 @@ def test_a_copy_that_ends_during_a_dispatch_is_reaped_and_gives_its_sockets_back
     assert stager._reap_again
     stager._reap(signal.SIGCHLD, None)
     assert stager.served == 1 and set(handed) <= set(sockets.idle())
+
+
+def _at_each_bytecode(code, k, interrupt):
+    """A tracer that calls ``interrupt()`` once, before the ``k``-th bytecode the first frame
+    of ``code`` runs, as a signal handler would run there; the tracer's own state (fired)."""
+    state = {"frame": None, "seen": 0, "fired": False}
+
+    def local(frame, event, arg):
+        if event == "opcode" and frame is state["frame"] and not state["fired"]:
+            if state["seen"] == k:
+                state["fired"] = True
+                interrupt()
+            state["seen"] += 1
+        return local
+
+    def calls(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        if state["frame"] is None:
+            state["frame"] = frame
+        frame.f_trace_opcodes = True
+        return local
+
+    return calls, state
+
+
+def test_a_copy_that_ends_while_the_reaper_runs_is_reaped_before_it_returns_whatever_the_bytecode(warmed):
+    """SIGCHLD's handler runs between any two bytecodes, the reaper's own too (it then only
+    notes that a child ended). A copy that ends at any point of the reaper must be reaped, and
+    its sockets given back, before the reaper returns: no later SIGCHLD comes for it, so a
+    missed one would leave it a zombie holding its loans (and its job unlogged) until some
+    other job comes."""
+    from pegasus_cloudio.stager import server
+
+    store, sockets = warmed
+    code = server.Stager._reap.__code__
+    k = 0
+    while True:
+        stager = server.Stager("/nonexistent/s.sock")
+        stager._warm = sockets
+        first = _job({})
+        os.waitid(os.P_PID, first, os.WEXITED | os.WNOWAIT)
+        handed = sockets.hand_out()
+        reader, writer = os.pipe()
+        second = _job(handed, lambda _: os.read(reader, 1))
+        sockets.lend(second)
+
+        def sigchld():
+            os.write(writer, b"x")
+            os.waitid(os.P_PID, second, os.WEXITED | os.WNOWAIT)  # it ended
+            stager._reap(signal.SIGCHLD, None)  # the handler, run here
+
+        tracer, state = _at_each_bytecode(code, k, sigchld)
+        sys.settrace(tracer)
+        try:
+            stager._reap(signal.SIGCHLD, None)
+        finally:
+            sys.settrace(None)
+        if not state["fired"]:  # k is past the reaper's last bytecode
+            os.write(writer, b"x")
+            assert _reaped(second) == 0
+            sockets.give_back(second)
+            break
+        assert stager.served == 2, f"a copy that ended before bytecode {k} of the reaper was left unreaped"
+        assert all(sock in sockets.idle() for sock in handed[store.address])
+        for fd in (reader, writer):
+            os.close(fd)
+        k += 1
+    assert k > 20

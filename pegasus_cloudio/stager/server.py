@@ -302,22 +302,24 @@ class Stager:
         takes effect once this is done, so no finished job goes unlogged or unreaped.
 
         During a dispatch, or inside this handler (a SIGCHLD meanwhile), it only notes that a
-        child ended, and the dispatch, or this handler, reaps once done: a pid is freed only
+        child ended, and the dispatch, or this handler, reaps once done (this one looks again
+        if one was noted after its last look: no SIGCHLD comes later for it): a pid is freed only
         where the sockets lent under it are given back in the same step, so a copy forked
         with a reaped copy's pid is never given the other's sockets, nor theirs taken back."""
         if self._reaping or self._dispatching:
             self._reap_again = True
             return
-        self._reaping = True
-        try:
-            self._reap_again = True
-            while self._reap_again:
-                self._reap_again = False
-                self._wait_all()
-                if self._warm is not None:
-                    self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
-        finally:
-            self._reaping = False
+        self._reap_again = True
+        while self._reap_again:  # one noted after the inner loop's last look, before it ended
+            self._reaping = True
+            try:
+                while self._reap_again:
+                    self._reap_again = False
+                    self._wait_all()
+                    if self._warm is not None:
+                        self._warm.drain_reports()  # the endpoints the finished jobs used: dial them now
+            finally:
+                self._reaping = False
         if self._stop_asked and self._serving:
             raise _Stop()
 
