@@ -663,3 +663,64 @@ def test_a_copy_that_ends_while_the_reaper_runs_is_reaped_before_it_returns_what
             os.close(fd)
         k += 1
     assert k > 20
+
+
+def test_bytes_the_store_sent_on_an_idle_warm_connection_never_reach_a_job_as_its_answer():
+    """A warm connection sits idle between its dial and a job's first request; a store (or a
+    box on the way) that sends something meanwhile (an idle timeout's ``408``, garbage) must not
+    have it read as the answer to the job's request: the job dials afresh instead. A real HTTP
+    server; the early bytes are a well-formed answer with other bytes than the object's."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"RIGHT")
+
+        def log_message(self, *args):
+            pass
+
+    web = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    early = socket.create_server(("127.0.0.1", 0))
+    try:
+        sent = socket.create_connection(early.getsockname())
+        peer, _ = early.accept()
+        peer.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nWRONG")  # before any request
+        wait_for(lambda: sent.recv(1, socket.MSG_PEEK) == b"H", "the early bytes")
+        address = web.server_address
+        warm.adopt(address, [sent])
+        pool = ConnectionPool(f"http://{address[0]}:{address[1]}", max_idle=2)
+        with pool.request("GET", "/obj") as response:
+            assert response.status == 200
+            assert response.read() == b"RIGHT"
+        assert warm.take(address) is None
+        pool.close()
+        peer.close()
+    finally:
+        warm.discard()
+        early.close()
+        web.shutdown()
+        web.server_close()
+
+
+def test_the_stager_hands_out_no_idle_socket_the_store_sent_on_or_hung_up(warmed):
+    """An idle socket the store sent bytes on, or closed, while it waited in the pool is
+    closed at hand-out, not lent (it would give the job bytes that are no answer of its, or
+    cost it a failed attempt)."""
+    store, sockets = warmed
+    spoken, closed = sockets.idle()
+    store.peer_of(spoken).sendall(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
+    store.peer_of(closed).close()
+    wait_for(lambda: spoken.recv(1, socket.MSG_PEEK) == b"H", "the store's bytes")
+    wait_for(lambda: closed.recv(1, socket.MSG_PEEK) == b"", "the store's FIN")
+    assert sockets.hand_out() == {}
+    assert spoken.fileno() == -1 and closed.fileno() == -1
+    sockets.refill()
+    assert len(sockets.hand_out()[store.address]) == stager_warm.PER_ENDPOINT
+    sockets.lend(-1)

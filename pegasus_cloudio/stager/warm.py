@@ -138,7 +138,9 @@ class WarmSockets:
 
     def hand_out(self) -> Dict[Address, List[socket.socket]]:
         """At most :data:`PER_ENDPOINT` fresh connections per endpoint, the oldest first, for
-        the next job's copy; then :meth:`lend` says to whom. Endpoints unused for long are dropped."""
+        the next job's copy; then :meth:`lend` says to whom. Idle ones too old or no longer
+        :func:`pristine` (the store sent bytes or hung up while they waited) are closed.
+        Endpoints unused for long are dropped."""
         self.lend(-1)  # a hand-out never lent (the caller's failure): closed
         now = time.monotonic()
         handed: Dict[Address, List[socket.socket]] = {}
@@ -146,10 +148,12 @@ class WarmSockets:
             if now - endpoint.used > FORGET_S:
                 self._close(self._endpoints.pop(address))
                 continue
+            fresh = []
             for made, sock in endpoint.sockets:
-                if now - made > MAX_AGE_S:
-                    sock.close()
-            fresh = [(made, sock) for made, sock in endpoint.sockets if now - made <= MAX_AGE_S]
+                if now - made <= MAX_AGE_S and pristine(sock):
+                    fresh.append((made, sock))
+                else:
+                    sock.close()  # too old, or the store spoke or hung up: no answer to a job's request
             taken, endpoint.sockets = fresh[:PER_ENDPOINT], fresh[PER_ENDPOINT:]
             if taken:
                 handed[address] = [sock for _, sock in taken]

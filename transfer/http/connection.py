@@ -320,7 +320,7 @@ class Connection:
             self._warm = True  # its first request is treated as one on a reused connection
             if not _connected(sock, self._timeouts.connect):  # `connect` dials afresh, once
                 sock.close()
-                raise TimeoutError("a warm connection did not connect in time")
+                raise TimeoutError("a warm connection was not ready (not connected in time, or the server spoke first)")
             sock.settimeout(self._timeouts.connect)
         return sock
 
@@ -527,12 +527,15 @@ def _plain_socket(address: Tuple[str, int], timeout: float) -> _socket.socket:
 
 def _connected(sock: _socket.socket, timeout: float) -> bool:
     """Whether ``sock``, whose connect was started without waiting (a stager's warm socket),
-    is connected, waiting up to ``timeout`` for it: a first send on a socket still connecting
-    would wait for TCP's own give-up (minutes), not for any of our timeouts."""
+    is connected and has nothing to read, waiting up to ``timeout`` for the connect: a first
+    send on a socket still connecting would wait for TCP's own give-up (minutes), not for any
+    of our timeouts; and bytes the server sent before any request (an idle timeout's answer)
+    would be read as the answer to ours, an end as a failure of it."""
     import select
     poller = select.poll()
-    poller.register(sock.fileno(), select.POLLOUT)
-    if not poller.poll(int(timeout * 1000)):
+    poller.register(sock.fileno(), select.POLLOUT | select.POLLIN)
+    events = poller.poll(int(timeout * 1000))
+    if not events or events[0][1] & (select.POLLIN | select.POLLERR | select.POLLHUP):
         return False
     return sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR) == 0
 
