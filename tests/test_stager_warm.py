@@ -724,3 +724,112 @@ def test_the_stager_hands_out_no_idle_socket_the_store_sent_on_or_hung_up(warmed
     sockets.refill()
     assert len(sockets.hand_out()[store.address]) == stager_warm.PER_ENDPOINT
     sockets.lend(-1)
+
+
+def test_no_program_a_copy_starts_holds_a_lent_socket(warmed, tmp_path):
+    """A copy hands the entries it does not serve to the stock tool (a child process): the
+    sockets lent to it are close-on-exec, so no program it starts holds one (and uses it, or
+    keeps it open) once the copy is reaped and the socket lent to the next job, whatever the
+    way the program is started (here even ``close_fds=False``)."""
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    listing = tmp_path / "fds"
+
+    def run_a_program(lent):
+        program = f'ls -l /proc/$$/fd > {listing}'  # the shell's descriptors
+        subprocess.run(["sh", "-c", program], close_fds=False, check=True)
+
+    pid = _job(handed, run_a_program)
+    sockets.lend(pid)
+    assert _reaped(pid) == 0
+    inodes = {f"socket:[{os.fstat(sock.fileno()).st_ino}]" for sock in handed[store.address]}
+    assert listing.read_text() and not inodes & set(listing.read_text().split())
+    sockets.give_back(pid)
+    assert all(sock in sockets.idle() for sock in handed[store.address])
+
+
+def test_a_lent_socket_a_copy_began_tls_on_is_closed_not_handed_again(warmed):
+    """A copy wraps a lent socket in TLS for an ``https`` endpoint: its ClientHello is data
+    sent (the kernel counts it), so the socket never comes back, even when the handshake
+    failed (here the store never answers it)."""
+    import ssl
+
+    store, sockets = warmed
+    handed = sockets.hand_out()
+    hello, untouched = handed[store.address]
+
+    def begin_tls(_):
+        context = ssl.create_default_context()
+        hello.settimeout(0.2)
+        try:
+            context.wrap_socket(hello, server_hostname="store.test")
+        except (TimeoutError, ssl.SSLError):
+            pass
+
+    pid = _job(handed, begin_tls)
+    sockets.lend(pid)
+    assert _reaped(pid) == 0
+    assert store.peer_of(hello).recv(1) == b"\x16"  # a TLS handshake record reached the store
+    sockets.give_back(pid)
+    assert hello.fileno() == -1 and sockets.idle() == [untouched]
+
+
+def test_an_ipv6_endpoint_is_lent_and_its_untouched_sockets_come_back():
+    store = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    port = store.getsockname()[1]
+    sockets = stager_warm.WarmSockets()
+    try:
+        os.write(sockets.reports_w, f"store.test {port} ::1\n".encode())
+        sockets.drain_reports()
+        for sock in sockets.idle():
+            wait_for(lambda: _state(sock) == 1, "the stager's connect")
+        handed = sockets.hand_out()
+        lent = handed[("store.test", port)]
+        assert {sock.family for sock in lent} == {socket.AF_INET6}
+        pid = _job(handed)
+        sockets.lend(pid)
+        assert _reaped(pid) == 0
+        sockets.give_back(pid)
+        assert set(lent) <= set(sockets.idle())
+    finally:
+        sockets.close()
+        store.close()
+
+
+def test_a_socket_lent_while_connecting_comes_back_and_is_handed_once_its_connect_completes():
+    """A copy gives up on a warm socket still connecting (its connect timeout) and closes its
+    descriptor; the stager's stays, SYN_SENT, carrying nothing: it comes back, and once the
+    store's SYN-ACK arrives it is handed out as an established connection that carried nothing."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    queued = socket.create_connection(full.getsockname())  # the accept queue is full now
+    sockets = stager_warm.WarmSockets()
+    accepted = []
+    try:
+        stager_warm.report(sockets.reports_w, [full.getsockname()], look_up=True)
+        sockets.drain_reports()
+        handed = sockets.hand_out()
+        connecting = handed[full.getsockname()]
+        assert {_state(sock) for sock in connecting} == {2}  # TCP_SYN_SENT
+        pid = _job(handed)
+        sockets.lend(pid)
+        assert _reaped(pid) == 0
+        sockets.give_back(pid)
+        assert set(connecting) <= set(sockets.idle())
+        full.setblocking(False)
+
+        def accept_and_check():
+            try:
+                accepted.append(full.accept()[0])  # room in the queue: the SYNs sent again get through
+            except BlockingIOError:
+                pass
+            return all(_state(sock) == 1 for sock in connecting)
+
+        wait_for(accept_and_check, "the store's SYN-ACKs", timeout=60)
+        assert set(sockets.hand_out()[full.getsockname()]) == set(connecting)
+        sockets.lend(-1)
+    finally:
+        sockets.close()
+        for sock in accepted + [queued, full]:
+            sock.close()
