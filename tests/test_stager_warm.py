@@ -596,13 +596,14 @@ def test_a_copy_that_ends_during_a_dispatch_is_reaped_and_gives_its_sockets_back
     assert stager.served == 1 and set(handed) <= set(sockets.idle())
 
 
-def _at_each_bytecode(code, k, interrupt):
-    """A tracer that calls ``interrupt()`` once, before the ``k``-th bytecode the first frame
-    of ``code`` runs, as a signal handler would run there; the tracer's own state (fired)."""
+def _at_each_bytecode(code, k, interrupt, callees=()):
+    """A tracer that calls ``interrupt()`` once, before the ``k``-th bytecode run by the first
+    frame of ``code`` or by the frames it calls whose code is in a file of ``callees``, as a
+    signal handler would run there; the tracer's own state (fired)."""
     state = {"frame": None, "seen": 0, "fired": False}
 
     def local(frame, event, arg):
-        if event == "opcode" and frame is state["frame"] and not state["fired"]:
+        if event == "opcode" and not state["fired"]:
             if state["seen"] == k:
                 state["fired"] = True
                 interrupt()
@@ -610,10 +611,12 @@ def _at_each_bytecode(code, k, interrupt):
         return local
 
     def calls(frame, event, arg):
-        if frame.f_code is not code:
+        if state["fired"]:
             return None
-        if state["frame"] is None:
+        if state["frame"] is None and frame.f_code is code:
             state["frame"] = frame
+        elif state["frame"] is None or frame.f_code.co_filename not in callees:
+            return None
         frame.f_trace_opcodes = True
         return local
 
@@ -833,3 +836,63 @@ def test_a_socket_lent_while_connecting_comes_back_and_is_handed_once_its_connec
         sockets.close()
         for sock in accepted + [queued, full]:
             sock.close()
+
+
+def test_a_copy_that_ends_at_any_bytecode_of_a_dispatch_never_mixes_its_loans_with_the_new_copys(warmed):
+    """SIGCHLD's handler run before each bytecode of a real dispatch, the stager's and the
+    pool's functions it calls included (an opcode tracer; a real client connection, a real
+    forked copy kept waiting for its request): the copy that
+    ended is reaped by the dispatch's end, its sockets back in the pool; the new copy's
+    sockets are lent under the new copy's pid and none is in the pool while it runs."""
+    from pegasus_cloudio.stager import server, wire
+
+    store, sockets = warmed
+    code = server.Stager._dispatch.__code__
+    me = os.getpid()
+    k = 0
+    while True:
+        stager = server.Stager("/nonexistent/s.sock")
+        stager._warm = sockets
+        stager._listener = socket.socket(socket.AF_UNIX)
+        handed = sockets.hand_out()
+        reader, writer = os.pipe()
+        ending = _job(handed, lambda _: os.read(reader, 1))
+        sockets.lend(ending)
+        sockets.refill()
+        wait_for(lambda: store.accept_all() and all(_state(s) == 1 for s in sockets.idle()), "the refill's connects")
+        client, conn = socket.socketpair()
+
+        def sigchld():
+            if os.getpid() != me:
+                return
+            os.write(writer, b"x")
+            os.waitid(os.P_PID, ending, os.WEXITED | os.WNOWAIT)
+            stager._reap(signal.SIGCHLD, None)
+
+        tracer, state = _at_each_bytecode(code, k, sigchld, (server.__file__, stager_warm.__file__))
+        sys.settrace(tracer)
+        try:
+            stager._dispatch(conn)
+        finally:
+            sys.settrace(None)
+        if not state["fired"]:
+            os.write(writer, b"x")
+        copy = next(pid for pid in sockets._lent if pid != ending)
+        mine = [loan[3] for loan in sockets._lent[copy]]
+        assert mine and not set(mine) & set(sockets.idle()), f"bytecode {k}"
+        if state["fired"]:
+            assert ending not in sockets._lent and stager.served == 1, f"bytecode {k}"
+            back = set(sockets.idle()) | set(mine)  # back in the pool, or lent again to the new copy
+            assert set(handed[store.address]) <= back, f"bytecode {k}"
+        client.sendall(b"\0" * wire.LENGTH_BYTES)  # a request without the job's streams: the copy ends
+        client.close()
+        os.waitid(os.P_PID, copy, os.WEXITED | os.WNOWAIT)
+        stager._reap(signal.SIGCHLD, None)
+        assert not sockets._lent and stager.served == 2
+        for fd in (reader, writer):
+            os.close(fd)
+        stager._listener.close()
+        if not state["fired"]:
+            break
+        k += 1
+    assert k > 20
