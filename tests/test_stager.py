@@ -400,3 +400,36 @@ def test_inserts_after_the_answer_neither_hold_nor_write_the_jobs_streams(native
     client.stdout.close()
     client.stderr.close()
     cache.close()
+
+
+def test_a_stager_started_without_standard_streams_serves_jobs(native_dropin, tmp_path):
+    """A service manager may start the stager with its standard streams closed: its listening
+    socket and its copies' report pipe then took descriptors 0-2, where a copy puts the job's
+    streams (the copy closed the job's standard input, wrote its reports into the job's
+    standard error): every job fell back to running itself."""
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="stager-")  # short: a socket path holds 107 bytes
+    path = os.path.join(directory, "stager.sock")
+    daemon = subprocess.Popen(["sh", "-c", 'exec "$@" <&- >&- 2>&-', "sh", sys.executable, "-m",
+                               "pegasus_cloudio.cli", "stager", "--socket", path])
+
+    def accepts():
+        probe = socket.socket(socket.AF_UNIX)
+        try:
+            return probe.connect_ex(path) == 0  # the copy forked for it ends at the probe's close
+        finally:
+            probe.close()
+
+    try:
+        wait_for(accepts, "the stager's socket")
+        (tmp_path / "a").write_bytes(b"x" * 10)
+        done = run_job(native_dropin, [], job_env(path), tmp_path,
+                       stdin=json.dumps([entry(f"file://{tmp_path}/a", f"file://{tmp_path}/b")]).encode())
+        assert done.returncode == 0 and (tmp_path / "b").read_bytes() == b"x" * 10, done.stderr.decode()
+        assert b"node stager" not in done.stderr, done.stderr.decode()  # served there, no fall-back
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -159,6 +159,20 @@ def listen(path: str) -> socket.socket:
     return sock
 
 
+def hold_standard_descriptors() -> None:
+    """Open ``/dev/null`` on each of descriptors 0-2 that is closed (a service manager may
+    start the stager so): the listening socket or the reports' pipe would take it, and a copy
+    puts the job's streams there."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end (``struct ucred``: pid, uid, gid)."""
     return int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[4:8], sys.byteorder)
@@ -205,6 +219,7 @@ class Stager:
         self._reap_again = False  # a child ended while the reaper could not reap: reap again
 
     def serve(self) -> None:
+        hold_standard_descriptors()
         self._listener = listen(self.path)
         self._warm = WarmSockets()
         gc.collect()
@@ -413,8 +428,9 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
         request = None
     conn.settimeout(None)
     for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
     _rebind_streams()
     if request is None:
         sys.stderr.write("pegasus-transfer: the node stager got a malformed request\n")
