@@ -896,3 +896,39 @@ def test_a_copy_that_ends_at_any_bytecode_of_a_dispatch_never_mixes_its_loans_wi
             break
         k += 1
     assert k > 20
+
+
+def test_past_the_lending_cap_the_stager_gives_its_sockets_away_and_holds_no_more(warmed):
+    """At most MAX_LENT sockets are lent at once (a descriptor the stager holds each, however
+    many copies a client makes it fork and however long they run); past that, a copy's
+    sockets are given (the stager closes its descriptors), and none ever comes back."""
+    store, sockets = warmed
+    pids = iter(range(10 ** 7, 10 ** 7 + 10 ** 6))  # no process has these: the copies never end here
+    lent = []
+    while sum(len(found) for found in lent) < stager_warm.MAX_LENT:
+        handed = sockets.hand_out()[store.address]
+        sockets.lend(next(pids))
+        sockets.refill()
+        lent.append(handed)
+    given = sockets.hand_out()[store.address]
+    sockets.lend(next(pids))
+    assert all(sock.fileno() == -1 for sock in given)
+    assert len(sockets.held()) <= stager_warm.MAX_LENT + stager_warm.MAX_IDLE
+    assert all(sock.fileno() >= 0 for found in lent for sock in found)
+    sockets.close()
+    assert sockets.held() == [] and all(sock.fileno() == -1 for found in lent for sock in found)
+
+
+def test_sockets_past_the_age_limit_are_neither_handed_out_nor_taken_back(warmed):
+    store, sockets = warmed
+    endpoint = sockets._endpoints[store.address]
+    old, young = [sock for _, sock in endpoint.sockets]
+    endpoint.sockets = [(time.monotonic() - stager_warm.MAX_AGE_S - 1, old), (time.monotonic(), young)]
+    assert sockets.hand_out()[store.address] == [young] and old.fileno() == -1
+    pid = _job({store.address: [young]})
+    sockets.lend(pid)
+    assert _reaped(pid) == 0
+    (address, endpoint, made, sock), = sockets._lent[pid]
+    sockets._lent[pid] = [(address, endpoint, made - stager_warm.MAX_AGE_S - 1, sock)]
+    sockets.give_back(pid)
+    assert young.fileno() == -1 and young not in sockets.held()
