@@ -5,7 +5,9 @@ The stager imports the drop-in and its backends once (:data:`PRELOAD`; the heavy
 then waits on a Unix socket in a private directory. Each connection from a process of the same user (checked with
 ``SO_PEERCRED``; others are refused) gets a forked child that takes over the client's
 standard streams, working directory, umask, environment and arguments, runs the drop-in's
-``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). Cache
+``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). A job the
+stager cannot fork for (the user's process limit) is refused, as one from another namespace
+is: its client runs it, and the stager serves on. Cache
 inserts of bundle members the job fetched are made after that answer
 (:mod:`transfer.cache.behind`), so they overlap with the job's compute instead of delaying it. The stager
 itself never runs a transfer and holds no threads, so forking it is safe; it reaps its
@@ -262,7 +264,18 @@ class Stager:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
+        failed = self._start(conn)
+        if failed is not None:  # EAGAIN (the user's process limit, a unit's TasksMax), ENOMEM
+            log.warning("refused a job (pid %d): cannot fork (%s)", pid, failed.strerror or failed)
+            _refuse(conn, f"the stager cannot fork a process for it now ({failed.strerror or failed})")
+        if self._reap_again:  # children ended meanwhile
+            self._reap(signal.SIGCHLD, None)
+
+    def _start(self, conn: socket.socket) -> Optional[OSError]:
+        """Fork the copy that runs the job on ``conn``, lending it warm connections; None, or
+        why ``fork`` failed (``conn`` is then still open, the connections handed out back)."""
         assert self._warm is not None
+        failed = None
         self._dispatching = True  # the reaper leaves the warm connections and the children alone meanwhile
         try:
             self._warm.drain_reports()
@@ -270,13 +283,15 @@ class Stager:
             pid = -1
             try:
                 pid = self._fork(conn, handed)
+            except OSError as err:
+                failed = err
+                self._warm.put_back()  # nobody had them
             finally:
                 self._warm.lend(pid)  # the stager keeps its descriptors: lent, not given
             self._warm.refill()
         finally:
             self._dispatching = False
-        if self._reap_again:  # children ended meanwhile
-            self._reap(signal.SIGCHLD, None)
+        return failed
 
     def _import_learnt(self) -> None:
         """Import the :data:`ON_DEMAND` modules finished jobs used (their copies reported them),
@@ -294,7 +309,8 @@ class Stager:
         gc.freeze()
 
     def _fork(self, conn: socket.socket, handed: Dict[Tuple[str, int], List[socket.socket]]) -> int:
-        """Fork the job's copy (which never returns from here); the child's pid."""
+        """Fork the job's copy (which never returns from here); the child's pid. OSError if
+        ``fork`` fails (``conn`` is left open)."""
         assert self._warm is not None
         pid = os.fork()
         if pid == 0:
