@@ -6,10 +6,12 @@
  * - PEGASUS_CLOUDIO_STAGER set in the environment (ASCII whitespace around it stripped,
  *   non-empty): connect to that Unix socket; use it only if SO_PEERCRED says the stager runs as
  *   this user; send one request of pegasus_cloudio/stager/wire.py v1 (the 4-byte big-endian
- *   length and stdin, stdout, stderr as SCM_RIGHTS in one sendmsg, then the NUL-separated
- *   fields: v1, cwd, umask, argc, arguments, NAME=value for each environment variable as
- *   Python's os.environ holds them); read "P" + pid, then "X" + exit code, and exit with that
- *   code. SIGTERM, SIGINT and SIGHUP received meanwhile are passed on to that pid.
+ *   length and wire.DESCRIPTORS descriptors as SCM_RIGHTS in one sendmsg: stdin, stdout,
+ *   stderr and the working directory, open(".", O_PATH | O_DIRECTORY), where the job runs;
+ *   then the NUL-separated fields: v1, cwd (for messages), umask, argc, arguments, NAME=value
+ *   for each environment variable as Python's os.environ holds them); read "P" + pid, then
+ *   "X" + exit code, and exit with that code. SIGTERM, SIGINT and SIGHUP received meanwhile
+ *   are passed on to that pid.
  * - When the stager cannot take the job (unreachable, another uid, a refusal "R", closed
  *   early, a request over wire.MAX_REQUEST): one line on stderr, the same as client.py's, then
  *   run the job in-process as below, with _PEGASUS_CLOUDIO_STAGER_TRIED=1 so the Python side
@@ -26,6 +28,7 @@
  */
 #define _GNU_SOURCE /* struct ucred */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stddef.h>
@@ -284,26 +287,17 @@ static char *build_request(size_t *size, int argc, char **argv)
     return request;
 }
 
-/* Send the request: its length and our stdin/stdout/stderr in one sendmsg, then its bytes;
- * 0, -1 with errno, or -2 when it is over MAX_REQUEST (warned). */
-static int send_request(int fd, const char *path, int argc, char **argv)
+/* Send the 4-byte header with our stdin, stdout, stderr and working directory (which the job's
+ * process enters by this descriptor: the path may name another directory by then) in one
+ * sendmsg; the bytes sent, or -1 with errno. */
+static int send_header(int fd, unsigned char *header, size_t n)
 {
-    size_t size = 0;
-    char *request = build_request(&size, argc, argv);
-    unsigned char header[4] = {(unsigned char)(size >> 24), (unsigned char)(size >> 16), (unsigned char)(size >> 8),
-                               (unsigned char)size};
-    int fds[3] = {0, 1, 2}, rc;
+    int fds[4] = {0, 1, 2, open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)}, rc, saved; /* O_PATH: no read right needed */
     union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof fds)]; } control;
-    struct iovec iov = {header, sizeof header};
+    struct iovec iov = {header, n};
     struct msghdr msg;
     struct cmsghdr *cmsg;
-    if (!request && size > MAX_REQUEST) {
-        char why[96];
-        snprintf(why, sizeof why, "(a request of %zu bytes, over %d)", size, MAX_REQUEST);
-        warn_line(path, "did not take the job ", why);
-        return -2;
-    }
-    if (!request)
+    if (fds[3] < 0)
         return -1;
     memset(&msg, 0, sizeof msg);
     memset(&control, 0, sizeof control);
@@ -315,6 +309,30 @@ static int send_request(int fd, const char *path, int argc, char **argv)
     do
         rc = (int)sendmsg(fd, &msg, MSG_NOSIGNAL);
     while (rc < 0 && errno == EINTR);
+    saved = errno;
+    close(fds[3]);
+    errno = saved;
+    return rc;
+}
+
+/* Send the request: its header (send_header), then its bytes; 0, -1 with errno, or -2 when it
+ * is over MAX_REQUEST (warned). */
+static int send_request(int fd, const char *path, int argc, char **argv)
+{
+    size_t size = 0;
+    char *request = build_request(&size, argc, argv);
+    unsigned char header[4] = {(unsigned char)(size >> 24), (unsigned char)(size >> 16), (unsigned char)(size >> 8),
+                               (unsigned char)size};
+    int rc;
+    if (!request && size > MAX_REQUEST) {
+        char why[96];
+        snprintf(why, sizeof why, "(a request of %zu bytes, over %d)", size, MAX_REQUEST);
+        warn_line(path, "did not take the job ", why);
+        return -2;
+    }
+    if (!request)
+        return -1;
+    rc = send_header(fd, header, sizeof header);
     if (rc >= 0 && rc < (int)sizeof header) /* a stream socket sends a 4-byte message whole */
         rc = send_all(fd, (const char *)header + rc, sizeof header - (size_t)rc);
     if (rc >= 0)

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -194,11 +195,13 @@ def test_both_clients_say_the_same_when_no_stager_answers(clients: Dict[str, Lis
 
 class ScriptedStager:
     """A stand-in for the stager on a Unix socket: takes each request whole (its descriptors
-    closed), answers with the bytes ``reply`` holds, and hangs up."""
+    closed, what each names noted in ``descriptors``), answers with the bytes ``reply`` holds,
+    and hangs up."""
 
     def __init__(self, path: Path) -> None:
         self.reply = b""
         self.requests: List[int] = []
+        self.descriptors: List[List[os.stat_result]] = []
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(path))
         self.sock.listen(4)
@@ -212,7 +215,8 @@ class ScriptedStager:
             except OSError:
                 return
             with conn:
-                header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
+                header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 8)
+                self.descriptors.append([os.fstat(fd) for fd in fds])
                 for fd in fds:
                     os.close(fd)
                 size, got = int.from_bytes(header, "big"), 0
@@ -263,6 +267,23 @@ def test_both_clients_read_every_reply_alike(clients: Dict[str, List[str]], tmp_
         "transferring in this process"]
     assert lines["pid, hang-up"] == ["pegasus-transfer: the node stager's process 999999 ended without an exit status"]
     assert lines["exit 300"] == lines["exit -1"] == []
+
+
+def test_both_clients_send_their_streams_and_working_directory(clients: Dict[str, List[str]], tmp_path: Path) -> None:
+    """Four descriptors (``wire.DESCRIPTORS``): stdin, stdout, stderr and the job's directory,
+    which the stager's process enters by descriptor, not by the path or the client's pid."""
+    path = tmp_path / "scripted.sock"
+    scripted = ScriptedStager(path)
+    scripted.reply = wire.refusal("scripted")
+    try:
+        run_both(clients, tmp_path / "jobs", copy_spec(), job_env(path))
+    finally:
+        scripted.close()
+    assert len(scripted.descriptors) == 2 and all(len(sent) == wire.DESCRIPTORS for sent in scripted.descriptors)
+    for name, sent in zip(clients, scripted.descriptors):
+        job = os.stat(tmp_path / "jobs" / name)
+        assert (sent[3].st_dev, sent[3].st_ino) == (job.st_dev, job.st_ino), name
+        assert [stat.S_ISDIR(s.st_mode) for s in sent] == [False, False, False, True], name
 
 
 def test_neither_client_sends_anything_to_another_users_stager(clients: Dict[str, List[str]], tmp_path: Path) -> None:

@@ -305,9 +305,11 @@ def test_requests_round_trip_any_argument_and_environment_and_refuse_garbage():
 def test_a_client_that_sends_garbage_gets_exit_2_and_the_stager_serves_on(native_dropin, stager, tmp_path):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(stager.socket_path)
+    here = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
     with open(os.devnull, "rb") as null_in, open(tmp_path / "err", "wb") as err:
-        socket.send_fds(sock, [(12).to_bytes(4, "big")], [null_in.fileno(), err.fileno(), err.fileno()])
+        socket.send_fds(sock, [(12).to_bytes(4, "big")], [null_in.fileno(), err.fileno(), err.fileno(), here])
         sock.sendall(b"not-a-reqest")
+    os.close(here)
     from pegasus_cloudio.stager import wire
     assert wire.read_reply(sock) is None  # no pid, no exit code: the request was refused
     sock.close()

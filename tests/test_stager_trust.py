@@ -1,7 +1,8 @@
 """The node stager's trust boundaries (``docs/security.md``): its socket is never reached
 through another user's symbolic link, and a job that sees another file system (another
 mount namespace: a container, HTCondor's MOUNT_UNDER_SCRATCH) is refused with one line and
-runs in its own process, where its paths mean what it thinks."""
+runs in its own process, where its paths mean what it thinks; and a job's process works in
+the directory whose descriptor its client sent, never one found by path or by pid."""
 
 import json
 import os
@@ -117,7 +118,7 @@ ready, go = int(sys.argv[2]), int(sys.argv[3])
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.connect(sys.argv[1])
 request = wire.encode_request(os.getcwd(), 0o022, ["-f", "spec.json"], dict(os.environ))
-socket.send_fds(sock, [wire.length(len(request))], [0, 1, 2])
+socket.send_fds(sock, [wire.length(len(request))], [0, 1, 2, os.open(".", os.O_PATH | os.O_DIRECTORY)])
 os.write(ready, b"1")
 os.read(go, 1)
 sock.sendall(request)
@@ -196,6 +197,89 @@ def test_the_job_runs_in_the_clients_directory_even_if_its_path_changes_hands(ot
         assert mine.read_bytes() == b"the job's private bytes"
     finally:
         subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+
+# A client sending a request of its own making: argv[2] is the path it opens as the job's
+# directory (none: only the three streams go), argv[3] the working directory it names in the
+# request; it writes what the stager answered ("refused: <reason>" or "exit <code>") to argv[4].
+_HAND_MADE_CLIENT = r"""
+import os, socket, sys
+from pegasus_cloudio.stager import wire
+path, sent, named, result = sys.argv[1:5]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(path)
+request = wire.encode_request(named, 0o022, ["-f", "spec.json"], dict(os.environ))
+fds = [0, 1, 2] + ([os.open(sent, os.O_RDONLY)] if sent else [])
+socket.send_fds(sock, [wire.length(len(request))], fds)
+sock.sendall(request)
+started = wire.read_reply(sock)
+if started is not None and started[0] == wire.REFUSED:
+    answer = "refused: " + wire.read_reason(sock, started[1])
+else:
+    assert started is not None and started[0] == wire.PID, started
+    done = wire.read_reply(sock)
+    answer = "exit %s" % (done[1] if done is not None else None)
+with open(result, "w") as out:
+    out.write(answer)
+"""
+
+
+def hand_made_job(stager, cwd, sent, named, tmp_path):
+    """What the stager answered :data:`_HAND_MADE_CLIENT`, run in ``cwd``, sending ``sent``
+    (None: three descriptors) and naming ``named`` as its directory."""
+    result = tmp_path / "answer"
+    done = subprocess.run([sys.executable, "-c", _HAND_MADE_CLIENT, stager.socket_path, str(sent or ""), str(named),
+                           str(result)], cwd=cwd, env=job_env(stager.socket_path), stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    return result.read_text()
+
+
+def _three_jobs(tmp_path):
+    """Directories ``sent``, ``here`` and ``named``, each with a spec.json copying one secret to
+    a file of its own name in ``out``: (the directories, ``out``, the secret's bytes)."""
+    secret, out = tmp_path / "secret.dat", tmp_path / "out"
+    secret.write_bytes(b"the job's bytes")
+    out.mkdir()
+    dirs = {}
+    for name in ("sent", "here", "named"):
+        dirs[name] = tmp_path / name
+        dirs[name].mkdir()
+        (dirs[name] / "spec.json").write_text(json.dumps([entry(f"file://{secret}", f"file://{out}/{name}")]))
+    return dirs, out, secret.read_bytes()
+
+
+def test_the_job_runs_in_the_directory_whose_descriptor_the_client_sent(tmp_path):
+    """Not in the client's current directory (``/proc/<pid>/cwd``: if the client dies, another
+    process of the user may get its pid), nor in the one its path names: the descriptor holds
+    the directory itself."""
+    dirs, out, secret = _three_jobs(tmp_path)
+    with StagerProcess() as stager:
+        answer = hand_made_job(stager, dirs["here"], dirs["sent"], dirs["named"], tmp_path)
+        assert answer == "exit 0"
+        assert sorted(p.name for p in out.iterdir()) == ["sent"] and (out / "sent").read_bytes() == secret
+        wait_for(lambda: served(stager), "the stager's log line")
+
+
+def test_a_request_without_a_directory_descriptor_or_with_a_file_is_refused(native_dropin, tmp_path):
+    """An older client (three descriptors: the stager would have to find the directory by pid)
+    and a descriptor that is not a directory: the stager runs neither job, says why in one line,
+    and serves the next job."""
+    dirs, out, secret = _three_jobs(tmp_path)
+    with StagerProcess() as stager:
+        older = hand_made_job(stager, dirs["here"], None, dirs["named"], tmp_path)
+        assert older.startswith("refused: ") and "\n" not in older
+        assert "3 descriptors" in older and "working directory" in older, older
+        a_file = hand_made_job(stager, dirs["here"], dirs["sent"] / "spec.json", dirs["named"], tmp_path)
+        assert a_file.startswith("refused: ") and "\n" not in a_file
+        assert "not a directory" in a_file, a_file
+        assert list(out.iterdir()) == []
+        done = subprocess.run([*native_dropin, "-f", "spec.json"], cwd=dirs["sent"], env=job_env(stager.socket_path),
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        assert done.returncode == 0 and b"node stager" not in done.stderr, done.stderr.decode()
+        assert (out / "sent").read_bytes() == secret
+        wait_for(lambda: len(served(stager)) == 3, "the stager's log lines")  # the refusing copies' too
+        assert " exited 0 " in served(stager)[-1]
 
 
 # A client in another mount namespace (refused) that announces a request and then sends it

@@ -55,10 +55,8 @@ def hand_off(path: str, argv: "Sequence[str]", env: "Mapping[str, str]") -> "Opt
             _warn(f"node stager {path} did not take the job (a request of {len(request)} bytes, over "
                   f"{wire.MAX_REQUEST}); transferring in this process")
             return None
-        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))  # an array of C ints
         try:
-            sock.sendmsg([wire.length(len(request))], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-            sock.sendall(request)
+            _send(sock, request)
             started = wire.read_reply(sock)
         except OSError as err:
             started, reason = None, err.strerror or str(err)
@@ -74,6 +72,18 @@ def hand_off(path: str, argv: "Sequence[str]", env: "Mapping[str, str]") -> "Opt
         return _wait(sock, started[1])
     finally:
         sock.close()
+
+
+def _send(sock: "_socket.socket", request: bytes) -> None:
+    """Send ``request``: its length with this process's streams and working directory as
+    descriptors (:mod:`.wire`) in one message, then its bytes; OSError if that fails."""
+    here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # O_PATH: no read permission needed
+    try:
+        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, here))  # an array of C ints
+        sock.sendmsg([wire.length(len(request))], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+    finally:
+        os.close(here)
+    sock.sendall(request)
 
 
 def _wait(sock: "_socket.socket", pid: int) -> int:

@@ -4,8 +4,10 @@ The stager imports the drop-in and its backends once (:data:`PRELOAD`; the heavy
 :data:`ON_DEMAND`, once a job has used them) and generates its record classes' constructors,
 then waits on a Unix socket in a private directory. Each connection from a process of the same user (checked with
 ``SO_PEERCRED``; others are refused) gets a forked child that takes over the client's
-standard streams, working directory, umask, environment and arguments, runs the drop-in's
-``main`` exactly as the command would, and reports the exit code (:mod:`.wire`). Cache
+standard streams and working directory (descriptors the client sends), umask, environment
+and arguments, runs the drop-in's ``main`` exactly as the command would, and reports the
+exit code (:mod:`.wire`). A job the stager cannot fork for (the user's process limit) is
+refused, as one from another namespace is: its client runs it, and the stager serves on. Cache
 inserts of bundle members the job fetched are made after that answer
 (:mod:`transfer.cache.behind`), so they overlap with the job's compute instead of delaying it. The stager
 itself never runs a transfer and holds no threads, so forking it is safe; it reaps its
@@ -66,6 +68,7 @@ REFUSE_S = 1.0  # the whole of a refusal (on the stager's loop)
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 
 log = logging.getLogger("pegasus_cloudio.stager")
+Request = Tuple[str, int, List[str], Dict[bytes, bytes]]  # cwd, umask, argv, environment
 
 
 class StagerError(Exception):
@@ -262,7 +265,18 @@ class Stager:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
+        failed = self._start(conn)
+        if failed is not None:  # EAGAIN (the user's process limit, a unit's TasksMax), ENOMEM
+            log.warning("refused a job (pid %d): cannot fork (%s)", pid, failed.strerror or failed)
+            _refuse(conn, f"the stager cannot fork a process for it now ({failed.strerror or failed})")
+        if self._reap_again:  # children ended meanwhile
+            self._reap(signal.SIGCHLD, None)
+
+    def _start(self, conn: socket.socket) -> Optional[OSError]:
+        """Fork the copy that runs the job on ``conn``, lending it warm connections; None, or
+        why ``fork`` failed (``conn`` is then still open, the connections handed out back)."""
         assert self._warm is not None
+        failed = None
         self._dispatching = True  # the reaper leaves the warm connections and the children alone meanwhile
         try:
             self._warm.drain_reports()
@@ -270,13 +284,15 @@ class Stager:
             pid = -1
             try:
                 pid = self._fork(conn, handed)
+            except OSError as err:
+                failed = err
+                self._warm.put_back()  # nobody had them
             finally:
                 self._warm.lend(pid)  # the stager keeps its descriptors: lent, not given
             self._warm.refill()
         finally:
             self._dispatching = False
-        if self._reap_again:  # children ended meanwhile
-            self._reap(signal.SIGCHLD, None)
+        return failed
 
     def _import_learnt(self) -> None:
         """Import the :data:`ON_DEMAND` modules finished jobs used (their copies reported them),
@@ -294,7 +310,8 @@ class Stager:
         gc.freeze()
 
     def _fork(self, conn: socket.socket, handed: Dict[Tuple[str, int], List[socket.socket]]) -> int:
-        """Fork the job's copy (which never returns from here); the child's pid."""
+        """Fork the job's copy (which never returns from here); the child's pid. OSError if
+        ``fork`` fails (``conn`` is left open)."""
         assert self._warm is not None
         pid = os.fork()
         if pid == 0:
@@ -367,7 +384,7 @@ def _refuse(conn: socket.socket, why: str) -> None:
     deadline = time.monotonic() + REFUSE_S
     try:
         _time_left(conn, deadline)
-        header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
+        header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, wire.DESCRIPTORS)
         for fd in fds:
             os.close(fd)
         if len(header) == wire.LENGTH_BYTES:
@@ -413,31 +430,29 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     logging.root.handlers.clear()  # the stager's own log: the job logs as it would in-process
     if logging.root.level != logging.WARNING:  # (the command's stager has it so: see cli.py)
         logging.root.setLevel(logging.WARNING)  # clears every logger's cache, so touches (copies) each
-    conn.settimeout(REQUEST_TIMEOUT_S)  # a client that connects and sends nothing
-    try:
-        header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, 3)
-    except OSError:
+    received = _receive(conn)
+    if received is None:
         return 2
-    if len(header) != wire.LENGTH_BYTES or len(fds) != 3:
+    fds, request = received
+    why = _unusable(fds)
+    if why:
         for fd in fds:
             os.close(fd)
+        _refuse_here(conn, why)
         return 2
-    try:
-        request = _request(conn, int.from_bytes(header, "big"))
-    except OSError:
-        request = None
-    conn.settimeout(None)
+    directory = fds.pop()
     for target, fd in enumerate(fds):
         if fd != target:
             os.dup2(fd, target)
             os.close(fd)
     _rebind_streams()
     if request is None:
+        os.close(directory)
         sys.stderr.write("pegasus-transfer: the node stager got a malformed request\n")
         return 2
     cwd, umask, argv, env = request
     try:
-        _enter(peer_pid(conn))
+        _enter(directory)
     except OSError as err:
         sys.stderr.write(f"pegasus-transfer: {cwd}: cannot enter the job's directory: {err.strerror}\n")
         return 1
@@ -467,13 +482,58 @@ def _child(conn: socket.socket, warm_sockets: Dict[Tuple[str, int], List[socket.
     return code
 
 
-def _enter(pid: int) -> None:
-    """Enter the job's directory: the one the client's process ``pid`` is in (its
-    ``/proc/<pid>/cwd``; the stager checked that the client shares its pid and mount
-    namespaces and that it may read that link), not whatever the path the client sent names
-    by now: another user who may rename a directory on that path (a shared directory without
-    the sticky bit) could have put one of hers there."""
-    os.chdir(f"/proc/{pid}/cwd")
+def _receive(conn: socket.socket) -> Optional[Tuple[List[int], Optional[Request]]]:
+    """The descriptors the client sent (at least its three streams) and its request (None
+    when malformed); None, with nothing to answer on, when it sent no header or fewer
+    descriptors, or stopped sending for :data:`REQUEST_TIMEOUT_S`."""
+    conn.settimeout(REQUEST_TIMEOUT_S)  # a client that connects and sends nothing
+    try:
+        header, fds, _, _ = socket.recv_fds(conn, wire.LENGTH_BYTES, wire.DESCRIPTORS)
+    except OSError:
+        return None
+    if len(header) != wire.LENGTH_BYTES or len(fds) < 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    try:
+        request = _request(conn, int.from_bytes(header, "big"))
+    except OSError:
+        request = None
+    conn.settimeout(None)
+    return fds, request
+
+
+def _unusable(fds: List[int]) -> str:
+    """Why the copy cannot run a job with the descriptors ``fds`` ("" when it can): the
+    fourth must be the job's directory. A client sending only its streams is older than this
+    stager (a separately built native client, an older installation's): finding its directory
+    by its pid would enter another process's once the client is gone and its pid reused."""
+    if len(fds) < wire.DESCRIPTORS:
+        return (f"the client sent {len(fds)} descriptors, without its working directory "
+                "(a client older than this stager)")
+    if not stat.S_ISDIR(os.fstat(fds[3]).st_mode):
+        return "the working directory descriptor the client sent is not a directory"
+    return ""
+
+
+def _refuse_here(conn: socket.socket, why: str) -> None:
+    """Tell the client, whose request the copy has read, why it must run its job itself."""
+    try:
+        conn.sendall(wire.refusal(why))
+    except OSError:
+        pass
+
+
+def _enter(directory: int) -> None:
+    """Enter the job's directory, the one whose descriptor the client sent (and close that).
+    Not whatever the path the client sent names by now: another user who may rename a
+    directory on that path (a shared directory without the sticky bit) could have put one of
+    hers there; nor the client's ``/proc/<pid>/cwd``: if the client died meanwhile, another
+    process of the user may have its pid."""
+    try:
+        os.fchdir(directory)
+    finally:
+        os.close(directory)
 
 
 def _take_environment(env: Dict[bytes, bytes]) -> None:
@@ -489,7 +549,7 @@ def _take_environment(env: Dict[bytes, bytes]) -> None:
             environ[name] = value
 
 
-def _request(conn: socket.socket, size: int) -> Optional[Tuple[str, int, List[str], Dict[bytes, bytes]]]:
+def _request(conn: socket.socket, size: int) -> Optional[Request]:
     if size > wire.MAX_REQUEST:
         return None
     data = bytearray()

@@ -15,7 +15,7 @@ either way (:func:`pristine`: ``TCP_INFO`` counters and an empty receive queue, 
 stager's own descriptor); any other is closed. The copy's word is not asked: a connection
 a request went out on, handed to another job, would give that job another request's answer.
 So a job that sent no request (a node-cache hit) costs no new connection, and one that used a
-connection costs one. At most :data:`MAX_IDLE` come back per endpoint (the oldest extras are
+connection costs one; those handed out for a copy the stager could not fork come back at once. At most :data:`MAX_IDLE` come back per endpoint (the oldest extras are
 closed), at most :data:`MAX_LENT` are lent at once (beyond, the stager closes its descriptor:
 given, not lent). A copy never shuts a socket down (``shutdown`` would end the stager's
 connection too); it only closes its descriptors.
@@ -175,9 +175,18 @@ class WarmSockets:
         """The copy ``pid`` was reaped: each socket lent to it comes back to its endpoint if
         that endpoint is still the one it was dialled for, it is young enough and
         :func:`pristine`; any other is closed. An endpoint keeps its :data:`MAX_IDLE` youngest."""
+        self._take_back(self._lent.pop(pid, []))
+
+    def put_back(self) -> None:
+        """No copy was forked for what :meth:`hand_out` gave (``fork`` failed): it comes back
+        as from a reaped copy (:meth:`give_back`), instead of being closed by :meth:`lend`."""
+        out, self._out = self._out, []
+        self._take_back(out)
+
+    def _take_back(self, loans: List[_Loan]) -> None:
         now = time.monotonic()
         back: Set[Address] = set()
-        for address, endpoint, made, sock in self._lent.pop(pid, ()):
+        for address, endpoint, made, sock in loans:
             if self._endpoints.get(address) is endpoint and now - made <= MAX_AGE_S and pristine(sock):
                 sock.setblocking(False)  # as dialled (a copy's timeouts may have made it blocking)
                 endpoint.sockets.append((made, sock))

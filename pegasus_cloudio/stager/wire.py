@@ -1,10 +1,16 @@
 """Framing between the drop-in (client) and the node stager, over a Unix stream socket.
 
-Request (client -> stager): one ``sendmsg`` carrying the client's stdin, stdout and stderr
-as ``SCM_RIGHTS`` and a 4-byte big-endian length, then that many bytes: NUL-separated fields
-``v1``, working directory, umask (decimal), argument count, the arguments, then one
+Request (client -> stager): one ``sendmsg`` carrying :data:`DESCRIPTORS` descriptors as
+``SCM_RIGHTS``, the client's stdin, stdout, stderr and its working directory (``open(".",
+O_PATH | O_DIRECTORY)``), and a 4-byte big-endian length, then that many bytes: NUL-separated
+fields ``v1``, working directory, umask (decimal), argument count, the arguments, then one
 ``NAME=value`` field per environment variable (file-system encoding; none of these can hold
-a NUL).
+a NUL). The job runs in the directory the descriptor names; the path is only for messages
+(another user may rename a directory on it, and the client's ``/proc/<pid>/cwd`` is another
+process's once the client is gone and its pid reused). The stager refuses a request with
+only the three streams (a client older than the descriptor: a native client built apart from
+this package, another installation's) or whose fourth descriptor is not a directory; a
+stager older than the descriptor takes the first three and drops the fourth.
 
 Replies (stager -> client), 5 bytes each: ``P`` + pid of the process running the request
 (first), ``X`` + its exit code (last), as signed big-endian integers. Or, instead of ``P``,
@@ -33,6 +39,7 @@ ENV_VAR = "PEGASUS_CLOUDIO_STAGER"
 VERSION = b"v1"
 MAX_REQUEST = 16 * 1024 * 1024
 LENGTH_BYTES = 4
+DESCRIPTORS = 4  # stdin, stdout, stderr, the working directory
 REPLY_BYTES = 5
 PID, EXIT, REFUSED = b"P", b"X", b"R"
 MAX_REASON = 1024
