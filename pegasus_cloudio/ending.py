@@ -39,13 +39,23 @@ def end(code: "Optional[Union[int, str]]") -> "NoReturn":
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001 - Python 3.9 raises a failing callback's error again, after
         pass  # printing it; the normal exit prints it once and keeps the status, and so do we
+    if not flush_standard_streams():
+        sys.exit(code)  # the interpreter's exit reports it and sets the status
+    os._exit(code)
+
+
+def flush_standard_streams() -> bool:
+    """Flush stdout, then stderr (either may be None: started without it); False, and nothing
+    raised, when one cannot be flushed (its reader gone, a full disk). Its output stays
+    buffered, so the process's exit, through :func:`end` or the interpreter, fails to flush
+    it again and reports it: status 120."""
     try:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
-    except Exception:  # noqa: BLE001 - the interpreter's exit reports it and sets the status
-        sys.exit(code)
-    os._exit(code)
+    except Exception:  # noqa: BLE001 - whatever the stream raises is the exit's to report
+        return False
+    return True
 
 
 def _threads_running() -> bool:

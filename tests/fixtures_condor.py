@@ -184,8 +184,11 @@ def write_credentials(path, server, secret):
 
 
 def base_env(home: Path) -> Dict[str, str]:
-    """The starter's environment: nothing of the test runner's credentials, fast retries."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+    """The starter's environment: nothing of the test runner's credentials, fast retries; the
+    runner's PYTHONPATH, so that the plugin runs the checkout under test (a git worktree), not
+    the one the venv's editable install names."""
+    path = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+    return {**path, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
             "PEGASUS_CLOUDIO_CONFIG": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
             "PEGASUS_CLOUDIO_RETRY_BASE_DELAY": "0.05", "PEGASUS_CLOUDIO_RETRY_MAX_DELAY": "0.2",
             "PEGASUS_CLOUDIO_CONNECT_TIMEOUT": "5", "PEGASUS_CLOUDIO_READ_TIMEOUT": "20"}

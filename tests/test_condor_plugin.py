@@ -9,6 +9,7 @@ ads by starter version: tests/test_condor_plugin_starters.py.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -60,7 +61,7 @@ def test_missing_bindings_give_one_clear_line(starter, tmp_path):
     fake = tmp_path / "nobindings" / "classad2"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('No module named classad2')\n")
-    starter.env["PYTHONPATH"] = str(fake.parent)
+    starter.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake.parent), starter.env.get("PYTHONPATH")]))
     rc, out, err = starter.query()
     assert rc == 3 and out == ""
     assert len(err.strip().splitlines()) == 1 and "pip install 'pegasus-cloudio[condor]'" in err
@@ -202,6 +203,49 @@ def test_a_local_file_name_that_is_not_utf8_fails_alone_and_is_named(starter, ht
     assert ad.eval("TransferSuccess") is False and entry.eval("ErrorType") == "Parameter"
     assert "LocalFileName" in ad.eval("TransferError") and "caf\\xe9.txt" in ad.eval("TransferError")
     assert not [name for name in os.listdir(starter.sandbox) if name.startswith("caf")]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A directory on a file system with no space left: a tiny tmpfs, filled (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        filler = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with pytest.raises(OSError) as raised:
+                while True:
+                    os.write(filler, b"\0" * 4096)
+        finally:
+            os.close(filler)
+        assert raised.value.errno == errno.ENOSPC
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("where", ["/dev/full", "a full tmpfs"])
+def test_a_result_file_that_cannot_be_written_gives_one_line_and_exit_1(starter, https_files, where, request):
+    """No space for the result ads (-outfile on a full disk, not pre-filled as an EP older than
+    23.4 leaves it): one line naming the file and the error, exit 1, no traceback; the
+    transfer itself is done."""
+    https_files.objects["/x.bin"] = b"the bytes"
+    starter.env["PEGASUS_CLOUDIO_CA_BUNDLE"] = https_files.ca_file
+    infile, _ = starter.prepare([file_ad(https_files.url("/x.bin"), str(starter.sandbox / "x.bin"))])
+    outfile = Path("/dev/full") if where == "/dev/full" else request.getfixturevalue("full_disk") / "results.out"
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == "", done.stderr
+    [line] = [line for line in done.stderr.splitlines() if str(outfile) in line]
+    assert line.endswith(f"cannot write the result file {outfile}: No space left on device"), done.stderr
+    assert (starter.sandbox / "x.bin").read_bytes() == b"the bytes"
 
 
 @pytest.mark.parametrize("request_text, why", [

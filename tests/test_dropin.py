@@ -223,3 +223,25 @@ def test_checks_without_a_linkage_are_counted_on_one_unknown_line_like_stock(tmp
     assert rc == 0, err
     lines = [line for line in err.splitlines() if "int.metric" in line]
     assert len(lines) == 1 and '"file_type": "unknown", "succeeded": 2, "failed": 0' in lines[0], err
+
+
+def test_a_log_its_stderr_cannot_take_costs_its_lines_and_status_not_the_transfers(tmp_path):
+    """The job's stderr without a reader, or on a full disk: the transfers run (as with the
+    stock tool, whose ``logging`` drops a line its stream refuses), the lines are lost, and the
+    exit is what Python's gives for a standard stream it cannot flush (120)."""
+    env = {"HOME": str(tmp_path), "PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+           "PEGASUS_CLOUDIO_CONFIG": os.devnull}  # no PYTHONUNBUFFERED: stderr buffered, as a job has it
+    (tmp_path / "in.dat").write_bytes(b"payload")
+    reader, no_reader = os.pipe()
+    os.close(reader)
+    try:
+        with open("/dev/full", "w") as full:
+            for where, stderr in (("no reader", no_reader), ("a full disk", full.fileno())):
+                out = tmp_path / f"{where.replace(' ', '-')}.dat"
+                spec = json.dumps([transfer(f"file://{tmp_path}/in.dat", f"file://{out}", "x", dst_label="local")])
+                done = subprocess.run(OURS, input=spec.encode(), stdout=subprocess.PIPE, stderr=stderr, env=env,
+                                      cwd=tmp_path, timeout=120)
+                assert (where, done.returncode, done.stdout) == (where, 120, b"")
+                assert out.read_bytes() == b"payload", where
+    finally:
+        os.close(no_reader)

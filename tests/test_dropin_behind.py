@@ -79,3 +79,39 @@ def test_the_inserting_child_holds_nothing_of_the_jobs(native_dropin, proxied, b
         assert holders() == []
     wait_for(lambda: len(cache.entries()) == len(names), "the second job's inserts")
     cache.close()
+
+
+def test_output_the_jobs_stdout_cannot_take_ends_as_python_does_with_the_inserts_still_made(
+        native_dropin, proxied, bucket, tmp_path):
+    """Bundle inserts pending, and output on a stdout whose reader is gone: the command ends as
+    an interpreter that cannot flush a standard stream does (120, no traceback), its files in
+    place; the members still reach the node cache."""
+    import json
+    import subprocess
+
+    from test_stager import entry
+    proxy, env = proxied
+    common = job_env(env)
+    names, url = upload_bundle(native_dropin, common, bucket, tmp_path)
+    cache_dir = tmp_path / "cache"
+    node = dict(common, PEGASUS_CLOUDIO_CACHE_DIR=str(cache_dir))
+    job = tmp_path / "job"
+    job.mkdir()
+    down = [entry(f"{url}/{n}", f"file://{job}/{n}", "minio", "local") for n in names]
+    down[0].update(lfn=names[0], generate_checksum=True)  # its integrity data goes to stdout (buffered)
+    reader, writer = os.pipe()
+    os.close(reader)  # the job's stdout has no reader: flushing it fails (EPIPE)
+    try:
+        done = subprocess.run(list(native_dropin), input=json.dumps(down).encode(), stdout=writer,
+                              stderr=subprocess.PIPE, env=node, cwd=job, timeout=120)
+    finally:
+        os.close(writer)
+    err = done.stderr.decode()
+    assert done.returncode == 120, err
+    assert "Traceback" not in err and "All transfers completed successfully." in err, err
+    assert all((job / n).read_bytes() == n.encode() * 30 for n in names)
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
+    try:
+        wait_for(lambda: len(cache.entries()) == len(names), "the members inserted behind the job")
+    finally:
+        cache.close()

@@ -319,6 +319,32 @@ def test_a_client_that_sends_garbage_gets_exit_2_and_the_stager_serves_on(native
     assert run_job(native_dropin, ["--version"], job_env(stager.socket_path), tmp_path).returncode == 0
 
 
+HANDLERS_AROUND_A_JOB = """
+import os, signal
+from pegasus_cloudio.stager.client import FORWARDED, hand_off
+
+def mine(signum, frame):
+    pass
+
+signal.signal(signal.SIGTERM, mine)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+before = {signum: signal.getsignal(signum) for signum in FORWARDED}  # SIGINT: Python's own
+code = hand_off(os.environ["PEGASUS_CLOUDIO_STAGER"], [], os.environ)
+after = {signum: signal.getsignal(signum) for signum in FORWARDED}
+print(code, "same" if after == before else f"changed: {before} -> {after}")
+"""
+
+
+def test_the_python_client_gives_back_the_signal_handlers_it_replaced(stager, tmp_path):
+    """Once the job's exit code has arrived, a caller of the client (a library, not the drop-in,
+    which ends there) has its own handlers back, not forwarders to a process that has ended."""
+    done = subprocess.run([sys.executable, "-c", HANDLERS_AROUND_A_JOB], input=b"[]", capture_output=True,
+                          env=job_env(stager.socket_path), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode() == "0 same\n", done.stderr.decode()
+    wait_for(lambda: len(served(stager)) == 1, "the stager to log the job")
+
+
 def test_a_job_handed_to_the_stager_imports_only_the_lean_client(stager, tmp_path):
     """Every job step pays the client's imports: the plain script and the client use C modules
     (_socket, _signal), so neither re (the generated console_scripts wrapper), socket, signal,

@@ -150,20 +150,24 @@ def format_result(fields: Dict[str, Any]) -> str:
 
 
 class ResultWriter:
-    """Writes result ads to the starter's ``-outfile`` as they become known.
+    """Writes result ads to the starter's ``-outfile`` (:attr:`path`) as they become known.
 
     Keeps the starter's pre-allocation (opened ``r+``, created if missing); stale ads left by
-    an EP older than 23.4 (which reused the file) are cleared first. ``close`` truncates what
-    is left of the padding. ``write`` raises OSError when the file cannot be written.
+    an EP older than 23.4 (which reused the file) are cleared first. ``write`` and ``rewrite``
+    raise OSError when the file cannot be written. ``close`` truncates what is left of the
+    padding; it raises OSError only for an error not raised before (one that closing the file
+    reveals), so the owner reports each failure once.
     """
 
     def __init__(self, path: str) -> None:
+        self.path = path
         # errors="replace": stale text another plugin left need not be UTF-8; our ads always are
         try:
             self._file: IO[str] = open(path, "r+", encoding="utf-8", errors="replace")
         except FileNotFoundError:
             self._file = open(path, "w", encoding="utf-8", errors="replace")
         self.count = 0
+        self._failed = False  # a write raised: its ad is still in the buffer, and fails again on close
         self._clear_stale()
 
     def _clear_stale(self) -> None:
@@ -176,16 +180,24 @@ class ResultWriter:
         self._file.seek(0)
 
     def write(self, fields: Dict[str, Any]) -> None:
-        self._file.write(format_result(fields) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(format_result(fields) + "\n")
+            self._file.flush()
+        except OSError:
+            self._failed = True
+            raise
         self.count += 1
 
     def rewrite(self, fields: Dict[str, Any]) -> None:
         """Replace every ad written so far with this one (the file then holds exactly one ad)."""
-        self._file.seek(0)
-        self._file.write(format_result(fields) + "\n")
-        self._file.truncate()
-        self._file.flush()
+        try:
+            self._file.seek(0)
+            self._file.write(format_result(fields) + "\n")
+            self._file.truncate()
+            self._file.flush()
+        except OSError:
+            self._failed = True
+            raise
         self.count = 1
 
     def close(self) -> None:
@@ -193,4 +205,8 @@ class ResultWriter:
             self._file.truncate()
         except OSError:
             pass  # leftover spaces are whitespace to the starter's parser
-        self._file.close()
+        try:
+            self._file.close()  # closes the descriptor even when the flush before it fails
+        except OSError:
+            if not self._failed:
+                raise

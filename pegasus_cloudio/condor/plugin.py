@@ -32,7 +32,7 @@ from pegasus_cloudio.condor.batch import available_methods, build_items
 from pegasus_cloudio.condor.environment import (
     NodeConfigError, PluginEnvironment, build_environment, configured_methods, keep_node_keys_home,
 )
-from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_PLUGIN, exit_code
+from pegasus_cloudio.condor.outcome import EXIT_FAILED, EXIT_OK, EXIT_PLUGIN, exit_code
 from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
@@ -158,8 +158,19 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
     try:
         code = _transfer(files, args.upload, penv, sandbox, writer, environ)
     finally:
+        closed = _close(writer)
+    return code if closed or code != EXIT_OK else EXIT_FAILED
+
+
+def _close(writer: ResultWriter) -> bool:
+    """Close the result file; False, after one line, when closing reveals an error that no
+    write reported (a write's own error was reported by the :class:`Reporter` already)."""
+    try:
         writer.close()
-    return code
+    except OSError as err:
+        say(f"cannot write the result file {writer.path}: {err.strerror or err}")
+        return False
+    return True
 
 
 def _root_for_another(sandbox: str) -> Optional[str]:

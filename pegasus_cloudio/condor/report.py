@@ -188,7 +188,7 @@ class Reporter:
                 self._writer.write(fields)
         except OSError as err:
             self.write_failed = True
-            self._say(f"cannot write the result file: {err.strerror or err}")
+            self._say(f"cannot write the result file {self._writer.path}: {err.strerror or err}")
 
     def close(self) -> None:
         """Close the result file (for a plugin leaving on a signal; else its owner closes it)."""

@@ -37,10 +37,17 @@ class JobLog:
         return level >= self.level
 
     def log(self, level: int, message: str, *args: object) -> None:
+        """Write one line; never raises for the stream: a line it refuses (its reader gone, a
+        full disk, no stderr at all) is lost, not the job, as with ``logging``'s handlers in the
+        stock tool. What stays buffered is the exit's to report (:mod:`pegasus_cloudio.ending`)."""
         if level < self.level:
             return
-        self.stream.write(_line(level, message % args if args else message))
-        self.stream.flush()
+        line = _line(level, message % args if args else message)
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+        except (OSError, ValueError, AttributeError):  # ValueError: closed; AttributeError: None
+            pass
 
     def say_now(self, level: int, message: str, *args: object) -> None:
         """:meth:`log` for a signal handler; never raises. If the stream cannot take the line

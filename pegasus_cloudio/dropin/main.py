@@ -158,8 +158,8 @@ def insert_behind() -> None:
     if not behind.pending():
         behind.abandon()
         return
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+    from pegasus_cloudio.ending import flush_standard_streams
+    flush_standard_streams()  # one that cannot be flushed is the exit's to report (120), as without inserts
     try:
         pid = os.fork()
     except OSError:

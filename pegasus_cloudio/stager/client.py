@@ -4,7 +4,8 @@
 code of the job the stager ran, or None when no stager took the job (nothing was run: the
 caller runs it in-process). Only a stager running as this user is used (``SO_PEERCRED``).
 SIGTERM, SIGINT and SIGHUP received while the stager runs the job are passed on to the
-process running it, so HTCondor's eviction works as without the stager.
+process running it, so HTCondor's eviction works as without the stager; the caller's own
+handlers are back once the job has ended.
 
 The installed ``pegasus-cloudio-transfer`` does the same in C (``native/pegasus_cloudio_transfer.c``)
 when the environment names the stager; this module serves the Python drop-in (a stager named
@@ -96,17 +97,26 @@ def _wait(sock: "_socket.socket", pid: int) -> int:
         except ProcessLookupError:
             pass
 
-    for signum in FORWARDED:
-        _signal.signal(signum, forward)
+    previous = {signum: _signal.signal(signum, forward) for signum in FORWARDED}
     try:
         done = wire.read_reply(sock)
     except OSError:
         done = None
+    finally:
+        _restore(previous)
     if done is not None and done[0] == wire.EXIT:
         return done[1]
     if not forwarded:
         _warn(f"the node stager's process {pid} ended without an exit status")
     return 1
+
+
+def _restore(previous: "Mapping[int, Any]") -> None:
+    """Put back the handlers the forwarders replaced (a library caller's own), so no signal
+    goes to the job's process once it has ended (its pid may be another process's by then).
+    A handler not set from Python (None) cannot be put back: the default takes its place."""
+    for signum, handler in previous.items():
+        _signal.signal(signum, _signal.SIG_DFL if handler is None else handler)
 
 
 def _warn(message: str) -> None:
