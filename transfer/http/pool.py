@@ -96,10 +96,13 @@ class ConnectionPool:
                 self._slots.put(None)
         self.stats = stats or PoolStats()
 
-    def sibling(self, base_url: str) -> "ConnectionPool":
-        """A pool for another endpoint with this one's limits, TLS context, timeouts and counters."""
+    def sibling(self, base_url: str, proxy: Optional[Proxy] = None) -> "ConnectionPool":
+        """A pool for another endpoint with this one's limits, TLS context, timeouts and counters,
+        through ``proxy`` (by default this pool's proxy if the scheme is the same, else none)."""
+        if proxy is None and _origin(base_url)[0] == self.scheme:
+            proxy = self._proxy
         return ConnectionPool(base_url, max_idle=self._max_idle, ssl_context=self._ssl_context,
-                              timeouts=self._timeouts, stats=self.stats, max_open=self._max_open)
+                              timeouts=self._timeouts, stats=self.stats, max_open=self._max_open, proxy=proxy)
 
     @property
     def proxy(self) -> Optional[Proxy]:
