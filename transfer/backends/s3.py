@@ -57,7 +57,6 @@ from transfer.errors import (
 )
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
-from transfer.http.proxy import boto_proxy_for
 from transfer.backends.opening import Opening
 from transfer.urls import Url, unquote_plus
 
@@ -131,6 +130,9 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
 
     def proxy(base_url: str) -> Optional[Proxy]:
         """botocore's choice for a client of ``endpoint`` (the bypass is the endpoint's)."""
+        if not any(name[-6:].lower() == "_proxy" for name in env):
+            return None  # no proxy variable (most jobs): the proxy module is not even imported
+        from transfer.http.proxy import boto_proxy_for
         return boto_proxy_for(base_url.partition(":")[0].lower(), endpoint, env)
 
     pool = ConnectionPool(
