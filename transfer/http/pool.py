@@ -9,6 +9,7 @@ connection (the only retry at this level; per-file retries live in the engine).
 from __future__ import annotations
 
 import _queue
+import sys
 
 from transfer import _threads
 from transfer.errors import InvalidInput, TransferError, TransientError
@@ -121,16 +122,19 @@ class ConnectionPool:
 
     def dial_ahead(self, count: int) -> None:
         """Start connecting, without waiting, so that ``count`` connections of this pool's are
-        on hand (idle ones and ones already started count) when its next requests want them
+        on hand (idle ones, ones already started and a stager's warm ones count) when its next
+        requests want them
         (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
         each checked connected then; :meth:`close` closes those none took). Not through a
         proxy: a proxied connection is the proxy's tunnel, opened when it is needed."""
         if self._proxy is not None:
             return
+        address = self._connect_to or (self.host, self.port)
+        warm = sys.modules.get("transfer.http.warm")  # loaded in a stager's copy, which may have been lent some
         with self._lock:
-            wanted = count - len(self._idle) - len(self._started)
+            wanted = count - len(self._idle) - len(self._started) - (warm.on_hand(address) if warm else 0)
         if wanted > 0:
-            started = dial_ahead(self._connect_to or (self.host, self.port), wanted)
+            started = dial_ahead(address, wanted)
             with self._lock:
                 self._started.extend(started)
 

@@ -41,6 +41,12 @@ def adopt(address: "Address", sockets: "Sequence[_socket.socket]") -> None:
         _idle.setdefault(address, []).extend(sockets)
 
 
+def on_hand(address: "Address") -> int:
+    """How many warm sockets to ``address`` are waiting to be taken."""
+    with _lock:
+        return len(_idle.get(address, ()))
+
+
 def take(address: "Address") -> "_socket.socket | None":
     """A warm socket to ``address`` for a new connection, or None (then dial)."""
     with _lock:
