@@ -18,6 +18,7 @@ redis-server redis-server
 redis-cli redis-tools
 ip iproute2
 curl curl
+strace strace
 mmdebstrap mmdebstrap
 LIST
 if [ ${#need[@]} -gt 0 ]; then

@@ -89,6 +89,26 @@ def test_a_bad_member_fails_alone_in_its_bundle(s3_env, bucket, minio, tmp_path)
     assert sorted(os.listdir(tmp_path / "job")) == ["a", "c"]
 
 
+@pytest.mark.parametrize("body, why", [(b"", "the bundle is empty"),
+                                       (b"PCB", "the bundle is 3 bytes, shorter than its 16-byte preamble")])
+def test_a_bundle_shorter_than_its_preamble_is_set_aside_saying_so(s3_env, bucket, minio, tmp_path, caplog,
+                                                                   body, why):
+    """A 0-byte .pcb (an interrupted upload, a placeholder a tool made) was set aside as "HTTP
+    200": the ranged read of its first bytes asked for none. The warning and the error of a
+    lookup that finds nothing else say what is wrong, and name the bundle."""
+    s3 = client(minio)
+    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/001-good.pcb", Body=bundle_bytes([("m1", b"good one")]))
+    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/002-short.pcb", Body=body)
+    results = stage(s3_env, bucket, ["m1", "missing"], tmp_path / "job", bundle=True)
+    assert results[0].ok and (tmp_path / "job" / "m1").read_bytes() == b"good one"
+    error = str(results[1].error)
+    assert isinstance(results[1].error, NotFound) and f"{bucket}/D/missing" in error
+    assert f"bundle s3://test@minio/{bucket}/{BUNDLES}/002-short.pcb in its directory could not be read: {why}" \
+        in error, error
+    [warning] = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+    assert f"{BUNDLES}/002-short.pcb set aside: {why}" in warning, warning
+
+
 # --------------------------------------------------------------------------- precedence
 
 

@@ -246,3 +246,26 @@ def test_a_log_its_stderr_cannot_take_costs_its_lines_and_status_not_the_transfe
                 assert out.read_bytes() == b"payload", where
     finally:
         os.close(no_reader)
+
+
+def test_stats_count_the_bytes_a_failed_attempt_left_as_stock_does(proxied, minio, bucket, tmp_path):
+    """Stock pegasus-transfer 5.1.x counts every attempt, with the size of its local end as it
+    was when the attempt ended (``Stats.add_stats`` stats it then). A download whose first
+    attempt failed left no file (s3transfer's temp file, our atomic write), so one 3-byte file
+    fetched on the second attempt is "2 transfers, 3.0 B", not the file counted twice."""
+    import boto3
+
+    from pegasus_cloudio.testbed.proxy import Fault
+    proxy, env = proxied
+    boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                 aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
+        Bucket=bucket, Key="three.dat", Body=b"abc")
+    proxy.set_faults([Fault.truncate(after_bytes=1, method="GET", path="three.dat")])
+    spec = json.dumps([transfer(f"s3://test@minio/{bucket}/three.dat", f"file://{tmp_path}/job/three.dat", "three",
+                                src_label="minio", dst_label="local")])
+    rc, err = run(spec, dict(env, PEGASUS_CLOUDIO_CACHE_DIR="off"), tmp_path)
+    assert rc == 0, err
+    assert proxy.pending_faults() == 0 and proxy.requests_by_method.get("GET") == 2, err
+    assert (tmp_path / "job" / "three.dat").read_bytes() == b"abc"
+    assert "Stats: Total 2 transfers, 3.0 B transferred" in err, err
+    assert "Between sites minio->local : 2 transfers, 3.0 B transferred" in err, err

@@ -23,12 +23,14 @@ def entry(src, dst, src_label, dst_label):
             "dest_urls": [{"site_label": dst_label, "url": dst}]}
 
 
-def start(spec, env, cwd, cache="off"):
+def start(spec, env, cwd, cache="off", write=True):
+    """The drop-in, started with ``spec`` on its stdin (left open, unwritten, without ``write``)."""
     proc = subprocess.Popen(OURS, stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                             env=dict(env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""),
                                      PEGASUS_CLOUDIO_CACHE_DIR=str(cache), PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES="0"))
-    proc.stdin.write(json.dumps(spec).encode())
-    proc.stdin.close()
+    if write:
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
     return proc
 
 
@@ -150,3 +152,65 @@ def _blocked_writing(pid: int) -> bool:
         return Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_write")
     except OSError:
         return False
+
+
+# strace's fault injection: every link(2)/symlink(2) of the process returns only after a minute,
+# so the hidden ``.link`` name it made stays on disk, not yet renamed over the destination.
+LINKS = "link,linkat,symlink,symlinkat"
+
+
+def hold_links(pid: int) -> subprocess.Popen:
+    """strace attached to every thread of ``pid`` (and those it starts), holding its links."""
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={LINKS}",
+                               "-e", f"inject={LINKS}:delay_exit=60s", "-p", str(pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: _status(pid, "TracerPid") == str(tracer.pid), "strace to attach")
+    return tracer
+
+
+def _status(pid: int, field: str) -> str:
+    """A field of /proc/PID/status ("" once the process is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split()[1] for line in lines if line.startswith(field + ":")), "")
+
+
+@pytest.mark.parametrize("how", ["symlink", "cache-hit"])
+def test_sigterm_while_a_link_is_made_leaves_no_hidden_link_name(proxied, bucket, minio, tmp_path, how):
+    """A destination linked into place (a ``symlink://`` one, a node-cache hit's hard link) is
+    made under a hidden ``.NAME.PID.N.link`` name and renamed over it: an eviction between the
+    two removes that name as it removes ``.part`` files. strace holds each link call's return,
+    so the name exists, deterministically, when SIGTERM comes (the signal's handler runs on the
+    main thread; the link is made on a worker's)."""
+    proxy, env = proxied
+    job = tmp_path / "job"
+    job.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    if how == "symlink":
+        (tmp_path / "in.dat").write_bytes(b"linked input")
+        spec = [entry(f"file://{tmp_path}/in.dat", f"symlink://{job}/in.dat", "local", "local")]
+    else:
+        client(minio).put_object(Bucket=bucket, Key="in.dat", Body=b"cached input")
+        url = f"s3://test@minio/{bucket}/in.dat"
+        filler = start([entry(url, f"file://{tmp_path}/filled.dat", "minio", "local")], env, tmp_path, cache)
+        assert filler.wait(timeout=60) == 0, filler.stderr.read().decode()
+        spec = [entry(url, f"file://{job}/in.dat", "minio", "local")]
+    proc = start([], env, job, cache, write=False)  # waits for its spec on stdin meanwhile
+    tracer = hold_links(proc.pid)
+    try:
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        wait_for(lambda: [p for p in job.iterdir() if p.name.endswith(".link")], "a hidden link name")
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: _status(proc.pid, "State") in ("Z", ""), "the drop-in's main thread to exit")
+    finally:
+        tracer.kill()  # detaches: the thread it held ends with its process
+        tracer.wait()
+    rc = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert rc == 1, err
+    assert [p.name for p in job.iterdir()] == []
+    assert "Exiting due to signal 15: 1 transfer(s) did not finish, 1 temporary file(s) removed" in err

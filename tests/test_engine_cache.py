@@ -1,6 +1,7 @@
 """The engine asks the node cache first, writes uploads through it, and fills it from bundles."""
 
 import os
+import stat
 
 import pytest
 
@@ -12,14 +13,18 @@ def s3(bucket, key):
     return parse_url(f"s3://test@minio/{bucket}/{key}", site_label="minio")
 
 
-def engine_run(env, ops, cache_dir, uploads="1", **settings):
-    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"],
-                                 "PEGASUS_CLOUDIO_CACHE_UPLOADS": uploads})
+def engine_run(env, ops, cache_dir, uploads="1", cache_env=None, **settings):
+    """``ops`` run by an engine with the node cache at ``cache_dir`` (None: without a cache);
+    ``cache_env``: more ``PEGASUS_CLOUDIO_CACHE_*`` settings."""
+    cache = None if cache_dir is None else cache_from_settings(
+        {"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"], "PEGASUS_CLOUDIO_CACHE_UPLOADS": uploads,
+         **(cache_env or {})})
     try:
         with Session(Settings(threads=3, **settings), env) as session:
             return Engine(session, cache=cache).run(ops)
     finally:
-        cache.close()
+        if cache is not None:
+            cache.close()
 
 
 def test_second_job_on_the_node_reads_from_the_cache_without_requests(proxied, bucket, tmp_path):
@@ -91,6 +96,41 @@ def test_bundle_members_are_cached_under_member_keys_never_under_their_urls(prox
     cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]})
     keys = [e.meta.key for e in cache.entries() if e.meta is not None]
     assert len(keys) == 6 and all("#member=f0" in key and "/.cloudio-bundles/" in key for key in keys)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=["umask022", "umask077"])
+def test_a_download_the_cache_cannot_keep_has_the_mode_of_an_uncached_one(proxied, bucket, tmp_path, umask):
+    """A fill the cache declines (here: larger than its cap) reaches the job as the fill's temp
+    file, hard-linked into place: it must have the mode the same download writes without the
+    cache (0666 less the umask), not the cache's private 0600. One file alone takes the per-file
+    path, two the pipelined pass, bundle members their own; all fill through the cache."""
+    proxy, env = proxied
+    (tmp_path / "src").mkdir()
+    names = ("alone.dat", "pair1.dat", "pair2.dat", "member1.dat", "member2.dat")
+    for name in names:
+        (tmp_path / "src" / name).write_bytes(os.urandom(3000))
+    batches = [(names[:1], False), (names[1:3], False), (names[3:], True)]
+    for batch, bundle in batches:
+        ups = [Transfer((parse_url(str(tmp_path / "src" / n)),), s3(bucket, n)) for n in batch]
+        assert all(r.ok for r in engine_run(env, ups, None, bundle=bundle))
+    tight = {"PEGASUS_CLOUDIO_CACHE_MAX_BYTES": "1000"}
+    old = os.umask(umask)
+    try:
+        for job, cache_dir in (("plain", None), ("tight", tmp_path / "cache")):
+            for batch, bundle in batches:
+                reads = [Transfer((s3(bucket, n),), parse_url(f"file://{tmp_path}/{job}/{n}")) for n in batch]
+                assert all(r.ok for r in engine_run(env, reads, cache_dir, cache_env=tight, bundle=bundle))
+    finally:
+        os.umask(old)
+    modes = {job: {n: stat.S_IMODE(os.stat(tmp_path / job / n).st_mode) for n in names} for job in ("plain", "tight")}
+    assert modes["plain"] == dict.fromkeys(names, 0o666 & ~umask)
+    assert modes["tight"] == modes["plain"]
+    assert all((tmp_path / "tight" / n).read_bytes() == (tmp_path / "src" / n).read_bytes() for n in names)
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "cache"), "HOME": env["HOME"]})
+    try:
+        assert list(cache.entries()) == []  # the cache kept none of them
+    finally:
+        cache.close()
 
 
 def test_a_signed_url_leaves_its_query_in_no_cache_file_and_no_log_line(tmp_path, caplog):

@@ -1,9 +1,10 @@
 """Atomic local outputs: write to a hidden temp name beside the target, verify, rename.
 
 A job never sees a partial file under the final name: until :meth:`AtomicFile.commit`
-succeeds the data lives in ``.<name>.<pid>.<n>.part``, which is removed on any failure.
-The temp names alive in this process are tracked, so that a signal handler can remove them
-all (:func:`remove_temp_files`) before the process exits without unwinding its threads.
+succeeds the data lives in ``.<name>.<pid>.<n>.part``, which is removed on any failure; a link
+is made as ``.<name>.<pid>.<n>.link`` and renamed over the target. The temp names alive in this
+process are tracked, so that a signal handler can remove them all (:func:`remove_temp_files`)
+before the process exits without unwinding its threads.
 """
 
 from __future__ import annotations
@@ -261,7 +262,8 @@ def atomic_hardlink(target: str, link_path: str) -> bool:
 def _atomic_link(make_link: Callable[[str, str], None], target: str, link_path: str,
                  operation: str) -> None:
     directory, name = os.path.split(link_path)
-    temp = os.path.join(directory, f".{_hidden(name)}.{os.getpid()}.{next(_counter)}.link")
+    temp = os.path.join(directory, f".{_hidden(name)}.{_PID[0]}.{next(_counter)}.link")
+    _LIVE.add(temp)  # a signal handler removes it, as it removes .part files
     try:
         try:
             make_link(target, temp)
@@ -272,15 +274,13 @@ def _atomic_link(make_link: Callable[[str, str], None], target: str, link_path: 
             make_link(target, temp)
         os.replace(temp, link_path)
     except OSError as err:
-        try:
+        raise local_error(err, link_path, operation) from err
+    finally:
+        try:  # gone once renamed, but rename() does nothing when both names are links to one inode
             os.unlink(temp)
         except OSError:
             pass
-        raise local_error(err, link_path, operation) from err
-    try:  # rename() does nothing when both names are links to one inode: drop the temp name
-        os.unlink(temp)
-    except FileNotFoundError:
-        pass
+        _LIVE.discard(temp)
 
 
 def scratch_file(prefix: str, suffix: str = "") -> "Tuple[int, str]":

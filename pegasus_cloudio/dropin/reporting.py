@@ -47,8 +47,8 @@ def finish(entries: Sequence[Entry], results: List[Result], engine: Engine, env:
     results = list(results)
     _generate_checksums(entries, results, env)
     _verify_remote(entries, results, engine)
-    records = [_record(entry, attempt) for entry, result in zip(entries, results)
-               if isinstance(result.op, Transfer) for attempt in result.history]
+    records = [record for entry, result in zip(entries, results) if isinstance(result.op, Transfer)
+               for record in _records(entry, result)]
     if env.get("PEGASUS_MULTIPART_DIR"):
         monitoring.write_transfer_attempts(env["PEGASUS_MULTIPART_DIR"], records)
     return Outcome(records, sum(not r.ok for r in results))
@@ -59,25 +59,39 @@ def stats_lines(records: Sequence[monitoring.AttemptRecord], started: float) -> 
     return stats.format_stats(records, total_seconds=time.time() - started)
 
 
-def _record(entry: Entry, attempt: Attempt) -> monitoring.AttemptRecord:
-    source = attempt.source
-    local = source.path if source and source.scheme == "file" else \
-        attempt.dest.path if attempt.dest.scheme == "file" else None
-    return monitoring.AttemptRecord(
-        src_url=str(source) if source else "", src_label=source.site_label if source else None,
-        dst_url=str(attempt.dest), dst_label=attempt.dest.site_label, success=attempt.ok,
-        start=attempt.start, duration=attempt.seconds, lfn=entry.lfn,
-        bytes=_local_size(local, attempt), local_file=local is not None)
+def _records(entry: Entry, result: Result) -> List[monitoring.AttemptRecord]:
+    """One record per attempt of a transfer, with the bytes stock's ``Stats.add_stats`` records:
+    the size of the attempt's local end (the source if it is a file:// URL, else the destination)
+    when the attempt ended. Our writes are atomic, so a failed attempt left the destination as the
+    last successful attempt made it or, before any, as it was before the transfer: as it is now
+    when no attempt succeeded, else taken as absent (Pegasus stages into fresh destinations), as
+    stock finds it after a failed download (s3transfer's temp file is gone, nothing renamed)."""
+    records = []
+    left: Optional[int] = 0 if any(a.ok for a in result.history) else None  # None: as it is now
+    for attempt in result.history:
+        source = attempt.source
+        local = source.path if source and source.scheme == "file" else \
+            attempt.dest.path if attempt.dest.scheme == "file" else None
+        into_local = local is not None and local == attempt.dest.path
+        if local is None:
+            size = 0
+        elif into_local and not attempt.ok and left is not None:
+            size = left
+        else:
+            size = _local_size(local, attempt)
+            left = size if into_local and attempt.ok else left
+        records.append(monitoring.AttemptRecord(
+            src_url=str(source) if source else "", src_label=source.site_label if source else None,
+            dst_url=str(attempt.dest), dst_label=attempt.dest.site_label, success=attempt.ok,
+            start=attempt.start, duration=attempt.seconds, lfn=entry.lfn,
+            bytes=size, local_file=local is not None))
+    return records
 
 
-def _local_size(path: Optional[str], attempt: Attempt) -> int:
-    """What stock pegasus-transfer records as an attempt's bytes: the size of its local end
-    (the source if it is a file:// URL, else the destination) as it is now, whatever the
-    attempt copied (a symlink, a failure), 0 when there is none."""
-    if path is None:
-        return 0
+def _local_size(path: str, attempt: Attempt) -> int:
+    """``path``'s size now (a successful copy: its byte count, no stat needed), 0 when absent."""
     if attempt.ok and attempt.bytes > 0:
-        return attempt.bytes  # a copy of the whole file: its size, no stat needed
+        return attempt.bytes
     try:
         return os.stat(path).st_size
     except OSError:

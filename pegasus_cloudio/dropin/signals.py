@@ -2,9 +2,9 @@
 
 HTCondor evicts a job with SIGTERM and follows with SIGKILL, so the handler does the cheap,
 important things first: (1) unlink every temp file of this process (no ``.NAME.PID.N.part``
-stays in the job's directory), (2) abort multipart uploads in flight within
-:data:`ABORT_SECONDS`, (3) log which transfers did not finish, (4) ``os._exit(1)`` without
-unwinding worker threads that may sit in network reads. It never logs success.
+nor ``.NAME.PID.N.link`` stays in the job's directory), (2) abort multipart uploads in flight
+within :data:`ABORT_SECONDS`, (3) log which transfers did not finish, (4) ``os._exit(1)``
+without unwinding worker threads that may sit in network reads. It never logs success.
 """
 
 from __future__ import annotations

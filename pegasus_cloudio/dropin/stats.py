@@ -4,8 +4,9 @@ Nothing in Pegasus parses these lines (spec 1.8); they are kept for users who gr
 them. The computation follows ``Stats.add_stats`` / ``Stats.stats_summary``:
 
 * every attempt counts, failed ones and both hops of a split transfer included;
-* bytes are the sizes recorded for attempts with a local (``file``) end, so a failed
-  attempt from a local source still adds the full source size;
+* bytes are the sizes recorded for attempts with a local (``file``) end, as it was when
+  the attempt ended, so a failed attempt from a local source still adds the full source
+  size, and a failed download nothing (its file was never renamed into place);
 * a single attempt without a local end suppresses all numbers (the stock code sets a
   "third party" flag), even if every other attempt was local;
 * "no local files" is printed only when there were no attempts at all (mkdir-only or

@@ -284,6 +284,9 @@ def _try_load(backend: Backend, info: ObjectInfo, max_members: int) -> "LoadedBu
 
 def _load_bundle(backend: Backend, info: ObjectInfo, max_members: int) -> LoadedBundle:
     """Fetch and parse one bundle's index; an index longer than the head arrives in CHUNK ranges."""
+    if info.size < PREAMBLE:  # no range to ask for: say what is wrong, not what a store answers
+        why = "empty" if not info.size else f"{info.size} bytes, shorter than its {PREAMBLE}-byte preamble"
+        raise BundleFormatError(f"the bundle is {why}", url=str(info.url))
     head = _get_range(backend, info.url, 0, min(info.size, HEAD_BYTES))
     end = index_length(head)
     if end > info.size:
@@ -311,6 +314,10 @@ def _drop_heads(bundles: Sequence[LoadedBundle]) -> None:
 
 
 def _get_range(backend: Backend, url: Url, start: int, end: int) -> bytes:
+    """Bytes [start, end) of ``url``: one ranged GET, none for an empty range (which a Range
+    header cannot express)."""
+    if end <= start:
+        return b""
     sink = io.BytesIO()
     backend.get(url, sink, byte_range=(start, end))
     data = sink.getvalue()

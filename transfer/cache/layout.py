@@ -49,19 +49,17 @@ _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
 _counter = itertools.count()  # unique temp names within this process
 
 
-def entry_mode() -> int:
-    """``ENTRY_MODE`` less the bits this process's umask takes away: a hard-linked entry is the
-    job's own file, so it must be no more readable than one the job would have written
-    (``Umask:`` of ``/proc/self/status``, read without changing the umask, which
-    ``os.umask`` would do for every thread at once). ``ENTRY_MODE`` where that is unknown."""
+def process_umask() -> int:
+    """This process's umask, from ``Umask:`` of ``/proc/self/status`` (read without changing the
+    umask, which ``os.umask`` would do for every thread at once); 022 where that is unknown."""
     try:
         with open("/proc/self/status", "rb") as fh:
             for line in fh:
                 if line.startswith(b"Umask:"):
-                    return ENTRY_MODE & ~int(line.split()[1], 8)
+                    return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    return ENTRY_MODE
+    return 0o022
 
 
 def digest_of(key: str) -> str:

@@ -33,8 +33,8 @@ from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
 from transfer.cache.layout import (
-    KeyPaths, Layout, Meta, entry_mode, grant_capability, prepare_root, read_meta, remove_quietly, set_stamp,
-    stamped_ctime, touch, write_meta,
+    ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, process_umask, read_meta, remove_quietly,
+    set_stamp, stamped_ctime, touch, write_meta,
 )
 from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire, held
 from transfer.cache.materialise import materialise
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 else:
     Download = object  # the alias above is for type checkers; typing is not imported at run time
 _log = logger(__name__)  # logging is imported when a warning is first logged
+JOB_FILE_MODE = 0o666  # before the umask: what an uncached download (transfer.atomic) creates
 _ROUNDS = 3
 
 
@@ -80,7 +81,7 @@ class NodeCache:
         self._counters = Counters()
         self._gc_due = False
         self._seen_bytes = self._stats.read()["bytes"]  # usage at the last read of the file
-        self._entry_mode: Optional[int] = None  # ENTRY_MODE less the umask, read at the first insert
+        self._umask: Optional[int] = None  # this process's, read when a file's mode is first set
 
     @property
     def directory(self) -> str:
@@ -239,8 +240,9 @@ class NodeCache:
                 self._restamp(paths, sink.written)
                 touch(paths, symlink)
                 self._counters.add(misses=1)
-            else:
-                materialise(temp, dest_path)  # a hard link (or copy) of the temp file, then it goes
+            else:  # the job's file is a hard link (or copy) of the temp file, which then goes
+                os.fchmod(sink.cache_fd(), self._less_umask(JOB_FILE_MODE))  # not the cache's 0600
+                materialise(temp, dest_path)
                 self._counters.add(misses=1, uncached=1)
             return sink.written, False
         finally:
@@ -336,16 +338,22 @@ class NodeCache:
         """The one publishing step, under the key's exclusive lock: the complete temp file
         ``temp`` (open as ``fd``, ``size`` bytes) becomes the entry: fsync (entries a hit does
         not re-hash), the metadata (``meta``; None when the caller wrote it in place before the
-        data), 0444 less the umask (:func:`~transfer.cache.layout.entry_mode`), rename. Raises
+        data), 0444 less the umask (a hit hands the entry itself to jobs), rename. Raises
         OSError; nothing is renamed into place then."""
         if self.config.fsync and not self.config.verifies(size):
             os.fsync(fd)  # a smaller entry is re-hashed on every hit (and by peers): damage shows
         if meta is not None:
             write_meta(paths, meta)
-        if self._entry_mode is None:
-            self._entry_mode = entry_mode()
-        os.fchmod(fd, self._entry_mode)
+        os.fchmod(fd, self._less_umask(ENTRY_MODE))
         os.replace(temp, paths.data)
+
+    def _less_umask(self, mode: int) -> int:
+        """``mode`` less the bits this process's umask takes away: what ``os.open`` would give a
+        new file, for files the cache made private first and hands to a job (read once: an
+        ``os.umask`` call would change it for every thread for a moment)."""
+        if self._umask is None:
+            self._umask = process_umask()
+        return mode & ~self._umask
 
     def _adjust_usage(self, entries: int, size: int) -> None:
         """Count an entry added or removed, in memory; the shared file is only written when
