@@ -387,3 +387,106 @@ def test_a_kept_alive_connection_the_server_closed_idle_is_replaced_by_a_fresh_o
         assert server.connections == 2
     finally:
         server.close()
+
+
+class GatedServer(RawServer):
+    """Answers nothing until ``expected`` requests have arrived over all its connections (or
+    ``patience`` seconds passed), reading meanwhile; records how many had arrived when the
+    first answer went out."""
+
+    def __init__(self, expected, patience=3.0):
+        self.gate = threading.Event()
+        self.expected = expected
+        self.patience = patience
+        self.arrived = 0
+        self.arrived_at_first_answer = None
+        super().__init__(lambda number, nth, target: ok(target))
+
+    def _exchange(self, conn, number):
+        buffer, answered, seen = b"", 0, 0
+        deadline = time.monotonic() + self.patience
+        with conn:
+            while True:
+                waiting = not self.gate.is_set() and time.monotonic() < deadline
+                if b"\r\n\r\n" not in buffer or waiting:
+                    if not select.select([conn], [], [], 0.02)[0]:
+                        continue
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buffer += data
+                    heads = answered + buffer.count(b"\r\n\r\n")
+                    with self._lock:
+                        self.arrived += heads - seen
+                        if self.arrived >= self.expected:
+                            self.gate.set()
+                    seen = heads
+                    continue
+                with self._lock:
+                    if self.arrived_at_first_answer is None:
+                        self.arrived_at_first_answer = self.arrived
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                answered += 1
+                conn.sendall(ok(head.split(b" ")[1].decode()))
+
+
+def test_an_eager_pass_sends_every_request_before_the_first_answer():
+    """Objects just listed: each connection starts with ``depth`` requests in flight, so
+    12 requests over 4 connections all go out in the first round trip (without ``eager``, one
+    per connection: 4, then more as answers come)."""
+    server = GatedServer(expected=12)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        taker = Taker()
+        left = fetch(pool, 12, head, taker, connections=4, depth=3, max_body=1 << 20, eager=True)
+        assert left == [] and sorted(taker.taken) == list(range(12))
+        assert server.arrived_at_first_answer == 12 and server.connections == 4
+    finally:
+        server.close()
+
+
+def test_a_pass_that_is_not_eager_starts_each_connection_with_one_request():
+    server = GatedServer(expected=12, patience=0.5)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        taker = Taker()
+        assert fetch(pool, 12, head, taker, connections=4, depth=3, max_body=1 << 20) == []
+        assert server.arrived_at_first_answer == 4
+    finally:
+        server.close()
+
+
+def test_connections_dialled_ahead_are_the_ones_the_next_requests_use():
+    """``dial_ahead`` starts the connects without waiting (the server accepts them before any
+    request); the pass then sends on them and dials none of its own; ``close`` closes the
+    ones nothing took."""
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        wait_for(lambda: server.connections == 3, "the server to accept the connections dialled ahead")
+        assert server.targets == []
+        pool.dial_ahead(3)  # three are on hand already: none more
+        taker = Taker()
+        assert fetch(pool, 6, head, taker, connections=2, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(6)) and server.connections == 3
+        left = pool._started[0]
+        pool.close()
+        assert left.fileno() == -1  # the one nothing took is closed with the pool
+    finally:
+        server.close()
+
+
+def test_a_proxied_pool_dials_nothing_ahead():
+    """A proxied connection is a tunnel through the proxy: nothing is dialled to the origin,
+    nor to the proxy, ahead of the request that needs it."""
+    from transfer.http.proxy import Proxy
+
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, proxy=Proxy("127.0.0.1", server.port))
+        pool.dial_ahead(3)
+        assert pool._started == []
+        pool.close()
+    finally:
+        server.close()

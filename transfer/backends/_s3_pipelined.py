@@ -39,10 +39,11 @@ _TAG = "pegasus-cloudio-get-"
 
 
 def read_small(router: Router, urls: Sequence[Url], take: Take, connections: int, cancel: Optional[Cancel],
-               missing: Optional[Callable[[int], bool]], depth: Optional[int] = None) -> List[int]:
+               missing: Optional[Callable[[int], bool]], depth: Optional[int] = None,
+               eager: bool = False) -> List[int]:
     """:meth:`S3Backend.read_small <transfer.backends.s3.S3Backend.read_small>` over the routes
     ``router`` gives the buckets: the positions in ``urls`` not taken, in order (``depth``:
-    requests in flight per connection, :data:`_DEPTH` by default)."""
+    requests in flight per connection, :data:`_DEPTH` by default; ``eager``: from the start)."""
     left: List[int] = []
     groups: Dict[int, Tuple[Route, List[int], List[S3Path]]] = {}
     for index, url in enumerate(urls):
@@ -57,13 +58,13 @@ def read_small(router: Router, urls: Sequence[Url], take: Take, connections: int
         group[2].append(path)
     for route, indexes, paths in groups.values():
         left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel, missing,
-                            depth or _DEPTH)
+                            depth or _DEPTH, eager)
     return sorted(left)
 
 
 def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: List[int], take: Take,
                 connections: int, cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]],
-                depth: int) -> List[int]:
+                depth: int, eager: bool) -> List[int]:
     """:func:`read_small` for the objects of one route (``indexes``: their positions in the
     caller's list, which ``take`` and the result speak of)."""
     from transfer.http import pipeline
@@ -97,7 +98,7 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
         return done
 
     left = pipeline.fetch(pool, len(urls), head, deliver, connections=connections, depth=depth,
-                          max_body=_SMALL_BODY, cancel=cancel)
+                          max_body=_SMALL_BODY, cancel=cancel, eager=eager)
     return [indexes[k] for k in left]
 
 

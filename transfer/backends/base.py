@@ -193,11 +193,13 @@ class BatchReads(Protocol):
     """Backends that read many small whole objects at once (pipelined requests, one thread)."""
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
-                   missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None) -> List[int]:
+                   missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
+                   eager: bool = False) -> List[int]:
         """Fetch the objects of ``urls`` over up to ``connections`` connections, at most
         ``depth`` requests in flight on each (None: the backend's own; a caller with a few
         objects and a round trip to hide asks for a small one, which spreads them over more
-        connections), and give each
+        connections; with ``eager``, a caller whose objects were just listed, every connection
+        starts with ``depth`` requests in flight instead of working up to it), and give each
         whose body arrived whole and passed the checks :meth:`Backend.get` makes (size, and
         the store's checksum) to ``take(index, body, info, sent)`` (``sent``: monotonic time
         of its request), which returns whether it took it. ``missing(index)`` is told of an
@@ -205,6 +207,17 @@ class BatchReads(Protocol):
         is: a bundle). Returns, in order, the indexes of the rest -- any other answer, a failed
         check, a large object, no answer, ``take`` said no, the pass ended -- for the caller
         to read one by one, which reports their errors. Never raises."""
+
+
+@runtime_checkable
+class DialsAhead(Protocol):
+    """Backends that can start their connections before the requests that will use them."""
+
+    def dial_ahead(self, url: Url, connections: int) -> None:
+        """Start opening up to ``connections`` connections to the endpoint that serves ``url``
+        without waiting for them (a caller about to send that many requests at once, with a
+        round trip to wait on meanwhile). Best effort: never raises; requests made later use
+        them or dial as usual."""
 
 
 @runtime_checkable
@@ -265,6 +278,11 @@ def ranged_reads(backend: Backend) -> Optional[RangedReads]:
 def batch_reads(backend: Backend) -> Optional[BatchReads]:
     """``backend`` as :class:`BatchReads`, or None."""
     return cast(BatchReads, backend) if _has(backend, BatchReads) else None
+
+
+def dials_ahead(backend: Backend) -> Optional[DialsAhead]:
+    """``backend`` as :class:`DialsAhead`, or None."""
+    return cast(DialsAhead, backend) if _has(backend, DialsAhead) else None
 
 
 def multipart_uploads(backend: Backend) -> Optional[MultipartUploads]:

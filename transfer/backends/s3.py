@@ -404,12 +404,23 @@ class S3Backend:
     # -- BatchReads ---------------------------------------------------------------------
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
-                   missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None) -> List[int]:
+                   missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
+                   eager: bool = False) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
         the route of their bucket; see :class:`~transfer.backends.base.BatchReads` and
         :mod:`transfer.backends._s3_pipelined`."""
         from transfer.backends._s3_pipelined import read_small  # batches of small files only
-        return read_small(self._router, urls, take, connections, cancel, missing, depth)
+        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager)
+
+    # -- DialsAhead ---------------------------------------------------------------------
+
+    def dial_ahead(self, url: Url, connections: int) -> None:
+        """Connections to the route of ``url``'s bucket (:meth:`ConnectionPool.dial_ahead`)."""
+        try:
+            bucket = split_url(url).bucket
+        except TransferError:
+            return
+        self._router.for_bucket(bucket).pool.dial_ahead(connections)
 
     # -- ServerSideCopy -----------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from transfer import _threads
 from transfer._lean import logger, field, record
 from transfer._lean_json import loads
 
-from transfer.backends.base import Backend, Namespace, ObjectInfo, batch_reads
+from transfer.backends.base import Backend, Namespace, ObjectInfo, batch_reads, dials_ahead
 from transfer.bundles.format import (
     CHUNK,
     MAX_MEMBERS,
@@ -55,9 +55,10 @@ SUFFIX = ".pcb"
 HEAD_BYTES = 256 << 10
 KEPT_HEAD_BYTES = 16 << 20  # bytes of small bundles kept in memory per directory
 _log = logger(__name__)  # logging is imported when a warning is first logged
-# Requests in flight per connection when reading heads: few, so a directory's bundles spread over
-# every connection (a pipelined connection starts with one request and doubles that per answer).
-_HEADS_DEPTH = 2
+# Requests in flight per connection when reading heads, at most: a directory's bundles were just
+# listed, so they are spread over every connection and sent at once (one round trip for up to
+# connections x this many), and a deeper pass would hold too many unparsed heads.
+_HEADS_DEPTH = 8
 WHOLE_FRACTION = 0.5  # fetch the whole bundle when at least this share of its data is wanted
 
 if TYPE_CHECKING:
@@ -185,10 +186,15 @@ class BundleDirectory:
         """List ``directory`` once and read its bundles' indexes; a bad bundle is set aside.
         Bundles no larger than :data:`HEAD_BYTES` are read whole in one pipelined pass over up
         to ``connections`` connections when the backend offers it (:func:`_read_whole`), the
-        rest through ``map_fn``.
+        rest through ``map_fn``; the pass's connections are dialled while the listing is in
+        flight (:class:`~transfer.backends.base.DialsAhead`), so their handshakes cost no round
+        trip of their own.
 
         Raises TransferError when the listing fails or the directory holds more than
         ``max_entries`` objects and members together."""
+        ahead = dials_ahead(backend) if connections > 1 and batch_reads(backend) is not None else None
+        if ahead is not None:
+            ahead.dial_ahead(directory, connections)
         bundles, records, plain = _list(backend, directory, max_entries)
         results: List["LoadedBundle | BrokenBundle | None"] = _read_whole(backend, bundles, max_entries, connections)
         rest = [info for info, result in zip(bundles, results) if result is None]
@@ -245,7 +251,9 @@ def _read_whole(backend: Backend, bundles: Sequence[ObjectInfo], max_members: in
     reads, fewer than two small bundles, and any the pass did not take (an error answer, a
     failed check, a body whose size differs from the listing's, an index that does not parse):
     the one-request path reads it again and reports what it meets, as without this pass.
-    At 7 connections, 16 bundles' heads then take two round trips, not three; 32, three, not five."""
+    The bundles were just listed, so the pass sends them all at once, spread over the
+    connections (at most :data:`_HEADS_DEPTH` on each): at 7 connections, up to 56 bundles'
+    heads take one round trip (16 took three when each connection started with one request)."""
     results: List["LoadedBundle | BrokenBundle | None"] = [None] * len(bundles)
     reader = batch_reads(backend)
     small = [k for k, info in enumerate(bundles) if info.size <= HEAD_BYTES]
@@ -259,7 +267,9 @@ def _read_whole(backend: Backend, bundles: Sequence[ObjectInfo], max_members: in
         results[small[j]] = LoadedBundle(info.url, info.size, parse_index(body, info.size, max_members), body)
         return True  # what parse_index raises leaves the bundle to the one-request path
 
-    reader.read_small([bundles[k].url for k in small], take, connections=max(1, connections), depth=_HEADS_DEPTH)
+    connections = max(1, connections)
+    depth = min(_HEADS_DEPTH, -(-len(small) // connections))
+    reader.read_small([bundles[k].url for k in small], take, connections=connections, depth=depth, eager=True)
     return results
 
 

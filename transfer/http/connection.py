@@ -213,7 +213,10 @@ class Connection:
         timeouts: Timeouts = Timeouts(),
         connect_to: Optional[Tuple[str, int]] = None,
         proxy: Optional[Proxy] = None,
+        started: Optional[_socket.socket] = None,
     ) -> None:
+        """``started``: a socket whose connect to this connection's address was started ahead
+        (:func:`dial_ahead`), used instead of dialling, as a stager's warm socket is."""
         self.host = host
         self.port = port
         self._proxy = proxy
@@ -228,6 +231,7 @@ class Connection:
         self.idle = True
         self._endpoint = f"{'https' if ssl_context else 'http'}://{host}:{port}"
         self._warm = False
+        self._started = started if proxy is None else None
 
     @property
     def endpoint(self) -> str:
@@ -312,10 +316,13 @@ class Connection:
             self.unanswered()
 
     def _warm_socket(self) -> Optional[_socket.socket]:
-        """A socket the node stager connected before this job began (:mod:`transfer.http.warm`,
-        consulted only in a process that loaded it), or None."""
-        warm = sys.modules.get("transfer.http.warm")
-        sock = warm.take(self._address) if warm is not None else None
+        """The socket this connection was given started, or one the node stager connected
+        before this job began (:mod:`transfer.http.warm`, consulted only in a process that
+        loaded it), or None."""
+        sock, self._started = self._started, None
+        if sock is None:
+            warm = sys.modules.get("transfer.http.warm")
+            sock = warm.take(self._address) if warm is not None else None
         if sock is not None:
             self._warm = True  # its first request is treated as one on a reused connection
             if not _connected(sock, self._timeouts.connect):  # `connect` dials afresh, once
@@ -523,6 +530,34 @@ def _plain_socket(address: Tuple[str, int], timeout: float) -> _socket.socket:
             sock.close()
             failure = err
     raise failure or OSError("getaddrinfo returned no address")
+
+
+def dial_ahead(address: Tuple[str, int], count: int) -> List[_socket.socket]:
+    """Up to ``count`` sockets whose connects to ``address`` were started without waiting, for
+    connections that will want them soon (each checked connected when used, :func:`_connected`):
+    their handshakes overlap with whatever the caller waits on meanwhile. Best effort: fewer
+    (none) when the name does not resolve or a connect fails at once; those connections
+    then dial as usual."""
+    import errno
+    host = address[0]
+    try:
+        family, kind, proto, _, target = _socket.getaddrinfo(
+            host.encode("ascii") if host.isascii() else host, address[1], 0, _socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError):
+        return []
+    started: List[_socket.socket] = []
+    for _ in range(count):
+        sock = _socket.socket(family, kind | _socket.SOCK_NONBLOCK | _socket.SOCK_CLOEXEC, proto)
+        try:
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            failed = sock.connect_ex(target) not in (0, errno.EINPROGRESS)
+        except OSError:
+            failed = True
+        if failed:
+            sock.close()
+            break
+        started.append(sock)
+    return started
 
 
 def _connected(sock: _socket.socket, timeout: float) -> bool:

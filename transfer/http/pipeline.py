@@ -32,8 +32,11 @@ Contract of :func:`fetch` (never raises for the network or the server):
   the same error and reports it); a ``deliver`` that raises :class:`GiveUp` ends the run:
   everything not yet taken is left over;
 * a connection starts with one request in flight and doubles that with each answer taken, up
-  to ``depth`` (a store that answers nothing useful costs one request per connection);
-  connections come back to the pool clean, or closed.
+  to ``depth`` (a store that answers nothing useful costs one request per connection); with
+  ``eager``, each of the first connections starts with ``depth`` (a caller whose objects were
+  just listed, waiting on round trips: they all go out at once, and a store that answers
+  nothing useful costs ``depth`` requests per connection); a connection opened to replace one
+  the server closed starts with one again; connections come back to the pool clean, or closed.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ class _Link:
 
     __slots__ = ("conn", "sock", "fd", "pending", "buffer", "waiting", "sent", "answered", "fresh", "alive", "limit")
 
-    def __init__(self, conn: Connection, sock: _socket.socket) -> None:
+    def __init__(self, conn: Connection, sock: _socket.socket, limit: int) -> None:
         self.conn = conn
         self.sock = sock
         self.fd = sock.fileno()
@@ -100,7 +103,7 @@ class _Link:
         self.answered = 0
         self.fresh = not conn.reused  # a warm socket is one kept alive: it may be stale
         self.alive = True
-        self.limit = 1  # requests in flight at most: doubled by each answer taken, up to the depth
+        self.limit = limit  # requests in flight at most: doubled by each answer taken, up to the depth
 
 
 class _Run:
@@ -126,8 +129,9 @@ class _Run:
 
     # -- connections ------------------------------------------------------------------
 
-    def open(self, wait: bool) -> bool:
-        """Lease one more connection; False when none is free (``wait`` false) or none connects."""
+    def open(self, wait: bool, limit: int = 1) -> bool:
+        """Lease one more connection, to start with ``limit`` requests in flight; False when
+        none is free (``wait`` false) or none connects."""
         try:
             conn = self.pool.lease(wait)
         except TransferError:
@@ -138,7 +142,7 @@ class _Run:
         if sock is None:
             self.pool.release(conn)
             return False
-        link = _Link(conn, sock)
+        link = _Link(conn, sock, limit)
         self.links[link.fd] = link
         self.poller.register(link.fd, select.POLLIN)
         return True
@@ -345,7 +349,8 @@ def _receive(link: _Link) -> bytes:
 
 
 def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver, *,
-          connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None) -> List[int]:
+          connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None,
+          eager: bool = False) -> List[int]:
     """Send GETs ``0 .. count - 1`` (``head(index)`` gives each request head) and deliver
     their answers; returns the indexes left over for the ordinary path (see the module doc)."""
     if not count or not _DONTWAIT:
@@ -353,7 +358,7 @@ def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], delive
     run = _Run(pool, count, head, deliver, depth, max_body)
     links = max(1, min(connections, -(-count // run.depth)))
     try:
-        while len(run.links) < links and run.open(wait=not run.links):
+        while len(run.links) < links and run.open(wait=not run.links, limit=run.depth if eager else 1):
             pass
         read = pool.timeouts.read
         heard = time.monotonic()

@@ -20,10 +20,12 @@ from transfer.http.connection import (
     Response,
     StaleConnection,
     Timeouts,
+    dial_ahead,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import _socket
     import ssl
     from typing import Callable, List, Optional, Tuple
 
@@ -85,6 +87,7 @@ class ConnectionPool:
         self._timeouts = timeouts
         self._max_idle = max(1, max_idle)
         self._idle: List[Connection] = []
+        self._started: List[_socket.socket] = []  # connects started ahead, not taken yet
         self._lock = _threads.Lock()
         self._max_open = max_open
         # One token per connection that may be open at once: a C queue, where a semaphore's
@@ -113,9 +116,26 @@ class ConnectionPool:
     def base_url(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
 
+    def dial_ahead(self, count: int) -> None:
+        """Start connecting, without waiting, so that ``count`` connections of this pool's are
+        on hand (idle ones and ones already started count) when its next requests want them
+        (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
+        each checked connected then; :meth:`close` closes those none took). Not through a
+        proxy: a proxied connection is the proxy's tunnel, opened when it is needed."""
+        if self._proxy is not None:
+            return
+        with self._lock:
+            wanted = count - len(self._idle) - len(self._started)
+        if wanted > 0:
+            started = dial_ahead(self._connect_to or (self.host, self.port), wanted)
+            with self._lock:
+                self._started.extend(started)
+
     def _new_connection(self) -> Connection:
+        with self._lock:
+            started = self._started.pop() if self._started else None
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
-                          connect_to=self._connect_to, proxy=self._proxy)
+                          connect_to=self._connect_to, proxy=self._proxy, started=started)
         conn.connect()
         self.stats.count(connections=1)
         return conn
@@ -209,8 +229,11 @@ class ConnectionPool:
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
+            started, self._started = self._started, []
         for conn in idle:
             conn.close()
+        for sock in started:
+            sock.close()
 
 
 class PooledResponse:
