@@ -490,3 +490,49 @@ def test_a_proxied_pool_dials_nothing_ahead():
         pool.close()
     finally:
         server.close()
+
+
+def test_connections_dialled_ahead_fit_in_what_max_open_leaves():
+    """A directory's load dials ahead while other threads hold connections of the pool: only
+    the room ``max_open`` leaves is dialled (the docs promise threads + 2 connections per
+    endpoint; three more here would make five to a pool capped at three, and no pass could
+    lease them before the held ones came back anyway)."""
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+        held = [pool.lease() for _ in range(2)]
+        pool.dial_ahead(3)
+        wait_for(lambda: server.connections >= 3, "the server to accept the connection dialled ahead")
+        assert len(pool._started) == 1
+        for conn in held:
+            pool.release(conn)
+        taker = Taker()
+        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(9)) and server.connections == 3
+        pool.close()
+    finally:
+        server.close()
+
+
+def test_threads_dialling_ahead_at_once_stay_within_max_open():
+    """Directories loaded by several threads at once each dial ahead: together they start no
+    more than ``max_open`` connections."""
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        for _ in range(5):
+            pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+            start = threading.Barrier(8)
+
+            def dial():
+                start.wait()
+                pool.dial_ahead(3)
+
+            threads = [threading.Thread(target=dial) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert len(pool._started) == 3
+            pool.close()
+    finally:
+        server.close()

@@ -88,6 +88,7 @@ class ConnectionPool:
         self._max_idle = max(1, max_idle)
         self._idle: List[Connection] = []
         self._started: List[_socket.socket] = []  # connects started ahead, not taken yet
+        self._dialling = 0  # connects another thread is starting ahead (dial_ahead)
         self._lock = _threads.Lock()
         self._max_open = max_open
         # One token per connection that may be open at once: a C queue, where a semaphore's
@@ -120,16 +121,36 @@ class ConnectionPool:
         """Start connecting, without waiting, so that ``count`` connections of this pool's are
         on hand (idle ones and ones already started count) when its next requests want them
         (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
-        each checked connected then; :meth:`close` closes those none took). Not through a
-        proxy: a proxied connection is the proxy's tunnel, opened when it is needed."""
+        each checked connected then; :meth:`close` closes those none took). Within
+        ``max_open``: connections leased, idle, started or being started (by another thread)
+        count against it, so fewer, or none, are started while others are in use (a request
+        could not lease more before those come back). Not through a proxy: a proxied
+        connection is the proxy's tunnel, opened when it is needed."""
         if self._proxy is not None:
             return
         with self._lock:
-            wanted = count - len(self._idle) - len(self._started)
-        if wanted > 0:
+            wanted = self._room(count)
+            if wanted <= 0:
+                return
+            self._dialling += wanted
+        started: List[_socket.socket] = []
+        try:
             started = dial_ahead(self._connect_to or (self.host, self.port), wanted)
+        finally:
             with self._lock:
-                self._started.extend(started)
+                self._dialling -= wanted
+                kept = max(0, self._room(count))  # a request that leased meanwhile dialled its own
+                self._started.extend(started[:kept])
+            for sock in started[kept:]:
+                sock.close()
+
+    def _room(self, count: int) -> int:
+        """How many more connections to start for ``count`` to be on hand, within the free
+        ``max_open`` slots (leased connections hold the others); called under the lock."""
+        on_hand = len(self._idle) + len(self._started) + self._dialling
+        if self._slots is not None:
+            count = min(count, self._slots.qsize())
+        return count - on_hand
 
     def _new_connection(self) -> Connection:
         with self._lock:
