@@ -3,6 +3,7 @@ a connection closed mid-pipeline costs nothing but a resend of its unanswered re
 and whatever the reader does not take (odd answers, no answer, a cancel) is handed back
 for the ordinary path, never lost nor delivered twice."""
 
+import os
 import select
 import socket
 import threading
@@ -534,5 +535,30 @@ def test_threads_dialling_ahead_at_once_stay_within_max_open():
                 thread.join()
             assert len(pool._started) == 3
             pool.close()
+    finally:
+        server.close()
+
+
+def test_dialling_ahead_out_of_descriptors_raises_nothing():
+    """``dial_ahead`` is best effort: a process at its descriptor limit dials nothing ahead,
+    and the pass goes on over the connection it has (before, EMFILE escaped a directory's load)."""
+    import resource
+
+    server = RawServer(lambda number, nth, target: ok(target))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        assert fetch(pool, 1, head, Taker(), connections=1, depth=1, max_body=1 << 20) == []  # one idle connection
+        lowest_free = os.open(os.devnull, os.O_RDONLY)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # no descriptor can be made
+        try:
+            pool.dial_ahead(3)
+            taker = Taker()
+            assert fetch(pool, 4, head, taker, connections=1, depth=4, max_body=1 << 20, eager=True) == []
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert sorted(taker.taken) == list(range(4)) and server.connections == 1
+        pool.close()
     finally:
         server.close()

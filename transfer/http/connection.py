@@ -547,7 +547,10 @@ def dial_ahead(address: Tuple[str, int], count: int) -> List[_socket.socket]:
         return []
     started: List[_socket.socket] = []
     for _ in range(count):
-        sock = _socket.socket(family, kind | _socket.SOCK_NONBLOCK | _socket.SOCK_CLOEXEC, proto)
+        try:
+            sock = _socket.socket(family, kind | _socket.SOCK_NONBLOCK | _socket.SOCK_CLOEXEC, proto)
+        except OSError:  # EMFILE, ENOBUFS: the connections dial when they are made, or fail then
+            break
         try:
             sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             failed = sock.connect_ex(target) not in (0, errno.EINPROGRESS)
