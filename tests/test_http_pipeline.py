@@ -562,3 +562,69 @@ def test_dialling_ahead_out_of_descriptors_raises_nothing():
         pool.close()
     finally:
         server.close()
+
+
+def test_connections_dialled_ahead_to_a_tls_store_handshake_at_once(minio_tls):
+    """Over TLS a connection is ready a handshake round trip after its connect: those dialled
+    ahead make theirs together (the first one taken starts the others'), so a pass over six
+    costs about two round trips (handshakes, requests), not one per connection more."""
+    import ssl
+
+    from pegasus_cloudio.testbed.proxy import TcpProxy
+
+    with TcpProxy((minio_tls.host, minio_tls.port), delay_ms=100) as proxy:  # 200 ms round trips
+        context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
+        pool = ConnectionPool(f"https://127.0.0.1:{proxy.port}", max_idle=6, max_open=6, ssl_context=context,
+                              timeouts=Timeouts(5, 5))
+        pool.dial_ahead(6)
+        wait_for(lambda: proxy.connections == 6, "the connects dialled ahead")  # the listing's round trip
+        answered = []
+        started = time.monotonic()
+        left = fetch(pool, 6, head, lambda k, status, *_: answered.append(status) or True, connections=6,
+                     depth=1, max_body=1 << 20, eager=True)
+        took = time.monotonic() - started
+        assert left == [] and len(answered) == 6 and proxy.connections == 6
+        assert took < 0.8, f"six TLS connections took {took:.2f} s (200 ms round trips)"
+        pool.close()
+
+
+def test_a_tls_handshake_started_ahead_that_fails_is_dialled_afresh(minio_tls):
+    """A connection dialled ahead whose handshake was started and then broke (the store hung
+    up meanwhile) is closed, and the connection that took it dials afresh."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
+    pool = ConnectionPool(f"https://127.0.0.1:{minio_tls.port}", max_idle=3, max_open=3, ssl_context=context,
+                          timeouts=Timeouts(5, 5))
+    pool.dial_ahead(3)
+    wait_for(lambda: all(select.select([], [sock], [], 0)[1] for sock in pool._started), "the connects")
+    first = pool.lease()  # starts the other two handshakes
+    broken = list(pool._started)
+    assert len(broken) == 2 and all(isinstance(sock, ssl.SSLSocket) for sock in broken)
+    for sock in broken:  # as a hang-up would (the TLS socket's own shutdown would unwrap it)
+        with socket.socket(fileno=os.dup(sock.fileno())) as same:
+            same.shutdown(socket.SHUT_RDWR)
+    second = pool.lease()
+    with pool.request("GET", "/minio/health/live") as response:
+        assert response.status == 200
+    assert sum(sock.fileno() == -1 for sock in broken) >= 1  # the one taken was closed
+    for conn in (first, second):
+        pool.release(conn)
+    pool.close()
+    assert all(sock.fileno() == -1 for sock in broken)
+
+
+def test_a_tls_handshake_started_ahead_still_verifies_the_store_name(minio_tls):
+    import ssl
+
+    from transfer.errors import TransferError
+
+    context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
+    pool = ConnectionPool(f"https://not-the-store.example:{minio_tls.port}", max_idle=3, max_open=3,
+                          ssl_context=context, timeouts=Timeouts(5, 5), connect_to=("127.0.0.1", minio_tls.port))
+    pool.dial_ahead(3)
+    wait_for(lambda: all(select.select([], [sock], [], 0)[1] for sock in pool._started), "the connects")
+    for _ in range(3):  # the first taken starts the others' handshakes
+        with pytest.raises(TransferError, match="certificate verification failed"):
+            pool.lease()
+    pool.close()

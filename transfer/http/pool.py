@@ -21,6 +21,7 @@ from transfer.http.connection import (
     StaleConnection,
     Timeouts,
     dial_ahead,
+    start_handshake,
 )
 
 TYPE_CHECKING = False
@@ -121,7 +122,9 @@ class ConnectionPool:
         """Start connecting, without waiting, so that ``count`` connections of this pool's are
         on hand (idle ones and ones already started count) when its next requests want them
         (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
-        each checked connected then; :meth:`close` closes those none took). Within
+        each checked connected then; :meth:`close` closes those none took). Over TLS, the
+        first one taken starts the others' handshakes (:func:`~transfer.http.connection.start_handshake`),
+        so connections made one after another wait on their round trips together. Within
         ``max_open``: connections leased, idle, started or being started (by another thread)
         count against it, so fewer, or none, are started while others are in use (a request
         could not lease more before those come back). Not through a proxy: a proxied
@@ -155,6 +158,8 @@ class ConnectionPool:
     def _new_connection(self) -> Connection:
         with self._lock:
             started = self._started.pop() if self._started else None
+            if started is not None and self._ssl_context is not None:  # the others' handshakes overlap this one's
+                self._started = [start_handshake(sock, self._ssl_context, self.host) for sock in self._started]
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
                           connect_to=self._connect_to, proxy=self._proxy, started=started)
         conn.connect()
