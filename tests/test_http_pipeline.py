@@ -628,3 +628,24 @@ def test_a_tls_handshake_started_ahead_still_verifies_the_store_name(minio_tls):
         with pytest.raises(TransferError, match="certificate verification failed"):
             pool.lease()
     pool.close()
+
+
+def test_connections_dialled_ahead_the_store_closed_are_dialled_again():
+    """A long-lived process loads a directory, and another later: connections dialled ahead
+    that nothing took meanwhile and the store closed (its idle timeout) are not counted as on
+    hand, nor kept open: fresh ones are dialled, and the pass runs on those."""
+    server = IdleClosingServer(lambda number, nth, target: ok(target), idle=0.2)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        stale = list(pool._started)
+        wait_for(lambda: len(stale) == 3 and all(closed_by_peer(sock) for sock in stale), "the store's idle timeout")
+        pool.dial_ahead(3)
+        assert all(sock.fileno() == -1 for sock in stale)
+        wait_for(lambda: server.connections == 6, "three connections dialled again")
+        taker = Taker()
+        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(9)) and server.connections == 6
+        pool.close()
+    finally:
+        server.close()

@@ -597,6 +597,19 @@ def start_handshake(sock: _socket.socket, context: ssl.SSLContext, server_hostna
     return tls
 
 
+def hung_up(sock: _socket.socket) -> bool:
+    """Whether the store closed or reset ``sock``, dialled ahead and not taken yet (without
+    waiting; bytes to read count as well, unless its TLS handshake was started: those are the
+    store's answer to it)."""
+    import select
+    rdhup = getattr(select, "POLLRDHUP", 0)
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | rdhup)
+    events = poller.poll(0)
+    ended = select.POLLERR | select.POLLHUP | rdhup | (0 if _handshaking(sock) else select.POLLIN)
+    return bool(events and events[0][1] & ended)
+
+
 def _handshaking(sock: _socket.socket) -> bool:
     """Whether ``sock`` is a TLS socket :func:`start_handshake` made."""
     return hasattr(sock, "do_handshake")

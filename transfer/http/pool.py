@@ -21,6 +21,7 @@ from transfer.http.connection import (
     StaleConnection,
     Timeouts,
     dial_ahead,
+    hung_up,
     start_handshake,
 )
 
@@ -124,7 +125,8 @@ class ConnectionPool:
         (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
         each checked connected then; :meth:`close` closes those none took). Over TLS, the
         first one taken starts the others' handshakes (:func:`~transfer.http.connection.start_handshake`),
-        so connections made one after another wait on their round trips together. Within
+        so connections made one after another wait on their round trips together. Those the
+        store closed since an earlier call are closed and dialled again. Within
         ``max_open``: connections leased, idle, started or being started (by another thread)
         count against it, so fewer, or none, are started while others are in use (a request
         could not lease more before those come back). Not through a proxy: a proxied
@@ -132,6 +134,7 @@ class ConnectionPool:
         if self._proxy is not None:
             return
         with self._lock:
+            self._drop_hung_up()
             wanted = self._room(count)
             if wanted <= 0:
                 return
@@ -146,6 +149,17 @@ class ConnectionPool:
                 self._started.extend(started[:kept])
             for sock in started[kept:]:
                 sock.close()
+
+    def _drop_hung_up(self) -> None:
+        """Close the connections dialled ahead that the store closed before any was taken
+        (its idle timeout, in a process that goes on long); called under the lock."""
+        kept = []
+        for sock in self._started:
+            if hung_up(sock):
+                sock.close()
+            else:
+                kept.append(sock)
+        self._started = kept
 
     def _room(self, count: int) -> int:
         """How many more connections to start for ``count`` to be on hand, within the free
