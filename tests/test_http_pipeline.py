@@ -649,3 +649,28 @@ def test_connections_dialled_ahead_the_store_closed_are_dialled_again():
         pool.close()
     finally:
         server.close()
+
+
+def test_a_stagers_warm_sockets_are_taken_before_any_dialled_ahead():
+    """In a stager's copy, the sockets the stager lent, connected before the job began, are
+    on hand: dialling ahead adds only what they lack, the connections take them first, and
+    the address is recorded as used, so the stager keeps it warm for later jobs (a job whose
+    connections all came from dialling ahead reported none, and the stager forgot the store)."""
+    from transfer.http import warm
+
+    warm.discard()  # what earlier tests' connections recorded
+    server = RawServer(lambda number, nth, target: ok(target))
+    address = ("127.0.0.1", server.port)
+    try:
+        warm.adopt(address, [socket.create_connection(address) for _ in range(2)])
+        pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        taker = Taker()
+        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(9)) and len(server.targets) == 9
+        assert warm.take(address) is None and warm.used() == [address]
+        assert server.connections == 3
+        pool.close()
+    finally:
+        warm.discard()
+        server.close()

@@ -323,17 +323,20 @@ class Connection:
             self.unanswered()
 
     def _warm_socket(self) -> Optional[_socket.socket]:
-        """The socket this connection was given started (its TLS handshake too, perhaps:
-        :func:`start_handshake`), or one the node stager connected before this job began (:mod:`transfer.http.warm`, consulted only in a process that
-        loaded it), or None."""
-        sock, self._started = self._started, None
+        """A socket the node stager connected before this job began (:mod:`transfer.http.warm`,
+        consulted only in a process that loaded it), else the one this connection was given
+        started (its TLS handshake too, perhaps: :func:`start_handshake`), or None."""
+        warm = sys.modules.get("transfer.http.warm")
+        sock = warm.take(self._address) if warm is not None else None  # records the address as used, too
+        started, self._started = self._started, None
+        if sock is None:
+            sock = started
+        elif started is not None:  # the pool gives one only when no warm socket waits: another thread's was
+            started.close()
         if sock is not None and _handshaking(sock):  # the store's first answer may be in: no check
             self._warm = True
             sock.settimeout(self._timeouts.connect)
             return sock
-        if sock is None:
-            warm = sys.modules.get("transfer.http.warm")
-            sock = warm.take(self._address) if warm is not None else None
         if sock is not None:
             self._warm = True  # its first request is treated as one on a reused connection
             if not _connected(sock, self._timeouts.connect):  # `connect` dials afresh, once

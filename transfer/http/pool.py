@@ -9,6 +9,7 @@ connection (the only retry at this level; per-file retries live in the engine).
 from __future__ import annotations
 
 import _queue
+import sys
 
 from transfer import _threads
 from transfer.errors import InvalidInput, TransferError, TransientError
@@ -126,7 +127,8 @@ class ConnectionPool:
         each checked connected then; :meth:`close` closes those none took). Over TLS, the
         first one taken starts the others' handshakes (:func:`~transfer.http.connection.start_handshake`),
         so connections made one after another wait on their round trips together. Those the
-        store closed since an earlier call are closed and dialled again. Within
+        store closed since an earlier call are closed and dialled again. The node stager's
+        warm sockets (:mod:`transfer.http.warm`) count as on hand, and are taken first. Within
         ``max_open``: connections leased, idle, started or being started (by another thread)
         count against it, so fewer, or none, are started while others are in use (a request
         could not lease more before those come back). Not through a proxy: a proxied
@@ -164,14 +166,20 @@ class ConnectionPool:
     def _room(self, count: int) -> int:
         """How many more connections to start for ``count`` to be on hand, within the free
         ``max_open`` slots (leased connections hold the others); called under the lock."""
-        on_hand = len(self._idle) + len(self._started) + self._dialling
+        on_hand = len(self._idle) + len(self._started) + self._dialling + self._warm_waiting()
         if self._slots is not None:
             count = min(count, self._slots.qsize())
         return count - on_hand
 
+    def _warm_waiting(self) -> int:
+        """The node stager's sockets to this pool's address not taken yet (they come first:
+        connected before the job began; :mod:`transfer.http.warm`, consulted only when loaded)."""
+        warm = sys.modules.get("transfer.http.warm")
+        return warm.waiting(self._connect_to or (self.host, self.port)) if warm is not None else 0
+
     def _new_connection(self) -> Connection:
         with self._lock:
-            started = self._started.pop() if self._started else None
+            started = self._started.pop() if self._started and not self._warm_waiting() else None
             if started is not None and self._ssl_context is not None:  # the others' handshakes overlap this one's
                 self._started = [start_handshake(sock, self._ssl_context, self.host) for sock in self._started]
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,

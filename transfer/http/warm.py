@@ -49,6 +49,12 @@ def take(address: "Address") -> "_socket.socket | None":
         return found.pop() if found else None
 
 
+def waiting(address: "Address") -> int:
+    """How many warm sockets to ``address`` wait to be taken (a pool dials that many fewer ahead)."""
+    with _lock:
+        return len(_idle.get(address, ()))
+
+
 def forget(address: "Address") -> None:
     """Close the warm sockets to ``address`` not taken yet (one of them turned out closed)."""
     with _lock:
