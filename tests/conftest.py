@@ -22,6 +22,20 @@ from pegasus_cloudio.testbed.proxy import TcpProxy
 # Fixtures of other server kinds live in their own plugin modules beside this file.
 pytest_plugins = ["fixtures_gcs", "fixtures_ssh", "fixtures_condor", "fixtures_pool", "fixtures_native"]
 
+# --------------------------------------------------------------------------- environment
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_inherited_proxies() -> Iterator[None]:
+    """The test servers listen on loopback: proxy settings of the shell that runs the tests
+    would send their S3 requests (botocore's rules, which ours follow) and HTTP requests to a
+    proxy that cannot reach them. A test that wants a proxy names it in the environment it passes."""
+    saved = {name: os.environ.pop(name) for name in list(os.environ)
+             if name.lower().endswith("_proxy") or name == "OSG_SQUID_LOCATION"}
+    yield
+    os.environ.update(saved)
+
+
 # --------------------------------------------------------------------------- servers
 
 

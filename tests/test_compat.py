@@ -393,3 +393,29 @@ def minio_bucket_exists(minio, name):
     client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
                           aws_secret_access_key=minio.secret_key, region_name="us-east-1")
     return name in [b["Name"] for b in client.list_buckets()["Buckets"]]
+
+
+@pytest.mark.parametrize("no_proxy", [None, "127.0.0.1"])
+def test_s3_goes_through_HTTP_PROXY_unless_NO_PROXY_names_the_endpoint_like_stock(stock, s3_env, bucket, inputs,
+                                                                                 minio, tmp_path, no_proxy):
+    """Stock's pegasus-s3 (botocore) reads upper-case HTTP_PROXY for an http endpoint, which
+    wget's rules for http:// URLs ignore: both tools' uploads and downloads go through it."""
+    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+    origin = f"http://{minio.host}:{minio.port}/"
+    with ForwardProxy() as proxy:
+        env = dict(s3_env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""), HTTP_PROXY=proxy.url,
+                   **({"NO_PROXY": no_proxy} if no_proxy else {}))
+        seen = {}
+        for tool, argv, tool_env in (("stock", [stock.transfer], stock.env(env)), ("ours", OURS, env)):
+            before = len(proxy.requests)
+            up = json.dumps([transfer(f"file://{inputs}/f{i}.txt", f"s3://test@minio/{bucket}/{tool}/f{i}.txt",
+                                      dst_label="minio") for i in range(2)])
+            out = tmp_path / f"from-{tool}"
+            down = json.dumps([transfer(f"s3://test@minio/{bucket}/{tool}/f{i}.txt", f"file://{out}/f{i}.txt",
+                                        src_label="minio") for i in range(2)])
+            codes = [run_tool(argv, spec, tool_env, tmp_path).rc for spec in (up, down)]
+            requests = proxy.requests[before:]
+            seen[tool] = (codes, {r.method for r in requests} >= {"PUT", "GET"} if not no_proxy else requests,
+                          all(r.target.startswith(origin) for r in requests),
+                          tree(out) == {f"f{i}.txt": (inputs / f"f{i}.txt").read_bytes() for i in range(2)})
+    assert seen["ours"] == seen["stock"] == ([0, 0], True if not no_proxy else [], True, True), seen

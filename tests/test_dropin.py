@@ -13,8 +13,9 @@ OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 
 
 def run(spec, env, cwd, *args):
-    done = subprocess.run(OURS + list(args), input=spec, env=dict(env, PATH=os.environ["PATH"]), cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(OURS + list(args), input=spec,
+                          env=dict(env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", "")),
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
     return done.returncode, done.stderr
 
 

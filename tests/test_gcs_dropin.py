@@ -17,8 +17,9 @@ OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 
 
 def run(entries, env, cwd):
-    done = subprocess.run(OURS, input=json.dumps(entries), env=dict(env, PATH=os.environ["PATH"]), cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(OURS, input=json.dumps(entries),
+                          env=dict(env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", "")),
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
     return done.returncode, done.stderr
 
 

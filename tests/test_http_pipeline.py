@@ -674,3 +674,25 @@ def test_a_stagers_warm_sockets_are_taken_before_any_dialled_ahead():
     finally:
         warm.discard()
         server.close()
+
+
+def test_a_stagers_warm_sockets_count_as_on_hand_when_dialling_ahead():
+    """A stager's copy was lent warm sockets to the address: dialling ahead adds only what
+    they leave short, and the pass uses the lent ones too (three connections in all)."""
+    from transfer.http import warm
+
+    server = RawServer(lambda number, nth, target: ok(target))
+    address = ("127.0.0.1", server.port)
+    warm.discard()
+    try:
+        warm.adopt(address, [socket.create_connection(address) for _ in range(2)])
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        assert len(pool._started) == 1
+        taker = Taker()
+        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(9)) and server.connections == 3
+        pool.close()
+    finally:
+        warm.discard()
+        server.close()

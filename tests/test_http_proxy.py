@@ -52,8 +52,8 @@ class Origin:
 def run(tmp_path, url, env, *args, attempts=1):
     spec = json.dumps([{"type": "transfer", "lfn": "f", "src_urls": [{"site_label": "web", "url": url}],
                         "dest_urls": [{"site_label": "local", "url": f"file://{tmp_path}/out/f"}]}])
-    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off",
-            "PEGASUS_CLOUDIO_CONFIG": os.devnull}
+    base = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "HOME": str(tmp_path),
+            "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_CONFIG": os.devnull}
     done = subprocess.run(OURS + ["-m", str(attempts)] + list(args), input=spec, env=dict(base, **env), cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     return done.returncode, done.stderr

@@ -22,7 +22,7 @@ def stock(tmp_path_factory):
 
 @pytest.fixture
 def env(s3_env):
-    return dict(s3_env, PATH=os.environ["PATH"])
+    return dict(s3_env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""))
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ Links 2, 4 and 5 hand out expiring credentials: :class:`RefreshingCredentials` r
 before they expire (with a margin of 5 minutes, or half their lifetime if shorter), in one
 thread while the others wait, and keeps using still-valid keys if a renewal fails. When no
 link gives credentials, :class:`~transfer.errors.ConfigError` names every link and why it
-gave none. Secrets are never part of a message.
+gave none. Secrets are never part of a message. STS is asked through the proxy the environment
+names for it, as botocore's STS client does (:func:`~transfer.http.proxy.boto_proxy_for`); the
+container and instance metadata endpoints directly.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from transfer.credentials import CredentialSource, Credentials, S3SiteConfig, re
 from transfer.errors import ConfigError, TransferError
 from transfer.http.connection import Timeouts
 from transfer.http.pool import ConnectionPool
+from transfer.http.proxy import boto_proxy_for
 
 Fetched = Tuple[Credentials, Optional[float]]  # keys and their expiry (epoch seconds) if any
 _IMDS = "http://169.254.169.254"
@@ -190,7 +193,7 @@ def _web_identity(env: Mapping[str, str], _profile: str, _shared: Dict[str, Dict
                               operation="credentials") from None
         form = urlencode({"Action": "AssumeRoleWithWebIdentity", "Version": "2011-06-15", "RoleArn": role,
                           "RoleSessionName": session, "WebIdentityToken": token}).encode()
-        body = _http(link, "POST", sts + "/", [("Content-Type", "application/x-www-form-urlencoded")], form)
+        body = _http(link, "POST", sts + "/", [("Content-Type", "application/x-www-form-urlencoded")], form, env)
         return _sts_credentials(link, body)
     return RefreshingCredentials(fetch, link, clock)
 
@@ -273,10 +276,15 @@ def on_ec2(markers: Sequence[Tuple[str, str]] = _EC2_MARKERS) -> bool:
 # --------------------------------------------------------------------------- wire
 
 
-def _http(link: str, method: str, url: str, headers: List[Tuple[str, str]], body: Optional[bytes] = None) -> bytes:
-    """One request on a short-lived connection; ConfigError naming ``link`` unless 200."""
+def _http(link: str, method: str, url: str, headers: List[Tuple[str, str]], body: Optional[bytes] = None,
+          proxies: Optional[Mapping[str, str]] = None) -> bytes:
+    """One request on a short-lived connection; ConfigError naming ``link`` unless 200.
+    ``proxies``: the environment whose proxy botocore would take for ``url`` (its STS client
+    does), or None to go direct (the link-local metadata endpoints: no proxy reaches them)."""
     parts = urlsplit(url)
-    pool = ConnectionPool(f"{parts.scheme}://{parts.netloc}", max_idle=1, timeouts=_TIMEOUTS)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    proxy = boto_proxy_for(parts.scheme, origin, proxies) if proxies is not None else None
+    pool = ConnectionPool(origin, max_idle=1, timeouts=_TIMEOUTS, proxy=proxy)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         with pool.request(method, target, headers, body if body is not None else (b"" if method != "GET" else None)) \

@@ -4,9 +4,9 @@ What tests of ``http_proxy``/``https_proxy`` need: proof that requests went thro
 (``requests`` lists each request line and its ``Proxy-Authorization``), a proxy that demands
 credentials (``credentials="user:password"`` answers 407 without them), and a TLS tunnel
 whose far end is the origin (the proxy relays bytes; it never sees the TLS plaintext).
-One request per client connection for absolute-form requests (the response gets
-``Connection: close`` and ends after its Content-Length); a tunnel lasts until either side
-closes.
+One request per client connection for absolute-form requests (its body, when it has a
+Content-Length, is passed on; the response gets ``Connection: close`` and ends after its
+Content-Length); a tunnel lasts until either side closes.
 """
 
 from __future__ import annotations
@@ -132,8 +132,15 @@ class ForwardProxy:
         kept = [f"{k}:{v}" for k, v in headers
                 if k.strip().lower() not in ("proxy-authorization", "connection", "proxy-connection")]
         request = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close", "", ""])
+        sent = next((int(v) for k, v in headers if k.strip().lower() == "content-length"), 0)
         with socket.create_connection((parts.hostname, parts.port or 80), timeout=10) as upstream:
             upstream.sendall(request.encode("latin-1"))
+            while sent > 0:  # the request's body (an upload): Content-Length bytes
+                data = client.recv(min(sent, 65536))
+                if not data:
+                    return
+                upstream.sendall(data)
+                sent -= len(data)
             head = _read_head(upstream)
             if head is None:
                 return

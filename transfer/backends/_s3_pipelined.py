@@ -6,7 +6,8 @@ tag naming it (the ``response-cache-control`` override), so an answer is written
 file it was asked for, even behind an intermediary that answers pipelined requests out of
 order; an answer is taken only when it carries its tag and passes the checks
 :meth:`S3Backend.get <transfer.backends.s3.S3Backend.get>` makes. Anonymous routes are not
-pipelined (anonymous reads may not ask for ``response-*`` overrides). Imported only by a batch
+pipelined (anonymous reads may not ask for ``response-*`` overrides). Through a plain-HTTP
+proxy the heads are in absolute form, as the pool's own requests are. Imported only by a batch
 of small downloads: a one-file job never loads it.
 """
 
@@ -19,6 +20,7 @@ from transfer.backends._sigv4 import EMPTY_SHA256
 from transfer.backends.base import ObjectInfo
 from transfer.errors import TransferError
 from transfer.http.message import host_header, request_head
+from transfer.http.proxy import absolute_form
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,6 +73,7 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
     pool = route.pool
     default_host = host_header(pool.host, pool.port, pool.scheme == "https")
     endpoint = pool.base_url
+    forward = pool.proxy if pool.scheme == "http" else None  # https goes through a CONNECT tunnel as is
 
     signer = route.signer
     if signer is None:  # anonymous reads may not ask for response-* overrides: no tag, no pipelining
@@ -81,7 +84,10 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
         extra = [CHECKSUM_MODE] if host == route.host_header else [("Host", host), CHECKSUM_MODE]
         query = f"response-cache-control={_TAG}{k}"
         headers = signer.sign("GET", host, encoded, query, EMPTY_SHA256, extra)
-        return request_head("GET", f"{encoded}?{query}", headers, None, default_host, endpoint)
+        target = f"{encoded}?{query}"
+        if forward is not None:
+            target, headers = absolute_form(target, headers, default_host, forward)
+        return request_head("GET", target, headers, None, default_host, endpoint)
 
     taken = [0, 0]  # answers taken, answers not taken
 

@@ -75,9 +75,11 @@ from transfer.errors import (
     TransientError,
 )
 from transfer.backends.opening import Opening
+from transfer.http.proxy import Proxy, boto_proxy_for
 from transfer.urls import Url
 
 _CHUNK_UNIT = 256 << 10  # resumable chunks are multiples of 256 KiB
+_TOKEN_URI = "https://oauth2.googleapis.com/token"  # google-auth's, for a key that names none
 _LIST_FIELDS = "items(name,size,generation,updated),nextPageToken"
 _NETWORK_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                    requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
@@ -104,7 +106,8 @@ def open_backend(url: Url, context: Opening) -> "GcsBackend":
     source = resolve(url.site_label, context.env, context.settings)
     info = load_key(source.key_path) if source.key_path else None
     credentials = _credentials(source, info)
-    session, token_http = _session(credentials, source, context)
+    token_uri = None if source.anonymous else str((info or {}).get("token_uri") or _TOKEN_URI)
+    session, token_http = _session(credentials, source, token_uri, context)
     try:
         if not source.anonymous:  # once, here: threads that find no token all fetch one at once
             with _translated(url, "credentials"):
@@ -134,24 +137,53 @@ def _credentials(source: GcsSource, info: Optional[Mapping[str, Any]]) -> Any:
                           operation="credentials") from None
 
 
-def _session(credentials: Any, source: GcsSource, context: Opening) -> Tuple[Any, Any]:
-    """(authorized session with one blocking pool of ``threads + 2`` connections, token session)."""
+def _session(credentials: Any, source: GcsSource, token_uri: Optional[str], context: Opening) -> Tuple[Any, Any]:
+    """(authorized session with one blocking pool of ``threads + 2`` connections, token session
+    for ``token_uri``, None when anonymous), each through the proxy botocore's rules pick for
+    its host (:func:`~transfer.http.proxy.boto_proxy_for`; ``requests`` reads the same variables)."""
+    proxies = [_proxy_of(url, context.env) for url in (token_uri, source.endpoint)]  # refused before any socket
     verify: Any = context.settings.ca_bundle or True
     token_http = requests.Session()
     token_http.trust_env = False  # all configuration comes from the opening context, never os.environ
     token_http.verify = verify
+    _through(token_http, proxies[0], _ProxyAdapter(max_retries=0))
     session = _auth_http.AuthorizedSession(
         credentials, refresh_status_codes=() if source.anonymous else (401,),
         auth_request=_auth_http.Request(token_http))
     session.trust_env = False
     session.verify = verify
-    adapter = requests.adapters.HTTPAdapter(pool_connections=2, pool_maxsize=context.settings.threads + 2,
-                                            pool_block=True, max_retries=0)
+    adapter = _ProxyAdapter(pool_connections=2, pool_maxsize=context.settings.threads + 2,
+                            pool_block=True, max_retries=0)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
+    _through(session, proxies[1], adapter)
     stats = context.stats
     session.hooks["response"].append(lambda response, *args, **kwargs: stats.count(requests=1))
     return session, token_http
+
+
+class _ProxyAdapter(requests.adapters.HTTPAdapter):
+    """Sends the proxy's credentials from a :class:`~transfer.http.proxy.Proxy`, so that they
+    are in no proxy URL (urllib3 puts those in its messages)."""
+
+    authorization: Optional[str] = None
+
+    def proxy_headers(self, proxy: str) -> Dict[str, str]:
+        return {"Proxy-Authorization": self.authorization} if self.authorization else {}
+
+
+def _proxy_of(url: Optional[str], env: Mapping[str, str]) -> Tuple[str, Optional[Proxy]]:
+    scheme = (url or "").partition(":")[0].lower()
+    return scheme, boto_proxy_for(scheme, url, env) if url else None
+
+
+def _through(session: Any, proxy: Tuple[str, Optional[Proxy]], adapter: _ProxyAdapter) -> None:
+    """Send ``session``'s requests of one scheme through ``proxy``: (scheme, proxy or None)."""
+    scheme, found = proxy
+    if found is not None:
+        adapter.authorization = found.authorization
+        session.mount(f"{scheme}://", adapter)
+        session.proxies = {scheme: f"http://{found}"}
 
 
 class GcsBackend:

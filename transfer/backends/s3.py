@@ -3,7 +3,9 @@
 URLs: ``s3://USER@SITE/BUCKET/KEY`` (``s3s://`` alike), resolved against the Pegasus
 credentials file of the URL's site label, and AWS-style ``s3://BUCKET/KEY``, resolved by the
 AWS credential chain. TLS is verified; plain HTTP is used only when the configured endpoint
-is ``http://``. ``s3s://`` refuses a plain-HTTP endpoint.
+is ``http://``. ``s3s://`` refuses a plain-HTTP endpoint. Proxies are taken from the
+environment as botocore (stock ``pegasus-s3``'s library) takes them
+(:func:`~transfer.http.proxy.boto_proxy_for`).
 
 A download is one GET (no HEAD first), checked against Content-Length and, for single-part
 objects, the MD5 ETag; for large objects the engine adds ranged GETs pinned to the first
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
 
     from transfer._threads import Cancel
     from transfer.backends.base import Take
+    from transfer.http.proxy import Proxy
     from transfer.peers import Scope
 
 __all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
@@ -123,11 +126,21 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
     check_endpoint(endpoint, region, config.where)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
         raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
+    env = context.env
+
+    def proxy(base_url: str) -> Optional[Proxy]:
+        """botocore's choice for a client of ``endpoint`` (the bypass is the endpoint's)."""
+        if not any(name[-6:].lower() == "_proxy" for name in env):
+            return None  # no proxy variable (most jobs): the proxy module is not even imported
+        from transfer.http.proxy import boto_proxy_for
+        return boto_proxy_for(base_url.partition(":")[0].lower(), endpoint, env)
+
     pool = ConnectionPool(
         endpoint, max_idle=context.settings.threads + 2, max_open=context.settings.threads + 2,
         ssl_context=context.ssl_context() if endpoint.startswith("https://") else None,
-        timeouts=context.timeouts, stats=context.stats)
-    return S3Backend(pool, config, region, context.settings)
+        timeouts=context.timeouts, stats=context.stats, proxy=proxy(endpoint))
+    return S3Backend(pool, config, region, context.settings,
+                     pool_for=lambda base_url: pool.sibling(base_url, proxy(base_url)))
 
 
 class S3Backend:

@@ -409,10 +409,9 @@ class Connection:
             length = len(body) if body else 0
         else:
             length = None
-        if self._proxy is not None and self._ssl_context is None:  # absolute form, to the proxy
-            target = f"http://{self._host_header()}{target}"
-            if self._proxy.authorization:
-                headers = list(headers) + [("Proxy-Authorization", self._proxy.authorization)]
+        if self._proxy is not None and self._ssl_context is None:
+            from transfer.http.proxy import absolute_form
+            target, headers = absolute_form(target, headers, self._host_header(), self._proxy)
         return request_head(method, target, headers, length, self._host_header(), self._endpoint)
 
     def _send_file(self, region: FileRegion) -> None:

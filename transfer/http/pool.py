@@ -103,10 +103,13 @@ class ConnectionPool:
                 self._slots.put(None)
         self.stats = stats or PoolStats()
 
-    def sibling(self, base_url: str) -> "ConnectionPool":
-        """A pool for another endpoint with this one's limits, TLS context, timeouts and counters."""
+    def sibling(self, base_url: str, proxy: Optional[Proxy] = None) -> "ConnectionPool":
+        """A pool for another endpoint with this one's limits, TLS context, timeouts and counters,
+        through ``proxy`` (by default this pool's proxy if the scheme is the same, else none)."""
+        if proxy is None and _origin(base_url)[0] == self.scheme:
+            proxy = self._proxy
         return ConnectionPool(base_url, max_idle=self._max_idle, ssl_context=self._ssl_context,
-                              timeouts=self._timeouts, stats=self.stats, max_open=self._max_open)
+                              timeouts=self._timeouts, stats=self.stats, max_open=self._max_open, proxy=proxy)
 
     @property
     def proxy(self) -> Optional[Proxy]:
@@ -122,13 +125,14 @@ class ConnectionPool:
 
     def dial_ahead(self, count: int) -> None:
         """Start connecting, without waiting, so that ``count`` connections of this pool's are
-        on hand (idle ones and ones already started count) when its next requests want them
+        on hand (idle ones, ones already started and a stager's warm ones count) when its next
+        requests want them
         (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
         each checked connected then; :meth:`close` closes those none took). Over TLS, the
         first one taken starts the others' handshakes (:func:`~transfer.http.connection.start_handshake`),
         so connections made one after another wait on their round trips together. Those the
         store closed since an earlier call are closed and dialled again. The node stager's
-        warm sockets (:mod:`transfer.http.warm`) count as on hand, and are taken first. Within
+        warm sockets (:mod:`transfer.http.warm`) are taken first. Within
         ``max_open``: connections leased, idle, started or being started (by another thread)
         count against it, so fewer, or none, are started while others are in use (a request
         could not lease more before those come back). Not through a proxy: a proxied
@@ -175,7 +179,7 @@ class ConnectionPool:
         """The node stager's sockets to this pool's address not taken yet (they come first:
         connected before the job began; :mod:`transfer.http.warm`, consulted only when loaded)."""
         warm = sys.modules.get("transfer.http.warm")
-        return warm.waiting(self._connect_to or (self.host, self.port)) if warm is not None else 0
+        return warm.on_hand(self._connect_to or (self.host, self.port)) if warm is not None else 0
 
     def _new_connection(self) -> Connection:
         with self._lock:

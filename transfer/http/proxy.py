@@ -18,6 +18,19 @@ An ``http://`` request goes to the proxy in absolute form (``GET http://host/pat
 ``https://`` one through a ``CONNECT host:port`` tunnel, inside which TLS is verified against
 the origin's name, never the proxy's. The proxy's credentials are sent as
 ``Proxy-Authorization: Basic`` to the proxy only and never appear in a message.
+
+S3 is stock's ``pegasus-s3``, on botocore, which reads the environment as Python's
+``urllib.request.getproxies()`` does (:func:`boto_proxy_for`): ``<scheme>_proxy`` in any case,
+the all-lower-case name winning (set but empty: no proxy); ``HTTP_PROXY`` in upper or mixed
+case dropped when ``REQUEST_METHOD`` is set (a CGI request could set it); ``no_proxy`` (any
+case, lower winning) read as ``urllib.request.proxy_bypass_environment`` reads it: ``*`` alone is
+every host; an entry (a leading ``.`` ignored) matches the endpoint's host, or its
+``host:port``, and every name under it; no address blocks. The bypass is decided once for the
+endpoint, as botocore decides it when the client is made; the proxy is the one of each
+request's scheme. ``https://`` proxies (TLS to the proxy itself) are refused, so the settings of
+``~/.aws/config`` that only they use (``proxy_ca_bundle``, ``proxy_client_cert``,
+``proxy_use_forwarding_for_https``) are not read. GCS (on ``requests``, which reads the same
+variables) and the AWS chain's STS follow these rules too.
 """
 
 from __future__ import annotations
@@ -28,7 +41,9 @@ from transfer.errors import AuthError, ConfigError, RemoteError, TransientError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
-    from typing import Mapping, Optional
+    from typing import Dict, List, Mapping, Optional, Tuple
+
+    from transfer.http.connection import HeaderList
 
 _DEFAULT_PORT = 80  # wget's: a proxy is an http:// URL
 
@@ -59,6 +74,69 @@ def proxy_for(scheme: str, host: str, env: Mapping[str, str]) -> Optional[Proxy]
     if not value or bypassed(host, env.get("no_proxy", env.get("NO_PROXY", ""))):
         return None
     return parse_proxy(value, name)
+
+
+def boto_proxy_for(scheme: str, endpoint: str, env: Mapping[str, str]) -> Optional[Proxy]:
+    """The proxy botocore sends a ``scheme`` request of a client made for ``endpoint``
+    (``scheme://host[:port]``) through, or None (see the module doc). Raises ConfigError
+    naming the variable when its value is not an ``http://`` proxy URL."""
+    found = _environ_proxies(env)
+    if "no" in found and _boto_bypassed(_netloc(endpoint), found["no"][1]):
+        return None
+    name, value = found.get(scheme, ("", ""))
+    if not value:
+        return None
+    return parse_proxy("http:" + value if value.startswith("//") else value, name)
+
+
+def _environ_proxies(env: Mapping[str, str]) -> Dict[str, Tuple[str, str]]:
+    """``urllib.request.getproxies_environment()`` of ``env``: scheme -> (variable, value)."""
+    found: Dict[str, Tuple[str, str]] = {}
+    for name, value in env.items():  # any case first; then all-lower-case names win
+        if value and name[-6:].lower() == "_proxy":
+            found[name[:-6].lower()] = (name, value)
+    if "REQUEST_METHOD" in env:
+        found.pop("http", None)
+    for name, value in env.items():
+        if name[-6:] == "_proxy":
+            if value:
+                found[name[:-6].lower()] = (name, value)
+            else:
+                found.pop(name[:-6].lower(), None)
+    return found
+
+
+def _netloc(endpoint: str) -> str:
+    """The ``host[:port]`` of ``endpoint`` as written (urlsplit's netloc)."""
+    rest = endpoint.partition("://")[2]
+    for stop in "/?#":
+        rest = rest.partition(stop)[0]
+    return rest
+
+
+def _boto_bypassed(netloc: str, no_proxy: str) -> bool:
+    """``urllib.request.proxy_bypass_environment(netloc)`` with ``no_proxy`` as its value."""
+    if no_proxy == "*":
+        return True
+    host = netloc.lower()
+    head, colon, port = host.rpartition(":")
+    only = head if colon and port.isascii() and (not port or port.isdigit()) else host
+    for entry in no_proxy.split(","):
+        entry = entry.strip().lstrip(".").lower()
+        if entry and (entry in (only, host) or only.endswith("." + entry) or host.endswith("." + entry)):
+            return True
+    return False
+
+
+def absolute_form(target: str, headers: HeaderList, host: str, proxy: Proxy) -> Tuple[str, List[Tuple[str, str]]]:
+    """A plain-HTTP request for ``proxy``: ``target`` as an absolute ``http://`` URL naming the
+    request's Host (the caller's, as a virtual-hosted bucket's, else ``host``) and the headers
+    with the proxy's credentials added."""
+    listed = list(headers)
+    named = next((value for name, value in listed if name.lower() == "host"), host)
+    if proxy.authorization:
+        listed.append(("Proxy-Authorization", proxy.authorization))
+    return f"http://{named}{target}", listed
 
 
 def parse_proxy(value: str, name: str) -> Proxy:

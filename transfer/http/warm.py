@@ -41,18 +41,18 @@ def adopt(address: "Address", sockets: "Sequence[_socket.socket]") -> None:
         _idle.setdefault(address, []).extend(sockets)
 
 
+def on_hand(address: "Address") -> int:
+    """How many warm sockets to ``address`` are waiting to be taken."""
+    with _lock:
+        return len(_idle.get(address, ()))
+
+
 def take(address: "Address") -> "_socket.socket | None":
     """A warm socket to ``address`` for a new connection, or None (then dial)."""
     with _lock:
         _used.add(address)
         found = _idle.get(address)
         return found.pop() if found else None
-
-
-def waiting(address: "Address") -> int:
-    """How many warm sockets to ``address`` wait to be taken (a pool dials that many fewer ahead)."""
-    with _lock:
-        return len(_idle.get(address, ()))
 
 
 def forget(address: "Address") -> None:
