@@ -584,7 +584,7 @@ def test_connections_dialled_ahead_to_a_tls_store_handshake_at_once(minio_tls):
                      depth=1, max_body=1 << 20, eager=True)
         took = time.monotonic() - started
         assert left == [] and len(answered) == 6 and proxy.connections == 6
-        assert took < 0.8, f"six TLS connections took {took:.2f} s (200 ms round trips)"
+        assert took < 1.0, f"six TLS connections took {took:.2f} s (200 ms round trips; one after another: 1.4 s)"
         pool.close()
 
 
