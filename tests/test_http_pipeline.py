@@ -3,6 +3,7 @@ a connection closed mid-pipeline costs nothing but a resend of its unanswered re
 and whatever the reader does not take (odd answers, no answer, a cancel) is handed back
 for the ordinary path, never lost nor delivered twice."""
 
+import os
 import select
 import socket
 import threading
@@ -489,6 +490,189 @@ def test_a_proxied_pool_dials_nothing_ahead():
         assert pool._started == []
         pool.close()
     finally:
+        server.close()
+
+
+def test_connections_dialled_ahead_fit_in_what_max_open_leaves():
+    """A directory's load dials ahead while other threads hold connections of the pool: only
+    the room ``max_open`` leaves is dialled (the docs promise threads + 2 connections per
+    endpoint; three more here would make five to a pool capped at three, and no pass could
+    lease them before the held ones came back anyway)."""
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+        held = [pool.lease() for _ in range(2)]
+        pool.dial_ahead(3)
+        wait_for(lambda: server.connections >= 3, "the server to accept the connection dialled ahead")
+        assert len(pool._started) == 1
+        for conn in held:
+            pool.release(conn)
+        taker = Taker()
+        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(9)) and server.connections == 3
+        pool.close()
+    finally:
+        server.close()
+
+
+def test_threads_dialling_ahead_at_once_stay_within_max_open():
+    """Directories loaded by several threads at once each dial ahead: together they start no
+    more than ``max_open`` connections."""
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        for _ in range(5):
+            pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+            start = threading.Barrier(8)
+
+            def dial():
+                start.wait()
+                pool.dial_ahead(3)
+
+            threads = [threading.Thread(target=dial) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert len(pool._started) == 3
+            pool.close()
+    finally:
+        server.close()
+
+
+def test_dialling_ahead_out_of_descriptors_raises_nothing():
+    """``dial_ahead`` is best effort: a process at its descriptor limit dials nothing ahead,
+    and the pass goes on over the connection it has (before, EMFILE escaped a directory's load)."""
+    import resource
+
+    server = RawServer(lambda number, nth, target: ok(target))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        assert fetch(pool, 1, head, Taker(), connections=1, depth=1, max_body=1 << 20) == []  # one idle connection
+        lowest_free = os.open(os.devnull, os.O_RDONLY)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # no descriptor can be made
+        try:
+            pool.dial_ahead(3)
+            taker = Taker()
+            assert fetch(pool, 4, head, taker, connections=1, depth=4, max_body=1 << 20, eager=True) == []
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert sorted(taker.taken) == list(range(4)) and server.connections == 1
+        pool.close()
+    finally:
+        server.close()
+
+
+def test_connections_dialled_ahead_to_a_tls_store_handshake_at_once(minio_tls):
+    """Over TLS a connection is ready a handshake round trip after its connect: those dialled
+    ahead make theirs together (the first one taken starts the others'), so a pass over six
+    costs about two round trips (handshakes, requests), not one per connection more."""
+    import ssl
+
+    from pegasus_cloudio.testbed.proxy import TcpProxy
+
+    with TcpProxy((minio_tls.host, minio_tls.port), delay_ms=100) as proxy:  # 200 ms round trips
+        context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
+        pool = ConnectionPool(f"https://127.0.0.1:{proxy.port}", max_idle=6, max_open=6, ssl_context=context,
+                              timeouts=Timeouts(5, 5))
+        pool.dial_ahead(6)
+        wait_for(lambda: proxy.connections == 6, "the connects dialled ahead")  # the listing's round trip
+        answered = []
+        started = time.monotonic()
+        left = fetch(pool, 6, head, lambda k, status, *_: answered.append(status) or True, connections=6,
+                     depth=1, max_body=1 << 20, eager=True)
+        took = time.monotonic() - started
+        assert left == [] and len(answered) == 6 and proxy.connections == 6
+        assert took < 1.0, f"six TLS connections took {took:.2f} s (200 ms round trips; one after another: 1.4 s)"
+        pool.close()
+
+
+def test_a_tls_handshake_started_ahead_that_fails_is_dialled_afresh(minio_tls):
+    """A connection dialled ahead whose handshake was started and then broke (the store hung
+    up meanwhile) is closed, and the connection that took it dials afresh."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
+    pool = ConnectionPool(f"https://127.0.0.1:{minio_tls.port}", max_idle=3, max_open=3, ssl_context=context,
+                          timeouts=Timeouts(5, 5))
+    pool.dial_ahead(3)
+    wait_for(lambda: all(select.select([], [sock], [], 0)[1] for sock in pool._started), "the connects")
+    first = pool.lease()  # starts the other two handshakes
+    broken = list(pool._started)
+    assert len(broken) == 2 and all(isinstance(sock, ssl.SSLSocket) for sock in broken)
+    for sock in broken:  # as a hang-up would (the TLS socket's own shutdown would unwrap it)
+        with socket.socket(fileno=os.dup(sock.fileno())) as same:
+            same.shutdown(socket.SHUT_RDWR)
+    second = pool.lease()
+    with pool.request("GET", "/minio/health/live") as response:
+        assert response.status == 200
+    assert sum(sock.fileno() == -1 for sock in broken) >= 1  # the one taken was closed
+    for conn in (first, second):
+        pool.release(conn)
+    pool.close()
+    assert all(sock.fileno() == -1 for sock in broken)
+
+
+def test_a_tls_handshake_started_ahead_still_verifies_the_store_name(minio_tls):
+    import ssl
+
+    from transfer.errors import TransferError
+
+    context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
+    pool = ConnectionPool(f"https://not-the-store.example:{minio_tls.port}", max_idle=3, max_open=3,
+                          ssl_context=context, timeouts=Timeouts(5, 5), connect_to=("127.0.0.1", minio_tls.port))
+    pool.dial_ahead(3)
+    wait_for(lambda: all(select.select([], [sock], [], 0)[1] for sock in pool._started), "the connects")
+    for _ in range(3):  # the first taken starts the others' handshakes
+        with pytest.raises(TransferError, match="certificate verification failed"):
+            pool.lease()
+    pool.close()
+
+
+def test_connections_dialled_ahead_the_store_closed_are_dialled_again():
+    """A long-lived process loads a directory, and another later: connections dialled ahead
+    that nothing took meanwhile and the store closed (its idle timeout) are not counted as on
+    hand, nor kept open: fresh ones are dialled, and the pass runs on those."""
+    server = IdleClosingServer(lambda number, nth, target: ok(target), idle=0.2)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        stale = list(pool._started)
+        wait_for(lambda: len(stale) == 3 and all(closed_by_peer(sock) for sock in stale), "the store's idle timeout")
+        pool.dial_ahead(3)
+        assert all(sock.fileno() == -1 for sock in stale)
+        wait_for(lambda: server.connections == 6, "three connections dialled again")
+        taker = Taker()
+        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(9)) and server.connections == 6
+        pool.close()
+    finally:
+        server.close()
+
+
+def test_a_stagers_warm_sockets_are_taken_before_any_dialled_ahead():
+    """In a stager's copy, the sockets the stager lent, connected before the job began, are
+    on hand: dialling ahead adds only what they lack, the connections take them first, and
+    the address is recorded as used, so the stager keeps it warm for later jobs (a job whose
+    connections all came from dialling ahead reported none, and the stager forgot the store)."""
+    from transfer.http import warm
+
+    warm.discard()  # what earlier tests' connections recorded
+    server = RawServer(lambda number, nth, target: ok(target))
+    address = ("127.0.0.1", server.port)
+    try:
+        warm.adopt(address, [socket.create_connection(address) for _ in range(2)])
+        pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        taker = Taker()
+        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
+        assert sorted(taker.taken) == list(range(9)) and len(server.targets) == 9
+        assert warm.take(address) is None and warm.used() == [address]
+        assert server.connections == 3
+        pool.close()
+    finally:
+        warm.discard()
         server.close()
 
 

@@ -129,6 +129,17 @@ def test_without_a_stager_the_job_runs_in_process_after_one_warning(native_dropi
     assert len(warnings) == 1 and str(absent) in warnings[0] and "transferring in this process" in warnings[0]
 
 
+def test_a_python_client_started_without_stderr_runs_its_job_when_no_stager_takes_it(python_dropin, tmp_path):
+    """A job started with its standard error closed (a daemon's child): the warning that no
+    stager took the job is lost, not the job, as in-process (its client's warning crashed on
+    the missing stream: exit 1, nothing transferred)."""
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    (tmp_path / "spec.json").write_text(json.dumps([entry(f"file://{tmp_path}/a", f"file://{tmp_path}/b")]))
+    done = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", *python_dropin, "-f", "spec.json"],
+                          env=job_env(tmp_path / "no-stager.sock"), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and (tmp_path / "b").read_bytes() == b"x" * 10
+
+
 def _stalled_get(proxy, minio, bucket, tmp_path):
     boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
                  aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(

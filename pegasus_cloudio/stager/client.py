@@ -120,5 +120,10 @@ def _restore(previous: "Mapping[int, Any]") -> None:
 
 
 def _warn(message: str) -> None:
-    sys.stderr.write(f"pegasus-transfer: {message}\n")
-    sys.stderr.flush()
+    """One line on stderr; never raises: a line stderr refuses (closed, or None: the process
+    started without one) is lost, not the job, as in the drop-in's log."""
+    try:
+        sys.stderr.write(f"pegasus-transfer: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -48,7 +48,7 @@ from transfer.cache import behind
 # (tests/test_stager_preload.py pins this).
 PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.monitoring",
            "pegasus_cloudio.dropin.reporting", "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec",
-           "pegasus_cloudio.dropin.stats",
+           "pegasus_cloudio.dropin.stats", "pegasus_cloudio.ending",  # flush_standard_streams, before inserts
            "transfer.backends.s3", "transfer.backends._s3_xml", "transfer.backends.http", "transfer.backends.local",
            "transfer.backends._s3_pipelined", "transfer.http.pipeline",  # heads of a directory's small bundles
            "transfer.batched", "transfer.cached_reads", "transfer.bundle_gate", "transfer.local_copies",

@@ -187,8 +187,8 @@ class BundleDirectory:
         Bundles no larger than :data:`HEAD_BYTES` are read whole in one pipelined pass over up
         to ``connections`` connections when the backend offers it (:func:`_read_whole`), the
         rest through ``map_fn``; the pass's connections are dialled while the listing is in
-        flight (:class:`~transfer.backends.base.DialsAhead`), so their handshakes cost no round
-        trip of their own.
+        flight (:class:`~transfer.backends.base.DialsAhead`), so their TCP handshakes cost no
+        round trip of their own (over TLS, their TLS handshakes one round trip together).
 
         Raises TransferError when the listing fails or the directory holds more than
         ``max_entries`` objects and members together."""

@@ -281,6 +281,13 @@ class Connection:
     def _tls_socket(self, context: ssl.SSLContext) -> socket.socket:
         import socket
         warm = self._warm_socket() if self._proxy is None else None
+        if warm is not None and _handshaking(warm):
+            try:
+                warm.do_handshake()  # type: ignore[attr-defined]
+            except BaseException:
+                warm.close()
+                raise
+            return warm  # type: ignore[return-value]
         if warm is not None:
             sock = socket.socket(fileno=warm.detach())
             sock.settimeout(self._timeouts.connect)
@@ -316,13 +323,20 @@ class Connection:
             self.unanswered()
 
     def _warm_socket(self) -> Optional[_socket.socket]:
-        """The socket this connection was given started, or one the node stager connected
-        before this job began (:mod:`transfer.http.warm`, consulted only in a process that
-        loaded it), or None."""
-        sock, self._started = self._started, None
+        """A socket the node stager connected before this job began (:mod:`transfer.http.warm`,
+        consulted only in a process that loaded it), else the one this connection was given
+        started (its TLS handshake too, perhaps: :func:`start_handshake`), or None."""
+        warm = sys.modules.get("transfer.http.warm")
+        sock = warm.take(self._address) if warm is not None else None  # records the address as used, too
+        started, self._started = self._started, None
         if sock is None:
-            warm = sys.modules.get("transfer.http.warm")
-            sock = warm.take(self._address) if warm is not None else None
+            sock = started
+        elif started is not None:  # the pool gives one only when no warm socket waits: another thread's was
+            started.close()
+        if sock is not None and _handshaking(sock):  # the store's first answer may be in: no check
+            self._warm = True
+            sock.settimeout(self._timeouts.connect)
+            return sock
         if sock is not None:
             self._warm = True  # its first request is treated as one on a reused connection
             if not _connected(sock, self._timeouts.connect):  # `connect` dials afresh, once
@@ -546,7 +560,10 @@ def dial_ahead(address: Tuple[str, int], count: int) -> List[_socket.socket]:
         return []
     started: List[_socket.socket] = []
     for _ in range(count):
-        sock = _socket.socket(family, kind | _socket.SOCK_NONBLOCK | _socket.SOCK_CLOEXEC, proto)
+        try:
+            sock = _socket.socket(family, kind | _socket.SOCK_NONBLOCK | _socket.SOCK_CLOEXEC, proto)
+        except OSError:  # EMFILE, ENOBUFS: the connections dial when they are made, or fail then
+            break
         try:
             sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             failed = sock.connect_ex(target) not in (0, errno.EINPROGRESS)
@@ -557,6 +574,47 @@ def dial_ahead(address: Tuple[str, int], count: int) -> List[_socket.socket]:
             break
         started.append(sock)
     return started
+
+
+def start_handshake(sock: _socket.socket, context: ssl.SSLContext, server_hostname: str) -> _socket.socket:
+    """``sock``, dialled ahead (:func:`dial_ahead`), as a TLS socket whose handshake is
+    started (its first flight sent, no answer waited for) if its connect is done, else
+    ``sock`` itself: the connection that takes it finishes the handshake, and connections
+    taken one after another then wait on their handshakes' round trips together, not in turn.
+    Never raises: a failure shows again when the handshake is finished, and that connection
+    dials afresh."""
+    import socket
+    if _handshaking(sock) or not _connected(sock, 0):
+        return sock
+    plain = socket.socket(fileno=sock.detach())
+    plain.setblocking(False)
+    try:
+        tls = context.wrap_socket(plain, server_hostname=server_hostname, do_handshake_on_connect=False)
+    except (OSError, ValueError):
+        return plain
+    try:
+        tls.do_handshake()
+    except OSError:  # SSLWantReadError: the first flight is out
+        pass
+    return tls
+
+
+def hung_up(sock: _socket.socket) -> bool:
+    """Whether the store closed or reset ``sock``, dialled ahead and not taken yet (without
+    waiting; bytes to read count as well, unless its TLS handshake was started: those are the
+    store's answer to it)."""
+    import select
+    rdhup = getattr(select, "POLLRDHUP", 0)
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | rdhup)
+    events = poller.poll(0)
+    ended = select.POLLERR | select.POLLHUP | rdhup | (0 if _handshaking(sock) else select.POLLIN)
+    return bool(events and events[0][1] & ended)
+
+
+def _handshaking(sock: _socket.socket) -> bool:
+    """Whether ``sock`` is a TLS socket :func:`start_handshake` made."""
+    return hasattr(sock, "do_handshake")
 
 
 def _connected(sock: _socket.socket, timeout: float) -> bool:

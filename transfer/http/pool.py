@@ -22,6 +22,8 @@ from transfer.http.connection import (
     StaleConnection,
     Timeouts,
     dial_ahead,
+    hung_up,
+    start_handshake,
 )
 
 TYPE_CHECKING = False
@@ -89,6 +91,7 @@ class ConnectionPool:
         self._max_idle = max(1, max_idle)
         self._idle: List[Connection] = []
         self._started: List[_socket.socket] = []  # connects started ahead, not taken yet
+        self._dialling = 0  # connects another thread is starting ahead (dial_ahead)
         self._lock = _threads.Lock()
         self._max_open = max_open
         # One token per connection that may be open at once: a C queue, where a semaphore's
@@ -125,22 +128,64 @@ class ConnectionPool:
         on hand (idle ones, ones already started and a stager's warm ones count) when its next
         requests want them
         (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
-        each checked connected then; :meth:`close` closes those none took). Not through a
-        proxy: a proxied connection is the proxy's tunnel, opened when it is needed."""
+        each checked connected then; :meth:`close` closes those none took). Over TLS, the
+        first one taken starts the others' handshakes (:func:`~transfer.http.connection.start_handshake`),
+        so connections made one after another wait on their round trips together. Those the
+        store closed since an earlier call are closed and dialled again. The node stager's
+        warm sockets (:mod:`transfer.http.warm`) are taken first. Within
+        ``max_open``: connections leased, idle, started or being started (by another thread)
+        count against it, so fewer, or none, are started while others are in use (a request
+        could not lease more before those come back). Not through a proxy: a proxied
+        connection is the proxy's tunnel, opened when it is needed."""
         if self._proxy is not None:
             return
-        address = self._connect_to or (self.host, self.port)
-        warm = sys.modules.get("transfer.http.warm")  # loaded in a stager's copy, which may have been lent some
         with self._lock:
-            wanted = count - len(self._idle) - len(self._started) - (warm.on_hand(address) if warm else 0)
-        if wanted > 0:
-            started = dial_ahead(address, wanted)
+            self._drop_hung_up()
+            wanted = self._room(count)
+            if wanted <= 0:
+                return
+            self._dialling += wanted
+        started: List[_socket.socket] = []
+        try:
+            started = dial_ahead(self._connect_to or (self.host, self.port), wanted)
+        finally:
             with self._lock:
-                self._started.extend(started)
+                self._dialling -= wanted
+                kept = max(0, self._room(count))  # a request that leased meanwhile dialled its own
+                self._started.extend(started[:kept])
+            for sock in started[kept:]:
+                sock.close()
+
+    def _drop_hung_up(self) -> None:
+        """Close the connections dialled ahead that the store closed before any was taken
+        (its idle timeout, in a process that goes on long); called under the lock."""
+        kept = []
+        for sock in self._started:
+            if hung_up(sock):
+                sock.close()
+            else:
+                kept.append(sock)
+        self._started = kept
+
+    def _room(self, count: int) -> int:
+        """How many more connections to start for ``count`` to be on hand, within the free
+        ``max_open`` slots (leased connections hold the others); called under the lock."""
+        on_hand = len(self._idle) + len(self._started) + self._dialling + self._warm_waiting()
+        if self._slots is not None:
+            count = min(count, self._slots.qsize())
+        return count - on_hand
+
+    def _warm_waiting(self) -> int:
+        """The node stager's sockets to this pool's address not taken yet (they come first:
+        connected before the job began; :mod:`transfer.http.warm`, consulted only when loaded)."""
+        warm = sys.modules.get("transfer.http.warm")
+        return warm.on_hand(self._connect_to or (self.host, self.port)) if warm is not None else 0
 
     def _new_connection(self) -> Connection:
         with self._lock:
-            started = self._started.pop() if self._started else None
+            started = self._started.pop() if self._started and not self._warm_waiting() else None
+            if started is not None and self._ssl_context is not None:  # the others' handshakes overlap this one's
+                self._started = [start_handshake(sock, self._ssl_context, self.host) for sock in self._started]
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
                           connect_to=self._connect_to, proxy=self._proxy, started=started)
         conn.connect()
