@@ -630,6 +630,95 @@ def test_a_tls_handshake_started_ahead_still_verifies_the_store_name(minio_tls):
     pool.close()
 
 
+class HandshakeTimingOutServer:
+    """A TLS server that answers ``ok`` to every request, and gives a client ``patience``
+    seconds to finish its TLS handshake before hanging up (as Go's servers and nginx do):
+    its own flight is sent, so a client finishing later completes the handshake and finds
+    the connection closed at its first request."""
+
+    def __init__(self, tmp_path, patience):
+        import ssl
+
+        from pegasus_cloudio.testbed.certs import make_tls_files
+
+        files = make_tls_files(tmp_path / "certs")
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(files.cert, files.key)
+        self.ca_file = files.ca_cert
+        self.patience = patience
+        self.accepted = 0
+        self.timed_out = 0  # handshakes the server gave up on
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.accepted += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(self.patience)
+        try:
+            tls = self.context.wrap_socket(conn, server_side=True)
+        except OSError:
+            conn.close()
+            with self._lock:
+                self.timed_out += 1
+            return
+        tls.settimeout(5)
+        buffer = b""
+        with tls:
+            while True:
+                try:
+                    data = tls.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                buffer += data
+                while b"\r\n\r\n" in buffer:
+                    request, _, buffer = buffer.partition(b"\r\n\r\n")
+                    tls.sendall(ok(request.split(b" ")[1].decode()))
+
+    def close(self):
+        self._listener.close()
+
+
+def test_a_request_on_a_started_handshake_the_store_closed_is_sent_again_on_a_fresh_connection(tmp_path):
+    """Connections dialled ahead whose TLS handshakes were started and which the store then
+    closed (its handshake timeout) complete their handshakes and fail at the first request,
+    like stale keep-alive connections: the pool sends that request again once on a freshly
+    dialled connection, as it promises, not on another dialled ahead as old (which failed
+    the request with StaleConnection)."""
+    import ssl
+
+    server = HandshakeTimingOutServer(tmp_path, patience=0.2)
+    try:
+        context = ssl.create_default_context(cafile=str(server.ca_file))
+        pool = ConnectionPool(f"https://127.0.0.1:{server.port}", max_idle=3, max_open=3, ssl_context=context,
+                              timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        wait_for(lambda: server.accepted == 3, "the connects dialled ahead")
+        first = pool.lease()  # starts the other two handshakes
+        stale = list(pool._started)
+        assert len(stale) == 2 and all(isinstance(sock, ssl.SSLSocket) for sock in stale)
+        wait_for(lambda: server.timed_out == 2, "the store's handshake timeout")
+        with pool.request("GET", "/k1") as response:
+            assert response.status == 200 and response.read() == b"body of /k1"
+        assert server.accepted == 4
+        pool.release(first)
+        pool.close()
+    finally:
+        server.close()
+
+
 def test_connections_dialled_ahead_the_store_closed_are_dialled_again():
     """A long-lived process loads a directory, and another later: connections dialled ahead
     that nothing took meanwhile and the store closed (its idle timeout) are not counted as on
