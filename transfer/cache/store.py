@@ -81,7 +81,6 @@ class NodeCache:
         self._counters = Counters()
         self._gc_due = False
         self._seen_bytes = self._stats.read()["bytes"]  # usage at the last read of the file
-        self._umask: Optional[int] = None  # this process's, read when a file's mode is first set
 
     @property
     def directory(self) -> str:
@@ -348,12 +347,11 @@ class NodeCache:
         os.replace(temp, paths.data)
 
     def _less_umask(self, mode: int) -> int:
-        """``mode`` less the bits this process's umask takes away: what ``os.open`` would give a
-        new file, for files the cache made private first and hands to a job (read once: an
-        ``os.umask`` call would change it for every thread for a moment)."""
-        if self._umask is None:
-            self._umask = process_umask()
-        return mode & ~self._umask
+        """``mode`` less the bits this process's umask takes away now: what ``os.open`` would give
+        a new file, for files the cache made private first and hands to a job. Read each time
+        (not with ``os.umask``, which would change it for every thread for a moment): a process
+        that keeps the cache open over jobs may set each job's umask."""
+        return mode & ~process_umask()
 
     def _adjust_usage(self, entries: int, size: int) -> None:
         """Count an entry added or removed, in memory; the shared file is only written when
