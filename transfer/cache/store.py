@@ -351,7 +351,7 @@ class NodeCache:
         a new file, for files the cache made private first and hands to a job. Read each time
         (not with ``os.umask``, which would change it for every thread for a moment): a process
         that keeps the cache open over jobs may set each job's umask."""
-        return mode & ~process_umask()
+        return mode & ~process_umask(self.directory)
 
     def _adjust_usage(self, entries: int, size: int) -> None:
         """Count an entry added or removed, in memory; the shared file is only written when
