@@ -630,13 +630,13 @@ def test_a_tls_handshake_started_ahead_still_verifies_the_store_name(minio_tls):
     pool.close()
 
 
-class HandshakeTimingOutServer:
-    """A TLS server that answers ``ok`` to every request, and gives a client ``patience``
-    seconds to finish its TLS handshake before hanging up (as Go's servers and nginx do):
-    its own flight is sent, so a client finishing later completes the handshake and finds
-    the connection closed at its first request."""
+class IdleHangingUpServer:
+    """A TLS server that answers ``ok`` to every request, and that :meth:`hang_up_idle` makes
+    hang up on every connection no request came on yet, its TLS handshake finished or not
+    (as a store's handshake or idle timeout does): a client finishes such a handshake with
+    the server's flight it holds, and finds the connection closed at its first request."""
 
-    def __init__(self, tmp_path, patience):
+    def __init__(self, tmp_path):
         import ssl
 
         from pegasus_cloudio.testbed.certs import make_tls_files
@@ -645,9 +645,9 @@ class HandshakeTimingOutServer:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(files.cert, files.key)
         self.ca_file = files.ca_cert
-        self.patience = patience
         self.accepted = 0
-        self.timed_out = 0  # handshakes the server gave up on
+        self.hung_up = 0  # connections closed before any request came on them
+        self._idle = {}  # a connection's number -> a duplicate of its socket, until a request comes
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -661,45 +661,58 @@ class HandshakeTimingOutServer:
                 return
             with self._lock:
                 self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                number = self.accepted
+                self._idle[number] = socket.socket(fileno=os.dup(conn.fileno()))
+            threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
 
-    def _serve(self, conn):
-        conn.settimeout(self.patience)
+    def hang_up_idle(self):
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), {}
+        for same in idle:
+            same.shutdown(socket.SHUT_RDWR)
+            same.close()
+
+    def _serve(self, conn, number):
+        conn.settimeout(10)
+        answered = False
         try:
-            tls = self.context.wrap_socket(conn, server_side=True)
+            with self.context.wrap_socket(conn, server_side=True) as tls:
+                buffer = b""
+                while True:
+                    data = tls.recv(65536)
+                    if not data:
+                        return
+                    buffer += data
+                    while b"\r\n\r\n" in buffer:
+                        if not answered:
+                            with self._lock:
+                                same = self._idle.pop(number, None)
+                            if same is not None:
+                                same.close()
+                        request, _, buffer = buffer.partition(b"\r\n\r\n")
+                        tls.sendall(ok(request.split(b" ")[1].decode()))
+                        answered = True
         except OSError:
             conn.close()
-            with self._lock:
-                self.timed_out += 1
-            return
-        tls.settimeout(5)
-        buffer = b""
-        with tls:
-            while True:
-                try:
-                    data = tls.recv(65536)
-                except OSError:
-                    return
-                if not data:
-                    return
-                buffer += data
-                while b"\r\n\r\n" in buffer:
-                    request, _, buffer = buffer.partition(b"\r\n\r\n")
-                    tls.sendall(ok(request.split(b" ")[1].decode()))
+        finally:
+            if not answered:
+                with self._lock:
+                    self.hung_up += 1
 
     def close(self):
         self._listener.close()
+        self.hang_up_idle()
 
 
 def test_a_request_on_a_started_handshake_the_store_closed_is_sent_again_on_a_fresh_connection(tmp_path):
     """Connections dialled ahead whose TLS handshakes were started and which the store then
-    closed (its handshake timeout) complete their handshakes and fail at the first request,
-    like stale keep-alive connections: the pool sends that request again once on a freshly
-    dialled connection, as it promises, not on another dialled ahead as old (which failed
-    the request with StaleConnection)."""
+    closed (its handshake or idle timeout) fail at their first request, like stale keep-alive
+    connections: the pool sends that request again once on a freshly dialled connection, as
+    it promises, not on another dialled ahead as old (which failed the request with
+    StaleConnection)."""
     import ssl
 
-    server = HandshakeTimingOutServer(tmp_path, patience=0.2)
+    server = IdleHangingUpServer(tmp_path)
     try:
         context = ssl.create_default_context(cafile=str(server.ca_file))
         pool = ConnectionPool(f"https://127.0.0.1:{server.port}", max_idle=3, max_open=3, ssl_context=context,
@@ -709,10 +722,14 @@ def test_a_request_on_a_started_handshake_the_store_closed_is_sent_again_on_a_fr
         first = pool.lease()  # starts the other two handshakes
         stale = list(pool._started)
         assert len(stale) == 2 and all(isinstance(sock, ssl.SSLSocket) for sock in stale)
-        wait_for(lambda: server.timed_out == 2, "the store's handshake timeout")
+        wait_for(lambda: all(select.select([sock], [], [], 0)[0] or sock.cipher() for sock in stale),
+                 "the store's answers to the handshakes")
+        server.hang_up_idle()
+        wait_for(lambda: server.hung_up == 3, "the store's hang-ups")
         with pool.request("GET", "/k1") as response:
             assert response.status == 200 and response.read() == b"body of /k1"
         assert server.accepted == 4
+        first.close()
         pool.release(first)
         pool.close()
     finally:
