@@ -191,6 +191,24 @@ def test_a_torn_small_entry_left_by_a_power_cut_is_a_miss_not_wrong_bytes(tmp_pa
     assert (tmp_path / "job2").read_bytes() == origin.data and origin.gets == 2
 
 
+def test_a_hit_under_a_stricter_umask_than_the_fill_s_is_not_readable_by_others(tmp_path):
+    """Jobs of one user share the node cache but not their umasks: an entry one job made under
+    umask 022 (0444) is not hard-linked into a job under umask 077, whose input would then be
+    readable by every user who can reach its directory; that job gets its own private file."""
+    origin = Origin(b"private input")
+    old = os.umask(0o022)
+    try:
+        cache = NodeCache(config(tmp_path / "cache"))
+        assert cache.fetch("k", str(tmp_path / "j1" / "in.dat"), origin) == (13, False)
+        os.umask(0o077)
+        assert cache.fetch("k", str(tmp_path / "j2" / "in.dat"), origin) == (13, True)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "j1" / "in.dat").st_mode) == 0o444
+    assert stat.S_IMODE(os.stat(tmp_path / "j2" / "in.dat").st_mode) & 0o077 == 0
+    assert (tmp_path / "j2" / "in.dat").read_bytes() == origin.data and origin.gets == 1
+
+
 def test_without_proc_the_umask_still_takes_its_bits_away(tmp_path):
     """Where /proc/self/status has no ``Umask:`` line (/proc not mounted in a container, a
     kernel before 4.7), entries and declined downloads still lose the umask's bits: under

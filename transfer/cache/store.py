@@ -139,7 +139,8 @@ class NodeCache:
             meta = self._valid(paths, key, check=True)
             if meta is None:
                 return None
-            materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+            hardlink = self.config.hardlink and self._linkable(paths.data)
+            materialise(paths.data, dest_path, symlink=symlink, hardlink=hardlink)
             self._restamp(paths, meta.size)  # our own hard link moved the ctime
             touch(paths, symlink)
             return meta.size
@@ -345,6 +346,15 @@ class NodeCache:
             write_meta(paths, meta)
         os.fchmod(fd, self._less_umask(ENTRY_MODE))
         os.replace(temp, paths.data)
+
+    def _linkable(self, data: str) -> bool:
+        """Whether a hard link of the entry ``data`` is no more readable than an entry made now:
+        one another job made under a laxer umask would hand this job's input to others (then
+        the hit is a copy, with this job's umask)."""
+        try:
+            return os.stat(data).st_mode & 0o777 & ~self._less_umask(ENTRY_MODE) == 0
+        except OSError:
+            return False
 
     def _less_umask(self, mode: int) -> int:
         """``mode`` less the bits this process's umask takes away now: what ``os.open`` would give
