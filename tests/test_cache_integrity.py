@@ -191,6 +191,60 @@ def test_a_torn_small_entry_left_by_a_power_cut_is_a_miss_not_wrong_bytes(tmp_pa
     assert (tmp_path / "job2").read_bytes() == origin.data and origin.gets == 2
 
 
+def test_a_hit_under_a_stricter_umask_than_the_fill_s_is_not_readable_by_others(tmp_path):
+    """Jobs of one user share the node cache but not their umasks: an entry one job made under
+    umask 022 (0444) is not hard-linked into a job under umask 077, whose input would then be
+    readable by every user who can reach its directory; that job gets its own private file."""
+    origin = Origin(b"private input")
+    old = os.umask(0o022)
+    try:
+        cache = NodeCache(config(tmp_path / "cache"))
+        assert cache.fetch("k", str(tmp_path / "j1" / "in.dat"), origin) == (13, False)
+        os.umask(0o077)
+        assert cache.fetch("k", str(tmp_path / "j2" / "in.dat"), origin) == (13, True)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "j1" / "in.dat").st_mode) == 0o444
+    assert stat.S_IMODE(os.stat(tmp_path / "j2" / "in.dat").st_mode) & 0o077 == 0
+    assert (tmp_path / "j2" / "in.dat").read_bytes() == origin.data and origin.gets == 1
+
+
+def test_without_proc_the_umask_still_takes_its_bits_away(tmp_path):
+    """Where /proc/self/status has no ``Umask:`` line (/proc not mounted in a container, a
+    kernel before 4.7), entries and declined downloads still lose the umask's bits: under
+    umask 077 a hard-linked input and a declined download are the job's alone (they were 0444
+    and 0644, as under umask 022). Run in a mount namespace whose /proc is an empty tmpfs."""
+    import shutil
+    import subprocess
+    import sys
+    import textwrap
+
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-Urm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare and user namespaces")
+    script = textwrap.dedent(f"""
+        import os, stat
+        from transfer.cache import CacheConfig, NodeCache
+        assert not os.path.exists("/proc/self/status")
+        os.umask(0o077)
+        def config(name, max_bytes):
+            return CacheConfig(directory="{tmp_path}/" + name, max_bytes=max_bytes, min_free_bytes=0, fsync=False)
+        def origin(sink):
+            from transfer import parse_url
+            from transfer.backends.base import ObjectInfo
+            sink.write(b"private input")
+            return ObjectInfo(parse_url("s3://b/k"), 13, "v1")
+        NodeCache(config("cache", 1 << 30)).fetch("k", "{tmp_path}/j1", origin)
+        NodeCache(config("tiny", 1)).fetch("k", "{tmp_path}/j2", origin)
+        print(oct(stat.S_IMODE(os.stat("{tmp_path}/j1").st_mode)), oct(stat.S_IMODE(os.stat("{tmp_path}/j2").st_mode)))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([unshare, "-Urm", "sh", "-c", 'mount -t tmpfs none /proc && exec "$0" -c "$1"',
+                           sys.executable, script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0o400", "0o600"]
+
+
 def test_a_hard_linked_input_is_no_more_readable_than_a_downloaded_one(tmp_path):
     """A hit hands the job the entry itself (a hard link): with a umask of 077 it must be as
     private as the file an uncached download writes, not readable by every user who can reach

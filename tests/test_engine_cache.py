@@ -133,6 +133,32 @@ def test_a_download_the_cache_cannot_keep_has_the_mode_of_an_uncached_one(proxie
         cache.close()
 
 
+def test_a_long_lived_cache_gives_each_file_the_umask_of_its_time(proxied, bucket, tmp_path):
+    """A library process keeps one node cache open over jobs and sets each job's umask (022,
+    then 077): a download the cache declines gets the mode the same download writes without
+    the cache under the umask of that moment, not the first job's (0644 under 077, readable
+    by all where the job's own files are private)."""
+    proxy, env = proxied
+    (tmp_path / "src").mkdir()
+    for name in ("first.dat", "second.dat"):
+        (tmp_path / "src" / name).write_bytes(os.urandom(3000))
+        up = Transfer((parse_url(str(tmp_path / "src" / name)),), s3(bucket, name))
+        assert all(r.ok for r in engine_run(env, [up], None))
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "cache"), "HOME": env["HOME"],
+                                 "PEGASUS_CLOUDIO_CACHE_MAX_BYTES": "1000"})
+    old = os.umask(0o022)
+    try:
+        for name, umask in (("first.dat", 0o022), ("second.dat", 0o077)):
+            os.umask(umask)
+            read = Transfer((s3(bucket, name),), parse_url(f"file://{tmp_path}/job/{name}"))
+            with Session(Settings(threads=3), env) as session:
+                assert all(r.ok for r in Engine(session, cache=cache).run([read]))
+            assert stat.S_IMODE(os.stat(tmp_path / "job" / name).st_mode) == 0o666 & ~umask
+    finally:
+        os.umask(old)
+        cache.close()
+
+
 def test_a_signed_url_leaves_its_query_in_no_cache_file_and_no_log_line(tmp_path, caplog):
     """An HTTP URL's query may be its signature (a pre-signed URL): the cache key keeps two
     queries apart without holding their text, so it is in no metadata file, no ``cache ls``

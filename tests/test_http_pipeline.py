@@ -630,6 +630,112 @@ def test_a_tls_handshake_started_ahead_still_verifies_the_store_name(minio_tls):
     pool.close()
 
 
+class IdleHangingUpServer:
+    """A TLS server that answers ``ok`` to every request, and that :meth:`hang_up_idle` makes
+    hang up on every connection no request came on yet, its TLS handshake finished or not
+    (as a store's handshake or idle timeout does): a client finishes such a handshake with
+    the server's flight it holds, and finds the connection closed at its first request."""
+
+    def __init__(self, tmp_path):
+        import ssl
+
+        from pegasus_cloudio.testbed.certs import make_tls_files
+
+        files = make_tls_files(tmp_path / "certs")
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(files.cert, files.key)
+        self.ca_file = files.ca_cert
+        self.accepted = 0
+        self.hung_up = 0  # connections closed before any request came on them
+        self._idle = {}  # a connection's number -> a duplicate of its socket, until a request comes
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.accepted += 1
+                number = self.accepted
+                self._idle[number] = socket.socket(fileno=os.dup(conn.fileno()))
+            threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
+
+    def hang_up_idle(self):
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), {}
+        for same in idle:
+            same.shutdown(socket.SHUT_RDWR)
+            same.close()
+
+    def _serve(self, conn, number):
+        conn.settimeout(10)
+        answered = False
+        try:
+            with self.context.wrap_socket(conn, server_side=True) as tls:
+                buffer = b""
+                while True:
+                    data = tls.recv(65536)
+                    if not data:
+                        return
+                    buffer += data
+                    while b"\r\n\r\n" in buffer:
+                        if not answered:
+                            with self._lock:
+                                same = self._idle.pop(number, None)
+                            if same is not None:
+                                same.close()
+                        request, _, buffer = buffer.partition(b"\r\n\r\n")
+                        tls.sendall(ok(request.split(b" ")[1].decode()))
+                        answered = True
+        except OSError:
+            conn.close()
+        finally:
+            if not answered:
+                with self._lock:
+                    self.hung_up += 1
+
+    def close(self):
+        self._listener.close()
+        self.hang_up_idle()
+
+
+def test_a_request_on_a_started_handshake_the_store_closed_is_sent_again_on_a_fresh_connection(tmp_path):
+    """Connections dialled ahead whose TLS handshakes were started and which the store then
+    closed (its handshake or idle timeout) fail at their first request, like stale keep-alive
+    connections: the pool sends that request again once on a freshly dialled connection, as
+    it promises, not on another dialled ahead as old (which failed the request with
+    StaleConnection)."""
+    import ssl
+
+    server = IdleHangingUpServer(tmp_path)
+    try:
+        context = ssl.create_default_context(cafile=str(server.ca_file))
+        pool = ConnectionPool(f"https://127.0.0.1:{server.port}", max_idle=3, max_open=3, ssl_context=context,
+                              timeouts=Timeouts(5, 5))
+        pool.dial_ahead(3)
+        wait_for(lambda: server.accepted == 3, "the connects dialled ahead")
+        first = pool.lease()  # starts the other two handshakes
+        stale = list(pool._started)
+        assert len(stale) == 2 and all(isinstance(sock, ssl.SSLSocket) for sock in stale)
+        wait_for(lambda: all(select.select([sock], [], [], 0)[0] or sock.cipher() for sock in stale),
+                 "the store's answers to the handshakes")
+        server.hang_up_idle()
+        wait_for(lambda: server.hung_up == 3, "the store's hang-ups")
+        with pool.request("GET", "/k1") as response:
+            assert response.status == 200 and response.read() == b"body of /k1"
+        assert server.accepted == 4
+        first.close()
+        pool.release(first)
+        pool.close()
+    finally:
+        server.close()
+
+
 def test_connections_dialled_ahead_the_store_closed_are_dialled_again():
     """A long-lived process loads a directory, and another later: connections dialled ahead
     that nothing took meanwhile and the store closed (its idle timeout) are not counted as on

@@ -49,9 +49,11 @@ _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
 _counter = itertools.count()  # unique temp names within this process
 
 
-def process_umask() -> int:
+def process_umask(probe_dir: str) -> int:
     """This process's umask, from ``Umask:`` of ``/proc/self/status`` (read without changing the
-    umask, which ``os.umask`` would do for every thread at once); 022 where that is unknown."""
+    umask, which ``os.umask`` would do for every thread at once); where that is unknown (no
+    /proc, a kernel before 4.7), the bits a file created in ``probe_dir`` loses: a guess of
+    022 would make a job's files readable by all under umask 077."""
     try:
         with open("/proc/self/status", "rb") as fh:
             for line in fh:
@@ -59,7 +61,24 @@ def process_umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    return 0o022
+    return _probed_umask(probe_dir)
+
+
+def _probed_umask(directory: str) -> int:
+    """The permission bits a new file in ``directory`` loses to the umask; 077 (the most any
+    umask takes from a file the cache hands a job) when none can be made there."""
+    path = os.path.join(directory, f".umask.{os.getpid()}.{next(_counter)}.part")
+    try:
+        fd = os.open(path, _TEMP_FLAGS, 0o777)
+    except OSError:
+        return 0o077
+    try:
+        os.unlink(path)
+        return 0o777 & ~stat.S_IMODE(os.fstat(fd).st_mode)
+    except OSError:
+        return 0o077
+    finally:
+        os.close(fd)
 
 
 def digest_of(key: str) -> str:

@@ -81,7 +81,6 @@ class NodeCache:
         self._counters = Counters()
         self._gc_due = False
         self._seen_bytes = self._stats.read()["bytes"]  # usage at the last read of the file
-        self._umask: Optional[int] = None  # this process's, read when a file's mode is first set
 
     @property
     def directory(self) -> str:
@@ -140,7 +139,8 @@ class NodeCache:
             meta = self._valid(paths, key, check=True)
             if meta is None:
                 return None
-            materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+            hardlink = self.config.hardlink and self._linkable(paths.data)
+            materialise(paths.data, dest_path, symlink=symlink, hardlink=hardlink)
             self._restamp(paths, meta.size)  # our own hard link moved the ctime
             touch(paths, symlink)
             return meta.size
@@ -347,13 +347,21 @@ class NodeCache:
         os.fchmod(fd, self._less_umask(ENTRY_MODE))
         os.replace(temp, paths.data)
 
+    def _linkable(self, data: str) -> bool:
+        """Whether a hard link of the entry ``data`` is no more readable than an entry made now:
+        one another job made under a laxer umask would hand this job's input to others (then
+        the hit is a copy, with this job's umask)."""
+        try:
+            return os.stat(data).st_mode & 0o777 & ~self._less_umask(ENTRY_MODE) == 0
+        except OSError:
+            return False
+
     def _less_umask(self, mode: int) -> int:
-        """``mode`` less the bits this process's umask takes away: what ``os.open`` would give a
-        new file, for files the cache made private first and hands to a job (read once: an
-        ``os.umask`` call would change it for every thread for a moment)."""
-        if self._umask is None:
-            self._umask = process_umask()
-        return mode & ~self._umask
+        """``mode`` less the bits this process's umask takes away now: what ``os.open`` would give
+        a new file, for files the cache made private first and hands to a job. Read each time
+        (not with ``os.umask``, which would change it for every thread for a moment): a process
+        that keeps the cache open over jobs may set each job's umask."""
+        return mode & ~process_umask(self.directory)
 
     def _adjust_usage(self, entries: int, size: int) -> None:
         """Count an entry added or removed, in memory; the shared file is only written when

@@ -181,9 +181,12 @@ class ConnectionPool:
         warm = sys.modules.get("transfer.http.warm")
         return warm.on_hand(self._connect_to or (self.host, self.port)) if warm is not None else 0
 
-    def _new_connection(self) -> Connection:
+    def _new_connection(self, ahead: bool = True) -> Connection:
+        """A connected connection: on a socket dialled ahead when ``ahead`` (and no stager's
+        warm socket waits), else dialled now (the retry after a stale one: those dialled
+        ahead are as old as the one that failed, and may be closed as well)."""
         with self._lock:
-            started = self._started.pop() if self._started and not self._warm_waiting() else None
+            started = self._started.pop() if ahead and self._started and not self._warm_waiting() else None
             if started is not None and self._ssl_context is not None:  # the others' handshakes overlap this one's
                 self._started = [start_handshake(sock, self._ssl_context, self.host) for sock in self._started]
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
@@ -264,7 +267,7 @@ class ConnectionPool:
             try:
                 response = conn.request(method, target, header_list, body)
             except StaleConnection:
-                conn = self._new_connection()
+                conn = self._new_connection(ahead=False)
                 response = conn.request(method, target, header_list, body)
         except BaseException as err:
             if conn is not None and isinstance(err, InvalidInput):
