@@ -219,9 +219,10 @@ def test_without_proc_the_umask_still_takes_its_bits_away(tmp_path):
     import sys
     import textwrap
 
-    unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "-Urm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("needs unshare and user namespaces")
+    unshare = shutil.which("unshare")  # util-linux: on every Debian system
+    assert unshare is not None, "unshare (util-linux) is needed to run without /proc"
+    probe = subprocess.run([unshare, "-Urm", "true"], capture_output=True, text=True)
+    assert probe.returncode == 0, f"unshare -Urm cannot make a user and mount namespace here: {probe.stderr.strip()}"
     script = textwrap.dedent(f"""
         import os, stat
         from transfer.cache import CacheConfig, NodeCache
