@@ -802,3 +802,24 @@ def test_a_stagers_warm_sockets_count_as_on_hand_when_dialling_ahead():
     finally:
         warm.discard()
         server.close()
+
+
+def test_a_socket_closed_before_it_was_taken_counts_as_hung_up_not_as_an_error():
+    """A started socket whose descriptor is gone (a TLS wrap that failed after detaching it)
+    is dropped at the next dial_ahead, which never raises, and dialled again."""
+    from transfer.http.connection import _connected, hung_up
+
+    server = RawServer(lambda number, nth, target: ok(target))
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(2)
+        gone = pool._started[0]
+        gone.close()
+        assert hung_up(gone) and not _connected(gone, 0)
+        pool.dial_ahead(2)
+        assert len(pool._started) == 2 and all(sock.fileno() >= 0 for sock in pool._started)
+        taker = Taker()
+        assert fetch(pool, 4, head, taker, connections=2, depth=2, max_body=1 << 20, eager=True) == []
+        pool.close()
+    finally:
+        server.close()

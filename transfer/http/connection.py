@@ -602,8 +602,11 @@ def start_handshake(sock: _socket.socket, context: ssl.SSLContext, server_hostna
 def hung_up(sock: _socket.socket) -> bool:
     """Whether the store closed or reset ``sock``, dialled ahead and not taken yet (without
     waiting; bytes to read count as well, unless its TLS handshake was started: those are the
-    store's answer to it)."""
+    store's answer to it); a socket already closed here (a TLS wrap that failed after taking
+    its descriptor) is hung up too."""
     import select
+    if sock.fileno() < 0:
+        return True
     rdhup = getattr(select, "POLLRDHUP", 0)
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN | rdhup)
@@ -622,8 +625,10 @@ def _connected(sock: _socket.socket, timeout: float) -> bool:
     is connected and has nothing to read, waiting up to ``timeout`` for the connect: a first
     send on a socket still connecting would wait for TCP's own give-up (minutes), not for any
     of our timeouts; and bytes the server sent before any request (an idle timeout's answer)
-    would be read as the answer to ours, an end as a failure of it."""
+    would be read as the answer to ours, an end as a failure of it. A socket closed here is not."""
     import select
+    if sock.fileno() < 0:
+        return False
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLOUT | select.POLLIN)
     events = poller.poll(int(timeout * 1000))
