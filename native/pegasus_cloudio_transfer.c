@@ -287,12 +287,28 @@ static char *build_request(size_t *size, int argc, char **argv)
     return request;
 }
 
+/* fd moved to 3 or above (the low one closed), or -1 with errno. Open in place of a closed stdin,
+ * stdout or stderr, it would go out as that stream too; above them, the closed stream fails the
+ * send with EBADF and the job runs in this process, as it did before the directory was sent. */
+static int above_streams(int fd)
+{
+    int moved, saved;
+    if (fd < 0 || fd > 2)
+        return fd;
+    moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    saved = errno;
+    close(fd);
+    errno = saved;
+    return moved;
+}
+
 /* Send the 4-byte header with our stdin, stdout, stderr and working directory (which the job's
  * process enters by this descriptor: the path may name another directory by then) in one
  * sendmsg; the bytes sent, or -1 with errno. */
 static int send_header(int fd, unsigned char *header, size_t n)
 {
-    int fds[4] = {0, 1, 2, open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)}, rc, saved; /* O_PATH: no read right needed */
+    /* O_PATH: no read right needed */
+    int fds[4] = {0, 1, 2, above_streams(open(".", O_PATH | O_DIRECTORY | O_CLOEXEC))}, rc, saved;
     union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof fds)]; } control;
     struct iovec iov = {header, n};
     struct msghdr msg;

@@ -478,6 +478,25 @@ def test_connections_dialled_ahead_are_the_ones_the_next_requests_use():
         server.close()
 
 
+def test_connections_dialled_ahead_the_server_closed_are_not_taken_by_a_request():
+    """Sockets dialled ahead that the store closed idle are dropped when a connection is made,
+    not only by the next ``dial_ahead``: the request goes out on one fresh connection, with no
+    failed attempt on a dead socket first (a stale one costs a second connection)."""
+    server = IdleClosingServer(lambda number, nth, target: ok(target), idle=0.2)
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
+        pool.dial_ahead(2)
+        wait_for(lambda: server.connections == 2, "the server to accept the connections dialled ahead")
+        dead = list(pool._started)
+        wait_for(lambda: all(closed_by_peer(sock) for sock in dead), "the server to close the idle sockets")
+        with pool.request("GET", "/one") as response:
+            assert response.status == 200 and response.read() == b"body of /one"
+        assert pool.stats.connections_opened == 1 and server.connections == 3
+        assert server.targets == ["/one"] and pool._started == [] and all(sock.fileno() == -1 for sock in dead)
+    finally:
+        server.close()
+
+
 def test_a_proxied_pool_dials_nothing_ahead():
     """A proxied connection is a tunnel through the proxy: nothing is dialled to the origin,
     nor to the proxy, ahead of the request that needs it."""

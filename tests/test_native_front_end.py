@@ -286,6 +286,27 @@ def test_both_clients_send_their_streams_and_working_directory(clients: Dict[str
         assert [stat.S_ISDIR(s.st_mode) for s in sent] == [False, False, False, True], name
 
 
+def test_a_client_with_closed_streams_runs_the_job_itself(clients: Dict[str, List[str]], stager: StagerProcess,
+                                                         tmp_path: Path) -> None:
+    """With stdin and stdout closed, the socket takes fd 0 and fd 1 stays closed: the working
+    directory's descriptor must not take it (it would go out as the job's stdout), so the send
+    fails with EBADF and the job runs in the client, as before that descriptor was sent."""
+    for name, command in clients.items():
+        job = tmp_path / name
+        job.mkdir()
+        (job / "in.dat").write_bytes(b"input")
+        (job / "spec.json").write_text(copy_spec().replace("{job}", str(job)))
+        done = subprocess.run(["sh", "-c", 'exec "$@" <&- >&-', "sh", *command, "-f", "spec.json"],
+                              env=job_env(stager.socket_path), cwd=job, capture_output=True, timeout=120)
+        code, lines, files = outcome(done, job)
+        assert code == 0 and files["out/copy.dat"] == b"input", (name, lines)
+        assert warnings((code, lines, files)) == [
+            f"pegasus-transfer: node stager {stager.socket_path} did not take the job (Bad file descriptor); "
+            "transferring in this process"], name
+    wait_for(lambda: len(served(stager)) == 2, "the stager's log of the two abandoned connections")
+    assert all(" exited 2 (" in line for line in served(stager))  # a copy that got no request
+
+
 def test_neither_client_sends_anything_to_another_users_stager(clients: Dict[str, List[str]], tmp_path: Path) -> None:
     where = Path(tempfile.mkdtemp(prefix="foreign-stager-"))
     path = where / "s.sock"

@@ -140,10 +140,23 @@ def test_a_python_client_started_without_stderr_runs_its_job_when_no_stager_take
     assert done.returncode == 0 and (tmp_path / "b").read_bytes() == b"x" * 10
 
 
-def _stalled_get(proxy, minio, bucket, tmp_path):
+def put_object(minio, bucket, key, body):
+    """Put ``body`` at ``key`` in ``bucket`` with boto3 (set-up, not the code under test)."""
     boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
                  aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
-        Bucket=bucket, Key="big.dat", Body=os.urandom(16 * MiB))
+        Bucket=bucket, Key=key, Body=body)
+
+
+def warm_sources(minio, bucket, tmp_path):
+    """The sources of the warm-connection tests: ``obj`` in ``bucket`` (b"warm bytes"), which a
+    job fetches over the stager's warm connections, and ``tmp_path/local`` (b"local bytes"),
+    which a job copies without a request."""
+    put_object(minio, bucket, "obj", b"warm bytes")
+    (tmp_path / "local").write_bytes(b"local bytes")
+
+
+def _stalled_get(proxy, minio, bucket, tmp_path):
+    put_object(minio, bucket, "big.dat", os.urandom(16 * MiB))
     proxy.set_faults([Fault.stall(60, after_bytes=2 * MiB, method="GET")])
     job = tmp_path / "job"
     job.mkdir()

@@ -10,11 +10,9 @@ import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
-import boto3
-
 from pegasus_cloudio.stager import warm as stager_warm
 from pegasus_cloudio.testbed.stager import StagerProcess
-from test_stager import entry, job_env, run_job, served, wait_for
+from test_stager import entry, job_env, run_job, served, wait_for, warm_sources
 
 PIDS_V1 = Path("/sys/fs/cgroup/pids")
 UNIFIED = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
@@ -97,10 +95,7 @@ def test_warm_connections_handed_out_for_a_job_that_was_not_forked_stay_the_stag
     they stay ready for the next job (none closed, none dialled anew), and that job's request
     goes out on one."""
     proxy, env = proxied
-    boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
-                 aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
-        Bucket=bucket, Key="obj", Body=b"warm bytes")
-    (tmp_path / "local").write_bytes(b"local bytes")
+    warm_sources(minio, bucket, tmp_path)
 
     def job(n, src):
         return run_job(native_dropin, [], job_env(stager.socket_path, **env), tmp_path,

@@ -9,14 +9,12 @@ import socket
 import subprocess
 import sys
 
-import boto3
-
 from pegasus_cloudio.stager import warm as stager_warm
 from pegasus_cloudio.testbed.stager import StagerProcess
 from transfer.http import warm
 from transfer.http.pool import ConnectionPool
 
-from test_stager import entry, job_env, run_job, served, wait_for
+from test_stager import entry, job_env, put_object, run_job, served, wait_for, warm_sources
 
 
 def test_a_second_job_sends_its_request_on_a_connection_the_stager_opened_before(native_dropin, proxied, minio,
@@ -25,9 +23,7 @@ def test_a_second_job_sends_its_request_on_a_connection_the_stager_opened_before
     connections and dials none itself: the stager dials again only what the jobs used (the
     connection a request went out on is closed at the job's end, the other comes back)."""
     proxy, env = proxied
-    boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
-                 aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
-        Bucket=bucket, Key="obj", Body=b"warm bytes")
+    put_object(minio, bucket, "obj", b"warm bytes")
     with StagerProcess() as stager:
         for n in range(4):
             before = proxy.connections
@@ -52,10 +48,7 @@ def test_jobs_that_send_no_request_cost_no_new_connection(native_dropin, proxied
     the connections lent to it untouched, and the next job is lent those: no connection is
     dialled for it. A later job's request on a connection that came back gets its own answer."""
     proxy, env = proxied
-    boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
-                 aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(
-        Bucket=bucket, Key="obj", Body=b"warm bytes")
-    (tmp_path / "local").write_bytes(b"local bytes")
+    warm_sources(minio, bucket, tmp_path)
 
     def job(n, src):
         done = run_job(native_dropin, [], job_env(stager.socket_path, **env), tmp_path,

@@ -78,13 +78,26 @@ def hand_off(path: str, argv: "Sequence[str]", env: "Mapping[str, str]") -> "Opt
 def _send(sock: "_socket.socket", request: bytes) -> None:
     """Send ``request``: its length with this process's streams and working directory as
     descriptors (:mod:`.wire`) in one message, then its bytes; OSError if that fails."""
-    here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # O_PATH: no read permission needed
+    here = _above_streams(os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))  # O_PATH: no read right needed
     try:
         fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, here))  # an array of C ints
         sock.sendmsg([wire.length(len(request))], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     finally:
         os.close(here)
     sock.sendall(request)
+
+
+def _above_streams(fd: int) -> int:
+    """``fd`` moved to 3 or above (the low one closed). Open in place of a closed stdin, stdout
+    or stderr, it would go out as that stream too; above them, the closed stream fails the send
+    with EBADF and the job runs in this process, as it did before the directory was sent."""
+    if fd >= 3:
+        return fd
+    import fcntl  # only here: every job step pays this module's imports
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    finally:
+        os.close(fd)
 
 
 def _wait(sock: "_socket.socket", pid: int) -> int:

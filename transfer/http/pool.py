@@ -184,8 +184,12 @@ class ConnectionPool:
     def _new_connection(self, ahead: bool = True) -> Connection:
         """A connected connection: on a socket dialled ahead when ``ahead`` (and no stager's
         warm socket waits), else dialled now (the retry after a stale one: those dialled
-        ahead are as old as the one that failed, and may be closed as well)."""
+        ahead are as old as the one that failed, and may be closed as well). Those dialled ahead
+        that the store closed meanwhile are dropped first: taking one costs a failed connect
+        check, or over TLS a failed handshake."""
         with self._lock:
+            if ahead:
+                self._drop_hung_up()
             started = self._started.pop() if ahead and self._started and not self._warm_waiting() else None
             if started is not None and self._ssl_context is not None:  # the others' handshakes overlap this one's
                 self._started = [start_handshake(sock, self._ssl_context, self.host) for sock in self._started]
