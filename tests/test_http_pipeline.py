@@ -96,6 +96,13 @@ class Taker:
         return True
 
 
+def eager_pass(pool, count, connections, depth):
+    """An eager pass of ``count`` items over ``pool``: every one is taken, once."""
+    taker = Taker()
+    assert fetch(pool, count, head, taker, connections=connections, depth=depth, max_body=1 << 20, eager=True) == []
+    assert sorted(taker.taken) == list(range(count))
+
+
 @pytest.fixture
 def serve():
     servers = []
@@ -468,9 +475,8 @@ def test_connections_dialled_ahead_are_the_ones_the_next_requests_use():
         wait_for(lambda: server.connections == 3, "the server to accept the connections dialled ahead")
         assert server.targets == []
         pool.dial_ahead(3)  # three are on hand already: none more
-        taker = Taker()
-        assert fetch(pool, 6, head, taker, connections=2, depth=3, max_body=1 << 20, eager=True) == []
-        assert sorted(taker.taken) == list(range(6)) and server.connections == 3
+        eager_pass(pool, 6, connections=2, depth=3)
+        assert server.connections == 3
         left = pool._started[0]
         pool.close()
         assert left.fileno() == -1  # the one nothing took is closed with the pool
@@ -526,9 +532,8 @@ def test_connections_dialled_ahead_fit_in_what_max_open_leaves():
         assert len(pool._started) == 1
         for conn in held:
             pool.release(conn)
-        taker = Taker()
-        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
-        assert sorted(taker.taken) == list(range(9)) and server.connections == 3
+        eager_pass(pool, 9, connections=3, depth=3)
+        assert server.connections == 3
         pool.close()
     finally:
         server.close()
@@ -768,9 +773,8 @@ def test_connections_dialled_ahead_the_store_closed_are_dialled_again():
         pool.dial_ahead(3)
         assert all(sock.fileno() == -1 for sock in stale)
         wait_for(lambda: server.connections == 6, "three connections dialled again")
-        taker = Taker()
-        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
-        assert sorted(taker.taken) == list(range(9)) and server.connections == 6
+        eager_pass(pool, 9, connections=3, depth=3)
+        assert server.connections == 6
         pool.close()
     finally:
         server.close()
@@ -790,9 +794,8 @@ def test_a_stagers_warm_sockets_are_taken_before_any_dialled_ahead():
         warm.adopt(address, [socket.create_connection(address) for _ in range(2)])
         pool = ConnectionPool(server.endpoint, max_idle=3, max_open=3, timeouts=Timeouts(5, 5))
         pool.dial_ahead(3)
-        taker = Taker()
-        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
-        assert sorted(taker.taken) == list(range(9)) and len(server.targets) == 9
+        eager_pass(pool, 9, connections=3, depth=3)
+        assert len(server.targets) == 9
         assert warm.take(address) is None and warm.used() == [address]
         assert server.connections == 3
         pool.close()
@@ -814,9 +817,8 @@ def test_a_stagers_warm_sockets_count_as_on_hand_when_dialling_ahead():
         pool = ConnectionPool(server.endpoint, max_idle=4, max_open=4, timeouts=Timeouts(5, 5))
         pool.dial_ahead(3)
         assert len(pool._started) == 1
-        taker = Taker()
-        assert fetch(pool, 9, head, taker, connections=3, depth=3, max_body=1 << 20, eager=True) == []
-        assert sorted(taker.taken) == list(range(9)) and server.connections == 3
+        eager_pass(pool, 9, connections=3, depth=3)
+        assert server.connections == 3
         pool.close()
     finally:
         warm.discard()
