@@ -13,9 +13,12 @@ OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 
 
 def run(spec, env, cwd, *args):
-    done = subprocess.run(OURS + list(args), input=spec,
-                          env=dict(env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", "")),
-                          cwd=cwd, capture_output=True, text=True, timeout=120)
+    """Run the drop-in on ``spec``: the code under test is found as in this process (its
+    PYTHONPATH, e.g. a worktree's), unless ``env`` sets a PYTHONPATH of its own (a shim)."""
+    env = dict(env, PATH=os.environ["PATH"])
+    env.setdefault("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(OURS + list(args), input=spec, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
     return done.returncode, done.stderr
 
 
