@@ -22,6 +22,7 @@ from transfer._lean import record
 from transfer.errors import RemoteError, TransferError, TransientError
 from transfer.http.message import (MAX_LINE, buffered_head, header_lines, host_header, read_headers, request_head,
                                    status_line)
+from transfer.http.sockets import connected, dial, handshaking
 
 # Plain-HTTP connections use the C module _socket (socket imports enum and selectors, several
 # ms of every job step's CPU); TLS connections import socket and ssl when they connect.
@@ -216,7 +217,7 @@ class Connection:
         started: Optional[_socket.socket] = None,
     ) -> None:
         """``started``: a socket whose connect to this connection's address was started ahead
-        (:func:`dial_ahead`), used instead of dialling, as a stager's warm socket is."""
+        (:func:`~transfer.http.sockets.dial_ahead`), used instead of dialling, as a stager's warm socket is."""
         self.host = host
         self.port = port
         self._proxy = proxy
@@ -274,14 +275,14 @@ class Connection:
             sock.settimeout(self._timeouts.read)
             return sock, sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
         warm = self._warm_socket() if self._proxy is None else None
-        sock = warm or _plain_socket(self._address, self._timeouts.connect)
+        sock = warm or dial(self._address, self._timeouts.connect)
         _kernel_timeouts(sock, self._timeouts.read)
         return sock, io.BufferedReader(_SocketReader(sock), _CHUNK)
 
     def _tls_socket(self, context: ssl.SSLContext) -> socket.socket:
         import socket
         warm = self._warm_socket() if self._proxy is None else None
-        if warm is not None and _handshaking(warm):
+        if warm is not None and handshaking(warm):
             try:
                 warm.do_handshake()  # type: ignore[attr-defined]
             except BaseException:
@@ -325,7 +326,7 @@ class Connection:
     def _warm_socket(self) -> Optional[_socket.socket]:
         """A socket the node stager connected before this job began (:mod:`transfer.http.warm`,
         consulted only in a process that loaded it), else the one this connection was given
-        started (its TLS handshake too, perhaps: :func:`start_handshake`), or None."""
+        started (its TLS handshake too, perhaps: :func:`~transfer.http.sockets.start_handshake`), or None."""
         warm = sys.modules.get("transfer.http.warm")
         sock = warm.take(self._address) if warm is not None else None  # records the address as used, too
         started, self._started = self._started, None
@@ -333,13 +334,13 @@ class Connection:
             sock = started
         elif started is not None:  # the pool gives one only when no warm socket waits: another thread's was
             started.close()
-        if sock is not None and _handshaking(sock):  # the store's first answer may be in: no check
+        if sock is not None and handshaking(sock):  # the store's first answer may be in: no check
             self._warm = True
             sock.settimeout(self._timeouts.connect)
             return sock
         if sock is not None:
             self._warm = True  # its first request is treated as one on a reused connection
-            if not _connected(sock, self._timeouts.connect):  # `connect` dials afresh, once
+            if not connected(sock, self._timeouts.connect):  # `connect` dials afresh, once
                 sock.close()
                 raise TimeoutError("a warm connection was not ready (not connected in time, or the server spoke first)")
             sock.settimeout(self._timeouts.connect)
@@ -525,116 +526,6 @@ def _network_error(err: BaseException) -> bool:
     connections, so without it there is no TLS failure)."""
     ssl = sys.modules.get("ssl")
     return isinstance(err, (TimeoutError, ConnectionError)) or (ssl is not None and isinstance(err, ssl.SSLError))
-
-
-def _plain_socket(address: Tuple[str, int], timeout: float) -> _socket.socket:
-    """``socket.create_connection(address, timeout)`` with TCP_NODELAY, on the C module."""
-    failure: Optional[OSError] = None
-    host = address[0]
-    name = host.encode("ascii") if host.isascii() else host  # str hosts import the idna codec
-    for family, kind, proto, _, target in _socket.getaddrinfo(name, address[1], 0, _socket.SOCK_STREAM):
-        sock = _socket.socket(family, kind, proto)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(target)
-            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            return sock
-        except OSError as err:
-            sock.close()
-            failure = err
-    raise failure or OSError("getaddrinfo returned no address")
-
-
-def dial_ahead(address: Tuple[str, int], count: int) -> List[_socket.socket]:
-    """Up to ``count`` sockets whose connects to ``address`` were started without waiting, for
-    connections that will want them soon (each checked connected when used, :func:`_connected`):
-    their handshakes overlap with whatever the caller waits on meanwhile. Best effort: fewer
-    (none) when the name does not resolve or a connect fails at once; those connections
-    then dial as usual."""
-    import errno
-    host = address[0]
-    try:
-        family, kind, proto, _, target = _socket.getaddrinfo(
-            host.encode("ascii") if host.isascii() else host, address[1], 0, _socket.SOCK_STREAM)[0]
-    except (OSError, UnicodeError):
-        return []
-    started: List[_socket.socket] = []
-    for _ in range(count):
-        try:
-            sock = _socket.socket(family, kind | _socket.SOCK_NONBLOCK | _socket.SOCK_CLOEXEC, proto)
-        except OSError:  # EMFILE, ENOBUFS: the connections dial when they are made, or fail then
-            break
-        try:
-            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            failed = sock.connect_ex(target) not in (0, errno.EINPROGRESS)
-        except OSError:
-            failed = True
-        if failed:
-            sock.close()
-            break
-        started.append(sock)
-    return started
-
-
-def start_handshake(sock: _socket.socket, context: ssl.SSLContext, server_hostname: str) -> _socket.socket:
-    """``sock``, dialled ahead (:func:`dial_ahead`), as a TLS socket whose handshake is
-    started (its first flight sent, no answer waited for) if its connect is done, else
-    ``sock`` itself: the connection that takes it finishes the handshake, and connections
-    taken one after another then wait on their handshakes' round trips together, not in turn.
-    Never raises: a failure shows again when the handshake is finished, and that connection
-    dials afresh."""
-    import socket
-    if _handshaking(sock) or not _connected(sock, 0):
-        return sock
-    plain = socket.socket(fileno=sock.detach())
-    plain.setblocking(False)
-    try:
-        tls = context.wrap_socket(plain, server_hostname=server_hostname, do_handshake_on_connect=False)
-    except (OSError, ValueError):
-        return plain
-    try:
-        tls.do_handshake()
-    except OSError:  # SSLWantReadError: the first flight is out
-        pass
-    return tls
-
-
-def hung_up(sock: _socket.socket) -> bool:
-    """Whether the store closed or reset ``sock``, dialled ahead and not taken yet (without
-    waiting; bytes to read count as well, unless its TLS handshake was started: those are the
-    store's answer to it); a socket already closed here (a TLS wrap that failed after taking
-    its descriptor) is hung up too."""
-    import select
-    if sock.fileno() < 0:
-        return True
-    rdhup = getattr(select, "POLLRDHUP", 0)
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN | rdhup)
-    events = poller.poll(0)
-    ended = select.POLLERR | select.POLLHUP | rdhup | (0 if _handshaking(sock) else select.POLLIN)
-    return bool(events and events[0][1] & ended)
-
-
-def _handshaking(sock: _socket.socket) -> bool:
-    """Whether ``sock`` is a TLS socket :func:`start_handshake` made."""
-    return hasattr(sock, "do_handshake")
-
-
-def _connected(sock: _socket.socket, timeout: float) -> bool:
-    """Whether ``sock``, whose connect was started without waiting (a stager's warm socket),
-    is connected and has nothing to read, waiting up to ``timeout`` for the connect: a first
-    send on a socket still connecting would wait for TCP's own give-up (minutes), not for any
-    of our timeouts; and bytes the server sent before any request (an idle timeout's answer)
-    would be read as the answer to ours, an end as a failure of it. A socket closed here is not."""
-    import select
-    if sock.fileno() < 0:
-        return False
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLOUT | select.POLLIN)
-    events = poller.poll(int(timeout * 1000))
-    if not events or events[0][1] & (select.POLLIN | select.POLLERR | select.POLLHUP):
-        return False
-    return sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR) == 0
 
 
 class _SocketReader(io.RawIOBase):

@@ -21,10 +21,8 @@ from transfer.http.connection import (
     Response,
     StaleConnection,
     Timeouts,
-    dial_ahead,
-    hung_up,
-    start_handshake,
 )
+from transfer.http.sockets import dial_ahead, hung_up, start_handshake
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -127,9 +125,9 @@ class ConnectionPool:
         """Start connecting, without waiting, so that ``count`` connections of this pool's are
         on hand (idle ones, ones already started and a stager's warm ones count) when its next
         requests want them
-        (:func:`~transfer.http.connection.dial_ahead`: the connections made next take them,
+        (:func:`~transfer.http.sockets.dial_ahead`: the connections made next take them,
         each checked connected then; :meth:`close` closes those none took). Over TLS, the
-        first one taken starts the others' handshakes (:func:`~transfer.http.connection.start_handshake`),
+        first one taken starts the others' handshakes (:func:`~transfer.http.sockets.start_handshake`),
         so connections made one after another wait on their round trips together. Those the
         store closed since an earlier call are closed and dialled again. The node stager's
         warm sockets (:mod:`transfer.http.warm`) are taken first. Within
