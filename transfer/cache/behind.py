@@ -88,5 +88,5 @@ def drain() -> int:
         except Exception as err:  # noqa: BLE001 - the job is done: a cache entry is never worth a failure
             _log.warning("cache %s: write-behind of %d member(s) failed: %s", cache.directory, len(members), err)
     for cache in caches.values():
-        cache.flush_stats()
+        cache.close()
     return stored
