@@ -47,7 +47,7 @@ _log = logger("transfer.cache.store")  # one logger for the cache's warnings
 
 
 def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
-                   dests: Optional[Sequence[Sequence[str]]] = None) -> List[str]:
+                   dests: Optional[Sequence[Sequence[str]]] = None, source: str = "bundle") -> List[str]:
     """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored (see above)."""
     wanted = [n for n, m in enumerate(members) if len(m[1]) <= entries.config.max_bytes]
     stored: List[str] = []
@@ -63,7 +63,7 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
             key, data, sha256 = members[n]
             paths = entries.paths(key)
             with held(paths.lock, EXCLUSIVE):
-                written = _put_member(entries, paths, key, data, sha256, version)
+                written = _put_member(entries, paths, key, data, sha256, version, source)
                 unused -= len(data) if written else 0
                 for dest in dests[n] if dests is not None else ():
                     if written:
@@ -83,7 +83,7 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
 
 
 def _put_member(entries: Entries, paths: KeyPaths, key: str, data: bytes, sha256: str,
-                version: Optional[str]) -> bool:
+                version: Optional[str], source: str) -> bool:
     """One member; the caller holds its key's exclusive lock. True when this call wrote the
     entry; False when an existing entry of the same object stays (checked by size and time
     only, not re-hashed: so the caller does not hand its bytes to a job). The metadata comes
@@ -96,7 +96,7 @@ def _put_member(entries: Entries, paths: KeyPaths, key: str, data: bytes, sha256
     if meta is not None or _exists(paths.meta) or _exists(paths.data):
         entries.remove_invalid(paths)  # else a new key: nothing to list
     stamp = time.time_ns()
-    write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, "bundle"))
+    write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, source))
     temp = None
     try:
         fd, temp = paths.open_temp()
