@@ -17,7 +17,6 @@ from transfer.http.connection import (
     Body,
     Connection,
     FileRegion,
-    HeaderList,
     Response,
     StaleConnection,
     Timeouts,
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     import ssl
     from typing import Callable, List, Optional, Tuple
 
+    from transfer.http.message import HeaderList
     from transfer.http.proxy import Proxy
 
 
