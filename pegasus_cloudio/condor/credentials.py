@@ -26,6 +26,7 @@ from typing import Mapping, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from pegasus_cloudio.condor.environment import PluginEnvironment
+from transfer import schemes
 from transfer.credentials import check_private, pegasus_credentials_path, site_env_suffix
 from transfer.errors import ConfigError, InvalidInput
 from transfer.urls import Url
@@ -100,9 +101,9 @@ def describe_source(url: Url, credential: Optional[str], penv: PluginEnvironment
     if presigned:
         return ("the URL's own signature (HTCondor pre-signs s3:// and gs:// URLs with the job's "
                 "key files; such URLs expire after one hour)")
-    if url.scheme in ("s3", "s3s") and "@" in url.host:
+    if url.scheme in schemes.S3 and "@" in url.host:
         return _pegasus_source(url, penv)
-    if url.scheme in ("s3", "s3s"):
+    if url.scheme in schemes.S3:
         return _aws_source(env, penv)
     if url.scheme == "gs":
         return _gcs_source(penv)
