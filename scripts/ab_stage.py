@@ -96,23 +96,26 @@ def main(argv: Optional[List[str]] = None) -> int:
                     shutil.rmtree(cache, ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = {"count": args.count, "size": args.size, "rounds": args.rounds, "load": os.getloadavg()[0], "steps": {}}
+    rows: Dict[str, Dict[str, object]] = {}
     for step in STEPS:
-        row = {}
+        row: Dict[str, object] = {}
         for name in trees:
             row[name] = {"wall_s": statistics.median(w for w, _ in found[(name, step)]),
                          "cpu_s": statistics.median(c for _, c in found[(name, step)])}
-        row["wall_ratio"] = row["this"]["wall_s"] / row["before"]["wall_s"]
-        row["cpu_ratio"] = row["this"]["cpu_s"] / row["before"]["cpu_s"]
-        result["steps"][step] = row  # type: ignore[index]
+        this, before = found[("this", step)], found[("before", step)]
+        row["wall_ratio"] = statistics.median(w for w, _ in this) / statistics.median(w for w, _ in before)
+        row["cpu_ratio"] = statistics.median(c for _, c in this) / statistics.median(c for _, c in before)
+        rows[step] = row
+    result = {"count": args.count, "size": args.size, "rounds": args.rounds, "load": os.getloadavg()[0], "steps": rows}
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
     else:
-        for step, row in result["steps"].items():  # type: ignore[attr-defined]
-            print(f"{step:28s} before {row['before']['wall_s']:6.2f} s wall {row['before']['cpu_s']:6.2f} s CPU   "
-                  f"this {row['this']['wall_s']:6.2f} s wall {row['this']['cpu_s']:6.2f} s CPU   "
-                  f"({row['wall_ratio']:.2f}x wall, {row['cpu_ratio']:.2f}x CPU)")
+        for step in STEPS:
+            b, t = (statistics.median(w for w, _ in found[(n, step)]) for n in ("before", "this"))
+            bc, tc = (statistics.median(c for _, c in found[(n, step)]) for n in ("before", "this"))
+            print(f"{step:28s} before {b:6.2f} s wall {bc:6.2f} s CPU   this {t:6.2f} s wall {tc:6.2f} s CPU   "
+                  f"({t / b:.2f}x wall, {tc / bc:.2f}x CPU)")
     return 0
 
 
