@@ -152,6 +152,8 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
         return _unusable(args, f"cannot use {err.filename or 'a plugin file'}: {err.strerror or err}")
     except ValueError as err:
         return _unusable(args, f"cannot read the transfer request {args.infile}: {err}")
+    for line in penv.warnings:
+        say(line)
     for name in penv.refused:
         say(f"ignoring job variable {name}: not a setting the plugin takes from the job (secrets "
             "belong in a credentials file)")
