@@ -4,7 +4,8 @@ driven as condor_starter drives the plugin (tests/fixtures_condor.py), with real
 The job may replace ``.job.ad`` in its sandbox, and a job variable may name any path as the
 credentials file: a FIFO, ``/dev/zero``, another user's 0600 file. Each is one line naming the
 file and a result ad the starter can hold the job with; nothing blocks, nothing reads without
-bound, no request is sent. A job ad that does not parse is one warning line naming it.
+bound, no request is sent. A job ad that does not parse is one warning line naming it. A store
+that throttles every request ends in a retryable ``TransferErrorData`` (issue 37 item 5).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from fixtures_condor import (
 
 from test_p2p_trust import portable_python
 
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
 
 HANG_GUARD_S = 60  # a run that blocks (on a FIFO) fails the test instead of hanging it
 
@@ -217,4 +218,26 @@ def test_the_drop_in_names_another_users_credentials_file_in_one_line(user_sandb
     assert "internal error" not in done.stderr and "PermissionError" not in done.stderr, done.stderr
     named = [line for line in done.stderr.splitlines() if str(theirs) in line and "Permission denied" in line]
     assert named, done.stderr
+    assert not (starter.sandbox / "k.dat").exists()
+
+
+# --------------------------------------------------------------------------- a throttling store
+
+
+def test_a_store_that_throttles_to_the_end_gets_a_retryable_answer(starter, counted):
+    """Every request answered 503 SlowDown until the plugin gives up: exit 11 (the release
+    policy's subcode), and each attempt a retryable Transfer/TooSlow entry."""
+    proxy, url = counted
+    proxy.set_faults([Fault.status(503, times=1000)])
+    env = dict(starter.env, PEGASUS_CLOUDIO_MAX_ATTEMPTS="2")
+    run = run_plugin(starter, [file_ad(url, str(starter.sandbox / "k.dat"))], env)
+    assert sum(proxy.requests_by_method.values()) >= 2
+    assert run.returncode == 11, run.output
+    ad = run.ad_for(url)
+    assert_filter_types(ad)
+    assert "slow down" in ad.eval("TransferError") and "retrying later" in ad.eval("TransferError")
+    entries = ad.eval("TransferErrorData")
+    assert entries and all(e.eval("Retryable") == 0 and e.eval("ErrorType") == "Transfer"
+                           and e.eval("FailureType") == "TooSlow" and e.eval("ErrorCode") == 503 for e in entries)
+    assert entries[-1].eval("DeveloperData").eval("ErrorClass") == "Throttled"
     assert not (starter.sandbox / "k.dat").exists()
