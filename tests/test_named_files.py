@@ -141,3 +141,23 @@ def test_the_refusal_pickles_and_is_an_oserror(tmp_path: Path) -> None:
     err = UnsafeFile(str(tmp_path / "x"), "a FIFO, not a regular file")
     copy = pickle.loads(pickle.dumps(err))
     assert isinstance(copy, OSError) and str(copy) == str(err) and copy.filename == err.filename
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "link"])
+def test_cache_summary_read_gives_one_line_for_every_non_file(tmp_path: Path, kind: str) -> None:
+    """``cache-summary --read`` is the startd cron: what it is pointed at is read the same way."""
+    import sys
+    path = {"directory": tmp_path, "fifo": tmp_path / "fifo", "device": Path("/dev/zero"),
+            "link": tmp_path / "link"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "link":
+        (tmp_path / "summary").write_text('PegasusCloudioCacheFiles = 0\n')
+        path.symlink_to(tmp_path / "summary")
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "cache-summary", "--read", str(path)],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PEGASUS_CLOUDIO_CONFIG=os.devnull))
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    why = {"directory": "a directory", "fifo": "a FIFO", "device": "a character device", "link": "a symbolic link"}
+    assert line.startswith(f"pegasus-cloudio cache-summary: {path}: {why[kind]}"), line

@@ -68,8 +68,9 @@ def open_regular(path: str, links: str = NO_LINKS, dir_fd: "Optional[int]" = Non
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as err:
-        reason = "a symbolic link (not followed)" if err.errno == errno.ELOOP and flags & os.O_NOFOLLOW else err.strerror
-        raise UnsafeFile(path, reason or str(err), err.errno or 0) from None
+        link = err.errno == errno.ELOOP and flags & os.O_NOFOLLOW
+        raise UnsafeFile(path, "a symbolic link (not followed)" if link else err.strerror or str(err),
+                         err.errno or 0) from None
     st = os.fstat(fd)
     problem = check_regular(st)
     if problem and not (path == os.devnull and stat.S_ISCHR(st.st_mode)):

@@ -20,7 +20,7 @@ import os
 from typing import FrozenSet, Optional
 
 from transfer.cache.layout import OBJECTS, Meta, parse_meta
-from transfer.named_files import FLAGS, check_regular, read_fd
+from transfer.named_files import FLAGS, NO_LINKS, open_regular, read_fd
 
 __all__ = ["MAX_META_BYTES", "open_entry_file", "open_root", "read_grants", "read_meta_fd", "read_small"]
 
@@ -55,14 +55,13 @@ def open_entry_file(root_fd: int, digest: str, suffix: str = "") -> Optional[int
             opened.append(fd)
             if os.fstat(fd).st_uid != owner:
                 return None
-        leaf = os.open(digest + suffix, _FLAGS, dir_fd=fd)
+        leaf, st = open_regular(digest + suffix, NO_LINKS, dir_fd=fd)
     except OSError:
         return None
     finally:
         for d in opened:
             os.close(d)
-    st = os.fstat(leaf)
-    if check_regular(st) is not None or st.st_uid != owner:
+    if st.st_uid != owner:
         os.close(leaf)
         return None
     return leaf
