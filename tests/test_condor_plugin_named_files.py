@@ -115,6 +115,20 @@ def test_a_job_ad_that_does_not_parse_is_one_warning_naming_it(starter, minio, b
     assert run.returncode == 1  # no credentials given (the job's were in the ad it could not read)
 
 
+def test_a_request_file_that_is_a_fifo_is_refused_at_once(starter):
+    """The request sits in the job's sandbox too: a FIFO there is one line and a failed ad."""
+    _, outfile = starter.prepare([])
+    infile = starter.sandbox / "request.fifo"
+    os.mkfifo(infile)
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 3, done.stdout
+    [line] = done.stdout.strip().splitlines()
+    assert str(infile) in line and "a FIFO, not a regular file" in line, line
+    [result] = parse_results(outfile.read_text())
+    assert result.eval("TransferSuccess") is False and str(infile) in result.eval("TransferError")
+
+
 # --------------------------------------------------------------------------- credentials files
 
 
