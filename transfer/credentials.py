@@ -234,14 +234,17 @@ def _configparser_ini(text: str, path: str) -> Dict[str, Dict[str, str]]:
 
 
 def read_ini(path: str) -> Dict[str, Dict[str, str]]:
-    """Sections of an AWS-style INI file ({} if it does not exist), read the one safe way
-    (:mod:`transfer.named_files`); ConfigError naming the file when it is unsafe or malformed."""
+    """Sections of an AWS-style INI file ({} if it does not exist or this user may not read
+    it, as the AWS tools and ``configparser.read`` skip it), read the one safe way
+    (:mod:`transfer.named_files`); ConfigError naming the file when it is unsafe (a FIFO, a
+    device, another user's link, over the bound) or malformed."""
     import configparser
+    import errno
     from transfer.named_files import OWN_LINKS, UnsafeFile, is_missing, read_file
     try:
         text = read_file(path, MAX_CREDENTIALS_BYTES, OWN_LINKS)[0].decode("utf-8")
     except UnsafeFile as err:
-        if is_missing(err):
+        if is_missing(err) or err.errno == errno.EACCES:
             return {}
         raise ConfigError(f"cannot read AWS file: {err.strerror}", url=path, operation="credentials") from None
     except UnicodeDecodeError:
