@@ -284,10 +284,16 @@ class _Decoder:
         self._names: Dict[Any, str] = {}
 
     def pairs(self, flat: Any) -> Dict[str, str]:
+        names = self._names
+        if type(flat) is list and len(flat) == 2:  # one holder, as for most keys
+            raw, value = flat
+            name = names.get(raw)
+            if name is None:
+                name = names[raw] = _text(raw) or ""
+            return {name: value.decode("utf-8", "replace") if type(value) is bytes else str(value)}
         if isinstance(flat, dict):
             flat = [x for kv in flat.items() for x in kv]
         out: Dict[str, str] = {}
-        names = self._names
         for raw, value in zip(flat[0::2], flat[1::2]):
             name = names.get(raw)
             if name is None:
