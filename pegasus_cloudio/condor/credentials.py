@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pegasus_cloudio.condor.environment import PluginEnvironment
 from transfer import schemes
-from transfer.credentials import check_private, pegasus_credentials_path, site_env_suffix
+from transfer.credentials import pegasus_credentials_path, read_private, site_env_suffix
 from transfer.errors import ConfigError, InvalidInput
 from transfer.urls import Url
 
@@ -49,12 +49,7 @@ def token_path(name: str, env: Mapping[str, str]) -> str:
 def read_token(name: str, env: Mapping[str, str]) -> str:
     """The access token in ``$_CONDOR_CREDS/<name>.use`` (JSON ``access_token`` or a bare line)."""
     path = token_path(name, env)
-    check_private(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise ConfigError(f"cannot read token file: {err.strerror}", url=path, operation="credentials") from err
+    text = read_private(path, "token file").decode("utf-8", "replace")
     token = _token_from_text(text)
     if not token:
         raise ConfigError("token file holds no access_token", url=path, operation="credentials")
