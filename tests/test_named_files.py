@@ -137,6 +137,31 @@ def test_another_users_link_is_never_followed(users: Dict[str, int], shared_dir:
     assert read_as(a_uid, own) == repr(b"a's secret")
 
 
+def test_an_own_link_to_another_users_link_is_not_followed(users: Dict[str, int], shared_dir: Path) -> None:
+    """a's own link names a path where b keeps a link: the kernel would follow both, so b
+    would choose the file a reads as her credentials. Every link of the chain must be a's or
+    root's; a chain of a's own links is followed."""
+    (_, a_uid), (_, b_uid) = users.items()
+    b_file = shared_dir / "b-chosen"
+    b_file.write_bytes(b"b's choice")
+    b_file.chmod(0o644)
+    b_link, own = shared_dir / "b-link", shared_dir / "own-link"
+    b_link.symlink_to(b_file)
+    os.chown(b_link, b_uid, b_uid, follow_symlinks=False)
+    own.symlink_to(b_link.name)  # relative, as links usually are
+    os.chown(own, a_uid, a_uid, follow_symlinks=False)
+    assert read_as(a_uid, own) == f"{own}: a symbolic link (not followed)"
+    mine, hop = shared_dir / "a-file", shared_dir / "a-hop"
+    mine.write_bytes(b"a's file")
+    mine.chmod(0o644)
+    hop.symlink_to(mine)
+    os.chown(hop, a_uid, a_uid, follow_symlinks=False)
+    os.unlink(own)
+    own.symlink_to(hop)
+    os.chown(own, a_uid, a_uid, follow_symlinks=False)
+    assert read_as(a_uid, own) == repr(b"a's file")
+
+
 def test_the_refusal_pickles_and_is_an_oserror(tmp_path: Path) -> None:
     err = UnsafeFile(str(tmp_path / "x"), "a FIFO, not a regular file")
     copy = pickle.loads(pickle.dumps(err))
