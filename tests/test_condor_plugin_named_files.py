@@ -15,6 +15,7 @@ import os
 import pwd
 import secrets
 import shutil
+import stat
 import subprocess
 import sysconfig
 import tempfile
@@ -127,6 +128,31 @@ def test_a_request_file_that_is_a_fifo_is_refused_at_once(starter):
     assert str(infile) in line and "a FIFO, not a regular file" in line, line
     [result] = parse_results(outfile.read_text())
     assert result.eval("TransferSuccess") is False and str(infile) in result.eval("TransferError")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "device"])
+def test_a_result_file_that_is_not_a_regular_file_is_refused_naming_it(starter, tmp_path, kind):
+    """The starter's -outfile sits in the job's sandbox too: a FIFO, a link or a device there
+    (the job may leave one) is exit 3 with one line naming it, and nothing is written through
+    the link."""
+    infile, outfile = starter.prepare([file_ad("nosuch://h/b/k", str(starter.sandbox / "k"))])
+    outfile.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("kept")
+    if kind == "fifo":
+        os.mkfifo(outfile)
+    elif kind == "device":
+        os.mknod(outfile, stat.S_IFCHR | 0o666, os.makedev(1, 7))  # /dev/full's numbers
+    else:
+        outfile.symlink_to(elsewhere)
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 3, done.stdout
+    [line] = done.stdout.strip().splitlines()
+    reason = {"fifo": "a FIFO, not a regular file", "device": "a character device, not a regular file",
+              "link": "a symbolic link (not followed)"}[kind]
+    assert str(outfile) in line and reason in line, line
+    assert elsewhere.read_text() == "kept"
 
 
 # --------------------------------------------------------------------------- credentials files
