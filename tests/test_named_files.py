@@ -186,3 +186,37 @@ def test_cache_summary_read_gives_one_line_for_every_non_file(tmp_path: Path, ki
     [line] = done.stderr.strip().splitlines()
     why = {"directory": "a directory", "fifo": "a FIFO", "device": "a character device", "link": "a symbolic link"}
     assert line.startswith(f"pegasus-cloudio cache-summary: {path}: {why[kind]}"), line
+
+
+def test_a_terminal_named_as_a_file_does_not_become_the_readers_terminal() -> None:
+    """A terminal opened by a session leader without one becomes its controlling terminal
+    (its hangup then signals the reader) unless opened with O_NOCTTY: a refused name must
+    leave the reader as it was."""
+    master, slave = os.openpty()  # glibc opens the slave with O_NOCTTY
+    name = os.ttyname(slave)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            os.setsid()  # a new session: no controlling terminal
+            try:
+                read_file(name, 10)
+            except UnsafeFile as err:
+                os.write(w, f"{err}\n".encode())
+            try:
+                os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+                os.write(w, b"a controlling terminal")
+            except OSError:
+                os.write(w, b"none")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        answer = fh.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    os.close(slave)
+    os.close(master)
+    assert answer == f"{name}: a character device, not a regular file\nnone", answer

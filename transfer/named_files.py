@@ -7,7 +7,8 @@ user's cache. Any such name may be a FIFO (a plain ``open`` never returns), a de
 (``/dev/zero`` never ends), a file far larger than the reader needs, or a symbolic link
 another user planted. So every such file is read here, and only here:
 
-* opened with ``O_NONBLOCK``: a FIFO opens at once and is then refused;
+* opened with ``O_NONBLOCK``: a FIFO opens at once and is then refused (and ``O_NOCTTY``: a
+  terminal is refused without becoming the reader's controlling terminal);
 * regular files only, checked with ``fstat`` on the opened descriptor (no race with a
   rename); ``os.devnull`` itself is read as an empty file (``PEGASUS_CLOUDIO_CONFIG=/dev/null``
   is the usual way to say "no file");
@@ -41,7 +42,8 @@ __all__ = ["NO_LINKS", "OWN_LINKS", "UnsafeFile", "check_regular", "is_missing",
 NO_LINKS = "no links"
 OWN_LINKS = "own links"
 _MAX_LINKS = 40  # as the kernel's path walk
-FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+# O_NOCTTY: a terminal named as a file must not become a session leader's controlling terminal
+FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
