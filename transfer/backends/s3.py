@@ -3,7 +3,9 @@
 URLs: ``s3://USER@SITE/BUCKET/KEY`` (``s3s://`` alike), resolved against the Pegasus
 credentials file of the URL's site label, and AWS-style ``s3://BUCKET/KEY``, resolved by the
 AWS credential chain. TLS is verified; plain HTTP is used only when the configured endpoint
-is ``http://``. ``s3s://`` refuses a plain-HTTP endpoint. Proxies are taken from the
+is ``http://``. ``s3s://`` is ``s3://``: the endpoint's scheme decides the transport, as in both
+stock tools (``pegasus-s3`` and the Go ``pegasus-transfer``); an ``http://`` endpoint under ``s3s://``
+gets one warning per backend opened, so once a run. Proxies are taken from the
 environment as botocore (stock ``pegasus-s3``'s library) takes them
 (:func:`~transfer.http.proxy.boto_proxy_for`).
 
@@ -19,6 +21,7 @@ import binascii
 import zlib
 
 from transfer import _digests
+from transfer._lean import logger
 from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
     S3Path,
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
+_log = logger(__name__)  # logging is imported only when a warning is written
 
 
 def _site_config(url: Url, context: Opening) -> S3SiteConfig:
@@ -125,7 +129,9 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
     endpoint = config.endpoint or default_endpoint(region)
     check_endpoint(endpoint, region, config.where)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
-        raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
+        # Pegasus's own 030-pegasuslite-s3 names s3s:// on http sites; refusing it failed the workflow
+        _log.warning("s3s:// %s: the endpoint %s (%s) is plain http, so the data goes unencrypted, as with "
+                     "the stock tools", url.host, endpoint, config.where)
     env = context.env
 
     def proxy(base_url: str) -> Optional[Proxy]:
