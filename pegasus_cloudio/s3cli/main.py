@@ -14,7 +14,7 @@ import argparse
 import logging
 import os
 import sys
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from pegasus_cloudio.s3cli.commands import S3Commands
 from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3_uri
@@ -22,6 +22,9 @@ from pegasus_cloudio.version import version_line
 from transfer import Session, Settings
 from transfer.errors import TransferError
 from transfer.knobs import layered
+
+if TYPE_CHECKING:
+    from pegasus_cloudio.dropin.signals import Interrupts
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
 LEGACY = {"rmdir": "URL..."}
@@ -100,10 +103,14 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         return 0
     if args.cmd == "help":
         return _help(parser, args.topic, out)
+    from pegasus_cloudio.dropin.signals import Interrupts
     try:
-        _dispatch(args, dict(os.environ) if env is None else dict(env), out)
+        # Ctrl-C or SIGTERM: temp files removed, multipart uploads aborted, exit at once (not after
+        # the transfers in flight), 1 unless every transfer had already finished well
+        with Interrupts(_Stderr(), truthful=True) as interrupts:
+            _dispatch(args, dict(os.environ) if env is None else dict(env), out, interrupts)
     except (CommandError, TransferError, OSError) as err:
-        if args.verbose or args.debug:
+        if args.debug:  # -v says what happens; a traceback is for debugging, not for an ordinary error
             log.exception("Encountered error:")
         sys.stderr.write(f"{err}\n")
         return 1
@@ -111,6 +118,22 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         sys.stderr.write("Interrupted\n")
         return 1
     return 0
+
+
+class _Stderr:
+    """The signal handler's voice (:class:`~pegasus_cloudio.dropin.signals.Interrupts`): one line
+    on stderr, straight to the descriptor when the stream is busy with the interrupted write."""
+
+    def say_now(self, level: int, message: str, *args: object) -> None:
+        line = f"pegasus-cloudio-s3: {message % args if args else message}\n"
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except Exception:  # RuntimeError (reentrant write), a closed stream
+            try:
+                os.write(2, line.encode("utf-8", "replace"))
+            except OSError:
+                pass
 
 
 def _help(parser: argparse.ArgumentParser, topic: Optional[str], out: TextIO) -> int:
@@ -126,7 +149,7 @@ def _help(parser: argparse.ArgumentParser, topic: Optional[str], out: TextIO) ->
     return 0
 
 
-def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO) -> None:
+def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO, interrupts: "Interrupts") -> None:
     if args.cmd in LEGACY:
         raise CommandError(f"'{args.cmd}' is a pegasus-s3 4.x subcommand that pegasus-cloudio-s3 does "
                            "not implement")
@@ -134,7 +157,7 @@ def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO) -> Non
     knobs = _knobs(env, args)
     settings = _settings(knobs)
     with Session(settings, knobs) as session:
-        commands = S3Commands(session, out, threads=settings.threads)
+        commands = S3Commands(session, out, threads=settings.threads, watcher=interrupts)
         actions: Dict[str, Callable[[], None]] = {
             "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
             "mkdir": lambda: _each(commands.mkdir, args.urls),
