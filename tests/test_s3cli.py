@@ -329,3 +329,21 @@ def test_an_error_is_printed_once_and_v_gives_no_traceback(env, bucket, tmp_path
         assert len(lines) == 1 and "Traceback" not in err, err
     rc, _, err = run(OURS + ["-d", "get", f"s3://test@minio/{bucket}/missing", "m"], env, tmp_path)
     assert rc == 1 and "Traceback" in err  # -d is for debugging
+
+
+def test_v_and_d_tell_what_was_used_and_never_a_secret(env, minio, bucket, tmp_path):
+    """pegasus-cloudio-s3 -d get printed nothing on success. Now -v names the credentials file
+    and counts connections and requests; -d adds each setting's source and the endpoint's."""
+    data = tmp_path / "f"
+    data.write_bytes(b"y" * 100)
+    url = f"s3://test@minio/{bucket}/f"
+    assert run(OURS + ["put", str(data), url], env, tmp_path)[0] == 0
+    rc, _, err = run(OURS + ["-v", "get", url, "g"], env, tmp_path)
+    assert rc == 0 and f"credentials file {env['PEGASUS_CREDENTIALS']}" in err, err
+    assert "1 connection(s) opened, 1 request(s) sent" in err and "setting " not in err, err
+    rc, _, err = run(OURS + ["-d", "get", url, "h"], dict(env, PEGASUS_CLOUDIO_THREADS="2"), tmp_path)
+    assert rc == 0 and "setting PEGASUS_CLOUDIO_THREADS=2 (from the environment)" in err, err
+    assert f"endpoint {minio.endpoint} from {env['PEGASUS_CREDENTIALS']} [minio]" in err, err
+    assert "path-style addressing" in err and "keys from section [test@minio]" in err
+    for secret in (minio.secret_key, minio.access_key):
+        assert secret not in err

@@ -114,7 +114,7 @@ ENVIRONMENT = "the environment"
 COMMAND_LINE = "the command line"
 
 __all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "KNOWN", "PREFIX", "TABLE", "Knobs", "config_file_path",
-           "family", "layered", "markdown", "origin_of", "read_config_file", "uncommented", "unknown_names"]
+           "family", "layered", "markdown", "origin_of", "read_config_file", "story", "uncommented", "unknown_names"]
 
 
 class Knobs(dict[str, str]):
@@ -233,6 +233,17 @@ def layered(env: "Optional[Mapping[str, str]]" = None, *, config_file: bool,
             merged[name] = given
             merged.origins[name] = COMMAND_LINE
     return merged
+
+
+SECRETS = frozenset({PREFIX + "P2P_TOKEN"})  # never written out, not even by -d
+
+
+def story(knobs: "Mapping[str, str]") -> "list[str]":
+    """What ``-d`` says of the settings: one ``NAME=value (from SOURCE)`` line per knob set,
+    in name order; a secret's value is never shown."""
+    origins = knobs.origins if isinstance(knobs, Knobs) else {}
+    return [f"{name}={'***' if name in SECRETS else knobs[name]} (from {origins.get(name, ENVIRONMENT)})"
+            for name in sorted(knobs) if name.startswith(PREFIX) and name in KNOWN]
 
 
 _warned: "set[str]" = set()  # once a process: the drop-in layers its environment twice (stager check, run)

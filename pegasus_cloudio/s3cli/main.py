@@ -21,7 +21,7 @@ from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3
 from pegasus_cloudio.version import version_line
 from transfer import Session, Settings
 from transfer.errors import TransferError
-from transfer.knobs import layered
+from transfer.knobs import layered, story
 
 if TYPE_CHECKING:
     from pegasus_cloudio.dropin.signals import Interrupts
@@ -154,23 +154,37 @@ def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO, interr
         raise CommandError(f"'{args.cmd}' is a pegasus-s3 4.x subcommand that pegasus-cloudio-s3 does "
                            "not implement")
     env["PEGASUS_CREDENTIALS"] = find_config(args.config, env)
+    log.info("credentials file %s", env["PEGASUS_CREDENTIALS"])
     knobs = _knobs(env, args)
+    for line in story(knobs):
+        log.debug("setting %s", line)
     settings = _settings(knobs)
+    log.debug("settings: %s", settings)
     with Session(settings, knobs) as session:
-        commands = S3Commands(session, out, threads=settings.threads, watcher=interrupts)
-        actions: Dict[str, Callable[[], None]] = {
-            "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
-            "mkdir": lambda: _each(commands.mkdir, args.urls),
-            "rm": lambda: commands.rm(_rm_urls(args), force=args.force),
-            "put": lambda: commands.put(args.file, args.url, force=args.force,
-                                        create_bucket=args.create_bucket, recursive=args.recursive),
-            "get": lambda: commands.get(args.url, args.file, recursive=args.recursive),
-            "cp": lambda: commands.cp(args.srcs, args.dest, force=args.force, create=args.create,
-                                      recursive=args.recursive),
-            "lsup": lambda: commands.lsup(parse_s3_uri(args.url)),
-            "rmup": lambda: commands.rmup(parse_s3_uri(args.url), args.upload, every=args.all),
-        }
-        actions[args.cmd]()
+        try:
+            _act(args, session, settings, out, interrupts)
+        finally:
+            log.info("%d connection(s) opened, %d request(s) sent", session.stats.connections_opened,
+                     session.stats.requests_sent)
+
+
+def _act(args: argparse.Namespace, session: Session, settings: Settings, out: TextIO,
+         interrupts: "Interrupts") -> None:
+    """Run the subcommand ``args`` names in ``session``."""
+    commands = S3Commands(session, out, threads=settings.threads, watcher=interrupts)
+    actions: Dict[str, Callable[[], None]] = {
+        "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
+        "mkdir": lambda: _each(commands.mkdir, args.urls),
+        "rm": lambda: commands.rm(_rm_urls(args), force=args.force),
+        "put": lambda: commands.put(args.file, args.url, force=args.force,
+                                    create_bucket=args.create_bucket, recursive=args.recursive),
+        "get": lambda: commands.get(args.url, args.file, recursive=args.recursive),
+        "cp": lambda: commands.cp(args.srcs, args.dest, force=args.force, create=args.create,
+                                  recursive=args.recursive),
+        "lsup": lambda: commands.lsup(parse_s3_uri(args.url)),
+        "rmup": lambda: commands.rmup(parse_s3_uri(args.url), args.upload, every=args.all),
+    }
+    actions[args.cmd]()
 
 
 def _each(action: Callable[[S3Uri], None], urls: Sequence[str]) -> None:
@@ -215,11 +229,16 @@ def _rm_urls(args: argparse.Namespace) -> List[str]:
 
 
 def _setup_logging(verbose: bool, debug: bool) -> None:
+    """-v: what the command does (credentials file, connections and requests); -d: also every
+    setting and where it came from, each endpoint's source and addressing, retries (the
+    library's ``transfer`` loggers). Never a secret."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s:%(levelname)s:%(name)s: %(message)s"))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING)
-    log.propagate = False
+    level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
+    for logger in (log, logging.getLogger("transfer")):
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
 
 
 def console_main() -> None:

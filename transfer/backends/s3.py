@@ -18,6 +18,7 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 from __future__ import annotations
 
 import binascii
+import sys
 import zlib
 
 from transfer import _digests
@@ -128,6 +129,7 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)
     check_endpoint(endpoint, region, config.where)
+    _story(url, config, endpoint, region)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
         # Pegasus's own 030-pegasuslite-s3 names s3s:// on http sites; refusing it failed the workflow
         _log.warning("s3s:// %s: the endpoint %s (%s) is plain http, so the data goes unencrypted, as with "
@@ -147,6 +149,24 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
         timeouts=context.timeouts, stats=context.stats, proxy=proxy(endpoint))
     return S3Backend(pool, config, region, context.settings,
                      pool_for=lambda base_url: pool.sibling(base_url, proxy(base_url)))
+
+
+def _story(url: Url, config: S3SiteConfig, endpoint: str, region: str) -> None:
+    """What ``-d`` tells of an S3 endpoint opened: where endpoint and keys came from, and the
+    addressing style; never a key. Only where a command turned logging on (``logging`` is not
+    imported for it: start-up time)."""
+    logging = sys.modules.get("logging")
+    if logging is None or not logging.getLogger(__name__).isEnabledFor(logging.DEBUG):
+        return
+    host = endpoint.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0]
+    style = ("virtual-hosted-style addressing (bucket in the Host) for DNS-style bucket names, else path-style"
+             if host.endswith(".amazonaws.com") else "path-style addressing (bucket in the path)")
+    keys = (f"section [{url.host}] of the same file" if "@" in url.host else
+            "given by the caller" if config.credentials is not None and config.source is None else
+            "the AWS credential chain")
+    logging.getLogger(__name__).debug("%s://%s: endpoint %s from %s, region %s, %s, keys from %s",
+                                      url.scheme, url.host, endpoint, config.where or "the default", region, style,
+                                      keys)
 
 
 class S3Backend:
