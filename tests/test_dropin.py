@@ -296,3 +296,17 @@ def test_d_tells_the_story_of_a_run_and_never_a_secret(s3_env, minio, bucket, tm
     assert "1 connection(s) opened, 1 request(s) sent" in err, err
     for secret in (minio.secret_key, minio.access_key, "tok-sekrit"):
         assert secret not in err
+
+
+def test_an_unreadable_credentials_file_is_one_line_naming_it(tmp_path):
+    """It read "internal error: PermissionError" (here a directory, which root cannot read either)."""
+    creds = tmp_path / "creds"
+    creds.mkdir(mode=0o700)
+    (tmp_path / "a").write_text("a")
+    spec = json.dumps([transfer(f"file://{tmp_path}/a", f"file://{tmp_path}/b", "a", dst_label="local")])
+    rc, err = run(spec, {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull},
+                  tmp_path)
+    assert rc == 1 and not (tmp_path / "b").exists()
+    lines = [line for line in err.splitlines() if "CRITICAL" in line]
+    assert len(lines) == 1 and f"{creds}: cannot read credentials file (named by PEGASUS_CREDENTIALS)" in lines[0], err
+    assert "internal error" not in err
