@@ -92,6 +92,7 @@ def workflow(result: Dict[str, Any], folder: str) -> List[Figure]:
     highest = max([v for m in data["makespan_s"].values() for v in m.values()] +
                   [v for b in data["lower_bounds_not_charted"].values() for v in b.values()] + [1.0])
     ax.set_ylim(top=highest * 5)  # room inside the axes for a lower bound's arrow and label
+    ax.margins(x=0.08)  # and beside the first and last bar
     ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(computes))])
     ax.set_xticklabels([f"{c:g} s of compute per job" for c in computes])
     ax.set_ylabel("makespan, s (log scale)")
