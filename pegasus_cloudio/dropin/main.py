@@ -195,7 +195,9 @@ def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: 
     from transfer.errors import TransferError
     started = time.time()
     try:
-        _check_credentials_files(env)
+        if env.get("PEGASUS_CREDENTIALS"):
+            from transfer.credentials import check_private
+            check_private(env["PEGASUS_CREDENTIALS"])
         entries = _load(args, env, stdin)
         knobs, settings = run_settings(args, env)
     except TransferError as err:
@@ -229,24 +231,6 @@ def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: 
         return 0
     log.critical("Some transfers failed! See above, and possibly stderr.")
     return 1
-
-
-def _check_credentials_files(env: "Mapping[str, str]") -> None:
-    """The credentials file ``PEGASUS_CREDENTIALS`` names is private and readable, or one
-    ConfigError naming it (an unreadable one surfaced as "internal error: PermissionError").
-    Per-site files are checked where a transfer opens them (transfer/credentials.py)."""
-    path = env.get("PEGASUS_CREDENTIALS")
-    if not path:
-        return
-    from transfer.credentials import check_private
-    from transfer.errors import ConfigError
-    check_private(path)
-    try:
-        with open(path, "rb") as fh:
-            fh.read(1)
-    except OSError as err:
-        raise ConfigError(f"cannot read credentials file (named by PEGASUS_CREDENTIALS): {err.strerror}", url=path,
-                          operation="credentials") from None
 
 
 def run_settings(args: "Options | argparse.Namespace", env: "Mapping[str, str]") -> "Tuple[Dict[str, str], Settings]":
