@@ -120,6 +120,10 @@ def test_local_copies_give_the_same_files_and_attempt_records(tools: Dict[str, T
         records[label] = sorted(line for line in text.splitlines() if not re.match(r"\s+(start|duration):", line))
     assert records["ours"] == records["python"] == records["go"]
     assert records["ours"].count("    bytes: 14") == 1
+    # the Stats: summary: the Python tool prints it, ours too; the Go tool keeps only the records
+    stats = {label: [line for line in (run.out + run.err).splitlines() if "Stats: Total 3 transfers" in line]
+             for label, run in runs.items()}
+    assert len(stats["ours"]) == len(stats["python"]) == 1 and stats["go"] == []
 
 
 def test_integrity_records_agree_but_for_the_times_and_the_inode(tools: Dict[str, Tool], inputs: Path, env: Env,
