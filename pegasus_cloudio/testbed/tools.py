@@ -115,8 +115,16 @@ class ToolPin:
         return f"{path}@{self.version}"
 
     def stamp_text(self) -> str:
-        """Canonical text written to the stamp file; any pin change changes it."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True) + "\n"
+        """Canonical text written to the stamp file; any pin change changes it.
+
+        A pin without a ``source`` leaves the key out, so its stamp is the text written before
+        that field existed: adding it must not make every tools dir rebuild MinIO and s5cmd
+        (or two checkouts sharing one tools dir rebuild them in turn).
+        """
+        fields = dataclasses.asdict(self)
+        if self.source is None:
+            del fields["source"]
+        return json.dumps(fields, sort_keys=True) + "\n"
 
 
 PINS: Mapping[str, ToolPin] = MappingProxyType(
