@@ -147,6 +147,101 @@ def test_missing_object_is_not_found_naming_it(client, where):
         client.list(f"{where}/nope")
 
 
+@pytest.fixture(params=["s3", "gs"])
+def store_client(request):
+    """(Client, an existing empty bucket's URL) on MinIO, and on fake-gcs-server (gs:// URLs
+    reach it through the environment the Client is given)."""
+    if request.param == "s3":
+        made = request.getfixturevalue("client")
+        yield made, request.getfixturevalue("where")
+        return
+    with Client(env=request.getfixturevalue("gcs_env")) as made:
+        yield made, f"gs://{request.getfixturevalue('gcs_bucket')}"
+
+
+def test_a_bucket_that_does_not_exist_is_not_found_everywhere(store_client):
+    """Issue 33's wrong answer: exists("s3://no-such-bucket") was True, info() a directory and
+    list() [], so a misspelt bucket read as "no inputs"; only find() raised."""
+    client, empty = store_client
+    missing = f"{empty.split('://')[0]}://no-such-{uuid.uuid4().hex[:12]}"
+    for url in (missing, missing + "/", f"{missing}/key", f"{missing}/dir/"):
+        assert not client.exists(url), url
+        for call in (client.info, client.list, client.find):
+            with pytest.raises(NotFound) as caught:
+                call(url)
+            assert missing in str(caught.value), (call, str(caught.value))
+    with pytest.raises(NotFound, match=missing):
+        client.read_bytes(f"{missing}/key")
+    # an empty bucket that exists is an empty directory, not an error
+    assert client.exists(empty) and client.info(empty).is_dir
+    assert client.list(empty) == [] and client.list(empty + "/") == [] and client.find(empty) == []
+
+
+@pytest.fixture
+def counted_client(minio):
+    with TcpProxy((minio.host, minio.port)) as proxy:
+        with Client(endpoint=proxy.url(), access_key=minio.access_key, secret_key=minio.secret_key,
+                    env={}) as made:
+            where = f"s3://d-{uuid.uuid4().hex[:12]}"
+            made.mkdir(where)
+            yield made, proxy, where
+
+
+def test_removing_1000_listed_keys_is_one_listing_and_one_delete_objects(counted_client, tmp_path):
+    """Issue 33: a list of keys cost a HEAD per key (1,000 keys: 1,000 HEADs and 1 POST)."""
+    client, proxy, where = counted_client
+    sources = _files(tmp_path / "src", 1000, size=10)
+    client.copy([(str(p), f"{where}/d/") for p in sources])
+    client.write_bytes(f"{where}/d/sub/kept", b"k")
+    listed = [e.url for e in client.list(f"{where}/d") if not e.is_dir]
+    assert len(listed) == 1000
+    proxy.reset_counters()
+    with pytest.raises(NotFound, match=f"{where}/d/absent"):  # looked up before anything is removed
+        client.remove(listed + [f"{where}/d/absent"])
+    with pytest.raises(InvalidInput, match=f"{where}/d/sub"):
+        client.remove(listed + [f"{where}/d/sub"])
+    assert "POST" not in proxy.requests_by_method and len(client.list(f"{where}/d")) == 1001
+    proxy.reset_counters()
+    client.remove(listed)
+    assert proxy.requests <= 2 and proxy.requests_by_method.get("POST") == 1, proxy.requests_by_method
+    assert "HEAD" not in proxy.requests_by_method
+    assert [e.url for e in client.find(f"{where}/")] == [f"{where}/d/sub/kept"]
+
+
+def test_endpoint_and_keys_have_the_names_s3fs_gives_them_and_the_old_ones_as_aliases(minio, where):
+    with Client(endpoint_url=minio.endpoint, key=minio.access_key, secret=minio.secret_key, env={}) as named:
+        named.write_bytes(f"{where}/named", b"s3fs names")
+    with Client(endpoint=minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key, env={}) as old:
+        assert old.read_bytes(f"{where}/named") == b"s3fs names"
+    for both in ({"endpoint_url": minio.endpoint, "endpoint": minio.endpoint},
+                 {"key": "a", "access_key": "a", "secret": "b"}, {"token": "t", "session_token": "t"}):
+        with pytest.raises(InvalidInput, match="one argument"):
+            Client(env={}, **both)
+    with pytest.raises(InvalidInput, match="key and secret"):
+        Client(key="a", env={})
+
+
+def test_touch_renews_the_time_keeps_bytes_and_attributes_and_creates_what_is_absent(client, where, minio):
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    bucket = where[len("s3://"):]
+    s3.put_object(Bucket=bucket, Key="d/a", Body=b"kept", ContentType="text/x-kept", Metadata={"who": "me"},
+                  CacheControl="max-age=60")
+    before = client.info(f"{where}/d/a")
+    while time.time() < before.mtime + 1.5:  # the store's times are whole seconds: wait for the next one
+        time.sleep(0.05)
+    after = client.touch(f"{where}/d/a")
+    assert after.mtime > before.mtime and client.read_bytes(f"{where}/d/a") == b"kept"
+    head = s3.head_object(Bucket=bucket, Key="d/a")
+    assert (head["ContentType"], head["Metadata"], head["CacheControl"]) == ("text/x-kept", {"who": "me"},
+                                                                              "max-age=60")
+    assert client.touch(f"{where}/d").is_dir and client.info(f"{where}/d/a").mtime >= after.mtime  # a directory
+    made = client.touch(f"{where}/new")
+    assert made.size == 0 and client.read_bytes(f"{where}/new") == b""
+
+
 def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
     """A range starting at or past the end (or any range of an empty object) was HTTP 416 from
     the store, raised as RemoteError: fsspec's cat_file(path, 20, 30) and a reader looping to EOF

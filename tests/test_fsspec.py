@@ -336,3 +336,27 @@ def test_an_exclusive_create_over_a_removed_name_is_read_back_past_the_node_cach
             fs.rm(path)
     finally:
         fs.client.close()
+
+
+def test_a_bucket_that_does_not_exist_is_no_empty_directory(cfs):
+    """Issue 33: ``exists("no-such-bucket")`` was True and ``ls`` gave [], so a misspelt bucket
+    read as "no inputs"."""
+    fs, bucket = cfs
+    missing = f"no-such-{uuid.uuid4().hex[:12]}"
+    for path in (missing, f"cloudio://{missing}", f"{missing}/key", f"{missing}/dir/"):
+        assert not fs.exists(path) and not fs.isdir(path), path
+        for call in (fs.info, fs.ls):
+            with pytest.raises(FileNotFoundError, match=missing):
+                call(path)
+        assert fs.find(path) == []  # as fsspec's find answers for any missing path
+    assert fs.exists(bucket) and fs.isdir(bucket) and fs.ls(bucket) == [] and fs.find(bucket) == []
+
+
+def test_the_filesystem_takes_endpoint_url_key_and_secret_as_s3fs_does(minio, tmp_path):
+    fs = fsspec.filesystem("cloudio", skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
+                           secret=minio.secret_key, env={})
+    bucket = f"fn-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    fs.pipe_file(f"{bucket}/k", b"named")
+    assert fs.cat_file(f"cloudio://{bucket}/k") == b"named"
+    fs.client.close()

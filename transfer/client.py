@@ -4,7 +4,7 @@
 
     from transfer.client import Client
 
-    with Client(endpoint="http://127.0.0.1:9000", access_key="minio", secret_key="minio123") as client:
+    with Client(endpoint_url="http://127.0.0.1:9000", key="minio", secret="minio123") as client:
         client.mkdir("s3://run1")
         client.write_bytes("s3://run1/in/a.txt", b"hello")
         client.copy([("s3://run1/in/a.txt", "/scratch/a.txt"), ("/scratch/b.txt", "s3://run1/out/")])
@@ -13,10 +13,10 @@
 
 A :class:`Client` is a :class:`~transfer.session.Session` (one warm connection pool per
 endpoint) and an :class:`~transfer.engine.Engine` (threads, retries, bundles, node cache) with
-the endpoint and credentials as arguments. Nothing is read unasked: no config file, no
+the endpoint and credentials as arguments (named as s3fs names them). Nothing is read unasked: no config file, no
 ``PEGASUS_CLOUDIO_*`` variable; the environment only for credentials of URLs whose keys were
 not given (and only ``env`` when passed, instead of ``os.environ``). URLs are strings:
-``s3://BUCKET/KEY`` at ``endpoint``, ``s3://USER@SITE/BUCKET/KEY`` (Pegasus credentials file),
+``s3://BUCKET/KEY`` at ``endpoint_url``, ``s3://USER@SITE/BUCKET/KEY`` (Pegasus credentials file),
 ``gs://``, ``http(s)://``, ``scp://``, plain local paths (taken literally: no ``$VAR``; ``:``
 allowed). Errors are :mod:`transfer.errors` classes (``NotFound`` is a FileNotFoundError...).
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import RangedReads, cache_keys, namespace, uploads
+from transfer.backends.base import RangedReads, Touches, cache_keys, namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
@@ -61,19 +61,30 @@ class Client:
     """One endpoint configuration, one warm pool, one engine. Thread-safe; close it (or use
     ``with``) to release connections and threads."""
 
-    def __init__(self, *, endpoint: Optional[str] = None, region: Optional[str] = None,
-                 access_key: Optional[str] = None, secret_key: Optional[str] = None,
-                 session_token: Optional[str] = None, anonymous: bool = False, threads: int = 8,
+    def __init__(self, *, endpoint_url: Optional[str] = None, region: Optional[str] = None,
+                 key: Optional[str] = None, secret: Optional[str] = None, token: Optional[str] = None,
+                 anonymous: bool = False, threads: int = 8,
                  bundles: bool = False, cache_dir: Optional[str] = None, cache_bytes: int = 10 << 30,
                  ca_bundle: Optional[str] = None, settings: Optional[Settings] = None,
-                 env: Optional[Mapping[str, str]] = None) -> None:
-        """See the module doc. ``access_key`` and ``secret_key`` go together (else InvalidInput);
-        ``settings`` replaces the defaults (``threads`` and ``bundles`` then come from it);
-        ``cache_dir`` turns on the node cache there, holding at most ``cache_bytes``;
-        ``ca_bundle``: PEM file of the CAs that verify TLS instead of the system's (over
-        ``settings``' own), loaded here: ConfigError ``ca_bundle=FILE: ...`` if it cannot be."""
+                 env: Optional[Mapping[str, str]] = None, endpoint: Optional[str] = None,
+                 access_key: Optional[str] = None, secret_key: Optional[str] = None,
+                 session_token: Optional[str] = None) -> None:
+        """See the module doc. The S3 endpoint and keys are named as s3fs and botocore name
+        them: ``endpoint_url``, ``key``, ``secret``, ``token``; ``endpoint``, ``access_key``,
+        ``secret_key`` and ``session_token`` are the same arguments under their older names
+        (InvalidInput when both names of one are given). ``key`` and ``secret`` go together
+        (else InvalidInput); ``settings`` replaces the defaults (``threads`` and ``bundles``
+        then come from it); ``cache_dir`` turns on the node cache there, holding at most
+        ``cache_bytes``; ``ca_bundle``: PEM file of the CAs that verify TLS instead of the
+        system's (over ``settings``' own), loaded here: ConfigError ``ca_bundle=FILE: ...`` if
+        it cannot be."""
+        endpoint = _either("endpoint_url", endpoint_url, "endpoint", endpoint)
+        access_key = _either("key", key, "access_key", access_key)
+        secret_key = _either("secret", secret, "secret_key", secret_key)
+        session_token = _either("token", token, "session_token", session_token)
         if (access_key is None) != (secret_key is None):
-            raise InvalidInput("access_key and secret_key must be given together", operation="config")
+            raise InvalidInput("key and secret (access_key and secret_key) must be given together",
+                               operation="config")
         credentials = Credentials(access_key, secret_key, session_token) if access_key and secret_key else None
         if settings is None:
             settings = Settings(threads=threads, bundle=bundles)  # the Session checks it
@@ -153,17 +164,16 @@ class Client:
     def remove(self, urls: Union[UrlLike, Sequence[UrlLike]], *, recursive: bool = False) -> None:
         """Remove objects (bundle members too), or whole prefixes with ``recursive`` (an object's
         URL still removes the object). Without it a missing object raises NotFound and a
-        directory InvalidInput: nothing is removed silently-not. Several URLs go as one batch
-        (batched deletes)."""
+        directory InvalidInput: nothing is removed silently-not. Several URLs go as one batch:
+        on S3 one DeleteObjects per 1,000 keys, after one listing of each directory they are in
+        (not a HEAD per key; see :func:`transfer.listing.kinds`). Bundle members and absent
+        keys are looked up one by one."""
         targets = [self.url(u) for u in ([urls] if isinstance(urls, (str, Url)) else urls)]
         ops = []
-        for target in targets:  # all looked up before anything is removed
-            try:
-                is_dir = self._info(target).is_dir
-            except NotFound:
-                if not recursive:
-                    raise
-                is_dir = True  # nothing there: removing it recursively is no error
+        for target, kind in zip(targets, self._kinds(targets)):  # all looked up before anything is removed
+            is_dir = True if kind is None else kind  # nothing there: removing it recursively is no error
+            if kind is None and not recursive:
+                raise NotFound("no such file or directory", url=str(target), operation="remove")
             if is_dir and not recursive:
                 raise InvalidInput("is a directory: pass recursive=True to remove everything under it",
                                    url=str(target), operation="remove")
@@ -239,6 +249,28 @@ class Client:
                 fh.write(data)
             _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
 
+    def touch(self, url: UrlLike) -> Entry:
+        """Renew the modification time of the object at ``url`` (bytes and attributes kept;
+        on S3 a copy onto itself, objects up to 5 GiB), or of every file under it when it is a
+        directory; an empty object when nothing is there. InvalidInput naming the URL where the
+        store cannot (GCS, SFTP, HTTP). Returns what :meth:`info` then says."""
+        target = self.url(url)
+        backend = self.session.backend(target)
+        try:
+            found: Optional[Entry] = self._info(target)
+        except NotFound:
+            found = None
+        if found is None:
+            self.write_bytes(target, b"")
+        elif not isinstance(backend, Touches):
+            raise InvalidInput(f"{target.scheme}:// objects cannot be touched in place", url=str(target),
+                               operation="touch")
+        else:
+            for entry in self.find(target) if found.is_dir else [found]:
+                backend.touch(self.url(entry.url))
+                self.forget(entry.url)
+        return self._info(target)
+
     # -- namespace ------------------------------------------------------------------------
 
     def info(self, url: UrlLike) -> Entry:
@@ -270,6 +302,18 @@ class Client:
         namespace(backend, url, "list")  # InvalidInput naming the URL when it cannot be listed
         return backend
 
+    def _kinds(self, urls: Sequence[Url]) -> List[Optional[bool]]:
+        """:func:`transfer.listing.kinds` of ``urls``, asked of each one's backend."""
+        by_backend: Dict[int, Tuple[listing.Lister, List[int]]] = {}
+        for i, url in enumerate(urls):
+            backend = self.session.backend(url)
+            by_backend.setdefault(id(backend), (backend, []))[1].append(i)
+        answers: List[Optional[bool]] = [None] * len(urls)
+        for backend, indexes in by_backend.values():
+            for i, kind in zip(indexes, listing.kinds(backend, [urls[i] for i in indexes])):
+                answers[i] = kind
+        return answers
+
     def _info(self, url: Url) -> Entry:
         return listing.info(self.session.backend(url), url)
 
@@ -277,6 +321,15 @@ class Client:
         if dest.is_local and dest.path.endswith(os.sep) and source.path.rstrip("/"):
             return dest.with_path(os.path.join(dest.path, posixpath.basename(source.path.rstrip("/"))))
         return dest
+
+
+def _either(name: str, value: Optional[str], alias: str, aliased: Optional[str]) -> Optional[str]:
+    """The argument given under ``name`` or its older name ``alias``; InvalidInput naming both
+    when each was given."""
+    if value is not None and aliased is not None:
+        raise InvalidInput(f"{name} and {alias} are one argument (the second its older name): give one",
+                           operation="config")
+    return aliased if value is None else value
 
 
 def literal_url(text: str) -> Url:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from transfer.backends.base import Backend, DirectoryListing, Namespace, ObjectInfo
+from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace, ObjectInfo, PagedListing
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
 from transfer.errors import NotFound
 from transfer.urls import Url
 
-__all__ = ["Entry", "Lister", "info", "one_level", "recursive"]
+__all__ = ["Entry", "Lister", "info", "kinds", "one_level", "recursive"]
 
 Lister = Backend  # every backend reads; listing needs Namespace too (checked with isinstance)
 
@@ -104,8 +104,14 @@ def recursive(backend: Lister, url: Url) -> List[Entry]:
 
 
 def info(backend: Lister, url: Url) -> Entry:
-    """The file, bundle member or directory at ``url``; NotFound when none is there."""
-    if _is_local_dir(url) or (_is_root(url) and isinstance(backend, Namespace)):
+    """The file, bundle member or directory at ``url``; NotFound when none is there (a
+    bucket that does not exist too: no empty directory, which would make a misspelt bucket
+    "no inputs")."""
+    if _is_local_dir(url):
+        return _directory(url)
+    if _is_root(url) and isinstance(backend, Namespace):
+        if isinstance(backend, Buckets) and not backend.bucket_exists(url):
+            raise NotFound("no such bucket", url=str(url), operation="stat")
         return _directory(url)
     if not url.path.endswith("/"):
         try:
@@ -121,6 +127,56 @@ def info(backend: Lister, url: Url) -> Entry:
             if entry.name == name:
                 return entry
     raise NotFound("no such file or directory", url=str(url), operation="stat")
+
+
+def kinds(backend: Lister, urls: Sequence[Url]) -> List[Optional[bool]]:
+    """What :func:`info` says of each URL: False a file, True a directory, None nothing there.
+    Where the store lists in pages (:class:`PagedListing`), URLs of one directory are looked up
+    in its listing, from the first one's name to the last one's (1,000 names a request), not
+    one request each; a name the listing does not show (a bundle member, or absent) is then
+    asked on its own, as is a directory's listing that runs past twice the pages the names need."""
+    known: Dict[int, Optional[bool]] = {}
+    if isinstance(backend, PagedListing):
+        groups: Dict[str, List[int]] = {}
+        for i, url in enumerate(urls):
+            if not url.path.endswith("/") and not _is_root(url):
+                groups.setdefault(posixpath.dirname(url.path) + "/", []).append(i)
+        for parent, indexes in groups.items():
+            if len(indexes) > 1:
+                names: Dict[str, List[int]] = {}
+                for i in indexes:
+                    names.setdefault(posixpath.basename(urls[i].path), []).append(i)
+                known.update(_listed_kinds(backend, urls[indexes[0]].with_path(parent), names))
+    answers: List[Optional[bool]] = []
+    for i, url in enumerate(urls):
+        if i not in known:
+            try:
+                known[i] = info(backend, url).is_dir
+            except NotFound:
+                known[i] = None
+        answers.append(known[i])
+    return answers
+
+
+def _listed_kinds(backend: PagedListing, directory: Url, names: Dict[str, List[int]]) -> Dict[int, Optional[bool]]:
+    """Of the URLs whose ``names`` (name -> indexes) are in ``directory``: the kinds its listing
+    shows (a file over a directory of the same name, as :func:`info`); all None if the
+    bucket does not exist."""
+    found: Dict[int, Optional[bool]] = {}
+    last, pages = max(names), len(names) // 1000 + 2
+    try:
+        listed = backend.list_dir_pages(directory, min(names)[:-1])
+        for count, (objects, subs) in enumerate(listed, 1):
+            seen = [(posixpath.basename(o.url.path), False) for o in objects]
+            seen += [(posixpath.basename(d.path.rstrip("/")), True) for d in subs]
+            for name, is_dir in seen:
+                for i in names.get(name, ()):
+                    found.setdefault(i, is_dir)
+            if count >= pages or any(name >= last for name, _ in seen):
+                break
+    except NotFound:  # no such bucket: nothing is there
+        return {i: None for indexes in names.values() for i in indexes}
+    return found
 
 
 def _members(backend: Lister, directory: Url) -> List[Entry]:

@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -98,6 +98,34 @@ class DirectoryListing(Protocol):
 
     def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
         """(objects directly under ``url`` taken as a directory, sub-directories' URLs ending in ``/``)."""
+
+
+@runtime_checkable
+class PagedListing(Protocol):
+    """Backends that list one level a page at a time, from a name on (S3's ``start-after``)."""
+
+    def list_dir_pages(self, url: Url, start_after: str = "") -> Iterator[Tuple[List[ObjectInfo], List[Url]]]:
+        """Lazily, the pages of :meth:`DirectoryListing.list_dir`'s answer, in name order, of
+        the names after ``start_after`` (a name in the directory; "" from the first)."""
+
+
+@runtime_checkable
+class Touches(Protocol):
+    """Backends that renew an object's modification time in place (``touch``)."""
+
+    def touch(self, url: Url) -> ObjectInfo:
+        """Set the object's modification time to now, its bytes and attributes kept; NotFound
+        when it does not exist."""
+
+
+@runtime_checkable
+class Buckets(Protocol):
+    """Stores whose namespace is split into buckets that may not exist (S3, GCS): a missing
+    bucket is no empty directory, and a listing of its root would not tell the two apart."""
+
+    def bucket_exists(self, url: Url) -> bool:
+        """Whether the bucket of ``url`` exists (one request); AuthError when the identity may
+        not ask."""
 
 
 @runtime_checkable

@@ -260,14 +260,21 @@ class S3Backend:
     def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
         """One level under ``url`` (ListObjectsV2 with delimiter ``/``): (objects, sub-prefixes,
         each ending in ``/``)."""
-        bucket = split_url(url).bucket
         objects: List[ObjectInfo] = []
         prefixes: List[Url] = []
-        for page in self._list_pages(url, delimiter="/"):
-            objects.extend(self._objects(url, page))
-            prefixes.extend(_child_url(url, bucket, unquote_plus(item.findtext("Prefix") or ""))
-                            for item in page.iter("CommonPrefixes"))
+        for found, subs in self.list_dir_pages(url):
+            objects.extend(found)
+            prefixes.extend(subs)
         return objects, prefixes
+
+    def list_dir_pages(self, url: Url, start_after: str = "") -> Iterator[Tuple[List[ObjectInfo], List[Url]]]:
+        """``PagedListing``: :meth:`list_dir` a page (up to 1,000 names) per request, each
+        request sent when the page before it has been taken."""
+        bucket = split_url(url).bucket
+        for page in self._list_pages(url, delimiter="/", start_after=start_after):
+            yield (list(self._objects(url, page)),
+                   [_child_url(url, bucket, unquote_plus(item.findtext("Prefix") or ""))
+                    for item in page.iter("CommonPrefixes")])
 
     def _objects(self, url: Url, page: Node) -> Iterator[ObjectInfo]:
         bucket = split_url(url).bucket
@@ -277,7 +284,7 @@ class S3Backend:
                              (item.findtext("ETag") or "").strip('"') or None,
                              iso8601_epoch(item.findtext("LastModified")))
 
-    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[Node]:
+    def _list_pages(self, url: Url, delimiter: Optional[str], start_after: str = "") -> Iterator[Node]:
         path = split_url(url)
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
@@ -285,6 +292,8 @@ class S3Backend:
             query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
             if delimiter:
                 query["delimiter"] = delimiter
+            if start_after and not token:
+                query["start-after"] = prefix + start_after
             if token:
                 query["continuation-token"] = token
             with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
@@ -347,6 +356,14 @@ class S3Backend:
                     return
                 raise s3_error(409, text, str(url), "mkdir")
             self._check(response, str(url), "mkdir")
+
+    def bucket_exists(self, url: Url) -> bool:
+        """``Buckets``: HeadBucket; 404 is False, other failures raise (403: AuthError)."""
+        with self._send("HEAD", S3Path(split_url(url).bucket, ""), url=str(url)) as response:
+            if response.status == 404:
+                return False
+            self._check(response, str(url), "stat")
+        return True
 
     def list_buckets(self) -> List[str]:
         """Names of the buckets the identity owns (ListBuckets), in the store's order."""
@@ -447,6 +464,26 @@ class S3Backend:
             raise s3_error(500, text, str(dest), "copy")
         return self.stat(dest)
 
+    # -- Touches ------------------------------------------------------------------------
+
+    def touch(self, url: Url) -> ObjectInfo:
+        """``Touches``: a copy of the object onto itself, which S3 allows only with new
+        metadata (``REPLACE``): its attributes are sent again as a HEAD gave them, so none is
+        lost. Objects up to 5 GiB (CopyObject's limit)."""
+        path, text = split_url(url), str(url)
+        with self._send("HEAD", path, url=text) as response:
+            self._check(response, text, "touch")
+            kept = [(name, value) for name, value in response.headers.items()
+                    if name in _ATTRIBUTE_HEADERS or name.startswith("x-amz-meta-")]
+        headers = [("x-amz-copy-source", uri_encode_path(f"{path.bucket}/{path.key}")),
+                   ("x-amz-metadata-directive", "REPLACE"), *kept]
+        with self._send("PUT", path, headers=headers, url=text) as response:
+            self._check(response, text, "touch")
+            answer = response.read()
+        if b"<Error>" in answer:  # S3 may report a failed copy inside a 200 response
+            raise s3_error(500, answer, text, "touch")
+        return self.stat(url)
+
     # -- MultipartUploads ---------------------------------------------------------------
 
     def start_upload(self, url: Url) -> str:
@@ -511,6 +548,11 @@ class S3Backend:
                 self._check(response, str(url), "abort", ok=(200, 204))
         except NotFound:
             pass
+
+
+# what an object keeps through a copy onto itself (besides x-amz-meta-*): its HTTP attributes
+_ATTRIBUTE_HEADERS = frozenset(("content-type", "cache-control", "content-disposition", "content-encoding",
+                                "content-language", "expires"))
 
 
 class _S3Stream:
