@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import RangedReads, Touches, cache_keys, namespace, uploads
+from transfer.backends.base import Presigns, RangedReads, Touches, cache_keys, namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
@@ -248,6 +248,21 @@ class Client:
             with open(path, "wb") as fh:
                 fh.write(data)
             _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
+
+    def presign(self, url: UrlLike, method: str = "GET", expires: int = 3600) -> str:
+        """A URL that lets anyone without keys GET (or PUT) the object for ``expires`` seconds
+        (1 to 604,800, SigV4's limit), signed here with no request sent; as botocore's
+        ``generate_presigned_url`` signs it. InvalidInput, naming the URL, for another method,
+        an expiry out of range, anonymous access, or a store that cannot sign (not S3)."""
+        target = self.url(url)
+        if method not in ("GET", "PUT") or not 1 <= expires <= 604800:
+            raise InvalidInput(f"presign takes GET or PUT and 1 to 604800 seconds (got {method!r}, {expires!r})",
+                               url=str(target), operation="presign")
+        backend = self.session.backend(target)
+        if not isinstance(backend, Presigns) or target.path.rstrip("/") == "":
+            raise InvalidInput("cannot sign a URL for this: an s3:// object URL is needed", url=str(target),
+                               operation="presign")
+        return backend.presign(target, method, expires)
 
     def touch(self, url: UrlLike) -> Entry:
         """Renew the modification time of the object at ``url`` (bytes and attributes kept;

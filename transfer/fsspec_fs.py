@@ -260,6 +260,11 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
             made.details = details
         return made
 
+    def sign(self, path: str, expiration: int = 100, **kwargs: Any) -> str:
+        """A presigned GET URL (``method="PUT"`` for an upload) valid ``expiration`` seconds
+        (:meth:`transfer.client.Client.presign`)."""
+        return self.client.presign(self._url(path), kwargs.get("method", "GET"), int(expiration))
+
     def invalidate_cache(self, path: Optional[str] = None) -> None:
         self.dircache.clear()
 

@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -107,6 +107,14 @@ class PagedListing(Protocol):
     def list_dir_pages(self, url: Url, start_after: str = "") -> Iterator[Tuple[List[ObjectInfo], List[Url]]]:
         """Lazily, the pages of :meth:`DirectoryListing.list_dir`'s answer, in name order, of
         the names after ``start_after`` (a name in the directory; "" from the first)."""
+
+
+@runtime_checkable
+class Presigns(Protocol):
+    """Backends that sign URLs for others to use without keys (S3's SigV4 query signing)."""
+
+    def presign(self, url: Url, method: str, expires: int) -> str:
+        """A URL for one ``method`` (GET or PUT) on the object, valid ``expires`` seconds."""
 
 
 @runtime_checkable

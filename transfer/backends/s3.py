@@ -464,6 +464,17 @@ class S3Backend:
             raise s3_error(500, text, str(dest), "copy")
         return self.stat(dest)
 
+    # -- Presigns -----------------------------------------------------------------------
+
+    def presign(self, url: Url, method: str, expires: int) -> str:
+        """``Presigns``: a URL anyone may ``method`` (GET or PUT) for ``expires`` seconds,
+        addressed as this backend addresses the bucket (path-style or virtual-hosted)."""
+        route = self._router.for_bucket(split_url(url).bucket)
+        if route.signer is None:
+            raise InvalidInput("anonymous: there are no keys to sign a URL with", url=str(url), operation="presign")
+        host, encoded = route.target(split_url(url))
+        return f"{route.pool.scheme}://{host}{encoded}?{route.signer.presign(method, host, encoded, expires)}"
+
     # -- Touches ------------------------------------------------------------------------
 
     def touch(self, url: Url) -> ObjectInfo:
