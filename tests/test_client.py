@@ -242,6 +242,34 @@ def test_touch_renews_the_time_keeps_bytes_and_attributes_and_creates_what_is_ab
     assert made.size == 0 and client.read_bytes(f"{where}/new") == b""
 
 
+def test_conditional_writes_store_only_when_the_condition_holds(client, where):
+    from transfer.errors import AlreadyExists
+
+    client.write_bytes(f"{where}/c", b"first", if_none_match="*")
+    with pytest.raises(AlreadyExists, match=f"{where}/c"):
+        client.write_bytes(f"{where}/c", b"second", if_none_match="*")
+    seen = client.info(f"{where}/c")
+    client.write_bytes(f"{where}/c", b"third", if_match=seen.version)
+    with pytest.raises(RemoteError, match=f"{where}/c") as caught:  # the version seen is gone
+        client.write_bytes(f"{where}/c", b"fourth", if_match=seen.version)
+    assert caught.value.status == 412 and client.read_bytes(f"{where}/c") == b"third"
+    with pytest.raises(RemoteError):
+        client.write_bytes(f"{where}/absent", b"x", if_match=seen.version)
+    assert not client.exists(f"{where}/absent")
+    for bad in ({"if_none_match": "etag"}, {"if_none_match": "*", "if_match": "e"}):
+        with pytest.raises(InvalidInput, match=f"{where}/c"):
+            client.write_bytes(f"{where}/c", b"x", **bad)
+    assert client.read_bytes(f"{where}/c") == b"third"
+
+
+def test_a_conditional_write_where_the_store_cannot_is_refused_naming_it(gcs_env, gcs_bucket):
+    with Client(env=gcs_env) as client:
+        for condition in ({"if_none_match": "*"}, {"if_match": "1"}):
+            with pytest.raises(InvalidInput, match=f"gs://{gcs_bucket}/k"):
+                client.write_bytes(f"gs://{gcs_bucket}/k", b"x", **condition)
+        assert not client.exists(f"gs://{gcs_bucket}/k")
+
+
 def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
     """A range starting at or past the end (or any range of an empty object) was HTTP 416 from
     the store, raised as RemoteError: fsspec's cat_file(path, 20, 30) and a reader looping to EOF

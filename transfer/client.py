@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import Presigns, RangedReads, Touches, cache_keys, namespace, uploads
+from transfer.backends.base import (ConditionalPuts, ExclusiveCreate, Presigns, RangedReads, Touches, cache_keys,
+                                    namespace, uploads)
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
@@ -235,9 +236,14 @@ class Client:
                     fh.seek(start)
                 return fh.read() if end is None else fh.read(max(0, end - (start or 0)))
 
-    def write_bytes(self, url: UrlLike, data: bytes) -> None:
+    def write_bytes(self, url: UrlLike, data: bytes, *, if_none_match: Optional[str] = None,
+                    if_match: Optional[str] = None) -> None:
         """Store ``data`` as the object ``url`` (verified by size and checksum); a URL ending in
-        ``/`` names a directory, not an object: InvalidInput."""
+        ``/`` names a directory, not an object: InvalidInput. Conditional writes, atomic in the
+        store (one PUT, so up to 5 GiB): ``if_none_match="*"`` stores only if no object has the
+        name (AlreadyExists otherwise), ``if_match=ETAG`` only over the object of that ETag
+        (:attr:`Entry.version`; RemoteError with status 412 otherwise). Where the store cannot
+        (GCS, SFTP, local files): InvalidInput naming the URL, nothing stored."""
         target = self.url(url)
         if target.path.endswith("/"):  # copy() would add a name to it: a key nobody asked for
             raise InvalidInput("names a directory (ends in '/'), not an object to write", url=str(target),
@@ -247,7 +253,28 @@ class Client:
             path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
             with open(path, "wb") as fh:
                 fh.write(data)
-            _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
+            if if_none_match is None and if_match is None:
+                _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
+            else:
+                self._put_if(path, target, if_none_match, if_match)
+
+    def _put_if(self, path: str, target: Url, if_none_match: Optional[str], if_match: Optional[str]) -> None:
+        """One conditional PUT of the local file ``path`` (see :meth:`write_bytes`)."""
+        backend = self.session.backend(target)
+        if if_none_match not in (None, "*") or (if_none_match and if_match):
+            raise InvalidInput("if_none_match takes only '*', and not together with if_match", url=str(target),
+                               operation="put")
+        if not isinstance(backend, ExclusiveCreate if if_none_match else ConditionalPuts):
+            raise InvalidInput(f"{target.scheme}:// stores take no conditional writes "
+                               f"({'if_none_match' if if_none_match else 'if_match'})", url=str(target),
+                               operation="put")
+        try:
+            if isinstance(backend, ExclusiveCreate) and if_none_match:
+                backend.put_new(path, target)
+            elif isinstance(backend, ConditionalPuts) and if_match:
+                backend.put_if_match(path, target, if_match)
+        finally:  # stored or refused, the node cache's entry of the name may be of another object
+            self.forget(target)
 
     def presign(self, url: UrlLike, method: str = "GET", expires: int = 3600) -> str:
         """A URL that lets anyone without keys GET (or PUT) the object for ``expires`` seconds

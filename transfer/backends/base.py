@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`ConditionalPuts`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -169,6 +169,16 @@ class ExclusiveCreate(Protocol):
     def put_new(self, path: str, url: Url) -> ObjectInfo:
         """Upload the local file ``path`` to ``url`` only if no object has that name when the
         store commits it; AlreadyExists otherwise (nothing of ours is then stored)."""
+
+
+@runtime_checkable
+class ConditionalPuts(Protocol):
+    """Backends whose store replaces an object only while it is the version expected (S3 ``If-Match``)."""
+
+    def put_if_match(self, path: str, url: Url, version: str) -> ObjectInfo:
+        """Upload the local file ``path`` to ``url`` only if the object there is still the one
+        of ETag ``version`` when the store commits it; RemoteError (status 412) otherwise,
+        nothing stored."""
 
 
 @runtime_checkable

@@ -227,7 +227,12 @@ class S3Backend:
         when the key exists (AWS S3 since 2024, MinIO)."""
         return self._put(path, url, exclusive=True)
 
-    def _put(self, path: str, url: Url, exclusive: bool) -> ObjectInfo:
+    def put_if_match(self, path: str, url: Url, version: str) -> ObjectInfo:
+        """``ConditionalPuts``: a PUT with ``If-Match``, which the store answers 412 when the
+        object's ETag is no longer ``version`` (or it is gone: 404 on MinIO, 412 on AWS)."""
+        return self._put(path, url, exclusive=False, if_match=version)
+
+    def _put(self, path: str, url: Url, exclusive: bool, if_match: Optional[str] = None) -> ObjectInfo:
         target = split_url(url)
         text = str(url)
         if not target.key:
@@ -239,12 +244,18 @@ class S3Backend:
         headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode())]
         if exclusive:
             headers.append(("If-None-Match", "*"))
+        if if_match is not None:
+            headers.append(("If-Match", f'"{if_match.strip(chr(34))}"'))
         with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
                         url=text) as response:
             if exclusive and response.status == 412:
                 response.read()
                 raise AlreadyExists("an object of this name exists (exclusive create)", url=text,
                                     operation="put", status=412)
+            if if_match is not None and response.status in (404, 412):
+                response.read()
+                raise RemoteError(f"the object is no longer ETag {if_match} (If-Match): not replaced", url=text,
+                                  operation="put", status=412)
             self._check(response, text, "put")
             etag = response.headers.get("etag", "")
         found = md5_of_etag(etag)
