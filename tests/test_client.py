@@ -270,6 +270,31 @@ def test_a_conditional_write_where_the_store_cannot_is_refused_naming_it(gcs_env
         assert not client.exists(f"gs://{gcs_bucket}/k")
 
 
+def test_iter_find_and_iter_list_give_pages_one_request_each_as_they_are_taken(counted_client, tmp_path):
+    """Issue 33: list() and find() were built whole, with no iterator and no pages."""
+    client, proxy, where = counted_client
+    sources = _files(tmp_path / "src", 1200, size=10)
+    client.copy([(str(p), f"{where}/d/") for p in sources])
+    client.write_bytes(f"{where}/d/sub/x", b"x")
+    proxy.reset_counters()
+    pages = client.iter_find(f"{where}/d")
+    assert proxy.requests == 0  # nothing asked before the first page is taken
+    first = next(pages)
+    assert len(first) == 1000 and proxy.requests == 1
+    rest = [entry for page in pages for entry in page]
+    assert proxy.requests == 2 and len(first) + len(rest) == 1201
+    assert sorted(e.url for e in first + rest) == [e.url for e in client.find(f"{where}/d")]
+    proxy.reset_counters()
+    levels = client.iter_list(f"{where}/d")
+    top = next(levels)
+    assert len(top) == 1000 and proxy.requests == 1 and top == sorted(top, key=lambda e: e.name)
+    names = [e.name for e in top] + [e.name for page in levels for e in page]
+    assert names == [e.name for e in client.list(f"{where}/d")] and names[-1] == "sub"
+    with pytest.raises(NotFound):
+        next(client.iter_find(f"s3://no-such-{uuid.uuid4().hex[:12]}/d"))
+    assert [[e.name for e in page] for page in client.iter_list(f"{where}/d/sub/x")] == [["x"]]
+
+
 def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
     """A range starting at or past the end (or any range of an empty object) was HTTP 416 from
     the store, raised as RemoteError: fsspec's cat_file(path, 20, 30) and a reader looping to EOF

@@ -29,7 +29,7 @@ import posixpath
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
 from transfer.backends.base import (ConditionalPuts, ExclusiveCreate, Presigns, RangedReads, Touches, cache_keys,
@@ -336,6 +336,22 @@ class Client:
         """Every file under ``url``, recursively (bundle members included), by URL."""
         target = self.url(url)
         return listing.recursive(self._namespace(target), target)
+
+    def iter_list(self, url: UrlLike) -> Iterator[List[Entry]]:
+        """:meth:`list` lazily, a page at a time: each page (sorted by name) is one listing
+        request of the store (S3: up to 1,000 names), sent when the page before it is taken;
+        bundle members in a page of their own at the end. Errors (NotFound...) come with the
+        first page."""
+        target = self.url(url)
+        return listing.iter_one_level(self._namespace(target), target)
+
+    def iter_find(self, url: UrlLike) -> Iterator[List[Entry]]:
+        """:meth:`find` lazily: pages of up to 1,000 files in the store's order (S3: key
+        order), each asked of the store when the one before it is taken, so the first costs
+        one request and memory stays flat however many keys there are; bundle members come in
+        pages of their own after the plain files. Errors come with the first page."""
+        target = self.url(url)
+        return listing.iter_recursive(self._namespace(target), target)
 
     # -- helpers --------------------------------------------------------------------------
 

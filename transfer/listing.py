@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace, ObjectInfo, PagedListing
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
 from transfer.errors import NotFound
 from transfer.urls import Url
 
-__all__ = ["Entry", "Lister", "info", "kinds", "one_level", "recursive"]
+__all__ = ["Entry", "Lister", "info", "iter_one_level", "iter_recursive", "kinds", "one_level", "recursive"]
+
+PAGE = 1000  # files per page of iter_recursive (S3's page of keys)
 
 Lister = Backend  # every backend reads; listing needs Namespace too (checked with isinstance)
 
@@ -50,7 +52,16 @@ def _directory(url: Url) -> Entry:
 
 def one_level(backend: Lister, url: Url) -> List[Entry]:
     """Entries directly under ``url``, by name; ``[file]`` when ``url`` is a file; NotFound
-    when it is neither."""
+    when it is neither. :func:`iter_one_level`'s pages, a plain entry over a bundle member."""
+    entries: Dict[str, Entry] = {}
+    for page in iter_one_level(backend, url):
+        for entry in page:
+            entries.setdefault(entry.name, entry)
+    return [entries[name] for name in sorted(entries)]
+
+
+def _whole_level(backend: Lister, url: Url) -> List[Entry]:
+    """:func:`one_level` from one listing of the whole level (stores without pages)."""
     objects, dirs = _level(backend, url)
     entries: Dict[str, Entry] = {}
     bundled = False
@@ -76,31 +87,97 @@ def one_level(backend: Lister, url: Url) -> List[Entry]:
 
 
 def recursive(backend: Lister, url: Url) -> List[Entry]:
-    """Every file under ``url`` (bundle members included), sorted by URL."""
-    if not isinstance(backend, Namespace):
-        return [info(backend, url)]
+    """Every file under ``url`` (bundle members included), sorted by URL: :func:`iter_recursive`'s
+    pages, a plain object over a bundle member of the same URL."""
     files: Dict[str, Entry] = {}
+    for page in iter_recursive(backend, url):
+        for entry in page:
+            files.setdefault(entry.url, entry)
+    return [files[key] for key in sorted(files)]
+
+
+def iter_recursive(backend: Lister, url: Url, page_size: int = PAGE) -> Iterator[List[Entry]]:
+    """Every file under ``url``, lazily, in pages of up to ``page_size`` files in the store's
+    order: the store's next page is asked for when the one before it has been taken (S3: one
+    ListObjectsV2 per 1,000 keys), so the first page costs one request and memory does not grow
+    with the listing. The live members of each bundle directory met come in pages of their own
+    after the plain files (which they never shadow); ``[file]`` when ``url`` is a file.
+    NotFound (when the first page is taken) for a bucket that does not exist."""
+    if not isinstance(backend, Namespace):
+        yield [info(backend, url)]
+        return
     bundle_dirs: Set[str] = set()
     marker = "/" + BUNDLE_DIR + "/"
-    for found in backend.list(url):
-        path = found.url.path
-        if path.endswith("/"):  # a directory marker (S3 consoles' "folder"), never a file
-            continue
-        if marker in path:
-            bundle_dirs.add(path.split(marker, 1)[0])
-            continue
-        entry = _file(found)
-        files[entry.url] = entry
+    some = False
+    for chunk in _chunks(backend.list(url), page_size):
+        page = []
+        for found in chunk:
+            path = found.url.path
+            if path.endswith("/"):  # a directory marker (S3 consoles' "folder"), never a file
+                continue
+            if marker in path:
+                bundle_dirs.add(path.split(marker, 1)[0])
+                continue
+            page.append(_file(found))
+        if page:
+            some = True
+            yield page
     for directory in sorted(bundle_dirs):
-        for entry in _members(backend, url.with_path(directory)):
-            files.setdefault(entry.url, entry)
-    if not files:
+        members = _members(backend, url.with_path(directory))
+        for at in range(0, len(members), page_size):
+            some = True
+            yield members[at:at + page_size]
+    if not some:
         try:
             only = info(backend, url)
         except NotFound:
-            return []
-        return [] if only.is_dir else [only]
-    return [files[key] for key in sorted(files)]
+            return
+        if not only.is_dir:
+            yield [only]
+
+
+def iter_one_level(backend: Lister, url: Url) -> Iterator[List[Entry]]:
+    """:func:`one_level` lazily, a page (by name) per listing request where the store lists in
+    pages (:class:`PagedListing`), else one page; live bundle members in a page of their own
+    after the plain entries. ``[file]`` when ``url`` is a file; NotFound when it is neither."""
+    if not isinstance(backend, PagedListing) or url.is_local:
+        entries = _whole_level(backend, url)
+        if entries:
+            yield entries
+        return
+    some, bundled = False, False
+    try:
+        for objects, subs in backend.list_dir_pages(url):
+            page = {}
+            for sub in subs:
+                entry = _directory(sub)
+                bundled = bundled or entry.name == BUNDLE_DIR
+                if entry.name and entry.name != BUNDLE_DIR:
+                    page[entry.name] = entry
+            page.update((entry.name, entry) for entry in map(_file, objects) if entry.name)
+            if page:
+                some = True
+                yield [page[name] for name in sorted(page)]
+    except NotFound:  # no such bucket: info() below says so
+        pass
+    members = _members(backend, url.with_path(url.path.rstrip("/"))) if bundled else []
+    if members:
+        yield sorted(members, key=lambda entry: entry.name)
+    elif not some:
+        only = info(backend, url)
+        if not only.is_dir:
+            yield [only]
+
+
+def _chunks(items: Iterable[ObjectInfo], size: int) -> Iterator[List[ObjectInfo]]:
+    chunk: List[ObjectInfo] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def info(backend: Lister, url: Url) -> Entry:
