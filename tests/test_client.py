@@ -295,6 +295,40 @@ def test_iter_find_and_iter_list_give_pages_one_request_each_as_they_are_taken(c
     assert [[e.name for e in page] for page in client.iter_list(f"{where}/d/sub/x")] == [["x"]]
 
 
+def test_content_type_cache_control_and_metadata_are_stored_returned_and_kept_by_copies(client, where, minio,
+                                                                                        tmp_path):
+    """Issue 33: write_bytes had no way to pass them, and fsspec's ContentType= and Metadata=
+    were dropped silently."""
+    import boto3
+
+    from transfer.fsspec_fs import CloudioFileSystem
+
+    client.write_bytes(f"{where}/a.json", b"{}", content_type="application/json", cache_control="no-cache",
+                       metadata={"Run": "r1", "step": "2"})
+    got = client.info(f"{where}/a.json")
+    assert (got.content_type, got.cache_control, got.metadata) == ("application/json", "no-cache",
+                                                                   {"run": "r1", "step": "2"})
+    client.copy([(f"{where}/a.json", f"{where}/copied.json")])  # inside one store: a server-side copy
+    kept = client.info(f"{where}/copied.json")
+    assert (kept.content_type, kept.metadata) == ("application/json", {"run": "r1", "step": "2"})
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    head = s3.head_object(Bucket=where[len("s3://"):], Key="a.json")
+    assert (head["ContentType"], head["CacheControl"], head["Metadata"]) == ("application/json", "no-cache",
+                                                                            {"run": "r1", "step": "2"})
+    fs = CloudioFileSystem(skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
+                           secret=minio.secret_key, env={})
+    fs.pipe_file(f"{where[5:]}/f.txt", b"x", ContentType="text/plain", Metadata={"k": "v"})
+    details = fs.info(f"{where[5:]}/f.txt")
+    assert (details["ContentType"], details["Metadata"]) == ("text/plain", {"k": "v"})
+    fs.client.close()
+    with pytest.raises(InvalidInput, match=f"{where}/bad"):
+        client.write_bytes(f"{where}/bad", b"x", metadata={"k": "caf\u00e9"})
+    with pytest.raises(InvalidInput, match=str(tmp_path)):
+        client.write_bytes(str(tmp_path / "local"), b"x", content_type="text/plain")
+    assert not client.exists(f"{where}/bad") and not (tmp_path / "local").exists()
+
+
 def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
     """A range starting at or past the end (or any range of an empty object) was HTTP 416 from
     the store, raised as RemoteError: fsspec's cat_file(path, 20, 30) and a reader looping to EOF

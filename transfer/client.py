@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import (ConditionalPuts, ExclusiveCreate, Presigns, RangedReads, Touches, cache_keys,
-                                    namespace, uploads)
+from transfer.backends.base import (AttributedPuts, Attributes, ConditionalPuts, ExclusiveCreate, Presigns,
+                                    RangedReads, Touches, cache_keys, namespace, uploads)
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
@@ -237,13 +237,17 @@ class Client:
                 return fh.read() if end is None else fh.read(max(0, end - (start or 0)))
 
     def write_bytes(self, url: UrlLike, data: bytes, *, if_none_match: Optional[str] = None,
-                    if_match: Optional[str] = None) -> None:
+                    if_match: Optional[str] = None, content_type: Optional[str] = None,
+                    cache_control: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None) -> None:
         """Store ``data`` as the object ``url`` (verified by size and checksum); a URL ending in
         ``/`` names a directory, not an object: InvalidInput. Conditional writes, atomic in the
         store (one PUT, so up to 5 GiB): ``if_none_match="*"`` stores only if no object has the
         name (AlreadyExists otherwise), ``if_match=ETAG`` only over the object of that ETag
         (:attr:`Entry.version`; RemoteError with status 412 otherwise). Where the store cannot
-        (GCS, SFTP, local files): InvalidInput naming the URL, nothing stored."""
+        (GCS, SFTP, local files): InvalidInput naming the URL, nothing stored. ``content_type``,
+        ``cache_control`` and ``metadata`` (user metadata: ASCII names and values) are stored
+        with the object in the same one PUT (S3; elsewhere InvalidInput), returned by
+        :meth:`info`, and kept by copies inside one S3 store."""
         target = self.url(url)
         if target.path.endswith("/"):  # copy() would add a name to it: a key nobody asked for
             raise InvalidInput("names a directory (ends in '/'), not an object to write", url=str(target),
@@ -253,10 +257,33 @@ class Client:
             path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
             with open(path, "wb") as fh:
                 fh.write(data)
-            if if_none_match is None and if_match is None:
+            attributes = Attributes(content_type, cache_control, tuple(sorted(
+                (name.lower(), value) for name, value in (metadata or {}).items())))
+            if attributes != Attributes():
+                self._put_with(path, target, attributes, if_none_match, if_match)
+            elif if_none_match is None and if_match is None:
                 _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
             else:
                 self._put_if(path, target, if_none_match, if_match)
+
+    def _put_with(self, path: str, target: Url, attributes: Attributes, if_none_match: Optional[str],
+                  if_match: Optional[str]) -> None:
+        """One PUT of the local file ``path`` with ``attributes`` (see :meth:`write_bytes`)."""
+        backend = self.session.backend(target)
+        if not isinstance(backend, AttributedPuts):
+            raise InvalidInput(f"{target.scheme}:// stores keep no content type, cache control or metadata",
+                               url=str(target), operation="put")
+        if if_none_match not in (None, "*") or (if_none_match and if_match):
+            raise InvalidInput("if_none_match takes only '*', and not together with if_match", url=str(target),
+                               operation="put")
+        bad = [text for pair in attributes.metadata for text in pair if not text.isascii() or "\n" in text]
+        if bad:
+            raise InvalidInput(f"metadata names and values must be ASCII on one line (got {bad[0]!r})",
+                               url=str(target), operation="put")
+        try:
+            backend.put_with(path, target, attributes, if_none_match=if_none_match == "*", if_match=if_match)
+        finally:  # the node cache's entry of the name may be of another object
+            self.forget(target)
 
     def _put_if(self, path: str, target: Url, if_none_match: Optional[str], if_match: Optional[str]) -> None:
         """One conditional PUT of the local file ``path`` (see :meth:`write_bytes`)."""

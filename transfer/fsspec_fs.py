@@ -68,8 +68,11 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         return entry.url.split("://", 1)[1].rstrip("/")
 
     def _details(self, entry: Entry) -> Dict[str, Any]:
-        return {"name": self._name(entry), "size": entry.size, "type": "directory" if entry.is_dir else "file",
-                "ETag": entry.version, "mtime": entry.mtime}
+        details = {"name": self._name(entry), "size": entry.size, "type": "directory" if entry.is_dir else "file",
+                   "ETag": entry.version, "mtime": entry.mtime}
+        if entry.metadata is not None:  # as s3fs names them
+            details.update(ContentType=entry.content_type, CacheControl=entry.cache_control, Metadata=entry.metadata)
+        return details
 
     # -- namespace --------------------------------------------------------------------
 
@@ -242,7 +245,7 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
                 fh.write(value)
             return
         self.invalidate_cache()
-        self.client.write_bytes(self._url(path), bytes(value))
+        self.client.write_bytes(self._url(path), bytes(value), **_attributes(kwargs))
 
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
               cache_options: Any = None, **kwargs: Any) -> "CloudioFile":
@@ -330,6 +333,13 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
             spool.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(spool.name)
+
+
+def _attributes(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The Client's attribute arguments from s3fs's names for them (``ContentType``,
+    ``CacheControl``, ``Metadata``); nothing when none is given."""
+    names = {"ContentType": "content_type", "CacheControl": "cache_control", "Metadata": "metadata"}
+    return {ours: kwargs[theirs] for theirs, ours in names.items() if kwargs.get(theirs) is not None}
 
 
 def _local(path: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace, ObjectInfo, PagedListing
@@ -31,7 +31,9 @@ class Entry:
 
     ``url`` is the full URL (``s3://bucket/dir/f.a``, ``file:///data/f.a``), ``name`` the last
     component, ``size`` bytes (0 for a directory), ``version`` the ETag/generation when known,
-    ``mtime`` epoch seconds when known."""
+    ``mtime`` epoch seconds when known; ``content_type``, ``cache_control`` and ``metadata``
+    (user metadata, names lower-case) as the store keeps them, where :func:`info` asked it
+    (S3; listings do not carry them)."""
 
     url: str
     name: str
@@ -39,10 +41,17 @@ class Entry:
     is_dir: bool
     version: "str | None" = None
     mtime: "float | None" = None
+    content_type: "str | None" = None
+    cache_control: "str | None" = None
+    metadata: "Dict[str, str] | None" = field(default=None, hash=False)
 
 
 def _file(info: ObjectInfo) -> Entry:
-    return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime)
+    kept = info.attributes
+    if kept is None:
+        return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime)
+    return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime,
+                 kept.content_type, kept.cache_control, dict(kept.metadata))
 
 
 def _directory(url: Url) -> Entry:

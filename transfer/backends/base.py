@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`ConditionalPuts`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`ConditionalPuts`, :class:`AttributedPuts`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -40,13 +40,24 @@ else:
 
 
 @record(frozen=True)
+class Attributes:
+    """An object's HTTP attributes and user metadata, as the store keeps them with it."""
+
+    content_type: Optional[str] = None
+    cache_control: Optional[str] = None
+    metadata: Tuple[Tuple[str, str], ...] = ()  # (name, value) pairs, names lower-case
+
+
+@record(frozen=True)
 class ObjectInfo:
-    """What the store says about an object. ``version`` is its ETag/generation, if any."""
+    """What the store says about an object. ``version`` is its ETag/generation, if any;
+    ``attributes`` what a stat of it found (None where not asked or not kept)."""
 
     url: Url
     size: int
     version: Optional[str] = None
     mtime: Optional[float] = None
+    attributes: Optional[Attributes] = None
 
 
 @runtime_checkable
@@ -169,6 +180,16 @@ class ExclusiveCreate(Protocol):
     def put_new(self, path: str, url: Url) -> ObjectInfo:
         """Upload the local file ``path`` to ``url`` only if no object has that name when the
         store commits it; AlreadyExists otherwise (nothing of ours is then stored)."""
+
+
+@runtime_checkable
+class AttributedPuts(Protocol):
+    """Backends that store an object's attributes (content type, cache control, user metadata) with it."""
+
+    def put_with(self, path: str, url: Url, attributes: Attributes, *, if_none_match: bool = False,
+                 if_match: Optional[str] = None) -> ObjectInfo:
+        """Upload the local file ``path`` to ``url`` in one request with ``attributes`` (and the
+        conditions of :class:`ExclusiveCreate` and :class:`ConditionalPuts`, raising as they do)."""
 
 
 @runtime_checkable

@@ -43,7 +43,7 @@ from transfer.backends._s3_wire import (
 from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
-from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
+from transfer.backends.base import Attributes, ByteRange, ObjectInfo, RunningCheck
 from transfer.config import Settings
 from transfer.credentials import (
     CredentialSource,
@@ -189,7 +189,8 @@ class S3Backend:
         with self._send("HEAD", path, url=str(url)) as response:
             self._check(response, str(url), "stat")
             info = _info(url, response.status, response.headers)
-            return ObjectInfo(info.url, info.size, info.version, http_date_epoch(response.headers.get("last-modified")))
+            return ObjectInfo(info.url, info.size, info.version, http_date_epoch(response.headers.get("last-modified")),
+                              _attributes(response.headers))
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """Stream the object (or ``byte_range``) to ``sink``; a full object is verified against
@@ -232,7 +233,17 @@ class S3Backend:
         object's ETag is no longer ``version`` (or it is gone: 404 on MinIO, 412 on AWS)."""
         return self._put(path, url, exclusive=False, if_match=version)
 
-    def _put(self, path: str, url: Url, exclusive: bool, if_match: Optional[str] = None) -> ObjectInfo:
+    def put_with(self, path: str, url: Url, attributes: Attributes, *, if_none_match: bool = False,
+                 if_match: Optional[str] = None) -> ObjectInfo:
+        """``AttributedPuts``: one PUT with ``Content-Type``, ``Cache-Control`` and
+        ``x-amz-meta-*`` headers (metadata names and values in ASCII, S3's rule for headers)."""
+        headers = [(name, value) for name, value in (("Content-Type", attributes.content_type),
+                                                     ("Cache-Control", attributes.cache_control)) if value]
+        headers += [(f"x-amz-meta-{name}", value) for name, value in attributes.metadata]
+        return self._put(path, url, exclusive=if_none_match, if_match=if_match, extra=headers)
+
+    def _put(self, path: str, url: Url, exclusive: bool, if_match: Optional[str] = None,
+             extra: Sequence[Tuple[str, str]] = ()) -> ObjectInfo:
         target = split_url(url)
         text = str(url)
         if not target.key:
@@ -241,7 +252,7 @@ class S3Backend:
             size, md5, body = file_body(path)
         except OSError as err:
             raise local_error(err, path, "put") from err
-        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode())]
+        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode()), *extra]
         if exclusive:
             headers.append(("If-None-Match", "*"))
         if if_match is not None:
@@ -570,6 +581,13 @@ class S3Backend:
                 self._check(response, str(url), "abort", ok=(200, 204))
         except NotFound:
             pass
+
+
+def _attributes(headers: Dict[str, str]) -> Attributes:
+    """An object's attributes from its HEAD answer's headers."""
+    metadata = tuple(sorted((name[len("x-amz-meta-"):], value) for name, value in headers.items()
+                            if name.startswith("x-amz-meta-")))
+    return Attributes(headers.get("content-type"), headers.get("cache-control"), metadata)
 
 
 # what an object keeps through a copy onto itself (besides x-amz-meta-*): its HTTP attributes
