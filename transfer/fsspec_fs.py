@@ -26,10 +26,12 @@ from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
-from transfer.backends.base import ExclusiveCreate
+from transfer.backends.base import ExclusiveCreate, MultipartUploads, multipart_uploads
 from transfer.client import Client
-from transfer.errors import NotFound
+from transfer.errors import NotFound, TransferError
+from transfer.http.connection import FileRegion
 from transfer.listing import Entry
+from transfer.urls import Url
 
 __all__ = ["CloudioFileSystem"]
 
@@ -256,6 +258,8 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
             if details["type"] == "directory":  # size 0: it would read as an empty file
                 raise IsADirectoryError(f"{self._strip_protocol(path)}: is a directory, not a file")
             kwargs["size"] = details["size"]
+        if mode == "wb":  # a streamed part smaller than 5 MiB would fail at the end (S3's smallest part)
+            block_size = max(block_size or 0, _MIN_PART)
         made = CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
                            cache_options=cache_options, **kwargs)
         made.exclusive = "x" in mode  # stored only if the name is still free when it is stored
@@ -272,13 +276,55 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         self.dircache.clear()
 
 
+class _PartStream:
+    """The parts of one object, sent as a file written to it fills them: a multipart upload
+    started with the first full part; each part goes through a temporary file of its own size
+    (the backend sends parts from file regions), removed once sent. One attempt per part: a
+    failure aborts the upload and raises."""
+
+    def __init__(self, backend: MultipartUploads, url: Url) -> None:
+        self.backend = backend
+        self.url = url
+        self.upload_id: Optional[str] = None
+        self.receipts: List[str] = []
+
+    def send(self, data: bytes) -> None:
+        if self.upload_id is None:
+            self.upload_id = self.backend.start_upload(self.url)
+        fd, path = tempfile.mkstemp(prefix="pegasus-cloudio-part-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            number = len(self.receipts) + 1
+            self.receipts.append(self.backend.upload_part(self.url, self.upload_id, number,
+                                                          FileRegion(path, 0, len(data))))
+        finally:
+            os.unlink(path)
+
+    def finish(self) -> None:
+        if self.upload_id is not None:
+            self.backend.complete_upload(self.url, self.upload_id, self.receipts)
+
+    def abort(self) -> None:
+        if self.upload_id is not None:
+            with contextlib.suppress(TransferError):
+                self.backend.abort_upload(self.url, self.upload_id)
+            self.upload_id = None
+
+
 class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
     """Reads are ranged GETs of the version opened (an object replaced meanwhile raises rather
-    than mix two versions; bundle members: the member's bytes); a write is spooled to a
-    temporary file and stored as one object (one engine transfer) when the file is closed.
-    Appending (``"ab"``) spools the stored bytes first, so the object keeps them."""
+    than mix two versions; bundle members: the member's bytes). A plain ``"wb"`` file on a
+    store with multipart uploads (S3) streams: each block (at least 5 MiB, S3's smallest part)
+    is sent as a part when it fills, so memory holds about one block and no local file is
+    larger than one; an object that fits one block is one PUT at close. Other writes (``"xb"``,
+    in a transaction, other stores) are spooled to a temporary file and stored as one object
+    (one engine transfer) when the file is closed. Appending (``"ab"``) spools the stored bytes
+    first, so the object keeps them."""
 
     _spool: IO[bytes]
+    _stream: Optional[_PartStream] = None  # None: this file spools
+    _decided = False  # whether it streams is decided at its first block
     exclusive = False  # opened "xb": stored with _create, never over an object that appeared
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -295,7 +341,39 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
         data: bytes = self.fs.client.read_bytes(url, start, min(end, self.size), pin=pin)
         return data
 
+    def _part_stream(self) -> Optional[_PartStream]:
+        """This file's part stream, or None when it spools (see the class doc)."""
+        if not self._decided:
+            self._decided = True
+            if self.mode == "wb" and not self.exclusive and self.autocommit:
+                url = self.fs.client.url(self.fs._url(self.path))
+                parts = multipart_uploads(self.fs.client.session.backend(url))
+                if parts is not None:
+                    self._stream = _PartStream(parts, url)
+        return self._stream
+
+    def _send_part(self, stream: _PartStream, final: bool) -> bool:
+        data = self.buffer.getvalue()
+        try:
+            if final and stream.upload_id is None:  # it all fitted one block: one plain PUT
+                self.fs.invalidate_cache()
+                self.fs.client.write_bytes(stream.url, data)
+                return True
+            if data or not final:
+                stream.send(data)
+            if final:
+                stream.finish()
+        except BaseException:
+            stream.abort()
+            raise
+        if final:
+            self.fs.invalidate_cache()
+            self.fs.client.forget(stream.url)
+        return True
+
     def _initiate_upload(self) -> None:
+        if self._part_stream() is not None:
+            return  # parts are sent as they fill
         if hasattr(self, "_spool"):
             return  # appending: made when the file was opened
         self._spool = tempfile.NamedTemporaryFile(prefix="pegasus-cloudio-", delete=False)
@@ -308,6 +386,9 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
             self._spool = open(self._spool.name, "ab")
 
     def _upload_chunk(self, final: bool = False) -> bool:
+        stream = self._part_stream()
+        if stream is not None:
+            return self._send_part(stream, final)
         if not hasattr(self, "_spool"):
             self._initiate_upload()
         self._spool.write(self.buffer.getvalue())
@@ -328,6 +409,8 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
             os.unlink(self._spool.name)
 
     def discard(self) -> None:
+        if self._stream is not None:
+            self._stream.abort()
         spool = getattr(self, "_spool", None)
         if spool is not None:
             spool.close()
@@ -349,4 +432,5 @@ def _local(path: Any) -> str:
     return os.path.abspath(text) + (os.sep if text.endswith(os.sep) else "")
 
 
+_MIN_PART = 5 << 20  # S3's smallest part but the last
 _CLIENT_ARGS = frozenset(inspect.signature(Client).parameters)  # all of them, as the module doc says
