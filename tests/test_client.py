@@ -329,6 +329,29 @@ def test_content_type_cache_control_and_metadata_are_stored_returned_and_kept_by
     assert not client.exists(f"{where}/bad") and not (tmp_path / "local").exists()
 
 
+def test_info_returns_the_stores_checksum_and_fsspec_checksum_means_the_content(client, where, minio):
+    import boto3
+
+    from transfer.fsspec_fs import CloudioFileSystem
+
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    bucket = where[len("s3://"):]
+    for key in ("c1", "c2"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"same bytes", ChecksumAlgorithm="CRC32")
+    s3.put_object(Bucket=bucket, Key="c3", Body=b"other bytes", ChecksumAlgorithm="CRC32")
+    crc = s3.head_object(Bucket=bucket, Key="c1", ChecksumMode="ENABLED")["ChecksumCRC32"]
+    assert client.info(f"{where}/c1").checksum == f"crc32:{crc}"
+    client.write_bytes(f"{where}/m1", b"same bytes")  # no checksum stored: the MD5 ETag tells
+    client.write_bytes(f"{where}/m2", b"same bytes")
+    assert client.info(f"{where}/m1").checksum is None
+    fs = CloudioFileSystem(skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
+                           secret=minio.secret_key, env={})
+    sums = {key: fs.checksum(f"{bucket}/{key}") for key in ("c1", "c2", "c3", "m1", "m2")}
+    assert sums["c1"] == sums["c2"] != sums["c3"] and sums["m1"] == sums["m2"]
+    fs.client.close()
+
+
 def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
     """A range starting at or past the end (or any range of an empty object) was HTTP 416 from
     the store, raised as RemoteError: fsspec's cat_file(path, 20, 30) and a reader looping to EOF

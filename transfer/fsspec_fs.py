@@ -17,6 +17,7 @@ stored when it ends, and none of them if it ends by an exception.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import os
 import posixpath
@@ -73,8 +74,20 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         details = {"name": self._name(entry), "size": entry.size, "type": "directory" if entry.is_dir else "file",
                    "ETag": entry.version, "mtime": entry.mtime}
         if entry.metadata is not None:  # as s3fs names them
-            details.update(ContentType=entry.content_type, CacheControl=entry.cache_control, Metadata=entry.metadata)
+            details.update(ContentType=entry.content_type, CacheControl=entry.cache_control, Metadata=entry.metadata,
+                           checksum=entry.checksum)
         return details
+
+    def checksum(self, path: str) -> int:
+        """Of the content: from the store's full-object checksum, else a single-part ETag (the
+        MD5 of the bytes); else, as fsspec's, of the info (a multipart ETag, a local file)."""
+        details = self._details(self.client.info(self._url(path)))
+        etag = details.get("ETag") or ""
+        if details.get("checksum"):
+            return int(hashlib.md5(details["checksum"].encode()).hexdigest(), 16)
+        if len(etag) == 32 and all(c in "0123456789abcdefABCDEF" for c in etag):
+            return int(etag, 16)
+        return int(super().checksum(path))
 
     # -- namespace --------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ class Entry:
     ``url`` is the full URL (``s3://bucket/dir/f.a``, ``file:///data/f.a``), ``name`` the last
     component, ``size`` bytes (0 for a directory), ``version`` the ETag/generation when known,
     ``mtime`` epoch seconds when known; ``content_type``, ``cache_control`` and ``metadata``
-    (user metadata, names lower-case) as the store keeps them, where :func:`info` asked it
+    (user metadata, names lower-case) as the store keeps them, and ``checksum`` the store's
+    full-object checksum of the bytes (``crc32:BASE64``, S3's names), where :func:`info` asked
     (S3; listings do not carry them)."""
 
     url: str
@@ -44,6 +45,7 @@ class Entry:
     content_type: "str | None" = None
     cache_control: "str | None" = None
     metadata: "Dict[str, str] | None" = field(default=None, hash=False)
+    checksum: "str | None" = None
 
 
 def _file(info: ObjectInfo) -> Entry:
@@ -51,7 +53,7 @@ def _file(info: ObjectInfo) -> Entry:
     if kept is None:
         return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime)
     return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime,
-                 kept.content_type, kept.cache_control, dict(kept.metadata))
+                 kept.content_type, kept.cache_control, dict(kept.metadata), kept.checksum)
 
 
 def _directory(url: Url) -> Entry:

@@ -46,6 +46,7 @@ class Attributes:
     content_type: Optional[str] = None
     cache_control: Optional[str] = None
     metadata: Tuple[Tuple[str, str], ...] = ()  # (name, value) pairs, names lower-case
+    checksum: Optional[str] = None  # the store's full-object checksum, "crc32:BASE64" (S3's names)
 
 
 @record(frozen=True)

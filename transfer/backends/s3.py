@@ -40,7 +40,7 @@ from transfer.backends._s3_wire import (
     xml_escape,
     xml_tree,
 )
-from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
+from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored_checksum
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import Attributes, ByteRange, ObjectInfo, RunningCheck
@@ -185,8 +185,9 @@ class S3Backend:
     # -- Backend ------------------------------------------------------------------------
 
     def stat(self, url: Url) -> ObjectInfo:
+        """One HEAD asking for the full-object checksum too (``x-amz-checksum-mode``)."""
         path = split_url(url)
-        with self._send("HEAD", path, url=str(url)) as response:
+        with self._send("HEAD", path, headers=[CHECKSUM_MODE], url=str(url)) as response:
             self._check(response, str(url), "stat")
             info = _info(url, response.status, response.headers)
             return ObjectInfo(info.url, info.size, info.version, http_date_epoch(response.headers.get("last-modified")),
@@ -587,7 +588,7 @@ def _attributes(headers: Dict[str, str]) -> Attributes:
     """An object's attributes from its HEAD answer's headers."""
     metadata = tuple(sorted((name[len("x-amz-meta-"):], value) for name, value in headers.items()
                             if name.startswith("x-amz-meta-")))
-    return Attributes(headers.get("content-type"), headers.get("cache-control"), metadata)
+    return Attributes(headers.get("content-type"), headers.get("cache-control"), metadata, stored_checksum(headers))
 
 
 # what an object keeps through a copy onto itself (besides x-amz-meta-*): its HTTP attributes
