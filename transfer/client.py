@@ -273,9 +273,7 @@ class Client:
         if not isinstance(backend, AttributedPuts):
             raise InvalidInput(f"{target.scheme}:// stores keep no content type, cache control or metadata",
                                url=str(target), operation="put")
-        if if_none_match not in (None, "*") or (if_none_match and if_match):
-            raise InvalidInput("if_none_match takes only '*', and not together with if_match", url=str(target),
-                               operation="put")
+        _check_conditions(target, if_none_match, if_match)
         bad = [text for pair in attributes.metadata for text in pair if not text.isascii() or "\n" in text]
         if bad:
             raise InvalidInput(f"metadata names and values must be ASCII on one line (got {bad[0]!r})",
@@ -288,9 +286,7 @@ class Client:
     def _put_if(self, path: str, target: Url, if_none_match: Optional[str], if_match: Optional[str]) -> None:
         """One conditional PUT of the local file ``path`` (see :meth:`write_bytes`)."""
         backend = self.session.backend(target)
-        if if_none_match not in (None, "*") or (if_none_match and if_match):
-            raise InvalidInput("if_none_match takes only '*', and not together with if_match", url=str(target),
-                               operation="put")
+        _check_conditions(target, if_none_match, if_match)
         if not isinstance(backend, ExclusiveCreate if if_none_match else ConditionalPuts):
             raise InvalidInput(f"{target.scheme}:// stores take no conditional writes "
                                f"({'if_none_match' if if_none_match else 'if_match'})", url=str(target),
@@ -406,6 +402,13 @@ class Client:
         if dest.is_local and dest.path.endswith(os.sep) and source.path.rstrip("/"):
             return dest.with_path(os.path.join(dest.path, posixpath.basename(source.path.rstrip("/"))))
         return dest
+
+
+def _check_conditions(target: Url, if_none_match: Optional[str], if_match: Optional[str]) -> None:
+    """InvalidInput naming ``target`` unless the write conditions are ones a store can check."""
+    if if_none_match not in (None, "*") or (if_none_match and if_match):
+        raise InvalidInput("if_none_match takes only '*', and not together with if_match", url=str(target),
+                           operation="put")
 
 
 def _either(name: str, value: Optional[str], alias: str, aliased: Optional[str]) -> Optional[str]:
