@@ -15,6 +15,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tupl
 
 from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace, ObjectInfo, PagedListing
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
+from transfer import schemes
 from transfer.errors import NotFound
 from transfer.urls import Url
 
@@ -333,7 +334,7 @@ def _is_local_dir(url: Url) -> bool:
 
 def _is_root(url: Url) -> bool:
     """A bucket (or store root): always a directory."""
-    if url.scheme in ("s3", "s3s"):
+    if url.scheme in schemes.S3:
         from transfer.backends._s3_wire import split_url
 
         return split_url(url).key.strip("/") == ""
