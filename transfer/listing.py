@@ -333,7 +333,7 @@ def _is_local_dir(url: Url) -> bool:
 
 
 def _is_root(url: Url) -> bool:
-    """A bucket (or store root): always a directory."""
+    """Whether ``url`` names a bucket (or a store's root) rather than something in it."""
     if url.scheme in schemes.S3:
         from transfer.backends._s3_wire import split_url
 
