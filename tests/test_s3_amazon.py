@@ -116,6 +116,49 @@ def test_temporary_redirect_goes_to_location_once():
                                                                 "tmp.s3-external-2.amazonaws.com"]
 
 
+def test_temporary_redirect_naming_a_region_goes_to_that_regions_endpoint():
+    """botocore's way: a 307 with ``x-amz-bucket-region`` is re-routed by region, not by Location."""
+    def handler(request):
+        if _region(request) != "us-west-2":
+            return Reply(307, {"x-amz-bucket-region": "us-west-2",
+                               "Location": "http://tmp.s3-us-west-2.amazonaws.com.attacker.example/k"})
+        return _ok(request)
+
+    with ScriptedServer(handler) as server:
+        assert _get(_backend(server), Url("s3", "tmp", "/k")) == BODY
+        assert [r.header("host") for r in server.requests] == ["tmp.s3.amazonaws.com",
+                                                                "tmp.s3.us-west-2.amazonaws.com"]
+
+
+@pytest.mark.parametrize("location", [
+    "http://tmp.s3.amazonaws.com.attacker.example/k",  # not Amazon's domain
+    "http://attacker.example/k",
+    "http://tmp.s3.amazonaws.com:8080/k",  # another port
+    "http://other.s3.amazonaws.com/k",  # another bucket's host
+    "http://s3.amazonaws.com/other/k",  # another bucket's path
+    "https://tmp.s3.amazonaws.com/k",  # another scheme
+])
+def test_temporary_redirect_elsewhere_is_refused_and_nothing_is_sent(location):
+    with ScriptedServer(lambda r: Reply(307, {"Location": location})) as server:
+        with pytest.raises(RemoteError) as info:
+            _get(_backend(server), Url("s3", "tmp", "/k"))
+        assert len(server.requests) == 1
+    assert "307 redirect to" in str(info.value) and "not followed" in str(info.value)
+
+
+def test_a_custom_endpoint_follows_a_307_only_on_its_own_origin():
+    def handler(request):
+        if not request.query:
+            return Reply(307, {"Location": f"http://127.0.0.1:{server.port}/b-1/k?moved=1"})
+        return _ok(request)
+
+    with ScriptedServer(handler) as server:
+        backend = _backend(server, endpoint=f"http://127.0.0.1:{server.port}")
+        assert _get(backend, Url("s3", "b-1", "/k")) == BODY
+        assert [r.target for r in server.requests] == ["/b-1/k", "/b-1/k?moved=1"]
+        assert all(r.header("authorization") for r in server.requests)
+
+
 def test_request_time_too_skewed_corrects_the_clock_and_retries_once():
     server_clock = time.time() + 3600  # the server is an hour ahead of us
 

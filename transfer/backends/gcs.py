@@ -30,7 +30,7 @@ import base64
 import contextlib
 import importlib
 import os
-from typing import Any, BinaryIO, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from transfer.errors import ConfigError
@@ -159,7 +159,33 @@ def _session(credentials: Any, source: GcsSource, token_uri: Optional[str], cont
     _through(session, proxies[1], adapter)
     stats = context.stats
     session.hooks["response"].append(lambda response, *args, **kwargs: stats.count(requests=1))
+    session.hooks["response"].append(_redirect_guard(source.endpoint))
+    if token_uri:
+        token_http.hooks["response"].append(_redirect_guard(token_uri))
     return session, token_http
+
+
+def _redirect_guard(origin: str) -> Callable[..., None]:
+    """A response hook that lets ``requests`` follow a redirect only where
+    :func:`transfer.http.origins.refusal` lets this session's token (and a body) go: the
+    endpoint's own origin. Any other ``Location`` is a RemoteError naming it, never contacted
+    (``requests`` alone would re-send a 307's body to any host, and its token to another port
+    of the same host on old versions)."""
+    from urllib.parse import urljoin
+
+    from transfer.http.origins import origin_of, refusal
+
+    def guard(response: Any, *args: Any, **kwargs: Any) -> None:
+        if not response.is_redirect:
+            return
+        location = urljoin(response.url, response.headers["location"])
+        why = refusal(origin, location)
+        if why is not None:
+            status = response.status_code
+            response.close()  # back to the bounded pool: a refusal must not hold a connection
+            raise RemoteError(f"HTTP {status} redirect to {origin_of(location)} not followed: {why}",
+                              status=status)
+    return guard
 
 
 class _ProxyAdapter(requests.adapters.HTTPAdapter):
@@ -441,7 +467,9 @@ def translate(err: BaseException, url: str, operation: str) -> Optional[Transfer
 def _translated(url: Url, operation: str) -> Iterator[None]:
     try:
         yield
-    except TransferError:
+    except TransferError as err:
+        if err.url is None:  # raised below the library (a redirect refused by a response hook)
+            raise type(err)(err.message, url=str(url), operation=operation, status=err.status) from err
         raise
     except Exception as err:  # noqa: BLE001 - what translate() does not know is re-raised as is
         found = translate(err, str(url), operation)

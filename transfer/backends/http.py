@@ -29,7 +29,7 @@ from transfer.errors import (
     TransientError,
 )
 from transfer.http.message import basic_credentials
-from transfer.http.origins import OriginPools, origin_of
+from transfer.http.origins import OriginPools, origin_of, refusal
 from transfer.http.pool import PooledResponse
 from transfer.backends.opening import Opening
 from transfer.urls import Url
@@ -95,7 +95,7 @@ class HttpBackend:
 
         def hop_headers(origin: str) -> List[Tuple[str, str]]:
             headers = self._headers(url, origin) + extra
-            if origin == first and "@" in url.host and not any(k.lower() == "authorization" for k, _ in headers):
+            if refusal(first, origin) is None and "@" in url.host and not any(k.lower() == "authorization" for k, _ in headers):
                 headers.append(("Authorization", basic_authorization(url.host)))
             return headers
 
