@@ -29,6 +29,7 @@ BAD: Dict[str, Tuple[str, ...]] = {
     "CONNECT_TIMEOUT": ("-1", "0", "nan"),
     "READ_TIMEOUT": ("-1", "0", "nan", "inf"),
     "MULTIPART_THRESHOLD": ("0",),
+    "MULTIPART_ORPHAN_AGE": ("-1", "nan"),
     "BUNDLE_MIN_FILES": ("-3", "0"),
     "BUNDLE_MAX_MEMBER_SIZE": ("0",),
     "BUNDLE_MAX_SIZE": ("0",),

@@ -139,6 +139,7 @@ KNOBS = {
     "READ_TIMEOUT": ("9", setting("read_timeout"), 9.0, BOTH),
     "MULTIPART_THRESHOLD": ("32M", setting("multipart_threshold"), 32 << 20, BOTH),
     "MULTIPART_PART_SIZE": ("8M", setting("multipart_part_size"), 8 << 20, BOTH),
+    "MULTIPART_ORPHAN_AGE": ("3600", setting("multipart_orphan_age"), 3600.0, BOTH),
     "DOWNLOAD_PART_SIZE": ("4M", setting("download_part_size"), 4 << 20, BOTH),
     "CA_BUNDLE": ("/etc/ca.pem", setting("ca_bundle"), "/etc/ca.pem", BOTH),
     "GCS_ENDPOINT": ("http://127.0.0.1:4443", setting("gcs_endpoint"), "http://127.0.0.1:4443", BOTH),

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _TIMEOUTS = ("connect_timeout", "read_timeout")   # seconds, above 0 and finite
-_DELAYS = ("retry_base_delay", "retry_max_delay")  # seconds, 0 or more and finite
+_DELAYS = ("retry_base_delay", "retry_max_delay", "multipart_orphan_age")  # seconds, 0 or more and finite
 
 
 @record(frozen=True)
@@ -36,6 +36,9 @@ class Settings:
     read_timeout:        seconds without a byte before a request is abandoned.
     multipart_threshold: bytes; uploads at or above this use parallel multipart.
     multipart_part_size: bytes per part of a multipart upload.
+    multipart_orphan_age: seconds; an open multipart upload of a key older than this is taken
+                         for one a killed run left behind and aborted by the next upload of
+                         that key (a younger one may be another writer's, still running).
     download_part_size:  bytes per ranged GET; objects of at least twice this download as
                          parallel ranged GETs (backends with ranged reads, plain-file targets).
     ca_bundle:           PEM file of CAs used instead of the system store to verify TLS.
@@ -56,6 +59,7 @@ class Settings:
     read_timeout: float = 60.0
     multipart_threshold: int = 64 << 20
     multipart_part_size: int = 16 << 20
+    multipart_orphan_age: float = 86400.0
     download_part_size: int = 16 << 20
     ca_bundle: Optional[str] = None
     gcs_endpoint: Optional[str] = None

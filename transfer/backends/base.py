@@ -126,6 +126,30 @@ class MultipartUploads(Protocol):
         """Discard the parts; never raises for an already-finished upload."""
 
 
+@record(frozen=True)
+class PendingUpload:
+    """A multipart upload the store holds open: its key, id, and when it was started
+    (``initiated``: epoch seconds by the store's clock, None if the store did not say)."""
+
+    key: str
+    upload_id: str
+    initiated: Optional[float] = None
+
+
+@runtime_checkable
+class PendingUploads(Protocol):
+    """Stores that list the multipart uploads left open (S3 ListMultipartUploads), so that an
+    upload of a key can abort the ones an earlier run left behind (:mod:`transfer.uploads`).
+    ``orphan_age``: seconds after its start an open upload of the same key counts as left
+    behind rather than another writer's, still running."""
+
+    orphan_age: float
+
+    def pending_uploads(self, url: Url, *, whole_key: bool = True) -> Iterator[PendingUpload]:
+        """The open uploads of ``url``'s key (every page); with ``whole_key`` False, of every
+        key that starts with it."""
+
+
 @runtime_checkable
 class ExclusiveCreate(Protocol):
     """Backends whose store can refuse, atomically, to replace an object (S3 ``If-None-Match: *``)."""
@@ -288,6 +312,11 @@ def dials_ahead(backend: Backend) -> Optional[DialsAhead]:
 def multipart_uploads(backend: Backend) -> Optional[MultipartUploads]:
     """``backend`` as :class:`MultipartUploads`, or None."""
     return cast(MultipartUploads, backend) if _has(backend, MultipartUploads) else None
+
+
+def pending_uploads(backend: object) -> Optional[PendingUploads]:
+    """``backend`` as :class:`PendingUploads`, or None."""
+    return cast(PendingUploads, backend) if _has(backend, PendingUploads) else None
 
 
 def cache_keys(backend: Backend) -> Optional[CacheKeys]:

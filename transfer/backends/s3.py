@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
-    from transfer.backends.base import Take
+    from transfer.backends.base import PendingUpload, Take
     from transfer.http.proxy import Proxy
     from transfer.peers import Scope
 
@@ -162,6 +162,7 @@ class S3Backend:
         self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
+        self.orphan_age = settings.multipart_orphan_age
 
     # -- request plumbing ---------------------------------------------------------------
 
@@ -501,6 +502,20 @@ class S3Backend:
             raise ChecksumMismatch("ETag of the assembled object differs from its parts' MD5s", url=str(url),
                                    operation="put")
         return info
+
+    # -- PendingUploads -----------------------------------------------------------------
+
+    def pending_uploads(self, url: Url, *, whole_key: bool = True) -> Iterator[PendingUpload]:
+        """ListMultipartUploads of ``url``'s key, or under it (see :mod:`._s3_uploads`)."""
+        path = split_url(url)
+        where = f"s3 uploads in {path.bucket}"
+        from transfer.backends import _s3_uploads  # only where an upload is multipart or a command lists
+
+        def list_page(query: Dict[str, str]) -> bytes:
+            with self._send("GET", S3Path(path.bucket, ""), query=query, url=where) as response:
+                self._check(response, where, "list")
+                return response.read()
+        return _s3_uploads.pending(list_page, path.key, whole_key)
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
         """Discard the parts. An upload already completed or aborted (NoSuchUpload) is
