@@ -55,6 +55,8 @@ class Fault:
         code, body, headers: the synthetic response of a ``status`` fault.
         times: how many matching requests it hits.
         match: which requests match.
+        every: hit only every ``every``-th matching request (``dataclasses.replace`` a built
+            fault: ``every=7`` resets 1 request in 7); the others pass untouched.
     """
 
     kind: str
@@ -65,6 +67,7 @@ class Fault:
     headers: Tuple[Tuple[str, str], ...] = ()
     times: int = 1
     match: Match = field(default_factory=Match)
+    every: int = 1
 
     @classmethod
     def reset(cls, after_bytes: int = 0, *, times: int = 1, method: Optional[str] = None,
@@ -106,17 +109,20 @@ class FaultBook:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: List[List[Any]] = []  # [Fault, remaining]
+        self._pending: List[List[Any]] = []  # [Fault, remaining, matched so far]
 
     def replace(self, faults: Iterable[Fault]) -> None:
         with self._lock:
-            self._pending = [[f, f.times] for f in faults if f.times > 0]
+            self._pending = [[f, f.times, 0] for f in faults if f.times > 0]
 
     def take(self, method: str, target: str) -> Optional[Fault]:
-        """The first pending fault matching the request, consuming one hit."""
+        """The first pending fault matching the request (and due: see ``every``), consuming one hit."""
         with self._lock:
             for entry in self._pending:
                 if entry[0].match.matches(method, target):
+                    entry[2] += 1
+                    if entry[2] % max(1, entry[0].every):
+                        continue
                     entry[1] -= 1
                     if entry[1] == 0:
                         self._pending.remove(entry)
@@ -126,7 +132,7 @@ class FaultBook:
 
     def pending(self) -> int:
         with self._lock:
-            return sum(int(remaining) for _, remaining in self._pending)
+            return sum(int(entry[1]) for entry in self._pending)
 
 
 
