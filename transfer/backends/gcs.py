@@ -469,7 +469,7 @@ def _translated(url: Url, operation: str) -> Iterator[None]:
         yield
     except TransferError as err:
         if err.url is None:  # raised below the library (a redirect refused by a response hook)
-            raise type(err)(err.message, url=str(url), operation=operation, status=err.status) from err
+            raise err.relabelled(url=str(url), operation=operation) from err
         raise
     except Exception as err:  # noqa: BLE001 - what translate() does not know is re-raised as is
         found = translate(err, str(url), operation)
