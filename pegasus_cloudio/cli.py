@@ -29,7 +29,7 @@ PROG = "pegasus-cloudio"
 # name -> (module, one-line help)
 BENCHES: Dict[str, Tuple[str, str]] = {
     "small-files": ("pegasus_cloudio.bench.small_files",
-                    "many small files staged out and in, against the stock tool"),
+                    "many small files staged out and in, against the stock tools (Python and Go)"),
     "mconcatfit": ("pegasus_cloudio.bench.mconcatfit",
                    "Montage mConcatFit staging: many producers' small files, one consumer"),
     "cache": ("pegasus_cloudio.bench.cache",

@@ -573,6 +573,42 @@ def test_tools_cli_and_tools_dir_honour_the_environment(tmp_path: Path) -> None:
         assert tools.tools_dir() == repo / ".tools"
 
 
+def test_stamps_of_pins_without_a_source_keep_their_earlier_text() -> None:
+    """Adding SourcePin must not turn every built MinIO and s5cmd stale (a rebuild each, or two
+    checkouts of different ages sharing one tools dir rebuilding them in turn)."""
+    assert tools.PINS["minio"].stamp_text() == (
+        '{"ldflags": [], "method": "install", "module": "github.com/minio/minio", "name": "minio", '
+        '"package": "", "version": "v0.0.0-20260212201848-7aac2a2c5b7c"}\n')
+    go = json.loads(tools.PINS["pegasus-transfer-go"].stamp_text())
+    assert go["source"]["archive_sha256"] == "a9bfc735e1c808c8c86f396ae577dc7bfb186d80cebd0e17c6a32214fd035b29"
+
+
+def test_go_transfer_source_is_found_beside_the_checkout_or_where_the_environment_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tools.PINS["pegasus-transfer-go"].source
+    assert source is not None
+    found = tools.shared_dir(source.directory)
+    assert (found / source.archive).is_file() and (found / source.gomod).is_file()
+    monkeypatch.setenv("PEGASUS_CLOUDIO_SHARED_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match=f"{tmp_path}/pegasus-transfer-go: no such directory"):
+        tools.shared_dir(source.directory)
+
+
+def test_go_transfer_source_with_a_wrong_digest_is_refused_before_go_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tools.PINS["pegasus-transfer-go"].source
+    assert source is not None
+    shared = tmp_path / "shared" / source.directory
+    shared.mkdir(parents=True)
+    (shared / source.archive).write_bytes(b"not the pinned archive")
+    (shared / source.gomod).write_bytes(b"module x\n")
+    monkeypatch.setenv("PEGASUS_CLOUDIO_SHARED_DIR", str(tmp_path / "shared"))
+    with pytest.raises(RuntimeError, match=f"{shared / source.archive}: sha256 [0-9a-f]{{64}}, expected "
+                                           f"{source.archive_sha256} \\(not the pinned file\\)"):
+        tools.ensure_tool("pegasus-transfer-go", directory=tmp_path / "tools", progress=lambda _: None)
+    assert not (tmp_path / "tools" / "bin" / "pegasus-transfer-go").exists()
+
+
 def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as sock:

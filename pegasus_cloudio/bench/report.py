@@ -85,7 +85,7 @@ def scenarios(quick: bool) -> List[Tuple[str, Callable[[Progress], Dict[str, Any
                                       source_mib=0.25, site_files=1, site_mib=0.1, parallel=2, concurrent=4,
                                       concurrent_mib=2.0, repeats=3, latency_mb="0,1,10"), cache_bench.Params())
     dk = _quick(q, disk.Params(transfer_mib=8, samples=3, interval_s=0.2), disk.Params())
-    pl = _quick(q, pool_bench.Params(producers=2, files=3, configs="stock,ours bundles+cache"), pool_bench.Params())
+    pl = _quick(q, pool_bench.Params(producers=2, files=3, configs="stock,go,ours bundles+cache"), pool_bench.Params())
     return [
         ("workflow", lambda p: workflow.run(wf, p), workflow.format_table),
         ("sizes", lambda p: sizes.run(sz, p), sizes.format_table),
