@@ -11,7 +11,9 @@ So before an upload of a key starts, the uploads of that key left open are abort
 sweep): those this engine could not abort (the file's earlier attempt, whatever their age),
 and, on a store that lists them (:class:`~transfer.backends.base.PendingUploads`), those
 started more than the backend's ``orphan_age`` ago (a killed run's: a younger one may be
-another writer's, still sending). The sweep never fails the upload it precedes.
+another writer's, still sending) and those started while a create of this engine went
+unanswered (the store made the upload and the answer was lost; within 2 s of that request).
+The sweep never fails the upload it precedes.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 ABORT_ATTEMPTS = 4
+_SLACK = 2.0  # seconds either side of a lost create: the store's Initiated has whole seconds
 
 
 class InFlightUploads:
@@ -43,6 +46,7 @@ class InFlightUploads:
         self._lock = _threads.Lock()
         self._live: Dict[str, Tuple[MultipartUploads, Url]] = {}
         self._stranded: Dict[str, List[str]] = {}  # URL -> ids of its uploads whose abort failed
+        self._unanswered: Dict[str, List[Tuple[float, float]]] = {}  # URL -> (sent, failed) of lost creates
 
     def start(self, backend: MultipartUploads, url: Url, upload_id: str) -> None:
         with self._lock:
@@ -60,7 +64,14 @@ class InFlightUploads:
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
         self.sweep(backend, dest)
-        upload_id = backend.start_upload(dest)
+        asked = time.time()
+        try:
+            upload_id = backend.start_upload(dest)
+        except TransferError as err:
+            if err.retryable:  # the store may have made the upload and lost the answer
+                with self._lock:
+                    self._unanswered.setdefault(str(dest), []).append((asked, time.time()))
+            raise
         self.start(backend, dest, upload_id)
         try:
             # The shared part pool: parts never queue behind the file tasks that wait for them.
@@ -87,14 +98,20 @@ class InFlightUploads:
         lifecycle rule, with a debug line."""
         with self._lock:
             ids = self._stranded.pop(str(url), [])
+            lost = self._unanswered.pop(str(url), [])
             live = set(self._live)
         listing = pending_uploads(backend)
         if listing is not None:
             cutoff = time.time() - listing.orphan_age
+
+            def left(started: float) -> bool:  # old, or made by a create of ours whose answer was lost
+                return started <= cutoff or any(sent - _SLACK <= started <= failed + _SLACK for sent, failed in lost)
             try:
                 ids += [found.upload_id for found in listing.pending_uploads(url)
-                        if found.initiated is not None and found.initiated <= cutoff and found.upload_id not in ids]
+                        if found.initiated is not None and left(found.initiated) and found.upload_id not in ids]
             except TransferError as err:
+                with self._lock:
+                    self._unanswered.setdefault(str(url), []).extend(lost)
                 _log.debug("cannot list the open uploads of %s: %s", url, err)
         aborted = []
         for upload_id in ids:
