@@ -54,6 +54,7 @@ from transfer.credentials import (
 )
 from transfer.errors import (
     AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
+    retry_after_seconds,
 )
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
@@ -180,7 +181,8 @@ class S3Backend:
         if response.status in ok:
             return
         body = response.read() if response.status >= 300 else b""
-        raise s3_error(response.status, body, url, operation)
+        raise s3_error(response.status, body, url, operation,
+                       retry_after=retry_after_seconds(response.headers.get("retry-after")))
 
     # -- Backend ------------------------------------------------------------------------
 
@@ -418,12 +420,12 @@ class S3Backend:
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
         the route of their bucket; see :class:`~transfer.backends.base.BatchReads` and
         :mod:`transfer.backends._s3_pipelined`."""
         from transfer.backends._s3_pipelined import read_small  # batches of small files only
-        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager)
+        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager, throttled)
 
     # -- DialsAhead ---------------------------------------------------------------------
 
