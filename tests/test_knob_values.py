@@ -26,6 +26,7 @@ ENVIRONMENT, CONFIG_FILE = "environment", "config file"
 BAD: Dict[str, Tuple[str, ...]] = {
     "RETRY_BASE_DELAY": ("-1", "nan", "inf"),
     "RETRY_MAX_DELAY": ("-1", "nan"),
+    "THROTTLE_TIMEOUT": ("-1", "nan"),
     "CONNECT_TIMEOUT": ("-1", "0", "nan"),
     "READ_TIMEOUT": ("-1", "0", "nan", "inf"),
     "MULTIPART_THRESHOLD": ("0",),

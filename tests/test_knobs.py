@@ -135,6 +135,7 @@ KNOBS = {
     "MAX_ATTEMPTS": ("7", setting("max_attempts"), 7, BOTH),
     "RETRY_BASE_DELAY": ("0.25", setting("retry_base_delay"), 0.25, BOTH),
     "RETRY_MAX_DELAY": ("4", setting("retry_max_delay"), 4.0, BOTH),
+    "THROTTLE_TIMEOUT": ("42", setting("throttle_timeout"), 42.0, BOTH),
     "CONNECT_TIMEOUT": ("2.5", setting("connect_timeout"), 2.5, BOTH),
     "READ_TIMEOUT": ("9", setting("read_timeout"), 9.0, BOTH),
     "MULTIPART_THRESHOLD": ("32M", setting("multipart_threshold"), 32 << 20, BOTH),

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _TIMEOUTS = ("connect_timeout", "read_timeout")   # seconds, above 0 and finite
-_DELAYS = ("retry_base_delay", "retry_max_delay")  # seconds, 0 or more and finite
+_DELAYS = ("retry_base_delay", "retry_max_delay", "throttle_timeout")  # seconds, 0 or more and finite
 
 
 @record(frozen=True)
@@ -32,6 +32,9 @@ class Settings:
     max_attempts:        tries per file before it is reported failed (permanent errors: 1).
     retry_base_delay:    seconds; the first retry waits up to this (full jitter, doubling).
     retry_max_delay:     seconds; cap of one wait between attempts.
+    throttle_timeout:    seconds a file is retried for while the store throttles (503 SlowDown,
+                         429), counted from its first throttle answer; such answers spend
+                         neither attempts nor the retry budget.
     connect_timeout:     seconds for TCP+TLS connect.
     read_timeout:        seconds without a byte before a request is abandoned.
     multipart_threshold: bytes; uploads at or above this use parallel multipart.
@@ -52,6 +55,7 @@ class Settings:
     max_attempts: int = 3
     retry_base_delay: float = 0.5
     retry_max_delay: float = 20.0
+    throttle_timeout: float = 300.0
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     multipart_threshold: int = 64 << 20
