@@ -1,4 +1,5 @@
-"""What the jobs of one node share, opened from settings: the node cache and peer sharing.
+"""What the jobs of one node share, opened from settings: the node cache, peer sharing and the
+request rate per prefix the store allows (:func:`open_pacer`).
 
 The front ends (drop-in, HTCondor plugin, stager) and library users open both the same way:
 ``open_node_cache(env)`` then ``open_peers(env, cache)``, and pass them to
@@ -17,11 +18,12 @@ if TYPE_CHECKING:
 
     from transfer.cache import NodeCache
     from transfer.ops import Operation
+    from transfer.pacing import Pacer
     from transfer.p2p.source import PeerIndexSource
 
     Warn = Callable[[str], None]
 
-__all__ = ["cache_needed", "open_node_cache", "open_peers"]
+__all__ = ["cache_needed", "open_node_cache", "open_pacer", "open_peers"]
 
 _log = logger(__name__)
 
@@ -71,3 +73,13 @@ def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]",
     except TransferError as err:
         say(f"Peer sharing disabled: {err}")
         return None
+
+
+def open_pacer(env: "Mapping[str, str]") -> "Pacer":
+    """A pacer whose prefix rates the user's jobs on this node share, in the node's rate file
+    (:mod:`transfer.pacing_node`; nothing is opened until a prefix is used, nothing created
+    until one is throttled)."""
+    from transfer.pacing import Pacer
+    from transfer.pacing_node import NodeStates, node_rate_dir
+    import time
+    return Pacer(NodeStates(node_rate_dir(env), time.time))
