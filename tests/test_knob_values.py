@@ -27,6 +27,7 @@ BAD: Dict[str, Tuple[str, ...]] = {
     "RETRY_BASE_DELAY": ("-1", "nan", "inf"),
     "RETRY_MAX_DELAY": ("-1", "nan"),
     "THROTTLE_TIMEOUT": ("-1", "nan"),
+    "POOL_RATE_FRACTION": ("-0.5", "1.5", "nan"),
     "CONNECT_TIMEOUT": ("-1", "0", "nan"),
     "READ_TIMEOUT": ("-1", "0", "nan", "inf"),
     "MULTIPART_THRESHOLD": ("0",),

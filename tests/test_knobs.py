@@ -136,6 +136,7 @@ KNOBS = {
     "RETRY_BASE_DELAY": ("0.25", setting("retry_base_delay"), 0.25, BOTH),
     "RETRY_MAX_DELAY": ("4", setting("retry_max_delay"), 4.0, BOTH),
     "THROTTLE_TIMEOUT": ("42", setting("throttle_timeout"), 42.0, BOTH),
+    "POOL_RATE_FRACTION": ("0.8", setting("pool_rate_fraction"), 0.8, BOTH),
     "CONNECT_TIMEOUT": ("2.5", setting("connect_timeout"), 2.5, BOTH),
     "READ_TIMEOUT": ("9", setting("read_timeout"), 9.0, BOTH),
     "MULTIPART_THRESHOLD": ("32M", setting("multipart_threshold"), 32 << 20, BOTH),

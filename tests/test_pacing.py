@@ -178,3 +178,29 @@ def test_threads_share_one_bucket() -> None:
     rate = BETA * 100
     # 200 reservations from an empty bucket at one instant: the waits are 1/rate .. 200/rate, each once
     assert sorted(clock.slept) == pytest.approx([(n + 1) / rate for n in range(200)])
+
+
+def test_throttled_keeps_retry_after_through_pickle() -> None:
+    import pickle
+
+    from transfer.errors import Throttled, retry_after_seconds
+    err = Throttled("HTTP 503 SlowDown", url="s3://u@s/b/k", operation="get", status=503, retry_after=2.5)
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, Throttled) and back.retry_after == 2.5 and back.status == 503 and str(back) == str(err)
+    assert [retry_after_seconds(v) for v in ("3", " 1.5 ", "", None, "-1", "Wed, 21 Oct 2015 07:28:00 GMT", "nan")] \
+        == [3.0, 1.5, None, None, None, None, None]
+
+
+def test_throttle_delay_is_retry_after_bounded_and_jittered() -> None:
+    import random
+
+    from transfer.errors import Throttled
+    from transfer.retry import RetryPolicy
+    policy = RetryPolicy(base_delay=0.01, max_delay=0.05, max_retry_after=60.0)
+    rng = random.Random(7)
+    waits = [policy.throttle_delay(1, Throttled("x", retry_after=3.0), rng, 100.0) for _ in range(200)]
+    assert all(w is not None and 3.0 <= w <= 3.6 for w in waits) and len(set(waits)) > 100
+    assert policy.throttle_delay(1, Throttled("x", retry_after=1e9), rng, 1000.0) <= 72.0  # type: ignore[operator]
+    assert policy.throttle_delay(1, Throttled("x", retry_after=30.0), rng, 2.0) == 2.0  # never past the time bound
+    assert policy.throttle_delay(1, Throttled("x"), rng, 0.0) is None  # the time is up
+    assert policy.throttle_delay(5, Throttled("x"), rng, 100.0) <= 0.05  # type: ignore[operator]

@@ -35,6 +35,9 @@ class Settings:
     throttle_timeout:    seconds a file is retried for while the store throttles (503 SlowDown,
                          429), counted from its first throttle answer; such answers spend
                          neither attempts nor the retry budget.
+    pool_rate_fraction:  0 (off) to 1: with the peer index's Redis, a prefix's rate is shared
+                         by the pool and kept below this fraction of the store's documented
+                         rate (``docs/throttling.md``).
     connect_timeout:     seconds for TCP+TLS connect.
     read_timeout:        seconds without a byte before a request is abandoned.
     multipart_threshold: bytes; uploads at or above this use parallel multipart.
@@ -56,6 +59,7 @@ class Settings:
     retry_base_delay: float = 0.5
     retry_max_delay: float = 20.0
     throttle_timeout: float = 300.0
+    pool_rate_fraction: float = 0.0
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     multipart_threshold: int = 64 << 20
@@ -145,6 +149,8 @@ def _problem(field: str, value: object) -> Optional[str]:
         return f"must be above 0 seconds (got {value})"
     if field in _DELAYS and value < 0:
         return f"must not be negative (got {value})"
+    if field == "pool_rate_fraction" and not 0 <= value <= 1:
+        return f"must be from 0 to 1 (got {value})"
     if field == "multipart_part_size" and value < 5 << 20:
         return "must be at least 5 MiB (S3 minimum)"
     if isinstance(value, int) and value < 1:

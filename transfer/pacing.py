@@ -55,6 +55,7 @@ SCALE = 0.4           # requests/s per s^3 of cubic growth (the AWS SDKs' scale 
 MIN_RATE = 0.5        # requests/s a throttled prefix is never cut below
 BURST_SECONDS = 0.1   # the bucket holds this many seconds of its rate (at least one token)
 CALM_SECONDS = 60.0   # without a throttle answer for this long, a prefix is no longer paced
+_INF = float("inf")  # (no ``math`` import: a job step's start-up)
 MIN_WINDOW = 0.1      # seconds: a rate measured over less is measured over this
 CUT_SECONDS = 0.25    # throttle answers this soon after a cut belong to the same round
 MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens owed are capped)
@@ -79,7 +80,8 @@ def rate_at(state: RateState, now: float) -> float:
     return max(MIN_RATE, SCALE * since * since * since + state.last_max)
 
 
-def cut(state: Optional[RateState], now: float, measured: float, sent: float) -> Tuple[Optional[RateState], float]:
+def cut(state: Optional[RateState], now: float, measured: float, sent: float,
+        ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
     """The state after a throttle answer, at ``now``, to a request sent at ``sent``: the rate
     in use cut to BETA times it. The rate in use is the bucket's; for a prefix not paced (no
     state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
@@ -93,15 +95,16 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float) ->
         in_use = rate_at(state, now)
     else:
         in_use = measured
-    return RateState(max(MIN_RATE, in_use), now, 0.0, now), 0.0
+    return RateState(max(MIN_RATE, min(in_use, ceiling)), now, 0.0, now), 0.0
 
 
-def reserve(state: Optional[RateState], now: float) -> Tuple[Optional[RateState], float]:
+def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
     """The state after one request takes a token at ``now``, and the seconds it must wait for
-    it; -1.0 for a prefix not paced (no state, or calm for CALM_SECONDS, which forgets it)."""
+    it; -1.0 for a prefix not paced (no state, or calm for CALM_SECONDS, which forgets it).
+    ``ceiling``: requests/s the rate never passes (a pool's share of the store's limit)."""
     if state is None or now - state.cut_at >= CALM_SECONDS:
         return None, -1.0
-    rate = rate_at(state, now)
+    rate = min(rate_at(state, now), ceiling)
     capacity = max(1.0, rate * BURST_SECONDS)
     tokens = min(capacity, state.tokens + max(0.0, now - state.stamp) * rate) - 1
     tokens = max(-rate * MAX_WAIT, tokens)  # a state from another process is not trusted to be sane
@@ -135,8 +138,10 @@ class LocalStates:
 class Pace:
     """The pacing of one prefix in this process. ``limited`` is the fast path's one read."""
 
-    def __init__(self, key: str, states: States, clock: Clock, sleep: Callable[[float], None]) -> None:
+    def __init__(self, key: str, states: States, clock: Clock, sleep: Callable[[float], None],
+                 ceiling: float = _INF) -> None:
         self.key = key
+        self.ceiling = ceiling
         self.limited = False
         self._states = states
         self._clock = clock
@@ -162,7 +167,7 @@ class Pace:
         self.requests += 1
         if not self.limited:
             return
-        wait = self._states.update(self.key, lambda state: reserve(state, self._clock()))
+        wait = self._states.update(self.key, lambda state: reserve(state, self._clock(), self.ceiling))
         if wait <= 0:
             self.limited = wait == 0  # -1: calm again, back to the fast path
             return
@@ -180,7 +185,7 @@ class Pace:
         self.sent, self._since = 0, now
         self.throttles += 1
         self.limited = True
-        self._states.update(self.key, lambda state: cut(state, now, measured, sent))
+        self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling))
 
     def learn(self) -> None:
         """Take up what the store knows of this prefix (another job was throttled on it)."""
@@ -194,11 +199,14 @@ class Pace:
 
 class Pacer:
     """The paces of one process, one per prefix key, made on first use. ``clock`` is epoch
-    seconds (states may be shared between processes)."""
+    seconds (states may be shared between processes); ``ceiling(key)``: the most requests/s
+    a prefix is ever paced at (default: no bound)."""
 
     def __init__(self, states: Optional[States] = None, clock: Clock = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 ceiling: Optional[Callable[[str], float]] = None) -> None:
         self._states: States = states if states is not None else LocalStates()
+        self._ceiling = ceiling
         self._clock = clock
         self._sleep = sleep
         self._paces: Dict[str, Pace] = {}
@@ -217,6 +225,7 @@ class Pacer:
         with self._lock:
             found = self._paces.get(key)
             if found is None:
-                found = self._paces[key] = Pace(key, self._states, self._clock, self._sleep)
+                bound = self._ceiling(key) if self._ceiling is not None else _INF
+                found = self._paces[key] = Pace(key, self._states, self._clock, self._sleep, bound)
                 found.learn()
             return found

@@ -135,6 +135,15 @@ class Scope:
         """The secret a producer's daemon checks readers' proofs against (256 bits, hex)."""
         return self._mac(b"pcio-serve", key, size=32)
 
+    def rate_name(self, prefix: str) -> str:
+        """The pool rate limiter's name for ``prefix`` in this scope (:mod:`transfer.pacing_pool`)."""
+        return self._mac(b"pcio-rate-name", prefix)
+
+    def rate_tag(self, name: str, value: str) -> str:
+        """The tag of a pool rate state ``value`` stored under ``name`` (128 bits, hex): a
+        state no holder of this scope wrote is ignored."""
+        return self._mac(b"pcio-rate", name, value)
+
 
 def derive_scope(secret: str, *context: str) -> Scope:
     """The scope of the identity whose store secret key is ``secret``, narrowed by

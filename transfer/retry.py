@@ -9,8 +9,8 @@ success earns a fraction back.
 are retried for ``throttle_timeout`` seconds from the file's first throttle answer, not for a
 count of attempts, draw nothing from the budget, and wait what the store's ``Retry-After``
 says when it says (at most ``max_retry_after``, plus up to 20% jitter so that the jobs it
-told at once do not come back at once), else a longer backoff. The request rate itself is
-paced by :mod:`transfer.pacing`.
+told at once do not come back at once), else the ordinary backoff. The request rate itself
+is paced by :mod:`transfer.pacing`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ class RetryPolicy:
         could end before it)."""
         if error.retry_after is not None:
             wait = min(self.max_retry_after, error.retry_after) * rng.uniform(1.0, 1.2)
-        else:
-            wait = self.delay(throttles, error, rng)
+        else:  # the ordinary backoff: the pace of the prefix (transfer.pacing) is what slows the job
+            ceiling = min(self.max_delay, self.base_delay * (2 ** (min(throttles, 30) - 1)))
+            wait = rng.uniform(ceiling / 2, ceiling)
         if left <= 0:
             return None
         return min(wait, left)
