@@ -282,8 +282,7 @@ def figures(config: Config, params: Params, floor: float, wave: Wave, stats: Dic
     """What issue 37 asks of a run, as one flat dict."""
     files = config.jobs * params.files
     requests, throttled = int(stats["requests"]), int(stats["throttled"])
-    errors = [job.stderr_tail.strip().splitlines()[-1] for job in wave.jobs
-              if (job.exit_code or job.missing) and job.stderr_tail.strip()]
+    errors = [_cause(job.stderr_tail) for job in wave.jobs if (job.exit_code or job.missing) and job.stderr_tail.strip()]
     return {"name": config.name, **asdict(config), "files": params.files, "rate": params.rate,
             "jobs_failed": wave.failed, "files_missing": wave.missing, "wall_s": round(wave.wall_s, 2),
             "floor_s": round(floor, 2), "wall_over_floor": round(wave.wall_s / floor, 3),
@@ -292,6 +291,14 @@ def figures(config: Config, params: Params, floor: float, wave: Wave, stats: Dic
             "slowest_job_s": round(wave.slowest_s, 2), "requests": requests, "throttled": throttled,
             "served": requests - throttled,
             "requests_per_file": round(requests / files, 3), "first_error": errors[0][:200] if errors else ""}
+
+
+def _cause(stderr: str) -> str:
+    """The first line that names a failure, rather than the closing summary."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    telling = [line for line in lines if any(w in line for w in ("SlowDown", "503", "429", "rror", "failed after"))
+               and "Some transfers failed" not in line]
+    return (telling or lines or [""])[0].strip()
 
 
 COLUMNS = (("N", "jobs", "d"), ("objects", "objects", "s"), ("failed", "jobs_failed", "d"),
