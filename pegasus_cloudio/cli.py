@@ -50,6 +50,8 @@ BENCHES: Dict[str, Tuple[str, str]] = {
              "a workflow planned by pegasus-plan and run by DAGMan on a real HTCondor pool, stock vs ours"),
     "startup": ("pegasus_cloudio.bench.startup",
                 "CPU of one job step (empty, a few small objects) against the stock tool's start"),
+    "throttle": ("pegasus_cloudio.bench.throttle",
+                 "N jobs at once on one prefix of a store that throttles (--model: to 10,000 jobs)"),
     "report": ("pegasus_cloudio.bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
