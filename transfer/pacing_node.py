@@ -52,10 +52,11 @@ class NodeStates:
         self._path = os.path.join(directory, "rates")
         self._clock = clock
         self._fallback: Optional[LocalStates] = None
+        self._unstorable = LocalStates()  # keys with a tab or newline: this process's own states
 
     def update(self, key: str, change: Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]) -> float:
         if self._fallback is None and ("\t" in key or "\n" in key):
-            return LocalStates().update(key, change)  # not storable: this call's own state
+            return self._unstorable.update(key, change)
         if self._fallback is None:
             try:
                 return self._update(key, change)
