@@ -204,3 +204,21 @@ def test_throttle_delay_is_retry_after_bounded_and_jittered() -> None:
     assert policy.throttle_delay(1, Throttled("x", retry_after=30.0), rng, 2.0) == 2.0  # never past the time bound
     assert policy.throttle_delay(1, Throttled("x"), rng, 0.0) is None  # the time is up
     assert policy.throttle_delay(5, Throttled("x"), rng, 100.0) <= 0.05  # type: ignore[operator]
+
+
+def test_a_cut_keeps_the_queue_and_ignores_answers_from_before_it_settled() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)
+    now = 0.5  # ~71 requests/s
+    rate = rate_at(state, now)
+    current: RateState | None = state
+    for _ in range(int(rate * BURST_SECONDS) + 50):  # 50 requests queued behind a full bucket
+        current, _ = reserve(current, now)
+    assert current is not None
+    after, _ = cut(current, now, measured=0.0, sent=now)
+    assert after is not None and after.tokens == pytest.approx(-50.0, abs=1)  # still owed: new requests queue behind
+    assert after.settled == pytest.approx(now + 50 / rate, abs=1 / rate)
+    # an answer to a request sent while the queue of the old round drained: no second cut
+    same, _ = cut(after, now + 0.4, measured=0.0, sent=now + 0.3)
+    assert same is after
+    later, _ = cut(after, after.settled + 0.5, measured=0.0, sent=after.settled + 0.1)
+    assert later is not after

@@ -65,12 +65,15 @@ MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens ow
 class RateState:
     """What is known of one prefix: ``last_max`` requests/s when it was last cut, at
     ``cut_at`` (epoch seconds); ``tokens`` in the bucket at ``stamp`` (may be negative: tokens
-    reserved by requests waiting for them)."""
+    reserved by requests waiting for them); ``settled``: when the last request that reserved
+    its token before the cut is due (answers to requests sent before then belong to the round
+    that was cut)."""
 
     last_max: float
     cut_at: float
     tokens: float
     stamp: float
+    settled: float = 0.0
 
 
 def rate_at(state: RateState, now: float) -> float:
@@ -86,16 +89,21 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     in use cut to BETA times it. The rate in use is the bucket's; for a prefix not paced (no
     state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
 
-    One cut per round: an answer to a request sent before the last cut, or within CUT_SECONDS
-    of it, says nothing new (TCP cuts once per window, not once per lost segment; the requests
-    other jobs had in flight when one of them cut arrive together)."""
+    One cut per round: an answer to a request sent before the last cut settled (the requests
+    that had their tokens then went out at the old rate), or within CUT_SECONDS of the cut,
+    says nothing new (TCP cuts once per window, not once per lost segment; the requests other
+    jobs had in flight when one of them cut arrive together). The tokens owed at the cut stay
+    owed: requests after it queue behind them, at the new rate."""
     if state is not None and now - state.cut_at < CALM_SECONDS:
-        if sent < state.cut_at or now - state.cut_at < CUT_SECONDS:
+        if sent < max(state.cut_at, state.settled) or now - state.cut_at < CUT_SECONDS:
             return state, 0.0
-        in_use = rate_at(state, now)
+        in_use = min(rate_at(state, now), ceiling)
+        owed = min(0.0, state.tokens + max(0.0, now - state.stamp) * in_use)
     else:
-        in_use = measured
-    return RateState(max(MIN_RATE, min(in_use, ceiling)), now, 0.0, now), 0.0
+        in_use, owed = measured, 0.0
+    rate = max(MIN_RATE, min(in_use, ceiling))
+    owed = max(-rate * MAX_WAIT, owed)
+    return RateState(rate, now, owed, now, now - owed / max(in_use, MIN_RATE)), 0.0
 
 
 def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
@@ -108,7 +116,7 @@ def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tu
     capacity = max(1.0, rate * BURST_SECONDS)
     tokens = min(capacity, state.tokens + max(0.0, now - state.stamp) * rate) - 1
     tokens = max(-rate * MAX_WAIT, tokens)  # a state from another process is not trusted to be sane
-    return RateState(state.last_max, state.cut_at, tokens, now), (-tokens / rate if tokens < 0 else 0.0)
+    return RateState(state.last_max, state.cut_at, tokens, now, state.settled), (-tokens / rate if tokens < 0 else 0.0)
 
 
 def prefix_key(url: Url) -> str:
