@@ -13,7 +13,8 @@ so rate(0) = BETA * last_max and rate(K) = last_max.
 
 A prefix is *limited* from its first throttle answer until ``CALM_SECONDS`` pass without one.
 While it is not, :meth:`Pace.acquire` reads one attribute and returns (no lock, no system
-call): the cost of pacing when nothing throttles. While it is, each request reserves a token
+call; one look at the shared state every ``LEARN_EVERY`` requests, so that a job takes up
+what another job of the node learned): the cost of pacing when nothing throttles. While it is, each request reserves a token
 from the bucket (filled at ``rate(t)``, holding at most ``BURST_SECONDS`` of it) and sleeps
 until its token is due.
 
@@ -59,6 +60,7 @@ _INF = float("inf")  # (no ``math`` import: a job step's start-up)
 MIN_WINDOW = 0.1      # seconds: a rate measured over less is measured over this
 CUT_SECONDS = 0.25    # throttle answers this soon after a cut belong to the same round
 MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens owed are capped)
+LEARN_EVERY = 64      # requests of a pace not paced, between two looks at the shared state
 
 
 @record(frozen=True)
@@ -174,6 +176,8 @@ class Pace:
         self.sent += 1
         self.requests += 1
         if not self.limited:
+            if self.requests % LEARN_EVERY == 0:  # another job may have been throttled meanwhile
+                self.learn()
             return
         wait = self._states.update(self.key, lambda state: reserve(state, self._clock(), self.ceiling))
         if wait <= 0:
