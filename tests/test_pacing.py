@@ -207,30 +207,22 @@ def test_throttle_delay_is_retry_after_bounded_and_jittered() -> None:
     assert policy.throttle_delay(5, Throttled("x"), rng, 100.0) <= 0.05  # type: ignore[operator]
 
 
-def test_a_cut_forgives_the_queue_and_a_waiting_request_queues_again() -> None:
-    clock = FakeClock()
-    states = LocalStates()
-    pace = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
-    pace.sent = 100
-    clock.now += 1.0
-    pace.throttled(clock.now)  # 70/s
-    for _ in range(20):
-        states.update(pace.key, lambda state: reserve(state, clock.now))  # 20 requests queued ahead
-    other = Pacer(states, clock, lambda seconds: None).pace(parse_url("s3://u@site/b/p/y"))
-
-    def sleep(seconds: float) -> None:  # while this request waits, another job is throttled: a cut
-        clock.slept.append(seconds)
-        if len(clock.slept) == 1:
-            clock.now += seconds
-            other.throttled(clock.now)
-        else:
-            clock.now += seconds
-
-    pace._sleep = sleep
-    pace.acquire()
-    assert len(clock.slept) == 2  # it queued again, at the new rate, behind nothing owed
-    assert clock.slept[0] == pytest.approx(21 / (BETA * 100), rel=0.05)
-    assert clock.slept[1] == pytest.approx(1 / (BETA * BETA * 100), rel=0.1)
+def test_a_cut_keeps_the_queue_and_ignores_answers_from_before_it_settled() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)
+    now = 0.5  # ~71 requests/s
+    rate = rate_at(state, now)
+    current: RateState | None = state
+    for _ in range(int(rate * BURST_SECONDS) + 50):  # 50 requests queued behind a full bucket
+        current, _ = reserve(current, now)
+    assert current is not None
+    after, _ = cut(current, now, measured=0.0, sent=now)
+    assert after is not None and after.tokens == pytest.approx(-50.0, abs=1)  # still owed: new requests queue behind
+    assert after.settled == pytest.approx(now + 50 / rate, abs=1 / rate)
+    # an answer to a request sent while the queue of the old round drained: no second cut
+    same, _ = cut(after, now + 0.4, measured=0.0, sent=now + 0.3)
+    assert same is after
+    later, _ = cut(after, after.settled + 0.5, measured=0.0, sent=after.settled + 0.1)
+    assert later is not after
 
 
 def test_a_running_job_takes_up_what_another_learned() -> None:

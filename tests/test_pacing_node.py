@@ -69,7 +69,7 @@ def test_a_real_second_process_sees_the_cut(tmp_path: Path) -> None:
     os.rename(tmp_path / "node", tmp_path / "pegasus-cloudio")
     clock.now = __import__("time").time()
     (tmp_path / "pegasus-cloudio" / "rates").write_text(
-        f"s3://u@site/bucket/run/\t50.0\t{clock.now}\t0.0\t{clock.now}\n")
+        f"s3://u@site/bucket/run/\t50.0\t{clock.now}\t0.0\t{clock.now}\t{clock.now}\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(URL)], capture_output=True, text=True,
                           timeout=60)
     assert done.stdout.strip() == "True", done.stderr
@@ -105,8 +105,8 @@ def test_the_file_stays_bounded_and_drops_nonsense(tmp_path: Path) -> None:
     directory = tmp_path / "node"
     directory.mkdir(mode=0o700)
     clock = FakeClock()
-    junk = "".join(f"s3://u@site/b/{n}/\t-5\t{clock.now}\t0\t{clock.now}\n" for n in range(100))
-    junk += f"s3://u@site/b/future/\t5\t{clock.now + 1e6}\t0\t{clock.now}\n" + "y" * (MAX_BYTES * 2)
+    junk = "".join(f"s3://u@site/b/{n}/\t-5\t{clock.now}\t0\t{clock.now}\t0\n" for n in range(100))
+    junk += f"s3://u@site/b/future/\t5\t{clock.now + 1e6}\t0\t{clock.now}\t0\n" + "y" * (MAX_BYTES * 2)
     (directory / "rates").write_text(junk)
     pacer = _pacer(directory, clock)
     for n in range(400):
@@ -124,7 +124,7 @@ def test_a_state_owing_years_of_tokens_waits_at_most_a_minute(tmp_path: Path) ->
     clock = FakeClock()
     state = RateState(1.0, clock.now, -1e12, clock.now)
     (directory / "rates").write_text(f"s3://u@site/bucket/run/\t{state.last_max}\t{state.cut_at}\t{state.tokens}"
-                                     f"\t{state.stamp}\n")
+                                     f"\t{state.stamp}\t{state.settled}\n")
     pace = _pacer(directory, clock).pace(URL)
     pace.acquire()
     assert clock.slept and clock.slept[0] == pytest.approx(60.0)

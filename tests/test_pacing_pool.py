@@ -88,7 +88,7 @@ def test_another_scope_cannot_slow_a_users_jobs(server: RedisServer, tmp_path: P
     mallory.throttled(clock.now)  # mallory's own state: another name
     for name in client.keys("t:rate:*"):  # and garbage, or a copied value, under every name there is
         client.set(name.decode().replace(MALLORY.rate_name(KEY), ALICE.rate_name(KEY)),
-                   f"0.5 {clock.now} -1e9 {clock.now} {'0' * 32}")
+                   f"0.5 {clock.now} -1e9 {clock.now} 0 {'0' * 32}")
     alice = node(server.url, tmp_path / "a", clock).pace(URL)
     assert not alice.limited
     alice.acquire()

@@ -142,7 +142,7 @@ def test_a_hostile_rate_file_cannot_stop_a_job(proxied, minio, bucket, tmp_path,
     directory = runtime / "pegasus-cloudio"
     directory.mkdir(mode=0o700)
     prefix = f"s3://test@minio/{bucket}/run/"
-    hostile = f"{prefix}\t1e-300\t{time.time() + 1e9}\t-1e300\t{time.time()}\n" + "x" * (200 << 10)
+    hostile = f"{prefix}\t1e-300\t{time.time() + 1e9}\t-1e300\t{time.time()}\t1e300\n" + "x" * (200 << 10)
     (directory / "rates").write_text(hostile)
     os.chmod(directory / "rates", 0o600)
     proxy.set_faults([Fault(kind="status", times=5, match=_get(bucket), **SLOW_DOWN)])  # type: ignore[arg-type]

@@ -61,20 +61,21 @@ MIN_WINDOW = 0.1      # seconds: a rate measured over less is measured over this
 CUT_SECONDS = 0.25    # throttle answers this soon after a cut belong to the same round
 MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens owed are capped)
 LEARN_EVERY = 64      # requests of a pace not paced, between two looks at the shared state
-RECHECK_SECONDS = 0.05  # a request that waited this long looks whether the prefix was cut meanwhile
-REQUEUES = 8          # times a request queues again after cuts, at most
 
 
 @record(frozen=True)
 class RateState:
     """What is known of one prefix: ``last_max`` requests/s when it was last cut, at
     ``cut_at`` (epoch seconds); ``tokens`` in the bucket at ``stamp`` (may be negative: tokens
-    reserved by requests waiting for them)."""
+    reserved by requests waiting for them); ``settled``: when the last request that reserved
+    its token before the cut is due (answers to requests sent before then belong to the round
+    that was cut)."""
 
     last_max: float
     cut_at: float
     tokens: float
     stamp: float
+    settled: float = 0.0
 
 
 def rate_at(state: RateState, now: float) -> float:
@@ -90,19 +91,21 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     in use cut to BETA times it. The rate in use is the bucket's; for a prefix not paced (no
     state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
 
-    One cut per round: an answer to a request sent before the last cut, or arriving within
-    CUT_SECONDS of it, says nothing new (TCP cuts once per window, not once per lost segment;
-    the requests other jobs had in flight when one of them cut arrive together). The tokens
-    owed at the cut are forgiven: the requests that reserved them at the old rate queue again
-    at the new one when they wake (:meth:`Pace.acquire`), so a deep queue does not go on at the
-    old rate (the bufferbloat of a queue that hides the signal for seconds)."""
+    One cut per round: an answer to a request sent before the last cut settled (the requests
+    that had their tokens then went out at the old rate), or within CUT_SECONDS of the cut,
+    says nothing new (TCP cuts once per window, not once per lost segment; the requests other
+    jobs had in flight when one of them cut arrive together). The tokens owed at the cut stay
+    owed: requests after it queue behind them, at the new rate."""
     if state is not None and now - state.cut_at < CALM_SECONDS:
-        if sent < state.cut_at or now - state.cut_at < CUT_SECONDS:
+        if sent < max(state.cut_at, state.settled) or now - state.cut_at < CUT_SECONDS:
             return state, 0.0
         in_use = min(rate_at(state, now), ceiling)
+        owed = min(0.0, state.tokens + max(0.0, now - state.stamp) * in_use)
     else:
-        in_use = measured
-    return RateState(max(MIN_RATE, min(in_use, ceiling)), now, 0.0, now), 0.0
+        in_use, owed = measured, 0.0
+    rate = max(MIN_RATE, min(in_use, ceiling))
+    owed = max(-rate * MAX_WAIT, owed)
+    return RateState(rate, now, owed, now, now - owed / max(in_use, MIN_RATE)), 0.0
 
 
 def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
@@ -115,7 +118,7 @@ def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tu
     capacity = max(1.0, rate * BURST_SECONDS)
     tokens = min(capacity, state.tokens + max(0.0, now - state.stamp) * rate) - 1
     tokens = max(-rate * MAX_WAIT, tokens)  # a state from another process is not trusted to be sane
-    return RateState(state.last_max, state.cut_at, tokens, now), (-tokens / rate if tokens < 0 else 0.0)
+    return RateState(state.last_max, state.cut_at, tokens, now, state.settled), (-tokens / rate if tokens < 0 else 0.0)
 
 
 def prefix_key(url: Url) -> str:
@@ -176,26 +179,15 @@ class Pace:
             if self.requests % LEARN_EVERY == 0:  # another job may have been throttled meanwhile
                 self.learn()
             return
-        for _ in range(REQUEUES):
-            asked = self._clock()
-            wait = self._states.update(self.key, lambda state: reserve(state, self._clock(), self.ceiling))
-            if wait <= 0:
-                self.limited = wait == 0  # -1: calm again, back to the fast path
-                return
-            self.waited += wait
-            if cancel is None:
-                self._sleep(wait)
-            elif cancel.wait(wait):
-                return
-            if wait < RECHECK_SECONDS or not self._cut_since(asked):
-                return
-
-    def _cut_since(self, moment: float) -> bool:
-        """Whether the prefix was cut after ``moment``: a token reserved before then was
-        scheduled at the old rate, and its request queues again at the new one."""
-        def since(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
-            return state, 1.0 if state is not None and state.cut_at > moment else 0.0
-        return self._states.update(self.key, since) > 0
+        wait = self._states.update(self.key, lambda state: reserve(state, self._clock(), self.ceiling))
+        if wait <= 0:
+            self.limited = wait == 0  # -1: calm again, back to the fast path
+            return
+        self.waited += wait
+        if cancel is None:
+            self._sleep(wait)
+        else:
+            cancel.wait(wait)
 
     def throttled(self, sent: float) -> None:
         """A throttle answer came to a request sent at ``sent`` (this module's clock)."""

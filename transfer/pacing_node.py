@@ -10,7 +10,7 @@ else ``/tmp/pegasus-cloudio-UID`` (a batch system that gives each job its own ``
 each its own rate, as without this file). The directory must be the user's own, not a link, and closed to
 others (mode 0700, made so when created); the file is opened with ``O_NOFOLLOW`` and must be a
 regular file of the user; at most ``MAX_BYTES`` are read and ``MAX_KEYS`` prefixes kept (the
-most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp``;
+most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp TAB settled``;
 a line that does not parse is dropped. Anything that goes wrong (an unsafe directory, a full
 disk) makes the caller fall back to its own process's states, with one warning.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from transfer._lean import logger
-from transfer.pacing import CALM_SECONDS, LocalStates, RateState
+from transfer.pacing import CALM_SECONDS, MAX_WAIT, LocalStates, RateState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,14 +133,15 @@ def _parse(data: bytes, now: float) -> Dict[str, RateState]:
     states: Dict[str, RateState] = {}
     for line in data.decode("utf-8", "replace").split("\n"):
         fields = line.split("\t")
-        if len(fields) != 5:
+        if len(fields) != 6:
             continue
         try:
             numbers = [float(f) for f in fields[1:]]
         except ValueError:
             continue
         finite = all(n == n and abs(n) != float("inf") for n in numbers)
-        if finite and 0 < numbers[0] <= _MAX_RATE and numbers[1] <= now + 1 and numbers[3] <= now + 1:
+        if finite and 0 < numbers[0] <= _MAX_RATE and numbers[1] <= now + 1 and numbers[3] <= now + 1 \
+                and numbers[4] <= now + MAX_WAIT + 1:
             states[fields[0]] = RateState(*numbers)
     return states
 
@@ -151,7 +152,7 @@ def _format(states: Dict[str, RateState], now: float) -> bytes:
     lines, size = [], 0
     for _, key in reversed(live):
         s = states[key]
-        line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\n".encode()
+        line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\t{s.settled!r}\n".encode()
         if size + len(line) > MAX_BYTES:
             break
         lines.append(line)

@@ -101,7 +101,7 @@ class PoolStates:
 
 
 def _encode(state: RateState) -> str:
-    return f"{state.last_max!r} {state.cut_at!r} {state.tokens!r} {state.stamp!r}"
+    return f"{state.last_max!r} {state.cut_at!r} {state.tokens!r} {state.stamp!r} {state.settled!r}"
 
 
 def _decode(raw: Any, name: str, scope: Scope, now: float) -> Optional[RateState]:
@@ -109,16 +109,17 @@ def _decode(raw: Any, name: str, scope: Scope, now: float) -> Optional[RateState
     if not isinstance(raw, bytes) or len(raw) > 256:
         return None
     fields = raw.decode("ascii", "replace").split(" ")
-    if len(fields) != 5:
+    if len(fields) != 6:
         return None
     import hmac
-    value = " ".join(fields[:4])
-    if not hmac.compare_digest(fields[4], scope.rate_tag(name, value)):
+    value = " ".join(fields[:5])
+    if not hmac.compare_digest(fields[5], scope.rate_tag(name, value)):
         return None
     try:
-        last_max, cut_at, tokens, stamp = (float(f) for f in fields[:4])
+        last_max, cut_at, tokens, stamp, settled = (float(f) for f in fields[:5])
     except ValueError:
         return None
-    if not all(math.isfinite(n) for n in (last_max, cut_at, tokens, stamp)) or last_max <= 0 or cut_at > now + 1:
+    if not all(math.isfinite(n) for n in (last_max, cut_at, tokens, stamp, settled)) or last_max <= 0 \
+            or cut_at > now + 1 or settled > now + 61:
         return None
-    return RateState(last_max, cut_at, tokens, stamp)
+    return RateState(last_max, cut_at, tokens, stamp, settled)
