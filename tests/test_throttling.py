@@ -156,3 +156,54 @@ def test_a_hostile_rate_file_cannot_stop_a_job(proxied, minio, bucket, tmp_path,
 def _get(bucket: str):  # type: ignore[no-untyped-def]
     from pegasus_cloudio.testbed.faults import Match
     return Match("GET", f"/{bucket}/")
+
+
+def test_jobs_behind_a_rate_limit_and_a_client_that_ignores_it_all_finish(minio, bucket, tmp_path, runtime):  # type: ignore[no-untyped-def]
+    """Three drop-ins of 20 files on one prefix behind a front that lets 30 requests/s through,
+    while a client that ignores every 503 keeps sending 20 requests/s to that prefix: the
+    front throttles them, and every job still gets every file (the default settings, no retry
+    tuning). (A client that sends as fast as it can takes every token a bucket refills, and
+    starves everyone until the throttle time runs out: the store's limit, not ours.)"""
+    import socket
+    import threading
+
+    from pegasus_cloudio.testbed.throttle import ThrottleFront
+    keys = [f"run/f{n:03d}.dat" for n in range(20)]
+    _put(minio, bucket, keys)
+    stop = threading.Event()
+
+    def hammer(port: int) -> None:  # unsigned GETs of the prefix, 20/s whatever the answers
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    for _ in range(50):
+                        sock.sendall(f"GET /{bucket}/run/f000.dat HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                        sock.recv(65536)
+                        if stop.wait(0.05):
+                            return
+            except OSError:
+                pass
+
+    with ThrottleFront(minio.host, minio.port, rate=30, burst=30, shape="s3") as front:
+        creds = minio.write_pegasus_credentials(tmp_path / "front.conf", site="minio", user="test",
+                                                endpoint=front.endpoint)
+        env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+               "XDG_RUNTIME_DIR": str(runtime)}
+        hostile = threading.Thread(target=hammer, args=(front.port,), daemon=True)
+        hostile.start()
+        try:
+            outcomes = []
+            threads = [threading.Thread(target=lambda j=j: outcomes.append(
+                (j, _run(_spec(bucket, keys, tmp_path / f"job{j}"), env, tmp_path)))) for j in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            stop.set()
+            hostile.join(10)
+        stats = front.stats()
+    assert stats["throttled"] > 0, stats  # the front did throttle
+    for j, (rc, err, _) in outcomes:
+        assert rc == 0, err[-3000:]
+        assert sorted(p.name for p in (tmp_path / f"job{j}").iterdir()) == sorted(k.rsplit("/", 1)[-1] for k in keys)
