@@ -65,6 +65,7 @@ def job(minio, s3_env: Dict[str, str], bucket: str, wheel_bin: str, tmp_path: Pa
     env = clean_env(wheel_bin, {**s3_env, "PEGASUS_CLOUDIO_CACHE_DIR": "off"})
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # installed modules run from their bytecode
     env["PWD"] = str(workdir)
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")  # a node where no prefix was throttled (no rate file)
     yield {"bin": wheel_bin, "env": env, "cwd": workdir, "spec": json.dumps(spec)}
 
 
