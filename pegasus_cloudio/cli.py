@@ -29,7 +29,7 @@ PROG = "pegasus-cloudio"
 # name -> (module, one-line help)
 BENCHES: Dict[str, Tuple[str, str]] = {
     "small-files": ("pegasus_cloudio.bench.small_files",
-                    "many small files staged out and in, against the stock tool"),
+                    "many small files staged out and in, against the stock tools (Python and Go)"),
     "mconcatfit": ("pegasus_cloudio.bench.mconcatfit",
                    "Montage mConcatFit staging: many producers' small files, one consumer"),
     "cache": ("pegasus_cloudio.bench.cache",
@@ -111,22 +111,25 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         if chosen == ["bench", name]:
             load(module_name, f"bench {name}").add_arguments(sub)
             sub.add_argument("--json", action="store_true", help="print machine-readable JSON")
-            sub.set_defaults(module_name=module_name, kind="bench")
+            sub.set_defaults(module_name=module_name, kind="bench", subparser=sub)
     for name, (module_name, text) in COMMANDS.items():
         sub = commands.add_parser(name, help=text, description=text)
         if chosen[:1] == [name]:
             load(module_name, name).add_arguments(sub)
-            sub.set_defaults(module_name=module_name, kind="command")
+            sub.set_defaults(module_name=module_name, kind="command", subparser=sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser(argv).parse_args(argv)
+        parser = build_parser(argv)
     except MissingExtra as err:
         sys.stderr.write(f"{err}\n")
         return 2
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the command's own usage, not the top level's list of commands
+        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     module = sys.modules[args.module_name]
     problems = module.usage_problems(args) if hasattr(module, "usage_problems") else []
     where = " ".join(filter(None, (PROG, args.command, getattr(args, "scenario", None))))

@@ -13,8 +13,10 @@ def test_small_files_bench_reports_every_tool_and_checks_its_own_output():
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     runs = {(r["tool"], r["direction"]): r for r in result["runs"]}
-    assert set(runs) == {(tool, d) for tool in ("pegasus-cloudio-transfer", "stock pegasus-transfer", "s5cmd cp")
-                         for d in ("stage-out", "stage-in")}
+    assert set(runs) == {(tool, d) for tool in ("pegasus-cloudio-transfer", "pegasus-cloudio-transfer (bundled)",
+                                                "Go pegasus-transfer", "stock pegasus-transfer", "s5cmd cp")
+                         for d in ("stage-out", "stage-in")} | {("pegasus-cloudio-transfer (node cache on, all misses)",
+                                                                 "stage-in")}
     assert all(r["exit_code"] == 0 for r in result["runs"])
     ours = runs[("pegasus-cloudio-transfer", "stage-in")]
     stock = runs[("stock pegasus-transfer", "stage-in")]
@@ -23,6 +25,13 @@ def test_small_files_bench_reports_every_tool_and_checks_its_own_output():
     assert stock["connections"] > ours["connections"]
     assert result["targets"]["stage_in_files_identical"] is True
     assert result["ratios"]["stage_in_speedup_vs_stock"] > 1
+    go = runs[("Go pegasus-transfer", "stage-in")]
+    assert go["requests"] >= 40 and not go["extrapolated"]  # every file, no sample
+    assert runs[("pegasus-cloudio-transfer (bundled)", "stage-in")]["requests"] < 40
+    assert result["ratios"]["stage_in_wall_vs_go"] == round(ours["wall_s"] / go["wall_s"], 2)
+    # loopback: the loopback targets apply, the 20 ms ones do not
+    assert result["targets"]["cache_miss_cpu_per_get_at_most_0.6x_go_on_loopback"] is not None
+    assert result["targets"]["stage_in_wall_at_most_0.25x_go_at_20ms"] is None
 
 
 def test_mconcatfit_bench_compares_per_file_bundled_floor_and_stock():
@@ -40,6 +49,10 @@ def test_mconcatfit_bench_compares_per_file_bundled_floor_and_stock():
     assert runs["floor (1 GET + local writes)"]["requests"] == 1
     assert result["targets"]["requests_at_least_50x_fewer"] is False  # 120/5 < 50 at this scale
     assert result["ratios"]["consumer_request_reduction"] == 24.0
+    go = runs["Go pegasus-transfer consumer"]
+    assert go["exit_code"] == 0 and go["requests"] >= 120 and not go["extrapolated"]
+    assert result["ratios"]["per_file_consumer_wall_vs_go"] == round(
+        runs["ours per-file consumer"]["wall_s"] / go["wall_s"], 2)
 
 
 def test_condor_plugin_bench_reports_its_targets():

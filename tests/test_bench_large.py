@@ -29,10 +29,11 @@ def test_tools_take_turns_in_alternating_rounds_after_sync(monkeypatch: pytest.M
     result = large.run(large.Params(mib=2, repeats=2), progress)
     timed = [p for p in progress.seen if "round" in p]
     order = [p.split(": ")[1].split(",")[0] for p in timed if " up: " in p]
-    assert order == ["ours", "s5cmd", "curl", "curl", "s5cmd", "ours"]
-    assert len(synced) == len(timed) == 12  # every timed transfer starts after sync
+    assert order == ["ours", "go", "s5cmd", "curl", "curl", "s5cmd", "go", "ours"]
+    assert len(synced) == len(timed) == 16  # every timed transfer starts after sync
     runs = result["runs"]
-    assert isinstance(runs, list) and len(runs) == 6
+    assert isinstance(runs, list) and len(runs) == 8
     for run in runs:
         assert len(run["rounds_wall_s"]) == 2 and run["wall_s"] == min(run["rounds_wall_s"]) and run["ok"]
     assert result["targets"]["downloads_identical"] is True  # type: ignore[index]
+    assert set(result["ours_vs_go_throughput"]) == {"download", "upload"}  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock()
     result = json.loads(done.stdout)
     assert result["params"]["slots"] == 8 and result["params"]["nodes"] == 4 and result["params"]["cores"] >= 1
     runs = {r["mode"]: r for r in result["runs"]}
-    assert set(runs) == {"stock", "per-file", "bundles+cache", "stager", "vm-local"}
+    assert set(runs) == {"stock", "go", "per-file", "bundles+cache", "stager", "vm-local"}
     # per file: a header GET and 8 PUTs per producer, 16 GETs and 1 PUT for the concat job
     assert runs["per-file"]["requests"] == 2 * (1 + 8) + 16 + 1
     assert runs["bundles+cache"]["requests"] < runs["per-file"]["requests"]
@@ -39,7 +39,12 @@ def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock()
     assert runs["vm-local"]["requests"] == 0
     assert len(runs["per-file"]["rounds_makespan_s"]) == 2 and len(runs["stock"]["rounds_makespan_s"]) == 1
     assert runs["per-file"]["makespan_s"] == min(runs["per-file"]["rounds_makespan_s"])
-    assert all(runs[m]["result_correct"] is True for m in ("per-file", "bundles+cache", "stager", "vm-local"))
+    assert all(runs[m]["result_correct"] is True for m in ("go", "per-file", "bundles+cache", "stager", "vm-local"))
+    # the Go tool moved the same files (at least as many requests: it may check the bucket) in every round
+    assert runs["go"]["requests"] >= runs["per-file"]["requests"] and len(runs["go"]["rounds_makespan_s"]) == 2
+    assert result["ratios"]["per-file_vs_go_at_0.05s"] == round(
+        runs["per-file"]["makespan_s"] / runs["go"]["makespan_s"], 2)
+    assert set(result["tool_startup_s"]) == {"ours", "stock", "go"}
     stock = runs["stock"]
     assert stock["extrapolated"] and stock["jobs_run"] < stock["jobs"] == 3
     assert stock["makespan_s"] > stock["measured_s"]

@@ -147,6 +147,211 @@ def test_missing_object_is_not_found_naming_it(client, where):
         client.list(f"{where}/nope")
 
 
+@pytest.fixture(params=["s3", "gs"])
+def store_client(request):
+    """(Client, an existing empty bucket's URL) on MinIO, and on fake-gcs-server (gs:// URLs
+    reach it through the environment the Client is given)."""
+    if request.param == "s3":
+        made = request.getfixturevalue("client")
+        yield made, request.getfixturevalue("where")
+        return
+    with Client(env=request.getfixturevalue("gcs_env")) as made:
+        yield made, f"gs://{request.getfixturevalue('gcs_bucket')}"
+
+
+def test_a_bucket_that_does_not_exist_is_not_found_everywhere(store_client):
+    """Issue 33's wrong answer: exists("s3://no-such-bucket") was True, info() a directory and
+    list() [], so a misspelt bucket read as "no inputs"; only find() raised."""
+    client, empty = store_client
+    missing = f"{empty.split('://')[0]}://no-such-{uuid.uuid4().hex[:12]}"
+    for url in (missing, missing + "/", f"{missing}/key", f"{missing}/dir/"):
+        assert not client.exists(url), url
+        for call in (client.info, client.list, client.find):
+            with pytest.raises(NotFound) as caught:
+                call(url)
+            assert missing in str(caught.value), (call, str(caught.value))
+    with pytest.raises(NotFound, match=missing):
+        client.read_bytes(f"{missing}/key")
+    # an empty bucket that exists is an empty directory, not an error
+    assert client.exists(empty) and client.info(empty).is_dir
+    assert client.list(empty) == [] and client.list(empty + "/") == [] and client.find(empty) == []
+
+
+@pytest.fixture
+def counted_client(minio):
+    with TcpProxy((minio.host, minio.port)) as proxy:
+        with Client(endpoint=proxy.url(), access_key=minio.access_key, secret_key=minio.secret_key,
+                    env={}) as made:
+            where = f"s3://d-{uuid.uuid4().hex[:12]}"
+            made.mkdir(where)
+            yield made, proxy, where
+
+
+def test_removing_1000_listed_keys_is_one_listing_and_one_delete_objects(counted_client, tmp_path):
+    """Issue 33: a list of keys cost a HEAD per key (1,000 keys: 1,000 HEADs and 1 POST)."""
+    client, proxy, where = counted_client
+    sources = _files(tmp_path / "src", 1000, size=10)
+    client.copy([(str(p), f"{where}/d/") for p in sources])
+    client.write_bytes(f"{where}/d/sub/kept", b"k")
+    listed = [e.url for e in client.list(f"{where}/d") if not e.is_dir]
+    assert len(listed) == 1000
+    proxy.reset_counters()
+    with pytest.raises(NotFound, match=f"{where}/d/absent"):  # looked up before anything is removed
+        client.remove(listed + [f"{where}/d/absent"])
+    with pytest.raises(InvalidInput, match=f"{where}/d/sub"):
+        client.remove(listed + [f"{where}/d/sub"])
+    assert "POST" not in proxy.requests_by_method and len(client.list(f"{where}/d")) == 1001
+    proxy.reset_counters()
+    client.remove(listed)
+    assert proxy.requests <= 2 and proxy.requests_by_method.get("POST") == 1, proxy.requests_by_method
+    assert "HEAD" not in proxy.requests_by_method
+    assert [e.url for e in client.find(f"{where}/")] == [f"{where}/d/sub/kept"]
+
+
+def test_endpoint_and_keys_have_the_names_s3fs_gives_them_and_the_old_ones_as_aliases(minio, where):
+    with Client(endpoint_url=minio.endpoint, key=minio.access_key, secret=minio.secret_key, env={}) as named:
+        named.write_bytes(f"{where}/named", b"s3fs names")
+    with Client(endpoint=minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key, env={}) as old:
+        assert old.read_bytes(f"{where}/named") == b"s3fs names"
+    for both in ({"endpoint_url": minio.endpoint, "endpoint": minio.endpoint},
+                 {"key": "a", "access_key": "a", "secret": "b"}, {"token": "t", "session_token": "t"}):
+        with pytest.raises(InvalidInput, match="one argument"):
+            Client(env={}, **both)
+    with pytest.raises(InvalidInput, match="key and secret"):
+        Client(key="a", env={})
+
+
+def test_touch_renews_the_time_keeps_bytes_and_attributes_and_creates_what_is_absent(client, where, minio):
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    bucket = where[len("s3://"):]
+    s3.put_object(Bucket=bucket, Key="d/a", Body=b"kept", ContentType="text/x-kept", Metadata={"who": "me"},
+                  CacheControl="max-age=60")
+    before = client.info(f"{where}/d/a")
+    while time.time() < before.mtime + 1.5:  # the store's times are whole seconds: wait for the next one
+        time.sleep(0.05)
+    after = client.touch(f"{where}/d/a")
+    assert after.mtime > before.mtime and client.read_bytes(f"{where}/d/a") == b"kept"
+    head = s3.head_object(Bucket=bucket, Key="d/a")
+    assert (head["ContentType"], head["Metadata"], head["CacheControl"]) == ("text/x-kept", {"who": "me"},
+                                                                              "max-age=60")
+    assert client.touch(f"{where}/d").is_dir and client.info(f"{where}/d/a").mtime >= after.mtime  # a directory
+    made = client.touch(f"{where}/new")
+    assert made.size == 0 and client.read_bytes(f"{where}/new") == b""
+
+
+def test_conditional_writes_store_only_when_the_condition_holds(client, where):
+    from transfer.errors import AlreadyExists
+
+    client.write_bytes(f"{where}/c", b"first", if_none_match="*")
+    with pytest.raises(AlreadyExists, match=f"{where}/c"):
+        client.write_bytes(f"{where}/c", b"second", if_none_match="*")
+    seen = client.info(f"{where}/c")
+    client.write_bytes(f"{where}/c", b"third", if_match=seen.version)
+    with pytest.raises(RemoteError, match=f"{where}/c") as caught:  # the version seen is gone
+        client.write_bytes(f"{where}/c", b"fourth", if_match=seen.version)
+    assert caught.value.status == 412 and client.read_bytes(f"{where}/c") == b"third"
+    with pytest.raises(RemoteError):
+        client.write_bytes(f"{where}/absent", b"x", if_match=seen.version)
+    assert not client.exists(f"{where}/absent")
+    for bad in ({"if_none_match": "etag"}, {"if_none_match": "*", "if_match": "e"}):
+        with pytest.raises(InvalidInput, match=f"{where}/c"):
+            client.write_bytes(f"{where}/c", b"x", **bad)
+    assert client.read_bytes(f"{where}/c") == b"third"
+
+
+def test_a_conditional_write_where_the_store_cannot_is_refused_naming_it(gcs_env, gcs_bucket):
+    with Client(env=gcs_env) as client:
+        for condition in ({"if_none_match": "*"}, {"if_match": "1"}):
+            with pytest.raises(InvalidInput, match=f"gs://{gcs_bucket}/k"):
+                client.write_bytes(f"gs://{gcs_bucket}/k", b"x", **condition)
+        assert not client.exists(f"gs://{gcs_bucket}/k")
+
+
+def test_iter_find_and_iter_list_give_pages_one_request_each_as_they_are_taken(counted_client, tmp_path):
+    """Issue 33: list() and find() were built whole, with no iterator and no pages."""
+    client, proxy, where = counted_client
+    sources = _files(tmp_path / "src", 1200, size=10)
+    client.copy([(str(p), f"{where}/d/") for p in sources])
+    client.write_bytes(f"{where}/d/sub/x", b"x")
+    proxy.reset_counters()
+    pages = client.iter_find(f"{where}/d")
+    assert proxy.requests == 0  # nothing asked before the first page is taken
+    first = next(pages)
+    assert len(first) == 1000 and proxy.requests == 1
+    rest = [entry for page in pages for entry in page]
+    assert proxy.requests == 2 and len(first) + len(rest) == 1201
+    assert sorted(e.url for e in first + rest) == [e.url for e in client.find(f"{where}/d")]
+    proxy.reset_counters()
+    levels = client.iter_list(f"{where}/d")
+    top = next(levels)
+    assert len(top) == 1000 and proxy.requests == 1 and top == sorted(top, key=lambda e: e.name)
+    names = [e.name for e in top] + [e.name for page in levels for e in page]
+    assert names == [e.name for e in client.list(f"{where}/d")] and names[-1] == "sub"
+    with pytest.raises(NotFound):
+        next(client.iter_find(f"s3://no-such-{uuid.uuid4().hex[:12]}/d"))
+    assert [[e.name for e in page] for page in client.iter_list(f"{where}/d/sub/x")] == [["x"]]
+
+
+def test_content_type_cache_control_and_metadata_are_stored_returned_and_kept_by_copies(client, where, minio,
+                                                                                        tmp_path):
+    """Issue 33: write_bytes had no way to pass them, and fsspec's ContentType= and Metadata=
+    were dropped silently."""
+    import boto3
+
+    from transfer.fsspec_fs import CloudioFileSystem
+
+    client.write_bytes(f"{where}/a.json", b"{}", content_type="application/json", cache_control="no-cache",
+                       metadata={"Run": "r1", "step": "2"})
+    got = client.info(f"{where}/a.json")
+    assert (got.content_type, got.cache_control, got.metadata) == ("application/json", "no-cache",
+                                                                   {"run": "r1", "step": "2"})
+    client.copy([(f"{where}/a.json", f"{where}/copied.json")])  # inside one store: a server-side copy
+    kept = client.info(f"{where}/copied.json")
+    assert (kept.content_type, kept.metadata) == ("application/json", {"run": "r1", "step": "2"})
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    head = s3.head_object(Bucket=where[len("s3://"):], Key="a.json")
+    assert (head["ContentType"], head["CacheControl"], head["Metadata"]) == ("application/json", "no-cache",
+                                                                            {"run": "r1", "step": "2"})
+    fs = CloudioFileSystem(skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
+                           secret=minio.secret_key, env={})
+    fs.pipe_file(f"{where[5:]}/f.txt", b"x", ContentType="text/plain", Metadata={"k": "v"})
+    details = fs.info(f"{where[5:]}/f.txt")
+    assert (details["ContentType"], details["Metadata"]) == ("text/plain", {"k": "v"})
+    fs.client.close()
+    with pytest.raises(InvalidInput, match=f"{where}/bad"):
+        client.write_bytes(f"{where}/bad", b"x", metadata={"k": "caf\u00e9"})
+    with pytest.raises(InvalidInput, match=str(tmp_path)):
+        client.write_bytes(str(tmp_path / "local"), b"x", content_type="text/plain")
+    assert not client.exists(f"{where}/bad") and not (tmp_path / "local").exists()
+
+
+def test_info_returns_the_stores_checksum_and_fsspec_checksum_means_the_content(client, where, minio):
+    import boto3
+
+    from transfer.fsspec_fs import CloudioFileSystem
+
+    s3 = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                      aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    bucket = where[len("s3://"):]
+    for key in ("c1", "c2"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"same bytes", ChecksumAlgorithm="CRC32")
+    s3.put_object(Bucket=bucket, Key="c3", Body=b"other bytes", ChecksumAlgorithm="CRC32")
+    crc = s3.head_object(Bucket=bucket, Key="c1", ChecksumMode="ENABLED")["ChecksumCRC32"]
+    assert client.info(f"{where}/c1").checksum == f"crc32:{crc}"
+    client.write_bytes(f"{where}/m1", b"same bytes")  # no checksum stored: the MD5 ETag tells
+    client.write_bytes(f"{where}/m2", b"same bytes")
+    assert client.info(f"{where}/m1").checksum is None
+    fs = CloudioFileSystem(skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
+                           secret=minio.secret_key, env={})
+    sums = {key: fs.checksum(f"{bucket}/{key}") for key in ("c1", "c2", "c3", "m1", "m2")}
+    assert sums["c1"] == sums["c2"] != sums["c3"] and sums["m1"] == sums["m2"]
+    fs.client.close()
+
+
 def test_a_range_at_or_past_the_end_reads_as_empty_like_a_slice(client, where):
     """A range starting at or past the end (or any range of an empty object) was HTTP 416 from
     the store, raised as RemoteError: fsspec's cat_file(path, 20, 30) and a reader looping to EOF

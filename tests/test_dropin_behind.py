@@ -1,12 +1,13 @@
-"""The drop-in without a stager: bundle members enter the node cache after the job's files are in
-place and the command has exited (a child process inserts them), and a later job reads them
-from the cache."""
+"""The drop-in without a stager: bundle members, and the small files its pipelined pass reads,
+enter the node cache after the job's files are in place and the command has exited (a child
+process inserts them), and a later job reads them from the cache."""
 
+import json
 import os
 
 from transfer.cache import cache_from_settings
 
-from test_stager import read_bundle, upload_bundle, wait_for
+from test_stager import entry, read_bundle, run_job, upload_bundle, wait_for
 
 
 def job_env(env):
@@ -115,3 +116,43 @@ def test_output_the_jobs_stdout_cannot_take_ends_as_python_does_with_the_inserts
         wait_for(lambda: len(cache.entries()) == len(names), "the members inserted behind the job")
     finally:
         cache.close()
+
+
+def test_small_files_a_job_reads_enter_the_node_cache_after_it_exits(native_dropin, proxied, bucket, tmp_path):
+    """A miss costs the job what no cache costs (issue 38): its files are its own, written as
+    without the cache, and the entries are made behind its answer, with each object's version;
+    the next job on the node reads every file from the cache without a GET."""
+    proxy, env = proxied
+    node = dict(job_env(env), PEGASUS_CLOUDIO_BUNDLE="0", PEGASUS_CLOUDIO_CACHE_DIR=str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.mkdir()
+    names = [f"s{i:02d}" for i in range(20)]
+    for name in names:
+        (src / name).write_bytes(name.encode() * 15)
+    url = f"s3://test@minio/{bucket}/small"
+    up = [entry(f"file://{src}/{n}", f"{url}/{n}", "local", "minio") for n in names]
+    assert run_job(native_dropin, [], dict(node, PEGASUS_CLOUDIO_CACHE_DIR="off"), tmp_path,
+                   stdin=json.dumps(up).encode()).returncode == 0
+
+    def cached():
+        cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "cache"), "HOME": env["HOME"]})
+        try:
+            return {e.meta.key.rsplit("/", 1)[1]: e.meta for e in cache.entries()}
+        finally:
+            cache.close()
+
+    for job in ("first", "second"):
+        (tmp_path / job).mkdir()
+        proxy.reset_counters()
+        down = [entry(f"{url}/{n}", f"file://{tmp_path / job}/{n}", "minio", "local") for n in names]
+        done = run_job(native_dropin, [], node, tmp_path / job, stdin=json.dumps(down).encode())
+        assert done.returncode == 0, done.stderr.decode()
+        assert all((tmp_path / job / n).read_bytes() == n.encode() * 15 for n in names)
+        if job == "first":
+            assert all(os.stat(tmp_path / job / n).st_nlink == 1 for n in names)  # its own files
+            assert proxy.requests_by_method.get("GET", 0) == len(names)
+            wait_for(lambda: sorted(cached()) == names, "the entries made behind the job")
+            assert {(m.source, m.version is not None) for m in cached().values()} == {("download", True)}
+    assert proxy.requests_by_method.get("GET", 0) == 0  # every file a hit
+    assert all(os.stat(tmp_path / "second" / n).st_nlink == 2 for n in names)  # hard links of the entries
+    assert not list((tmp_path / "cache").rglob("*.part"))

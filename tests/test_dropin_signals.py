@@ -159,10 +159,11 @@ def _blocked_writing(pid: int) -> bool:
 LINKS = "link,linkat,symlink,symlinkat"
 
 
-def hold_links(pid: int) -> subprocess.Popen:
-    """strace attached to every thread of ``pid`` (and those it starts), holding its links."""
+def hold_links(pid: int, when: str = "1+") -> subprocess.Popen:
+    """strace attached to every thread of ``pid`` (and those it starts), holding its links (each
+    thread's from the ``when``-th on)."""
     tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={LINKS}",
-                               "-e", f"inject={LINKS}:delay_exit=60s", "-p", str(pid)],
+                               "-e", f"inject={LINKS}:delay_exit=60s:when={when}", "-p", str(pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: _status(pid, "TracerPid") == str(tracer.pid), "strace to attach")
     return tracer
@@ -179,9 +180,10 @@ def _status(pid: int, field: str) -> str:
 
 @pytest.mark.parametrize("how", ["symlink", "cache-hit"])
 def test_sigterm_while_a_link_is_made_leaves_no_hidden_link_name(proxied, bucket, minio, tmp_path, how):
-    """A destination linked into place (a ``symlink://`` one, a node-cache hit's hard link) is
-    made under a hidden ``.NAME.PID.N.link`` name and renamed over it: an eviction between the
-    two removes that name as it removes ``.part`` files. strace holds each link call's return,
+    """A destination linked into place (a ``symlink://`` one, a node-cache hit's hard link over a
+    file already there: a free name is hard-linked at once) is made under a hidden
+    ``.NAME.PID.N.link`` name and renamed over it: an eviction between the two removes that name
+    as it removes ``.part`` files, and leaves the file that was there. strace holds each link call's return,
     so the name exists, deterministically, when SIGTERM comes (the signal's handler runs on the
     main thread; the link is made on a worker's)."""
     proxy, env = proxied
@@ -198,8 +200,9 @@ def test_sigterm_while_a_link_is_made_leaves_no_hidden_link_name(proxied, bucket
         filler = start([entry(url, f"file://{tmp_path}/filled.dat", "minio", "local")], env, tmp_path, cache)
         assert filler.wait(timeout=60) == 0, filler.stderr.read().decode()
         spec = [entry(url, f"file://{job}/in.dat", "minio", "local")]
+        (job / "in.dat").write_bytes(b"there before")
     proc = start([], env, job, cache, write=False)  # waits for its spec on stdin meanwhile
-    tracer = hold_links(proc.pid)
+    tracer = hold_links(proc.pid, "1+" if how == "symlink" else "2+")  # not the link to the taken name
     try:
         proc.stdin.write(json.dumps(spec).encode())
         proc.stdin.close()
@@ -212,5 +215,6 @@ def test_sigterm_while_a_link_is_made_leaves_no_hidden_link_name(proxied, bucket
     rc = proc.wait(timeout=30)
     err = proc.stderr.read().decode()
     assert rc == 1, err
-    assert [p.name for p in job.iterdir()] == []
+    assert [p.name for p in job.iterdir()] == ([] if how == "symlink" else ["in.dat"])
+    assert how == "symlink" or (job / "in.dat").read_bytes() == b"there before"
     assert "Exiting due to signal 15: 1 transfer(s) did not finish, 1 temporary file(s) removed" in err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -153,6 +154,40 @@ def test_parsl_task_with_a_missing_input_fails_naming_it_and_runs_no_app(parsl_v
     assert f"s3://{bucket}/in/t0/f1.txt" in done.stderr, done.stderr[-3000:]
     assert "NotFound" in done.stderr, done.stderr[-3000:]
     assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="out/")  # the app never ran
+
+
+def test_parsl_keys_given_to_the_provider_and_one_client_per_worker(parsl_venv: Venv, minio: MinioServer, bucket: str,
+                                                                    counted: TcpProxy, tmp_path: Path) -> None:
+    """Issue 33: S3Staging took no keys (only the workers' AWS chain), and every task opened its
+    own Client: a new pool, so new connections, per task."""
+    tasks = 6
+    client = boto(minio)
+    for t in range(tasks):
+        for i in range(FILES):
+            client.put_object(Bucket=bucket, Key=f"in/t{t}/f{i}.txt", Body=content(t * 100 + i))
+    bin_dir, env = parsl_venv
+    assert not any(name.startswith("AWS_ACCESS") for name in env)
+    env = dict(env, PARSL_KEYS=f"{minio.access_key}:{minio.secret_key}")
+    counted.reset_counters()
+    done = run([str(bin_dir / "python"), str(ENGINES / "parsl_run.py"), "threads", counted.url(), bucket, str(tasks),
+                str(FILES), "0", str(tmp_path)], env, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    _, summary = _expected(tasks)
+    assert client.get_object(Bucket=bucket, Key="summary.txt")["Body"].read() == summary
+    assert counted.connections <= 4 + 2, counted.snapshot()  # one pool of threads + 2, for all 7 tasks
+    logs = [path for path in (tmp_path / "runinfo").rglob("*") if path.is_file()]
+    assert logs and not [p for p in logs if minio.secret_key.encode() in p.read_bytes()]  # Parsl logs its config
+
+
+def test_parsl_input_in_a_bucket_that_does_not_exist_fails_naming_it(parsl_venv: Venv, minio: MinioServer,
+                                                                     tmp_path: Path) -> None:
+    bin_dir, env = parsl_venv
+    missing = f"no-such-{uuid.uuid4().hex[:12]}"
+    env = dict(env, PARSL_KEYS=f"{minio.access_key}:{minio.secret_key}")
+    done = run([str(bin_dir / "python"), str(ENGINES / "parsl_run.py"), "threads", minio.endpoint, missing, "1", "1",
+                "0", str(tmp_path)], env, tmp_path, timeout=600)
+    assert done.returncode != 0
+    assert f"s3://{missing}/in/t0/f0.txt" in done.stderr and "NotFound" in done.stderr, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("threads", [0, -2, "8", 2.5])

@@ -49,7 +49,7 @@ def test_snakemake_storage_base_suite_passes_unmodified(snakemake_venv: Venv, mi
     done = run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
                 "-c", os.devnull, "test_suite.py"], env, tmp_path, timeout=600)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
-    assert "8 passed" in done.stdout, done.stdout[-2000:]  # 4 tests x 2 classes, none skipped
+    assert "8 passed" in done.stdout, done.stdout[-2000:]  # 4 tests x 2 classes (touch = True), none skipped
 
 
 def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: Venv, minio: MinioServer,

@@ -336,3 +336,85 @@ def test_an_exclusive_create_over_a_removed_name_is_read_back_past_the_node_cach
             fs.rm(path)
     finally:
         fs.client.close()
+
+
+def test_a_bucket_that_does_not_exist_is_no_empty_directory(cfs):
+    """Issue 33: ``exists("no-such-bucket")`` was True and ``ls`` gave [], so a misspelt bucket
+    read as "no inputs"."""
+    fs, bucket = cfs
+    missing = f"no-such-{uuid.uuid4().hex[:12]}"
+    for path in (missing, f"cloudio://{missing}", f"{missing}/key", f"{missing}/dir/"):
+        assert not fs.exists(path) and not fs.isdir(path), path
+        for call in (fs.info, fs.ls):
+            with pytest.raises(FileNotFoundError, match=missing):
+                call(path)
+        assert fs.find(path) == []  # as fsspec's find answers for any missing path
+    assert fs.exists(bucket) and fs.isdir(bucket) and fs.ls(bucket) == [] and fs.find(bucket) == []
+
+
+def test_the_filesystem_takes_endpoint_url_key_and_secret_as_s3fs_does(minio, tmp_path):
+    fs = fsspec.filesystem("cloudio", skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
+                           secret=minio.secret_key, env={})
+    bucket = f"fn-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    fs.pipe_file(f"{bucket}/k", b"named")
+    assert fs.cat_file(f"cloudio://{bucket}/k") == b"named"
+    fs.client.close()
+
+
+def test_a_large_write_streams_its_parts_as_they_fill_with_memory_and_disk_bounded(counted, tmp_path, monkeypatch):
+    """Issue 33: open("wb") spooled the whole object to a local file and uploaded it only at
+    close. Now each 5 MiB block is a part sent when it fills: while 16 MiB have been written,
+    three parts are stored and no local file is left; traced memory stays near one block."""
+    import tempfile
+    import tracemalloc
+
+    fs, proxy, bucket = counted
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where a spool or a part's file would be
+    block = os.urandom(1 << 20)
+    proxy.reset_counters()
+    tracemalloc.start()
+    try:
+        with fs.open(f"{bucket}/big", "wb") as fh:
+            for i in range(24):
+                fh.write(block)
+                if i == 15:
+                    assert proxy.requests_by_method.get("PUT") == 3, proxy.requests_by_method
+                    assert list(scratch.iterdir()) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * (5 << 20), peak  # the block being filled and its copy on the way out
+    assert proxy.requests_by_method.get("POST") == 2  # multipart: started and completed
+    assert fs.cat_file(f"{bucket}/big") == block * 24
+    with fs.open(f"{bucket}/small", "wb") as fh:  # one block: one plain PUT at close
+        fh.write(b"small")
+    assert fs.cat_file(f"{bucket}/small") == b"small"
+
+
+def test_a_sequential_read_holds_about_one_block(counted):
+    """open("rb") reads ahead one block (5 MiB) at a time with ranged GETs pinned to the version
+    opened: memory stays near one block however large the object."""
+    import tracemalloc
+
+    fs, proxy, bucket = counted
+    block = os.urandom(1 << 20)
+    with fs.open(f"{bucket}/big", "wb") as fh:
+        for _ in range(24):
+            fh.write(block)
+    proxy.reset_counters()
+    tracemalloc.start()
+    try:
+        with fs.open(f"{bucket}/big", "rb") as fh:
+            while True:
+                piece = fh.read(1 << 20)
+                if not piece:
+                    break
+                assert piece == block
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * (5 << 20), peak
+    assert 4 <= proxy.requests_by_method.get("GET", 0) <= 7, proxy.requests_by_method  # 24 MiB, a block and a read a GET

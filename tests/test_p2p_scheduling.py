@@ -211,3 +211,46 @@ def test_summary_follows_no_link_a_user_planted_on_the_way_to_her_cache(tmp_path
     roots = tmp_path / "roots-link"  # root's own link on the way is fine
     roots.symlink_to(tmp_path / "bob")
     assert summarise([str(roots / ".cache" / "pegasus-cloudio")]) == [short_id("s3://b/bobs-private-file")]
+
+
+def test_one_user_cannot_push_another_users_entries_out_of_the_summary(tmp_path):
+    """Mallory plants 50 entry names in her cache with last-use times in the future; Alice's
+    10 real entries, used before, still all make a summary capped at 20 ids (issue 39)."""
+    alice = new_cache(tmp_path / "alice")
+    keys = [f"s3://b/alice/{n}" for n in range(10)]
+    for key in keys:
+        put(alice, key, key.encode())
+    mallory = tmp_path / "mallory"
+    fakes = [f"{n:02x}{'f' * 62}" for n in range(50)]
+    for name in fakes:
+        shard = mallory / "objects" / name[:2]
+        shard.mkdir(parents=True, exist_ok=True)
+        for path in (shard / name, shard / f"{name}.meta"):
+            path.write_bytes(b"x")
+            os.utime(path, (4e9, 4e9))  # the year 2096
+    for path in [mallory, *mallory.rglob("*")]:
+        os.lchown(path, 65534, 65534)  # hers, not root's nor Alice's
+    ids = summarise([str(mallory), alice.directory], limit=20)
+    assert len(ids) == 20 and {short_id(k) for k in keys} <= set(ids)
+    assert len(set(ids) & {name[:6] for name in fakes}) == 10  # she keeps her share
+    assert summarise([str(mallory), alice.directory], limit=100) == sorted(
+        {short_id(k) for k in keys} | {name[:6] for name in fakes})
+
+
+def test_write_refuses_a_users_link_with_advice_for_that_case(tmp_path):
+    """Run by root, ``--write`` skips a cache reached through a link of the user's; its one
+    line says why and what to set, not the advice for the startd cron's user."""
+    other = new_cache(tmp_path / "bob" / "cache")
+    put(other, "s3://b/bobs", b"b")
+    (tmp_path / "alice").mkdir()
+    link = tmp_path / "alice" / "cache"
+    link.symlink_to(tmp_path / "bob" / "cache")
+    os.lchown(link, 65534, 65534)
+    env = dict(os.environ, PEGASUS_CLOUDIO_P2P_USERS=f"alice={link}", PEGASUS_CLOUDIO_P2P_NODE="w1",
+               PEGASUS_CLOUDIO_CONFIG=os.devnull)
+    target = tmp_path / "summary.ad"
+    done = _cli("--write", str(target), env=env)
+    assert done.returncode == 0 and f'{ATTRIBUTE} = ""' in target.read_text()
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"refusing cache {link}" in lines[0], done.stderr
+    assert "real path" in lines[0] and "condor" not in lines[0] and "--write" not in lines[0]

@@ -13,8 +13,8 @@ def test_scp_small_files_bench_counts_handshakes_and_checks_its_output():
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     runs = {(r["tool"], r["direction"]): r for r in result["runs"]}
-    assert set(runs) == {(tool, d) for tool in ("pegasus-cloudio-transfer", "stock pegasus-transfer")
-                         for d in ("stage-out", "stage-in")}
+    assert set(runs) == {(tool, d) for tool in ("pegasus-cloudio-transfer", "stock pegasus-transfer",
+                                                "Go pegasus-transfer") for d in ("stage-out", "stage-in")}
     assert all(r["exit_code"] == 0 for r in result["runs"])
     assert runs[("pegasus-cloudio-transfer", "stage-in")]["connections"] == 1
     assert runs[("pegasus-cloudio-transfer", "stage-out")]["connections"] == 1
@@ -23,6 +23,8 @@ def test_scp_small_files_bench_counts_handshakes_and_checks_its_output():
     assert result["targets"]["one_ssh_handshake_per_batch"] is True
     assert result["targets"]["stage_in_files_identical"] is True
     assert result["ratios"]["stage_in_speedup_vs_stock"] > 1
+    go_in = runs[("Go pegasus-transfer", "stage-in")]  # one scp, so one handshake, per file
+    assert go_in["extrapolated"] and go_in["measured_files"] == 4 and go_in["connections"] >= 4
 
 
 def test_stock_stage_out_samples_are_large_enough_for_full_scp_batches():

@@ -141,8 +141,11 @@ def test_the_startup_benchmark_reports_every_contestant_and_its_ratios() -> None
     assert set(cpu) == set(startup.CONTESTANTS)  # type: ignore[arg-type]
     assert all(value > 0 for value in cpu.values())  # type: ignore[attr-defined]
     assert result["ratios"]["ours empty / stock empty"] == round(cpu["ours empty"] / cpu["stock empty"], 2)  # type: ignore[index]
-    assert set(result["targets"]) == {"ours_empty_within_0.7x_stock_empty", "ours_2_objects_within_stock_empty"}  # type: ignore[arg-type]
-    assert "ours objects via stager" in startup.format_table(result)
+    assert result["ratios"]["ours objects / Go objects"] == round(cpu["ours objects"] / cpu["Go objects"], 2)  # type: ignore[index]
+    assert set(result["targets"]) == {"ours_empty_within_0.7x_stock_empty", "ours_2_objects_within_stock_empty",  # type: ignore[arg-type]
+                                      "ours_2_objects_via_stager_within_1x_go_cpu", "ours_2_objects_within_2x_go_cpu"}
+    table = startup.format_table(result)
+    assert "ours objects via stager" in table and "Go objects" in table and "Python tool Pegasus 5 ships" in table
 
 
 def test_a_stage_out_opens_the_node_cache_only_when_uploads_are_written_through(job: Dict[str, object]) -> None:

@@ -251,6 +251,11 @@ def atomic_symlink(target: str, link_path: str) -> None:
 def atomic_hardlink(target: str, link_path: str) -> bool:
     """Hard-link ``link_path`` to ``target``; False when the filesystem cannot (e.g. EXDEV)."""
     try:
+        os.link(target, link_path)  # a new name is whole at once: no temp name, no rename
+        return True
+    except OSError:
+        pass  # the name exists (replace it), its directory is missing, or links fail: as below
+    try:
         _atomic_link(os.link, target, link_path, "link")
     except TransferError as err:
         if isinstance(err.__cause__, OSError) and err.__cause__.errno in _NO_LINK:

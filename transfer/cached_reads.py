@@ -1,14 +1,20 @@
 """The node cache's part in the engine's pipelined pass of small downloads (:mod:`transfer.batched`).
 
 With the node cache on, the pass leaves the cache's hits to the engine's per-file path (served
-from their entries, without a request), and each body the pass reads fills the object's cache
-entry and the destination, as a per-file miss does (:meth:`~transfer.cache.NodeCache.fetch`
-with ``missed=True``).
+from their entries, without a request). Each body the pass reads goes to the destination as
+without the cache, and into the cache after the job's answer when the process collects inserts
+(:mod:`transfer.cache.behind`: the drop-in and the node stager do); else it fills the object's
+cache entry and the destination at once, as a per-file miss does
+(:meth:`~transfer.cache.NodeCache.fetch` with ``missed=True``). A miss then costs the job what no
+cache costs: the entry's lock, data and metadata files are made by the process that fills the
+cache after the job has its files.
 """
 
 from __future__ import annotations
 
+from transfer._digests import sha256_hex
 from transfer.batched import write_file
+from transfer.cache import behind
 from transfer.errors import TransferError
 
 TYPE_CHECKING = False
@@ -54,13 +60,18 @@ class CachedReads:
 
     def write(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
         """The pipelined pass's ``write`` with the node cache: ``body`` (verified, of the object
-        ``op`` reads) fills the cache entry and the destination, as the engine's per-file fill
-        does; an object the cache does not take is written to the destination alone. An entry of
-        another version found at the fill (another job's, of the object before it was replaced)
-        is replaced by ``body``, not handed out."""
+        ``op`` reads) goes to the destination as without the cache and is queued for the cache
+        behind the job's answer, when the process collects inserts and the queue has room; else
+        it fills the cache entry and the destination, as the engine's per-file fill does (an
+        object the cache does not take is written to the destination alone). Either way, an entry
+        of another version (another job's, of the object before it was replaced) is replaced by
+        ``body``, not handed out."""
         key = self._cache_key(op.sources[0])
         if key is None:
             return write_file(op, body, info)
+        if behind.collecting() and behind.offer(self._cache, [(key, body, sha256_hex(body))], info.version,
+                                                "download"):
+            return write_file(op, body, info)  # the entry: made after the job's answer
 
         def received(sink: BinaryIO) -> ObjectInfo:
             sink.write(body)

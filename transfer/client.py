@@ -4,7 +4,7 @@
 
     from transfer.client import Client
 
-    with Client(endpoint="http://127.0.0.1:9000", access_key="minio", secret_key="minio123") as client:
+    with Client(endpoint_url="http://127.0.0.1:9000", key="minio", secret="minio123") as client:
         client.mkdir("s3://run1")
         client.write_bytes("s3://run1/in/a.txt", b"hello")
         client.copy([("s3://run1/in/a.txt", "/scratch/a.txt"), ("/scratch/b.txt", "s3://run1/out/")])
@@ -13,10 +13,10 @@
 
 A :class:`Client` is a :class:`~transfer.session.Session` (one warm connection pool per
 endpoint) and an :class:`~transfer.engine.Engine` (threads, retries, bundles, node cache) with
-the endpoint and credentials as arguments. Nothing is read unasked: no config file, no
+the endpoint and credentials as arguments (named as s3fs names them). Nothing is read unasked: no config file, no
 ``PEGASUS_CLOUDIO_*`` variable; the environment only for credentials of URLs whose keys were
 not given (and only ``env`` when passed, instead of ``os.environ``). URLs are strings:
-``s3://BUCKET/KEY`` at ``endpoint``, ``s3://USER@SITE/BUCKET/KEY`` (Pegasus credentials file),
+``s3://BUCKET/KEY`` at ``endpoint_url``, ``s3://USER@SITE/BUCKET/KEY`` (Pegasus credentials file),
 ``gs://``, ``http(s)://``, ``scp://``, plain local paths (taken literally: no ``$VAR``; ``:``
 allowed). Errors are :mod:`transfer.errors` classes (``NotFound`` is a FileNotFoundError...).
 """
@@ -29,10 +29,11 @@ import posixpath
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import RangedReads, cache_keys, namespace, uploads
+from transfer.backends.base import (AttributedPuts, Attributes, ConditionalPuts, ExclusiveCreate, Presigns,
+                                    RangedReads, Touches, cache_keys, namespace, uploads)
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
@@ -61,19 +62,30 @@ class Client:
     """One endpoint configuration, one warm pool, one engine. Thread-safe; close it (or use
     ``with``) to release connections and threads."""
 
-    def __init__(self, *, endpoint: Optional[str] = None, region: Optional[str] = None,
-                 access_key: Optional[str] = None, secret_key: Optional[str] = None,
-                 session_token: Optional[str] = None, anonymous: bool = False, threads: int = 8,
+    def __init__(self, *, endpoint_url: Optional[str] = None, region: Optional[str] = None,
+                 key: Optional[str] = None, secret: Optional[str] = None, token: Optional[str] = None,
+                 anonymous: bool = False, threads: int = 8,
                  bundles: bool = False, cache_dir: Optional[str] = None, cache_bytes: int = 10 << 30,
                  ca_bundle: Optional[str] = None, settings: Optional[Settings] = None,
-                 env: Optional[Mapping[str, str]] = None) -> None:
-        """See the module doc. ``access_key`` and ``secret_key`` go together (else InvalidInput);
-        ``settings`` replaces the defaults (``threads`` and ``bundles`` then come from it);
-        ``cache_dir`` turns on the node cache there, holding at most ``cache_bytes``;
-        ``ca_bundle``: PEM file of the CAs that verify TLS instead of the system's (over
-        ``settings``' own), loaded here: ConfigError ``ca_bundle=FILE: ...`` if it cannot be."""
+                 env: Optional[Mapping[str, str]] = None, endpoint: Optional[str] = None,
+                 access_key: Optional[str] = None, secret_key: Optional[str] = None,
+                 session_token: Optional[str] = None) -> None:
+        """See the module doc. The S3 endpoint and keys are named as s3fs and botocore name
+        them: ``endpoint_url``, ``key``, ``secret``, ``token``; ``endpoint``, ``access_key``,
+        ``secret_key`` and ``session_token`` are the same arguments under their older names
+        (InvalidInput when both names of one are given). ``key`` and ``secret`` go together
+        (else InvalidInput); ``settings`` replaces the defaults (``threads`` and ``bundles``
+        then come from it); ``cache_dir`` turns on the node cache there, holding at most
+        ``cache_bytes``; ``ca_bundle``: PEM file of the CAs that verify TLS instead of the
+        system's (over ``settings``' own), loaded here: ConfigError ``ca_bundle=FILE: ...`` if
+        it cannot be."""
+        endpoint = _either("endpoint_url", endpoint_url, "endpoint", endpoint)
+        access_key = _either("key", key, "access_key", access_key)
+        secret_key = _either("secret", secret, "secret_key", secret_key)
+        session_token = _either("token", token, "session_token", session_token)
         if (access_key is None) != (secret_key is None):
-            raise InvalidInput("access_key and secret_key must be given together", operation="config")
+            raise InvalidInput("key and secret (access_key and secret_key) must be given together",
+                               operation="config")
         credentials = Credentials(access_key, secret_key, session_token) if access_key and secret_key else None
         if settings is None:
             settings = Settings(threads=threads, bundle=bundles)  # the Session checks it
@@ -153,17 +165,16 @@ class Client:
     def remove(self, urls: Union[UrlLike, Sequence[UrlLike]], *, recursive: bool = False) -> None:
         """Remove objects (bundle members too), or whole prefixes with ``recursive`` (an object's
         URL still removes the object). Without it a missing object raises NotFound and a
-        directory InvalidInput: nothing is removed silently-not. Several URLs go as one batch
-        (batched deletes)."""
+        directory InvalidInput: nothing is removed silently-not. Several URLs go as one batch:
+        on S3 one DeleteObjects per 1,000 keys, after one listing of each directory they are in
+        (not a HEAD per key; see :func:`transfer.listing.kinds`). Bundle members and absent
+        keys are looked up one by one."""
         targets = [self.url(u) for u in ([urls] if isinstance(urls, (str, Url)) else urls)]
         ops = []
-        for target in targets:  # all looked up before anything is removed
-            try:
-                is_dir = self._info(target).is_dir
-            except NotFound:
-                if not recursive:
-                    raise
-                is_dir = True  # nothing there: removing it recursively is no error
+        for target, kind in zip(targets, self._kinds(targets)):  # all looked up before anything is removed
+            is_dir = True if kind is None else kind  # nothing there: removing it recursively is no error
+            if kind is None and not recursive:
+                raise NotFound("no such file or directory", url=str(target), operation="remove")
             if is_dir and not recursive:
                 raise InvalidInput("is a directory: pass recursive=True to remove everything under it",
                                    url=str(target), operation="remove")
@@ -225,9 +236,18 @@ class Client:
                     fh.seek(start)
                 return fh.read() if end is None else fh.read(max(0, end - (start or 0)))
 
-    def write_bytes(self, url: UrlLike, data: bytes) -> None:
+    def write_bytes(self, url: UrlLike, data: bytes, *, if_none_match: Optional[str] = None,
+                    if_match: Optional[str] = None, content_type: Optional[str] = None,
+                    cache_control: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None) -> None:
         """Store ``data`` as the object ``url`` (verified by size and checksum); a URL ending in
-        ``/`` names a directory, not an object: InvalidInput."""
+        ``/`` names a directory, not an object: InvalidInput. Conditional writes, atomic in the
+        store (one PUT, so up to 5 GiB): ``if_none_match="*"`` stores only if no object has the
+        name (AlreadyExists otherwise), ``if_match=ETAG`` only over the object of that ETag
+        (:attr:`Entry.version`; RemoteError with status 412 otherwise). Where the store cannot
+        (GCS, SFTP, local files): InvalidInput naming the URL, nothing stored. ``content_type``,
+        ``cache_control`` and ``metadata`` (user metadata: ASCII names and values) are stored
+        with the object in the same one PUT (S3; elsewhere InvalidInput), returned by
+        :meth:`info`, and kept by copies inside one S3 store."""
         target = self.url(url)
         if target.path.endswith("/"):  # copy() would add a name to it: a key nobody asked for
             raise InvalidInput("names a directory (ends in '/'), not an object to write", url=str(target),
@@ -237,7 +257,84 @@ class Client:
             path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
             with open(path, "wb") as fh:
                 fh.write(data)
-            _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
+            attributes = Attributes(content_type, cache_control, tuple(sorted(
+                (name.lower(), value) for name, value in (metadata or {}).items())))
+            if attributes != Attributes():
+                self._put_with(path, target, attributes, if_none_match, if_match)
+            elif if_none_match is None and if_match is None:
+                _raise_first(self.engine.run([Transfer((self.url(path),), target)]))
+            else:
+                self._put_if(path, target, if_none_match, if_match)
+
+    def _put_with(self, path: str, target: Url, attributes: Attributes, if_none_match: Optional[str],
+                  if_match: Optional[str]) -> None:
+        """One PUT of the local file ``path`` with ``attributes`` (see :meth:`write_bytes`)."""
+        backend = self.session.backend(target)
+        if not isinstance(backend, AttributedPuts):
+            raise InvalidInput(f"{target.scheme}:// stores keep no content type, cache control or metadata",
+                               url=str(target), operation="put")
+        _check_conditions(target, if_none_match, if_match)
+        bad = [text for pair in attributes.metadata for text in pair if not text.isascii() or "\n" in text]
+        if bad:
+            raise InvalidInput(f"metadata names and values must be ASCII on one line (got {bad[0]!r})",
+                               url=str(target), operation="put")
+        try:
+            backend.put_with(path, target, attributes, if_none_match=if_none_match == "*", if_match=if_match)
+        finally:  # the node cache's entry of the name may be of another object
+            self.forget(target)
+
+    def _put_if(self, path: str, target: Url, if_none_match: Optional[str], if_match: Optional[str]) -> None:
+        """One conditional PUT of the local file ``path`` (see :meth:`write_bytes`)."""
+        backend = self.session.backend(target)
+        _check_conditions(target, if_none_match, if_match)
+        if not isinstance(backend, ExclusiveCreate if if_none_match else ConditionalPuts):
+            raise InvalidInput(f"{target.scheme}:// stores take no conditional writes "
+                               f"({'if_none_match' if if_none_match else 'if_match'})", url=str(target),
+                               operation="put")
+        try:
+            if isinstance(backend, ExclusiveCreate) and if_none_match:
+                backend.put_new(path, target)
+            elif isinstance(backend, ConditionalPuts) and if_match:
+                backend.put_if_match(path, target, if_match)
+        finally:  # stored or refused, the node cache's entry of the name may be of another object
+            self.forget(target)
+
+    def presign(self, url: UrlLike, method: str = "GET", expires: int = 3600) -> str:
+        """A URL that lets anyone without keys GET (or PUT) the object for ``expires`` seconds
+        (1 to 604,800, SigV4's limit), signed here with no request sent; as botocore's
+        ``generate_presigned_url`` signs it. InvalidInput, naming the URL, for another method,
+        an expiry out of range, anonymous access, or a store that cannot sign (not S3)."""
+        target = self.url(url)
+        if method not in ("GET", "PUT") or not 1 <= expires <= 604800:
+            raise InvalidInput(f"presign takes GET or PUT and 1 to 604800 seconds (got {method!r}, {expires!r})",
+                               url=str(target), operation="presign")
+        backend = self.session.backend(target)
+        if not isinstance(backend, Presigns) or target.path.rstrip("/") == "":
+            raise InvalidInput("cannot sign a URL for this: an s3:// object URL is needed", url=str(target),
+                               operation="presign")
+        return backend.presign(target, method, expires)
+
+    def touch(self, url: UrlLike) -> Entry:
+        """Renew the modification time of the object at ``url`` (bytes and attributes kept;
+        on S3 a copy onto itself, objects up to 5 GiB), or of every file under it when it is a
+        directory; an empty object when nothing is there. InvalidInput naming the URL where the
+        store cannot (GCS, SFTP, HTTP). Returns what :meth:`info` then says."""
+        target = self.url(url)
+        backend = self.session.backend(target)
+        try:
+            found: Optional[Entry] = self._info(target)
+        except NotFound:
+            found = None
+        if found is None:
+            self.write_bytes(target, b"")
+        elif not isinstance(backend, Touches):
+            raise InvalidInput(f"{target.scheme}:// objects cannot be touched in place", url=str(target),
+                               operation="touch")
+        else:
+            for entry in self.find(target) if found.is_dir else [found]:
+                backend.touch(self.url(entry.url))
+                self.forget(entry.url)
+        return self._info(target)
 
     # -- namespace ------------------------------------------------------------------------
 
@@ -263,12 +360,40 @@ class Client:
         target = self.url(url)
         return listing.recursive(self._namespace(target), target)
 
+    def iter_list(self, url: UrlLike) -> Iterator[List[Entry]]:
+        """:meth:`list` lazily, a page at a time: each page (sorted by name) is one listing
+        request of the store (S3: up to 1,000 names), sent when the page before it is taken;
+        bundle members in a page of their own at the end. Errors (NotFound...) come with the
+        first page."""
+        target = self.url(url)
+        return listing.iter_one_level(self._namespace(target), target)
+
+    def iter_find(self, url: UrlLike) -> Iterator[List[Entry]]:
+        """:meth:`find` lazily: pages of up to 1,000 files in the store's order (S3: key
+        order), each asked of the store when the one before it is taken, so the first costs
+        one request and memory stays flat however many keys there are; bundle members come in
+        pages of their own after the plain files. Errors come with the first page."""
+        target = self.url(url)
+        return listing.iter_recursive(self._namespace(target), target)
+
     # -- helpers --------------------------------------------------------------------------
 
     def _namespace(self, url: Url) -> listing.Lister:
         backend = self.session.backend(url)
         namespace(backend, url, "list")  # InvalidInput naming the URL when it cannot be listed
         return backend
+
+    def _kinds(self, urls: Sequence[Url]) -> List[Optional[bool]]:
+        """:func:`transfer.listing.kinds` of ``urls``, asked of each one's backend."""
+        by_backend: Dict[int, Tuple[listing.Lister, List[int]]] = {}
+        for i, url in enumerate(urls):
+            backend = self.session.backend(url)
+            by_backend.setdefault(id(backend), (backend, []))[1].append(i)
+        answers: List[Optional[bool]] = [None] * len(urls)
+        for backend, indexes in by_backend.values():
+            for i, kind in zip(indexes, listing.kinds(backend, [urls[i] for i in indexes])):
+                answers[i] = kind
+        return answers
 
     def _info(self, url: Url) -> Entry:
         return listing.info(self.session.backend(url), url)
@@ -277,6 +402,22 @@ class Client:
         if dest.is_local and dest.path.endswith(os.sep) and source.path.rstrip("/"):
             return dest.with_path(os.path.join(dest.path, posixpath.basename(source.path.rstrip("/"))))
         return dest
+
+
+def _check_conditions(target: Url, if_none_match: Optional[str], if_match: Optional[str]) -> None:
+    """InvalidInput naming ``target`` unless the write conditions are ones a store can check."""
+    if if_none_match not in (None, "*") or (if_none_match and if_match):
+        raise InvalidInput("if_none_match takes only '*', and not together with if_match", url=str(target),
+                           operation="put")
+
+
+def _either(name: str, value: Optional[str], alias: str, aliased: Optional[str]) -> Optional[str]:
+    """The argument given under ``name`` or its older name ``alias``; InvalidInput naming both
+    when each was given."""
+    if value is not None and aliased is not None:
+        raise InvalidInput(f"{name} and {alias} are one argument (the second its older name): give one",
+                           operation="config")
+    return aliased if value is None else value
 
 
 def literal_url(text: str) -> Url:

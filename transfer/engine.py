@@ -213,7 +213,7 @@ class Engine:
             if peers is not None:
                 peers.publish()
             if self._cache is not None:
-                self._cache.flush_stats()
+                self._cache.close()  # end of a batch: counters, and eviction when over the cap
         return [r for r in results if r is not None]
 
     def _finish(self, results: List[Optional[Result]], index: int, result: Result) -> None:

@@ -17,6 +17,7 @@ stored when it ends, and none of them if it ends by an exception.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import os
 import posixpath
@@ -26,10 +27,12 @@ from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
-from transfer.backends.base import ExclusiveCreate
+from transfer.backends.base import ExclusiveCreate, MultipartUploads, multipart_uploads
 from transfer.client import Client
-from transfer.errors import NotFound
+from transfer.errors import NotFound, TransferError
+from transfer.http.connection import FileRegion
 from transfer.listing import Entry
+from transfer.urls import Url
 
 __all__ = ["CloudioFileSystem"]
 
@@ -68,8 +71,23 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         return entry.url.split("://", 1)[1].rstrip("/")
 
     def _details(self, entry: Entry) -> Dict[str, Any]:
-        return {"name": self._name(entry), "size": entry.size, "type": "directory" if entry.is_dir else "file",
-                "ETag": entry.version, "mtime": entry.mtime}
+        details = {"name": self._name(entry), "size": entry.size, "type": "directory" if entry.is_dir else "file",
+                   "ETag": entry.version, "mtime": entry.mtime}
+        if entry.metadata is not None:  # as s3fs names them
+            details.update(ContentType=entry.content_type, CacheControl=entry.cache_control, Metadata=entry.metadata,
+                           checksum=entry.checksum)
+        return details
+
+    def checksum(self, path: str) -> int:
+        """Of the content: from the store's full-object checksum, else a single-part ETag (the
+        MD5 of the bytes); else, as fsspec's, of the info (a multipart ETag, a local file)."""
+        details = self._details(self.client.info(self._url(path)))
+        etag = details.get("ETag") or ""
+        if details.get("checksum"):
+            return int(hashlib.md5(details["checksum"].encode()).hexdigest(), 16)
+        if len(etag) == 32 and all(c in "0123456789abcdefABCDEF" for c in etag):
+            return int(etag, 16)
+        return int(super().checksum(path))
 
     # -- namespace --------------------------------------------------------------------
 
@@ -242,7 +260,7 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
                 fh.write(value)
             return
         self.invalidate_cache()
-        self.client.write_bytes(self._url(path), bytes(value))
+        self.client.write_bytes(self._url(path), bytes(value), **_attributes(kwargs))
 
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
               cache_options: Any = None, **kwargs: Any) -> "CloudioFile":
@@ -253,6 +271,8 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
             if details["type"] == "directory":  # size 0: it would read as an empty file
                 raise IsADirectoryError(f"{self._strip_protocol(path)}: is a directory, not a file")
             kwargs["size"] = details["size"]
+        if mode == "wb":  # a streamed part smaller than 5 MiB would fail at the end (S3's smallest part)
+            block_size = max(block_size or 0, _MIN_PART)
         made = CloudioFile(self, path, mode.replace("x", "w"), block_size or "default", autocommit,
                            cache_options=cache_options, **kwargs)
         made.exclusive = "x" in mode  # stored only if the name is still free when it is stored
@@ -260,17 +280,64 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
             made.details = details
         return made
 
+    def sign(self, path: str, expiration: int = 100, **kwargs: Any) -> str:
+        """A presigned GET URL (``method="PUT"`` for an upload) valid ``expiration`` seconds
+        (:meth:`transfer.client.Client.presign`)."""
+        return self.client.presign(self._url(path), kwargs.get("method", "GET"), int(expiration))
+
     def invalidate_cache(self, path: Optional[str] = None) -> None:
         self.dircache.clear()
 
 
+class _PartStream:
+    """The parts of one object, sent as a file written to it fills them: a multipart upload
+    started with the first full part; each part goes through a temporary file of its own size
+    (the backend sends parts from file regions), removed once sent. One attempt per part: a
+    failure aborts the upload and raises."""
+
+    def __init__(self, backend: MultipartUploads, url: Url) -> None:
+        self.backend = backend
+        self.url = url
+        self.upload_id: Optional[str] = None
+        self.receipts: List[str] = []
+
+    def send(self, data: bytes) -> None:
+        if self.upload_id is None:
+            self.upload_id = self.backend.start_upload(self.url)
+        fd, path = tempfile.mkstemp(prefix="pegasus-cloudio-part-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            number = len(self.receipts) + 1
+            self.receipts.append(self.backend.upload_part(self.url, self.upload_id, number,
+                                                          FileRegion(path, 0, len(data))))
+        finally:
+            os.unlink(path)
+
+    def finish(self) -> None:
+        if self.upload_id is not None:
+            self.backend.complete_upload(self.url, self.upload_id, self.receipts)
+
+    def abort(self) -> None:
+        if self.upload_id is not None:
+            with contextlib.suppress(TransferError):
+                self.backend.abort_upload(self.url, self.upload_id)
+            self.upload_id = None
+
+
 class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
     """Reads are ranged GETs of the version opened (an object replaced meanwhile raises rather
-    than mix two versions; bundle members: the member's bytes); a write is spooled to a
-    temporary file and stored as one object (one engine transfer) when the file is closed.
-    Appending (``"ab"``) spools the stored bytes first, so the object keeps them."""
+    than mix two versions; bundle members: the member's bytes). A plain ``"wb"`` file on a
+    store with multipart uploads (S3) streams: each block (at least 5 MiB, S3's smallest part)
+    is sent as a part when it fills, so memory holds about one block and no local file is
+    larger than one; an object that fits one block is one PUT at close. Other writes (``"xb"``,
+    in a transaction, other stores) are spooled to a temporary file and stored as one object
+    (one engine transfer) when the file is closed. Appending (``"ab"``) spools the stored bytes
+    first, so the object keeps them."""
 
     _spool: IO[bytes]
+    _stream: Optional[_PartStream] = None  # None: this file spools
+    _decided = False  # whether it streams is decided at its first block
     exclusive = False  # opened "xb": stored with _create, never over an object that appeared
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -287,7 +354,39 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
         data: bytes = self.fs.client.read_bytes(url, start, min(end, self.size), pin=pin)
         return data
 
+    def _part_stream(self) -> Optional[_PartStream]:
+        """This file's part stream, or None when it spools (see the class doc)."""
+        if not self._decided:
+            self._decided = True
+            if self.mode == "wb" and not self.exclusive and self.autocommit:
+                url = self.fs.client.url(self.fs._url(self.path))
+                parts = multipart_uploads(self.fs.client.session.backend(url))
+                if parts is not None:
+                    self._stream = _PartStream(parts, url)
+        return self._stream
+
+    def _send_part(self, stream: _PartStream, final: bool) -> bool:
+        data = self.buffer.getvalue()
+        try:
+            if final and stream.upload_id is None:  # it all fitted one block: one plain PUT
+                self.fs.invalidate_cache()
+                self.fs.client.write_bytes(stream.url, data)
+                return True
+            if data or not final:
+                stream.send(data)
+            if final:
+                stream.finish()
+        except BaseException:
+            stream.abort()
+            raise
+        if final:
+            self.fs.invalidate_cache()
+            self.fs.client.forget(stream.url)
+        return True
+
     def _initiate_upload(self) -> None:
+        if self._part_stream() is not None:
+            return  # parts are sent as they fill
         if hasattr(self, "_spool"):
             return  # appending: made when the file was opened
         self._spool = tempfile.NamedTemporaryFile(prefix="pegasus-cloudio-", delete=False)
@@ -300,6 +399,9 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
             self._spool = open(self._spool.name, "ab")
 
     def _upload_chunk(self, final: bool = False) -> bool:
+        stream = self._part_stream()
+        if stream is not None:
+            return self._send_part(stream, final)
         if not hasattr(self, "_spool"):
             self._initiate_upload()
         self._spool.write(self.buffer.getvalue())
@@ -320,11 +422,20 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
             os.unlink(self._spool.name)
 
     def discard(self) -> None:
+        if self._stream is not None:
+            self._stream.abort()
         spool = getattr(self, "_spool", None)
         if spool is not None:
             spool.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(spool.name)
+
+
+def _attributes(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The Client's attribute arguments from s3fs's names for them (``ContentType``,
+    ``CacheControl``, ``Metadata``); nothing when none is given."""
+    names = {"ContentType": "content_type", "CacheControl": "cache_control", "Metadata": "metadata"}
+    return {ours: kwargs[theirs] for theirs, ours in names.items() if kwargs.get(theirs) is not None}
 
 
 def _local(path: Any) -> str:
@@ -334,4 +445,5 @@ def _local(path: Any) -> str:
     return os.path.abspath(text) + (os.sep if text.endswith(os.sep) else "")
 
 
+_MIN_PART = 5 << 20  # S3's smallest part but the last
 _CLIENT_ARGS = frozenset(inspect.signature(Client).parameters)  # all of them, as the module doc says

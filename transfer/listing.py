@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass
-from typing import Dict, Iterable, List, Set, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from transfer.backends.base import Backend, DirectoryListing, Namespace, ObjectInfo
+from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace, ObjectInfo, PagedListing
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
 from transfer import schemes
 from transfer.errors import NotFound
 from transfer.urls import Url
 
-__all__ = ["Entry", "Lister", "info", "one_level", "recursive"]
+__all__ = ["Entry", "Lister", "info", "iter_one_level", "iter_recursive", "kinds", "one_level", "recursive"]
+
+PAGE = 1000  # files per page of iter_recursive (S3's page of keys)
 
 Lister = Backend  # every backend reads; listing needs Namespace too (checked with isinstance)
 
@@ -30,7 +32,10 @@ class Entry:
 
     ``url`` is the full URL (``s3://bucket/dir/f.a``, ``file:///data/f.a``), ``name`` the last
     component, ``size`` bytes (0 for a directory), ``version`` the ETag/generation when known,
-    ``mtime`` epoch seconds when known."""
+    ``mtime`` epoch seconds when known; ``content_type``, ``cache_control`` and ``metadata``
+    (user metadata, names lower-case) as the store keeps them, and ``checksum`` the store's
+    full-object checksum of the bytes (``crc32:BASE64``, S3's names), where :func:`info` asked
+    (S3; listings do not carry them)."""
 
     url: str
     name: str
@@ -38,10 +43,18 @@ class Entry:
     is_dir: bool
     version: "str | None" = None
     mtime: "float | None" = None
+    content_type: "str | None" = None
+    cache_control: "str | None" = None
+    metadata: "Dict[str, str] | None" = field(default=None, hash=False)
+    checksum: "str | None" = None
 
 
 def _file(info: ObjectInfo) -> Entry:
-    return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime)
+    kept = info.attributes
+    if kept is None:
+        return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime)
+    return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime,
+                 kept.content_type, kept.cache_control, dict(kept.metadata), kept.checksum)
 
 
 def _directory(url: Url) -> Entry:
@@ -51,7 +64,16 @@ def _directory(url: Url) -> Entry:
 
 def one_level(backend: Lister, url: Url) -> List[Entry]:
     """Entries directly under ``url``, by name; ``[file]`` when ``url`` is a file; NotFound
-    when it is neither."""
+    when it is neither. :func:`iter_one_level`'s pages, a plain entry over a bundle member."""
+    entries: Dict[str, Entry] = {}
+    for page in iter_one_level(backend, url):
+        for entry in page:
+            entries.setdefault(entry.name, entry)
+    return [entries[name] for name in sorted(entries)]
+
+
+def _whole_level(backend: Lister, url: Url) -> List[Entry]:
+    """:func:`one_level` from one listing of the whole level (stores without pages)."""
     objects, dirs = _level(backend, url)
     entries: Dict[str, Entry] = {}
     bundled = False
@@ -77,36 +99,108 @@ def one_level(backend: Lister, url: Url) -> List[Entry]:
 
 
 def recursive(backend: Lister, url: Url) -> List[Entry]:
-    """Every file under ``url`` (bundle members included), sorted by URL."""
-    if not isinstance(backend, Namespace):
-        return [info(backend, url)]
+    """Every file under ``url`` (bundle members included), sorted by URL: :func:`iter_recursive`'s
+    pages, a plain object over a bundle member of the same URL."""
     files: Dict[str, Entry] = {}
-    bundle_dirs: Set[str] = set()
-    marker = "/" + BUNDLE_DIR + "/"
-    for found in backend.list(url):
-        path = found.url.path
-        if path.endswith("/"):  # a directory marker (S3 consoles' "folder"), never a file
-            continue
-        if marker in path:
-            bundle_dirs.add(path.split(marker, 1)[0])
-            continue
-        entry = _file(found)
-        files[entry.url] = entry
-    for directory in sorted(bundle_dirs):
-        for entry in _members(backend, url.with_path(directory)):
+    for page in iter_recursive(backend, url):
+        for entry in page:
             files.setdefault(entry.url, entry)
-    if not files:
-        try:
-            only = info(backend, url)
-        except NotFound:
-            return []
-        return [] if only.is_dir else [only]
     return [files[key] for key in sorted(files)]
 
 
+def iter_recursive(backend: Lister, url: Url, page_size: int = PAGE) -> Iterator[List[Entry]]:
+    """Every file under ``url``, lazily, in pages of up to ``page_size`` files in the store's
+    order: the store's next page is asked for when the one before it has been taken (S3: one
+    ListObjectsV2 per 1,000 keys), so the first page costs one request and memory does not grow
+    with the listing. The live members of each bundle directory met come in pages of their own
+    after the plain files (which they never shadow); ``[file]`` when ``url`` is a file.
+    NotFound (when the first page is taken) for a bucket that does not exist."""
+    if not isinstance(backend, Namespace):
+        yield [info(backend, url)]
+        return
+    bundle_dirs: Set[str] = set()
+    marker = "/" + BUNDLE_DIR + "/"
+    some = False
+    for chunk in _chunks(backend.list(url), page_size):
+        page = []
+        for found in chunk:
+            path = found.url.path
+            if path.endswith("/"):  # a directory marker (S3 consoles' "folder"), never a file
+                continue
+            if marker in path:
+                bundle_dirs.add(path.split(marker, 1)[0])
+                continue
+            page.append(_file(found))
+        if page:
+            some = True
+            yield page
+    for directory in sorted(bundle_dirs):
+        members = _members(backend, url.with_path(directory))
+        for at in range(0, len(members), page_size):
+            some = True
+            yield members[at:at + page_size]
+    if not some:
+        try:
+            only = info(backend, url)
+        except NotFound:
+            return
+        if not only.is_dir:
+            yield [only]
+
+
+def iter_one_level(backend: Lister, url: Url) -> Iterator[List[Entry]]:
+    """:func:`one_level` lazily, a page (by name) per listing request where the store lists in
+    pages (:class:`PagedListing`), else one page; live bundle members in a page of their own
+    after the plain entries. ``[file]`` when ``url`` is a file; NotFound when it is neither."""
+    if not isinstance(backend, PagedListing) or url.is_local:
+        entries = _whole_level(backend, url)
+        if entries:
+            yield entries
+        return
+    some, bundled = False, False
+    try:
+        for objects, subs in backend.list_dir_pages(url):
+            page = {}
+            for sub in subs:
+                entry = _directory(sub)
+                bundled = bundled or entry.name == BUNDLE_DIR
+                if entry.name and entry.name != BUNDLE_DIR:
+                    page[entry.name] = entry
+            page.update((entry.name, entry) for entry in map(_file, objects) if entry.name)
+            if page:
+                some = True
+                yield [page[name] for name in sorted(page)]
+    except NotFound:  # no such bucket: info() below says so
+        pass
+    members = _members(backend, url.with_path(url.path.rstrip("/"))) if bundled else []
+    if members:
+        yield sorted(members, key=lambda entry: entry.name)
+    elif not some:
+        only = info(backend, url)
+        if not only.is_dir:
+            yield [only]
+
+
+def _chunks(items: Iterable[ObjectInfo], size: int) -> Iterator[List[ObjectInfo]]:
+    chunk: List[ObjectInfo] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def info(backend: Lister, url: Url) -> Entry:
-    """The file, bundle member or directory at ``url``; NotFound when none is there."""
-    if _is_local_dir(url) or (_is_root(url) and isinstance(backend, Namespace)):
+    """The file, bundle member or directory at ``url``; NotFound when none is there (a
+    bucket that does not exist too: no empty directory, which would make a misspelt bucket
+    "no inputs")."""
+    if _is_local_dir(url):
+        return _directory(url)
+    if _is_root(url) and isinstance(backend, Namespace):
+        if isinstance(backend, Buckets) and not backend.bucket_exists(url):
+            raise NotFound("no such bucket", url=str(url), operation="stat")
         return _directory(url)
     if not url.path.endswith("/"):
         try:
@@ -122,6 +216,56 @@ def info(backend: Lister, url: Url) -> Entry:
             if entry.name == name:
                 return entry
     raise NotFound("no such file or directory", url=str(url), operation="stat")
+
+
+def kinds(backend: Lister, urls: Sequence[Url]) -> List[Optional[bool]]:
+    """What :func:`info` says of each URL: False a file, True a directory, None nothing there.
+    Where the store lists in pages (:class:`PagedListing`), URLs of one directory are looked up
+    in its listing, from the first one's name to the last one's (1,000 names a request), not
+    one request each; a name the listing does not show (a bundle member, or absent) is then
+    asked on its own, as is a directory's listing that runs past twice the pages the names need."""
+    known: Dict[int, Optional[bool]] = {}
+    if isinstance(backend, PagedListing):
+        groups: Dict[str, List[int]] = {}
+        for i, url in enumerate(urls):
+            if not url.path.endswith("/") and not _is_root(url):
+                groups.setdefault(posixpath.dirname(url.path) + "/", []).append(i)
+        for parent, indexes in groups.items():
+            if len(indexes) > 1:
+                names: Dict[str, List[int]] = {}
+                for i in indexes:
+                    names.setdefault(posixpath.basename(urls[i].path), []).append(i)
+                known.update(_listed_kinds(backend, urls[indexes[0]].with_path(parent), names))
+    answers: List[Optional[bool]] = []
+    for i, url in enumerate(urls):
+        if i not in known:
+            try:
+                known[i] = info(backend, url).is_dir
+            except NotFound:
+                known[i] = None
+        answers.append(known[i])
+    return answers
+
+
+def _listed_kinds(backend: PagedListing, directory: Url, names: Dict[str, List[int]]) -> Dict[int, Optional[bool]]:
+    """Of the URLs whose ``names`` (name -> indexes) are in ``directory``: the kinds its listing
+    shows (a file over a directory of the same name, as :func:`info`); all None if the
+    bucket does not exist."""
+    found: Dict[int, Optional[bool]] = {}
+    last, pages = max(names), len(names) // 1000 + 2
+    try:
+        listed = backend.list_dir_pages(directory, min(names)[:-1])
+        for count, (objects, subs) in enumerate(listed, 1):
+            seen = [(posixpath.basename(o.url.path), False) for o in objects]
+            seen += [(posixpath.basename(d.path.rstrip("/")), True) for d in subs]
+            for name, is_dir in seen:
+                for i in names.get(name, ()):
+                    found.setdefault(i, is_dir)
+            if count >= pages or any(name >= last for name, _ in seen):
+                break
+    except NotFound:  # no such bucket: nothing is there
+        return {i: None for indexes in names.values() for i in indexes}
+    return found
 
 
 def _members(backend: Lister, directory: Url) -> List[Entry]:
@@ -189,7 +333,7 @@ def _is_local_dir(url: Url) -> bool:
 
 
 def _is_root(url: Url) -> bool:
-    """A bucket (or store root): always a directory."""
+    """Whether ``url`` names a bucket (or a store's root) rather than something in it."""
     if url.scheme in schemes.S3:
         from transfer.backends._s3_wire import split_url
 

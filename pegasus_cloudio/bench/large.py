@@ -2,7 +2,7 @@
 
 No proxy: the client talks to MinIO itself, so the limit is the machine's. In one run, each
 direction is timed for ours (parallel multipart uploads; downloads as the engine does them),
-s5cmd (parallel ranged GETs and multipart) and curl of a presigned URL (one stream), plus the
+Pegasus's Go ``pegasus-transfer`` (aws-sdk-go-v2's transfer manager), s5cmd (parallel ranged GETs and multipart) and curl of a presigned URL (one stream), plus the
 disk's own write rate for the same size (``fsync``-ed). The run's limit is the best rate any
 tool reached in that direction; the figure of merit is ours as a fraction of it (target 90%).
 Downloads are checked by SHA-256 against the source.
@@ -34,7 +34,8 @@ from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE
 from pegasus_cloudio.testbed.minio import MinioServer
 
 TARGET_FRACTION = 0.9
-TOOLS = ("ours", "s5cmd", "curl")
+TOOLS = ("ours", "go", "s5cmd", "curl")
+GO_TARGET = 0.95  # issue 38: ours at least 0.95x the Go tool's throughput, each direction
 
 
 @dataclass(frozen=True)
@@ -142,9 +143,14 @@ def report(params: Params, runs: List[Dict[str, Any]], disk: Dict[str, float]) -
         ours = rates.get("ours")
         fractions[direction] = round(ours / limits[direction], 3) if ours and limits[direction] else None
     targets = {f"ours_{d}_at_least_90pct_of_limit": (f or 0) >= TARGET_FRACTION for d, f in fractions.items()}
+    versus_go: Dict[str, Optional[float]] = {}
+    for direction in ("download", "upload"):
+        rates = {r["tool"]: r["mb_per_s"] for r in runs if r["direction"] == direction and r["ok"]}
+        versus_go[direction] = round(rates["ours"] / rates["go"], 3) if rates.get("ours") and rates.get("go") else None
+        targets[f"ours_{direction}_at_least_{GO_TARGET:g}x_go"] = (versus_go[direction] or 0) >= GO_TARGET
     targets["downloads_identical"] = all(r["ok"] for r in runs)
     return {"benchmark": "large", "params": params.__dict__, "runs": runs, "disk_write_mb_per_s": disk["write_mb_per_s"],
-            "limit_mb_per_s": limits, "ours_fraction_of_limit": fractions, "targets": targets,
+            "limit_mb_per_s": limits, "ours_fraction_of_limit": fractions, "ours_vs_go_throughput": versus_go, "targets": targets,
             "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -154,6 +160,7 @@ def format_table(result: Dict[str, Any]) -> str:
              for r in result["runs"]]
     rows.append(f"disk write (fsync): {result['disk_write_mb_per_s']} MB/s; limit (best tool): "
                 f"{result['limit_mb_per_s']}; ours as a fraction of it: {result['ours_fraction_of_limit']}")
+    rows.append(f"ours / Go pegasus-transfer throughput: {result.get('ours_vs_go_throughput')}")
     rows.append(f"cores {result['cores']}, load {result['load_average']}")
     rows += [f"target {k}: {'met' if v else 'NOT MET'}" for k, v in result["targets"].items()]
     return "\n".join(rows)

@@ -5,7 +5,9 @@ share of N files (default 6,173 of 300 bytes) with one ``pegasus-cloudio-transfe
 one consumer stages all N in. In one run, on an embedded MinIO behind a counting proxy that
 can add a round-trip delay (``--rtt-ms``):
 
-* stock ``pegasus-transfer`` consumer stage-in (two samples, extrapolated, labelled so);
+* stock ``pegasus-transfer`` (the Python tool Pegasus 5 ships) consumer stage-in (two samples,
+  extrapolated, labelled so);
+* Pegasus's Go ``pegasus-transfer`` (the stock tool to come) consumer stage-in, all N files;
 * ours per file: producers and consumer without bundling;
 * ours bundled: the same with ``PEGASUS_CLOUDIO_BUNDLE=1`` (one bundle per producer);
 * ours transparent: the bundled producers' output read by a consumer with bundling off
@@ -24,6 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from pegasus_cloudio.bench.go_tool import GO, STOCK_NOTE, go_argv, go_env
 from pegasus_cloudio.bench.harness import (
     Measurement, Progress, add_sample_arguments, extrapolate, files_identical, measure, resolve_sample,
     run_rows, sample_problems,
@@ -116,6 +119,7 @@ def _run_all(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress)
     runs["transparent_in"] = _consumer(ws, params, proxy, "bundled", ws.env, "transparent")
     runs["floor_in"] = _floor(ws, params, proxy, progress)
     runs["stock_in"] = _stock(ws, params, proxy, progress)
+    runs["go_in"] = _go(ws, params, proxy, progress)
     progress.done()
     return runs
 
@@ -151,6 +155,16 @@ def _stock(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -
     return extrapolate(samples[0], samples[-1], params.count)
 
 
+def _go(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -> Measurement:
+    progress.phase(f"{GO}: consumer stage-in of {params.count} files")
+    dest = ws.fresh_dir("in-go")
+    result = measure(f"{GO} consumer", "stage-in", params.count, go_argv(params.threads), go_env(ws.env), proxy,
+                     stdin=transfer_spec(ws.in_pairs("per-file", ws.names, dest), SITE, "local"))
+    if not files_identical(ws.src, dest, ws.names):
+        raise RuntimeError(f"the {GO} consumer staged in files that differ from the originals")
+    return result
+
+
 def report(params: Params, runs: Dict[str, Measurement]) -> Dict[str, object]:
     per_in, bundled_in, floor = runs["per-file_in"], runs["bundled_in"], runs["floor_in"]
     ratios: Dict[str, Optional[float]] = {
@@ -160,6 +174,9 @@ def report(params: Params, runs: Dict[str, Measurement]) -> Dict[str, object]:
         "bundled_speedup_vs_stock": _div(runs["stock_in"].wall_s, bundled_in.wall_s),
         "producer_bundled_vs_per_file_wall": _div(runs["bundled_out"].wall_s, runs["per-file_out"].wall_s),
         "transparent_vs_per_file_wall": _div(runs["transparent_in"].wall_s, per_in.wall_s),
+        "per_file_consumer_wall_vs_go": _div(per_in.wall_s, runs["go_in"].wall_s),
+        "bundled_consumer_wall_vs_go": _div(bundled_in.wall_s, runs["go_in"].wall_s),
+        "go_speedup_vs_stock": _div(runs["stock_in"].wall_s, runs["go_in"].wall_s),
     }
     speedup_target = 10.0 if params.rtt_ms >= 4 else 3.0
     targets = {
@@ -171,7 +188,8 @@ def report(params: Params, runs: Dict[str, Measurement]) -> Dict[str, object]:
         "transparent_no_slower_than_per_file": (ratios["transparent_vs_per_file_wall"] or 99) <= 1.0,
     }
     return {"benchmark": "mconcatfit", "params": params.__dict__, "runs": [m.as_dict() for m in runs.values()],
-            "ratios": {k: (round(v, 2) if v is not None else None) for k, v in ratios.items()}, "targets": targets}
+            "ratios": {k: (round(v, 2) if v is not None else None) for k, v in ratios.items()}, "targets": targets,
+            "load_average": [round(x, 2) for x in os.getloadavg()], "notes": [STOCK_NOTE]}
 
 
 def _div(a: float, b: float) -> Optional[float]:
@@ -186,5 +204,6 @@ def format_table(result: Dict[str, object]) -> str:
     rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]
     rows += [f"target {k}: {'n/a' if v is None else ('met' if v else 'NOT MET')}"
              for k, v in result["targets"].items()]  # type: ignore[attr-defined]
+    rows += [f"note: {note}" for note in result.get("notes", [])]  # type: ignore[attr-defined]
     return "\n".join(rows)
 

@@ -7,7 +7,9 @@ slots), the real ``pegasus-plan`` 5.1.2 in the pool's root, cloud-storage S3 mod
 reading them all). The same set and workflow run four ways, one after another:
 
 * ``stock``: ``pegasus::transfer``/``dirmanager``/``cleanup`` point at the tarball's
-  ``pegasus-transfer`` (one ``pegasus-s3`` process per S3 file);
+  ``pegasus-transfer`` (the Python tool Pegasus 5 ships: one ``pegasus-s3`` process per S3 file);
+* ``go``: the same three point at Pegasus's Go ``pegasus-transfer`` (the stock tool to come; the
+  static binary of :mod:`pegasus_cloudio.testbed.tools`, bound into the pool's root);
 * ``ours per file``: our drop-in (wheel in a venv under the root's Python), one object per
   file, node cache off;
 * ``ours bundles+cache``: as the generator writes the set (bundles, node cache);
@@ -58,9 +60,10 @@ from pegasus_cloudio.testbed.pegasus_sets import (
     plan_argv,
     write_set,
 )
+from pegasus_cloudio.testbed.tools import ensure_go_transfer
 from pegasus_cloudio.testbed.wheel import build_wheel
 
-CONFIGS = ("stock", "ours per file", "ours bundles+cache", "ours stager")
+CONFIGS = ("stock", "go", "ours per file", "ours bundles+cache", "ours stager")
 TRANSFERS = ("pegasus::transfer", "pegasus::dirmanager", "pegasus::cleanup")
 
 
@@ -97,17 +100,28 @@ def run_from_args(args: argparse.Namespace) -> Dict[str, Any]:
 def run(params: Params, progress: Progress) -> Dict[str, Any]:
     """Every configuration once, in `CONFIGS` order; a dict for ``--json`` and `format_table`."""
     home = ensure_pegasus()
+    configs = params.configs.split(",")
+    go = ensure_go_transfer().resolve() if "go" in configs else None
     with tempfile.TemporaryDirectory(prefix="bench-pool-wheel-") as scratch:
         wheel = Path(build_wheel(scratch))
-        with MinioServer() as minio, CondorPool(binds=[home, _pip_dir()],
+        with MinioServer() as minio, CondorPool(binds=[home, _pip_dir(), *([go.parent] if go else [])],
                                                 packages=POOL_PACKAGES, config=DAGMAN_CONFIG) as pool:
             pegasus = PegasusOnPool(pool, home)
             venv_bin = worker_venv(pool, pool.user_dir("venv") / "v", wheel)
-            runs = [_one(pegasus, minio, venv_bin, name, params, progress) for name in params.configs.split(",")]
-    stock = [r for r in runs if r["config"] == "stock"]
+            runs = [_one(pegasus, minio, venv_bin, name, params, progress, go) for name in configs]
     return {"scenario": "pool", "params": asdict(params), "load": os.getloadavg(), "runs": runs,
-            "ratios": {f"{r['config']}: stock makespan / ours": ratio(stock[0]["makespan_s"], r["makespan_s"])
-                       for r in runs if stock and r is not stock[0]}}
+            "ratios": _ratios(runs)}
+
+
+def _ratios(runs: Sequence[Dict[str, Any]]) -> Dict[str, Optional[float]]:
+    """Each other run's makespan against the stock tool's and the Go tool's (baseline / ours)."""
+    found: Dict[str, Optional[float]] = {}
+    for baseline in ("stock", "go"):
+        base = next((r for r in runs if r["config"] == baseline), None)
+        for r in runs:
+            if base is not None and r["config"] not in ("stock", "go"):
+                found[f"{r['config']}: {baseline} makespan / ours"] = ratio(base["makespan_s"], r["makespan_s"])
+    return found
 
 
 def _pip_dir() -> Path:
@@ -117,7 +131,7 @@ def _pip_dir() -> Path:
 
 
 def _one(pegasus: PegasusOnPool, minio: MinioServer, venv_bin: Path, config: str, params: Params,
-         progress: Progress) -> Dict[str, Any]:
+         progress: Progress, go: Optional[Path] = None) -> Dict[str, Any]:
     pool = pegasus.pool
     progress.phase(f"pool: {config}")
     bucket = f"pool-{len(os.listdir(pool.shared))}-{int(time.time())}"
@@ -141,9 +155,9 @@ def _one(pegasus: PegasusOnPool, minio: MinioServer, venv_bin: Path, config: str
     write_set(set_dir, flags)
     if config == "ours per file":
         _replace_in(set_dir / "sites.yml", str(run_dir / "no-cache"), "'off'")  # a string, not YAML false
-    if config == "stock":
-        _replace_in(set_dir / "transformations.yml", str(venv_bin / "pegasus-cloudio-transfer"),
-                    str(pegasus.home / "bin" / "pegasus-transfer"))
+    if config in ("stock", "go"):
+        tool = go if config == "go" else pegasus.home / "bin" / "pegasus-transfer"
+        _replace_in(set_dir / "transformations.yml", str(venv_bin / "pegasus-cloudio-transfer"), str(tool))
     add_montage_like(set_dir, params.producers, params.files, params.cluster_size)
     chown_tree(run_dir, pool.submitter_uid, pool.submitter_gid)
     try:

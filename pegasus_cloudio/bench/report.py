@@ -85,7 +85,7 @@ def scenarios(quick: bool) -> List[Tuple[str, Callable[[Progress], Dict[str, Any
                                       source_mib=0.25, site_files=1, site_mib=0.1, parallel=2, concurrent=4,
                                       concurrent_mib=2.0, repeats=3, latency_mb="0,1,10"), cache_bench.Params())
     dk = _quick(q, disk.Params(transfer_mib=8, samples=3, interval_s=0.2), disk.Params())
-    pl = _quick(q, pool_bench.Params(producers=2, files=3, configs="stock,ours bundles+cache"), pool_bench.Params())
+    pl = _quick(q, pool_bench.Params(producers=2, files=3, configs="stock,go,ours bundles+cache"), pool_bench.Params())
     return [
         ("workflow", lambda p: workflow.run(wf, p), workflow.format_table),
         ("sizes", lambda p: sizes.run(sz, p), sizes.format_table),
@@ -230,6 +230,9 @@ def _write_report(path: str, sections: List[str], quick: bool, seconds: float, r
             f"{'Quick run (small scale: checks completeness, not speed)' if quick else 'Full run'}"
             f"{' assembled from saved results (each table gives its own load)' if reuse else ''}; "
             f"{os.cpu_count()} cores; load average at the end {load}; {seconds:.0f} s.", "",
+            "Each section is one run as its bench printed it, judged against the targets of its day. Today's "
+            "figures, each with its command, date, load and baselines, and today's targets are in "
+            "docs/benchmarks.md; a section's run may be older than that page's figure for the same scenario.", "",
             "Figures are ours unless labelled \"published\" (numbers from the seed papers, not measured here).", ""]
     with open(path + ".tmp", "w", encoding="utf-8") as fh:
         fh.write("\n".join(head) + "\n" + "\n".join(sections))

@@ -5,7 +5,10 @@ size in ``--sizes`` (default 0 B, 1 KB, 1 MB, 100 MB, 1 GB), each tool uploads o
 downloads one object (the same object for every tool), timed as a whole process:
 
 * ours: ``pegasus-cloudio-transfer``;
-* stock: ``pegasus-transfer`` 5.1.3 (one ``pegasus-s3`` process per file), ``--threads 1``;
+* stock: ``pegasus-transfer`` 5.1.3, the Python tool Pegasus 5 ships (one ``pegasus-s3`` process
+  per file), ``--threads 1``;
+* go: Pegasus's Go ``pegasus-transfer`` (the stock tool to come: aws-sdk-go-v2's transfer
+  manager), ``--threads 1``;
 * s5cmd ``cp``; boto3 (``upload_file`` / ``download_file``, s3transfer's defaults).
 
 Sizes above ``--max-shaped`` run only at the first RTT (moving gigabytes through the Python
@@ -24,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pegasus_cloudio.bench.go_tool import go_argv, go_env
 from pegasus_cloudio.bench.harness import Progress, measure, tool_env
 from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, ours_argv, transfer_spec
 from pegasus_cloudio.testbed.minio import MinioServer
@@ -31,7 +35,7 @@ from pegasus_cloudio.testbed.proxy import Shaping, TcpProxy
 from pegasus_cloudio.testbed.stock import make_stock_home
 from pegasus_cloudio.testbed.tools import ensure_s5cmd
 
-TOOLS = ("ours", "stock", "s5cmd", "boto3")
+TOOLS = ("ours", "stock", "go", "s5cmd", "boto3")
 SIZE_WORDS = {"0": 0, "1KB": 10**3, "1MB": 10**6, "100MB": 10**8, "1GB": 10**9}
 
 _BOTO3 = r"""
@@ -100,6 +104,8 @@ class Clients:
             return ours_argv(8), self.env, spec
         if tool == "stock":
             return [self.stock_transfer, "--threads", "1"], self.stock_env, spec
+        if tool == "go":
+            return go_argv(1), go_env(self.env), spec
         if tool == "s5cmd":
             if self._s5cmd is None:
                 self._s5cmd = str(ensure_s5cmd())

@@ -2,7 +2,11 @@
 
 In one run, on an embedded MinIO behind a counting proxy on loopback:
 
-* ours: ``pegasus-cloudio-transfer --threads T`` stages all N files out, then in;
+* ours: ``pegasus-cloudio-transfer --threads T`` stages all N files out, then in (node cache
+  off); then in again with users' defaults (a node cache that starts empty: every file a miss);
+* ours bundled: the same with ``PEGASUS_CLOUDIO_BUNDLE=1`` (out, then in);
+* Go: Pegasus's Go ``pegasus-transfer --threads T`` (the stock tool of Pegasus 6,
+  :mod:`pegasus_cloudio.bench.go_tool`), all N files, both directions;
 * stock: ``pegasus-transfer --threads T`` (pegasus-wms-worker 5.1.3, one ``pegasus-s3``
   process per file) on two samples (S/4 and S files) per direction, extrapolated linearly
   to N and labelled as such;
@@ -25,6 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
+from pegasus_cloudio.bench.go_tool import GO, STOCK_NOTE, go_argv, go_env
 from pegasus_cloudio.bench.harness import (
     Measurement, Progress, add_sample_arguments, extrapolate, files_identical, fresh_dir,
     make_inputs, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env,
@@ -167,8 +172,51 @@ def measure_startup(ws: Any, counter: Any, progress: Progress) -> float:
     return statistics.median(walls)
 
 
+def measure_go(ws: Any, counter: Any, progress: Progress) -> Dict[str, object]:
+    """The Go tool staging every file out, then in (checked byte for byte): all files, no sample.
+
+    ``ws`` and ``counter`` as for `measure_ours`."""
+    p = ws.params
+    argv, env = go_argv(p.threads), go_env(ws.env)
+    progress.phase(f"{GO}: stage-out of {p.count} files")
+    runs: Dict[str, object] = {"go_out": measure(GO, "stage-out", p.count, argv, env, counter,
+                                                 stdin=transfer_spec(ws.out_pairs("go", ws.names), "local", SITE))}
+    dest = ws.fresh_dir("in-go")
+    progress.phase(f"{GO}: stage-in of {p.count} files")
+    go_in = runs["go_in"] = measure(GO, "stage-in", p.count, argv, env, counter,
+                                    stdin=transfer_spec(ws.in_pairs("go", ws.names, dest), SITE, "local"))
+    runs["go_in_identical"] = go_in.exit_code == 0 and files_identical(ws.src, dest, ws.names)
+    return runs
+
+
+def _ours_variants(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[str, object]:
+    """Ours stage-in with users' defaults (an empty node cache), and ours bundled out and in."""
+    p = ws.params
+    cache = ws.fresh_dir("node-cache")
+    os.chmod(cache, 0o700)
+    dest = ws.fresh_dir("in-ours-cache")
+    progress.phase(f"ours: stage-in of {p.count} files, node cache on (all misses)")
+    runs: Dict[str, object] = {"ours_in_cache_miss": measure(
+        f"{OURS} (node cache on, all misses)", "stage-in", p.count, ours_argv(p.threads),
+        dict(ws.env, PEGASUS_CLOUDIO_CACHE_DIR=cache), proxy,
+        stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))}
+    identical = files_identical(ws.src, dest, ws.names)
+    bundled, label = dict(ws.env, PEGASUS_CLOUDIO_BUNDLE="1"), f"{OURS} (bundled)"
+    progress.phase(f"ours bundled: stage-out of {p.count} files")
+    runs["bundled_out"] = measure(label, "stage-out", p.count, ours_argv(p.threads), bundled, proxy,
+                                  stdin=transfer_spec(ws.out_pairs("bundled", ws.names), "local", SITE))
+    dest = ws.fresh_dir("in-bundled")
+    progress.phase(f"ours bundled: stage-in of {p.count} files")
+    runs["bundled_in"] = measure(label, "stage-in", p.count, ours_argv(p.threads), bundled, proxy,
+                                 stdin=transfer_spec(ws.in_pairs("bundled", ws.names, dest), SITE, "local"))
+    runs["variants_identical"] = identical and files_identical(ws.src, dest, ws.names)
+    return runs
+
+
 def _run_all(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[str, object]:
     runs = measure_ours(ws, proxy, progress, mkdir_url=f"s3://{IDENTITY}/{BUCKET}")
+    runs.update(_ours_variants(ws, proxy, progress))
+    runs.update(measure_go(ws, proxy, progress))
     runs["stock_out"], runs["stock_in"] = _stock(ws, proxy, progress)
     if ws.params.s5cmd:
         runs["s5cmd_out"], runs["s5cmd_in"] = _s5cmd(ws, proxy, progress)
@@ -217,6 +265,7 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "stage_in_speedup_vs_stock": ratio(measured["stock_in"].wall_s, ours_in.wall_s),
         "stage_out_speedup_vs_stock": ratio(measured["stock_out"].wall_s, ours_out.wall_s),
     }
+    ratios.update(_go_ratios(measured))
     if "s5cmd_in" in measured:
         ratios["stage_in_wall_vs_s5cmd"] = ratio(ours_in.wall_s, measured["s5cmd_in"].wall_s)
         ratios["stage_out_wall_vs_s5cmd"] = ratio(ours_out.wall_s, measured["s5cmd_out"].wall_s)
@@ -228,7 +277,9 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "connections_at_most_threads_plus_2": ours_in.connections <= params.threads + 2
         and ours_out.connections <= params.threads + 2,
         "empty_input_under_0.3s": float(runs["empty_input_wall_s"]) < 0.3,  # type: ignore[arg-type]
-        "stage_in_files_identical": bool(runs["ours_in_identical"]),
+        "stage_in_files_identical": bool(runs["ours_in_identical"]) and bool(runs["variants_identical"])
+        and bool(runs["go_in_identical"]),
+        **_go_targets(params.rtt_ms, ratios),
     }
     return {
         "benchmark": "small-files",
@@ -237,6 +288,38 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "empty_input_wall_s": round(float(runs["empty_input_wall_s"]), 4),  # type: ignore[arg-type]
         "ratios": {k: (round(v, 2) if v is not None else None) for k, v in ratios.items()},
         "targets": targets,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "notes": [STOCK_NOTE],
+    }
+
+
+def _go_ratios(measured: Dict[str, Measurement]) -> Dict[str, Optional[float]]:
+    """Ours (each variant) against the Go tool, wall and client CPU, in one run."""
+    go_in, go_out = measured["go_in"], measured["go_out"]
+    return {
+        "stage_in_wall_vs_go": ratio(measured["ours_in"].wall_s, go_in.wall_s),
+        "stage_in_cpu_vs_go": ratio(measured["ours_in"].cpu_s, go_in.cpu_s),
+        "stage_out_wall_vs_go": ratio(measured["ours_out"].wall_s, go_out.wall_s),
+        "cache_miss_stage_in_wall_vs_go": ratio(measured["ours_in_cache_miss"].wall_s, go_in.wall_s),
+        "cache_miss_stage_in_cpu_vs_go": ratio(measured["ours_in_cache_miss"].cpu_s, go_in.cpu_s),
+        "bundled_stage_in_wall_vs_go": ratio(measured["bundled_in"].wall_s, go_in.wall_s),
+        "bundled_stage_out_wall_vs_go": ratio(measured["bundled_out"].wall_s, go_out.wall_s),
+        "go_stage_in_speedup_vs_stock": ratio(measured["stock_in"].wall_s, go_in.wall_s),
+    }
+
+
+def _go_targets(rtt_ms: float, ratios: Dict[str, Optional[float]]) -> Dict[str, Optional[bool]]:
+    """Issue 38's targets against the Go tool: the 20 ms ones at 20 ms, the loopback ones at 0 ms."""
+    def at_most(name: str, bound: float, applies: bool) -> Optional[bool]:
+        return ((ratios[name] or 99) <= bound) if applies else None
+
+    far, near = rtt_ms == 20, rtt_ms == 0
+    return {
+        "stage_in_wall_at_most_0.25x_go_at_20ms": at_most("stage_in_wall_vs_go", 0.25, far),
+        "bundled_stage_in_wall_at_most_0.05x_go_at_20ms": at_most("bundled_stage_in_wall_vs_go", 0.05, far),
+        "stage_out_wall_at_most_0.5x_go_at_20ms": at_most("stage_out_wall_vs_go", 0.5, far),
+        "cache_miss_stage_in_wall_at_most_0.8x_go_on_loopback": at_most("cache_miss_stage_in_wall_vs_go", 0.8, near),
+        "cache_miss_cpu_per_get_at_most_0.6x_go_on_loopback": at_most("cache_miss_stage_in_cpu_vs_go", 0.6, near),
     }
 
 

@@ -10,6 +10,8 @@ loopback (one accepted connection = one SSH handshake):
   ``min(N/T, 100)``) plus one ``ssh mkdir -p`` per remote directory; downloads of several
   remote files open one connection per file. Two samples per direction (see
   `stock_samples`), extrapolated linearly to N and labelled as such;
+* Go: Pegasus's Go ``pegasus-transfer`` (the stock tool to come), whose scp handler runs one
+  ``scp`` per file; sampled and extrapolated as the Python tool;
 * the start-up cost of ``pegasus-cloudio-transfer`` on an empty input.
 
 Every stage-in result is compared byte for byte with the originals. Called by
@@ -24,6 +26,7 @@ import shutil
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from pegasus_cloudio.bench.go_tool import go_argv, go_env
 from pegasus_cloudio.bench.harness import (
     Measurement, Progress, extrapolate, files_identical, fresh_dir,
     make_inputs, measure, ratio, tool_env,
@@ -36,6 +39,7 @@ from pegasus_cloudio.testbed.stock import make_stock_home
 SITE = "local"  # the submit host is Pegasus's site "local"
 OURS = "pegasus-cloudio-transfer"
 STOCK = "stock pegasus-transfer"
+GO = "Go pegasus-transfer"
 Pair = Tuple[str, str]
 
 
@@ -55,6 +59,7 @@ class ScpWorkspace:
         self.env = tool_env({"SSH_PRIVATE_KEY": str(server.client_key), "HOME": home,
                              "PEGASUS_CLOUDIO_CONFIG": os.devnull})
         self.stock_env = stock.env(self.env)
+        self.go_argv, self.go_env = go_argv(params.threads), go_env(self.env)
 
     def remote_dir(self, prefix: str) -> str:
         return os.path.join(str(self.server.root), prefix)
@@ -83,7 +88,9 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
 
 def _run_all(ws: ScpWorkspace, relay: RawRelay, progress: Progress) -> Dict[str, object]:
     runs = measure_ours(ws, relay, progress)
-    runs["stock_out"], runs["stock_in"], runs["stock_in_identical"] = _stock(ws, relay, progress)
+    stock = (STOCK, [ws.stock_transfer, "--threads", str(ws.params.threads)], ws.stock_env)
+    runs["stock_out"], runs["stock_in"], runs["stock_in_identical"] = _stock(ws, relay, progress, *stock)
+    runs["go_out"], runs["go_in"], runs["go_in_identical"] = _stock(ws, relay, progress, GO, ws.go_argv, ws.go_env)
     runs["empty_input_wall_s"] = measure_startup(ws, relay, progress)
     progress.done()
     return runs
@@ -103,24 +110,27 @@ def stock_samples(params: Params) -> Tuple[List[int], List[int]]:
     return out, into
 
 
-def _stock(ws: ScpWorkspace, relay: RawRelay, progress: Progress) -> Tuple[Measurement, Measurement, bool]:
-    """Stock samples, extrapolated to N; stage-in samples read what the largest stage-out wrote."""
+def _stock(ws: ScpWorkspace, relay: RawRelay, progress: Progress, label: str, argv: List[str],
+           env: Dict[str, str]) -> Tuple[Measurement, Measurement, bool]:
+    """Samples of a stock tool (``label``: the Python or the Go one), extrapolated to N; stage-in
+    samples read what the largest stage-out wrote. The Go tool no longer batches scp, so the
+    samples sized for the Python tool's batches only make its figure surer."""
     p = ws.params
     out_sizes, in_sizes = stock_samples(p)
-    argv = [ws.stock_transfer, "--threads", str(p.threads)]
+    prefix = "stock" if label == STOCK else "go"
     out: List[Measurement] = []
     for size in out_sizes:
-        progress.phase(f"stock pegasus-transfer (scp): stage-out sample of {size} files")
-        out.append(measure(STOCK, "stage-out", size, argv, ws.stock_env, relay,  # type: ignore[arg-type]
-                           stdin=transfer_spec(ws.out_pairs(f"stock{size}", ws.names[:size]), "local", SITE)))
+        progress.phase(f"{label} (scp): stage-out sample of {size} files")
+        out.append(measure(label, "stage-out", size, argv, env, relay,  # type: ignore[arg-type]
+                           stdin=transfer_spec(ws.out_pairs(f"{prefix}{size}", ws.names[:size]), "local", SITE)))
     into: List[Measurement] = []
     identical = True
     for size in in_sizes:
         names = ws.names[:size]
-        dest = ws.fresh_dir(f"in-stock{size}")
-        progress.phase(f"stock pegasus-transfer (scp): stage-in sample of {size} files")
-        into.append(measure(STOCK, "stage-in", size, argv, ws.stock_env, relay,  # type: ignore[arg-type]
-                            stdin=transfer_spec(ws.in_pairs(f"stock{out_sizes[-1]}", names, dest), SITE,
+        dest = ws.fresh_dir(f"in-{prefix}{size}")
+        progress.phase(f"{label} (scp): stage-in sample of {size} files")
+        into.append(measure(label, "stage-in", size, argv, env, relay,  # type: ignore[arg-type]
+                            stdin=transfer_spec(ws.in_pairs(f"{prefix}{out_sizes[-1]}", names, dest), SITE,
                                                 "local")))
         identical = identical and files_identical(ws.src, dest, names)
     return extrapolate(out[0], out[-1], p.count), extrapolate(into[0], into[-1], p.count), identical
@@ -133,13 +143,16 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
     ratios: Dict[str, Optional[float]] = {
         "stage_in_speedup_vs_stock": ratio(measured["stock_in"].wall_s, ours_in.wall_s),
         "stage_out_speedup_vs_stock": ratio(measured["stock_out"].wall_s, ours_out.wall_s),
+        "stage_in_speedup_vs_go": ratio(measured["go_in"].wall_s, ours_in.wall_s),
+        "stage_out_speedup_vs_go": ratio(measured["go_out"].wall_s, ours_out.wall_s),
     }
     targets = {
         "stage_in_at_least_20x_stock": (ratios["stage_in_speedup_vs_stock"] or 0) >= 20,
         "stage_out_at_least_20x_stock": (ratios["stage_out_speedup_vs_stock"] or 0) >= 20,
         "one_ssh_handshake_per_batch": ours_in.connections == 1 and ours_out.connections == 1,
         "all_runs_exit_0": all(m.exit_code == 0 for m in measured.values()),
-        "stage_in_files_identical": bool(runs["ours_in_identical"]) and bool(runs["stock_in_identical"]),
+        "stage_in_files_identical": bool(runs["ours_in_identical"]) and bool(runs["stock_in_identical"])
+        and bool(runs["go_in_identical"]),
     }
     return {
         "benchmark": "small-files",

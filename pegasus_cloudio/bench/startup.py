@@ -6,7 +6,9 @@ the contestants round by round (A B C ..., then the reverse) so that drifting lo
 outside falls on all of them alike, each ``--rounds`` times:
 
 * ``python -c pass``: the interpreter's own floor (the venv's Python, ``site`` included);
-* stock ``pegasus-transfer`` 5.1.3 on an empty input;
+* stock ``pegasus-transfer`` 5.1.3 (the Python tool Pegasus 5 ships) on an empty input;
+* Pegasus's Go ``pegasus-transfer`` (the stock tool to come, :mod:`pegasus_cloudio.bench.go_tool`)
+  on an empty input and staging in the same ``--objects``;
 * ours (``pegasus-cloudio-transfer`` from a wheel install, :mod:`pegasus_cloudio.testbed.wheel`)
   on an empty input;
 * ours staging in ``--objects`` small objects from MinIO (plain HTTP on loopback), node cache
@@ -34,6 +36,7 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+from pegasus_cloudio.bench.go_tool import STOCK_NOTE, go_argv, go_env
 from pegasus_cloudio.bench.harness import Progress, make_inputs, measure, ratio, tool_env
 from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, _positive, transfer_spec
 from pegasus_cloudio.testbed.minio import MinioServer
@@ -42,12 +45,14 @@ from pegasus_cloudio.testbed.stager import StagerProcess
 from pegasus_cloudio.testbed.stock import make_stock_home
 from pegasus_cloudio.testbed.wheel import installed_bin
 
-CONTESTANTS = ("python -c pass", "stock empty", "ours empty", "ours objects", "ours objects via stager",
-               "ours objects via stager, Python client")
+CONTESTANTS = ("python -c pass", "stock empty", "Go empty", "ours empty", "Go objects", "ours objects",
+               "ours objects via stager", "ours objects via stager, Python client")
 VIA_STAGER = {"ours objects via stager": "pegasus-cloudio-transfer",
               "ours objects via stager, Python client": "pegasus-cloudio-transfer-py"}
 EMPTY_TARGET = 0.7  # ours empty <= 0.7x the stock tool's empty start
 OBJECTS_TARGET = 1.0  # ours with --objects files <= the stock tool's empty start
+GO_STAGER_TARGET = 1.0  # ours via the stager <= the Go tool's CPU for the same objects
+GO_OBJECTS_TARGET = 2.0  # ours without the stager <= 2x the Go tool's CPU for the same objects
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,12 +121,21 @@ def _steps(root: str, bin_dir: str, ours: List[str], names: List[str], env: Dict
     stock_argv = [str(stock.transfer), "--threads", str(threads)]  # type: ignore[attr-defined]
     stock_env = stock.env(env)  # type: ignore[attr-defined]
     staged = dict(env, PEGASUS_CLOUDIO_STAGER=stager.socket_path)
+    go, genv = go_argv(threads), go_env(env)
 
     def run_one(argv: List[str], run_env: Dict[str, str], stdin: bytes) -> Tuple[float, float]:
         done = measure("step", "in", 0, argv, run_env, proxy, stdin=stdin)
         if done.exit_code != 0:
             raise RuntimeError(f"{argv[0]} exited {done.exit_code} (see above)")
         return done.cpu_s, done.wall_s
+
+    def go_objects(n: int) -> Tuple[float, float]:
+        dest = os.path.join(root, f"job-go-{n}")
+        os.makedirs(dest)
+        spec = transfer_spec([(_url(name), f"file://{dest}/{name}") for name in names], SITE, "local")
+        cpu, wall = run_one(go, genv, spec)
+        shutil.rmtree(dest)
+        return cpu, wall
 
     def objects(n: int, via: str = "") -> Tuple[float, float]:
         """The step in-process, or handed to the stager by command ``via`` (its CPU split kept)."""
@@ -142,7 +156,9 @@ def _steps(root: str, bin_dir: str, ours: List[str], names: List[str], env: Dict
     return {
         "python -c pass": lambda n: run_one([os.path.join(bin_dir, "python"), "-c", "pass"], env, b""),
         "stock empty": lambda n: run_one(stock_argv, stock_env, b"[]"),
+        "Go empty": lambda n: run_one(go, genv, b"[]"),
         "ours empty": lambda n: run_one(ours, env, b"[]"),
+        "Go objects": go_objects,
         "ours objects": lambda n: objects(n),
         **{name: functools.partial(objects, via=name) for name in VIA_STAGER},
     }
@@ -206,9 +222,17 @@ def report(cpu: Dict[str, List[float]], wall: Dict[str, List[float]], rounds: in
     stock = cpu_ms["stock empty"]
     ratios = {f"{name} / stock empty": round(ratio(cpu_ms[name], stock) or 0.0, 2)
               for name in cpu_ms if name != "stock empty"}
+    go = cpu_ms["Go objects"]
+    ratios.update({f"{name} / Go objects": round(ratio(cpu_ms[name], go) or 0.0, 2)
+                   for name in cpu_ms if name.startswith("ours objects")})
+    ratios["ours empty / Go empty"] = round(ratio(cpu_ms["ours empty"], cpu_ms["Go empty"]) or 0.0, 2)
     targets = {
         f"ours_empty_within_{EMPTY_TARGET:g}x_stock_empty": ratios["ours empty / stock empty"] <= EMPTY_TARGET,
         f"ours_{objects}_objects_within_stock_empty": ratios["ours objects / stock empty"] <= OBJECTS_TARGET,
+        f"ours_{objects}_objects_via_stager_within_{GO_STAGER_TARGET:g}x_go_cpu":
+            ratios["ours objects via stager / Go objects"] <= GO_STAGER_TARGET,
+        f"ours_{objects}_objects_within_{GO_OBJECTS_TARGET:g}x_go_cpu":
+            ratios["ours objects / Go objects"] <= GO_OBJECTS_TARGET,
     }
     return {
         "benchmark": "startup",
@@ -216,7 +240,7 @@ def report(cpu: Dict[str, List[float]], wall: Dict[str, List[float]], rounds: in
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "cpu_ms_median": cpu_ms, "wall_ms_median": wall_ms,
         "cpu_ms_all": {name: [round(1000 * x, 1) for x in v] for name, v in cpu.items()},
-        "ratios": ratios, "targets": targets,
+        "ratios": ratios, "targets": targets, "notes": [STOCK_NOTE],
     }
 
 
@@ -232,4 +256,5 @@ def format_table(result: Dict[str, object]) -> str:
         rows.append(f"{name}: client {cpu['client']:.1f} ms + stager {cpu['stager']:.1f} ms CPU (medians)")
     rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]
     rows += [f"target {k}: {'met' if v else 'NOT MET'}" for k, v in result["targets"].items()]  # type: ignore[attr-defined]
+    rows += [f"note: {note}" for note in result.get("notes", [])]  # type: ignore[attr-defined]
     return "\n".join(rows)

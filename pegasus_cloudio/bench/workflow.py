@@ -6,7 +6,8 @@ simulated nodes, each node with its own cache directory. Each job does what Pega
 stage-in with a transfer tool, compute (a CPU burn of ``--compute`` seconds of CPU time, then
 the job's file I/O), stage-out. The store is MinIO behind the test proxy at ``--rtt-ms``.
 
-Modes, in one run: stock ``pegasus-transfer`` (5.1.3); ours per file; ours with bundles and
+Modes, in one run: stock ``pegasus-transfer`` (5.1.3, the Python tool Pegasus 5 ships); Pegasus's
+Go ``pegasus-transfer`` (the stock tool to come, :mod:`pegasus_cloudio.bench.go_tool`); ours per file; ours with bundles and
 the node cache; the same with a node stager per node (``pegasus-cloudio stager``: the jobs'
 drop-in hands its work to one long-lived process per node, so no job pays Python's start-up;
 the stagers' CPU is charged to the jobs); VM-local storage (every job runs in one local
@@ -39,6 +40,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from pegasus_cloudio.bench.dag import (
     HEADER, RESULT, Job, JobTiming, expected_result, montage_like, run_dag, run_step,
 )
+from pegasus_cloudio.bench.go_tool import go_argv, go_env
 from pegasus_cloudio.bench.harness import Progress, measure, ratio, tool_env
 from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, _positive, ours_argv, transfer_spec
 from pegasus_cloudio.testbed.minio import MinioServer
@@ -47,9 +49,11 @@ from pegasus_cloudio.testbed.stager import StagerProcess
 from pegasus_cloudio.testbed.stock import make_stock_home
 from pegasus_cloudio.testbed.wheel import installed_bin
 
-MODES = ("stock", "per-file", "bundles+cache", "stager", "vm-local")
+MODES = ("stock", "go", "per-file", "bundles+cache", "stager", "vm-local")
 # Issue 24's targets at 0.5 s of compute: the drop-in alone (bundles + cache), and with the stager.
 TARGET_RATIOS = {"bundles+cache": 1.3, "stager": 1.1}
+# Issue 38's, against the Go tool's makespan at 0.5 s of compute.
+GO_TARGET_RATIOS = {"bundles+cache": 0.8, "stager": 0.75}
 HEADER_TEXT = b"SIMPLE  = T\nNAXIS   = 2\nCTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\nEND\n"
 
 
@@ -168,6 +172,8 @@ class Bed:
         if mode == "stock":
             return ToolStager([str(self.stock.transfer), "--threads", str(p.threads)], [self.stock_env] * p.nodes,
                               prefix)
+        if mode == "go":
+            return ToolStager(go_argv(p.threads), [go_env(self.env)] * p.nodes, prefix)
         envs = [dict(self.installed_env) for _ in range(p.nodes)]
         if mode in ("bundles+cache", "stager"):
             for node, env in enumerate(envs):
@@ -212,7 +218,8 @@ def _startups(bed: Bed, progress: Progress) -> Dict[str, float]:
     """Median wall time of each tool on an empty input: what every staging step pays."""
     progress.phase("tool start-up on an empty input (5 runs each)")
     argvs = {"ours": (ours_argv(bed.params.threads), bed.env),
-             "stock": ([str(bed.stock.transfer), "--threads", str(bed.params.threads)], bed.stock_env)}
+             "stock": ([str(bed.stock.transfer), "--threads", str(bed.params.threads)], bed.stock_env),
+             "go": (go_argv(bed.params.threads), go_env(bed.env))}
     return {name: round(statistics.median(measure(name, "empty", 0, argv, env, bed.proxy, stdin=b"[]").wall_s
                                           for _ in range(5)), 4)
             for name, (argv, env) in argvs.items()}
@@ -313,6 +320,11 @@ def report(params: Params, runs: List[Dict[str, object]], startup: Dict[str, flo
         key = f"{mode}_vs_vm_local_at_0.5s"
         if key in ratios:
             targets[f"{mode}_within_{limit:g}x_vm_local_at_0.5s"] = (ratios[key] or 99) <= limit
+    ratios.update(_versus_go(params, by))
+    for mode, limit in GO_TARGET_RATIOS.items():
+        key = f"{mode}_vs_go_at_0.5s"
+        if key in ratios:
+            targets[f"{mode}_within_{limit:g}x_go_at_0.5s"] = (ratios[key] or 99) <= limit
     targets["results_correct"] = results_correct(runs)
     return {
         "benchmark": "workflow", "params": {**params.__dict__, "cores": os.cpu_count()},
@@ -321,6 +333,18 @@ def report(params: Params, runs: List[Dict[str, object]], startup: Dict[str, flo
         "results_unchecked": [f"{r['mode']} at {r['compute_s']:g} s" for r in runs if r["result_correct"] is None],
         "targets": targets,
     }
+
+
+def _versus_go(params: Params, by: Dict[Tuple[object, object], Dict[str, object]]) -> Dict[str, Optional[float]]:
+    """Each of our modes' makespan over the Go tool's, per compute time (both always complete)."""
+    found: Dict[str, Optional[float]] = {}
+    for compute in params.computes:
+        go = by.get(("go", compute))
+        for mode in ("per-file", "bundles+cache", "stager"):
+            if go is not None and (mode, compute) in by:
+                value = ratio(float(by[(mode, compute)]["makespan_s"]), float(go["makespan_s"]))  # type: ignore[arg-type]
+                found[f"{mode}_vs_go_at_{compute:g}s"] = round(value, 2) if value is not None else None
+    return found
 
 
 def results_correct(runs: List[Dict[str, object]]) -> Optional[bool]:
@@ -348,7 +372,11 @@ def format_table(result: Dict[str, object]) -> str:
         rows.append(f"{r['mode']:<14} {r['compute_s']:>7g} {makespan:>11} {r['requests']:>9} "
                     f"{r['mean_stage_in_s']:>15.3f} {r['mean_stage_out_s']:>16.3f} {r['mean_staging_cpu_s']:>16.3f} "
                     f"{r['concat_stage_in_s'] or 0:>12.3f} {str(r['result_correct']):>8}{mark}")
-    rows.append(f"tool start-up on an empty input (median of 5): {result['tool_startup_s']}")
+    startup = result["tool_startup_s"]
+    shown = (", ".join(f"{tool} {seconds:.3f} s" for tool, seconds in startup.items()) if isinstance(startup, dict)
+             else str(startup))
+    # wall time of the whole command in this run (on these loaded cores); a job step's own CPU is `bench startup`'s
+    rows.append(f"wall time of one call on an empty input, whole process, median of 5: {shown}")
     rows += [f"{k}: {v}" for k, v in result["ratios"].items()]  # type: ignore[attr-defined]
     rows += [f"{k}: >= {v} (lower bound)" for k, v in result.get("ratios_lower_bound", {}).items()]  # type: ignore[attr-defined]
     unchecked = result.get("results_unchecked") or []

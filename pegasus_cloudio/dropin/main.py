@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from pegasus_cloudio.dropin.log import log
+from pegasus_cloudio.dropin.log import DEBUG, log
 
 # Every job step pays what this module imports, so it imports only what a job uses, when it
 # uses it: argparse for --help and unusual command lines, the engine when there is something
@@ -216,6 +216,8 @@ def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: 
         from transfer.session import Session
         with Session(settings, knobs) as session:
             outcome = run_native(native, session, settings, interrupts)
+        log.debug("%d connection(s) opened, %d request(s) sent", session.stats.connections_opened,
+                  session.stats.requests_sent)
         records, failed = outcome.records, outcome.failed
     stock_rc = 0
     if delegated:
@@ -241,6 +243,10 @@ def run_settings(args: "Options | argparse.Namespace", env: "Mapping[str, str]")
     knobs = layered(env, config_file=True, command_line={"PEGASUS_CLOUDIO_MAX_ATTEMPTS": attempts})
     threads = effective_threads(args.threads, knobs)  # first: its message names the flag too
     settings = Settings.from_env(knobs).replace(threads=threads)
+    if log.is_enabled_for(DEBUG):
+        from transfer.knobs import story
+        for line in story(knobs):
+            log.debug("setting %s", line)
     log.debug("settings: %s", settings)
     return knobs, settings
 

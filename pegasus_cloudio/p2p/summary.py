@@ -14,7 +14,8 @@ A short id is the first ``ID_CHARS`` (6) hex digits of the SHA-256 of the entry'
 which is also the entry's file name, so listing the cache reads no file. Six digits keep a
 summary of 10,000 files at about 70 KB with a 0.06 % chance that a job's input is wrongly
 counted as present (which only costs a slightly worse placement: the job still transfers
-correctly). ``PEGASUS_CLOUDIO_P2P_SUMMARY_MAX`` caps the ids (most recently used first).
+correctly). ``PEGASUS_CLOUDIO_P2P_SUMMARY_MAX`` caps the ids: each served cache gets an equal
+share, of its most recently used entries (:func:`summarise`).
 
 :func:`rank_expression` builds a job's ``condor.rank`` from its inputs' cache keys and sizes:
 the megabytes of the job's inputs the machine holds (0 on machines without a summary). The
@@ -30,7 +31,7 @@ import os
 import stat
 import socket
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from transfer.cache.layout import OBJECTS, digest_of
 from transfer.errors import InvalidInput
@@ -54,23 +55,44 @@ def short_id(cache_key: str) -> str:
 
 
 def summarise(cache_dirs: Iterable[str], limit: int = DEFAULT_MAX,
-              unreadable: Optional[List[str]] = None) -> List[str]:
-    """Short ids of every entry in ``cache_dirs`` (sorted; the ``limit`` most recently used
-    when there are more). A cache directory that cannot be read is skipped (and appended to
-    ``unreadable``). No link is followed but root's on the way to a cache (root runs this
-    on users' caches: :func:`open_directory`), and a cache is
-    listed up to ``16 * limit`` directory entries (shards and their entries, as they are
-    read: no more of a directory is held in memory)."""
-    entries: List[Tuple[float, str]] = []
+              unreadable: Optional[List[str]] = None, errors: Optional[Dict[str, OSError]] = None) -> List[str]:
+    """Short ids of every entry in ``cache_dirs`` (sorted). When there are more than ``limit``,
+    each cache gets an equal share of the ids (what a cache leaves of its share goes to the
+    others), filled with its most recently used entries: the times are the users' to set, so
+    they order only each user's own entries, and no user can push another's out. A cache
+    directory that cannot be read is skipped (appended to ``unreadable``, its error kept in
+    ``errors``). No link is followed but root's on the way to a cache (root runs this on
+    users' caches: :func:`open_directory`), and a cache is listed up to ``16 * limit``
+    directory entries (shards and their entries, as they are read: no more of a directory
+    is held in memory)."""
+    found: List[List[Tuple[float, str]]] = []
     for directory in cache_dirs:
+        entries: List[Tuple[float, str]] = []
         try:
             _scan(directory, entries, 16 * limit)
-        except OSError:
+        except OSError as err:
             if unreadable is not None:
                 unreadable.append(directory)
-    if len(entries) > limit:
-        entries = sorted(entries, reverse=True)[:limit]
-    return sorted({name for _, name in entries})
+            if errors is not None:
+                errors[directory] = err
+            continue
+        found.append(entries)
+    ids: Set[str] = set()
+    for entries, share in zip(found, shares([len(e) for e in found], limit)):
+        ids.update(name for _, name in (sorted(entries, reverse=True)[:share] if share < len(entries) else entries))
+    return sorted(ids)
+
+
+def shares(counts: Sequence[int], limit: int) -> List[int]:
+    """How many of ``limit`` places each of the caches holding ``counts`` entries gets: equal
+    shares, the places a smaller cache leaves shared among the bigger ones."""
+    given = [0] * len(counts)
+    left = limit
+    order = sorted(range(len(counts)), key=lambda n: counts[n])
+    for place, n in enumerate(order):
+        given[n] = min(counts[n], left // (len(order) - place))
+        left -= given[n]
+    return given
 
 
 _MAX_LINKS = 40  # as the kernel's path walk
@@ -245,10 +267,10 @@ def main(args: argparse.Namespace) -> int:
         summary_file.warn(str(err))
         return 2
     unreadable: List[str] = []
-    text = classad_text(summarise(caches.values(), limit, unreadable), node)
+    errors: Dict[str, OSError] = {}
+    text = classad_text(summarise(caches.values(), limit, unreadable, errors), node)
     for directory in unreadable:
-        summary_file.warn(f"cannot read cache {directory} (skipped); the startd cron runs as condor: "
-                          "run `cache-summary --write FILE` as root and `--read FILE` as the cron (docs/p2p.md)")
+        summary_file.warn(_unreadable(directory, errors.get(directory), bool(args.write)))
     if not args.write:
         sys.stdout.write(text)
         return 0
@@ -258,6 +280,19 @@ def main(args: argparse.Namespace) -> int:
         summary_file.warn(f"cannot write {args.write}: {err.strerror}")
         return 1
     return 0
+
+
+def _unreadable(directory: str, err: Optional[OSError], writing: bool) -> str:
+    """The one line for a cache ``cache-summary`` skipped, with advice for its cause."""
+    if err is not None and err.errno == errno.ELOOP:
+        return (f"refusing cache {directory} (skipped): a symbolic link not root's on its path, or the cache "
+                "itself a link, could lead root into another user's files; name the cache by its real path "
+                f"in {ENV}USERS")
+    if err is not None and err.errno in (errno.EACCES, errno.EPERM) and not writing and os.geteuid() != 0:
+        return (f"cannot read cache {directory} (skipped); the startd cron runs as condor: run "
+                "`cache-summary --write FILE` as root and `--read FILE` as the cron (docs/p2p.md)")
+    reason = err.strerror if err is not None and err.strerror else "unreadable"
+    return f"cannot read cache {directory} (skipped): {reason}"
 
 
 def _print_published(path: str, max_age: float) -> int:

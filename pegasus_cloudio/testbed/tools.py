@@ -10,8 +10,15 @@ example parallel test workers) from building the same tool at once.
 
 Command line (used by the Makefile and CI)::
 
-    python -m pegasus_cloudio.testbed.tools minio s5cmd
+    python -m pegasus_cloudio.testbed.tools minio s5cmd pegasus-transfer-go
+
+Most pins are modules the Go module proxy serves. `pegasus-transfer-go` (Pegasus's Go
+pegasus-transfer, the next stock tool) is not: its pinned source archive ships beside the
+checkout in ``shared/pegasus-transfer-go/`` (see `shared_dir`), checked by sha256 before it is
+built; only its dependencies come from the proxy. A build has no time limit: a slow machine
+makes it slow, not failed (the Makefile's heartbeat says it is still going).
 """
+
 
 from __future__ import annotations
 
@@ -19,11 +26,13 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,19 +43,43 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 __all__ = [
     "PINS",
     "ToolPin",
+    "SourcePin",
     "ensure_fake_gcs_server",
+    "ensure_go_transfer",
     "ensure_minio",
     "ensure_s5cmd",
     "ensure_tool",
     "main",
+    "shared_dir",
     "tools_dir",
 ]
 
 Progress = Callable[[str], None]
 
 ENV_TOOLS_DIR = "PEGASUS_CLOUDIO_TOOLS_DIR"
-BUILD_TIMEOUT_S = 1800.0
+PROGRESS_EVERY_S = 60.0  # a build says it still runs this often; it is never killed for being slow
+ENV_SHARED_DIR = "PEGASUS_CLOUDIO_SHARED_DIR"
 LOG_TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class SourcePin:
+    """A Go program built from a source archive kept beside the checkout.
+
+    Fields:
+        directory: directory under `shared_dir` holding the files below.
+        archive: the ``.tar.gz`` of the source tree; ``archive_sha256`` its digest.
+        gomod: a ``go.mod`` pinning the dependencies' versions (copied into
+            ``subdir`` before the build); ``gomod_sha256`` its digest.
+        subdir: the module's directory inside the unpacked archive.
+    """
+
+    directory: str
+    archive: str
+    archive_sha256: str
+    gomod: str
+    gomod_sha256: str
+    subdir: str
 
 
 @dataclass(frozen=True)
@@ -60,10 +93,12 @@ class ToolPin:
         method: ``"install"`` runs ``go install MODULE/PACKAGE@VERSION``;
             ``"module-build"`` downloads the module with ``go mod download``
             and runs ``go build`` inside its (read-only) module-cache directory,
-            for modules the proxy serves but ``go install`` refuses.
+            for modules the proxy serves but ``go install`` refuses;
+            ``"source-build"`` runs ``go build`` in the unpacked ``source``.
         package: package path inside the module ("" for the module root).
         ldflags: extra ``-X`` style linker flags for ``"module-build"``;
             ``{version}`` and ``{commit}`` are substituted.
+        source: the archive of a ``"source-build"`` (None otherwise).
     """
 
     name: str
@@ -72,6 +107,7 @@ class ToolPin:
     method: str = "install"
     package: str = ""
     ldflags: Tuple[str, ...] = ()
+    source: Optional[SourcePin] = None
 
     @property
     def spec(self) -> str:
@@ -80,8 +116,16 @@ class ToolPin:
         return f"{path}@{self.version}"
 
     def stamp_text(self) -> str:
-        """Canonical text written to the stamp file; any pin change changes it."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True) + "\n"
+        """Canonical text written to the stamp file; any pin change changes it.
+
+        A pin without a ``source`` leaves the key out, so its stamp is the text written before
+        that field existed: adding it must not make every tools dir rebuild MinIO and s5cmd
+        (or two checkouts sharing one tools dir rebuild them in turn).
+        """
+        fields = dataclasses.asdict(self)
+        if self.source is None:
+            del fields["source"]
+        return json.dumps(fields, sort_keys=True) + "\n"
 
 
 PINS: Mapping[str, ToolPin] = MappingProxyType(
@@ -107,6 +151,23 @@ PINS: Mapping[str, ToolPin] = MappingProxyType(
             name="fake-gcs-server",
             module="github.com/fsouza/fake-gcs-server",
             version="v1.56.1",
+        ),
+        # Pegasus's Go pegasus-transfer (pegasus-isi/pegasus b261f8c80, 2026-08-21), the stock
+        # tool of Pegasus 6; the commit has no go.mod, so the pinned one is shipped beside it.
+        "pegasus-transfer-go": ToolPin(
+            name="pegasus-transfer-go",
+            module="github.com/pegasus-isi/pegasus/packages/pegasus-transfer",
+            version="b261f8c80",
+            method="source-build",
+            package="cmd/pegasus-transfer",
+            source=SourcePin(
+                directory="pegasus-transfer-go",
+                archive="pegasus-transfer-go-b261f8c80.tar.gz",
+                archive_sha256="a9bfc735e1c808c8c86f396ae577dc7bfb186d80cebd0e17c6a32214fd035b29",
+                gomod="go.mod.pinned",
+                gomod_sha256="3e24f4fd90cb07b4897ad0c50a9bbb6ae17a6699fd5e77bd60f3873b42a80200",
+                subdir="packages/pegasus-transfer",
+            ),
         ),
     }
 )
@@ -138,6 +199,26 @@ def tools_dir() -> Path:
     return Path.home() / ".cache" / "pegasus-cloudio" / "tools"
 
 
+def shared_dir(directory: str) -> Path:
+    """``shared/<directory>`` beside the checkout: ``$PEGASUS_CLOUDIO_SHARED_DIR/<directory>``
+    if set, else the nearest ``shared/<directory>`` in the package's parent directories (a
+    clone with ``../shared`` beside it, or a git worktree nested one level deeper).
+
+    Raises RuntimeError naming where it looked when there is none.
+    """
+    override = os.environ.get(ENV_SHARED_DIR)
+    if override:
+        found = Path(override).expanduser().resolve() / directory
+        if not found.is_dir():
+            raise RuntimeError(f"{found}: no such directory (from ${ENV_SHARED_DIR})")
+        return found
+    repo = Path(__file__).resolve().parent.parent.parent
+    for parent in [repo, *repo.parents]:
+        if (parent / "shared" / directory).is_dir():
+            return parent / "shared" / directory
+    raise RuntimeError(f"shared/{directory} not found beside {repo} or above it (set ${ENV_SHARED_DIR})")
+
+
 def _stderr_progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -147,8 +228,10 @@ def ensure_tool(
     *,
     directory: Optional[Path] = None,
     progress: Progress = _stderr_progress,
+    progress_every: float = PROGRESS_EVERY_S,
 ) -> Path:
-    """Return the path of the pinned binary ``name``, building it if needed.
+    """Return the path of the pinned binary ``name``, building it if needed; a build runs as long
+    as it takes, calling ``progress`` every ``progress_every`` seconds.
 
     Raises KeyError for an unknown name, RuntimeError when the build fails
     (message: exit status, last lines of the build log, one-line hint).
@@ -164,7 +247,7 @@ def ensure_tool(
             return binary  # built by another process while we waited
         if _adopt_prebuilt(pin, binary, stamp):
             return binary
-        _build(pin, root, progress)
+        _build(pin, root, progress, progress_every)
     return binary
 
 
@@ -181,6 +264,11 @@ def ensure_s5cmd(*, directory: Optional[Path] = None) -> Path:
 def ensure_fake_gcs_server(*, directory: Optional[Path] = None) -> Path:
     """Return the pinned fake-gcs-server binary, building it if needed."""
     return ensure_tool("fake-gcs-server", directory=directory)
+
+
+def ensure_go_transfer(*, directory: Optional[Path] = None) -> Path:
+    """Return Pegasus's Go pegasus-transfer (the pinned commit), building it if needed."""
+    return ensure_tool("pegasus-transfer-go", directory=directory)
 
 
 def _is_current(pin: ToolPin, binary: Path, stamp: Path) -> bool:
@@ -238,7 +326,7 @@ def _find_go() -> Optional[str]:
     return str(fallback) if os.access(fallback, os.X_OK) else None
 
 
-def _build(pin: ToolPin, root: Path, progress: Progress) -> None:
+def _build(pin: ToolPin, root: Path, progress: Progress, progress_every: float) -> None:
     """Build ``pin`` into a temp dir under ``root``, then move it into ``bin/``."""
     go = _find_go()
     if go is None:
@@ -253,7 +341,7 @@ def _build(pin: ToolPin, root: Path, progress: Progress) -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=root, prefix=f".build-{pin.name}-") as tmp:
         with open(log_path, "w") as log:
-            built = _run_build(go, pin, Path(tmp), log)
+            built = _run_build(go, pin, Path(tmp), log, _Watch(pin.name, log_path, progress, started, progress_every))
         if built is None:
             raise RuntimeError(_failure_message(pin, log_path))
         os.replace(built, root / "bin" / pin.name)
@@ -261,19 +349,43 @@ def _build(pin: ToolPin, root: Path, progress: Progress) -> None:
     progress(f"built {pin.name} in {time.monotonic() - started:.0f} s")
 
 
-def _run_build(go: str, pin: ToolPin, out_dir: Path, log: TextIO) -> Optional[Path]:
+@dataclass(frozen=True)
+class _Watch:
+    """Who hears that a build still runs: on a busy machine a Go build can take far longer than
+    usual, and a newcomer's first command must go on (and say so), not give up after a fixed time."""
+
+    name: str
+    log_path: Path
+    progress: Progress
+    started: float
+    every: float
+
+    def wait(self, proc: "subprocess.Popen[str]") -> "Tuple[str, str]":
+        """``proc.communicate()``, saying every ``every`` seconds that the build goes on."""
+        while True:
+            try:
+                out, err = proc.communicate(timeout=self.every)
+                return out or "", err or ""
+            except subprocess.TimeoutExpired:
+                self.progress(f"... still building {self.name} ({time.monotonic() - self.started:.0f} s so far; "
+                              f"a busy machine is slower, nothing is wrong; log: {self.log_path})")
+
+
+def _run_build(go: str, pin: ToolPin, out_dir: Path, log: TextIO, watch: _Watch) -> Optional[Path]:
     """Run the go commands for ``pin``; return the built binary or None on failure."""
     output = out_dir / pin.name
     if pin.method == "install":
         env = _go_env(GOBIN=str(out_dir))
-        ok = _run_logged([go, "install", pin.spec], cwd=out_dir, env=env, log=log)
+        ok = _run_logged([go, "install", pin.spec], cwd=out_dir, env=env, log=log, watch=watch)
         return output if ok and output.is_file() else None
     if pin.method == "module-build":
-        return _module_build(go, pin, output, log)
+        return _module_build(go, pin, output, log, watch)
+    if pin.method == "source-build" and pin.source is not None:
+        return _source_build(go, pin, pin.source, out_dir, log, watch)
     raise ValueError(f"unknown build method {pin.method!r} for {pin.name}")
 
 
-def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO) -> Optional[Path]:
+def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO, watch: _Watch) -> Optional[Path]:
     """``go mod download`` the module, then ``go build`` inside its cache dir.
 
     The module zip carries ``vendor/modules.txt`` but no vendored sources, so
@@ -281,7 +393,7 @@ def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO) -> Optional[
     dir is read-only, which is fine because the module's go.sum is complete.
     """
     env = _go_env(GOWORK="off")
-    info = _download_module(go, pin, env, log)
+    info = _download_module(go, pin, env, log, watch)
     if info is None:
         return None
     origin = info.get("Origin") or {}
@@ -289,25 +401,61 @@ def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO) -> Optional[
     flags = " ".join(f.format(version=pin.version, commit=commit) for f in pin.ldflags)
     target = f"./{pin.package}" if pin.package else "."
     cmd = [go, "build", "-mod=mod", "-trimpath", "-ldflags", flags, "-o", str(output), target]
-    ok = _run_logged(cmd, cwd=Path(info["Dir"]), env=env, log=log)
+    ok = _run_logged(cmd, cwd=Path(info["Dir"]), env=env, log=log, watch=watch)
     return output if ok and output.is_file() else None
 
 
-def _download_module(go: str, pin: ToolPin, env: Mapping[str, str], log: TextIO) -> Optional[Dict[str, Any]]:
+def _source_build(go: str, pin: ToolPin, source: SourcePin, out_dir: Path, log: TextIO,
+                  watch: _Watch) -> Optional[Path]:
+    """Unpack ``source`` (digests checked first) into ``out_dir`` and ``go build`` it there.
+
+    The archive's own go.sum stays, so every dependency the proxy sends is checked against
+    the commit's digests.
+    """
+    home = shared_dir(source.directory)
+    archive = _checked(home / source.archive, source.archive_sha256)
+    gomod = _checked(home / source.gomod, source.gomod_sha256)
+    tree = out_dir / "src"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    module = tree / source.subdir
+    shutil.copyfile(gomod, module / "go.mod")
+    output = out_dir / pin.name
+    env = _go_env(GOWORK="off", GOFLAGS="-mod=mod")
+    cmd = [go, "build", "-trimpath", "-o", str(output), f"./{pin.package}"]
+    ok = _run_logged(cmd, cwd=module, env=env, log=log, watch=watch)
+    return output if ok and output.is_file() else None
+
+
+def _checked(path: Path, sha256: str) -> Path:
+    """``path``, after its sha256 is found to be ``sha256`` (RuntimeError naming it otherwise)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise RuntimeError(f"{path}: cannot read the pinned source ({exc.strerror})") from exc
+    if digest.hexdigest() != sha256:
+        raise RuntimeError(f"{path}: sha256 {digest.hexdigest()}, expected {sha256} (not the pinned file)")
+    return path
+
+
+def _download_module(go: str, pin: ToolPin, env: Mapping[str, str], log: TextIO,
+                     watch: _Watch) -> Optional[Dict[str, Any]]:
     """Return ``go mod download -json`` output for the pin, or None on failure."""
     cmd = [go, "mod", "download", "-json", f"{pin.module}@{pin.version}"]
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    result = subprocess.run(
-        cmd, cwd=tempfile.gettempdir(), env=dict(env), capture_output=True, text=True,
-        timeout=BUILD_TIMEOUT_S, check=False,
-    )
-    log.write(result.stdout + result.stderr)
+    with subprocess.Popen(cmd, cwd=tempfile.gettempdir(), env=dict(env), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        out, err = watch.wait(proc)
+    log.write(out + err)
     try:
-        info = json.loads(result.stdout)
+        info = json.loads(out)
     except ValueError:
         return None
-    if result.returncode != 0 or info.get("Error") or not info.get("Dir"):
+    if proc.returncode != 0 or info.get("Error") or not info.get("Dir"):
         return None
     return dict(info)
 
@@ -319,20 +467,15 @@ def _go_env(**overrides: str) -> Dict[str, str]:
     return env
 
 
-def _run_logged(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: TextIO) -> bool:
+def _run_logged(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: TextIO, watch: _Watch) -> bool:
     """Run ``cmd`` with stdout and stderr appended to ``log``; True on exit 0."""
     log.write(f"$ (cd {cwd} && {' '.join(cmd)})\n")
     log.flush()
-    try:
-        result = subprocess.run(
-            list(cmd), cwd=str(cwd), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
-            timeout=BUILD_TIMEOUT_S, check=False,
-        )
-    except subprocess.TimeoutExpired:
-        log.write(f"\ntimed out after {BUILD_TIMEOUT_S:.0f} s\n")
-        return False
-    log.write(f"\nexit status {result.returncode}\n")
-    return result.returncode == 0
+    with subprocess.Popen(list(cmd), cwd=str(cwd), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        watch.wait(proc)
+    log.write(f"\nexit status {proc.returncode}\n")
+    return proc.returncode == 0
 
 
 def _failure_message(pin: ToolPin, log_path: Path) -> str:
@@ -368,6 +511,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:  # one line, not a traceback: the user knows they pressed Ctrl-C
+            print(f"interrupted while building {name}; nothing half-built is kept, run the same command "
+                  "again to build it", file=sys.stderr)
+            return 130
         print(f"{name}: {path}")
     return 0
 

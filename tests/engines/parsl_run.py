@@ -6,7 +6,8 @@ Run by tests/test_engines.py with the venv's python (the wheel installed with ``
 
 ``TASKS`` tasks each upper-case ``FILES`` inputs ``in/tT/fI.txt`` into ``out/tT/fI.txt``; one
 more task concatenates every output (their DataFutures) into ``summary.txt``. Keys come from
-the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY). Prints one JSON line.
+the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or with ``PARSL_KEYS=KEY:SECRET`` are
+given to S3Staging as ``key``/``secret``. Prints one JSON line.
 """
 
 import json
@@ -53,7 +54,9 @@ def executor(kind, staging, run_dir):
 def main(argv):
     kind, endpoint, bucket, tasks, files, bundles, run_dir = argv
     tasks, files = int(tasks), int(files)
-    staging = S3Staging(endpoint_url=endpoint, threads=4, bundles=bundles == "1")
+    key, _, secret = os.environ.get("PARSL_KEYS", "").partition(":")
+    staging = S3Staging(endpoint_url=endpoint, threads=4, bundles=bundles == "1", key=key or None,
+                        secret=secret or None)
     config = Config(executors=[executor(kind, staging, run_dir)], run_dir=os.path.join(run_dir, "runinfo"),
                     usage_tracking=0, strategy="none")
     s3 = f"s3://{bucket}"

@@ -15,6 +15,7 @@ class TestPegasusCloudioStorage(TestStorageBase):
     retrieve_only = False
     store_only = False
     files_only = False  # directories too
+    touch = True
 
     def get_query(self, tmp_path) -> str:
         return f"s3://{os.environ['SUITE_BUCKET']}/suite/{tmp_path.name}/test-file.txt"

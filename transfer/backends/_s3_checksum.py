@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from transfer._digests import Hash
 
-__all__ = ["StreamCheck", "response_check", "CHECKSUM_HEADERS", "CHECKSUM_MODE"]
+__all__ = ["StreamCheck", "response_check", "stored_checksum", "CHECKSUM_HEADERS", "CHECKSUM_MODE"]
 
 CHECKSUM_MODE = ("x-amz-checksum-mode", "ENABLED")
 _HEADERS = tuple((name, f"x-amz-checksum-{name}") for name in ("sha256", "sha1", "crc32", "crc64nvme", "crc32c"))
@@ -49,6 +49,19 @@ class StreamCheck:
 
     def matches(self) -> bool:
         return self._final() == self.expected
+
+
+def stored_checksum(headers: Dict[str, str]) -> Optional[str]:
+    """``NAME:VALUE`` of the full-object checksum an answer to ``x-amz-checksum-mode: ENABLED``
+    carries (the first of sha256, sha1, crc32, crc64nvme, crc32c), as S3 gives it (base64);
+    None when it has none, or only a composite one (which describes parts, not the bytes)."""
+    if headers.get("x-amz-checksum-type", "").upper() == "COMPOSITE":
+        return None
+    for name, header in _HEADERS:
+        value = headers.get(header)
+        if value and "-" not in value:
+            return f"{name}:{value}"
+    return None
 
 
 def response_check(headers: Dict[str, str], etag_md5: Optional[str], size: Optional[int] = None) -> Optional[StreamCheck]:

@@ -129,6 +129,26 @@ class SigV4Signer:
             headers.extend(extra)
         return headers
 
+    def presign(self, method: str, host_header: str, encoded_path: str, expires: int) -> str:
+        """The query of a presigned URL (SigV4 query signing, as botocore's
+        ``generate_presigned_url``): valid ``expires`` seconds from now for one ``method`` on
+        ``host_header`` and ``encoded_path``; only ``host`` signed, the payload unsigned, a
+        session token carried (and signed) in the query."""
+        credentials = self._source()
+        amz_date = self._now()
+        _, _, _, scope, _, inner_key, outer_key = self._day_state(amz_date[:8], credentials)
+        params = {"X-Amz-Algorithm": "AWS4-HMAC-SHA256", "X-Amz-Credential": f"{credentials.access_key}/{scope}",
+                  "X-Amz-Date": amz_date, "X-Amz-Expires": str(expires), "X-Amz-SignedHeaders": "host"}
+        if credentials.session_token:
+            params["X-Amz-Security-Token"] = credentials.session_token
+        query = canonical_query(params)
+        canonical = f"{method}\n{encoded_path}\n{query}\nhost:{host_header}\n\nhost\n{UNSIGNED}"
+        inner = inner_key.copy()
+        inner.update(f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{sha256_hex(canonical.encode())}".encode())
+        outer = outer_key.copy()
+        outer.update(inner.digest())
+        return f"{query}&X-Amz-Signature={outer.hexdigest()}"
+
     def _canonical_tail(self, method: str, host_header: str, payload_hash: str, headers: List[Tuple[str, str]],
                         extra: Optional[List[Tuple[str, str]]]) -> Tuple[str, str]:
         """(SignedHeaders, the canonical request after its path and query): the same for every

@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`ConditionalPuts`, :class:`AttributedPuts`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -40,13 +40,25 @@ else:
 
 
 @record(frozen=True)
+class Attributes:
+    """An object's HTTP attributes and user metadata, as the store keeps them with it."""
+
+    content_type: Optional[str] = None
+    cache_control: Optional[str] = None
+    metadata: Tuple[Tuple[str, str], ...] = ()  # (name, value) pairs, names lower-case
+    checksum: Optional[str] = None  # the store's full-object checksum, "crc32:BASE64" (S3's names)
+
+
+@record(frozen=True)
 class ObjectInfo:
-    """What the store says about an object. ``version`` is its ETag/generation, if any."""
+    """What the store says about an object. ``version`` is its ETag/generation, if any;
+    ``attributes`` what a stat of it found (None where not asked or not kept)."""
 
     url: Url
     size: int
     version: Optional[str] = None
     mtime: Optional[float] = None
+    attributes: Optional[Attributes] = None
 
 
 @runtime_checkable
@@ -101,6 +113,42 @@ class DirectoryListing(Protocol):
 
 
 @runtime_checkable
+class PagedListing(Protocol):
+    """Backends that list one level a page at a time, from a name on (S3's ``start-after``)."""
+
+    def list_dir_pages(self, url: Url, start_after: str = "") -> Iterator[Tuple[List[ObjectInfo], List[Url]]]:
+        """Lazily, the pages of :meth:`DirectoryListing.list_dir`'s answer, in name order, of
+        the names after ``start_after`` (a name in the directory; "" from the first)."""
+
+
+@runtime_checkable
+class Presigns(Protocol):
+    """Backends that sign URLs for others to use without keys (S3's SigV4 query signing)."""
+
+    def presign(self, url: Url, method: str, expires: int) -> str:
+        """A URL for one ``method`` (GET or PUT) on the object, valid ``expires`` seconds."""
+
+
+@runtime_checkable
+class Touches(Protocol):
+    """Backends that renew an object's modification time in place (``touch``)."""
+
+    def touch(self, url: Url) -> ObjectInfo:
+        """Set the object's modification time to now, its bytes and attributes kept; NotFound
+        when it does not exist."""
+
+
+@runtime_checkable
+class Buckets(Protocol):
+    """Stores whose namespace is split into buckets that may not exist (S3, GCS): a missing
+    bucket is no empty directory, and a listing of its root would not tell the two apart."""
+
+    def bucket_exists(self, url: Url) -> bool:
+        """Whether the bucket of ``url`` exists (one request); AuthError when the identity may
+        not ask."""
+
+
+@runtime_checkable
 class Store(Backend, Uploads, Namespace, Protocol):
     """A full object store: read, upload, list, remove, make directories (S3, GCS, SFTP, local)."""
 
@@ -133,6 +181,26 @@ class ExclusiveCreate(Protocol):
     def put_new(self, path: str, url: Url) -> ObjectInfo:
         """Upload the local file ``path`` to ``url`` only if no object has that name when the
         store commits it; AlreadyExists otherwise (nothing of ours is then stored)."""
+
+
+@runtime_checkable
+class AttributedPuts(Protocol):
+    """Backends that store an object's attributes (content type, cache control, user metadata) with it."""
+
+    def put_with(self, path: str, url: Url, attributes: Attributes, *, if_none_match: bool = False,
+                 if_match: Optional[str] = None) -> ObjectInfo:
+        """Upload the local file ``path`` to ``url`` in one request with ``attributes`` (and the
+        conditions of :class:`ExclusiveCreate` and :class:`ConditionalPuts`, raising as they do)."""
+
+
+@runtime_checkable
+class ConditionalPuts(Protocol):
+    """Backends whose store replaces an object only while it is the version expected (S3 ``If-Match``)."""
+
+    def put_if_match(self, path: str, url: Url, version: str) -> ObjectInfo:
+        """Upload the local file ``path`` to ``url`` only if the object there is still the one
+        of ETag ``version`` when the store commits it; RemoteError (status 412) otherwise,
+        nothing stored."""
 
 
 @runtime_checkable

@@ -293,6 +293,16 @@ class GcsBackend:
             except api_exceptions.Conflict:
                 self._confirm_existing(bucket, url)
 
+    def bucket_exists(self, url: Url) -> bool:
+        """``Buckets``: the bucket's metadata GET; 404 is False, other failures raise."""
+        bucket, _ = split_url(url)
+        with _translated(url, "stat"):
+            try:
+                self._client.get_bucket(bucket, retry=None, timeout=self._timeout)
+            except api_exceptions.NotFound:
+                return False
+        return True
+
     def cache_key(self, url: Url) -> str:
         bucket, key = split_url(url)
         return f"{self._endpoint}/{bucket}/{key}"

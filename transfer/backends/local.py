@@ -65,6 +65,14 @@ class LocalBackend:
             out.commit(size)
         return ObjectInfo(url, size)
 
+    def touch(self, url: Url) -> ObjectInfo:
+        """``Touches``: ``os.utime`` to now."""
+        try:
+            os.utime(url.path)
+        except OSError as err:
+            raise local_error(err, url.path, "touch") from err
+        return self.stat(url)
+
     def list(self, url: Url) -> Iterator[ObjectInfo]:
         for root, _dirs, files in os.walk(url.path):
             for name in files:

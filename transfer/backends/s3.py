@@ -3,7 +3,9 @@
 URLs: ``s3://USER@SITE/BUCKET/KEY`` (``s3s://`` alike), resolved against the Pegasus
 credentials file of the URL's site label, and AWS-style ``s3://BUCKET/KEY``, resolved by the
 AWS credential chain. TLS is verified; plain HTTP is used only when the configured endpoint
-is ``http://``. ``s3s://`` refuses a plain-HTTP endpoint. Proxies are taken from the
+is ``http://``. ``s3s://`` is ``s3://``: the endpoint's scheme decides the transport, as in both
+stock tools (``pegasus-s3`` and the Go ``pegasus-transfer``); an ``http://`` endpoint under ``s3s://``
+gets one warning per backend opened, so once a run. Proxies are taken from the
 environment as botocore (stock ``pegasus-s3``'s library) takes them
 (:func:`~transfer.http.proxy.boto_proxy_for`).
 
@@ -16,9 +18,11 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 from __future__ import annotations
 
 import binascii
+import sys
 import zlib
 
 from transfer import _digests
+from transfer._lean import logger
 from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
     S3Path,
@@ -40,10 +44,10 @@ from transfer.backends._s3_wire import (
     xml_escape,
     xml_tree,
 )
-from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check
+from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored_checksum
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
-from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
+from transfer.backends.base import Attributes, ByteRange, ObjectInfo, RunningCheck
 from transfer.config import Settings
 from transfer.credentials import (
     CredentialSource,
@@ -73,6 +77,7 @@ if TYPE_CHECKING:
 
 __all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
+_log = logger(__name__)  # logging is imported only when a warning is written
 
 
 def _site_config(url: Url, context: Opening) -> S3SiteConfig:
@@ -125,8 +130,11 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)
     check_endpoint(endpoint, region, config.where)
+    _story(url, config, endpoint, region)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
-        raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
+        # Pegasus's own 030-pegasuslite-s3 names s3s:// on http sites; refusing it failed the workflow
+        _log.warning("s3s:// %s: the endpoint %s (%s) is plain http, so the data goes unencrypted, as with "
+                     "the stock tools", url.host, endpoint, config.where)
     env = context.env
 
     def proxy(base_url: str) -> Optional[Proxy]:
@@ -142,6 +150,24 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
         timeouts=context.timeouts, stats=context.stats, proxy=proxy(endpoint))
     return S3Backend(pool, config, region, context.settings,
                      pool_for=lambda base_url: pool.sibling(base_url, proxy(base_url)))
+
+
+def _story(url: Url, config: S3SiteConfig, endpoint: str, region: str) -> None:
+    """What ``-d`` tells of an S3 endpoint opened: where endpoint and keys came from, and the
+    addressing style; never a key. Only where a command turned logging on (``logging`` is not
+    imported for it: start-up time)."""
+    logging = sys.modules.get("logging")
+    if logging is None or not logging.getLogger(__name__).isEnabledFor(logging.DEBUG):
+        return
+    host = endpoint.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0]
+    style = ("virtual-hosted-style addressing (bucket in the Host) for DNS-style bucket names, else path-style"
+             if host.endswith(".amazonaws.com") else "path-style addressing (bucket in the path)")
+    keys = (f"section [{url.host}] of the same file" if "@" in url.host else
+            "given by the caller" if config.credentials is not None and config.source is None else
+            "the AWS credential chain")
+    logging.getLogger(__name__).debug("%s://%s: endpoint %s from %s, region %s, %s, keys from %s",
+                                      url.scheme, url.host, endpoint, config.where or "the default", region, style,
+                                      keys)
 
 
 class S3Backend:
@@ -187,11 +213,13 @@ class S3Backend:
     # -- Backend ------------------------------------------------------------------------
 
     def stat(self, url: Url) -> ObjectInfo:
+        """One HEAD asking for the full-object checksum too (``x-amz-checksum-mode``)."""
         path = split_url(url)
-        with self._send("HEAD", path, url=str(url)) as response:
+        with self._send("HEAD", path, headers=[CHECKSUM_MODE], url=str(url)) as response:
             self._check(response, str(url), "stat")
             info = _info(url, response.status, response.headers)
-            return ObjectInfo(info.url, info.size, info.version, http_date_epoch(response.headers.get("last-modified")))
+            return ObjectInfo(info.url, info.size, info.version, http_date_epoch(response.headers.get("last-modified")),
+                              _attributes(response.headers))
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """Stream the object (or ``byte_range``) to ``sink``; a full object is verified against
@@ -229,7 +257,22 @@ class S3Backend:
         when the key exists (AWS S3 since 2024, MinIO)."""
         return self._put(path, url, exclusive=True)
 
-    def _put(self, path: str, url: Url, exclusive: bool) -> ObjectInfo:
+    def put_if_match(self, path: str, url: Url, version: str) -> ObjectInfo:
+        """``ConditionalPuts``: a PUT with ``If-Match``, which the store answers 412 when the
+        object's ETag is no longer ``version`` (or it is gone: 404 on MinIO, 412 on AWS)."""
+        return self._put(path, url, exclusive=False, if_match=version)
+
+    def put_with(self, path: str, url: Url, attributes: Attributes, *, if_none_match: bool = False,
+                 if_match: Optional[str] = None) -> ObjectInfo:
+        """``AttributedPuts``: one PUT with ``Content-Type``, ``Cache-Control`` and
+        ``x-amz-meta-*`` headers (metadata names and values in ASCII, S3's rule for headers)."""
+        headers = [(name, value) for name, value in (("Content-Type", attributes.content_type),
+                                                     ("Cache-Control", attributes.cache_control)) if value]
+        headers += [(f"x-amz-meta-{name}", value) for name, value in attributes.metadata]
+        return self._put(path, url, exclusive=if_none_match, if_match=if_match, extra=headers)
+
+    def _put(self, path: str, url: Url, exclusive: bool, if_match: Optional[str] = None,
+             extra: Sequence[Tuple[str, str]] = ()) -> ObjectInfo:
         target = split_url(url)
         text = str(url)
         if not target.key:
@@ -238,15 +281,21 @@ class S3Backend:
             size, md5, body = file_body(path)
         except OSError as err:
             raise local_error(err, path, "put") from err
-        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode())]
+        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode()), *extra]
         if exclusive:
             headers.append(("If-None-Match", "*"))
+        if if_match is not None:
+            headers.append(("If-Match", f'"{if_match.strip(chr(34))}"'))
         with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
                         url=text) as response:
             if exclusive and response.status == 412:
                 response.read()
                 raise AlreadyExists("an object of this name exists (exclusive create)", url=text,
                                     operation="put", status=412)
+            if if_match is not None and response.status in (404, 412):
+                response.read()
+                raise RemoteError(f"the object is no longer ETag {if_match} (If-Match): not replaced", url=text,
+                                  operation="put", status=412)
             self._check(response, text, "put")
             etag = response.headers.get("etag", "")
         found = md5_of_etag(etag)
@@ -262,14 +311,21 @@ class S3Backend:
     def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
         """One level under ``url`` (ListObjectsV2 with delimiter ``/``): (objects, sub-prefixes,
         each ending in ``/``)."""
-        bucket = split_url(url).bucket
         objects: List[ObjectInfo] = []
         prefixes: List[Url] = []
-        for page in self._list_pages(url, delimiter="/"):
-            objects.extend(self._objects(url, page))
-            prefixes.extend(_child_url(url, bucket, unquote_plus(item.findtext("Prefix") or ""))
-                            for item in page.iter("CommonPrefixes"))
+        for found, subs in self.list_dir_pages(url):
+            objects.extend(found)
+            prefixes.extend(subs)
         return objects, prefixes
+
+    def list_dir_pages(self, url: Url, start_after: str = "") -> Iterator[Tuple[List[ObjectInfo], List[Url]]]:
+        """``PagedListing``: :meth:`list_dir` a page (up to 1,000 names) per request, each
+        request sent when the page before it has been taken."""
+        bucket = split_url(url).bucket
+        for page in self._list_pages(url, delimiter="/", start_after=start_after):
+            yield (list(self._objects(url, page)),
+                   [_child_url(url, bucket, unquote_plus(item.findtext("Prefix") or ""))
+                    for item in page.iter("CommonPrefixes")])
 
     def _objects(self, url: Url, page: Node) -> Iterator[ObjectInfo]:
         bucket = split_url(url).bucket
@@ -279,7 +335,7 @@ class S3Backend:
                              (item.findtext("ETag") or "").strip('"') or None,
                              iso8601_epoch(item.findtext("LastModified")))
 
-    def _list_pages(self, url: Url, delimiter: Optional[str]) -> Iterator[Node]:
+    def _list_pages(self, url: Url, delimiter: Optional[str], start_after: str = "") -> Iterator[Node]:
         path = split_url(url)
         prefix = path.key.rstrip("/") + "/" if path.key else ""
         token: Optional[str] = None
@@ -287,6 +343,8 @@ class S3Backend:
             query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
             if delimiter:
                 query["delimiter"] = delimiter
+            if start_after and not token:
+                query["start-after"] = prefix + start_after
             if token:
                 query["continuation-token"] = token
             with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
@@ -349,6 +407,14 @@ class S3Backend:
                     return
                 raise s3_error(409, text, str(url), "mkdir")
             self._check(response, str(url), "mkdir")
+
+    def bucket_exists(self, url: Url) -> bool:
+        """``Buckets``: HeadBucket; 404 is False, other failures raise (403: AuthError)."""
+        with self._send("HEAD", S3Path(split_url(url).bucket, ""), url=str(url)) as response:
+            if response.status == 404:
+                return False
+            self._check(response, str(url), "stat")
+        return True
 
     def list_buckets(self) -> List[str]:
         """Names of the buckets the identity owns (ListBuckets), in the store's order."""
@@ -449,6 +515,37 @@ class S3Backend:
             raise s3_error(500, text, str(dest), "copy")
         return self.stat(dest)
 
+    # -- Presigns -----------------------------------------------------------------------
+
+    def presign(self, url: Url, method: str, expires: int) -> str:
+        """``Presigns``: a URL anyone may ``method`` (GET or PUT) for ``expires`` seconds,
+        addressed as this backend addresses the bucket (path-style or virtual-hosted)."""
+        route = self._router.for_bucket(split_url(url).bucket)
+        if route.signer is None:
+            raise InvalidInput("anonymous: there are no keys to sign a URL with", url=str(url), operation="presign")
+        host, encoded = route.target(split_url(url))
+        return f"{route.pool.scheme}://{host}{encoded}?{route.signer.presign(method, host, encoded, expires)}"
+
+    # -- Touches ------------------------------------------------------------------------
+
+    def touch(self, url: Url) -> ObjectInfo:
+        """``Touches``: a copy of the object onto itself, which S3 allows only with new
+        metadata (``REPLACE``): its attributes are sent again as a HEAD gave them, so none is
+        lost. Objects up to 5 GiB (CopyObject's limit)."""
+        path, text = split_url(url), str(url)
+        with self._send("HEAD", path, url=text) as response:
+            self._check(response, text, "touch")
+            kept = [(name, value) for name, value in response.headers.items()
+                    if name in _ATTRIBUTE_HEADERS or name.startswith("x-amz-meta-")]
+        headers = [("x-amz-copy-source", uri_encode_path(f"{path.bucket}/{path.key}")),
+                   ("x-amz-metadata-directive", "REPLACE"), *kept]
+        with self._send("PUT", path, headers=headers, url=text) as response:
+            self._check(response, text, "touch")
+            answer = response.read()
+        if b"<Error>" in answer:  # S3 may report a failed copy inside a 200 response
+            raise s3_error(500, answer, text, "touch")
+        return self.stat(url)
+
     # -- MultipartUploads ---------------------------------------------------------------
 
     def start_upload(self, url: Url) -> str:
@@ -513,6 +610,18 @@ class S3Backend:
                 self._check(response, str(url), "abort", ok=(200, 204))
         except NotFound:
             pass
+
+
+def _attributes(headers: Dict[str, str]) -> Attributes:
+    """An object's attributes from its HEAD answer's headers."""
+    metadata = tuple(sorted((name[len("x-amz-meta-"):], value) for name, value in headers.items()
+                            if name.startswith("x-amz-meta-")))
+    return Attributes(headers.get("content-type"), headers.get("cache-control"), metadata, stored_checksum(headers))
+
+
+# what an object keeps through a copy onto itself (besides x-amz-meta-*): its HTTP attributes
+_ATTRIBUTE_HEADERS = frozenset(("content-type", "cache-control", "content-disposition", "content-encoding",
+                                "content-language", "expires"))
 
 
 class _S3Stream:

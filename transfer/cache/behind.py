@@ -2,7 +2,8 @@
 
 A process that runs jobs for others (the node stager, :mod:`pegasus_cloudio.stager`) answers
 the job first and fills the node cache afterwards, off the job's critical path. :func:`collect`
-turns this on for the process; :func:`offer` queues the inserts of one bundle's members and says whether it did (False:
+turns this on for the process; :func:`offer` queues the inserts of one bundle's members, or of
+one small download's body (:mod:`transfer.cached_reads`), and says whether it did (False:
 not collecting, or the byte budget is spent: the caller inserts now); :func:`drain` performs
 the queued inserts and persists each cache's counters. Queued entries are the bytes the job
 already verified, never re-read from the job's files, which the job may change or remove.
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
 
 _log = logger(__name__)  # logging is imported when a warning is first logged
-_queue: Optional[List[Tuple["NodeCache", List[Member]]]] = None
+_queue: Optional[List[Tuple["NodeCache", List[Member], Optional[str], str]]] = None
 _queued_bytes = 0
 _lock = _threads.Lock()  # offer() runs in the engine's worker threads
 
@@ -46,16 +47,16 @@ def collecting() -> bool:
     return _queue is not None
 
 
-def offer(cache: "NodeCache", members: List[Member]) -> bool:
-    """Queue verified members ``(key, bytes, sha256)`` (:meth:`NodeCache.insert_members`) for
-    ``cache``, all or none; False when the caller must insert them now (not collecting, or
-    the byte budget is spent)."""
+def offer(cache: "NodeCache", members: List[Member], version: Optional[str] = None, source: str = "bundle") -> bool:
+    """Queue verified members ``(key, bytes, sha256)`` (:meth:`NodeCache.insert_members`, with
+    ``version`` and ``source``) for ``cache``, all or none; False when the caller must insert
+    them now (not collecting, or the byte budget is spent)."""
     global _queued_bytes
     size = sum(len(data) for _, data, _ in members)
     with _lock:
         if _queue is None or _queued_bytes + size > BUDGET_BYTES:
             return False
-        _queue.append((cache, list(members)))
+        _queue.append((cache, list(members), version, source))
         _queued_bytes += size
         return True
 
@@ -63,7 +64,7 @@ def offer(cache: "NodeCache", members: List[Member]) -> bool:
 def pending() -> int:
     """Members queued and not yet inserted."""
     with _lock:
-        return sum(len(members) for _, members in _queue or ())
+        return sum(len(queued[1]) for queued in _queue or ())
 
 
 def abandon() -> None:
@@ -81,12 +82,12 @@ def drain() -> int:
         queue, _queue, _queued_bytes = _queue or [], None, 0
     stored = 0
     caches: Dict[int, "NodeCache"] = {}
-    for cache, members in queue:
+    for cache, members, version, source in queue:
         caches[id(cache)] = cache
         try:
-            stored += len(cache.insert_members(members))
+            stored += len(cache.insert_members(members, version, source=source))
         except Exception as err:  # noqa: BLE001 - the job is done: a cache entry is never worth a failure
             _log.warning("cache %s: write-behind of %d member(s) failed: %s", cache.directory, len(members), err)
     for cache in caches.values():
-        cache.flush_stats()
+        cache.close()
     return stored

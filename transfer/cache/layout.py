@@ -18,7 +18,8 @@ marks a use (:func:`touch`) or an intact check (:func:`set_stamp`) leaves on a k
         <digest>.<pid>.<n>.part data or metadata being written
 
 ``<digest>`` is the SHA-256 of the key. An entry exists exactly when its data file does;
-the metadata is renamed into place before the data and removed after it.
+the metadata is written (under the key's exclusive lock) before the data is renamed into place,
+and removed after it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ _TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# pegasus-cloudio node cache; see docs/cache.md\n")
 _counter = itertools.count()  # unique temp names within this process
+_PID = [os.getpid()]  # getpid() is a system call: asked once, and again in a forked child
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 def process_umask(probe_dir: str) -> int:
@@ -118,17 +121,18 @@ class KeyPaths:
         return self.data + ".ok"
 
     def new_temp(self) -> str:
-        return f"{self.data}.{os.getpid()}.{next(_counter)}.part"
+        return f"{self.data}.{_PID[0]}.{next(_counter)}.part"
 
-    def open_temp(self) -> Tuple[int, str]:
-        """A new temp file (fd, path) in the shard, created with it if missing."""
+    def open_temp(self, mode: int = FILE_MODE) -> Tuple[int, str]:
+        """A new temp file (fd, path) in the shard, created with it if missing, with ``mode``
+        less the umask (the directory is private: 0700)."""
         path = self.new_temp()
         track_temp(path)  # a signal handler removes it (see transfer.atomic)
         try:
-            fd = os.open(path, _TEMP_FLAGS, FILE_MODE)
+            fd = os.open(path, _TEMP_FLAGS, mode)
         except FileNotFoundError:
             make_private_dirs(self.shard)
-            fd = os.open(path, _TEMP_FLAGS, FILE_MODE)
+            fd = os.open(path, _TEMP_FLAGS, mode)
         return fd, path
 
     def own_files(self) -> List[str]:
@@ -343,37 +347,18 @@ def _quote() -> Callable[[str], str]:
     return _json.encode_basestring_ascii
 
 
-def write_meta(paths: KeyPaths, meta: Meta) -> None:
-    """Write the metadata atomically (temp + rename), mode 0600. Raises OSError."""
-    fd, temp = paths.open_temp()
-    try:
-        os.fchmod(fd, FILE_MODE)  # the umask may have taken bits away, never added: be exact
-        _write_closing(fd, meta_bytes(meta))
-        os.replace(temp, paths.meta)
-        untrack_temp(temp)
-    except BaseException:
-        remove_quietly(temp)
-        raise
-
-
-def write_meta_in_place(paths: KeyPaths, meta: Meta) -> None:
+def write_meta_in_place(paths: KeyPaths, meta: Meta, used_ns: Optional[int] = None) -> None:
     """Write the metadata at its own name, mode 0600: only under the key's exclusive lock while
     the key has no data file (an entry exists only when its data file does, so nothing reads
-    this file until the data is renamed into place after it). Raises OSError."""
+    this file until the data is renamed into place after it). ``used_ns``: the file's mtime,
+    the entry's last use (see :func:`touch`). Raises OSError."""
     fd = os.open(paths.meta, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
                  FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
-    except BaseException:
-        os.close(fd)
-        raise
-    _write_closing(fd, meta_bytes(meta))
-
-
-def _write_closing(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd``, then close it (also on error)."""
-    try:
-        write_all(fd, data)
+        write_all(fd, meta_bytes(meta))
+        if used_ns is not None:
+            os.utime(fd, ns=(used_ns, used_ns))
     finally:
         os.close(fd)
 

@@ -19,22 +19,19 @@ from transfer.cache.layout import make_private_dirs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Optional, Tuple
 
 SHARED = fcntl.LOCK_SH
 EXCLUSIVE = fcntl.LOCK_EX
 _FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_NEW = _FLAGS | os.O_EXCL
 
 
 def acquire(path: str, mode: int, *, blocking: bool = True) -> Optional[int]:
     """Lock ``path`` (created with its directory if missing); the locked fd, or None when
     ``blocking`` is False and someone else holds a conflicting lock. Raises OSError."""
     while True:
-        try:
-            fd = os.open(path, _FLAGS, 0o600)
-        except FileNotFoundError:
-            make_private_dirs(os.path.dirname(path))
-            continue
+        fd = _open(path, _FLAGS)
         try:
             if not _lock(fd, mode, blocking):
                 os.close(fd)
@@ -45,6 +42,45 @@ def acquire(path: str, mode: int, *, blocking: bool = True) -> Optional[int]:
             os.close(fd)
             raise
         os.close(fd)
+
+
+def acquire_new(path: str) -> Tuple[int, bool]:
+    """Lock ``path`` exclusively, blocking: (the locked fd, whether this call created the file).
+
+    A lock file is made before any other file of its key and removed after them (eviction,
+    :mod:`transfer.cache.evict`), so a key whose lock this call created had no files: its
+    filler may skip looking for a crashed predecessor's (at worst, a writer that took the new
+    lock and died in the instant before this one left a temp file, which eviction's cleaning
+    removes). Raises OSError."""
+    try:
+        fd = _open(path, _NEW)
+    except FileExistsError:
+        return _exclusive(path), False
+    try:
+        _lock(fd, EXCLUSIVE, True)
+        if _still_named(fd, path):
+            return fd, True
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)  # evicted the moment it was made: start over as an existing key
+    return _exclusive(path), False
+
+
+def _exclusive(path: str) -> int:
+    fd = acquire(path, EXCLUSIVE)
+    if fd is None:  # only a non-blocking call returns None
+        raise OSError(f"lock {path} not granted")
+    return fd
+
+
+def _open(path: str, flags: int) -> int:
+    """Open (and create) the lock file ``path``, making its directory when missing."""
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        make_private_dirs(os.path.dirname(path))
+        return os.open(path, flags, 0o600)
 
 
 def _lock(fd: int, mode: int, blocking: bool) -> bool:

@@ -4,10 +4,11 @@ Imported at the first batch: only a job that reads bundle members with the node 
 loads it. The members are ``(key, bytes, sha256)``, already verified by the caller against
 ``sha256``, which is recorded, not recomputed.
 
-For one batch: one free-space and one size-cap check, then per member, under its key's
+For one batch: one free-space check and one reservation of its bytes under the size cap
+(:meth:`Entries.reserve`; what is not stored is given back), then per member, under its key's
 exclusive lock, its metadata written in place (no entry exists while the lock is held, so
 nothing trusts it half-written), its bytes in a new temp file and the cache's one publishing
-step (:meth:`NodeCache._make_entry`: fsync where a hit does not re-hash, 0444 less the umask,
+step (:meth:`Entries.make_entry`: fsync where a hit does not re-hash, 0444 less the umask,
 one rename that makes the entry). An existing valid entry of the same object stays, checked by size and time
 only (not re-hashed). With ``dests`` (one list of paths per member), each stored member is also
 materialised at its paths under its lock, as a hit would be (hard links where the cache hands
@@ -19,9 +20,9 @@ A process killed half-way leaves complete entries and, for the member in hand, a
 metadata file and a temp file without an entry, which the next fill of that key removes:
 never an entry a later job would trust.
 
-These functions are part of :class:`~transfer.cache.store.NodeCache` (its method delegates
-here) and use its own steps: the key's lock, the validity check, the publishing step and the
-usage counters.
+:class:`~transfer.cache.store.NodeCache`'s method delegates here; these functions use the
+layer below both, :class:`~transfer.cache.entries.Entries` (the validity check, the publishing
+step and the usage counters), and take each key's lock themselves.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import time
 
 from transfer._lean import logger
 from transfer.atomic import atomic_write_bytes, untrack_temp, write_all
-from transfer.cache.layout import KeyPaths, Meta, remove_quietly, write_meta_in_place
+from transfer.cache.layout import ENTRY_MODE, KeyPaths, Meta, remove_quietly, write_meta_in_place
 from transfer.cache.locks import EXCLUSIVE, held
 from transfer.cache.materialise import materialise
 from transfer.errors import TransferError
@@ -40,62 +41,69 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import List, Optional, Sequence, Tuple
 
-    from transfer.cache.store import NodeCache
+    from transfer.cache.entries import Entries
 
 _log = logger("transfer.cache.store")  # one logger for the cache's warnings
 
 
-def insert_members(cache: NodeCache, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
-                   dests: Optional[Sequence[Sequence[str]]] = None) -> List[str]:
+def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
+                   dests: Optional[Sequence[Sequence[str]]] = None, source: str = "bundle") -> List[str]:
     """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored (see above)."""
-    wanted = [n for n, m in enumerate(members) if len(m[1]) <= cache.config.max_bytes]
+    wanted = [n for n, m in enumerate(members) if len(m[1]) <= entries.config.max_bytes]
     stored: List[str] = []
     size = sum(len(members[n][1]) for n in wanted)
+    if not wanted or not entries.has_room(size):
+        return stored
+    unused = 0  # of the bytes reserved: given back at the end
     try:
-        if not wanted or not (cache._has_room(size) and cache._within_cap(size)):
+        if not entries.reserve(size):
             return stored
+        unused = size
         for n in wanted:
             key, data, sha256 = members[n]
-            paths = cache._layout.paths(key)
+            paths = entries.paths(key)
             with held(paths.lock, EXCLUSIVE):
-                written = _put_member(cache, paths, key, data, sha256, version)
+                written = _put_member(entries, paths, key, data, sha256, version, source)
+                unused -= len(data) if written else 0
                 for dest in dests[n] if dests is not None else ():
                     if written:
-                        materialise(paths.data, dest, hardlink=cache.config.hardlink)
+                        materialise(paths.data, dest, hardlink=entries.config.hardlink)
                     else:  # an older entry passed only the cheap check: the job gets the verified bytes
                         atomic_write_bytes(dest, data)
             stored.append(key)
     except TransferError:
         raise
     except OSError as err:
-        _log.warning("cache %s: cannot insert bundle members: %s", cache.directory, err)
+        _log.warning("cache %s: cannot insert bundle members: %s", entries.directory, err)
     finally:
-        cache._gc_if_due()
+        if unused:
+            entries.adjust_usage(0, -unused)
+        entries.gc_if_due()
     return stored
 
 
-def _put_member(cache: NodeCache, paths: KeyPaths, key: str, data: bytes, sha256: str,
-                version: Optional[str]) -> bool:
+def _put_member(entries: Entries, paths: KeyPaths, key: str, data: bytes, sha256: str,
+                version: Optional[str], source: str) -> bool:
     """One member; the caller holds its key's exclusive lock. True when this call wrote the
     entry; False when an existing entry of the same object stays (checked by size and time
     only, not re-hashed: so the caller does not hand its bytes to a job). The metadata comes
     first (with the data's modification time chosen now and set on the data file), so a temp
     file of this key never exists without it: whatever a killed insert leaves, the next fill
     finds and removes. Raises OSError."""
-    meta = cache._valid(paths, key)
+    meta = entries.valid(paths, key)
     if meta is not None and not meta.changed(version, sha256):
         return False
     if meta is not None or _exists(paths.meta) or _exists(paths.data):
-        cache._remove_invalid(paths)  # else a new key: nothing to list
+        entries.remove_invalid(paths)  # else a new key: nothing to list
     stamp = time.time_ns()
-    write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, "bundle"))
+    write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, source))
     temp = None
     try:
         fd, temp = paths.open_temp()
         try:
             write_all(fd, data)
             os.utime(fd, ns=(stamp, stamp))
-            cache._make_entry(paths, fd, temp, len(data))
+            entries.make_entry(paths, fd, temp, len(data), entries.less_umask(ENTRY_MODE))
         finally:
             os.close(fd)
     except BaseException:
@@ -104,9 +112,9 @@ def _put_member(cache: NodeCache, paths: KeyPaths, key: str, data: bytes, sha256
             remove_quietly(paths.meta)
         raise
     untrack_temp(temp)
-    cache._restamp(paths, len(data))
-    cache._adjust_usage(1, len(data))
-    cache._counters.add(inserts=1)
+    entries.restamp(paths, len(data))
+    entries.adjust_usage(1, 0)  # its bytes: reserved for the batch
+    entries.counters.add(inserts=1)
     return True
 
 

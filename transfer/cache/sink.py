@@ -20,7 +20,7 @@ import os
 
 from transfer import _digests
 from transfer._lean import Buffer
-from transfer.atomic import AtomicFile, local_error
+from transfer.atomic import AtomicFile, local_error, untrack_temp
 from transfer.cache.layout import remove_quietly
 from transfer.cache.materialise import copy_range
 
@@ -41,7 +41,7 @@ class CacheSink(io.RawIOBase):
     def __init__(self, fd: int, temp: str, dest_path: str) -> None:
         super().__init__()
         self._fd: Optional[int] = fd
-        self._temp = temp
+        self.temp = temp
         self._dest_path = dest_path
         self.fallback: Optional[AtomicFile] = None
         self.written = 0
@@ -111,11 +111,18 @@ class CacheSink(io.RawIOBase):
             raise local_error(err, self._dest_path, "write") from err
         self._discard_temp()
 
+    def published(self) -> None:
+        """The temp file was renamed into place (it is the entry now): close it, remove nothing."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            untrack_temp(self.temp)
+
     def _discard_temp(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-            remove_quietly(self._temp)
+            remove_quietly(self.temp)
 
     def abort(self) -> None:
         """Close and delete the cache temp file and any uncommitted fallback file."""

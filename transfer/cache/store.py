@@ -24,7 +24,6 @@ batch per bundle (:mod:`transfer.cache.members`, imported only for them).
 from __future__ import annotations
 
 import os
-import time
 
 from transfer import _digests
 from transfer._lean import logger
@@ -32,15 +31,13 @@ from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig, config_from_env
-from transfer.cache.layout import (
-    ENTRY_MODE, KeyPaths, Layout, Meta, grant_capability, prepare_root, process_umask, read_meta, remove_quietly,
-    set_stamp, stamped_ctime, touch, write_meta,
-)
-from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire, held
+from transfer.cache.entries import Entries
+from transfer.cache.layout import KeyPaths, Meta, grant_capability, prepare_root, remove_quietly, touch
+from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire_new, held
 from transfer.cache.materialise import materialise
 from transfer.cache.sink import CacheSink
-from transfer.cache.staging import Staged, same_bytes, stage_bytes, stage_file
-from transfer.cache.stats import CacheStats, Counters, StatsFile, stats_from
+from transfer.cache.staging import Staged, stage_bytes, stage_file
+from transfer.cache.stats import CacheStats, stats_from
 from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
 TYPE_CHECKING = False
@@ -76,11 +73,9 @@ class NodeCache:
     def __init__(self, config: CacheConfig) -> None:
         prepare_root(config.directory)
         self.config = config
-        self._layout = Layout(config.directory)
-        self._stats = StatsFile(self._layout)
-        self._counters = Counters()
-        self._gc_due = False
-        self._seen_bytes = self._stats.read()["bytes"]  # usage at the last read of the file
+        self._entries = Entries(config)
+        self._layout = self._entries.layout
+        self._counters = self._entries.counters
 
     @property
     def directory(self) -> str:
@@ -108,10 +103,11 @@ class NodeCache:
                 if size is not None:
                     self._counters.add(hits=1, requests_saved=1, bytes_saved=size)
                     return size, True
-                with held(paths.lock, EXCLUSIVE):
-                    meta = self._valid(paths, key, check=True, report=False)
+                fd, new_key = acquire_new(paths.lock)
+                with Held(fd):
+                    meta = None if new_key else self._entries.valid(paths, key, check=True, report=False)
                     if meta is None or self._outdated(meta, key, fresh):
-                        return self._fill(paths, key, dest_path, download, symlink, call)
+                        return self._fill(paths, key, dest_path, download, symlink, call, new_key)
         except _CannotStore:
             pass
         except OSError as err:
@@ -119,7 +115,7 @@ class NodeCache:
                 raise
             _log.warning("cache %s unusable for this transfer: %s", self.directory, err)
         finally:
-            self._gc_if_due()
+            self._entries.gc_if_due()
         self._counters.add(misses=1, uncached=1)
         info = _download_to(dest_path, download)
         self.observe(key, info.version)
@@ -136,53 +132,14 @@ class NodeCache:
     def _serve(self, paths: KeyPaths, key: str, dest_path: str, symlink: bool) -> Optional[int]:
         """A hit, under the shared lock: the entry's size, or None without a valid entry."""
         with held(paths.lock, SHARED):
-            meta = self._valid(paths, key, check=True)
+            meta = self._entries.valid(paths, key, check=True)
             if meta is None:
                 return None
-            hardlink = self.config.hardlink and self._linkable(paths.data)
+            hardlink = self.config.hardlink and self._entries.linkable(paths.data)
             materialise(paths.data, dest_path, symlink=symlink, hardlink=hardlink)
-            self._restamp(paths, meta.size)  # our own hard link moved the ctime
+            self._entries.restamp(paths, meta.size)  # our own hard link moved the ctime
             touch(paths, symlink)
             return meta.size
-
-    def _valid(self, paths: KeyPaths, key: str, check: bool = False, report: bool = True) -> Optional[Meta]:
-        """The entry's metadata if it exists and passes the cheap check (size, mtime, key);
-        with ``check``, its bytes must match their SHA-256: re-hashed for entries the config
-        verifies on every hit, else when the ctime moved since the entry was last known intact."""
-        try:
-            st = os.stat(paths.data)
-        except FileNotFoundError:
-            return None
-        meta = read_meta(paths.meta)
-        if meta is None or meta.key != key or not meta.matches(st):
-            return None
-        if check and not self._intact(paths, meta, st):
-            if not report:
-                return None
-            _log.warning("cache %s: entry for %s fails its SHA-256 check; fetching it again", self.directory,
-                         key)
-            self._counters.add(corrupt=1)
-            return None
-        return meta
-
-    def _intact(self, paths: KeyPaths, meta: Meta, st: os.stat_result) -> bool:
-        """The SHA-256 check of a hit (see :meth:`_valid`); a big entry found intact is restamped."""
-        if self.config.verifies(meta.size):
-            return same_bytes(paths.data, meta.sha256)
-        if stamped_ctime(paths) == st.st_ctime_ns:
-            return True
-        if not same_bytes(paths.data, meta.sha256):
-            return False
-        set_stamp(paths, st.st_ctime_ns)
-        return True
-
-    def _restamp(self, paths: KeyPaths, size: int) -> None:
-        """After our own link or publish of a big entry: record its ctime as known intact."""
-        if not self.config.verifies(size):
-            try:
-                set_stamp(paths, os.stat(paths.data).st_ctime_ns)
-            except OSError:
-                pass  # no stamp: the next hit re-hashes
 
     def observe(self, key: str, version: Optional[str]) -> None:
         """A fresh GET of ``key`` returned ``version``: drop an entry recorded with another
@@ -193,11 +150,11 @@ class NodeCache:
         paths = self._layout.paths(key)
         try:
             with held(paths.lock, EXCLUSIVE):
-                meta = self._valid(paths, key)
+                meta = self._entries.valid(paths, key)
                 if meta is not None and meta.version is not None and meta.version != version:
                     _log.warning("cache %s: %s changed in the store (version %s, cached %s); entry dropped",
                                  self.directory, key, version, meta.version)
-                    self._remove_invalid(paths)
+                    self._entries.remove_invalid(paths)
         except OSError as err:
             _log.warning("cache %s: cannot check %s: %s", self.directory, key, err)
 
@@ -210,18 +167,20 @@ class NodeCache:
             return  # nothing cached under the name: no lock file made for an upload's name
         try:
             with held(paths.lock, EXCLUSIVE):
-                self._remove_invalid(paths)
+                self._entries.remove_invalid(paths)
         except OSError as err:
             _log.warning("cache %s: cannot drop %s after an upload over it: %s", self.directory, key, err)
 
     def _fill(self, paths: KeyPaths, key: str, dest_path: str, download: Download, symlink: bool,
-              call: _Call) -> Tuple[int, bool]:
-        """A miss, under the exclusive lock: download, publish, materialise."""
-        self._remove_invalid(paths)
-        if not self._has_room(0):
+              call: _Call, new_key: bool) -> Tuple[int, bool]:
+        """A miss, under the exclusive lock: download, publish, materialise. ``new_key``: this
+        fill made the key's lock, so the key has no files to clear (:func:`acquire_new`)."""
+        if not new_key:
+            self._entries.remove_invalid(paths)
+        if not self._entries.has_room(0):
             raise _CannotStore()
         try:
-            fd, temp = paths.open_temp()
+            fd, temp = paths.open_temp(JOB_FILE_MODE)  # its mode says what the umask leaves
         except OSError as err:
             raise _CannotStore() from err
         sink = CacheSink(fd, temp, dest_path)
@@ -234,19 +193,29 @@ class NodeCache:
             if sink.fallback is not None:  # the cache's disk failed mid-way: delivered uncached
                 self._counters.add(misses=1, uncached=1)
                 return sink.fallback.commit(info.size), False
-            staged = (sink.cache_fd(), temp, sink.hexdigest())
-            if self._publish(paths, key, staged, info.version, "download"):
-                materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
-                self._restamp(paths, sink.written)
-                touch(paths, symlink)
-                self._counters.add(misses=1)
-            else:  # the job's file is a hard link (or copy) of the temp file, which then goes
-                os.fchmod(sink.cache_fd(), self._less_umask(JOB_FILE_MODE))  # not the cache's 0600
-                materialise(temp, dest_path)
-                self._counters.add(misses=1, uncached=1)
+            self._deliver(paths, key, sink, info.version, dest_path, symlink)
             return sink.written, False
         finally:
             sink.abort()
+
+    def _deliver(self, paths: KeyPaths, key: str, sink: CacheSink, version: Optional[str], dest_path: str,
+                 symlink: bool) -> None:
+        """The complete download in ``sink`` becomes the entry and reaches ``dest_path``; or, when
+        the cache cannot keep it, the temp file itself (made 0666 less the umask when opened, as
+        an uncached download's) is linked or copied there."""
+        temp = sink.temp
+        if self._entries.publish(paths, key, (sink.cache_fd(), temp, sink.hexdigest()), version, "download",
+                                 fill=True):
+            sink.published()
+            materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+            self._entries.restamp(paths, sink.written)
+            if symlink:
+                touch(paths, symlink)  # the pin
+            self._counters.add(misses=1)
+        else:  # the job's file is a hard link (or copy) of the temp file, which then goes
+            os.fchmod(sink.cache_fd(), self._entries.less_umask(JOB_FILE_MODE))  # publish may have set 0444
+            materialise(temp, dest_path)
+            self._counters.add(misses=1, uncached=1)
 
     # -- inserts ----------------------------------------------------------------------
 
@@ -268,12 +237,13 @@ class NodeCache:
                             lambda paths: stage_bytes(paths, data))
 
     def insert_members(self, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
-                       dests: Optional[Sequence[Sequence[str]]] = None) -> List[str]:
+                       dests: Optional[Sequence[Sequence[str]]] = None, *, source: str = "bundle") -> List[str]:
         """Store verified bundle members, ``(key, bytes, sha256)`` each, as one batch; the keys
         stored. With ``dests`` (paths per member), stored members are also materialised there.
-        The contract is :mod:`transfer.cache.members`'s, imported at the first batch."""
+        ``source`` is recorded in their metadata ("download": bodies a job read, stored behind
+        its answer). The contract is :mod:`transfer.cache.members`'s, imported at the first batch."""
         from transfer.cache.members import insert_members
-        return insert_members(self, members, version, dests)
+        return insert_members(self._entries, members, version, dests, source)
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
@@ -283,15 +253,15 @@ class NodeCache:
         stored = False
         try:
             with held(paths.lock, EXCLUSIVE):
-                meta = self._valid(paths, key)
+                meta = self._entries.valid(paths, key)
                 if meta is not None and meta.same(version, sha256):
                     return True
-                self._remove_invalid(paths)
-                if not self._has_room(0):
+                self._entries.remove_invalid(paths)
+                if not self._entries.has_room(0):
                     return False
                 staged = stage(paths)
                 try:
-                    stored = self._publish(paths, key, staged, version, source)
+                    stored = self._entries.publish(paths, key, staged, version, source)
                 finally:
                     os.close(staged[0])
                     remove_quietly(staged[1])
@@ -299,111 +269,24 @@ class NodeCache:
             _log.warning("cache %s: cannot insert %s: %s", self.directory, key, err)
             return False
         finally:
-            self._gc_if_due()
+            self._entries.gc_if_due()
         if stored:
             self._counters.add(inserts=1)
         return stored
-
-    # -- publishing -------------------------------------------------------------------
-
-    def _remove_invalid(self, paths: KeyPaths) -> None:
-        """Under the exclusive lock, before a fill: drop a corrupt entry and crash leftovers."""
-        removed = evict.remove_entry(paths)
-        if removed is not None:
-            self._adjust_usage(-1, -removed)
-
-    def _publish(self, paths: KeyPaths, key: str, staged: Staged, version: Optional[str],
-                 source: str) -> bool:
-        """Make the complete staged temp file the entry (:meth:`_make_entry`), with its metadata.
-
-        False (nothing published) when the cache cannot keep it: larger than the cap,
-        below the free-space floor, or a write fails."""
-        fd, temp, sha = staged
-        try:
-            st = os.fstat(fd)
-            if not (self._has_room(0) and self._within_cap(st.st_size)):
-                return False
-            meta = Meta(key, st.st_size, sha, st.st_mtime_ns, time.time(), version, source)
-            self._make_entry(paths, fd, temp, st.st_size, meta)
-            self._restamp(paths, st.st_size)
-        except OSError as err:
-            _log.warning("cache %s: cannot publish %s: %s", self.directory, key, err)
-            remove_quietly(paths.meta)
-            return False
-        touch(paths, False)  # a precise last-use time (file times are only jiffy-accurate)
-        self._adjust_usage(1, st.st_size)
-        return True
-
-    def _make_entry(self, paths: KeyPaths, fd: int, temp: str, size: int, meta: Optional[Meta] = None) -> None:
-        """The one publishing step, under the key's exclusive lock: the complete temp file
-        ``temp`` (open as ``fd``, ``size`` bytes) becomes the entry: fsync (entries a hit does
-        not re-hash), the metadata (``meta``; None when the caller wrote it in place before the
-        data), 0444 less the umask (a hit hands the entry itself to jobs), rename. Raises
-        OSError; nothing is renamed into place then."""
-        if self.config.fsync and not self.config.verifies(size):
-            os.fsync(fd)  # a smaller entry is re-hashed on every hit (and by peers): damage shows
-        if meta is not None:
-            write_meta(paths, meta)
-        os.fchmod(fd, self._less_umask(ENTRY_MODE))
-        os.replace(temp, paths.data)
-
-    def _linkable(self, data: str) -> bool:
-        """Whether a hard link of the entry ``data`` is no more readable than an entry made now:
-        one another job made under a laxer umask would hand this job's input to others (then
-        the hit is a copy, with this job's umask)."""
-        try:
-            return os.stat(data).st_mode & 0o777 & ~self._less_umask(ENTRY_MODE) == 0
-        except OSError:
-            return False
-
-    def _less_umask(self, mode: int) -> int:
-        """``mode`` less the bits this process's umask takes away now: what ``os.open`` would give
-        a new file, for files the cache made private first and hands to a job. Read each time
-        (not with ``os.umask``, which would change it for every thread for a moment): a process
-        that keeps the cache open over jobs may set each job's umask."""
-        return mode & ~process_umask(self.directory)
-
-    def _adjust_usage(self, entries: int, size: int) -> None:
-        """Count an entry added or removed, in memory; the shared file is only written when
-        this process's estimate crosses the high watermark (then eviction may be due)."""
-        self._counters.add(entries=entries, bytes=size)
-        if self._usage_estimate() > self.config.high_bytes:
-            self.flush_stats()
-
-    def _usage_estimate(self) -> int:
-        return self._seen_bytes + self._counters.peek().get("bytes", 0)
-
-    def _within_cap(self, size: int) -> bool:
-        """True if ``size`` more bytes keep the cache within ``max_bytes``, evicting if needed."""
-        if size > self.config.max_bytes:
-            return False
-        if self._usage_estimate() + size <= self.config.max_bytes:
-            return True
-        self._gc_due = True
-        self.flush_stats()  # the file's usage, and eviction
-        return self._usage_estimate() + size <= self.config.max_bytes
-
-    def _has_room(self, size: int) -> bool:
-        """True if ``size`` more bytes leave at least ``min_free_bytes`` free."""
-        try:
-            st = os.statvfs(self.directory)
-        except OSError:
-            return False
-        return st.f_bavail * st.f_frsize - size >= self.config.min_free_bytes
 
     # -- queries and maintenance ------------------------------------------------------
 
     def contains(self, key: str) -> bool:
         """True if a valid entry for ``key`` exists (cheap check, no lock)."""
         try:
-            return self._valid(self._layout.paths(key), key) is not None
+            return self._entries.valid(self._layout.paths(key), key) is not None
         except OSError:
             return False
 
     def describe(self, key: str) -> Optional[Meta]:
         """The recorded metadata (size, SHA-256, ...) of a valid entry for ``key``, or None."""
         try:
-            return self._valid(self._layout.paths(key), key)
+            return self._entries.valid(self._layout.paths(key), key)
         except OSError:
             return None
 
@@ -416,21 +299,18 @@ class NodeCache:
             raise ValueError("a capability is 64 lower-case hex digits")
         paths = self._layout.paths(key)
         with held(paths.lock, SHARED):
-            if self._valid(paths, key) is None:
+            if self._entries.valid(paths, key) is None:
                 return False
             return grant_capability(paths.peers, capability)
 
     def pin(self, key: str) -> "_Pinned":
         """``with cache.pin(key) as path:`` - the entry's path (None if absent), which
         eviction leaves alone until the block ends."""
-        return _Pinned(self, key)
+        return _Pinned(self._entries, key)
 
     def stats(self) -> CacheStats:
         """Counters of every process that used this directory, plus this one's unflushed ones."""
-        values = self._stats.read()
-        for name, amount in self._counters.peek().items():
-            values[name] = values.get(name, 0) + amount
-        return stats_from(values)
+        return stats_from(self._entries.stats())
 
     def entries(self) -> List[evict.EntryInfo]:
         """Every entry with its metadata, least recently used first."""
@@ -441,33 +321,12 @@ class NodeCache:
         """Evict per the watermarks (LRU, never entries in use or pinned); bytes freed.
 
         With ``wait`` False, returns 0 at once when another process is collecting."""
-        fd = acquire(self._layout.gc_lock, EXCLUSIVE, blocking=wait)
-        if fd is None:
-            return 0
-        try:
-            done = evict.collect(self._layout, self.config)
-            self._set_usage({"evictions": done.evicted, "bytes_evicted": done.freed},
-                            (done.entries, done.bytes))
-        finally:
-            os.close(fd)
-        return done.freed
-
-    def _set_usage(self, delta: Mapping[str, int], usage: Tuple[int, int]) -> None:
-        """Record a full scan's usage; this process's unflushed usage deltas are in it."""
-        pending = self._counters.take()
-        counted = {k: v for k, v in pending.items() if k not in ("entries", "bytes")}
-        for name, amount in delta.items():
-            counted[name] = counted.get(name, 0) + amount
-        try:
-            self._seen_bytes = self._stats.update(counted, usage=usage)["bytes"]
-        except OSError:
-            self._counters.restore(pending)
-            raise
+        return self._entries.gc(wait)
 
     def verify(self) -> List[str]:
         """Fully check every entry not in use; the keys of corrupt ones, which are removed."""
         bad = evict.verify(self._layout, self.config)
-        self._set_usage({}, evict.usage(self._layout, self.config))
+        self._entries.set_usage({}, evict.usage(self._layout, self.config))
         return bad
 
     def clear(self) -> int:
@@ -475,25 +334,16 @@ class NodeCache:
         ``pin_seconds`` ago: a job may still read it); the counters are kept. Returns the
         number of pinned entries kept."""
         kept = evict.clear(self._layout, self.config)[2]
-        self._set_usage({}, evict.usage(self._layout, self.config))
+        self._entries.set_usage({}, evict.usage(self._layout, self.config))
         return kept
 
     def flush_stats(self) -> None:
         """Merge this process's counters into the shared file (one small locked write)."""
-        pending = self._counters.take()
-        try:
-            values = self._stats.update(pending) if pending else self._stats.read()
-        except OSError as err:
-            self._counters.restore(pending)
-            _log.warning("cache %s: cannot save counters: %s", self.directory, err)
-            return
-        self._seen_bytes = values["bytes"]
-        self._gc_due = self._gc_due or values["bytes"] > self.config.high_bytes
-        self._gc_if_due()
+        self._entries.flush_stats()
 
     def close(self) -> None:
-        """End of a batch: persist the counters (and collect if over the high watermark)."""
-        self.flush_stats()
+        """End of a batch: persist the counters, and collect if over the high watermark."""
+        self._entries.settle()
 
     def __enter__(self) -> "NodeCache":
         return self
@@ -501,30 +351,21 @@ class NodeCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _gc_if_due(self) -> None:
-        if not self._gc_due:
-            return
-        self._gc_due = False
-        try:
-            self.gc(wait=False)
-        except OSError as err:
-            _log.warning("cache %s: eviction failed: %s", self.directory, err)
-
 
 class _Pinned:
     """What :meth:`NodeCache.pin` returns: the entry's shared lock, held for the ``with`` block."""
 
-    __slots__ = ("_cache", "_key", "_lock")
+    __slots__ = ("_entries", "_key", "_lock")
 
-    def __init__(self, cache: NodeCache, key: str) -> None:
-        self._cache, self._key = cache, key
+    def __init__(self, entries: Entries, key: str) -> None:
+        self._entries, self._key = entries, key
         self._lock: Optional[Held] = None
 
     def __enter__(self) -> Optional[str]:
-        paths = self._cache._layout.paths(self._key)
+        paths = self._entries.paths(self._key)
         self._lock = held(paths.lock, SHARED)
         try:
-            return paths.data if self._cache._valid(paths, self._key) is not None else None
+            return paths.data if self._entries.valid(paths, self._key) is not None else None
         except BaseException:
             self.__exit__()
             raise

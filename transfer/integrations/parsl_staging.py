@@ -16,16 +16,21 @@ one warm connection pool, retries; with ``bundles=True`` a task's small outputs 
 directory travel as one bundle object). Parsl hands files to a provider one at a time; the
 provider folds them into one wrapper per task instead of wrapping the app once per file.
 
-Credentials are not sent with tasks: the worker finds them as the AWS chain does
-(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, ...) in its own environment.
-A task's files land under ``local_dir`` (default: the executor's working directory, else the
+Credentials: ``key``/``secret``/``token`` (named as s3fs names them) when given, which then
+travel with every task to its worker (as its other arguments do: over the executor's own
+channel); else the worker finds them as the AWS chain does (``AWS_ACCESS_KEY_ID``/
+``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, ...) in its own environment. Each worker process keeps
+one :class:`~transfer.client.Client` per configuration for all its tasks (one warm pool, one
+engine; closed when the process exits), instead of one per task. A task's files land under ``local_dir`` (default: the executor's working directory, else the
 worker's current directory) as ``BUCKET/KEY``, so equal file names in two prefixes do not meet.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 try:
@@ -48,16 +53,24 @@ class S3Staging(Staging, RepresentationMixin):
     """Stages ``s3://`` Files in and out of tasks, one engine batch per task and direction."""
 
     def __init__(self, endpoint_url: Optional[str] = None, region: Optional[str] = None, threads: int = 8,
-                 bundles: bool = False, local_dir: Optional[str] = None, ca_bundle: Optional[str] = None) -> None:
+                 bundles: bool = False, local_dir: Optional[str] = None, ca_bundle: Optional[str] = None,
+                 key: Optional[str] = None, secret: Optional[str] = None, token: Optional[str] = None) -> None:
         """``ca_bundle``: PEM file of the CAs that verify the endpoint's TLS certificate instead
         of the system's, at this path on every worker too; checked here (ConfigError naming it).
-        Raises InvalidInput, naming the argument, for a ``threads`` that is not a whole number
-        of at least 1: here, once, rather than in every task when its worker opens a Client."""
+        ``key`` and ``secret`` go together (``token`` for temporary keys). Raises InvalidInput,
+        naming the argument, for a ``threads`` that is not a whole number of at least 1, or a
+        key without its secret: here, once, rather than in every task when its worker opens a
+        Client."""
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise InvalidInput(f"S3Staging threads must be a whole number of at least 1 (got {threads!r})",
                                operation="config")
+        if (key is None) != (secret is None):
+            raise InvalidInput("S3Staging key and secret must be given together", operation="config")
         if ca_bundle is not None:
             check_ca_bundle(ca_bundle, "S3Staging(ca_bundle)")
+        self.key = key
+        self.secret = secret
+        self.token = token
         self.endpoint_url = endpoint_url
         self.region = region
         self.threads = threads
@@ -66,8 +79,14 @@ class S3Staging(Staging, RepresentationMixin):
         self.ca_bundle = ca_bundle
 
     def _options(self) -> Dict[str, Any]:
-        return {"endpoint": self.endpoint_url, "region": self.region, "threads": self.threads,  # Client's arguments;
-                "bundles": self.bundles, "ca_bundle": self.ca_bundle}  # no keys: workers find their own
+        return {"endpoint_url": self.endpoint_url, "region": self.region, "threads": self.threads,  # Client's
+                "bundles": self.bundles, "ca_bundle": self.ca_bundle, "key": self.key,  # arguments
+                "secret": self.secret, "token": self.token}
+
+    def __repr__(self) -> str:  # RepresentationMixin's would show the secret in Parsl's logs
+        return (f"S3Staging(endpoint_url={self.endpoint_url!r}, region={self.region!r}, threads={self.threads}, "
+                f"bundles={self.bundles}, local_dir={self.local_dir!r}, ca_bundle={self.ca_bundle!r}, "
+                f"key={'...' if self.key else None})")
 
     def can_stage_in(self, file: File) -> bool:
         return bool(file.scheme == "s3")
@@ -127,13 +146,44 @@ class StagedTask:
         inputs = [(url, os.path.abspath(local)) for url, local in self.inputs]
         outputs = [(os.path.abspath(local), url) for local, url in self.outputs]
         _make_parents([local for _, local in inputs] + [local for local, _ in outputs])
-        with Client(**self.options) as client:
-            if inputs:
-                client.copy(inputs)
-            result = self.func(*args, **kwargs)
-            if outputs:
-                client.copy(outputs)
-            return result
+        client = worker_client(self.options)
+        if inputs:
+            client.copy(inputs)
+        result = self.func(*args, **kwargs)
+        if outputs:
+            client.copy(outputs)
+        return result
+
+    def __repr__(self) -> str:  # never the options: they may hold a secret
+        return f"StagedTask({getattr(self.func, '__name__', self.func)!r}, {len(self.inputs)} in, {len(self.outputs)} out)"
+
+
+_CLIENTS: Dict[Tuple[Tuple[str, Any], ...], Tuple[int, Client]] = {}  # options -> (pid, Client)
+_CLIENTS_LOCK = threading.Lock()
+
+
+def worker_client(options: Dict[str, Any]) -> Client:
+    """The Client of this worker process for ``options``, made on its first task. Process-wide
+    on purpose: Parsl gives a staging wrapper nothing that outlives one task, and a Client per
+    task paid a new pool (connections, TLS handshakes) and engine each time. Thread-safe (a
+    ThreadPoolExecutor's tasks share it); a forked child makes its own; closed at exit."""
+    key = tuple(sorted(options.items()))
+    with _CLIENTS_LOCK:
+        held = _CLIENTS.get(key)
+        if held is None or held[0] != os.getpid():
+            if not _CLIENTS:
+                atexit.register(_close_clients)
+            held = _CLIENTS[key] = (os.getpid(), Client(**options))
+        return held[1]
+
+
+def _close_clients() -> None:
+    with _CLIENTS_LOCK:
+        held = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for pid, client in held:
+        if pid == os.getpid():
+            client.close()
 
 
 def _make_parents(paths: List[str]) -> None:

@@ -6,8 +6,9 @@ in this wheel), as the storage provider ``pegasus-cloudio``::
     snakemake --default-storage-provider pegasus-cloudio --default-storage-prefix s3://bucket/run \\
         --storage-pegasus-cloudio-endpoint-url http://127.0.0.1:9000
 
-Keys come from ``--storage-pegasus-cloudio-access-key``/``-secret-key`` or the variables
-``SNAKEMAKE_STORAGE_PEGASUS_CLOUDIO_ACCESS_KEY``/``_SECRET_KEY``, else from the AWS chain.
+Keys come from ``--storage-pegasus-cloudio-key``/``-secret``/``-token`` (named as s3fs names
+them; ``-access-key``/``-secret-key``/``-session-token`` are their older names) or the variables
+``SNAKEMAKE_STORAGE_PEGASUS_CLOUDIO_KEY``/``_SECRET``/``_TOKEN``, else from the AWS chain.
 
 What is bulk: one provider holds one warm connection pool and one engine. ``inventory`` lists
 an object's directory once (one request per 1,000 keys) and answers existence, modification
@@ -49,6 +50,7 @@ try:
     from snakemake_interface_storage_plugins.storage_object import (
         StorageObjectGlob,
         StorageObjectRead,
+        StorageObjectTouch,
         StorageObjectWrite,
     )
     from snakemake_interface_storage_plugins.storage_provider import (
@@ -81,9 +83,12 @@ class StorageProviderSettings(StorageProviderSettingsBase):  # type: ignore[misc
 
     endpoint_url: Optional[str] = _setting("S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS)")
     region: Optional[str] = _setting("S3 region (default: us-east-1 or the AWS configuration's)")
-    access_key: Optional[str] = _setting("S3 access key (default: the AWS credential chain)", secret=True)
-    secret_key: Optional[str] = _setting("S3 secret key (default: the AWS credential chain)", secret=True)
-    session_token: Optional[str] = _setting("S3 session token of temporary keys", secret=True)
+    key: Optional[str] = _setting("S3 access key id (default: the AWS credential chain)", secret=True)
+    secret: Optional[str] = _setting("S3 secret access key (default: the AWS credential chain)", secret=True)
+    token: Optional[str] = _setting("S3 session token of temporary keys", secret=True)
+    access_key: Optional[str] = _setting("older name of --storage-pegasus-cloudio-key", secret=True)
+    secret_key: Optional[str] = _setting("older name of --storage-pegasus-cloudio-secret", secret=True)
+    session_token: Optional[str] = _setting("older name of --storage-pegasus-cloudio-token", secret=True)
     threads: Optional[int] = _setting("concurrent transfers and connections kept (default 8)", kind=int,
                                       default=8)
     ca_bundle: Optional[str] = _setting("PEM file of the CAs that verify the endpoint's TLS certificate, "
@@ -187,9 +192,9 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
         if endpoint is None or region is None:  # the AWS settings' (docs/engines.md), also for keys given here
             aws_endpoint, aws_region = aws_endpoint_and_region(os.environ)
             endpoint, region = endpoint or aws_endpoint, region or aws_region
-        self.client = Client(endpoint=endpoint, region=region, access_key=settings.access_key,
-                             secret_key=settings.secret_key, session_token=settings.session_token,
-                             threads=threads, ca_bundle=settings.ca_bundle)
+        self.client = Client(endpoint_url=endpoint, region=region, key=settings.key, secret=settings.secret,
+                             token=settings.token, access_key=settings.access_key, secret_key=settings.secret_key,
+                             session_token=settings.session_token, threads=threads, ca_bundle=settings.ca_bundle)
         self.batches = _Batches(self.client, self.logger)
         self.listed: Dict[str, Entry] = {}  # url -> what the store showed there (dropped on store/remove)
         self.listed_dirs: Dict[str, _Held] = {}  # directory URL (ending in "/") -> the inventory of its listing
@@ -309,7 +314,7 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
         return next((e for e in entries if e.url == url), None)
 
 
-class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  # type: ignore[misc]
+class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob, StorageObjectTouch):  # type: ignore[misc]
     """``s3://BUCKET/KEY``: an object, or a ``directory()`` (every object under ``KEY/``)."""
 
     provider: StorageProvider
@@ -443,6 +448,14 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob):  
             await asyncio.get_running_loop().run_in_executor(None, self.provider.remember, self.url)
         except Exception as err:
             raise WorkflowError(f"Failed to store output in storage {self.print_query}", err)
+
+    def touch(self) -> None:
+        """``snakemake --touch``: the object's (a directory's: each object's) modification time
+        renewed in place, or an empty object where none is (:meth:`transfer.client.Client.touch`)."""
+        self._ensure_bucket()
+        self.provider.forget(self.url)
+        self.provider.client.touch(self.url)
+        self.provider.remember(self.url)
 
     def remove(self) -> None:
         found = self._entry()
