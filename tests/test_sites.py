@@ -235,3 +235,14 @@ def test_pegasus_bin_without_a_planner_is_one_line_naming_the_flag(tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--pegasus-bin {tmp_path / 'empty'} holds no pegasus-plan" in err
     assert not (tmp_path / "set").exists()
+
+
+def test_cloud_storage_readmes_say_when_bundles_and_the_cache_remove_request_load(tmp_path):
+    assert generate("s3-cloud-storage", tmp_path / "s3")[0] == 0
+    s3 = " ".join((tmp_path / "s3" / "README.md").read_text().split())
+    assert "## Many jobs on one bucket" in s3 and "5,500 GETs" in s3 and "bundles are on in this set" in s3
+    assert "node cache on when the jobs of a node read the same inputs" in s3
+    assert generate("s3-cloud-storage", tmp_path / "plain", "--no-bundle")[0] == 0
+    assert "regenerate with `--bundle`" in (tmp_path / "plain" / "README.md").read_text()
+    assert generate("submit-host-scp", tmp_path / "scp")[0] == 0
+    assert "Many jobs on one bucket" not in (tmp_path / "scp" / "README.md").read_text()
