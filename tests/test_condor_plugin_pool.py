@@ -376,3 +376,39 @@ def test_two_hundred_failures_hold_the_job_once_with_a_short_reason(plugin_pool:
     assert first.startswith(f"Download of {store.url(keys[0])} failed: access denied"), first[:400]
     assert "the first of 200 failed files, out of 200" in first
     assert "wrong-secret" not in reason
+
+
+def test_a_store_that_throttles_to_the_end_holds_the_job_as_retryable(plugin_pool: CondorPool, store: Store) -> None:
+    """Issue 37 item 5: every request answered 503 SlowDown until the plugin's bound runs out;
+    the starter holds the job with the subcode the release policy of docs/condor.md retries
+    (11 << 8), and the reason says the store throttled it."""
+    store.put({"throttled/t.dat": b"t"})
+    store.proxy.set_faults([Fault.status(503, times=100_000)])
+    work = job_dir(plugin_pool, "throttled", store)
+    submit = submit_text([store.url("throttled/t.dat")]).replace(
+        f"CLOUDIO_PEGASUS_CLOUDIO_THREADS={THREADS}",
+        f"CLOUDIO_PEGASUS_CLOUDIO_THREADS={THREADS} CLOUDIO_PEGASUS_CLOUDIO_MAX_ATTEMPTS=2 "
+        "CLOUDIO_PEGASUS_CLOUDIO_RETRY_BASE_DELAY=0.05 CLOUDIO_PEGASUS_CLOUDIO_RETRY_MAX_DELAY=0.2")
+    cluster = plugin_pool.submit(submit, cwd=work)
+    ad = wait_held(plugin_pool, cluster)
+    plugin_pool.run(["condor_rm", str(cluster)])
+    reason = unquote(ad["HoldReason"])
+    assert ad["HoldReasonCode"] == "13" and ad["HoldReasonSubCode"] == str(11 << 8), ad
+    assert store.url("throttled/t.dat") in reason and "slow down" in reason, reason
+    assert store.proxy.requests >= 2
+
+
+def test_a_job_that_swaps_its_job_ad_for_a_fifo_is_held_naming_it(plugin_pool: CondorPool, store: Store) -> None:
+    """Issue 39 item 4: the job replaces ``$_CONDOR_JOB_AD`` in its sandbox with a FIFO before
+    stage-out. The plugin opened it and blocked until the starter killed it, with no result ad;
+    now the output transfer fails at once, the hold naming the file."""
+    work = job_dir(plugin_pool, "fifo-ad", store)
+    (work / "job.sh").write_text(JOB + 'rm -f "$_CONDOR_JOB_AD" && mkfifo "$_CONDOR_JOB_AD"\n')
+    cluster = plugin_pool.submit(submit_text([], outputs="result.dat",
+                                             extra=f"output_destination = {store.url('fifo-ad/')}"), cwd=work)
+    ad = wait_held(plugin_pool, cluster)
+    plugin_pool.run(["condor_rm", str(cluster)])
+    reason = unquote(ad["HoldReason"])
+    assert ad["HoldReasonCode"] == "12", ad  # (a 23.9 starter gives output failures subcode 1)
+    assert "cannot read the job ad" in reason and "a FIFO, not a regular file" in reason, reason
+    assert store.proxy.requests == 0

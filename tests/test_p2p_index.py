@@ -209,3 +209,36 @@ def test_the_index_holds_no_checksum_or_size_of_a_users_file(client):
     value = raw[b"a/alice"].decode()
     assert sha not in value and "20" not in value.split(" ")
     assert [(h.size, h.sha256) for h in index.lookup(scoped("k")).holders["k"]] == [(20, sha)]
+
+
+def test_sealed_values_and_names_are_those_earlier_versions_made():
+    """Nodes of two versions share one index: names, seals and tags must not change."""
+    from transfer.peers import Scope
+    scope = Scope(bytes(range(32)))
+    sealed = ("06e2e6fa34ad4dea 36d37780ea68149b8564b4b22eadae00e271de7b84145fd59972f830ac807d8f "
+              "69638531ad519bf5e3f21f55bd2b99ae")
+    assert scope.seal("n0/alice", "s3://b/k", 123456789, "ab" * 32) == sealed
+    assert scope.unseal("n0/alice", "s3://b/k", sealed) == (123456789, "ab" * 32)
+    assert scope.open_sealed("n0/alice", "s3://b/k", sealed) == (123456789, "ab" * 32)
+    assert scope.index_name("s3://b/k") == "22f93c943d1721645f67eb1f8b2936a0"
+    assert scope.capability("s3://b/k") == "494bced2295ba5fddc7587aaeb19d8bea9f8eadee23ad9fe01ef0084ce491d51"
+    assert scope.entry_mac("n0/alice", "s3://b/k", 1, "cd" * 32) == "8532e4884e92c344798b3aad122ab83f"
+
+
+@pytest.mark.parametrize("change", ["upper", "0x", "underscore", "plus", "blank", "non-ascii", "longer", "tag"])
+def test_a_lone_entry_in_any_other_form_is_reported_and_not_used(client, change):
+    """The one-holder short path of a lookup takes only the exact form a seal has; anything
+    else (even the same numbers written otherwise) is reported as the long path reports it."""
+    index = PeerIndex(client, "t")
+    nodes(index, "a/alice")
+    good = SCOPE.seal("a/alice", "k", 5, SHA)
+    bad = {"upper": good[:16].upper() + good[16:], "0x": "0x" + good[2:], "underscore": good[:7] + "_" + good[8:],
+           "plus": "+" + good[1:], "blank": good[:16] + "  " + good[18:], "non-ascii": good[:-1] + "\u00e9",
+           "longer": good + "0", "tag": good[:-1] + ("0" if good[-1] != "0" else "1")}[change]
+    client.hset(index.entry_key("k", SCOPE), "a/alice", bad)
+    found = index.lookup(scoped("k"))
+    assert found.holders == {} and len(found.problems) == 1, found.problems
+    expected = "unauthenticated replica entry" if change == "tag" else "malformed replica entry"
+    assert found.problems[0].startswith(f"{expected} 'a/alice' for 'k'"), found.problems
+    client.hset(index.entry_key("k", SCOPE), "a/alice", good)
+    assert [(h.size, h.sha256) for h in index.lookup(scoped("k")).holders["k"]] == [(5, SHA)]

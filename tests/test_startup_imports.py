@@ -32,8 +32,10 @@ ONE_FILE_S3 = frozenset({
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
     "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
+    "transfer.named_files",
     "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.sockets", "transfer.ops", "transfer.ranged",
-    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.session", "transfer.urls",
+    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.schemes", "transfer.session",
+    "transfer.urls",
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.
 NEVER = frozenset({

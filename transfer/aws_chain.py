@@ -35,7 +35,7 @@ from urllib.parse import urlencode, urlsplit
 from xml.etree import ElementTree as ET
 
 from transfer.backends._s3_wire import iso8601_epoch
-from transfer.credentials import CredentialSource, Credentials, S3SiteConfig, read_ini
+from transfer.credentials import CredentialSource, Credentials, S3SiteConfig, read_credentials_file, read_ini
 from transfer.errors import ConfigError, TransferError
 from transfer.http.connection import Timeouts
 from transfer.http.pool import ConnectionPool
@@ -185,12 +185,7 @@ def _web_identity(env: Mapping[str, str], _profile: str, _shared: Dict[str, Dict
     link = f"web identity ({sts})"
 
     def fetch() -> Fetched:
-        try:
-            with open(token_file, encoding="utf-8") as handle:
-                token = handle.read().strip()
-        except OSError as err:
-            raise ConfigError(f"{link}: cannot read token file: {err.strerror}", url=token_file,
-                              operation="credentials") from None
+        token = read_credentials_file(token_file, f"{link} token file").decode("utf-8", "replace").strip()
         form = urlencode({"Action": "AssumeRoleWithWebIdentity", "Version": "2011-06-15", "RoleArn": role,
                           "RoleSessionName": session, "WebIdentityToken": token}).encode()
         body = _http(link, "POST", sts + "/", [("Content-Type", "application/x-www-form-urlencoded")], form, env)
@@ -213,12 +208,8 @@ def _container(env: Mapping[str, str], _profile: str, _shared: Dict[str, Dict[st
         token = env.get("AWS_CONTAINER_AUTHORIZATION_TOKEN")
         token_file = env.get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
         if token_file:
-            try:
-                with open(token_file, encoding="utf-8") as handle:
-                    token = handle.read().strip()
-            except OSError as err:
-                raise ConfigError(f"{link}: cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE: {err.strerror}",
-                                  url=token_file, operation="credentials") from None
+            what = f"{link} AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"
+            token = read_credentials_file(token_file, what).decode("utf-8", "replace").strip()
         if token:
             headers.append(("Authorization", token))
         return _json_credentials(link, _http(link, "GET", url, headers))

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import posixpath
 
+from transfer import schemes
 from transfer.ops import Transfer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Iterable, Tuple
 
-OBJECT_SCHEMES = frozenset({"s3", "s3s", "gs"})
+OBJECT_SCHEMES = schemes.OBJECT_STORES
 # A batch reading fewer files than this from one directory reads them as plain objects: a
 # LIST and the heads of the directory's bundles cost more than the 404 that sends a member to
 # its bundle (at most one per thread, in parallel; the index then loads as it would have).

@@ -66,29 +66,56 @@ def pegasus_credentials_path(site_label: Optional[str], env: Mapping[str, str]) 
     return os.path.join(home, ".pegasus", "credentials.conf")
 
 
-def check_private(path: str) -> None:
-    """Raise ConfigError unless ``path`` exists and has no group/other permission bits."""
+MAX_CREDENTIALS_BYTES = 1 << 20  # a credentials or key file; a larger one is refused, not read
+
+
+def read_private(path: str, what: str = "credentials file", limit: int = MAX_CREDENTIALS_BYTES) -> bytes:
+    """The bytes of the private credentials file ``path``: :func:`read_credentials_file`,
+    and ConfigError also when group or others have any permission bit."""
+    return read_credentials_file(path, what, limit, private=True)
+
+
+def read_credentials_file(path: str, what: str, limit: int = MAX_CREDENTIALS_BYTES, private: bool = False) -> bytes:
+    """The bytes of ``path``, read the one safe way (:mod:`transfer.named_files`: no FIFO,
+    device or other user's link, at most ``limit`` bytes); ConfigError naming ``path`` (and
+    calling it ``what``) when it is missing, unreadable or unsafe, or (``private``) when
+    group or others have any permission bit."""
+    from transfer.named_files import read_fd
+    fd = _open_checked(path, what, private)
     try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise ConfigError("credentials file not found", url=path, operation="credentials") from None
+        return read_fd(fd, limit, path)
     except OSError as err:
-        raise ConfigError(f"cannot read credentials file: {err.strerror}", url=path,
-                          operation="credentials") from err
-    if mode & 0o077:
-        raise ConfigError(
-            f"credentials file is accessible by group/others (mode {mode & 0o7777:04o}); "
-            f"fix with: chmod 600 {path}", url=path, operation="credentials")
+        raise ConfigError(f"cannot read {what}: {err.strerror}", url=path, operation="credentials") from None
+    finally:
+        os.close(fd)
+
+
+def check_private(path: str, what: str = "credentials file") -> None:
+    """Raise ConfigError unless ``path`` is a private regular file this process can open (as
+    :func:`read_private` opens it; callers that read the file use that instead)."""
+    os.close(_open_checked(path, what, True))
+
+
+def _open_checked(path: str, what: str, private: bool) -> int:
+    from transfer.named_files import OWN_LINKS, UnsafeFile, is_missing, open_regular
+    try:
+        fd, st = open_regular(path, OWN_LINKS)
+    except UnsafeFile as err:
+        reason = f"{what} not found" if is_missing(err) else f"cannot read {what}: {err.strerror}"
+        raise ConfigError(reason, url=path, operation="credentials") from None
+    if private and st.st_mode & 0o077:
+        os.close(fd)
+        raise ConfigError(f"{what} is accessible by group/others (mode {st.st_mode & 0o7777:04o}); "
+                          f"fix with: chmod 600 {path}", url=path, operation="credentials")
+    return fd
 
 
 class PegasusCredentialsFile:
     """A parsed, permission-checked Pegasus credentials file."""
 
     def __init__(self, path: str) -> None:
-        check_private(path)
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+            text = read_private(path).decode("utf-8")
         except UnicodeDecodeError as err:
             raise ConfigError(f"malformed credentials file: {type(err).__name__}", url=path,
                               operation="credentials") from None
@@ -207,11 +234,24 @@ def _configparser_ini(text: str, path: str) -> Dict[str, Dict[str, str]]:
 
 
 def read_ini(path: str) -> Dict[str, Dict[str, str]]:
-    """Sections of an AWS-style INI file ({} if it does not exist)."""
+    """Sections of an AWS-style INI file ({} if it does not exist or this user may not read
+    it, as the AWS tools and ``configparser.read`` skip it), read the one safe way
+    (:mod:`transfer.named_files`); ConfigError naming the file when it is unsafe (a FIFO, a
+    device, another user's link, over the bound) or malformed."""
     import configparser
+    import errno
+    from transfer.named_files import OWN_LINKS, UnsafeFile, is_missing, read_file
+    try:
+        text = read_file(path, MAX_CREDENTIALS_BYTES, OWN_LINKS)[0].decode("utf-8")
+    except UnsafeFile as err:
+        if is_missing(err) or err.errno == errno.EACCES:
+            return {}
+        raise ConfigError(f"cannot read AWS file: {err.strerror}", url=path, operation="credentials") from None
+    except UnicodeDecodeError:
+        raise ConfigError("malformed AWS file: not UTF-8", url=path, operation="credentials") from None
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read(path, encoding="utf-8")
+        parser.read_string(text, source=path)
     except configparser.Error as err:
         raise ConfigError(f"malformed AWS file: {type(err).__name__}", url=path,
                           operation="credentials") from None

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel, Joinable
+    from transfer.ops import Action
     from transfer.bundles.groups import GroupTask
     from transfer.bundles.staging import BundleStager, DownloadGroup
     from transfer.cache import NodeCache
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
     from transfer.urls import Url
 
     ResultCallback = Callable[[Result], None]
-    Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]
 
 _LISTING_WAIT = 1.0  # seconds the pipelined pass waits for a directory's bundle index
 _log = logger(__name__)  # logging is imported at the first retry

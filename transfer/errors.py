@@ -59,6 +59,19 @@ class TransferError(Exception):
         }
         return (_rebuild, (type(self), self.message, kwargs))
 
+    def relabelled(self, *, url: Optional[str], operation: Optional[str],
+                   message: Optional[str] = None) -> TransferError:
+        """This error naming ``url`` and ``operation`` (and ``message``, if given) instead: same
+        class, every other attribute kept (a subclass's too, such as the wait a store asked
+        for). The one way a layer puts its own context on an error from the layer below;
+        raise it ``from`` this one."""
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.message = self.message if message is None else message
+        other.args = (other.message,)
+        other.url, other.operation = url, operation
+        return other
+
     def __str__(self) -> str:
         parts = []
         if self.operation:

@@ -21,8 +21,11 @@ A missing default file is no file. An unreadable default file (permissions, a di
 skipped with one warning, so a transfer that needs none of its settings still runs; a file
 named by ``PEGASUS_CLOUDIO_CONFIG`` that cannot be read, and a malformed line or a byte that
 is not UTF-8 in any config file, raise :class:`~transfer.errors.InvalidInput` naming the file
+(a file is read as :mod:`transfer.named_files` reads what others name: a FIFO, a device,
+another user's link or more than :data:`MAX_CONFIG_BYTES` is a file that cannot be read)
 (and line); so does a name no reader knows (not in :data:`KNOWN`: a typo). A value that is there but means nothing is refused by its reader, naming the knob
-and, through :func:`origin_of`, the source it came from. This module imports only ``os``: the
+and, through :func:`origin_of`, the source it came from. This module imports only ``os`` (and
+:mod:`transfer.named_files` when it reads the file): the
 drop-in reads it before deciding whether to hand its job to a stager.
 """
 
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 
 PREFIX = "PEGASUS_CLOUDIO_"
 CONFIG_VAR = PREFIX + "CONFIG"
+MAX_CONFIG_BYTES = 1 << 20
 
 KNOWN = frozenset(PREFIX + name for name in (  # every knob the docs name (tests/test_knob_values.py)
     "THREADS", "MAX_ATTEMPTS", "RETRY_BASE_DELAY", "RETRY_MAX_DELAY", "THROTTLE_TIMEOUT", "POOL_RATE_FRACTION", "CONNECT_TIMEOUT", "READ_TIMEOUT",
@@ -98,14 +102,14 @@ def read_config_file(env: "Mapping[str, str]") -> "Dict[str, str]":
 def _read(env: "Mapping[str, str]") -> "tuple[str, Dict[str, tuple[str, int]]]":
     """(the file's path, ``name -> (value, line number)``) as :func:`read_config_file` reads it."""
     path, named = config_file_path(env)
+    from transfer.named_files import OWN_LINKS, is_missing, read_file
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(1 << 20)
+        data = read_file(path, MAX_CONFIG_BYTES, OWN_LINKS)[0]
     except OSError as err:
         if named:
-            reason = "not found" if isinstance(err, FileNotFoundError) else err.strerror
+            reason = "not found" if is_missing(err) else err.strerror
             raise _invalid(f"cannot read config file {path} (named by {CONFIG_VAR}): {reason}") from None
-        if not isinstance(err, FileNotFoundError):  # e.g. a daemon's HOME=/root seen by a job's user
+        if not is_missing(err):  # e.g. a daemon's HOME=/root seen by a job's user
             import logging
             logging.getLogger("transfer.config").warning("ignoring config file %s: %s", path, err.strerror)
         return path, {}

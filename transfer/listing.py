@@ -15,6 +15,7 @@ from typing import Dict, Iterable, List, Set, Tuple
 
 from transfer.backends.base import Backend, DirectoryListing, Namespace, ObjectInfo
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
+from transfer import schemes
 from transfer.errors import NotFound
 from transfer.urls import Url
 
@@ -189,7 +190,7 @@ def _is_local_dir(url: Url) -> bool:
 
 def _is_root(url: Url) -> bool:
     """A bucket (or store root): always a directory."""
-    if url.scheme in ("s3", "s3s"):
+    if url.scheme in schemes.S3:
         from transfer.backends._s3_wire import split_url
 
         return split_url(url).key.strip("/") == ""

@@ -145,3 +145,11 @@ class Result:
     error: Optional[TransferError] = None
     source: Optional[Url] = None
     history: Tuple[Attempt, ...] = field(default=(), repr=False)
+
+
+if TYPE_CHECKING:
+    from typing import Callable, List
+
+    # One try of an operation, as the engine's retry loop runs it: given the attempts so far,
+    # it returns the bytes moved and the source used (None where nothing was read).
+    Action = Callable[[List[Attempt]], Tuple[int, Optional[Url]]]

@@ -18,6 +18,7 @@ Which schemes can actually be transferred is decided by the backend registry, no
 
 from __future__ import annotations
 
+from transfer import schemes
 from transfer._lean import record, replace
 from transfer.errors import InvalidInput
 
@@ -25,7 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Mapping, Optional, Tuple
 
-LOCAL_SCHEMES = frozenset({"file", "symlink", "moveto"})
+LOCAL_SCHEMES = schemes.LOCAL
 
 # The grammar as regular expressions, parsed by hand below: ``re`` costs every job step ~5 ms.
 #   variable:  \${?([a-zA-Z][a-zA-Z0-9_]+)}?   (pegasus-transfer's, braces each optional)
@@ -37,7 +38,7 @@ _HOST_PUNCT = str.maketrans("", "", "_.-:@#")
 _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _ASCII_HOST = _ASCII_WORD | frozenset(".-:@#")
 # pegasus-transfer hands S3 URLs to pegasus-s3 unparsed, so an object key keeps its "//".
-_EXACT_PATH_SCHEMES = frozenset({"s3", "s3s"})
+_EXACT_PATH_SCHEMES = schemes.EXACT_PATH
 
 
 @record(frozen=True)

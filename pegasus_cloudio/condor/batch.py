@@ -18,12 +18,12 @@ from urllib.parse import urlsplit
 
 from pegasus_cloudio.condor.ads import FileAd
 from pegasus_cloudio.condor.http_transfers import TokenUrl
-from transfer import backends
+from transfer import schemes
 from transfer.errors import InvalidInput, TransferError
 from transfer.ops import Transfer
 from transfer.urls import Url, parse_url
 
-SERVED = ("s3", "gs", "http", "https")
+SERVED = schemes.PLUGIN
 
 
 @dataclass
@@ -46,7 +46,7 @@ def available_methods(wanted: Optional[str] = None) -> List[str]:
     Nothing is imported, so the ``-classad`` query stays fast and silent.
     """
     allowed = {w.strip().lower() for w in (wanted or "").replace(",", " ").split()} or set(SERVED)
-    return [s for s in SERVED if s in allowed and importlib.util.find_spec(backends.SCHEMES[s]) is not None]
+    return [s for s in SERVED if s in allowed and importlib.util.find_spec(schemes.SCHEMES[s].module) is not None]
 
 
 def split_credential(url_text: str) -> Tuple[Optional[str], str, str]:
@@ -60,7 +60,7 @@ def split_credential(url_text: str) -> Tuple[Optional[str], str, str]:
 
 def site_label_of(url: Url) -> Optional[str]:
     """``s3://USER@SITE/...`` -> ``SITE`` (selects ``PEGASUS_CREDENTIALS_<SITE>``)."""
-    if url.scheme in ("s3", "s3s") and "@" in url.host:
+    if url.scheme in schemes.S3 and "@" in url.host:
         return url.host.rpartition("@")[2].split(":", 1)[0] or None
     return None
 
@@ -80,11 +80,11 @@ def _item(ad: FileAd, upload: bool, env: Mapping[str, str], sandbox: str, method
         if scheme not in methods:
             raise InvalidInput(f"URL scheme '{scheme or ad.url}' is not served by this plugin "
                                f"(it serves {', '.join(methods)})", operation="parse")
-        if credential and scheme not in ("http", "https"):
+        if credential and scheme not in schemes.HTTP:
             raise InvalidInput(f"a credential prefix ('{credential}+') is supported for http and https "
                                "URLs only", operation="parse")
         parsed = parse_url(bare, env=env)
-        if scheme in ("http", "https"):
+        if scheme in schemes.HTTP:
             _check_port(bare)
         if credential:
             item.url = TokenUrl(parsed.scheme, parsed.host, parsed.path, None, credential)
@@ -110,7 +110,7 @@ def _check_port(url_text: str) -> None:
 
 def _require_backend(scheme: str) -> None:
     """InvalidInput when the backend serving ``scheme`` cannot be imported on this node."""
-    name = backends.SCHEMES[scheme]
+    name = schemes.SCHEMES[scheme].module
     try:
         importlib.import_module(name)
     except ImportError as err:

@@ -26,7 +26,8 @@ from typing import Mapping, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from pegasus_cloudio.condor.environment import PluginEnvironment
-from transfer.credentials import check_private, pegasus_credentials_path, site_env_suffix
+from transfer import schemes
+from transfer.credentials import pegasus_credentials_path, read_private, site_env_suffix
 from transfer.errors import ConfigError, InvalidInput
 from transfer.urls import Url
 
@@ -48,12 +49,7 @@ def token_path(name: str, env: Mapping[str, str]) -> str:
 def read_token(name: str, env: Mapping[str, str]) -> str:
     """The access token in ``$_CONDOR_CREDS/<name>.use`` (JSON ``access_token`` or a bare line)."""
     path = token_path(name, env)
-    check_private(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise ConfigError(f"cannot read token file: {err.strerror}", url=path, operation="credentials") from err
+    text = read_private(path, "token file").decode("utf-8", "replace")
     token = _token_from_text(text)
     if not token:
         raise ConfigError("token file holds no access_token", url=path, operation="credentials")
@@ -100,9 +96,9 @@ def describe_source(url: Url, credential: Optional[str], penv: PluginEnvironment
     if presigned:
         return ("the URL's own signature (HTCondor pre-signs s3:// and gs:// URLs with the job's "
                 "key files; such URLs expire after one hour)")
-    if url.scheme in ("s3", "s3s") and "@" in url.host:
+    if url.scheme in schemes.S3 and "@" in url.host:
         return _pegasus_source(url, penv)
-    if url.scheme in ("s3", "s3s"):
+    if url.scheme in schemes.S3:
         return _aws_source(env, penv)
     if url.scheme == "gs":
         return _gcs_source(penv)

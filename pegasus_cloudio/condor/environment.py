@@ -38,10 +38,12 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
 from transfer.knobs import KNOWN, PREFIX, uncommented
+from transfer.named_files import OWN_LINKS, UnsafeFile, is_missing, read_file
 
 NODE_CONFIG_VAR = "PEGASUS_CLOUDIO_CONDOR_CONFIG"
 DEFAULT_NODE_CONFIG = "/etc/pegasus-cloudio/condor-plugin.conf"
 METHODS_VAR = "PEGASUS_CLOUDIO_CONDOR_METHODS"
+MAX_NODE_CONFIG_BYTES = 1 << 20
 
 ALLOWED = frozenset({
     "PEGASUS_CREDENTIALS", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
@@ -101,6 +103,7 @@ class PluginEnvironment:
     env: Dict[str, str]
     origins: Dict[str, str] = field(default_factory=dict)
     refused: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)  # one line each, for the plugin's output
     from_node: Set[str] = field(default_factory=set)  # names whose value the node set (layers 1-2)
 
     def origin(self, name: str) -> str:
@@ -126,7 +129,8 @@ def build_environment(process_env: Mapping[str, str], argv0: str, sandbox: str) 
     prefix = plugin_name(argv0) + "_"
     # From 24.3 the starter copies the job's <PLUGIN>_* variables here, under those names.
     result.from_node = {name for name in result.env if not name.upper().startswith(prefix)}
-    job_vars = {k: v for k, v in job_environment(process_env).items() if k.upper().startswith(prefix)}
+    job_vars = {k: v for k, v in job_environment(process_env, result.warnings).items()
+                if k.upper().startswith(prefix)}
     job_vars.update((k, v) for k, v in process_env.items() if k.upper().startswith(prefix))
     for raw, value in sorted(job_vars.items()):
         if not raw.upper().startswith(prefix) or len(raw) == len(prefix):
@@ -173,15 +177,17 @@ def configured_methods(process_env: Mapping[str, str]) -> Optional[str]:
 def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]:
     """``(name, value)`` pairs of a node configuration file; [] if absent and not ``explicit``."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            _check_node_owned(path, os.fstat(fh.fileno()))
-            lines = fh.readlines()
-    except FileNotFoundError:
+        data, st = read_file(path, MAX_NODE_CONFIG_BYTES, OWN_LINKS)
+        _check_node_owned(path, st)
+        lines = data.decode("utf-8").splitlines()
+    except UnsafeFile as err:
+        if not is_missing(err):
+            raise NodeConfigError(f"cannot read node configuration {path}: {err.strerror}") from None
         if explicit:
             raise NodeConfigError(f"node configuration {path} not found (named by {NODE_CONFIG_VAR})") from None
         return []
-    except OSError as err:
-        raise NodeConfigError(f"cannot read node configuration {path}: {err.strerror}") from err
+    except UnicodeDecodeError:
+        raise NodeConfigError(f"cannot read node configuration {path}: not UTF-8 text") from None
     pairs = []
     base = os.path.dirname(os.path.abspath(path))
     for number, line in enumerate(lines, 1):

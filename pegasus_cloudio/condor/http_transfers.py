@@ -140,8 +140,7 @@ class PluginHttpBackend:
             response, _ = self._origins.request(
                 method, url.full, lambda origin: headers + self._auth(url, origin, first_origin), body, follow)
         except TransferError as err:
-            raise type(err)(err.message, url=str(without_query(url)), operation=method.lower(),
-                            status=err.status) from err
+            raise err.relabelled(url=str(without_query(url)), operation=method.lower()) from err
         return response
 
 

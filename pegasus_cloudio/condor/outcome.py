@@ -17,6 +17,11 @@ release holds with subcode ``11 << 8`` = 2816, see docs/condor.md):
 HTCondor schema defines (Specification, Authorization, Contact, Resolution, Transfer,
 Parameter), chosen by exception class and by the OS error underneath, never by message text.
 Every attribute has exactly the type the starter's result filter keeps.
+
+A transfer the store throttled until its time bound ran out (:class:`~transfer.errors.Throttled`,
+issue 37) is retryable (``Retryable = 0``, exit code 11): ``ErrorType = "Transfer"``,
+``FailureType = "TooSlow"`` (the rate the store allowed was too low to finish in time), so the
+job is released and retried later, when the store is less busy, rather than held for good.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from transfer.errors import (
     NoSpace,
     NotFound,
     RemoteError,
+    Throttled,
     TransferError,
 )
 
@@ -149,6 +155,8 @@ def _stanza(err: TransferError, server: str, local_path: str, token: bool) -> Fi
 
 
 def _network_stanza(err: TransferError, server: str) -> Fields:
+    if isinstance(err, Throttled):  # the store's rate limit outlasted the time bound: try later
+        return {"ErrorType": "Transfer", "FailedServer": server, "FailureType": "TooSlow"}
     resolve = _find(err, socket.gaierror)
     if isinstance(resolve, socket.gaierror):
         definitive = resolve.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
@@ -184,6 +192,9 @@ def _reason(err: TransferError, upload: bool, local: str, source: str) -> str:
         return f"the object does not exist ({message})"
     if isinstance(err, AuthError) or _find(err, ssl.SSLCertVerificationError) is not None:
         return f"access denied ({message}); credentials used: {source}"
+    if isinstance(err, Throttled):
+        return (f"the store kept asking to slow down ({message}) until the transfer's time bound ran out; "
+                "retrying later, when it is less busy, may succeed")
     if err.retryable:
         server = contact_server(err)
         if server:

@@ -43,12 +43,14 @@ from transfer.config import Settings
 from transfer.knobs import CONFIG_VAR, PREFIX, Knobs, layered
 from transfer.engine import Engine
 from transfer.atomic import remove_temp_files
+from transfer.named_files import NO_LINKS, read_file
 from transfer.errors import TransferError, TransientError
 from transfer.ops import Transfer
 
 PROG = "pegasus-cloudio-condor-plugin"
 USAGE = f"usage: {PROG} -classad | -infile IN -outfile OUT [-upload]"
 STARTD_VERSION_ATTR = "PegasusCloudioPluginVersion"
+MAX_REQUEST_BYTES = 256 << 20  # the starter's request: a file ad is a few hundred bytes
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,8 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
         return _unusable(args, refusal)
     try:
         penv = build_environment(environ, argv0, sandbox)
-        with open(args.infile, encoding="utf-8", errors="surrogateescape") as fh:  # see read_file_ads
-            files = read_file_ads(fh.read())
+        request = read_file(args.infile, MAX_REQUEST_BYTES, NO_LINKS)[0]  # in the job's sandbox
+        files = read_file_ads(request.decode("utf-8", "surrogateescape"))  # see read_file_ads
         writer = ResultWriter(args.outfile)
     except (NodeConfigError, JobAdError) as err:
         return _unusable(args, str(err))
@@ -152,6 +154,8 @@ def _run(args: Args, argv0: str, environ: Mapping[str, str]) -> int:
         return _unusable(args, f"cannot use {err.filename or 'a plugin file'}: {err.strerror or err}")
     except ValueError as err:
         return _unusable(args, f"cannot read the transfer request {args.infile}: {err}")
+    for line in penv.warnings:
+        say(line)
     for name in penv.refused:
         say(f"ignoring job variable {name}: not a setting the plugin takes from the job (secrets "
             "belong in a credentials file)")

@@ -40,6 +40,7 @@ from pegasus_cloudio.condor.ads import ResultWriter
 from pegasus_cloudio.condor.batch import Item
 from pegasus_cloudio.condor.credentials import describe_source, is_presigned
 from pegasus_cloudio.condor.environment import PluginEnvironment
+from transfer import schemes
 from transfer.credentials import pegasus_s3_config
 from transfer.errors import TransferError
 from transfer.ops import Attempt, Result
@@ -206,14 +207,14 @@ class Reporter:
         if url is None:
             return "unknown"
         env = self._penv.env
-        if url.scheme in ("s3", "s3s") and "@" in url.host and self.session is not None:
+        if url.scheme in schemes.S3 and "@" in url.host and self.session is not None:
             try:
                 creds = self.session.context.pegasus_credentials(url.site_label)
                 site_endpoint = pegasus_s3_config(creds, url.host).endpoint or ""
                 return urlsplit(site_endpoint).netloc or url.host
             except TransferError:
                 return url.host.rpartition("@")[2]
-        if url.scheme in ("s3", "s3s"):
+        if url.scheme in schemes.S3:
             endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
             return urlsplit(endpoint).netloc if endpoint else f"{url.host}.s3.amazonaws.com"
         if url.scheme == "gs":

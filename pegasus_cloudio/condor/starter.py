@@ -3,7 +3,9 @@
 The starter names its machine ad in ``$_CONDOR_MACHINE_AD`` (every version since 8.x); the ad's
 ``CondorVersion`` reads ``"$CondorVersion: 23.9.6 2026-07-12 ... $"``. :func:`starter_version`
 returns ``(23, 9, 6)``, or None when there is no ad, it cannot be read, or the line is not there.
-Only the first 256 KiB are read (a machine ad is a few KiB); nothing read is logged.
+The ad sits in the job's sandbox, so it is read as :mod:`transfer.named_files` reads files
+someone else names (no link, no FIFO, at most 4 MiB: a machine ad is a few KiB); nothing read
+is logged.
 
 :func:`reads_one_message_after_failure`: a starter older than 24.4.0 (23.x and the 24.0 LTS
 series) reads exactly one message from its transfer process's pipe once that process has exited
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Tuple
 
+from transfer.named_files import NO_LINKS, read_file
+
 MACHINE_AD_VAR = "_CONDOR_MACHINE_AD"
-_READ_LIMIT = 256 << 10
+_READ_LIMIT = 4 << 20
 _MARK = "$CondorVersion:"
 
 Version = Tuple[int, int, int]
@@ -29,10 +33,9 @@ def starter_version(environ: Mapping[str, str]) -> Optional[Version]:
     path = environ.get(MACHINE_AD_VAR)
     if not path:
         return None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(_READ_LIMIT)
-    except (OSError, ValueError):
+    try:  # the job may replace the file in its sandbox: read the safe way, bounded
+        text = read_file(path, _READ_LIMIT, NO_LINKS)[0].decode("utf-8", "replace")
+    except OSError:
         return None
     at = text.find(_MARK)
     if at < 0:

@@ -155,12 +155,11 @@ def append_integrity_data(text: str, env: Mapping[str, str], stream: Optional[Te
     if ENV_VAR not in env:
         (stream if stream is not None else sys.stdout).write(text + "\n")
         return
+    from transfer.atomic import write_all
     data = text.encode("utf-8", "backslashreplace")
     fd = os.open(env[ENV_VAR], _APPEND_FLAGS, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
     finally:
         os.close(fd)
 

@@ -10,7 +10,6 @@ arguments as ``logging``'s do; DEBUG lines appear only with ``-d``.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -63,10 +62,8 @@ class JobLog:
         except (RuntimeError, OSError, ValueError):
             pass
         try:
-            data = line.encode("utf-8", "replace")
-            fd = self.stream.fileno()
-            while data:
-                data = data[os.write(fd, data):]
+            from transfer.atomic import write_all
+            write_all(self.stream.fileno(), line.encode("utf-8", "replace"))
         except (OSError, ValueError, AttributeError):
             pass
 

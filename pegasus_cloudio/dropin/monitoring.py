@@ -155,13 +155,14 @@ def write_transfer_attempts(directory: str, records: Iterable[AttemptRecord]) ->
     into place, which fails instead of overwriting; the temp file is always removed.
     Raises OSError when the directory is not writable.
     """
+    from transfer.atomic import write_all
     data = transfer_attempts_yaml(records).encode("utf-8", "backslashreplace")
     base = "%d-transfer" % int(time.time())
     temp = os.path.join(directory, ".%s.%d.%d.part" % (base, os.getpid(), next(_temp_counter)))
     fd = os.open(temp, _EXCL_FLAGS, 0o666)  # 0o666 & ~umask, like the stock open(..., "w")
     try:
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
         finally:
             os.close(fd)
         return _publish(temp, directory, _candidate_names(base))
@@ -192,11 +193,6 @@ def _publish(temp: str, directory: str, names: Iterator[str]) -> str:
             return target
     raise AssertionError("unreachable: the name generator is infinite")
 
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _unlink_quietly(path: str) -> None:

@@ -7,22 +7,25 @@ device, a hard link to someone else's file, or a file far larger than its metada
 :func:`open_entry_file` walks ``objects/<hh>/<name>`` from an open descriptor of the cache
 root one component at a time with ``O_NOFOLLOW`` (and ``O_NONBLOCK``, so a FIFO cannot
 block the open), then checks with ``fstat`` that it got a regular file (or directory)
-owned by the root's owner. :func:`read_small` reads at most a bound. The daemon also runs
+owned by the root's owner. :func:`read_small` reads at most a bound. The flags, the
+regular-file check and the bounded read are :mod:`transfer.named_files`'s, the one way
+every file someone else names is read; the walk below a directory descriptor is this
+module's. The daemon also runs
 as the cache's owner (``serve`` drops to it), so these checks are a second wall.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from typing import FrozenSet, Optional
 
 from transfer.cache.layout import OBJECTS, Meta, parse_meta
+from transfer.named_files import FLAGS, NO_LINKS, open_regular, read_fd
 
 __all__ = ["MAX_META_BYTES", "open_entry_file", "open_root", "read_grants", "read_meta_fd", "read_small"]
 
 MAX_META_BYTES = 64 * 1024
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_FLAGS = FLAGS | os.O_NOFOLLOW
 
 
 def open_root(root: str, uid: Optional[int] = None) -> Optional[int]:
@@ -52,14 +55,13 @@ def open_entry_file(root_fd: int, digest: str, suffix: str = "") -> Optional[int
             opened.append(fd)
             if os.fstat(fd).st_uid != owner:
                 return None
-        leaf = os.open(digest + suffix, _FLAGS, dir_fd=fd)
+        leaf, st = open_regular(digest + suffix, NO_LINKS, dir_fd=fd)
     except OSError:
         return None
     finally:
         for d in opened:
             os.close(d)
-    st = os.fstat(leaf)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
+    if st.st_uid != owner:
         os.close(leaf)
         return None
     return leaf
@@ -67,12 +69,11 @@ def open_entry_file(root_fd: int, digest: str, suffix: str = "") -> Optional[int
 
 def read_small(fd: int, limit: int) -> Optional[bytes]:
     """The whole file behind ``fd`` if it holds at most ``limit`` bytes, else None (closes
-    ``fd``)."""
+    ``fd``). Read as :func:`transfer.named_files.read_fd` reads every file others name."""
     try:
         if os.fstat(fd).st_size > limit:
             return None
-        data = os.pread(fd, limit + 1, 0)
-        return data if len(data) <= limit else None
+        return read_fd(fd, limit, "<cache file>")
     except OSError:
         return None
     finally:

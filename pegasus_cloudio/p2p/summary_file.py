@@ -25,6 +25,8 @@ import tempfile
 import time
 from typing import Optional
 
+from transfer.named_files import NO_LINKS, UnsafeFile, is_missing, open_regular, read_fd
+
 __all__ = ["MAX_BYTES", "DEFAULT_MAX_AGE_S", "SummaryFileError", "publish", "published", "warn"]
 
 MAX_BYTES = 4 * 1024 * 1024          # 50,000 ids are ~350 KB
@@ -59,22 +61,21 @@ def published(path: str, max_age: float = DEFAULT_MAX_AGE_S, now: Optional[float
     caller then publishes an empty summary). Raises SummaryFileError when the
     file is unsafe (a link, not root's or ours, writable by others) or not a summary."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise SummaryFileError(f"{path}: {err.strerror}") from err
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise SummaryFileError(f"{path}: not a regular file")
+        fd, st = open_regular(path, NO_LINKS)
+    except UnsafeFile as err:
+        if is_missing(err):
+            return None
+        raise SummaryFileError(str(err)) from None
+    try:
         if st.st_uid not in (0, os.getuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise SummaryFileError(f"{path}: must be owned by root and writable by its owner only")
         if (now if now is not None else time.time()) - st.st_mtime > max_age:
             return None
-        data = fh.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise SummaryFileError(f"{path}: larger than {MAX_BYTES} bytes")
+        data = read_fd(fd, MAX_BYTES, path)
+    except UnsafeFile as err:
+        raise SummaryFileError(str(err)) from None
+    finally:
+        os.close(fd)
     text = data.decode("ascii", errors="replace")
     lines = text.splitlines()
     if not lines or not all(_LINE.match(line) for line in lines):

@@ -27,6 +27,8 @@ from Pegasus import replica_catalog, site_catalog, transformation_catalog
 from Pegasus import yaml as pegasus_yaml
 from Pegasus.api import Properties
 
+from transfer import schemes
+
 from pegasus_cloudio.sites.build import SHIM_MARKER, data_configuration, staging_site
 from pegasus_cloudio.sites.options import SetOptions
 
@@ -136,8 +138,8 @@ def _check_sites(doc: Dict[str, Any], opts: SetOptions) -> List[str]:
 
 def _credential_problems(site: Dict[str, Any], scheme: str, url: str) -> List[str]:
     keys = {k.lower() for k in ((site.get("profiles") or {}).get("pegasus") or {})}
-    needed = {"s3": ["pegasus_credentials"], "s3s": ["pegasus_credentials"], "gs": ["boto_config", "google_pkcs12"],
-              "scp": ["ssh_private_key"]}.get(scheme, [])
+    row = schemes.SCHEMES.get(scheme)
+    needed = row.site_profiles if row is not None else ()
     problems = [f"sites.yml: site '{site['name']}' needs the pegasus profile {k} for {scheme}://"
                 for k in needed if k not in keys]
     if scheme == "scp" and "@" not in url.split("/")[2]:

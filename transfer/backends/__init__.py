@@ -1,4 +1,4 @@
-"""Registry: URL scheme -> backend module, imported on first use.
+"""URL scheme -> backend module (the rows of :mod:`transfer.schemes`), imported on first use.
 
 Each backend module provides::
 
@@ -16,32 +16,17 @@ import sys
 
 
 from transfer.errors import ConfigError, InvalidInput
+from transfer.schemes import SCHEMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Dict
 
-SCHEMES: Dict[str, str] = {
-    "file": "transfer.backends.local",
-    "symlink": "transfer.backends.local",
-    "moveto": "transfer.backends.local",
-    "s3": "transfer.backends.s3",
-    "s3s": "transfer.backends.s3",
-    "http": "transfer.backends.http",
-    "https": "transfer.backends.http",
-    "gs": "transfer.backends.gcs",
-    "scp": "transfer.backends.sftp",
-    "sftp": "transfer.backends.sftp",
-}
-
-# scheme -> the pegasus-cloudio extra that installs its SDK (schemes not listed need none)
-EXTRAS: Dict[str, str] = {"gs": "gcs", "scp": "sftp", "sftp": "sftp"}
-
-
 def missing_extra(scheme: str, module: str) -> ConfigError:
     """The one-line error for a ``scheme://`` URL whose SDK ``module`` cannot be imported."""
-    extra = EXTRAS.get(scheme, "all")
+    row = SCHEMES.get(scheme)
+    extra = row.extra if row is not None and row.extra else "all"
     return ConfigError(f"{scheme}:// URLs need the Python module {module!r}, which is not installed: "
                        f"pip install 'pegasus-cloudio[{extra}]'", operation="resolve")
 
@@ -53,7 +38,7 @@ def supports(scheme: str) -> bool:
 def backend_module(scheme: str) -> ModuleType:
     """The module serving ``scheme``; InvalidInput names the scheme when none does."""
     try:
-        name = SCHEMES[scheme]
+        name = SCHEMES[scheme].module
     except KeyError:
         known = ", ".join(sorted(SCHEMES))
         raise InvalidInput(f"unsupported URL scheme '{scheme}' (supported: {known})",

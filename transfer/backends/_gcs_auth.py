@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from transfer.config import Settings, parse_flag
-from transfer.credentials import check_private, site_env_suffix
+from transfer.credentials import read_private, site_env_suffix
 from transfer.errors import ConfigError, InvalidInput
 from transfer.knobs import origin_of
 
@@ -103,12 +103,7 @@ def load_key(path: str) -> Dict[str, Any]:
 
     Messages name the file and the fix, never the key material.
     """
-    check_private(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as err:
-        raise ConfigError(f"cannot read key file: {err.strerror}", url=path, operation="credentials") from err
+    raw = read_private(path, "key file")
     if path.lower().endswith((".p12", ".pfx")) or raw[:1] == b"\x30":  # DER SEQUENCE: PKCS#12
         raise ConfigError("PKCS#12 (.p12) keys are not supported; only JSON service-account keys "
                           "are: create one with 'gcloud iam service-accounts keys create KEY.json "

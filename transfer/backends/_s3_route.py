@@ -220,7 +220,7 @@ class Router:
         try:
             return route.pool.request(method, target, extra, body)
         except TransferError as err:
-            raise type(err)(err.message, url=url or None, operation=method.lower(), status=err.status) from err
+            raise err.relabelled(url=url or None, operation=method.lower()) from err
 
 
 def _error_facts(reply: BufferedReply) -> Tuple[str, Optional[str], Optional[float]]:

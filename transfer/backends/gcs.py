@@ -356,7 +356,7 @@ class GcsBackend:
             if response.status_code != 200:
                 raise wire.status_error(response.status_code, _reason(response), str(urls[0]), "delete")
         except TransferError as err:  # the whole batch failed: every object gets the error
-            return [type(err)(err.message, url=str(u), operation="delete", status=err.status) for u in urls]
+            return [err.relabelled(url=str(u), operation="delete") for u in urls]
         return wire.delete_outcomes(urls, wire.parse_batch(response.headers.get("content-type", ""),
                                                            response.content))
 

@@ -104,7 +104,7 @@ class HttpBackend:
         try:
             return origins.request(method, url.full, hop_headers)
         except TransferError as err:
-            raise type(err)(err.message, url=str(url), operation=method.lower(), status=err.status) from err
+            raise err.relabelled(url=str(url), operation=method.lower()) from err
 
     def _failed(self, url: Url, err: TransferError) -> TransferError:
         """After a failed request for ``url``, the error to raise: an http URL served through a

@@ -33,8 +33,7 @@ if TYPE_CHECKING:
     from transfer.bundles.reading import GroupState, MemberRead
     from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
     from transfer.cache import NodeCache
-    from transfer.engine import Action
-    from transfer.ops import Operation
+    from transfer.ops import Action, Operation
     from transfer.peers import PeerRound
     from transfer.retry import RetryBudget
     from transfer.urls import Url

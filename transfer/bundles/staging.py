@@ -27,7 +27,8 @@ from transfer._lean_json import dumps
 
 from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import Backend, store
-from transfer.bundle_gate import LIST_MIN_FILES, OBJECT_SCHEMES
+from transfer.bundle_gate import LIST_MIN_FILES
+from transfer.schemes import OBJECT_STORES as OBJECT_SCHEMES
 from transfer.bundles.directory import BundleDirectory, LoadedBundle, MapFn, new_bundle_url, removal_record_url
 from transfer.bundles.format import Member, pack
 from transfer.config import Settings

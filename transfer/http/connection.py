@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import ssl
     from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
+    from transfer.http.message import HeaderList
     from transfer.http.proxy import Proxy
 
 _CHUNK = 1 << 18
@@ -94,10 +95,6 @@ def file_body(path: str) -> Tuple[int, bytes, Body]:
     return size, digest.digest(), FileRegion(path, 0, size)
 
 
-if TYPE_CHECKING:
-    HeaderList = Iterable[Tuple[str, str]]
-else:
-    HeaderList = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 class Response:

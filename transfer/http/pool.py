@@ -17,7 +17,6 @@ from transfer.http.connection import (
     Body,
     Connection,
     FileRegion,
-    HeaderList,
     Response,
     StaleConnection,
     Timeouts,
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     import ssl
     from typing import Callable, List, Optional, Tuple
 
+    from transfer.http.message import HeaderList
     from transfer.http.proxy import Proxy
 
 
@@ -383,4 +383,4 @@ def _naming(err: TransferError, url: Optional[str]) -> TransferError:
     """``err`` naming the object ``url`` (the endpoint it came from stays in the message)."""
     if url is None or err.url == url:
         return err
-    return type(err)(f"{err.message} (from {err.url})", url=url, operation=err.operation or "get", status=err.status)
+    return err.relabelled(url=url, operation=err.operation or "get", message=f"{err.message} (from {err.url})")

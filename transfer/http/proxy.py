@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import socket
     from typing import Dict, List, Mapping, Optional, Tuple
 
-    from transfer.http.connection import HeaderList
+    from transfer.http.message import HeaderList
 
 _DEFAULT_PORT = 80  # wget's: a proxy is an http:// URL
 

@@ -37,11 +37,13 @@ from transfer.config import parse_flag, parse_seconds
 from transfer.errors import ConfigError, InvalidInput
 from transfer.knobs import family, origin_of
 from transfer.knobs import PREFIX
+from transfer.named_files import OWN_LINKS, read_file
 
 __all__ = ["PeerConfig", "node_id", "peer_config_from_env", "read_token"]
 
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 ENV = PREFIX + "P2P_"
+MAX_TOKEN_BYTES = 64 << 10
 DEFAULT_NETWORKS = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
 
 
@@ -87,15 +89,14 @@ def read_token(path: Optional[str], direct: Optional[str], name: str = ENV + "TO
     """The pool token from ``path`` (private file) or ``direct``; ConfigError if neither."""
     if path:
         try:
-            fd = os.open(os.path.expanduser(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            with os.fdopen(fd, "rb") as fh:
-                if stat.S_IMODE(os.fstat(fh.fileno()).st_mode) & 0o077:
-                    raise ConfigError(f"{name}: the token file is readable by group or others; "
-                                      "chmod 600 it", url=path, operation="config")
-                token = fh.read().decode("utf-8", "replace").strip()
+            data, st = read_file(os.path.expanduser(path), MAX_TOKEN_BYTES, OWN_LINKS)
         except OSError as err:
             raise ConfigError(f"{name}: cannot read the token file: {err.strerror}", url=path,
-                              operation="config") from err
+                              operation="config") from None
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise ConfigError(f"{name}: the token file is readable by group or others; "
+                              "chmod 600 it", url=path, operation="config")
+        token = data.decode("utf-8", "replace").strip()
     else:
         token = (direct or "").strip()
     if not token:

@@ -284,17 +284,21 @@ class _Decoder:
         self._names: Dict[Any, str] = {}
 
     def pairs(self, flat: Any) -> Dict[str, str]:
-        if isinstance(flat, dict):
-            flat = [x for kv in flat.items() for x in kv]
-        out: Dict[str, str] = {}
         names = self._names
-        for i in range(0, len(flat) - 1, 2):
-            raw = flat[i]
+        if type(flat) is list and len(flat) == 2:  # one holder, as for most keys
+            raw, value = flat
             name = names.get(raw)
             if name is None:
                 name = names[raw] = _text(raw) or ""
-            value = flat[i + 1]
-            out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            return {name: value.decode("utf-8", "replace") if type(value) is bytes else str(value)}
+        if isinstance(flat, dict):
+            flat = [x for kv in flat.items() for x in kv]
+        out: Dict[str, str] = {}
+        for raw, value in zip(flat[0::2], flat[1::2]):
+            name = names.get(raw)
+            if name is None:
+                name = names[raw] = _text(raw) or ""
+            out[name] = value.decode("utf-8", "replace") if type(value) is bytes else str(value)
         return out
 
 
@@ -326,8 +330,14 @@ def _live(reply: Any, problems: List[str]) -> Dict[str, NodeInfo]:
 def _holders(key: str, scope: Scope, entry: Mapping[str, str], live: Mapping[str, NodeInfo],
              problems: List[str]) -> List[Holder]:
     """Live holders of one key whose entries ``scope`` authenticates, agreeing on (size,
-    sha256) with the most others. (Called once per key of a batch: the usual case, one
-    holder or several that agree, takes the short path.)"""
+    sha256) with the most others. (Called once per key of a batch: the usual cases, one
+    holder, or several that agree, take short paths; anything else, problems included, the
+    long one.)"""
+    if len(entry) == 1:  # the usual case: one holder, well formed, alive and authenticated
+        ((node, raw),) = entry.items()
+        opened = scope.open_sealed(node, key, raw) if node in live else None
+        if opened is not None:
+            return [Holder(live[node], opened[0], opened[1])]
     values: Dict[str, Tuple[int, str]] = {}
     for node, raw in entry.items():
         if _SEALED.fullmatch(raw) is None:

@@ -1,0 +1,123 @@
+"""Many small files in and out, wheels of two source trees, alternating, on one MinIO.
+
+    .venv/bin/python scripts/ab_stage.py BEFORE_TREE [--count 6173] [--size 300] [--rounds 5] [--json]
+
+``BEFORE_TREE`` is a source checkout (``git archive 7437202 | tar -x -C DIR``); the other
+contestant is this checkout. Each round runs, with each wheel's ``pegasus-cloudio-transfer``
+(5 threads, the users' defaults otherwise): ``--count`` objects of ``--size`` bytes staged in
+with the node cache on and empty (every file a miss, a first job on a node), the same with
+the cache off, and the same files staged out to a fresh prefix. The figures are each process's
+wall time and user + system CPU (``wait4``), medians over the rounds, and this tree's over the
+other's: a development A/B for changes to requests, connections and the cache, beside
+``pegasus-cloudio bench small-files``, which races the stock tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pegasus_cloudio.bench.harness import make_inputs, tool_env  # noqa: E402
+from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
+from pegasus_cloudio.testbed.minio import MinioServer  # noqa: E402
+from pegasus_cloudio.testbed.wheel import installed_bin  # noqa: E402
+
+STEPS = ("in, cache on (all misses)", "in, cache off", "out")
+
+
+def _run(bin_dir: str, spec: bytes, env: Dict[str, str], cwd: str) -> Tuple[float, float]:
+    """(wall s, CPU s) of one drop-in run; exits naming the step when it fails."""
+    started = time.monotonic()
+    proc = subprocess.Popen([os.path.join(bin_dir, "pegasus-cloudio-transfer"), "--threads", "5"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(spec)
+    proc.stdin.close()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{bin_dir}: a run failed: {err.decode()[-2000:]}")
+    return time.monotonic() - started, usage.ru_utime + usage.ru_stime
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", help="source checkout to compare with this one")
+    parser.add_argument("--count", type=int, default=6173)
+    parser.add_argument("--size", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    root = tempfile.mkdtemp(prefix="ab-stage-")
+    trees = {"before": os.path.abspath(args.before), "this": None}
+    found: Dict[Tuple[str, str], List[Tuple[float, float]]] = {}
+    try:
+        with MinioServer() as server:
+            creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE, user="bench",
+                                                     endpoint=server.endpoint)
+            env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
+            env.pop("PYTHONPATH", None)
+            bins = {name: installed_bin(os.path.join(root, f"wheel-{name}"), tree) for name, tree in trees.items()}
+            src, names = make_inputs(root, args.count, args.size)
+
+            def url(prefix: str, name: str) -> str:
+                return f"s3://{IDENTITY}/{BUCKET}/{prefix}/{name}"
+
+            _run(bins["this"], json.dumps([{"type": "mkdir", "target": {"site_label": SITE,
+                                                                          "url": f"s3://{IDENTITY}/{BUCKET}"}}]).encode(),
+                 env, root)
+            _run(bins["this"], transfer_spec([(f"file://{src}/{n}", url("in", n)) for n in names], "local", SITE),
+                 dict(env, PEGASUS_CLOUDIO_CACHE_DIR="off"), src)
+            for r in range(args.rounds):
+                for name, bin_dir in bins.items():
+                    job = os.path.join(root, f"{name}-{r}")
+                    cache = os.path.join(root, f"cache-{name}-{r}")
+                    steps = (
+                        (transfer_spec([(url("in", n), f"file://{job}/on/{n}") for n in names], SITE, "local"),
+                         dict(env, PEGASUS_CLOUDIO_CACHE_DIR=cache)),
+                        (transfer_spec([(url("in", n), f"file://{job}/off/{n}") for n in names], SITE, "local"),
+                         dict(env, PEGASUS_CLOUDIO_CACHE_DIR="off")),
+                        (transfer_spec([(f"file://{src}/{n}", url(f"out-{name}-{r}", n)) for n in names], "local", SITE),
+                         dict(env, PEGASUS_CLOUDIO_CACHE_DIR=cache)),
+                    )
+                    for step, (spec, step_env) in zip(STEPS, steps):
+                        found.setdefault((name, step), []).append(_run(bin_dir, spec, step_env, src))
+                    shutil.rmtree(job, ignore_errors=True)
+                    shutil.rmtree(cache, ignore_errors=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    rows: Dict[str, Dict[str, object]] = {}
+    for step in STEPS:
+        row: Dict[str, object] = {}
+        for name in trees:
+            row[name] = {"wall_s": statistics.median(w for w, _ in found[(name, step)]),
+                         "cpu_s": statistics.median(c for _, c in found[(name, step)])}
+        this, before = found[("this", step)], found[("before", step)]
+        row["wall_ratio"] = statistics.median(w for w, _ in this) / statistics.median(w for w, _ in before)
+        row["cpu_ratio"] = statistics.median(c for _, c in this) / statistics.median(c for _, c in before)
+        rows[step] = row
+    result = {"count": args.count, "size": args.size, "rounds": args.rounds, "load": os.getloadavg()[0], "steps": rows}
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        for step in STEPS:
+            b, t = (statistics.median(w for w, _ in found[(n, step)]) for n in ("before", "this"))
+            bc, tc = (statistics.median(c for _, c in found[(n, step)]) for n in ("before", "this"))
+            print(f"{step:28s} before {b:6.2f} s wall {bc:6.2f} s CPU   this {t:6.2f} s wall {tc:6.2f} s CPU   "
+                  f"({t / b:.2f}x wall, {tc / bc:.2f}x CPU)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

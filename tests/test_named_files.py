@@ -1,0 +1,163 @@
+"""transfer.named_files, the one way a file someone else names is read: FIFOs, devices,
+oversized files and other users' links (real users, made with ``useradd``) are refused with
+one line naming the file, and nothing blocks or reads past the bound."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import pwd
+import secrets
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator
+
+import pytest
+
+from transfer.named_files import NO_LINKS, OWN_LINKS, UnsafeFile, is_missing, read_file
+
+
+@pytest.fixture
+def users() -> Iterator[Dict[str, int]]:
+    """Two new Unix users (name -> uid), removed after the test."""
+    tag = secrets.token_hex(3)
+    made: Dict[str, int] = {}
+    try:
+        for label in ("a", "b"):
+            name = f"pcnf{label}{tag}"
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                           check=True, capture_output=True)
+            made[name] = pwd.getpwnam(name).pw_uid
+        yield made
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A sticky, world-writable directory, as /tmp is (every user may plant names in it)."""
+    path = Path(tempfile.mkdtemp(prefix="pcio-named-"))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def refusal(path: str, links: str = NO_LINKS, limit: int = 1 << 20) -> str:
+    with pytest.raises(UnsafeFile) as caught:
+        read_file(path, limit, links)
+    line = str(caught.value)
+    assert line.startswith(f"{path}: ") and "\n" not in line, line
+    return line
+
+
+def test_a_fifo_is_refused_at_once_without_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert "a FIFO, not a regular file" in refusal(str(fifo))
+    assert "a FIFO, not a regular file" in refusal(str(fifo), OWN_LINKS)
+
+
+def test_devices_and_directories_are_refused(tmp_path: Path) -> None:
+    assert "a character device" in refusal("/dev/zero")
+    assert "a directory" in refusal(str(tmp_path))
+
+
+def test_dev_null_reads_as_an_empty_file() -> None:
+    data, _ = read_file(os.devnull, 10)
+    assert data == b""
+
+
+def test_at_most_the_limit_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    assert read_file(str(path), 100)[0] == b"x" * 100
+    assert "larger than 99 bytes" in refusal(str(path), limit=99)
+
+
+def test_a_missing_file_keeps_its_errno(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeFile) as caught:
+        read_file(str(tmp_path / "absent"), 10)
+    assert is_missing(caught.value) and str(tmp_path / "absent") in str(caught.value)
+
+
+def test_no_links_refuses_every_link_own_links_follows_only_own_or_roots(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_bytes(b"mine")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert "a symbolic link (not followed)" in refusal(str(link))
+    assert read_file(str(link), 10, OWN_LINKS)[0] == b"mine"  # root's own link (the tests run as root)
+
+
+def read_as(uid: int, path: Path) -> str:
+    """What :func:`read_file` with OWN_LINKS gives ``uid`` for ``path`` (the bytes, or the
+    refusal's line), read in a child process running as ``uid``."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(pwd.getpwuid(uid).pw_gid)
+            os.setuid(uid)
+            try:
+                answer = repr(read_file(str(path), 100, OWN_LINKS)[0])
+            except UnsafeFile as err:
+                answer = str(err)
+            os.write(w, answer.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        answer = fh.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    return answer
+
+
+def test_another_users_link_is_never_followed(users: Dict[str, int], shared_dir: Path) -> None:
+    """User b plants a link in a shared directory to a's private file; a reading the name
+    with OWN_LINKS is not steered to it. a's own link is followed."""
+    (_, a_uid), (_, b_uid) = users.items()
+    private = shared_dir / "a-private"
+    private.write_bytes(b"a's secret")
+    os.chown(private, a_uid, a_uid)
+    private.chmod(0o600)
+    planted, own = shared_dir / "credentials.conf", shared_dir / "own-link"
+    planted.symlink_to(private)
+    os.chown(planted, b_uid, b_uid, follow_symlinks=False)
+    own.symlink_to(private)
+    os.chown(own, a_uid, a_uid, follow_symlinks=False)
+    assert read_as(a_uid, planted) == f"{planted}: a symbolic link (not followed)"
+    assert read_as(a_uid, own) == repr(b"a's secret")
+
+
+def test_the_refusal_pickles_and_is_an_oserror(tmp_path: Path) -> None:
+    err = UnsafeFile(str(tmp_path / "x"), "a FIFO, not a regular file")
+    copy = pickle.loads(pickle.dumps(err))
+    assert isinstance(copy, OSError) and str(copy) == str(err) and copy.filename == err.filename
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "link"])
+def test_cache_summary_read_gives_one_line_for_every_non_file(tmp_path: Path, kind: str) -> None:
+    """``cache-summary --read`` is the startd cron: what it is pointed at is read the same way."""
+    import sys
+    path = {"directory": tmp_path, "fifo": tmp_path / "fifo", "device": Path("/dev/zero"),
+            "link": tmp_path / "link"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "link":
+        (tmp_path / "summary").write_text('PegasusCloudioCacheFiles = 0\n')
+        path.symlink_to(tmp_path / "summary")
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "cache-summary", "--read", str(path)],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PEGASUS_CLOUDIO_CONFIG=os.devnull))
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    why = {"directory": "a directory", "fifo": "a FIFO", "device": "a character device", "link": "a symbolic link"}
+    assert line.startswith(f"pegasus-cloudio cache-summary: {path}: {why[kind]}"), line

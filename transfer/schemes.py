@@ -1,0 +1,83 @@
+"""One row per URL scheme: every place that needs to know the schemes reads this table.
+
+A row holds what the code elsewhere used to spell out as its own list of scheme names (compare
+fsspec's ``known_implementations``, which keeps the class and the install hint together):
+
+``module``
+    the backend module serving the scheme, imported on first use by :mod:`transfer.backends`;
+``family``
+    what kind of store it is: ``"local"``, ``"s3"``, ``"gcs"``, ``"http"`` or ``"ssh"``;
+    ``s3``/``s3s`` are one family (Pegasus writes both; the endpoint decides TLS);
+``extra``
+    the ``pegasus-cloudio[...]`` extra that installs its SDK, or None (standard library);
+``object_store``
+    a flat object namespace with directories by convention: bundles can serve it;
+``exact_path``
+    Pegasus hands such URLs to the store unparsed, so a key keeps its ``//``;
+``plugin``
+    the HTCondor plugin announces it among its methods;
+``site_profiles``
+    the Pegasus profiles a site catalog needs for it (checked by ``pegasus-cloudio sites``).
+
+A new backend adds its row here and its own modules; nothing else lists schemes. This module
+imports nothing but :mod:`transfer._lean`: every job step parses URLs, and so reads it.
+"""
+
+from __future__ import annotations
+
+from transfer._lean import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, Optional, Tuple
+
+
+@record(frozen=True)
+class Scheme:
+    """One URL scheme and what it brings (see the module docstring for each field)."""
+
+    name: str
+    module: str
+    family: str
+    extra: Optional[str] = None
+    object_store: bool = False
+    exact_path: bool = False
+    plugin: bool = False
+    site_profiles: Tuple[str, ...] = ()
+
+
+_LOCAL, _S3, _HTTP = "transfer.backends.local", "transfer.backends.s3", "transfer.backends.http"
+_S3_PROFILES = ("pegasus_credentials",)
+
+SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
+    Scheme("file", _LOCAL, "local"),
+    Scheme("symlink", _LOCAL, "local"),
+    Scheme("moveto", _LOCAL, "local"),
+    Scheme("s3", _S3, "s3", object_store=True, exact_path=True, plugin=True, site_profiles=_S3_PROFILES),
+    Scheme("s3s", _S3, "s3", object_store=True, exact_path=True, site_profiles=_S3_PROFILES),
+    Scheme("gs", "transfer.backends.gcs", "gcs", extra="gcs", object_store=True, plugin=True,
+           site_profiles=("boto_config", "google_pkcs12")),
+    Scheme("http", _HTTP, "http", plugin=True),
+    Scheme("https", _HTTP, "http", plugin=True),
+    Scheme("scp", "transfer.backends.sftp", "ssh", extra="sftp", site_profiles=("ssh_private_key",)),
+    Scheme("sftp", "transfer.backends.sftp", "ssh", extra="sftp"),
+)}
+
+
+def _names(**wanted: object) -> FrozenSet[str]:
+    return frozenset(name for name, row in SCHEMES.items()
+                     if all(getattr(row, key) == value for key, value in wanted.items()))
+
+
+LOCAL: FrozenSet[str] = _names(family="local")
+OBJECT_STORES: FrozenSet[str] = _names(object_store=True)
+EXACT_PATH: FrozenSet[str] = _names(exact_path=True)
+S3: FrozenSet[str] = _names(family="s3")
+HTTP: FrozenSet[str] = _names(family="http")
+PLUGIN: Tuple[str, ...] = tuple(name for name, row in SCHEMES.items() if row.plugin)
+
+
+def family(scheme: str) -> Optional[str]:
+    """The family of ``scheme`` (``"s3"`` for both ``s3`` and ``s3s``), None when unknown."""
+    row = SCHEMES.get(scheme)
+    return row.family if row is not None else None
