@@ -214,14 +214,18 @@ class Bed:
                 jobs = [self._job(config, front, j, stager_env) for j in range(config.jobs)]
                 wave = run_wave(jobs, p.timeout or 10 * floor + 120)
             stats = front.stats()
+        shutil.rmtree(self._run_dir(config), ignore_errors=True)  # checked; N x M files need not pile up
         return figures(config, p, floor, wave, stats)
+
+    def _run_dir(self, config: Config) -> str:
+        return os.path.join(self.root, "runs", f"{config.jobs}-{config.objects}-{config.name}")
 
     def _stager(self, config: Config, front: ThrottleFront) -> "_StagerScope":
         return _StagerScope(self, config, front)
 
     def _job(self, config: Config, front: ThrottleFront, j: int, extra: Dict[str, str]) -> Job:
         directory = "shared" if config.objects == "shared" else f"j{j:04d}"
-        dest = os.path.join(self.root, "runs", f"{config.jobs}-{config.objects}-{config.name}", str(j))
+        dest = os.path.join(self._run_dir(config), str(j))
         os.makedirs(dest)
         expected = {os.path.join(dest, n): os.path.join(self.src, directory, n) for n in self.names()}
         if config.tool == "s5cmd":
