@@ -50,6 +50,8 @@ BENCHES: Dict[str, Tuple[str, str]] = {
              "a workflow planned by pegasus-plan and run by DAGMan on a real HTCondor pool, stock vs ours"),
     "startup": ("pegasus_cloudio.bench.startup",
                 "CPU of one job step (empty, a few small objects) against the stock tool's start"),
+    "throttle": ("pegasus_cloudio.bench.throttle",
+                 "N jobs at once on one prefix of a store that throttles (--model: to 10,000 jobs)"),
     "report": ("pegasus_cloudio.bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
@@ -109,22 +111,25 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         if chosen == ["bench", name]:
             load(module_name, f"bench {name}").add_arguments(sub)
             sub.add_argument("--json", action="store_true", help="print machine-readable JSON")
-            sub.set_defaults(module_name=module_name, kind="bench")
+            sub.set_defaults(module_name=module_name, kind="bench", subparser=sub)
     for name, (module_name, text) in COMMANDS.items():
         sub = commands.add_parser(name, help=text, description=text)
         if chosen[:1] == [name]:
             load(module_name, name).add_arguments(sub)
-            sub.set_defaults(module_name=module_name, kind="command")
+            sub.set_defaults(module_name=module_name, kind="command", subparser=sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser(argv).parse_args(argv)
+        parser = build_parser(argv)
     except MissingExtra as err:
         sys.stderr.write(f"{err}\n")
         return 2
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the command's own usage, not the top level's list of commands
+        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     module = sys.modules[args.module_name]
     problems = module.usage_problems(args) if hasattr(module, "usage_problems") else []
     where = " ".join(filter(None, (PROG, args.command, getattr(args, "scenario", None))))

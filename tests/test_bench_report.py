@@ -45,3 +45,24 @@ def test_quick_report_has_every_scenario_figure_data_and_published_numbers(tmp_p
     assert [(r["config"], r["dagman_status"], r["byte_exact"]) for r in pool["runs"]] == [
         ("stock", 0, True), ("ours bundles+cache", 0, True)]
     assert pool["runs"][0]["stock_calls"] > 0 and pool["runs"][1]["stock_calls"] == 0
+
+
+def test_the_committed_reports_plots_read_without_the_docs(tmp_path: Path) -> None:
+    """The report redrawn from its saved results (``bench report --reuse``) is the committed one,
+    with no section FAILED: figures.save refuses a title that is not plain (a raw dict, a seed
+    paper's figure number) and a legend over the data; the stock run that stopped early is a
+    marked lower bound, never a bar."""
+    import shutil
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "docs" / "report" / "results", tmp_path / "results")
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "bench", "report", "--out", str(tmp_path),
+                           "--reuse", "--only", "workflow,sizes,threads,large,cache,disk"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "FAILED" not in done.stdout, done.stdout + done.stderr
+    assert (tmp_path / "report.md").read_text() == (repo / "docs" / "report" / "report.md").read_text().replace(
+        (repo / "docs" / "report" / "report.md").read_text().splitlines()[2], (tmp_path / "report.md").read_text()
+        .splitlines()[2]), "docs/report/report.md is not what bench report --reuse writes: regenerate it"
+    made = json.loads((tmp_path / "figures" / "workflow_makespan.json").read_text())
+    assert made["lower_bounds_not_charted"]["stock"] == {"5.0": pytest.approx(140.36, abs=0.01)}
+    assert "5.0" not in made["makespan_s"]["stock"]
+

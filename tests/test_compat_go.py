@@ -154,7 +154,10 @@ def test_a_missing_source_fails_alike_and_the_other_files_arrive(tools: Dict[str
     runs = run_all(tools, spec, env, tmp_path, "missing")
     assert codes(runs) == {"ours": 1, "python": 1, "go": 1}
     found = files(runs)
-    assert found["ours"] == found["python"] == found["go"] == {"out/f0.txt": b"file 0\n"}
+    assert found["ours"] == found["python"] == {"out/f0.txt": b"file 0\n"}
+    # With the Go tool, whether f0 arrives after the failed copy varies from run to run (about half
+    # the runs on this machine, 2026-12-02); it never delivers anything else. We follow the Python tool.
+    assert found["go"] in ({}, {"out/f0.txt": b"file 0\n"})
     for label in runs:  # every tool ends with the same summary
         assert "Some transfers failed!" in runs[label].err, (label, runs[label].err)
     # ours and the Python tool name the file; the Go tool does not (we follow the Python tool)

@@ -272,3 +272,42 @@ def test_stats_count_the_bytes_a_failed_attempt_left_as_stock_does(proxied, mini
     assert (tmp_path / "job" / "three.dat").read_bytes() == b"abc"
     assert "Stats: Total 2 transfers, 3.0 B transferred" in err, err
     assert "Between sites minio->local : 2 transfers, 3.0 B transferred" in err, err
+
+
+def test_d_tells_the_story_of_a_run_and_never_a_secret(s3_env, minio, bucket, tmp_path):
+    """``-d``: every setting and its source, which credentials file and section gave the
+    endpoint and the keys, the addressing style, retries, connections and requests."""
+    (tmp_path / ".pegasus").mkdir()
+    (tmp_path / ".pegasus" / "cloudio.conf").write_text("PEGASUS_CLOUDIO_READ_TIMEOUT = 30\n")
+    env = dict(s3_env, PATH=os.environ["PATH"], PEGASUS_CLOUDIO_THREADS="3", PEGASUS_CLOUDIO_P2P_TOKEN="tok-sekrit",
+               PEGASUS_CLOUDIO_CACHE_DIR="off")
+    del env["PEGASUS_CLOUDIO_CONFIG"]  # the default file in HOME, to see a second source
+    (tmp_path / "a").write_text("a")
+    spec = [{"type": "transfer", "src_urls": [{"site_label": "local", "url": f"file://{tmp_path}/a"}],
+             "dest_urls": [{"site_label": "minio", "url": f"s3://test@minio/{bucket}/a"}]}]
+    done = subprocess.run(OURS + ["-d"], input=json.dumps(spec), env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert "setting PEGASUS_CLOUDIO_THREADS=3 (from the environment)" in err, err
+    assert f"setting PEGASUS_CLOUDIO_READ_TIMEOUT=30 (from config file {tmp_path}/.pegasus/cloudio.conf line 1)" in err
+    assert (f"s3://test@minio: endpoint {minio.endpoint} from {env['PEGASUS_CREDENTIALS']} [minio], region us-east-1, "
+            "path-style addressing (bucket in the path), keys from section [test@minio] of the same file") in err, err
+    assert "1 connection(s) opened, 1 request(s) sent" in err, err
+    for secret in (minio.secret_key, minio.access_key, "tok-sekrit"):
+        assert secret not in err
+
+
+def test_an_unreadable_credentials_file_is_one_line_naming_it(tmp_path):
+    """It read "internal error: PermissionError" (here a directory, which root cannot read either):
+    the plugin branch's safe open (transfer/named_files.py) makes it one line naming the file."""
+    creds = tmp_path / "creds"
+    creds.mkdir(mode=0o700)
+    (tmp_path / "a").write_text("a")
+    spec = json.dumps([transfer(f"file://{tmp_path}/a", f"file://{tmp_path}/b", "a", dst_label="local")])
+    rc, err = run(spec, {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull},
+                  tmp_path)
+    assert rc == 1 and not (tmp_path / "b").exists()
+    lines = [line for line in err.splitlines() if "CRITICAL" in line]
+    assert len(lines) == 1 and f"{creds}: cannot read credentials file" in lines[0], err
+    assert "internal error" not in err

@@ -79,11 +79,27 @@ def test_persistent_fault_fails_after_max_attempts_leaving_nothing(stored, bucke
     assert not dest.exists() and no_leftovers(dest.parent)
 
 
-def test_throttling_is_classified_as_throttled(stored, bucket, tmp_path):
-    proxy, env, _ = stored
+def test_throttling_spends_no_attempts(stored, bucket, tmp_path):
+    """Ten 503 SlowDown answers to a file allowed 3 attempts: it arrives on the 11th."""
+    proxy, env, data = stored
     proxy.set_faults([Fault.status(503, method="GET", times=10)])
     result = download(env, bucket, tmp_path / "thr" / "obj")
-    assert isinstance(result.error, Throttled) and result.attempts == 3
+    assert result.ok, result.error
+    assert result.attempts == 11 and all(isinstance(a.error, Throttled) for a in result.history[:10])
+    assert (tmp_path / "thr" / "obj").read_bytes() == data
+
+
+def test_throttling_until_the_time_runs_out_is_a_throttled_failure(stored, bucket, tmp_path):
+    proxy, env, _ = stored
+    proxy.set_faults([Fault.status(503, method="GET", times=100000)])
+    dest = tmp_path / "thr" / "obj"
+    with Session(Settings(threads=2), env) as session:
+        retry = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05, throttle_timeout=1.0)
+        [result] = Engine(session, retry=retry).run([Transfer((s3(bucket, "obj"),), parse_url(f"file://{dest}"))])
+    assert not result.ok and isinstance(result.error, Throttled) and result.attempts > 3
+    assert "the store throttled it for" in str(result.error) and "ran out" in str(result.error)
+    assert isinstance(result.error.__cause__, Throttled)
+    assert not dest.exists() and no_leftovers(dest.parent)
 
 
 def test_not_found_is_not_retried(proxied, bucket, tmp_path):

@@ -193,3 +193,33 @@ def test_installed_dropin_hands_jobs_to_an_installed_stager(bare: Venv, s3_env: 
     text = (tmp_path / "stager.log").read_text()
     assert text.count(" exited 0 ") == 2, text
     assert not socket_path.exists()  # a clean stop removes its socket
+
+
+def test_a_workers_install_follows_the_generated_readme(built: Tuple[Path, Path], tmp_path: Path) -> None:
+    """The first-day path: generate a set naming a tool path, then do on a "worker" exactly what
+    the set's README says (its sh block, the wheel in place of /path/to/...; no index, which
+    serves no pegasus-cloudio anyway), and the tool the catalogs name moves a file."""
+    import shlex
+    import sys
+    worker = tmp_path / "opt" / "pegasus-cloudio"
+    out = tmp_path / "set"
+    done = run([sys.executable, "-m", "pegasus_cloudio.cli", "sites", "--mode", "vm-storage", "--out", str(out),
+                "--install-bin", str(worker / "bin")], clean_env(str(Path(sys.executable).parent)), tmp_path)
+    assert done.returncode == 0, done.stderr
+    readme = (out / "README.md").read_text()
+    block = readme[readme.index("## Workers"):].split("```sh\n", 1)[1].split("```", 1)[0]
+    wheel = built[1]
+    for line in block.strip().splitlines():
+        argv = shlex.split(line.split("   #", 1)[0])
+        argv = [wheel.as_posix() if a.startswith("/path/to/pegasus_cloudio-") else a for a in argv]
+        if argv[1:2] == ["install"]:
+            argv.insert(2, "--no-index")
+        step = run(argv, clean_env(str(worker / "bin")), tmp_path, timeout=600)
+        assert step.returncode == 0, (line, step.stderr[-2000:])
+    tool = (out / "transformations.yml").read_text().split("pfn: ", 1)[1].split()[0]
+    assert tool == str(worker / "bin" / "pegasus-cloudio-transfer")
+    (tmp_path / "in").write_text("first day")
+    moved = run([tool], clean_env(str(worker / "bin"), {"PEGASUS_CLOUDIO_CACHE_DIR": "off"}), tmp_path,
+                stdin=spec(transfer(f"file://{tmp_path}/in", f"file://{tmp_path}/out", "in")))
+    assert moved.returncode == 0, moved.stderr
+    assert (tmp_path / "out").read_text() == "first day"

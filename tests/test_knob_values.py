@@ -26,6 +26,8 @@ ENVIRONMENT, CONFIG_FILE = "environment", "config file"
 BAD: Dict[str, Tuple[str, ...]] = {
     "RETRY_BASE_DELAY": ("-1", "nan", "inf"),
     "RETRY_MAX_DELAY": ("-1", "nan"),
+    "THROTTLE_TIMEOUT": ("-1", "nan"),
+    "POOL_RATE_FRACTION": ("-0.5", "1.5", "nan"),
     "CONNECT_TIMEOUT": ("-1", "0", "nan"),
     "READ_TIMEOUT": ("-1", "0", "nan", "inf"),
     "MULTIPART_THRESHOLD": ("0",),
@@ -282,6 +284,31 @@ def test_a_misspelt_knob_in_the_config_file_is_refused_naming_file_and_line(
     assert done.returncode == 1 and len(errors) == 1, done.stderr
     assert f"{config} line 2" in errors[0] and f"{P}THREDS" in errors[0], errors[0]
     assert connections(listener) == 0 and not out.exists()
+
+
+def test_a_misspelt_knob_in_the_environment_is_one_warning_naming_the_closest_setting(
+        dropin_bin: Tuple[Path, Dict[str, str]], tmp_path: Path) -> None:
+    """Pegasus env profiles are the main way knobs arrive: a typo there was silently ignored.
+    The run goes on (the name may be meant for another version) with one warning line each,
+    in the drop-in and in pegasus-cloudio-s3; the test bed's own variables are no typo."""
+    bin_dir, base = dropin_bin
+    (tmp_path / "in").write_text("x")
+    env = {**base, "HOME": str(tmp_path), P + "CACHE_DIR": "off", P + "THREDS": "4", P + "ZZZ_NOTHING": "1",
+           P + "TOOLS_DIR": str(tmp_path)}
+    spec = [{"type": "transfer", "src_urls": [{"site_label": "local", "url": f"file://{tmp_path}/in"}],
+             "dest_urls": [{"site_label": "local", "url": f"file://{tmp_path}/out"}]}]
+    done = run([str(bin_dir / "pegasus-cloudio-transfer")], env, tmp_path, stdin=json.dumps(spec), timeout=120)
+    assert done.returncode == 0 and (tmp_path / "out").read_text() == "x", done.stderr
+    warned = [line for line in done.stderr.splitlines() if "is no setting" in line]
+    assert warned == [f"{P}THREDS in the environment is no setting and is ignored; did you mean {P}THREADS?",
+                      f"{P}ZZZ_NOTHING in the environment is no setting and is ignored (the settings are listed "
+                      "in docs/knobs.md)"], done.stderr
+    creds = tmp_path / "creds.conf"
+    creds.write_text("[nowhere]\nendpoint = http://127.0.0.1:1\n[u@nowhere]\naccess_key = a\nsecret_key = b\n")
+    creds.chmod(0o600)
+    s3 = run([str(bin_dir / "pegasus-cloudio-s3"), "-C", str(creds), "ls", "s3://u@nowhere/b"],
+             {**env, P + "MAX_ATTEMPTS": "1"}, tmp_path, timeout=120)
+    assert f"{P}THREDS in the environment is no setting" in s3.stderr and s3.stderr.count("is no setting") == 2, s3.stderr
 
 
 def test_a_misspelt_knob_in_the_plugin_node_file_is_refused_naming_the_line(tmp_path: Path) -> None:

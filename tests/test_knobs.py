@@ -135,6 +135,8 @@ KNOBS = {
     "MAX_ATTEMPTS": ("7", setting("max_attempts"), 7, BOTH),
     "RETRY_BASE_DELAY": ("0.25", setting("retry_base_delay"), 0.25, BOTH),
     "RETRY_MAX_DELAY": ("4", setting("retry_max_delay"), 4.0, BOTH),
+    "THROTTLE_TIMEOUT": ("42", setting("throttle_timeout"), 42.0, BOTH),
+    "POOL_RATE_FRACTION": ("0.8", setting("pool_rate_fraction"), 0.8, BOTH),
     "CONNECT_TIMEOUT": ("2.5", setting("connect_timeout"), 2.5, BOTH),
     "READ_TIMEOUT": ("9", setting("read_timeout"), 9.0, BOTH),
     "MULTIPART_THRESHOLD": ("32M", setting("multipart_threshold"), 32 << 20, BOTH),
@@ -336,3 +338,46 @@ def test_dropin_threads_stager_and_stock_tool_from_the_config_file(home):
         rc, err = run_dropin(home, spec[:1])
         assert rc == 0, err
         wait_for(lambda: " job pid " in stager.log_tail(1000), "the stager's log of the job it ran")
+
+
+# ----------------------------------------------------------------------------- the knob table
+
+
+def test_the_knob_table_in_the_docs_is_the_generated_one():
+    """docs/knobs.md is ``python -m transfer.knobs``'s output: a knob added, renamed or given
+    another default in transfer/knobs.py and not regenerated fails here."""
+    done = subprocess.run([sys.executable, "-m", "transfer.knobs"], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert (ROOT / "docs" / "knobs.md").read_text() == done.stdout, "regenerate: python -m transfer.knobs > docs/knobs.md"
+
+
+def test_the_knob_table_defaults_are_the_readers_defaults():
+    """Each default the table states is the one its reader applies (read with no knob set)."""
+    from pegasus_cloudio.p2p.summary import DEFAULT_MAX
+    from transfer.config import Settings, parse_size
+    from transfer.knobs import TABLE
+    from transfer.p2p.config import PeerConfig
+    stated = {name: default for name, default, *_ in TABLE}
+    settings, peers = Settings(), PeerConfig(redis_url="redis://x", token="t")
+    cache = config_from_env({P + "CACHE_DIR": "/tmp/c", P + "CACHE_MAX_BYTES": "1"})
+    readers = {**{f.upper(): getattr(settings, f) for f in ("threads", "max_attempts", "retry_base_delay",
+                                                              "retry_max_delay", "connect_timeout", "read_timeout",
+                                                              "multipart_threshold", "multipart_part_size",
+                                                              "download_part_size", "bundle_min_files",
+                                                              "bundle_max_member_size", "bundle_max_size")},
+               **{"CACHE_" + f.upper(): getattr(cache, f) for f in ("high_watermark", "low_watermark",
+                                                                     "min_free_bytes", "pin_seconds", "verify_bytes")},
+               **{"P2P_" + f.upper(): getattr(peers, f) for f in ("connect_timeout", "first_byte_timeout",
+                                                                   "read_timeout", "claim_seconds", "max_peers",
+                                                                   "namespace")},
+               "P2P_SUMMARY_MAX": DEFAULT_MAX, "BUNDLE": int(settings.bundle),
+               "CACHE_HARDLINK": int(cache.hardlink), "CACHE_FSYNC": int(cache.fsync)}
+    for name, value in readers.items():
+        text = stated[name]
+        if isinstance(value, str):
+            assert text == value, name
+        elif text[-1:] in "KMGT" and text[:-1].isdigit():
+            assert parse_size(text) == value, name
+        else:
+            assert float(text) == float(value), name

@@ -11,7 +11,7 @@ import zlib
 import boto3
 import pytest
 
-from transfer import AuthError, ConfigError, Engine, Mkdir, RemoteError, Remove, Session, Settings, Transfer, parse_url
+from transfer import AuthError, Engine, Mkdir, RemoteError, Remove, Session, Settings, Transfer, parse_url
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -152,7 +152,11 @@ def test_tls_endpoint_verified_against_the_configured_ca(minio_tls, tmp_path):
     assert "certificate verification failed" in str(refused.error)
 
 
-def test_s3s_refuses_a_plain_http_endpoint(s3_env, bucket):
+def test_s3s_follows_a_plain_http_endpoint_with_one_warning(s3_env, bucket, caplog):
+    """Both stock tools let the endpoint's scheme decide the transport; s3s:// warns once."""
     with Session(Settings(threads=1), s3_env) as session:
-        [result] = Engine(session).run([Mkdir(parse_url(f"s3s://test@minio/{bucket}", site_label="minio"))])
-    assert isinstance(result.error, ConfigError)
+        results = Engine(session).run([Mkdir(parse_url(f"s3s://test@minio/{bucket}/d{i}", site_label="minio"))
+                                       for i in range(3)])
+    assert all(result.ok for result in results), [result.error for result in results]
+    said = [r.getMessage() for r in caplog.records if "plain http" in r.getMessage()]
+    assert len(said) == 1 and "s3s://" in said[0] and "http://" in said[0], said

@@ -72,3 +72,27 @@ def test_multipart_upload_round_trips_and_its_etag_checks_out(store_s3moto, tmp_
         assert result.ok, result.error
         info = session.backend(dest).stat(dest)
         assert info.version.endswith("-3") and _get(session.backend(dest), dest) == source.read_bytes()
+
+
+def test_pipelined_gets_answered_403_and_close_fail_without_waiting_out_the_read_timeout(moto, tmp_path):
+    """moto answers a GET signed with a wrong secret with 403 and ``Connection: close``: the
+    close ends every request that connection carried. The batch waited out the read timeout
+    (62 s for 2 files); with a read timeout of 300 s it would outlast this test's 120 s."""
+    import json
+    import subprocess
+    import sys
+    creds = tmp_path / "bad.conf"
+    creds.write_text(f"[moto]\nendpoint = {moto.endpoint}\n[test@moto]\naccess_key = {moto.access_key}\n"
+                     "secret_key = wrong\n")
+    creds.chmod(0o600)
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": "/dev/null",
+           "PEGASUS_CLOUDIO_READ_TIMEOUT": "300", "PEGASUS_CLOUDIO_CACHE_DIR": "off",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    spec = [{"type": "transfer", "src_urls": [{"site_label": "moto", "url": f"s3://test@moto/some-bucket/f{i}"}],
+             "dest_urls": [{"site_label": "local", "url": f"file://{tmp_path}/f{i}"}]} for i in range(2)]
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.dropin"], input=json.dumps(spec), env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    for i in range(2):
+        assert f"s3://test@moto/some-bucket/f{i}" in done.stderr and not (tmp_path / f"f{i}").exists()
+    assert "wrong" not in done.stderr

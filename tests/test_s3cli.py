@@ -227,3 +227,122 @@ def test_stock_pegasus_transfer_works_on_top_of_it(env, bucket, client, tmp_path
         if spec is up:
             assert keys(client, bucket) == ["run1/x", "run1/y"]
     assert keys(client, bucket) == []  # with 5.1.3's own pegasus-s3 both objects stay
+
+
+# -- Ctrl-C and errors: what a person at a terminal meets --------------------------------------
+
+MiB = 1 << 20
+
+
+def _wait(predicate, what, timeout=60.0):
+    import time
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _parts(directory):
+    return [p for p in directory.rglob("*") if p.name.endswith(".part")]
+
+
+def test_ctrl_c_in_get_stops_at_once_leaving_no_file_and_exit_1(proxied, minio, client, bucket, tmp_path):
+    """Ctrl-C waited for the transfer in flight (8.5 s for 300 MB), then said exit 1 beside a
+    complete file. Now it stops mid-body: no partial and no complete file, exit 1, one summary."""
+    from pegasus_cloudio.testbed.proxy import Fault
+    import signal
+    proxy, proxied_env = proxied
+    client.put_object(Bucket=bucket, Key="big.dat", Body=os.urandom(24 * MiB))
+    proxy.set_faults([Fault.stall(120, after_bytes=4 * MiB, method="GET")])  # a slow store, 4 MiB in
+    proc = subprocess.Popen(OURS + ["get", f"s3://test@minio/{bucket}/big.dat", "big.dat"], cwd=tmp_path,
+                            env=dict(proxied_env, PATH=os.environ["PATH"], PEGASUS_CLOUDIO_CACHE_DIR="off"),
+                            stderr=subprocess.PIPE, text=True)
+    _wait(lambda: _parts(tmp_path) and _parts(tmp_path)[0].stat().st_size > 0, "a partial download")
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=30)  # the stalled body would hold it for 120 s
+    err = proc.stderr.read()
+    assert rc == 1, err
+    assert _parts(tmp_path) == [] and not (tmp_path / "big.dat").exists()
+    assert "Exiting due to signal 2: 1 transfer(s) did not finish" in err and "Traceback" not in err, err
+
+
+def test_ctrl_c_in_put_aborts_the_multipart_upload(proxied, minio, client, bucket, tmp_path):
+    from pegasus_cloudio.testbed.proxy import Fault
+    import signal
+    proxy, proxied_env = proxied
+    src = tmp_path / "out.dat"
+    src.write_bytes(os.urandom(12 * MiB))
+    proxy.set_faults([Fault.stall(120, method="PUT", path="partNumber", times=10)])
+    env = dict(proxied_env, PATH=os.environ["PATH"], PEGASUS_CLOUDIO_MULTIPART_THRESHOLD=str(5 * MiB),
+               PEGASUS_CLOUDIO_MULTIPART_PART_SIZE=str(5 * MiB))
+    proc = subprocess.Popen(OURS + ["put", str(src), f"s3://test@minio/{bucket}/out.dat"], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    _wait(lambda: client.list_multipart_uploads(Bucket=bucket).get("Uploads"), "a multipart upload to start")
+    _wait(lambda: proxy.requests_by_method.get("PUT", 0) >= 1, "a part in flight")
+    proc.send_signal(signal.SIGINT)  # the parts stay stalled: the upload cannot finish first
+    rc = proc.wait(timeout=30)
+    err = proc.stderr.read()
+    assert rc == 1, err
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads"), err
+    assert keys(client, bucket) == [] and "Not finished:" in err, err
+
+
+_SIGNAL_AFTER = """
+import os, signal, sys
+from pegasus_cloudio.dropin.signals import Interrupts
+from pegasus_cloudio.s3cli.main import _Stderr
+from transfer import Engine, Session, Settings, Transfer, parse_url
+src, dst, finished = sys.argv[1], sys.argv[2], sys.argv[3] == "finished"
+op = Transfer((parse_url("file://" + src),), parse_url("file://" + dst))
+with Session(Settings(threads=1), {"PEGASUS_CLOUDIO_CACHE_DIR": "off"}) as session, \\
+        Interrupts(_Stderr(), truthful=True) as interrupts:
+    engine = Engine(session, on_result=interrupts.finished)
+    interrupts.watch(engine, [op])
+    if finished:
+        engine.run([op])
+    os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(3)  # not reached: the handler exits
+"""
+
+
+@pytest.mark.parametrize("finished, code", [(True, 0), (False, 1)])
+def test_the_exit_status_after_ctrl_c_tells_whether_the_transfers_finished(finished, code, tmp_path):
+    """Ctrl-C once every transfer finished well is success (the files are in place), as
+    ``pegasus-cloudio-s3`` uses its handler; with one unfinished it is 1, and says so."""
+    (tmp_path / "a").write_text("a")
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_AFTER, str(tmp_path / "a"), str(tmp_path / "b"),
+                           "finished" if finished else "pending"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    if finished:
+        assert (tmp_path / "b").read_text() == "a"
+        assert done.stderr == "pegasus-cloudio-s3: Interrupted by signal 2 after every transfer finished\n"
+    else:
+        assert "did not finish" in done.stderr and "Not finished: file://" in done.stderr, done.stderr
+
+
+def test_an_error_is_printed_once_and_v_gives_no_traceback(env, bucket, tmp_path):
+    for flags in ([], ["-v"]):
+        rc, _, err = run(OURS + flags + ["get", f"s3://test@minio/{bucket}/missing", "m"], env, tmp_path)
+        assert rc == 1
+        lines = [line for line in err.splitlines() if "missing" in line]
+        assert len(lines) == 1 and "Traceback" not in err, err
+    rc, _, err = run(OURS + ["-d", "get", f"s3://test@minio/{bucket}/missing", "m"], env, tmp_path)
+    assert rc == 1 and "Traceback" in err  # -d is for debugging
+
+
+def test_v_and_d_tell_what_was_used_and_never_a_secret(env, minio, bucket, tmp_path):
+    """pegasus-cloudio-s3 -d get printed nothing on success. Now -v names the credentials file
+    and counts connections and requests; -d adds each setting's source and the endpoint's."""
+    data = tmp_path / "f"
+    data.write_bytes(b"y" * 100)
+    url = f"s3://test@minio/{bucket}/f"
+    assert run(OURS + ["put", str(data), url], env, tmp_path)[0] == 0
+    rc, _, err = run(OURS + ["-v", "get", url, "g"], env, tmp_path)
+    assert rc == 0 and f"credentials file {env['PEGASUS_CREDENTIALS']}" in err, err
+    assert "1 connection(s) opened, 1 request(s) sent" in err and "setting " not in err, err
+    rc, _, err = run(OURS + ["-d", "get", url, "h"], dict(env, PEGASUS_CLOUDIO_THREADS="2"), tmp_path)
+    assert rc == 0 and "setting PEGASUS_CLOUDIO_THREADS=2 (from the environment)" in err, err
+    assert f"endpoint {minio.endpoint} from {env['PEGASUS_CREDENTIALS']} [minio]" in err, err
+    assert "path-style addressing" in err and "keys from section [test@minio]" in err
+    for secret in (minio.secret_key, minio.access_key):
+        assert secret not in err

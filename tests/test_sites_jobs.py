@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import boto3
 
@@ -183,3 +184,35 @@ def test_submit_host_scp_job_sequence(ssh_env, ssh_base, ssh_remote_dir, tmp_pat
     # Every file is gone. (Empty directories may stay while the engine expands recursive removes
     # of non-local backends into file deletes; the stock tool runs `rm -rf` here.)
     assert [f for _root, _dirs, files in os.walk(remote) for f in files] == []
+
+
+def test_pegasus_030_pegasuslite_s3_over_plain_http(minio, tmp_path):
+    """Pegasus's test/core/030-pegasuslite-s3: its scratch is ``s3s://test@amazon/...`` and its
+    outputs ``s3://``, with input ``f.a`` = "Hello world!"; on a site whose endpoint is plain
+    http both stock tools send ``s3s://`` over http, and so do we, with one warning line."""
+    creds = minio.write_pegasus_credentials(tmp_path / "credentials-s3.conf", site="amazon", user="test")
+    env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+           "AWS_EC2_METADATA_DISABLED": "true", "PATH": os.environ["PATH"]}
+    root = f"b030-{uuid.uuid4().hex[:12]}"
+    scratch = f"s3s://test@amazon/{root}/bamboo-030-pegasuslite-s3/scratch/{RUN}"
+    outputs = f"s3://test@amazon/{root}/bamboo-030-pegasuslite-s3/outputs"
+    (tmp_path / "f.a").write_text("Hello world!\n")
+    job = tmp_path / "job"
+    job.mkdir()
+    said = run(OURS, [target("mkdir", "staging_site", scratch)], env, tmp_path)  # create_dir
+    warned = [line for line in said.splitlines() if "plain http" in line]
+    assert len(warned) == 1 and warned[0].startswith("s3s:// test@amazon: the endpoint http://"), said
+    run(OURS, [transfer("f.a", url("local", f"file://{tmp_path}/f.a"), url("staging_site", f"{scratch}/f.a"))],
+        env, tmp_path)  # stage_in_local_staging_site
+    run(OURS, [transfer("f.a", url("staging_site", f"{scratch}/f.a"), url("condor_pool", f"file://{job}/f.a"))],
+        env, job)  # PegasusLite stage-in of preprocess
+    assert (job / "f.a").read_text() == "Hello world!\n"
+    (job / "f.b1").write_text("preprocess output\n")
+    run(OURS, [transfer("f.b1", url("condor_pool", f"file://{job}/f.b1"), url("staging_site", f"{scratch}/f.b1"),
+                        linkage="output")], env, job)
+    run(OURS, [transfer("f.b1", url("staging_site", f"{scratch}/f.b1"), url("staging_site", f"{outputs}/f.b1"))],
+        env, tmp_path)  # stage-out to the staging site's outputs (s3s:// to s3://, one endpoint)
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    got = client.get_object(Bucket=root, Key="bamboo-030-pegasuslite-s3/outputs/f.b1")["Body"].read()
+    assert got == b"preprocess output\n"

@@ -34,7 +34,8 @@ ONE_FILE_S3 = frozenset({
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
     "transfer.named_files",
     "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.resume", "transfer.http.sockets", "transfer.ops", "transfer.ranged",
-    "transfer.retry", "transfer.schemes", "transfer.session", "transfer.urls",
+    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.schemes", "transfer.session",
+    "transfer.urls",
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.
 NEVER = frozenset({
@@ -64,6 +65,7 @@ def job(minio, s3_env: Dict[str, str], bucket: str, wheel_bin: str, tmp_path: Pa
     env = clean_env(wheel_bin, {**s3_env, "PEGASUS_CLOUDIO_CACHE_DIR": "off"})
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # installed modules run from their bytecode
     env["PWD"] = str(workdir)
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")  # a node where no prefix was throttled (no rate file)
     yield {"bin": wheel_bin, "env": env, "cwd": workdir, "spec": json.dumps(spec)}
 
 

@@ -8,6 +8,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import signal
 import socket
 import ssl
 import stat
@@ -572,6 +573,62 @@ def test_tools_cli_and_tools_dir_honour_the_environment(tmp_path: Path) -> None:
     if "PEGASUS_CLOUDIO_TOOLS_DIR" not in os.environ:
         assert tools.tools_dir() == repo / ".tools"
 
+
+def _scripted_go(tmp_path: Path) -> Path:
+    """A ``go`` that stands for a slow toolchain: ``mod download`` answers at once, ``build``
+    waits until the test creates ``release`` (a build on a busy machine), then writes the binary."""
+    bin_dir = tmp_path / "gobin"
+    bin_dir.mkdir()
+    module = tmp_path / "module"
+    module.mkdir()
+    go = bin_dir / "go"
+    go.write_text(f"""#!/bin/sh
+case "$1" in
+  mod) echo '{{"Dir": "{module}", "Origin": {{"Hash": "abcdef1"}}}}' ;;
+  build) while [ ! -e {tmp_path}/release ]; do sleep 0.05; done
+         while [ "$1" != "-o" ]; do shift; done; printf '#!/bin/sh\\n' > "$2"; chmod +x "$2" ;;
+esac
+""")
+    go.chmod(0o755)
+    return bin_dir
+
+
+def _tools_build(tmp_path: Path, every: float) -> "subprocess.Popen[str]":
+    code = (f"from pegasus_cloudio.testbed import tools; from pathlib import Path; "
+            f"print(tools.ensure_tool('s5cmd', directory=Path({str(tmp_path / 'tools')!r}), progress_every={every}))")
+    env = dict(os.environ, PATH=f"{_scripted_go(tmp_path)}:{os.environ['PATH']}")
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_a_slow_tool_build_goes_on_and_says_so(tmp_path: Path) -> None:
+    """No fixed time limit (a busy machine's build took over 1,800 s and was killed): the build
+    says it still runs, and finishes when the toolchain does."""
+    proc = _tools_build(tmp_path, every=0.2)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert first.startswith("building s5cmd"), first
+    said = proc.stderr.readline()
+    assert said.startswith("... still building s5cmd (") and "nothing is wrong" in said, said
+    (tmp_path / "release").touch()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip() == str(tmp_path / "tools" / "bin" / "s5cmd")
+
+
+def test_ctrl_c_in_a_tool_build_is_one_line(tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=f"{_scripted_go(tmp_path)}:{os.environ['PATH']}",
+               PEGASUS_CLOUDIO_TOOLS_DIR=str(tmp_path / "tools"))
+    proc = subprocess.Popen([sys.executable, "-m", "pegasus_cloudio.testbed.tools", "s5cmd"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith("building s5cmd")
+    proc.send_signal(signal.SIGINT)
+    (tmp_path / "release").touch()  # the scripted go is not in a terminal's process group: let it end
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.count("\n") == 1 and "interrupted while building s5cmd" in err and "Traceback" not in err, err
+    assert not (tmp_path / "tools" / "bin" / "s5cmd").exists()
 
 def test_stamps_of_pins_without_a_source_keep_their_earlier_text() -> None:
     """Adding SourcePin must not turn every built MinIO and s5cmd stale (a rebuild each, or two

@@ -40,22 +40,94 @@ PREFIX = "PEGASUS_CLOUDIO_"
 CONFIG_VAR = PREFIX + "CONFIG"
 MAX_CONFIG_BYTES = 1 << 20
 
-KNOWN = frozenset(PREFIX + name for name in (  # every knob the docs name (tests/test_knob_values.py)
-    "THREADS", "MAX_ATTEMPTS", "RETRY_BASE_DELAY", "RETRY_MAX_DELAY", "CONNECT_TIMEOUT", "READ_TIMEOUT",
-    "MULTIPART_THRESHOLD", "MULTIPART_PART_SIZE", "MULTIPART_ORPHAN_AGE", "DOWNLOAD_PART_SIZE", "CA_BUNDLE", "GCS_ENDPOINT",
-    "GCS_ANONYMOUS", "SSH_KNOWN_HOSTS", "BUNDLE", "BUNDLE_SITES", "BUNDLE_MIN_FILES", "BUNDLE_MAX_MEMBER_SIZE",
-    "BUNDLE_MAX_SIZE", "CACHE_DIR", "CACHE_MAX_BYTES", "CACHE_HIGH_WATERMARK", "CACHE_LOW_WATERMARK",
-    "CACHE_MIN_FREE_BYTES", "CACHE_PIN_SECONDS", "CACHE_HARDLINK", "CACHE_FSYNC", "CACHE_VERIFY_BYTES",
-    "CACHE_UPLOADS", "P2P_REDIS", "P2P_CLUSTER", "P2P_NAMESPACE", "P2P_TOKEN", "P2P_TOKEN_FILE", "P2P_CA_FILE",
-    "P2P_PLAIN_HTTP", "P2P_NETWORKS", "P2P_NODE", "P2P_RACK", "P2P_CONNECT_TIMEOUT", "P2P_FIRST_BYTE_TIMEOUT",
-    "P2P_READ_TIMEOUT", "P2P_CLAIM_SECONDS", "P2P_MAX_PEERS", "P2P_BIND", "P2P_CERT", "P2P_KEY", "P2P_USERS",
-    "P2P_URL", "P2P_MAX_SERVES", "P2P_MAX_CONNECTIONS", "P2P_HEARTBEAT_TTL", "P2P_SUMMARY_MAX", "STAGER",
-    "STOCK_TRANSFER", "CONFIG", "CONDOR_METHODS", "CONDOR_CONFIG"))
+_EF = "env, file"
+# Every knob: (NAME, default, unit, sources, what it does). docs/knobs.md is generated from this
+# (``python -m transfer.knobs``, tests/test_knobs.py fails when they differ), and tests check the
+# defaults against the objects that read them. "env": the environment (Pegasus env profiles, a
+# job's environment); "file": the config file; a command's option is named where it has one.
+TABLE = (
+    ("THREADS", "8", "transfers", "env, file, `pegasus-cloudio-s3 -p`; drop-in `--threads` below it",
+     "concurrent transfers, and connections kept per endpoint"),
+    ("MAX_ATTEMPTS", "3", "tries", "env, file, drop-in `-m`", "tries per file before it is reported failed"),
+    ("RETRY_BASE_DELAY", "0.5", "s", _EF, "the first retry waits up to this (full jitter, doubling)"),
+    ("RETRY_MAX_DELAY", "20", "s", _EF, "cap of one wait between attempts"),
+    ("THROTTLE_TIMEOUT", "300", "s", _EF,
+     "a file the store throttles (503 SlowDown, 429) is retried this long from its first throttle answer, "
+     "spending neither attempts nor the retry budget (docs/throttling.md)"),
+    ("POOL_RATE_FRACTION", "0", "fraction", _EF,
+     "above 0 (up to 1), with `P2P_REDIS`: one request rate per prefix for the whole pool, kept below this "
+     "fraction of the store's documented rate (docs/throttling.md); 0: off"),
+    ("CONNECT_TIMEOUT", "10", "s", _EF, "TCP and TLS connect"),
+    ("READ_TIMEOUT", "60", "s", _EF, "without a byte, a request is abandoned"),
+    ("MULTIPART_THRESHOLD", "64M", "bytes", "env, file, `pegasus-cloudio-s3 -c`",
+     "uploads at or above this go as parallel multipart uploads"),
+    ("MULTIPART_PART_SIZE", "16M", "bytes", "env, file, `pegasus-cloudio-s3 -c`", "bytes per part of a multipart upload"),
+    ("MULTIPART_ORPHAN_AGE", "86400", "s", _EF,
+     "an open multipart upload of a key older than this is taken for one a killed run left and aborted by "
+     "the next upload of the key (docs/dropin.md)"),
+    ("DOWNLOAD_PART_SIZE", "16M", "bytes", _EF, "bytes per ranged GET; objects of twice this or more download in parallel ranges"),
+    ("CA_BUNDLE", "system CAs", "path", _EF, "PEM file of CAs that verify TLS instead of the system store"),
+    ("GCS_ENDPOINT", "Google's", "URL", _EF, "GCS JSON API endpoint (an emulator); `STORAGE_EMULATOR_HOST` also works"),
+    ("GCS_ANONYMOUS", "0", "flag", _EF, "GCS without credentials (public buckets)"),
+    ("SSH_KNOWN_HOSTS", "unset", "path", _EF, "known_hosts file; when set, SSH host keys must match it"),
+    ("BUNDLE", "0", "flag", _EF, "pack batches of small uploads into bundles, for every destination site"),
+    ("BUNDLE_SITES", "unset", "site labels", _EF, "comma-separated destination sites that get bundles"),
+    ("BUNDLE_MIN_FILES", "8", "files", _EF, "fewest small files bound for one directory worth a bundle"),
+    ("BUNDLE_MAX_MEMBER_SIZE", "1M", "bytes", _EF, "larger files go up as plain objects"),
+    ("BUNDLE_MAX_SIZE", "64M", "bytes", _EF, "a batch larger than this is split into several bundles"),
+    ("CACHE_DIR", "`$XDG_CACHE_HOME/pegasus-cloudio` else `~/.cache/pegasus-cloudio`", "path",
+     "env, file, `pegasus-cloudio cache --dir`", "the node cache's directory; `off` disables it"),
+    ("CACHE_MAX_BYTES", "10 % of the filesystem, at most 10G", "bytes", "env, file, `pegasus-cloudio cache --max-bytes`",
+     "size cap of the node cache"),
+    ("CACHE_HIGH_WATERMARK", "0.9", "x max", _EF, "eviction starts above this share of the cap"),
+    ("CACHE_LOW_WATERMARK", "0.7", "x max", _EF, "eviction removes entries down to this share"),
+    ("CACHE_MIN_FREE_BYTES", "1G", "bytes", _EF, "below this much free space nothing is inserted"),
+    ("CACHE_PIN_SECONDS", "3600", "s", _EF, "an entry handed out as a symlink is kept this long after its last use"),
+    ("CACHE_HARDLINK", "1", "flag", _EF, "hand out hard links (0: copies, for jobs that modify inputs in place)"),
+    ("CACHE_FSYNC", "1", "flag", _EF, "fsync new entries before they become visible"),
+    ("CACHE_VERIFY_BYTES", "1M", "bytes or `all`", _EF, "hits on entries up to this size re-check their SHA-256"),
+    ("CACHE_UPLOADS", "auto", "flag or `auto`", _EF, "write uploaded files through into the cache (auto: with peers)"),
+    ("P2P_REDIS", "unset (no sharing)", "URL", _EF, "`redis://` or `rediss://` of the peer replica index"),
+    ("P2P_CLUSTER", "0", "flag", _EF, "the index address is a Redis Cluster node"),
+    ("P2P_NAMESPACE", "pcio", "text", _EF, "prefix of every index key (one per pool)"),
+    ("P2P_TOKEN", "unset", "text", _EF, "the pool's bearer token (prefer `P2P_TOKEN_FILE`)"),
+    ("P2P_TOKEN_FILE", "unset", "path", _EF, "file holding the pool's bearer token, mode 0600"),
+    ("P2P_CA_FILE", "unset", "path", _EF, "PEM of the pool CA that signed the daemons' certificates"),
+    ("P2P_PLAIN_HTTP", "0", "flag", _EF, "allow `http://` peers (trusted networks only)"),
+    ("P2P_NETWORKS", "loopback and private ranges", "CIDRs", _EF, "networks peers must be in"),
+    ("P2P_NODE", "the host name", "text", _EF, "this node's name in the index"),
+    ("P2P_RACK", "unset", "text", _EF, "this node's rack (same host, then rack, preferred)"),
+    ("P2P_CONNECT_TIMEOUT", "0.5", "s", _EF, "connect to a peer (TCP and TLS)"),
+    ("P2P_FIRST_BYTE_TIMEOUT", "1", "s", _EF, "from request to a peer's response headers"),
+    ("P2P_READ_TIMEOUT", "5", "s", _EF, "without a byte in a peer's body"),
+    ("P2P_CLAIM_SECONDS", "10", "s", _EF, "a node fetching a file claims it this long; others wait for its replica"),
+    ("P2P_MAX_PEERS", "3", "peers", _EF, "peers tried per file before the store"),
+    ("P2P_BIND", "required", "address:port", _EF, "`pegasus-cloudio serve`: where it listens"),
+    ("P2P_CERT", "required unless plain http", "path", _EF, "`serve`: PEM certificate chain signed by the pool CA"),
+    ("P2P_KEY", "required unless plain http", "path", _EF, "`serve`: its private key"),
+    ("P2P_USERS", "required", "users", _EF, "`serve`: `user` or `user=/cache/dir` whose caches are served"),
+    ("P2P_URL", "`https://<bind address>`", "URL", _EF, "`serve`: scheme and host name peers use"),
+    ("P2P_MAX_SERVES", "32", "serves", _EF, "`serve`: concurrent serves before answering 503"),
+    ("P2P_MAX_CONNECTIONS", "256", "connections", _EF, "`serve`: open connections per served user"),
+    ("P2P_HEARTBEAT_TTL", "30", "s", _EF, "`serve`: a heartbeat keeps the node alive in the index this long"),
+    ("P2P_SUMMARY_MAX", "50000", "ids", "env, file, `cache-summary --max`", "cap on the ids a cache summary publishes"),
+    ("STAGER", "unset", "path", _EF, "the node stager's socket: jobs hand their transfers to it"),
+    ("STOCK_TRANSFER", "`pegasus-transfer` in `$PEGASUS_HOME/bin` or on PATH", "path", _EF,
+     "the stock tool that serves the schemes the drop-in does not"),
+    ("CONFIG", "`~/.pegasus/cloudio.conf`", "path", "env", "the config file"),
+    ("CONDOR_METHODS", "every scheme served", "schemes", "env, the plugin's node file",
+     "the HTCondor plugin's `SupportedMethods`, narrowed"),
+    ("CONDOR_CONFIG", "`/etc/pegasus-cloudio/condor-plugin.conf`", "path", "env", "the HTCondor plugin's node file"),
+)
+KNOWN = frozenset(PREFIX + row[0] for row in TABLE)  # every knob the docs name (tests/test_knob_values.py)
+# PEGASUS_CLOUDIO_* names that are no knob: the test bed's (pegasus_cloudio/testbed), not warned about
+NOT_KNOBS = frozenset(PREFIX + name for name in (
+    "TOOLS_DIR", "POOL_DIR", "POOL_CACHE", "KEEP_POOL", "PEGASUS_DIR", "PEGASUS_TARBALL"))
 ENVIRONMENT = "the environment"
 COMMAND_LINE = "the command line"
 
-__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "KNOWN", "PREFIX", "Knobs", "config_file_path", "family",
-           "layered", "origin_of", "read_config_file", "uncommented"]
+__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "KNOWN", "PREFIX", "TABLE", "Knobs", "config_file_path",
+           "family", "layered", "markdown", "origin_of", "read_config_file", "story", "uncommented", "unknown_names"]
 
 
 class Knobs(dict[str, str]):
@@ -157,6 +229,8 @@ def layered(env: "Optional[Mapping[str, str]]" = None, *, config_file: bool,
     The result's ``origins`` name each knob's source (those of ``env`` when it is a Knobs).
     """
     source = os.environ if env is None else env
+    if not isinstance(source, Knobs):  # a Knobs was layered (and warned about) already
+        _warn_unknown(source)
     merged = Knobs({name: value for name, value in source.items()
                     if not (name.startswith(PREFIX) and not value.strip())})
     known = source.origins if isinstance(source, Knobs) else {}
@@ -174,6 +248,63 @@ def layered(env: "Optional[Mapping[str, str]]" = None, *, config_file: bool,
     return merged
 
 
+SECRETS = frozenset({PREFIX + "P2P_TOKEN"})  # never written out, not even by -d
+
+
+def story(knobs: "Mapping[str, str]") -> "list[str]":
+    """What ``-d`` says of the settings: one ``NAME=value (from SOURCE)`` line per knob set,
+    in name order; a secret's value is never shown."""
+    origins = knobs.origins if isinstance(knobs, Knobs) else {}
+    return [f"{name}={'***' if name in SECRETS else knobs[name]} (from {origins.get(name, ENVIRONMENT)})"
+            for name in sorted(knobs) if name.startswith(PREFIX) and name in KNOWN]
+
+
+_warned: "set[str]" = set()  # once a process: the drop-in layers its environment twice (stager check, run)
+
+
+def unknown_names(env: "Mapping[str, str]") -> "Dict[str, str]":
+    """``PEGASUS_CLOUDIO_*`` names of ``env`` that no reader knows (a typo silently ignored
+    otherwise), each with the closest known name (``""`` when none is close)."""
+    found = sorted(name for name in env if name.startswith(PREFIX) and name not in KNOWN and name not in NOT_KNOBS)
+    if not found:
+        return {}
+    import difflib  # only when there is a typo to name: start-up time
+    return {name: next(iter(difflib.get_close_matches(name, sorted(KNOWN), n=1, cutoff=0.8)), "")
+            for name in found}
+
+
+def _warn_unknown(env: "Mapping[str, str]") -> None:
+    """One warning line per unknown name, once a process (see :func:`unknown_names`)."""
+    for name, closest in unknown_names(env).items():
+        if name in _warned:
+            continue
+        _warned.add(name)
+        hint = f"; did you mean {closest}?" if closest else " (the settings are listed in docs/knobs.md)"
+        import logging
+        logging.getLogger("transfer.config").warning("%s in the environment is no setting and is ignored%s",
+                                                     name, hint)
+
+
 def _invalid(message: str) -> Exception:
     from transfer.errors import InvalidInput
     return InvalidInput(message, operation="config")
+
+
+def markdown() -> str:
+    """docs/knobs.md: the table of every knob, from :data:`TABLE`."""
+    head = ["# Settings (knobs)", "",
+            "Generated from `transfer/knobs.py` by `python -m transfer.knobs > docs/knobs.md`; do not edit.", "",
+            "Every setting is named `PEGASUS_CLOUDIO_<NAME>`. Its value is the first of: the command's option",
+            "(where it has one), the environment (Pegasus `env` profiles), the config file (`NAME = value` lines",
+            "in `$PEGASUS_CLOUDIO_CONFIG`, default `~/.pegasus/cloudio.conf`), the default. A misspelt name is",
+            "an error in the config file and one warning line naming the closest setting in the environment.",
+            "Sizes take `K`, `M`, `G`, `T` (powers of 1024); flags take `1/true/yes/on` and `0/false/no/off`.", "",
+            "| name | default | unit | sources | what it does |", "|---|---|---|---|---|"]
+    rows = [f"| `{PREFIX}{name}` | {default} | {unit} | {sources} | {what} |"
+            for name, default, unit, sources, what in TABLE]
+    return "\n".join(head + rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+    sys.stdout.write(markdown())

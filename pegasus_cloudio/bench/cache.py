@@ -332,9 +332,9 @@ def format_table(result: Dict[str, Any]) -> str:
                  f"{single['object_bytes'] / MiB:g} MiB object -> {single['origin_requests']} origin "
                  f"request(s), {single['hits']} hits, {single['wall_s']:.2f} s", "",
              f"{'latency, ms (median)':<20} " + " ".join(f"{name:>9}" for name, _ in _LATENCY_COLUMNS)]
-    for row in result["latency_ms"]:
+    for row in result["latency_ms"]:  # "-": a column the saved run predates (bench report --reuse)
         rows.append(f"{format(row['size_mb'], 'g') + ' MB':<20} "
-                    + " ".join(f"{row[key]:>9.3f}" for _, key in _LATENCY_COLUMNS))
+                    + " ".join(f"{row[key]:>9.3f}" if key in row else f"{'-':>9}" for _, key in _LATENCY_COLUMNS))
     rows.append("get link: the default check (SHA-256 of entries up to 1 MiB, ctime fingerprint above); "
                 "'ctime only' is PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES=0 (fingerprint for every size), "
                 "'hash all' is =all (SHA-256 on every hit): the differences are the checks' costs")

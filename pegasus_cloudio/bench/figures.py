@@ -28,11 +28,39 @@ def save(folder: str, name: str, fig: Any, data: Dict[str, Any]) -> Tuple[str, s
     os.makedirs(folder, exist_ok=True)
     png, js = os.path.join(folder, f"{name}.png"), os.path.join(folder, f"{name}.json")
     fig.tight_layout()
-    fig.savefig(png, dpi=90)
+    _check_layout(name, fig)
+    fig.savefig(png, dpi=90, bbox_inches="tight")  # legends placed beside the axes stay in the picture
     _pyplot().close(fig)
     with open(js, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1, default=str)
     return png, js
+
+
+def _check_layout(name: str, fig: Any) -> None:
+    """ValueError unless ``fig`` reads without the docs: a plain title on every axes (no raw
+    value, no seed paper's figure number) and every legend beside or above its axes, never
+    over the data (the report marks such a figure FAILED)."""
+    fig.canvas.draw()
+    suptitle = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
+    for ax in fig.axes:
+        title = ax.get_title() or suptitle
+        if not title or "{" in title or "seed" in title.lower() or "Fig." in title:
+            raise ValueError(f"figure {name}: title {title!r} is not plain")
+        legend, box = ax.get_legend(), ax.get_window_extent()
+        if legend is not None:
+            where = legend.get_window_extent()
+            if where.x0 < box.x1 - 1 and where.y0 < box.y1 - 1:
+                raise ValueError(f"figure {name}: the legend covers the data")
+
+
+def _legend_beside(ax: Any, size: int = 7) -> None:
+    """The legend right of the axes, never over the data."""
+    ax.legend(fontsize=size, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def _mode_label(mode: str) -> str:
+    return {"stock": "stock pegasus-transfer", "per-file": "ours, per file", "bundles+cache": "ours, bundles + cache",
+            "stager": "ours, node stager", "vm-local": "VM-local (no staging)"}.get(mode, mode)
 
 
 TOOL_COLORS = {"ours": "C0", "go": "C2"}  # every other tool (stock, s5cmd, curl) in C1
@@ -54,31 +82,56 @@ def workflow(result: Dict[str, Any], folder: str) -> List[Figure]:
                   if r is not None and r.get("makespan_lower_bound", r["extrapolated"])}
         values = [float("nan") if r is None or str(c) in bounds else r["makespan_s"] for c, r in zip(computes, found)]
         data["makespan_s"][mode] = {str(c): v for c, v in zip(computes, values) if v == v}
-        if bounds:  # a lower bound is not a figure: named beside the chart, never drawn as a bar
+        xs = [x + i * width for x in range(len(computes))]
+        ax.bar(xs, values, width, color=f"C{i}", label=_mode_label(mode))
+        if bounds:  # a lower bound is no bar: an open marker at the bound with an arrow up, labelled
             data["lower_bounds_not_charted"][mode] = bounds
-        ax.bar([x + i * width for x in range(len(computes))], values, width,
-               label=mode + (f" (not drawn at {', '.join(bounds)} s: lower bound)" if bounds else ""))
+            for x, c in zip(xs, computes):
+                if str(c) in bounds:
+                    ax.annotate(f"at least\n{bounds[str(c)]:.0f} s", xy=(x, bounds[str(c)]),
+                                xytext=(x, bounds[str(c)] * 2.2), ha="center", fontsize=7, color=f"C{i}",
+                                arrowprops={"arrowstyle": "<-", "color": f"C{i}"})
+                    ax.plot([x], [bounds[str(c)]], marker="_", markersize=14, color=f"C{i}")
     ax.set_yscale("log")
+    highest = max([v for m in data["makespan_s"].values() for v in m.values()] +
+                  [v for b in data["lower_bounds_not_charted"].values() for v in b.values()] + [1.0])
+    ax.set_ylim(top=highest * 5)  # room inside the axes for a lower bound's arrow and label
+    ax.margins(x=0.08)  # and beside the first and last bar
     ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(computes))])
-    ax.set_xticklabels([f"compute {c:g} s/job" for c in computes])
-    ax.set_ylabel("makespan, s (log)")
+    ax.set_xticklabels([f"{c:g} s of compute per job" for c in computes])
+    ax.set_ylabel("makespan, s (log scale)")
     p = result["params"]
-    ax.set_title(f"Montage-like DAG, {p['producers'] + 1} jobs, {p['slots']} slots/{p['nodes']} nodes, "
-                 f"{p['cores']} cores, rtt {p['rtt_ms']:g} ms", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title(f"Workflow makespan by staging mode ({p['producers'] + 1} jobs, {p['rtt_ms']:g} ms to the store)",
+                 fontsize=9)
+    _legend_beside(ax)
     save(folder, "workflow_makespan", fig, data)
     ratios = {k: v for k, v in result["ratios"].items() if v is not None and "_vs_vm_local_at_" in k}
+    bounded = {f"{m}_vs_vm_local_at_{float(c):g}s" for m, b in data["lower_bounds_not_charted"].items() for c in b}
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    names = [k.replace("_vs_vm_local_at_", " @ ") for k in ratios] + ["published: seed 002 stock (~4x)"]
-    ax.barh(names, list(ratios.values()) + [4.0], color=["C0"] * len(ratios) + [PUBLISHED])
-    ax.axvline(1.2, color="C3", linestyle="--", label="target 1.2x (at 0.5 s)")
+    names = [_ratio_label(k) for k in ratios] + ["published: stock, seed 002 (about 4x)"]
+    ax.barh(names, [0 if k in bounded else v for k, v in ratios.items()] + [4.0],
+            color=["C0"] * len(ratios) + [PUBLISHED])
+    for y, (key, value) in enumerate(ratios.items()):
+        if key in bounded:  # a lower bound: a marker and an arrow to the right, no bar
+            ax.plot([value], [y], marker="|", markersize=12, color="C0")
+            ax.annotate(f"at least {value:.1f}x", xy=(value, y), xytext=(value * 2.2, y), va="center", fontsize=7,
+                        arrowprops={"arrowstyle": "<-", "color": "C0"})
+    ax.axvline(1.3, color="C3", linestyle="--", label="target 1.3x, drop-in alone")
+    ax.axvline(1.1, color="C2", linestyle=":", label="target 1.1x, node stager")
     ax.set_xscale("log")
-    ax.set_xlabel("makespan / VM-local makespan (log)")
-    ax.legend(fontsize=8)
+    ax.set_xlabel("makespan / VM-local makespan (log scale)")
+    ax.set_title("Makespan relative to VM-local storage", fontsize=9)
+    _legend_beside(ax)
     ax.tick_params(axis="y", labelsize=7)
     save(folder, "workflow_ratios", fig, {"ratios": ratios, "published_seed002_ratio": 4.0})
     return [("workflow_makespan", "Makespan per staging mode", data),
             ("workflow_ratios", "Makespan relative to VM-local storage", {"ratios": ratios})]
+
+
+def _ratio_label(key: str) -> str:
+    """``stager_vs_vm_local_at_0.5s`` -> ``ours, node stager, 0.5 s jobs``."""
+    mode, _, compute = key.partition("_vs_vm_local_at_")
+    return f"{_mode_label(mode)}, {compute.rstrip('s')} s jobs"
 
 
 def sizes(result: Dict[str, Any], folder: str) -> List[Figure]:
@@ -102,8 +155,8 @@ def sizes(result: Dict[str, Any], folder: str) -> List[Figure]:
         ax.set_yscale("log")
         ax.set_xlabel("file size, bytes (0 B drawn at 1)")
         ax.set_ylabel("wall time of the whole command, s")
-        ax.set_title(f"{direction}: time vs size (seed 002 Fig. 7 shape); load {result['load_average']}", fontsize=9)
-        ax.legend(fontsize=6, ncol=2)
+        ax.set_title(f"{direction.capitalize()} time by file size, one file per command", fontsize=9)
+        _legend_beside(ax, 6)
         save(folder, f"sizes_{direction}", fig, data)
         out.append((f"sizes_{direction}", f"Time vs size, {direction}", data))
     return out
@@ -121,9 +174,8 @@ def threads(result: Dict[str, Any], folder: str) -> List[Figure]:
     ax.set_xlabel("threads / workers")
     ax.set_ylabel("files per second")
     p = result["params"]
-    ax.set_title(f"{p['count']} files of {p['size']} B, rtt {p['rtt_ms']:g} ms; published: seed 002 saw no "
-                 "gain past 5 threads", fontsize=8)
-    ax.legend()
+    ax.set_title(f"Stage-in rate of {p['count']} files of {p['size']} B by threads", fontsize=9)
+    _legend_beside(ax)
     save(folder, "threads", fig, data)
     return [("threads", "Small-file stage-in rate vs threads", data)]
 
@@ -136,9 +188,14 @@ def large(result: Dict[str, Any], folder: str) -> List[Figure]:
     ax.barh(labels, [r["mb_per_s"] for r in runs], color=[TOOL_COLORS.get(r["tool"], "C1") for r in runs])
     ax.axvline(result["disk_write_mb_per_s"], color="C2", linestyle="--", label="disk write (fsync)")
     ax.set_xlabel("MB/s")
-    ax.set_title(f"{result['params']['mib']} MiB on loopback; ours / best tool: {result['ours_fraction_of_limit']}; "
-                 f"ours / Go pegasus-transfer: {result.get('ours_vs_go_throughput')}", fontsize=7)
-    ax.legend(fontsize=8)
+    fraction = result["ours_fraction_of_limit"]
+    shown = (", ".join(f"{k} {v:.2f}" for k, v in fraction.items()) if isinstance(fraction, dict)
+             else f"{fraction}")
+    go = result.get("ours_vs_go_throughput")
+    if isinstance(go, dict) and go:
+        shown += "; ours / Go pegasus-transfer: " + ", ".join(f"{k} {v:.2f}" for k, v in go.items() if v is not None)
+    ax.set_title(f"One {result['params']['mib']} MiB file on loopback (ours / the best tool: {shown})", fontsize=8)
+    _legend_beside(ax)
     data = {"runs": runs, "disk_write_mb_per_s": result["disk_write_mb_per_s"],
             "ours_fraction_of_limit": result["ours_fraction_of_limit"]}
     save(folder, "large", fig, data)
@@ -187,7 +244,8 @@ def cache(result: Dict[str, Any], folder: str) -> List[Figure]:
     ax.set_yscale("log")
     ax.set_xlabel("file size, MB (0 drawn at 0.1)")
     ax.set_ylabel("latency, ms (median)")
-    ax.legend(fontsize=7)
+    ax.set_title("Node cache: time to put and get a file, by size and method", fontsize=9)
+    _legend_beside(ax)
     save(folder, "cache", fig, data)
     return [("cache", "Node cache put/get latency by method, beside seed 003", data)]
 
@@ -200,13 +258,14 @@ def disk(result: Dict[str, Any], folder: str) -> List[Figure]:
     for value, label in ((128, "published: seed 002 AWS gp SSD, burst"), (9, "published: seed 002 AWS, credits gone"),
                          (33.6, "published: seed 002 Google PD-SSD 70 GB")):
         ax.axhline(value, color=PUBLISHED, linestyle=":", linewidth=1)
-        ax.text(0, value, label, fontsize=6, va="bottom", color="0.3")
+        ax.text(1.01, value, label, fontsize=6, va="center", color="0.3",  # beside the axes, off the data
+                transform=ax.get_yaxis_transform())
     ax.set_yscale("log")
     ax.set_xlabel("time, s")
     ax.set_ylabel("MB/s")
     p = result["params"]
-    ax.set_title(f"timed disk benchmark: {p['transfer_mib']} MiB in {p['block_kib']} KiB blocks per sample", fontsize=8)
-    ax.legend(fontsize=7)
+    ax.set_title(f"Disk write rate over time ({p['transfer_mib']} MiB per sample)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.08), borderaxespad=0.0)  # above: the right holds labels
     data = {"samples": samples, "published_mb_per_s": {"seed002_aws_burst": 128, "seed002_aws_after_credits": 9,
                                                         "seed002_google": 33.6}}
     save(folder, "disk", fig, data)
@@ -215,17 +274,19 @@ def disk(result: Dict[str, Any], folder: str) -> List[Figure]:
 
 def cost(rows: List[Dict[str, Any]], folder: str) -> List[Figure]:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.45 * max(1, len(rows))))
     tables = list(rows[0]["usd"]) if rows else []
-    width = 0.8 / max(1, len(tables))
-    for i, table in enumerate(tables):
-        ax.bar([x + i * width for x in range(len(rows))], [r["usd"][table] for r in rows], width, label=table)
-    ax.set_xticks([x + width * (len(tables) - 1) / 2 for x in range(len(rows))])
-    ax.set_xticklabels([f"{r['mode']}\n{r['compute_s']:g} s" for r in rows], fontsize=7)
-    ax.set_ylabel("US$ per workflow run (requests)")
-    ax.set_title("request cost per run, counted at the proxy for every mode; published: seed 000 Montage "
-                 "+$0.28 (2010, full-size)", fontsize=7)
-    ax.legend(fontsize=7)
+    height = 0.8 / max(1, len(tables))
+    for i, table in enumerate(tables):  # horizontal bars: the run names never overlap
+        ax.barh([y + i * height for y in range(len(rows))], [100 * r["usd"][table] for r in rows], height,
+                label=table)
+    ax.set_yticks([y + height * (len(tables) - 1) / 2 for y in range(len(rows))])
+    ax.set_yticklabels([f"{_mode_label(r['mode'])}, {r['compute_s']:g} s jobs"
+                        + (" (scaled from a sample)" if r.get("extrapolated") else "") for r in rows], fontsize=7)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(5))  # a few round ticks: long ones overlapped
+    ax.set_xlabel("US cents of requests per workflow run")
+    ax.set_title("Request cost of one workflow run, by staging mode and price table", fontsize=9)
+    _legend_beside(ax)
     save(folder, "cost", fig, {"rows": rows, "published_seed000_montage_usd": 0.28})
     return [("cost", "Request cost per workflow run", {"rows": rows})]
 
@@ -240,7 +301,7 @@ def monitor(series: List[Dict[str, Any]], shifts: List[Dict[str, Any]], folder: 
         ax.axvline(shift["t"], color="C3", linestyle="--", linewidth=1)
     ax.set_xlabel("unix time, s")
     ax.set_ylabel("latency, ms")
-    ax.set_title("store probes over time (seed 002 Fig. 11 shape); dashed: detected shifts", fontsize=8)
-    ax.legend(fontsize=7)
+    ax.set_title("Store latency over time (dashed: a detected shift)", fontsize=9)
+    _legend_beside(ax)
     save(folder, "monitor", fig, {"series": series, "shifts": shifts})
     return [("monitor", "Store probe latency over time", {"shifts": shifts})]

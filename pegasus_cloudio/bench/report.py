@@ -230,6 +230,9 @@ def _write_report(path: str, sections: List[str], quick: bool, seconds: float, r
             f"{'Quick run (small scale: checks completeness, not speed)' if quick else 'Full run'}"
             f"{' assembled from saved results (each table gives its own load)' if reuse else ''}; "
             f"{os.cpu_count()} cores; load average at the end {load}; {seconds:.0f} s.", "",
+            "Each section is one run as its bench printed it, judged against the targets of its day. Today's "
+            "figures, each with its command, date, load and baselines, and today's targets are in "
+            "docs/benchmarks.md; a section's run may be older than that page's figure for the same scenario.", "",
             "Figures are ours unless labelled \"published\" (numbers from the seed papers, not measured here).", ""]
     with open(path + ".tmp", "w", encoding="utf-8") as fh:
         fh.write("\n".join(head) + "\n" + "\n".join(sections))

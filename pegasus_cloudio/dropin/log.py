@@ -31,6 +31,8 @@ class JobLog:
     def setup(self, debug: bool, stream: "TextIO") -> None:
         self.stream = stream
         self.level = DEBUG if debug else INFO
+        if debug:  # -d tells the library's story too (endpoints, retries): logging is imported only then
+            _library_to(self)
 
     def is_enabled_for(self, level: int) -> bool:
         return level >= self.level
@@ -97,3 +99,18 @@ def _line(level: int, text: str) -> str:
 
 
 log = JobLog()
+
+
+
+def _library_to(job_log: JobLog) -> None:
+    """The library's log records (``transfer.*``), DEBUG and up, written as ``job_log``'s lines."""
+    import logging
+
+    class Bridge(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            job_log.log(record.levelno, "%s", record.getMessage())
+
+    library = logging.getLogger("transfer")
+    library.handlers[:] = [Bridge(logging.DEBUG)]
+    library.setLevel(logging.DEBUG)
+    library.propagate = False

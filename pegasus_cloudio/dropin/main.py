@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from pegasus_cloudio.dropin.log import log
+from pegasus_cloudio.dropin.log import DEBUG, log
 
 # Every job step pays what this module imports, so it imports only what a job uses, when it
 # uses it: argparse for --help and unusual command lines, the engine when there is something
@@ -216,6 +216,8 @@ def _run(args: "Options | argparse.Namespace", env: "Mapping[str, str]", stdin: 
         from transfer.session import Session
         with Session(settings, knobs) as session:
             outcome = run_native(native, session, settings, interrupts)
+        log.debug("%d connection(s) opened, %d request(s) sent", session.stats.connections_opened,
+                  session.stats.requests_sent)
         records, failed = outcome.records, outcome.failed
     stock_rc = 0
     if delegated:
@@ -241,6 +243,10 @@ def run_settings(args: "Options | argparse.Namespace", env: "Mapping[str, str]")
     knobs = layered(env, config_file=True, command_line={"PEGASUS_CLOUDIO_MAX_ATTEMPTS": attempts})
     threads = effective_threads(args.threads, knobs)  # first: its message names the flag too
     settings = Settings.from_env(knobs).replace(threads=threads)
+    if log.is_enabled_for(DEBUG):
+        from transfer.knobs import story
+        for line in story(knobs):
+            log.debug("setting %s", line)
     log.debug("settings: %s", settings)
     return knobs, settings
 
@@ -291,10 +297,12 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
         if interrupts is not None:
             interrupts.finished(result)
 
+    from transfer.node import open_pacer, session_scopes
     engine = Engine(session, threads=settings.threads,
                     retry=RetryPolicy(settings.max_attempts, settings.retry_base_delay,
-                                      settings.retry_max_delay),
-                    on_result=on_result, cache=cache, peers=peers)
+                                      settings.retry_max_delay, throttle_timeout=settings.throttle_timeout),
+                    on_result=on_result, cache=cache, peers=peers,
+                    pacer=open_pacer(env, settings.pool_rate_fraction, session_scopes(session), log.warning))
     if interrupts is not None:
         interrupts.watch(engine, [e.op for e in entries])
     try:

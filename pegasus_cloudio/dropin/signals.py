@@ -19,22 +19,32 @@ from pegasus_cloudio.dropin.log import CRITICAL, ERROR
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any, Dict, List, Optional, Sequence
+    from typing import Any, Dict, List, Optional, Protocol, Sequence
 
-    from pegasus_cloudio.dropin.log import JobLog
     from transfer import Engine, Result
     from transfer.ops import Operation
+
+    class Says(Protocol):
+        """What the handler writes through: :meth:`pegasus_cloudio.dropin.log.JobLog.say_now`'s signature."""
+
+        def say_now(self, level: int, message: str, *args: object) -> None: ...
 
 ABORT_SECONDS = 5.0
 HANDLED = (_signal.SIGTERM, _signal.SIGINT)
 
 
 class Interrupts:
-    """``with Interrupts(log) as guard:`` - installs the handlers (main thread only)."""
+    """``with Interrupts(log) as guard:`` - installs the handlers (main thread only).
 
-    def __init__(self, log: JobLog, abort_seconds: float = ABORT_SECONDS) -> None:
+    ``truthful``: a signal that comes once every watched operation has finished, all of them
+    well, exits 0 (the files are in place); ``pegasus-cloudio-s3`` asks for it. The drop-in
+    keeps exit 1 for any signal, which is what Pegasus expects of an evicted job."""
+
+    def __init__(self, log: Says, abort_seconds: float = ABORT_SECONDS, truthful: bool = False) -> None:
         self._log = log
         self._abort_seconds = abort_seconds
+        self._truthful = truthful
+        self._failed = 0
         self._engine: Optional[Engine] = None
         self._pending: Dict[int, Operation] = {}
         self._lock = _thread.RLock()  # the handler may interrupt the main thread holding it
@@ -61,12 +71,25 @@ class Interrupts:
     def finished(self, result: Result) -> None:
         with self._lock:
             self._pending.pop(id(result.op), None)
+            self._failed += not result.ok
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        code = 1
         try:
-            self._leave(signum)
+            with self._lock:
+                done = self._truthful and self._engine is not None and not self._pending and not self._failed
+            if done:
+                self._log.say_now(ERROR, "Interrupted by signal %d after every transfer finished", signum)
+                code = 0
+            else:
+                self._leave(signum)
         finally:  # whatever happened above, the job ends here: never carry on after an eviction
-            os._exit(1)
+            if code == 0:  # the listing or message already written must not be lost
+                try:
+                    sys.stdout.flush()
+                except Exception:  # its lock is held by the interrupted write, or it is gone
+                    pass
+            os._exit(code)
 
     def _leave(self, signum: int) -> None:
         removed = _remove_temp_files()

@@ -8,7 +8,7 @@ session's S3 backend. Every method raises :class:`CommandError` or a
 Differences from pegasus-s3 5.1.3 (its defects, spec §7.4): listings and ``rm`` existence
 checks see every key (pagination); ``rm`` expands ``*``, ``?`` and ``[...]`` in keys (so
 pegasus-transfer's recursive cleanup ``prefix/*`` deletes the prefix); ``put FILE URL/``
-stores ``URL/<basename>``; ``s3s://`` requires TLS.
+stores ``URL/<basename>``. ``s3s://`` is ``s3://`` (the endpoint's scheme decides the transport).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import fnmatch
 import logging
 import os
 from datetime import datetime, timezone
-from typing import Dict, Iterator, List, Optional, Sequence, Set, TextIO, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, TextIO, Tuple
 
 from pegasus_cloudio.s3cli.bucket_ops import list_buckets
 from pegasus_cloudio.s3cli.upload_ops import Upload, list_uploads
@@ -28,6 +28,9 @@ from transfer.backends.s3 import split_url
 from transfer.errors import NotFound
 from transfer.ops import Operation, Remove, Transfer
 from transfer.urls import Url, parse_url
+
+if TYPE_CHECKING:
+    from pegasus_cloudio.dropin.signals import Interrupts
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
 
@@ -50,10 +53,14 @@ def local_path(text: str) -> str:
 class S3Commands:
     """One CLI run: listing output goes to ``out``; data moves through one engine."""
 
-    def __init__(self, session: Session, out: TextIO, threads: Optional[int] = None) -> None:
+    def __init__(self, session: Session, out: TextIO, threads: Optional[int] = None,
+                 watcher: Optional["Interrupts"] = None) -> None:
+        """``watcher`` is told each batch before it runs and each result (the signal handler's
+        record of what did not finish)."""
         self._session = session
         self._out = out
-        self._engine = Engine(session, threads=threads)
+        self._watcher = watcher
+        self._engine = Engine(session, threads=threads, on_result=watcher.finished if watcher else None)
         self._listings: Dict[Tuple[str, str, str], Set[str]] = {}
 
     def _backend(self, uri: S3Uri) -> Store:
@@ -264,8 +271,10 @@ class S3Commands:
             log.info("aborted upload %s of %s", upload.upload_id, upload.key)
 
     def _run(self, ops: Sequence[Operation]) -> None:
+        if self._watcher is not None:
+            self._watcher.watch(self._engine, ops)
         failed = [r for r in self._engine.run(ops) if not r.ok]
-        for result in failed:
+        for result in failed[1:]:  # the first is the command's error, printed once by the CLI
             log.error("%s", result.error)
         if failed:
             more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""

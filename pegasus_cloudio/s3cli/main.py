@@ -14,7 +14,7 @@ import argparse
 import logging
 import os
 import sys
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from pegasus_cloudio.s3cli.commands import S3Commands
 from pegasus_cloudio.s3cli.upload_ops import parse_duration
@@ -22,7 +22,10 @@ from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3
 from pegasus_cloudio.version import version_line
 from transfer import Session, Settings
 from transfer.errors import TransferError
-from transfer.knobs import layered
+from transfer.knobs import layered, story
+
+if TYPE_CHECKING:
+    from pegasus_cloudio.dropin.signals import Interrupts
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
 LEGACY = {"rmdir": "URL..."}
@@ -104,10 +107,14 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         return 0
     if args.cmd == "help":
         return _help(parser, args.topic, out)
+    from pegasus_cloudio.dropin.signals import Interrupts
     try:
-        _dispatch(args, dict(os.environ) if env is None else dict(env), out)
+        # Ctrl-C or SIGTERM: temp files removed, multipart uploads aborted, exit at once (not after
+        # the transfers in flight), 1 unless every transfer had already finished well
+        with Interrupts(_Stderr(), truthful=True) as interrupts:
+            _dispatch(args, dict(os.environ) if env is None else dict(env), out, interrupts)
     except (CommandError, TransferError, OSError) as err:
-        if args.verbose or args.debug:
+        if args.debug:  # -v says what happens; a traceback is for debugging, not for an ordinary error
             log.exception("Encountered error:")
         sys.stderr.write(f"{err}\n")
         return 1
@@ -115,6 +122,22 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
         sys.stderr.write("Interrupted\n")
         return 1
     return 0
+
+
+class _Stderr:
+    """The signal handler's voice (:class:`~pegasus_cloudio.dropin.signals.Interrupts`): one line
+    on stderr, straight to the descriptor when the stream is busy with the interrupted write."""
+
+    def say_now(self, level: int, message: str, *args: object) -> None:
+        line = f"pegasus-cloudio-s3: {message % args if args else message}\n"
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except Exception:  # RuntimeError (reentrant write), a closed stream
+            try:
+                os.write(2, line.encode("utf-8", "replace"))
+            except OSError:
+                pass
 
 
 def _help(parser: argparse.ArgumentParser, topic: Optional[str], out: TextIO) -> int:
@@ -130,30 +153,44 @@ def _help(parser: argparse.ArgumentParser, topic: Optional[str], out: TextIO) ->
     return 0
 
 
-def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO) -> None:
+def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO, interrupts: "Interrupts") -> None:
     if args.cmd in LEGACY:
         raise CommandError(f"'{args.cmd}' is a pegasus-s3 4.x subcommand that pegasus-cloudio-s3 does "
                            "not implement")
     env["PEGASUS_CREDENTIALS"] = find_config(args.config, env)
+    log.info("credentials file %s", env["PEGASUS_CREDENTIALS"])
     knobs = _knobs(env, args)
+    for line in story(knobs):
+        log.debug("setting %s", line)
     settings = _settings(knobs)
+    log.debug("settings: %s", settings)
     with Session(settings, knobs) as session:
-        commands = S3Commands(session, out, threads=settings.threads)
-        actions: Dict[str, Callable[[], None]] = {
-            "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
-            "mkdir": lambda: _each(commands.mkdir, args.urls),
-            "rm": lambda: commands.rm(_rm_urls(args), force=args.force),
-            "put": lambda: commands.put(args.file, args.url, force=args.force,
-                                        create_bucket=args.create_bucket, recursive=args.recursive),
-            "get": lambda: commands.get(args.url, args.file, recursive=args.recursive),
-            "cp": lambda: commands.cp(args.srcs, args.dest, force=args.force, create=args.create,
-                                      recursive=args.recursive),
-            "lsup": lambda: commands.lsup(parse_s3_uri(args.url)),
-            "rmup": lambda: commands.rmup(parse_s3_uri(args.url), args.upload, every=args.all,
-                                          older_than=None if args.older_than is None
-                                          else parse_duration(args.older_than)),
-        }
-        actions[args.cmd]()
+        try:
+            _act(args, session, settings, out, interrupts)
+        finally:
+            log.info("%d connection(s) opened, %d request(s) sent", session.stats.connections_opened,
+                     session.stats.requests_sent)
+
+
+def _act(args: argparse.Namespace, session: Session, settings: Settings, out: TextIO,
+         interrupts: "Interrupts") -> None:
+    """Run the subcommand ``args`` names in ``session``."""
+    commands = S3Commands(session, out, threads=settings.threads, watcher=interrupts)
+    actions: Dict[str, Callable[[], None]] = {
+        "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
+        "mkdir": lambda: _each(commands.mkdir, args.urls),
+        "rm": lambda: commands.rm(_rm_urls(args), force=args.force),
+        "put": lambda: commands.put(args.file, args.url, force=args.force,
+                                    create_bucket=args.create_bucket, recursive=args.recursive),
+        "get": lambda: commands.get(args.url, args.file, recursive=args.recursive),
+        "cp": lambda: commands.cp(args.srcs, args.dest, force=args.force, create=args.create,
+                                  recursive=args.recursive),
+        "lsup": lambda: commands.lsup(parse_s3_uri(args.url)),
+        "rmup": lambda: commands.rmup(parse_s3_uri(args.url), args.upload, every=args.all,
+                                      older_than=None if args.older_than is None
+                                      else parse_duration(args.older_than)),
+    }
+    actions[args.cmd]()
 
 
 def _each(action: Callable[[S3Uri], None], urls: Sequence[str]) -> None:
@@ -198,11 +235,16 @@ def _rm_urls(args: argparse.Namespace) -> List[str]:
 
 
 def _setup_logging(verbose: bool, debug: bool) -> None:
+    """-v: what the command does (credentials file, connections and requests); -d: also every
+    setting and where it came from, each endpoint's source and addressing, retries (the
+    library's ``transfer`` loggers). Never a secret."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s:%(levelname)s:%(name)s: %(message)s"))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING)
-    log.propagate = False
+    level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
+    for logger in (log, logging.getLogger("transfer")):
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
 
 
 def console_main() -> None:

@@ -195,7 +195,8 @@ def _cloud(opts: SetOptions, out: List[str]) -> None:
     if not opts.bucket:
         out.append("--bucket is required for --mode cloud-storage")
     elif not _BUCKET.match(opts.bucket) or ".." in opts.bucket:
-        out.append(f"--bucket is not a valid bucket name (got {opts.bucket!r})")
+        out.append(f"--bucket is not a valid bucket name (got {opts.bucket!r}): use 3-63 lower-case "
+                       "letters, digits, '.' or '-', starting and ending with a letter or digit, no '..'")
     if opts.prefix.startswith("/") or not opts.prefix.strip("/"):
         out.append(f"--prefix must be a relative key prefix such as 'scratch' (got {opts.prefix!r})")
     if not provider_ok:
@@ -205,8 +206,16 @@ def _cloud(opts: SetOptions, out: List[str]) -> None:
                                                     "--gcs-endpoint": opts.gcs_endpoint})
         if not _IDENTITY.match(opts.identity):
             out.append(f"--identity must be USER@SITE (got {opts.identity!r})")
-        if not opts.endpoint or not opts.endpoint.startswith(("https://", "http://")):
+        elif opts.identity.split("@", 1)[1] != opts.identity.split("@", 1)[1].lower():
+            site = opts.identity.split("@", 1)[1]
+            out.append(f"--identity {opts.identity}: the site part must be lower case ({site.lower()}): "
+                       f"Pegasus lower-cases an URL's host, so s3://{opts.identity}/ looks up the section "
+                       f"[{site.lower()}], never [{site}]")
+        if not opts.endpoint:
             out.append("--endpoint is required for --provider s3 (an https:// URL)")
+        elif not opts.endpoint.startswith(("https://", "http://")):
+            out.append(f"--endpoint must be an https:// or http:// URL (got {opts.endpoint!r}; "
+                       f"did you mean https://{opts.endpoint}?)")
         if not opts.credentials:
             out.append("--credentials is required for --provider s3 (absolute path)")
     else:

@@ -44,6 +44,11 @@ class RequestFramer:
         self._left = 0      # body bytes left (_BODY) or chunk bytes + CRLF left (_CHUNK_DATA)
         self._keep = True   # forward the current request's bytes
 
+    @property
+    def raw(self) -> bool:
+        """True once the stream stopped looking like HTTP and is relayed as bytes."""
+        return self._state == _RAW
+
     def feed(self, data: bytes) -> bytes:
         """Consume ``data``; return what should be sent upstream."""
         state = self._state

@@ -57,6 +57,7 @@ __all__ = [
 Progress = Callable[[str], None]
 
 ENV_TOOLS_DIR = "PEGASUS_CLOUDIO_TOOLS_DIR"
+PROGRESS_EVERY_S = 60.0  # a build says it still runs this often; it is never killed for being slow
 ENV_SHARED_DIR = "PEGASUS_CLOUDIO_SHARED_DIR"
 LOG_TAIL_LINES = 25
 
@@ -227,8 +228,10 @@ def ensure_tool(
     *,
     directory: Optional[Path] = None,
     progress: Progress = _stderr_progress,
+    progress_every: float = PROGRESS_EVERY_S,
 ) -> Path:
-    """Return the path of the pinned binary ``name``, building it if needed.
+    """Return the path of the pinned binary ``name``, building it if needed; a build runs as long
+    as it takes, calling ``progress`` every ``progress_every`` seconds.
 
     Raises KeyError for an unknown name, RuntimeError when the build fails
     (message: exit status, last lines of the build log, one-line hint).
@@ -244,7 +247,7 @@ def ensure_tool(
             return binary  # built by another process while we waited
         if _adopt_prebuilt(pin, binary, stamp):
             return binary
-        _build(pin, root, progress)
+        _build(pin, root, progress, progress_every)
     return binary
 
 
@@ -323,7 +326,7 @@ def _find_go() -> Optional[str]:
     return str(fallback) if os.access(fallback, os.X_OK) else None
 
 
-def _build(pin: ToolPin, root: Path, progress: Progress) -> None:
+def _build(pin: ToolPin, root: Path, progress: Progress, progress_every: float) -> None:
     """Build ``pin`` into a temp dir under ``root``, then move it into ``bin/``."""
     go = _find_go()
     if go is None:
@@ -338,7 +341,7 @@ def _build(pin: ToolPin, root: Path, progress: Progress) -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=root, prefix=f".build-{pin.name}-") as tmp:
         with open(log_path, "w") as log:
-            built = _run_build(go, pin, Path(tmp), log)
+            built = _run_build(go, pin, Path(tmp), log, _Watch(pin.name, log_path, progress, started, progress_every))
         if built is None:
             raise RuntimeError(_failure_message(pin, log_path))
         os.replace(built, root / "bin" / pin.name)
@@ -346,21 +349,43 @@ def _build(pin: ToolPin, root: Path, progress: Progress) -> None:
     progress(f"built {pin.name} in {time.monotonic() - started:.0f} s")
 
 
-def _run_build(go: str, pin: ToolPin, out_dir: Path, log: TextIO) -> Optional[Path]:
+@dataclass(frozen=True)
+class _Watch:
+    """Who hears that a build still runs: on a busy machine a Go build can take far longer than
+    usual, and a newcomer's first command must go on (and say so), not give up after a fixed time."""
+
+    name: str
+    log_path: Path
+    progress: Progress
+    started: float
+    every: float
+
+    def wait(self, proc: "subprocess.Popen[str]") -> "Tuple[str, str]":
+        """``proc.communicate()``, saying every ``every`` seconds that the build goes on."""
+        while True:
+            try:
+                out, err = proc.communicate(timeout=self.every)
+                return out or "", err or ""
+            except subprocess.TimeoutExpired:
+                self.progress(f"... still building {self.name} ({time.monotonic() - self.started:.0f} s so far; "
+                              f"a busy machine is slower, nothing is wrong; log: {self.log_path})")
+
+
+def _run_build(go: str, pin: ToolPin, out_dir: Path, log: TextIO, watch: _Watch) -> Optional[Path]:
     """Run the go commands for ``pin``; return the built binary or None on failure."""
     output = out_dir / pin.name
     if pin.method == "install":
         env = _go_env(GOBIN=str(out_dir))
-        ok = _run_logged([go, "install", pin.spec], cwd=out_dir, env=env, log=log)
+        ok = _run_logged([go, "install", pin.spec], cwd=out_dir, env=env, log=log, watch=watch)
         return output if ok and output.is_file() else None
     if pin.method == "module-build":
-        return _module_build(go, pin, output, log)
+        return _module_build(go, pin, output, log, watch)
     if pin.method == "source-build" and pin.source is not None:
-        return _source_build(go, pin, pin.source, out_dir, log)
+        return _source_build(go, pin, pin.source, out_dir, log, watch)
     raise ValueError(f"unknown build method {pin.method!r} for {pin.name}")
 
 
-def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO) -> Optional[Path]:
+def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO, watch: _Watch) -> Optional[Path]:
     """``go mod download`` the module, then ``go build`` inside its cache dir.
 
     The module zip carries ``vendor/modules.txt`` but no vendored sources, so
@@ -368,7 +393,7 @@ def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO) -> Optional[
     dir is read-only, which is fine because the module's go.sum is complete.
     """
     env = _go_env(GOWORK="off")
-    info = _download_module(go, pin, env, log)
+    info = _download_module(go, pin, env, log, watch)
     if info is None:
         return None
     origin = info.get("Origin") or {}
@@ -376,11 +401,12 @@ def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO) -> Optional[
     flags = " ".join(f.format(version=pin.version, commit=commit) for f in pin.ldflags)
     target = f"./{pin.package}" if pin.package else "."
     cmd = [go, "build", "-mod=mod", "-trimpath", "-ldflags", flags, "-o", str(output), target]
-    ok = _run_logged(cmd, cwd=Path(info["Dir"]), env=env, log=log)
+    ok = _run_logged(cmd, cwd=Path(info["Dir"]), env=env, log=log, watch=watch)
     return output if ok and output.is_file() else None
 
 
-def _source_build(go: str, pin: ToolPin, source: SourcePin, out_dir: Path, log: TextIO) -> Optional[Path]:
+def _source_build(go: str, pin: ToolPin, source: SourcePin, out_dir: Path, log: TextIO,
+                  watch: _Watch) -> Optional[Path]:
     """Unpack ``source`` (digests checked first) into ``out_dir`` and ``go build`` it there.
 
     The archive's own go.sum stays, so every dependency the proxy sends is checked against
@@ -397,7 +423,7 @@ def _source_build(go: str, pin: ToolPin, source: SourcePin, out_dir: Path, log: 
     output = out_dir / pin.name
     env = _go_env(GOWORK="off", GOFLAGS="-mod=mod")
     cmd = [go, "build", "-trimpath", "-o", str(output), f"./{pin.package}"]
-    ok = _run_logged(cmd, cwd=module, env=env, log=log)
+    ok = _run_logged(cmd, cwd=module, env=env, log=log, watch=watch)
     return output if ok and output.is_file() else None
 
 
@@ -415,20 +441,21 @@ def _checked(path: Path, sha256: str) -> Path:
     return path
 
 
-def _download_module(go: str, pin: ToolPin, env: Mapping[str, str], log: TextIO) -> Optional[Dict[str, Any]]:
+def _download_module(go: str, pin: ToolPin, env: Mapping[str, str], log: TextIO,
+                     watch: _Watch) -> Optional[Dict[str, Any]]:
     """Return ``go mod download -json`` output for the pin, or None on failure."""
     cmd = [go, "mod", "download", "-json", f"{pin.module}@{pin.version}"]
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    result = subprocess.run(
-        cmd, cwd=tempfile.gettempdir(), env=dict(env), capture_output=True, text=True, check=False,
-    )
-    log.write(result.stdout + result.stderr)
+    with subprocess.Popen(cmd, cwd=tempfile.gettempdir(), env=dict(env), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        out, err = watch.wait(proc)
+    log.write(out + err)
     try:
-        info = json.loads(result.stdout)
+        info = json.loads(out)
     except ValueError:
         return None
-    if result.returncode != 0 or info.get("Error") or not info.get("Dir"):
+    if proc.returncode != 0 or info.get("Error") or not info.get("Dir"):
         return None
     return dict(info)
 
@@ -440,15 +467,15 @@ def _go_env(**overrides: str) -> Dict[str, str]:
     return env
 
 
-def _run_logged(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: TextIO) -> bool:
+def _run_logged(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: TextIO, watch: _Watch) -> bool:
     """Run ``cmd`` with stdout and stderr appended to ``log``; True on exit 0."""
     log.write(f"$ (cd {cwd} && {' '.join(cmd)})\n")
     log.flush()
-    result = subprocess.run(
-        list(cmd), cwd=str(cwd), env=dict(env), stdout=log, stderr=subprocess.STDOUT, check=False,
-    )
-    log.write(f"\nexit status {result.returncode}\n")
-    return result.returncode == 0
+    with subprocess.Popen(list(cmd), cwd=str(cwd), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        watch.wait(proc)
+    log.write(f"\nexit status {proc.returncode}\n")
+    return proc.returncode == 0
 
 
 def _failure_message(pin: ToolPin, log_path: Path) -> str:
@@ -484,6 +511,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:  # one line, not a traceback: the user knows they pressed Ctrl-C
+            print(f"interrupted while building {name}; nothing half-built is kept, run the same command "
+                  "again to build it", file=sys.stderr)
+            return 130
         print(f"{name}: {path}")
     return 0
 

@@ -286,7 +286,7 @@ class BatchReads(Protocol):
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
         """Fetch the objects of ``urls`` over up to ``connections`` connections, at most
         ``depth`` requests in flight on each (None: the backend's own; a caller with a few
         objects and a round trip to hide asks for a small one, which spreads them over more
@@ -296,7 +296,8 @@ class BatchReads(Protocol):
         the store's checksum) to ``take(index, body, info, sent)`` (``sent``: monotonic time
         of its request), which returns whether it took it. ``missing(index)`` is told of an
         object the store does not have; True ends the pass (the caller found where the rest
-        is: a bundle). Returns, in order, the indexes of the rest -- any other answer, a failed
+        is: a bundle). A throttle answer (503 SlowDown, 429) ends the pass, and is told to
+        ``throttled(sent)`` when given. Returns, in order, the indexes of the rest -- any other answer, a failed
         check, a large object, no answer, ``take`` said no, the pass ended -- for the caller
         to read one by one, which reports their errors. Never raises."""
 

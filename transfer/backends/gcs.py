@@ -73,6 +73,7 @@ from transfer.errors import (
     RemoteError,
     TransferError,
     TransientError,
+    retry_after_seconds,
 )
 from transfer.backends.opening import Opening
 from transfer.http.proxy import Proxy, boto_proxy_for
@@ -454,8 +455,9 @@ def translate(err: BaseException, url: str, operation: str) -> Optional[Transfer
         return ChecksumMismatch("CRC32C of the transferred bytes does not match the store's",
                                 url=url, operation=operation)
     if isinstance(err, _storage_errors.InvalidResponse):
+        headers = getattr(err.response, "headers", None) or {}
         return wire.status_error(int(getattr(err.response, "status_code", 0) or 0), _reason(err.response),
-                                 url, operation)
+                                 url, operation, retry_after_seconds(headers.get("retry-after")))
     if isinstance(err, api_exceptions.GoogleAPICallError):
         return wire.status_error(int(err.code or 0), str(err.message)[:200], url, operation)
     if isinstance(err, api_exceptions.RetryError):

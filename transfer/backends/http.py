@@ -29,6 +29,7 @@ from transfer.errors import (
     Throttled,
     TransferError,
     TransientError,
+    retry_after_seconds,
 )
 from transfer.http.message import basic_credentials
 from transfer.http.origins import OriginPools, origin_of, refusal
@@ -226,7 +227,7 @@ def check_response(response: PooledResponse, url: Url, operation: str, ok: Tuple
     if status in (401, 403):
         raise AuthError(text, **kwargs)  # type: ignore[arg-type]
     if status == 429 or (status == 503 and "retry-after" in response.headers):
-        raise Throttled(text, **kwargs)  # type: ignore[arg-type]
+        raise Throttled(text, retry_after=retry_after_seconds(response.headers.get("retry-after")), **kwargs)
     if status >= 500 or status == 408:
         raise TransientError(text, **kwargs)  # type: ignore[arg-type]
     raise RemoteError(text, **kwargs)  # type: ignore[arg-type]

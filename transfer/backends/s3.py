@@ -3,7 +3,9 @@
 URLs: ``s3://USER@SITE/BUCKET/KEY`` (``s3s://`` alike), resolved against the Pegasus
 credentials file of the URL's site label, and AWS-style ``s3://BUCKET/KEY``, resolved by the
 AWS credential chain. TLS is verified; plain HTTP is used only when the configured endpoint
-is ``http://``. ``s3s://`` refuses a plain-HTTP endpoint. Proxies are taken from the
+is ``http://``. ``s3s://`` is ``s3://``: the endpoint's scheme decides the transport, as in both
+stock tools (``pegasus-s3`` and the Go ``pegasus-transfer``); an ``http://`` endpoint under ``s3s://``
+gets one warning per backend opened, so once a run. Proxies are taken from the
 environment as botocore (stock ``pegasus-s3``'s library) takes them
 (:func:`~transfer.http.proxy.boto_proxy_for`).
 
@@ -16,9 +18,11 @@ above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per 
 from __future__ import annotations
 
 import binascii
+import sys
 import zlib
 
 from transfer import _digests
+from transfer._lean import logger
 from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
     S3Path,
@@ -54,6 +58,7 @@ from transfer.credentials import (
 )
 from transfer.errors import (
     AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
+    retry_after_seconds,
 )
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
@@ -73,6 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
+_log = logger(__name__)  # logging is imported only when a warning is written
 
 
 def _site_config(url: Url, context: Opening) -> S3SiteConfig:
@@ -125,8 +131,11 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
     region = config.region or "us-east-1"
     endpoint = config.endpoint or default_endpoint(region)
     check_endpoint(endpoint, region, config.where)
+    _story(url, config, endpoint, region)
     if url.scheme == "s3s" and not endpoint.startswith("https://"):
-        raise ConfigError("s3s:// requires an https:// endpoint", url=endpoint, operation="connect")
+        # Pegasus's own 030-pegasuslite-s3 names s3s:// on http sites; refusing it failed the workflow
+        _log.warning("s3s:// %s: the endpoint %s (%s) is plain http, so the data goes unencrypted, as with "
+                     "the stock tools", url.host, endpoint, config.where)
     env = context.env
 
     def proxy(base_url: str) -> Optional[Proxy]:
@@ -142,6 +151,24 @@ def _open(url: Url, config: S3SiteConfig, context: Opening) -> "S3Backend":
         timeouts=context.timeouts, stats=context.stats, proxy=proxy(endpoint))
     return S3Backend(pool, config, region, context.settings,
                      pool_for=lambda base_url: pool.sibling(base_url, proxy(base_url)))
+
+
+def _story(url: Url, config: S3SiteConfig, endpoint: str, region: str) -> None:
+    """What ``-d`` tells of an S3 endpoint opened: where endpoint and keys came from, and the
+    addressing style; never a key. Only where a command turned logging on (``logging`` is not
+    imported for it: start-up time)."""
+    logging = sys.modules.get("logging")
+    if logging is None or not logging.getLogger(__name__).isEnabledFor(logging.DEBUG):
+        return
+    host = endpoint.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0]
+    style = ("virtual-hosted-style addressing (bucket in the Host) for DNS-style bucket names, else path-style"
+             if host.endswith(".amazonaws.com") else "path-style addressing (bucket in the path)")
+    keys = (f"section [{url.host}] of the same file" if "@" in url.host else
+            "given by the caller" if config.credentials is not None and config.source is None else
+            "the AWS credential chain")
+    logging.getLogger(__name__).debug("%s://%s: endpoint %s from %s, region %s, %s, keys from %s",
+                                      url.scheme, url.host, endpoint, config.where or "the default", region, style,
+                                      keys)
 
 
 class S3Backend:
@@ -182,7 +209,8 @@ class S3Backend:
         if response.status in ok:
             return
         body = response.read() if response.status >= 300 else b""
-        raise s3_error(response.status, body, url, operation)
+        raise s3_error(response.status, body, url, operation,
+                       retry_after=retry_after_seconds(response.headers.get("retry-after")))
 
     # -- Backend ------------------------------------------------------------------------
 
@@ -494,12 +522,12 @@ class S3Backend:
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
         the route of their bucket; see :class:`~transfer.backends.base.BatchReads` and
         :mod:`transfer.backends._s3_pipelined`."""
         from transfer.backends._s3_pipelined import read_small  # batches of small files only
-        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager)
+        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager, throttled)
 
     # -- DialsAhead ---------------------------------------------------------------------
 

@@ -260,7 +260,8 @@ class Connection:
                 raise RemoteError(f"TLS certificate verification failed: {err.verify_message}",  # type: ignore[attr-defined]
                                   url=self.endpoint, operation="connect") from err
             via = f" through proxy {self._proxy}" if self._proxy is not None else ""
-            raise TransientError(f"cannot connect{via}: {err}", url=self.endpoint,
+            # the message names the endpoint: the engine's final line names the file's URL only
+            raise TransientError(f"cannot connect to {self.endpoint}{via}: {err}", url=self.endpoint,
                                  operation="connect") from err
         self._sock = sock
         self._rfile = rfile

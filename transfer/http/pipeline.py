@@ -31,6 +31,10 @@ Contract of :func:`fetch` (never raises for the network or the server):
 * a ``head(index)`` or ``deliver`` that raises leaves that item over (the ordinary path meets
   the same error and reports it); a ``deliver`` that raises :class:`GiveUp` ends the run:
   everything not yet taken is left over;
+* an answer that says ``Connection: close`` (or HTTP/1.0) ends its connection: the requests it
+  carried after it go out again elsewhere, and the connection is closed, never given back to
+  the pool, whatever ``deliver`` did (moto answers a bad signature with 403 and close, and a
+  pooled connection then held the next request for the whole read timeout);
 * a connection starts with one request in flight and doubles that with each answer taken, up
   to ``depth`` (a store that answers nothing useful costs one request per connection); with
   ``eager``, each of the first connections starts with ``depth`` (a caller whose objects were
@@ -304,6 +308,10 @@ class _Run:
             except GiveUp:
                 self.left.append(entry.index)
                 self.stopped = True
+                if closing:  # never back to the pool: the next request on it would wait out the read timeout
+                    self.left.extend(waiting.index for waiting in link.waiting)
+                    link.waiting.clear()
+                    self.drop(link)
                 return position
             except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
                 taken = False
