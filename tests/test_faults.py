@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio_testbed.proxy import Fault
 from transfer import Engine, NotFound, RetryPolicy, Session, Settings, Throttled, Transfer, TransientError, parse_url
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)

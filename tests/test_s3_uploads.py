@@ -8,9 +8,9 @@ from urllib.parse import parse_qsl, unquote
 
 import boto3
 
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.proxy import Fault
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.proxy import Fault
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.s3cli.main"]
