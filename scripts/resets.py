@@ -30,9 +30,9 @@ from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pegasus_cloudio.bench.harness import make_inputs, tool_env  # noqa: E402
-from pegasus_cloudio.testbed.minio import MinioServer  # noqa: E402
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy  # noqa: E402
+from pegasus_cloudio_bench.harness import make_inputs, tool_env  # noqa: E402
+from pegasus_cloudio_testbed.minio import MinioServer  # noqa: E402
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy  # noqa: E402
 
 BUCKET = "resets"
 HEAD = 400  # about the answer's head: the reset falls inside the body

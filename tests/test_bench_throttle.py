@@ -10,8 +10,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from pegasus_cloudio.bench.throttle_jobs import Job, run_wave
-from pegasus_cloudio.bench.throttle_model import Client, Limit, calibrate, simulate
+from pegasus_cloudio_bench.throttle_jobs import Job, run_wave
+from pegasus_cloudio_bench.throttle_model import Client, Limit, calibrate, simulate
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:  # type: ignore[type-arg]

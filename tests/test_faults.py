@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio_testbed.proxy import Fault
 from transfer.http.resume import RESUMES
 from transfer import Engine, NotFound, RetryPolicy, Session, Settings, Throttled, Transfer, TransientError, parse_url
 

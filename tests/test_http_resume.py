@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
-from pegasus_cloudio.testbed.webserver import serve
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.webserver import serve
 from transfer import Engine, RemoteError, Session, Settings, Transfer, parse_url
 
 DATA = os.urandom(2 << 20)

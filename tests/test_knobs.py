@@ -27,7 +27,7 @@ from pegasus_cloudio.dropin.stock import find_stock_transfer
 from pegasus_cloudio.p2p.serve import load_settings
 from pegasus_cloudio.p2p.summary import summary_settings
 from pegasus_cloudio.s3cli import main as s3cli
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 from transfer.backends import _gcs_auth
 from transfer.cache import config_from_env
 from transfer.errors import ConfigError, TransferError

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from pegasus_cloudio.p2p.limits import ConnectionLimits
-from pegasus_cloudio.testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.certs import make_tls_files
 from transfer.cache.layout import Layout, digest_of
 from transfer.errors import ConfigError
 from transfer.p2p.config import peer_config_from_env

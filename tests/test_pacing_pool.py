@@ -11,7 +11,7 @@ from typing import Iterator, List
 import pytest
 import redis
 
-from pegasus_cloudio.testbed.redis import RedisServer
+from pegasus_cloudio_testbed.redis import RedisServer
 from transfer import parse_url
 from transfer.node import open_pacer
 from transfer.pacing import BETA, BURST_SECONDS, Pacer, prefix_key

@@ -7,7 +7,7 @@ import os
 import boto3
 from boto3.s3.transfer import TransferConfig
 
-from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio_testbed.proxy import Fault
 from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
 from transfer.engine import InlineExecutor
 from transfer.errors import RemoteError

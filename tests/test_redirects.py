@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Engine, RemoteError, Session, Settings, Transfer, parse_url
 from transfer.http.origins import refusal
 

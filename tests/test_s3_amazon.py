@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Session, Settings, parse_url
 from transfer.backends._s3_checksum import _crt
 from transfer.backends.s3 import S3Backend

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio_testbed.proxy import Fault
 from transfer import Engine, RemoteError, Session, Settings, Transfer, TransientError, parse_url
 from transfer.http.resume import RESUMES
 

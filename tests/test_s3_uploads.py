@@ -12,11 +12,11 @@ from urllib.parse import parse_qsl, unquote
 
 import boto3
 
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.ports import free_port
-from pegasus_cloudio.testbed.proxy import Fault, Shaping, TcpProxy
-from pegasus_cloudio.testbed.relay import RawRelay
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.ports import free_port
+from pegasus_cloudio_testbed.proxy import Fault, Shaping, TcpProxy
+from pegasus_cloudio_testbed.relay import RawRelay
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
 from transfer.uploads import ABORT_ATTEMPTS
 from waiting import wait_for

@@ -19,7 +19,7 @@ from typing import Dict, Iterator, List, Set
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.wheel import installed_bin
+from pegasus_cloudio_testbed.wheel import installed_bin
 from installed import clean_env
 
 # Beyond `python -c pass`: what a stage-in of one S3 object (node cache off) may import.
@@ -133,8 +133,8 @@ def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: D
 def test_the_startup_benchmark_reports_every_contestant_and_its_ratios() -> None:
     """``pegasus-cloudio bench startup`` on one round: every contestant measured, ratios to the
     stock tool's empty start, the objects really staged (a failed step raises)."""
-    from pegasus_cloudio.bench import startup
-    from pegasus_cloudio.bench.harness import Progress
+    from pegasus_cloudio_bench import startup
+    from pegasus_cloudio_bench.harness import Progress
 
     result = startup.run(1, 2, 100, 2, Progress(enabled=False))
     cpu = result["cpu_ms_median"]

@@ -1,4 +1,4 @@
-"""The rate-limiting front (pegasus_cloudio/testbed/throttle.py) against real MinIO and fake-gcs-server.
+"""The rate-limiting front (bench/pegasus_cloudio_testbed/throttle.py) against real MinIO and fake-gcs-server.
 
 Token buckets run on a clock the tests advance by hand, so which request is throttled is
 exact, never a matter of timing.
@@ -16,12 +16,12 @@ import botocore.config
 import pytest
 from botocore.exceptions import ClientError
 
-from pegasus_cloudio.testbed.fakegcs import FakeGcsServer
-from pegasus_cloudio.testbed.httpframe import RequestHead
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.proxy import TcpProxy
-from pegasus_cloudio.testbed.throttle import ThrottleFront
-from pegasus_cloudio.testbed.throttle_policy import TokenBucket, prefix_of, throttle_answer
+from pegasus_cloudio_testbed.fakegcs import FakeGcsServer
+from pegasus_cloudio_testbed.httpframe import RequestHead
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.throttle import ThrottleFront
+from pegasus_cloudio_testbed.throttle_policy import TokenBucket, prefix_of, throttle_answer
 
 
 class Clock:

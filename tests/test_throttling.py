@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.proxy import SLOW_DOWN_BODY, Fault, TcpProxy
+from pegasus_cloudio_testbed.proxy import SLOW_DOWN_BODY, Fault, TcpProxy
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 SLOW_DOWN = {"code": 503, "body": SLOW_DOWN_BODY}
@@ -154,7 +154,7 @@ def test_a_hostile_rate_file_cannot_stop_a_job(proxied, minio, bucket, tmp_path,
 
 
 def _get(bucket: str):  # type: ignore[no-untyped-def]
-    from pegasus_cloudio.testbed.faults import Match
+    from pegasus_cloudio_testbed.faults import Match
     return Match("GET", f"/{bucket}/")
 
 
@@ -167,7 +167,7 @@ def test_jobs_behind_a_rate_limit_and_a_client_that_ignores_it_all_finish(minio,
     import socket
     import threading
 
-    from pegasus_cloudio.testbed.throttle import ThrottleFront
+    from pegasus_cloudio_testbed.throttle import ThrottleFront
     keys = [f"run/f{n:03d}.dat" for n in range(20)]
     _put(minio, bucket, keys)
     stop = threading.Event()

@@ -120,7 +120,7 @@ TABLE = (
     ("CONDOR_CONFIG", "`/etc/pegasus-cloudio/condor-plugin.conf`", "path", "env", "the HTCondor plugin's node file"),
 )
 KNOWN = frozenset(PREFIX + row[0] for row in TABLE)  # every knob the docs name (tests/test_knob_values.py)
-# PEGASUS_CLOUDIO_* names that are no knob: the test bed's (pegasus_cloudio/testbed), not warned about
+# PEGASUS_CLOUDIO_* names that are no knob: the test bed's (bench/pegasus_cloudio_testbed), not warned about
 NOT_KNOBS = frozenset(PREFIX + name for name in (
     "TOOLS_DIR", "POOL_DIR", "POOL_CACHE", "KEEP_POOL", "PEGASUS_DIR", "PEGASUS_TARBALL"))
 ENVIRONMENT = "the environment"
