@@ -15,13 +15,14 @@ TOOLS  := minio s5cmd fake-gcs-server pegasus-transfer-go
 BENCH_TOOLS := minio s5cmd pegasus-transfer-go
 HEARTBEAT := bash scripts/heartbeat.sh
 REQS   := $(sort $(wildcard requirements/*.txt))
+BENCH_DIST := bench
 
 .PHONY: bench test tools env system pool
 
-$(STAMP): $(REQS) setup.cfg pyproject.toml
+$(STAMP): $(REQS) setup.cfg pyproject.toml $(BENCH_DIST)/setup.cfg
 	$(PYTHON) -m venv $(VENV)
 	$(HEARTBEAT) "pip install -r requirements/*.txt" $(PY) -m pip install --quiet $(addprefix -r ,$(REQS))
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . -e $(BENCH_DIST)
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -30,10 +31,10 @@ system:
 	bash scripts/system-deps.sh
 
 tools: $(STAMP) system
-	$(HEARTBEAT) "building $(TOOLS)" $(PY) -m pegasus_cloudio.testbed.tools $(TOOLS)
+	$(HEARTBEAT) "building $(TOOLS)" $(PY) -m pegasus_cloudio_testbed.tools $(TOOLS)
 
 bench: $(STAMP)
-	$(HEARTBEAT) "building $(BENCH_TOOLS)" $(PY) -m pegasus_cloudio.testbed.tools $(BENCH_TOOLS)
+	$(HEARTBEAT) "building $(BENCH_TOOLS)" $(PY) -m pegasus_cloudio_testbed.tools $(BENCH_TOOLS)
 	$(VENV)/bin/pegasus-cloudio bench small-files $(ARGS)
 
 # The Debian roots the real HTCondor pools of the tests run in (root; cached per machine
@@ -41,9 +42,9 @@ bench: $(STAMP)
 # and Debian testing (HTCondor 25.x, the plugin tests only); the Pegasus tarball unpacked
 # there and the wheels the planned-run tests install on the pool's workers (Python 3.13).
 pool: $(STAMP) system
-	$(HEARTBEAT) "building the HTCondor pool root (Debian 13)" $(PY) -m pegasus_cloudio.testbed.condor_root trixie
-	$(HEARTBEAT) "building the HTCondor pool root (Debian testing)" $(PY) -m pegasus_cloudio.testbed.condor_root testing
-	$(HEARTBEAT) "unpacking Pegasus 5.1.2, fetching the workers' wheels" $(PY) -m pegasus_cloudio.testbed.pegasus_pool
+	$(HEARTBEAT) "building the HTCondor pool root (Debian 13)" $(PY) -m pegasus_cloudio_testbed.condor_root trixie
+	$(HEARTBEAT) "building the HTCondor pool root (Debian testing)" $(PY) -m pegasus_cloudio_testbed.condor_root testing
+	$(HEARTBEAT) "unpacking Pegasus 5.1.2, fetching the workers' wheels" $(PY) -m pegasus_cloudio_testbed.pegasus_pool
 
 test: tools pool
 	$(PY) -m mypy

@@ -1,6 +1,7 @@
 """pegasus-cloudio: the Pegasus and HTCondor face of the ``transfer`` library.
 
 ``pegasus_cloudio.dropin``: ``pegasus-cloudio-transfer``, a drop-in for ``pegasus-transfer``.
-``pegasus_cloudio.bench``: ``pegasus-cloudio bench ...``, measurements against the stock tools.
-``pegasus_cloudio.testbed``: real servers (MinIO, proxies) started on loopback for tests and benchmarks.
+``pegasus-cloudio bench ...`` runs ``pegasus_cloudio_bench`` (measurements against the stock tools)
+and ``pegasus_cloudio_testbed`` (real servers on loopback for tests and benchmarks): a distribution
+of their own, ``bench/`` of the checkout, so the wheel every worker installs does not carry them.
 """

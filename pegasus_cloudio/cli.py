@@ -5,12 +5,13 @@ machine-readable output); ``sites``, ``cache``, ``worker-bundle``: commands.
 
 The tables below name each subcommand's module and one-line help, so ``pegasus-cloudio
 --help`` imports nothing and a run imports only the chosen module: ``sites`` and ``cache``
-work with the core and their extra, the bench and test bed load only when a benchmark runs.
+work with the core and their extra. The bench scenarios are modules of ``pegasus_cloudio_bench``, a
+distribution of its own (``bench/``, with the test bed), loaded only when a benchmark runs.
 Each bench module provides ``add_arguments(parser)``, ``run_from_args(args) -> dict`` and
 ``format_table(result) -> str`` and may provide ``usage_problems(args) -> list`` (one
 message per bad flag: exit 2 before anything runs); each command module
 ``add_arguments(parser)`` and ``main(args) -> int``. A module whose third-party import is missing gives one line naming
-the extra to install (exit 2).
+the extra to install, or how to install the benchmarks (exit 2).
 """
 
 from __future__ import annotations
@@ -28,29 +29,31 @@ PROG = "pegasus-cloudio"
 
 # name -> (module, one-line help)
 BENCHES: Dict[str, Tuple[str, str]] = {
-    "small-files": ("pegasus_cloudio.bench.small_files",
+    "small-files": ("pegasus_cloudio_bench.small_files",
                     "many small files staged out and in, against the stock tools (Python and Go)"),
-    "mconcatfit": ("pegasus_cloudio.bench.mconcatfit",
+    "mconcatfit": ("pegasus_cloudio_bench.mconcatfit",
                    "Montage mConcatFit staging: many producers' small files, one consumer"),
-    "cache": ("pegasus_cloudio.bench.cache",
+    "cache": ("pegasus_cloudio_bench.cache",
               "node cache: input reuse by many jobs on one node, with and without the cache"),
-    "condor-plugin": ("pegasus_cloudio.bench.condor_plugin",
+    "condor-plugin": ("pegasus_cloudio_bench.condor_plugin",
                       "one HTCondor plugin process per job vs one per file"),
-    "p2p": ("pegasus_cloudio.bench.p2p",
+    "p2p": ("pegasus_cloudio_bench.p2p",
             "peer-to-peer sharing: store requests per file, index lookups/s, peer vs store fetch"),
-    "workflow": ("pegasus_cloudio.bench.workflow",
+    "workflow": ("pegasus_cloudio_bench.workflow",
                  "workflow makespan: the Montage-shaped DAG staged four ways, against VM-local storage"),
-    "sizes": ("pegasus_cloudio.bench.sizes", "time vs file size per tool and round-trip time"),
-    "large": ("pegasus_cloudio.bench.large", "one large object down and up against the run's limit"),
-    "disk": ("pegasus_cloudio.bench.disk", "a timed disk benchmark: fixed block and transfer size, sampled"),
-    "threads": ("pegasus_cloudio.bench.threads", "small-file stage-in rate against 1 to 32 threads"),
-    "library": ("pegasus_cloudio.bench.library",
+    "sizes": ("pegasus_cloudio_bench.sizes", "time vs file size per tool and round-trip time"),
+    "large": ("pegasus_cloudio_bench.large", "one large object down and up against the run's limit"),
+    "disk": ("pegasus_cloudio_bench.disk", "a timed disk benchmark: fixed block and transfer size, sampled"),
+    "threads": ("pegasus_cloudio_bench.threads", "small-file stage-in rate against 1 to 32 threads"),
+    "library": ("pegasus_cloudio_bench.library",
                 "the plain library and fsspec against boto3, s3fs and obstore: many small files up and down"),
-    "pool": ("pegasus_cloudio.bench.pool",
+    "pool": ("pegasus_cloudio_bench.pool",
              "a workflow planned by pegasus-plan and run by DAGMan on a real HTCondor pool, stock vs ours"),
-    "startup": ("pegasus_cloudio.bench.startup",
+    "startup": ("pegasus_cloudio_bench.startup",
                 "CPU of one job step (empty, a few small objects) against the stock tool's start"),
-    "report": ("pegasus_cloudio.bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
+    "throttle": ("pegasus_cloudio_bench.throttle",
+                 "N jobs at once on one prefix of a store that throttles (--model: to 10,000 jobs)"),
+    "report": ("pegasus_cloudio_bench.report", "every scenario as one report with plots (--out DIR [--quick])"),
 }
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "sites": ("pegasus_cloudio.sites.cli", "write a ready Pegasus catalog set for one staging mode"),
@@ -68,10 +71,12 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
 
 # top-level module of a third-party import -> the extra that installs it
 EXTRAS: Dict[str, str] = {
-    "Pegasus": "sites", "boto3": "bench", "botocore": "bench", "cryptography": "bench",
-    "google": "gcs", "google_crc32c": "gcs", "paramiko": "sftp", "htcondor": "condor",
-    "classad2": "condor", "redis": "p2p", "matplotlib": "bench",
+    "Pegasus": "sites", "botocore": "aws", "google": "gcs", "google_crc32c": "gcs", "paramiko": "sftp",
+    "htcondor": "condor", "classad2": "condor", "redis": "p2p",
 }
+# The benchmarks and the test bed are a distribution of their own (bench/ of the checkout), so the
+# wheel a worker installs carries only runtime code; it brings its own third-party packages.
+BENCH_INSTALL = "pip install ./bench (pegasus-cloudio-bench, from a pegasus-cloudio checkout)"
 
 
 class MissingExtra(Exception):
@@ -86,6 +91,9 @@ def load(module_name: str, command: str) -> ModuleType:
         top = (err.name or "").split(".")[0]
         if top in ("", "pegasus_cloudio", "transfer"):
             raise
+        if module_name.startswith("pegasus_cloudio_bench."):
+            raise MissingExtra(f"{PROG} {command} needs the benchmarks, which are not installed: "
+                               f"{BENCH_INSTALL}") from None
         extra = EXTRAS.get(top, "all")
         raise MissingExtra(f"{PROG} {command} needs the Python package {top!r}, which is not installed: "
                            f"pip install 'pegasus-cloudio[{extra}]'") from None

@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Dict, List, Sequence, Tuple
 
-from pegasus_cloudio.testbed.minio import MinioServer
+from pegasus_cloudio_testbed.minio import MinioServer
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "s3://bench@minio/cachemiss"

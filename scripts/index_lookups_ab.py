@@ -24,7 +24,7 @@ from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pegasus_cloudio.testbed.redis import RedisServer  # noqa: E402
+from pegasus_cloudio_testbed.redis import RedisServer  # noqa: E402
 
 CLIENT = r'''
 import json, sys, time

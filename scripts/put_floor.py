@@ -28,9 +28,9 @@ from typing import Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pegasus_cloudio.bench.harness import tool_env  # noqa: E402
-from pegasus_cloudio.testbed.minio import MinioServer  # noqa: E402
-from pegasus_cloudio.testbed.tools import ensure_s5cmd  # noqa: E402
+from pegasus_cloudio_bench.harness import tool_env  # noqa: E402
+from pegasus_cloudio_testbed.minio import MinioServer  # noqa: E402
+from pegasus_cloudio_testbed.tools import ensure_s5cmd  # noqa: E402
 from transfer._digests import sha256_hex  # noqa: E402
 from transfer.backends._sigv4 import SigV4Signer  # noqa: E402
 from transfer.credentials import Credentials  # noqa: E402

@@ -24,10 +24,10 @@ from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pegasus_cloudio.bench.harness import tool_env  # noqa: E402
-from pegasus_cloudio.bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
-from pegasus_cloudio.testbed.minio import MinioServer  # noqa: E402
-from pegasus_cloudio.testbed.wheel import installed_bin  # noqa: E402
+from pegasus_cloudio_bench.harness import tool_env  # noqa: E402
+from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
+from pegasus_cloudio_testbed.minio import MinioServer  # noqa: E402
+from pegasus_cloudio_testbed.wheel import installed_bin  # noqa: E402
 
 STEPS = ("empty", "one object, cache off", "one object, bundles + cache", "20 out, bundles + cache")
 

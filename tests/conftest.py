@@ -1,7 +1,7 @@
 """Shared pytest fixtures.
 
 Servers are real processes on loopback, started once per session from
-`pegasus_cloudio.testbed`; a server that cannot start fails the tests that
+`pegasus_cloudio_testbed`; a server that cannot start fails the tests that
 need it (no silent skipping). Session-scoped servers are shared, so tests
 must use their own bucket names.
 """
@@ -15,9 +15,9 @@ from typing import Iterator
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.moto import MotoServer
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.moto import MotoServer
+from pegasus_cloudio_testbed.proxy import TcpProxy
 
 # Fixtures of other server kinds live in their own plugin modules beside this file.
 pytest_plugins = ["fixtures_gcs", "fixtures_ssh", "fixtures_condor", "fixtures_pool", "fixtures_native"]

@@ -13,8 +13,8 @@ import boto3
 import pytest
 
 from installed import REPO, build_sdist_and_wheel, clean_env, make_venv, run
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.proxy import TcpProxy
 
 ENGINES = REPO / "tests" / "engines"
 Venv = Tuple[Path, Dict[str, str]]

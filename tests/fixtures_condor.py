@@ -31,7 +31,7 @@ import boto3
 import classad2
 import pytest
 
-from pegasus_cloudio.testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.certs import make_tls_files
 
 PREALLOCATED = 19264  # 16*1204/64 blocks of 64 spaces, as the starter writes them
 PLUGIN_FILE = "cloudio_plugin"

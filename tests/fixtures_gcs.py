@@ -28,8 +28,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from pegasus_cloudio.testbed.fakegcs import FakeGcsServer
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.fakegcs import FakeGcsServer
+from pegasus_cloudio_testbed.proxy import TcpProxy
 
 ACCESS_TOKEN = "pegasus-cloudio-test-token"
 

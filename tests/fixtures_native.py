@@ -1,5 +1,5 @@
 """The drop-in's commands as a wheel installs them, built once per session from this checkout
-(:func:`pegasus_cloudio.testbed.wheel.installed_bin`): ``pegasus-cloudio-transfer``, the
+(:func:`pegasus_cloudio_testbed.wheel.installed_bin`): ``pegasus-cloudio-transfer``, the
 native front end (``native/pegasus_cloudio_transfer.c``), and the Python drop-in it execs,
 ``pegasus-cloudio-transfer-py``."""
 
@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from pegasus_cloudio.testbed.wheel import installed_bin
+from pegasus_cloudio_testbed.wheel import installed_bin
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Fixtures for tests on a real HTCondor pool (see pegasus_cloudio/testbed/condor_pool.py).
+"""Fixtures for tests on a real HTCondor pool (see bench/pegasus_cloudio_testbed/condor_pool.py).
 
 ``condor_pool`` is one pool for the session: two startds ``node1`` and ``node2`` with two
 slots each, on loopback, jobs running as the non-root submitter ``cloudio``. Tests bind their
@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, List
 import pytest
 
 from installed import build_sdist_and_wheel
-from pegasus_cloudio.testbed.condor_pool import CondorPool
+from pegasus_cloudio_testbed.condor_pool import CondorPool
 
 
 @pytest.fixture(scope="session")

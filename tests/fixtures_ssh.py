@@ -11,8 +11,8 @@ from typing import Dict, Iterator, Tuple
 
 import pytest
 
-from pegasus_cloudio.testbed.relay import RawRelay
-from pegasus_cloudio.testbed.sshd import SshServer
+from pegasus_cloudio_testbed.relay import RawRelay
+from pegasus_cloudio_testbed.sshd import SshServer
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.proxy import TcpProxy
 from transfer.aio import AsyncClient
 from transfer.errors import NotFound
 

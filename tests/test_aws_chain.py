@@ -11,8 +11,8 @@ from urllib.parse import parse_qs
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.ports import free_port
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.ports import free_port
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Session, Settings, parse_url
 from transfer.aws_chain import aws_s3_config
 from transfer.errors import ConfigError

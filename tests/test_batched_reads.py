@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio_testbed.proxy import Fault
 from transfer import Engine, InvalidInput, Mkdir, NotFound, RetryPolicy, Session, Settings, Transfer, TransientError, parse_url
 from transfer._workers import InlineExecutor
 from transfer.cache import CacheConfig, NodeCache
@@ -231,7 +231,7 @@ def test_an_answer_with_only_its_size_to_check_is_never_framed_by_the_next_one(t
     request in flight, waits for the body and fails the file.)"""
     from urllib.parse import unquote
 
-    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
     objects = {f"k{i}": f"object {i} ".encode() * 40 for i in range(8)}
 
     def answer(request):

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from pegasus_cloudio.bench import cache as cache_bench
-from pegasus_cloudio.bench.harness import Measurement, Progress, extrapolate, minimum_sample, run_rows
+from pegasus_cloudio_bench import cache as cache_bench
+from pegasus_cloudio_bench.harness import Measurement, Progress, extrapolate, minimum_sample, run_rows
 from waiting import wait_for
 
 
@@ -85,7 +85,7 @@ def _workflow_run(mode, compute, makespan, complete=True, correct=True):
 def test_workflow_stock_lower_bound_is_not_a_figure_and_unchecked_results_are_not_met() -> None:
     """Before: the extrapolated stock row at 5 s was a ratio and a bar like any other, and
     ``results_correct`` read "met" though the stock result was never checked."""
-    from pegasus_cloudio.bench import workflow
+    from pegasus_cloudio_bench import workflow
     runs = [_workflow_run("vm-local", 5.0, 100.0), _workflow_run("stager", 5.0, 102.0),
             _workflow_run("stock", 5.0, 310.0, complete=False)]
     result = workflow.report(workflow.Params(computes=(5.0,), modes=("stock", "stager", "vm-local")), runs, {})

@@ -7,8 +7,8 @@ from typing import List
 
 import pytest
 
-from pegasus_cloudio.bench import large
-from pegasus_cloudio.bench.harness import Progress
+from pegasus_cloudio_bench import large
+from pegasus_cloudio_bench.harness import Progress
 
 
 class _Phases(Progress):

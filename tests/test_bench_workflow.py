@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pegasus_cloudio.bench.dag import expected_result, montage_like
-from pegasus_cloudio.testbed.wheel import installed_bin, source_checkout
+from pegasus_cloudio_bench.dag import expected_result, montage_like
+from pegasus_cloudio_testbed.wheel import installed_bin, source_checkout
 
 REPO = Path(__file__).resolve().parent.parent
 

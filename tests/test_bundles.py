@@ -272,7 +272,7 @@ def test_custom_engine_example_runs_against_minio(s3_env, bucket, minio, tmp_pat
 
 def test_planning_failures_become_per_file_results_not_a_crash(proxied, bucket, tmp_path):
     proxy, env = proxied
-    from pegasus_cloudio.testbed.proxy import Fault
+    from pegasus_cloudio_testbed.proxy import Fault
 
     upload(env, bucket, make_files(tmp_path / "src", 10), bundle=True)
     proxy.set_faults([Fault.status(403, body=b"<Error><Code>AccessDenied</Code></Error>", method="GET",

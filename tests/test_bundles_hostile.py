@@ -189,7 +189,7 @@ def test_the_index_cap_is_a_clear_error(s3_env, bucket, minio):
 
 def test_a_slow_directory_listing_holds_up_no_other_directory(proxied, bucket, minio, tmp_path):
     proxy, env = proxied
-    from pegasus_cloudio.testbed.proxy import Fault
+    from pegasus_cloudio_testbed.proxy import Fault
 
     s3 = client(minio)
     for directory in ("slowdir", "fastdir"):

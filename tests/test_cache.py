@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 from transfer import Session, _lean, parse_url
 from transfer.backends.base import ObjectInfo
 from transfer.cache import CacheConfig, NodeCache, cache_from_settings
 from transfer.errors import ChecksumMismatch, ConfigError, NotFound
 
 MiB = 1 << 20
-JOBS = [sys.executable, "-m", "pegasus_cloudio.bench.cache_jobs"]
+JOBS = [sys.executable, "-m", "pegasus_cloudio_bench.cache_jobs"]
 
 
 # --------------------------------------------------------------------------- helpers

@@ -16,7 +16,7 @@ try:
 except SystemExit as stop:
     code = stop.code
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("cryptography", "boto3", "Pegasus")
-               or m.startswith(("pegasus_cloudio.bench", "pegasus_cloudio.testbed", "pegasus_cloudio.sites")))
+               or m.startswith(("pegasus_cloudio_bench", "pegasus_cloudio_testbed", "pegasus_cloudio.sites")))
 print("HEAVY", heavy)
 sys.exit(code)
 """

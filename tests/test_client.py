@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 from transfer import Engine, Remove, Session, Settings, Transfer, parse_url
 from transfer.client import Client
 from transfer.errors import Cancelled, ConfigError, InvalidInput, NotFound, RemoteError

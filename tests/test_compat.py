@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pegasus_cloudio.testbed.stock import make_stock_home
+from pegasus_cloudio_testbed.stock import make_stock_home
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 
@@ -150,7 +150,7 @@ def test_userinfo_in_an_http_url_authenticates_like_stock(stock, env, tmp_path):
     """Stock's wget answers the server's Basic challenge with the URL's ``user:password``."""
     import base64
 
-    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
     good = "Basic " + base64.b64encode(b"joe:s3cret").decode()
 
     def guarded(req):
@@ -169,8 +169,8 @@ def through_proxy(stock, env, tmp_path, proxy_env, **proxy_options):
     """Stock and ours fetch one http file with ``proxy_env`` set and a ForwardProxy
     (``proxy_options``; ``proxy_env`` may name it with ``{proxy}``) on the way; per tool: exit
     code, (method, target) of each request the proxy saw, the files written; and the URL."""
-    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
-    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    from pegasus_cloudio_testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
     with ScriptedServer(lambda req: Reply(200, {}, b"via proxy\n")) as origin, ForwardProxy(**proxy_options) as proxy:
         url = f"{origin.endpoint}/f"
         seen = {}
@@ -205,9 +205,9 @@ def test_a_proxy_named_without_a_port_is_asked_on_port_80_like_stock(stock, env,
 def test_https_downloads_tunnel_through_https_proxy_like_stock(stock, env, tmp_path):
     from http.server import BaseHTTPRequestHandler
 
-    from pegasus_cloudio.testbed.certs import make_tls_files
-    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
-    from pegasus_cloudio.testbed.webserver import serve
+    from pegasus_cloudio_testbed.certs import make_tls_files
+    from pegasus_cloudio_testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio_testbed.webserver import serve
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -400,7 +400,7 @@ def test_s3_goes_through_HTTP_PROXY_unless_NO_PROXY_names_the_endpoint_like_stoc
                                                                                  minio, tmp_path, no_proxy):
     """Stock's pegasus-s3 (botocore) reads upper-case HTTP_PROXY for an http endpoint, which
     wget's rules for http:// URLs ignore: both tools' uploads and downloads go through it."""
-    from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+    from pegasus_cloudio_testbed.forward_proxy import ForwardProxy
     origin = f"http://{minio.host}:{minio.port}/"
     with ForwardProxy() as proxy:
         env = dict(s3_env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""), HTTP_PROXY=proxy.url,

@@ -1,6 +1,6 @@
 """Three tools, one input: our drop-in, the Python pegasus-transfer Pegasus 5 ships (5.1.3 worker
 wheel) and Pegasus's Go pegasus-transfer (commit b261f8c80, the stock tool to come, built by
-pegasus_cloudio.testbed.tools). Each test runs all three on the same input in twin directories
+pegasus_cloudio_testbed.tools). Each test runs all three on the same input in twin directories
 and compares exit codes, files, transfer-attempt records, integrity output and error texts;
 where the two stock tools differ, the test says which one we follow (docs/dropin.md, "The Go
 pegasus-transfer"). Pegasus's own test/core/016-pegasus-transfer inputs (tests/data/pegasus-016)
@@ -21,9 +21,9 @@ from typing import Callable, Dict, List, Mapping, Sequence, Tuple
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.stock import make_stock_home
-from pegasus_cloudio.testbed.tools import ensure_go_transfer
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.stock import make_stock_home
+from pegasus_cloudio_testbed.tools import ensure_go_transfer
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 DATA = Path(__file__).parent / "data" / "pegasus-016"

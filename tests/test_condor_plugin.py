@@ -24,7 +24,7 @@ import pytest
 from fixtures_condor import (PREALLOCATED, assert_filter_types, file_ad, hold_reason_details, parse_results,
                              put_objects, s3_client, sandbox_leftovers, write_credentials)
 
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 
 
 # --------------------------------------------------------------------------- query

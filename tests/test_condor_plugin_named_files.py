@@ -31,7 +31,7 @@ from fixtures_condor import (
 
 from test_p2p_trust import portable_python
 
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 
 HANG_GUARD_S = 60  # a run that blocks (on a FIFO) fails the test instead of hanging it
 

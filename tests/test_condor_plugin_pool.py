@@ -27,9 +27,9 @@ import boto3
 import pytest
 
 from pegasus_cloudio.condor.ads import split_ads
-from pegasus_cloudio.testbed.condor_pool import CondorPool
-from pegasus_cloudio.testbed.condor_root import SUITE, TESTING_SUITE
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.condor_pool import CondorPool
+from pegasus_cloudio_testbed.condor_root import SUITE, TESTING_SUITE
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 
 PLUGIN = "/usr/libexec/condor/cloudio_plugin"
 VENV = "/opt/pegasus-cloudio"

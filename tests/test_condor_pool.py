@@ -1,5 +1,5 @@
 """The real HTCondor pool fixture: jobs run as the submitter and their outputs come back;
-pools run side by side and leave nothing behind (see pegasus_cloudio/testbed/condor_pool.py)."""
+pools run side by side and leave nothing behind (see bench/pegasus_cloudio_testbed/condor_pool.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Callable
 
 import pytest
 
-from pegasus_cloudio.testbed.condor_pool import CondorPool, PoolError, reap_orphans
+from pegasus_cloudio_testbed.condor_pool import CondorPool, PoolError, reap_orphans
 
 JOB = """\
 #!/bin/sh
@@ -97,7 +97,7 @@ def test_pool_of_a_killed_owner_is_reaped(tmp_path: Path) -> None:
     script = tmp_path / "owner.py"
     script.write_text(
         "import sys, time\n"
-        "from pegasus_cloudio.testbed.condor_pool import CondorPool\n"
+        "from pegasus_cloudio_testbed.condor_pool import CondorPool\n"
         "pool = CondorPool(startds=('orphan',), slots=1).start()\n"
         "print(pool.dir, pool.master_pid, flush=True)\n"
         "time.sleep(600)\n")

@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pegasus_cloudio.testbed.proxy import TcpProxy
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Session, Settings, parse_url
 from transfer.engine import Engine
 from transfer.errors import TransientError

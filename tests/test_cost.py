@@ -10,7 +10,7 @@ import pytest
 
 from pegasus_cloudio.cost.prices import DEFAULT_TABLES, load_tables
 from pegasus_cloudio.cost.records import job_type, parse_attempts, usage_of
-from pegasus_cloudio.bench.small_files import transfer_spec
+from pegasus_cloudio_bench.small_files import transfer_spec
 
 RECORD = '''- transfer_attempts:
   - src_url: "s3://u@minio/b/a \\"q\\".dat"

@@ -151,7 +151,7 @@ def test_every_attempt_of_a_transfer_failing_its_checksum_is_recorded(tmp_path):
 def test_a_space_or_non_ascii_letter_in_an_http_url_is_sent_percent_encoded_like_wget(tmp_path):
     """Stock pegasus-transfer runs wget, which sends ``/a b/ü.txt`` as ``/a%20b/%C3%BC.txt`` and a
     ``%`` that starts no escape as ``%25``; an existing escape (``%25``) goes out unchanged."""
-    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
     env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CACHE_DIR": "off", "PEGASUS_CLOUDIO_CONFIG": os.devnull}
     with ScriptedServer(lambda req: Reply(200, {}, b"data")) as server:
         spec = json.dumps([transfer(f"{server.endpoint}/{name}", f"file://{tmp_path}/out{i}", f"out{i}",
@@ -258,7 +258,7 @@ def test_stats_count_the_bytes_a_failed_attempt_left_as_stock_does(proxied, mini
     fetched on the second attempt is "2 transfers, 3.0 B", not the file counted twice."""
     import boto3
 
-    from pegasus_cloudio.testbed.proxy import Fault
+    from pegasus_cloudio_testbed.proxy import Fault
     proxy, env = proxied
     boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
                  aws_secret_access_key=minio.secret_key, region_name="us-east-1").put_object(

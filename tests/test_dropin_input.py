@@ -97,7 +97,7 @@ def test_missing_ca_bundle_names_the_setting_and_the_path(tmp_path, source):
 
 def test_a_url_without_host_or_bucket_is_malformed_and_nothing_is_asked_of_any_network(tmp_path, source):
     """Before: ``s3://`` walked the AWS credential chain, instance metadata included."""
-    from pegasus_cloudio.testbed.scripted import ScriptedServer
+    from pegasus_cloudio_testbed.scripted import ScriptedServer
     with ScriptedServer() as metadata:  # stands in for 169.254.169.254: it must hear nothing
         env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata.endpoint}
         for text in ("s3://", "s3:///key", "gs://", "https://"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio_testbed.proxy import Fault
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 MiB = 1 << 20

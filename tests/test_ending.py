@@ -115,7 +115,7 @@ def oldest_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
     in a venv with :data:`FAILING_HOOK`."""
     from test_worker_bundle import MIN, interpreters
 
-    from pegasus_cloudio.testbed.wheel import build_wheel
+    from pegasus_cloudio_testbed.wheel import build_wheel
     supported = [path for version, path in interpreters() if version >= MIN]
     assert supported, "no python3 >= 3.9 outside a venv on this machine"
     root = str(tmp_path_factory.mktemp("ending-oldest"))

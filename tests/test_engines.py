@@ -20,8 +20,8 @@ import pytest
 from engines_support import ENGINES, FILES, Venv, as_tested, blocks, boto, content, make_engine_venv
 from engines_support import counted, tls_bucket, wheel  # noqa: F401 - fixtures
 from installed import constraints_file, run
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.proxy import TcpProxy
 from transfer import Engine, Session, Settings, Transfer, parse_url
 
 

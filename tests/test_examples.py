@@ -81,7 +81,7 @@ def test_custom_engine_demo_runs_on_its_own_minio():
 
 
 def test_p2p_library_example_shares_a_result_between_two_nodes(s3_env, bucket, tmp_path):
-    from pegasus_cloudio.testbed.redis import RedisServer
+    from pegasus_cloudio_testbed.redis import RedisServer
     with RedisServer() as redis_server:
         env = dict(s3_env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""))
         done = subprocess.run([sys.executable, str(EXAMPLES / "p2p_library.py"), "--redis", redis_server.url,

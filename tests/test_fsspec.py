@@ -15,7 +15,7 @@ from fsspec.tests.abstract.copy import AbstractCopyTests
 from fsspec.tests.abstract.get import AbstractGetTests
 from fsspec.tests.abstract.put import AbstractPutTests
 
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.proxy import TcpProxy
 from transfer.client import Client
 from transfer.errors import TransferError
 from transfer.fsspec_fs import CloudioFileSystem

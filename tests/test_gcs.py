@@ -16,9 +16,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from pegasus_cloudio.testbed.fakegcs import FakeGcsServer
-from pegasus_cloudio.testbed.ports import free_port
-from pegasus_cloudio.testbed.proxy import Fault, TcpProxy
+from pegasus_cloudio_testbed.fakegcs import FakeGcsServer
+from pegasus_cloudio_testbed.ports import free_port
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 from transfer import (
     AuthError,
     ChecksumMismatch,

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from pegasus_cloudio.testbed.certs import make_tls_files
-from pegasus_cloudio.testbed.webserver import serve
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.webserver import serve
 from transfer import Session, Settings, parse_url
 from transfer.credentials import PegasusCredentialsFile
 

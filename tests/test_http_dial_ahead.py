@@ -147,7 +147,7 @@ def test_connections_dialled_ahead_to_a_tls_store_handshake_at_once(minio_tls):
     costs about two round trips (handshakes, requests), not one per connection more."""
     import ssl
 
-    from pegasus_cloudio.testbed.proxy import TcpProxy
+    from pegasus_cloudio_testbed.proxy import TcpProxy
 
     with TcpProxy((minio_tls.host, minio_tls.port), delay_ms=100) as proxy:  # 200 ms round trips
         context = ssl.create_default_context(cafile=str(minio_tls.ca_file))
@@ -216,7 +216,7 @@ class IdleHangingUpServer:
     def __init__(self, tmp_path):
         import ssl
 
-        from pegasus_cloudio.testbed.certs import make_tls_files
+        from pegasus_cloudio_testbed.certs import make_tls_files
 
         files = make_tls_files(tmp_path / "certs")
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -4,7 +4,7 @@ would let a caller smuggle a header or a second request)."""
 
 import pytest
 
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer.credentials import Credentials, S3SiteConfig
 from transfer.backends.s3 import S3Backend
 from transfer.config import Settings

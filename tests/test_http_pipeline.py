@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pegasus_cloudio.testbed.scripted import ScriptedServer
+from pegasus_cloudio_testbed.scripted import ScriptedServer
 from transfer._threads import Event
 from transfer.http.connection import Timeouts
 from transfer.http.pipeline import GiveUp, fetch

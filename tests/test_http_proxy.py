@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from pegasus_cloudio.testbed.certs import make_tls_files
-from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
-from pegasus_cloudio.testbed.webserver import serve
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.forward_proxy import ForwardProxy
+from pegasus_cloudio_testbed.webserver import serve
 from transfer.errors import ConfigError
 from transfer.http.proxy import bypassed, parse_proxy, proxy_for
 

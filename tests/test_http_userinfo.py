@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 GOOD = "Basic " + base64.b64encode(b"joe:s3cret").decode()

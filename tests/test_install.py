@@ -12,6 +12,7 @@ import tarfile
 import threading
 import time
 import uuid
+import zipfile
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -62,6 +63,18 @@ def test_sdist_and_wheel_hold_every_package_of_the_source_tree(built: Tuple[Path
         assert archive_packages(tf.getnames(), f"pegasus_cloudio-{__version__}/") == expected
 
 
+def test_the_worker_wheel_carries_no_test_bed_and_no_benchmarks(built: Tuple[Path, Path]) -> None:
+    sdist, wheel = built
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert any(n.startswith("transfer/") for n in names)
+    assert not [n for n in names if "testbed" in n or "bench" in n.split("/")[0] or "/bench/" in n], names
+    with zipfile.ZipFile(wheel) as zf:
+        requires = [line for line in zf.read(next(n for n in names if n.endswith("/METADATA"))).decode().splitlines()
+                    if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert requires == [], requires  # a worker's plain install pulls in nothing
+
+
 def test_installed_code_comes_from_the_venv_not_the_checkout(bare: Venv, tmp_path: Path) -> None:
     bin_dir, env = bare
     code = "import transfer, pegasus_cloudio; print(transfer.__file__); print(pegasus_cloudio.__file__)"
@@ -84,12 +97,13 @@ def test_every_console_script_answers_version_and_help(which: str, request: pyte
 
 def test_bare_install_names_the_extra_for_what_it_lacks(bare: Venv, tmp_path: Path) -> None:
     bin_dir, env = bare
-    for argv, extra in ((["sites", "--mode", "vm-storage", "--out", "x"], "sites"),
-                        (["bench", "small-files", "--help"], "bench")):
+    for argv, fix in ((["sites", "--mode", "vm-storage", "--out", "x"], "pip install 'pegasus-cloudio[sites]'"),
+                      (["bench", "small-files", "--help"], "pip install ./bench (pegasus-cloudio-bench, from a "
+                                                            "pegasus-cloudio checkout)")):
         done = run([str(bin_dir / "pegasus-cloudio"), *argv], env, tmp_path)
         assert done.returncode == 2
         [line] = done.stderr.splitlines()
-        assert line.endswith(f"pip install 'pegasus-cloudio[{extra}]'"), line
+        assert line.endswith(fix), line
     assert not (tmp_path / "x").exists()
     (tmp_path / "in").write_bytes(b"x")
     for url, extra in (("gs://bucket/key", "gcs"), ("scp://user@127.0.0.1/tmp/key", "sftp")):

@@ -26,9 +26,12 @@ ENVIRONMENT, CONFIG_FILE = "environment", "config file"
 BAD: Dict[str, Tuple[str, ...]] = {
     "RETRY_BASE_DELAY": ("-1", "nan", "inf"),
     "RETRY_MAX_DELAY": ("-1", "nan"),
+    "THROTTLE_TIMEOUT": ("-1", "nan"),
+    "POOL_RATE_FRACTION": ("-0.5", "1.5", "nan"),
     "CONNECT_TIMEOUT": ("-1", "0", "nan"),
     "READ_TIMEOUT": ("-1", "0", "nan", "inf"),
     "MULTIPART_THRESHOLD": ("0",),
+    "MULTIPART_ORPHAN_AGE": ("-1", "nan"),
     "BUNDLE_MIN_FILES": ("-3", "0"),
     "BUNDLE_MAX_MEMBER_SIZE": ("0",),
     "BUNDLE_MAX_SIZE": ("0",),

@@ -27,7 +27,7 @@ from pegasus_cloudio.dropin.stock import find_stock_transfer
 from pegasus_cloudio.p2p.serve import load_settings
 from pegasus_cloudio.p2p.summary import summary_settings
 from pegasus_cloudio.s3cli import main as s3cli
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 from transfer.backends import _gcs_auth
 from transfer.cache import config_from_env
 from transfer.errors import ConfigError, TransferError
@@ -135,10 +135,13 @@ KNOBS = {
     "MAX_ATTEMPTS": ("7", setting("max_attempts"), 7, BOTH),
     "RETRY_BASE_DELAY": ("0.25", setting("retry_base_delay"), 0.25, BOTH),
     "RETRY_MAX_DELAY": ("4", setting("retry_max_delay"), 4.0, BOTH),
+    "THROTTLE_TIMEOUT": ("42", setting("throttle_timeout"), 42.0, BOTH),
+    "POOL_RATE_FRACTION": ("0.8", setting("pool_rate_fraction"), 0.8, BOTH),
     "CONNECT_TIMEOUT": ("2.5", setting("connect_timeout"), 2.5, BOTH),
     "READ_TIMEOUT": ("9", setting("read_timeout"), 9.0, BOTH),
     "MULTIPART_THRESHOLD": ("32M", setting("multipart_threshold"), 32 << 20, BOTH),
     "MULTIPART_PART_SIZE": ("8M", setting("multipart_part_size"), 8 << 20, BOTH),
+    "MULTIPART_ORPHAN_AGE": ("3600", setting("multipart_orphan_age"), 3600.0, BOTH),
     "DOWNLOAD_PART_SIZE": ("4M", setting("download_part_size"), 4 << 20, BOTH),
     "CA_BUNDLE": ("/etc/ca.pem", setting("ca_bundle"), "/etc/ca.pem", BOTH),
     "GCS_ENDPOINT": ("http://127.0.0.1:4443", setting("gcs_endpoint"), "http://127.0.0.1:4443", BOTH),

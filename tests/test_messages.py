@@ -4,7 +4,7 @@ import os
 
 import boto3
 
-from pegasus_cloudio.testbed.proxy import Fault
+from pegasus_cloudio_testbed.proxy import Fault
 from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
 
 

@@ -29,7 +29,7 @@ import pytest
 
 from installed import SKIP, run
 from pegasus_cloudio.stager import wire
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 from test_stager import _parts, _stalled_get, entry, job_env, served, stager, wait_for  # noqa: F401 (stager)
 
 REPO = Path(__file__).resolve().parent.parent

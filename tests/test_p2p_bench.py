@@ -3,8 +3,8 @@ table prints, and peers cut store requests (no timing is asserted)."""
 
 from __future__ import annotations
 
-from pegasus_cloudio.bench import p2p
-from pegasus_cloudio.bench.harness import Progress
+from pegasus_cloudio_bench import p2p
+from pegasus_cloudio_bench.harness import Progress
 
 
 def test_bench_p2p_reports_every_row():

@@ -12,8 +12,8 @@ import pytest
 from pegasus_cloudio.p2p.serve import Daemon
 from pegasus_cloudio.p2p.server import ServeConfig
 from pegasus_cloudio.p2p.settings import DaemonSettings
-from pegasus_cloudio.testbed.certs import make_tls_files
-from pegasus_cloudio.testbed.redis import RedisServer
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.redis import RedisServer
 from transfer.p2p import connect_redis
 from transfer.p2p.index import PeerIndex
 from p2p_support import TOKEN

@@ -15,8 +15,8 @@ import redis
 from pegasus_cloudio.p2p.serve import Daemon
 from pegasus_cloudio.p2p.server import ServeConfig
 from pegasus_cloudio.p2p.settings import DaemonSettings
-from pegasus_cloudio.testbed.certs import make_tls_files
-from pegasus_cloudio.testbed.redis import RedisServer
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.redis import RedisServer
 from transfer import Engine, Session, Settings, Transfer, parse_url
 from transfer.p2p import describer
 from transfer.p2p.client import PeerClient

@@ -123,7 +123,7 @@ def test_claims_planted_in_the_index_cost_one_wait_per_job_not_one_per_file(tmp_
     every key a reader will claim (claim names follow from entry names): the reader then
     waits ``claim_seconds`` for a replica that never comes. It does so once, not per file."""
     import redis
-    from pegasus_cloudio.testbed.redis import RedisServer
+    from pegasus_cloudio_testbed.redis import RedisServer
     from transfer.p2p import describer
     from transfer.p2p.index import NodeInfo, PeerIndex
     from transfer.p2p.source import PeerIndexSource
@@ -210,7 +210,7 @@ def test_junk_in_every_entry_costs_a_job_one_warning_not_one_per_file(tmp_path):
     warning". Anyone who can write Redis can put a junk field into every entry (they are
     all listed by SCAN): a job reading many files still prints one line."""
     import redis
-    from pegasus_cloudio.testbed.redis import RedisServer
+    from pegasus_cloudio_testbed.redis import RedisServer
     from transfer.p2p.index import NodeInfo, PeerIndex
     from transfer.p2p.source import PeerIndexSource
     with RedisServer() as server:

@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.cluster
 
-from pegasus_cloudio.testbed.redis import RedisCluster, RedisServer
+from pegasus_cloudio_testbed.redis import RedisCluster, RedisServer
 from transfer.p2p.index import Claim, NodeInfo, PeerIndex
 from transfer.peers import Replica, derive_scope
 

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from pegasus_cloudio.testbed.certs import make_tls_files
-from pegasus_cloudio.testbed.faults import Fault
-from pegasus_cloudio.testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.faults import Fault
+from pegasus_cloudio_testbed.proxy import TcpProxy
 from transfer.cache.layout import digest_of
 from transfer.p2p.config import parse_networks
 from p2p_support import TOKEN, client_config, corrupt_in_place, fetch, holder, new_cache, put, serve, url_of

@@ -11,7 +11,7 @@ import uuid
 
 import boto3
 
-from pegasus_cloudio.testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.certs import make_tls_files
 from transfer import Transfer, parse_url
 from test_p2p_engine import Node, redis_server  # noqa: F401 - the fixture, for this module too
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from pegasus_cloudio.p2p.limits import ConnectionLimits
-from pegasus_cloudio.testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.certs import make_tls_files
 from transfer.cache.layout import Layout, digest_of
 from transfer.errors import ConfigError
 from transfer.p2p.config import peer_config_from_env
@@ -171,6 +171,18 @@ def test_huge_range_bounds_get_an_answer(tmp_path, tls, header, status, content_
                                                                                 "Range": header})
         assert (got, headers.get("Content-Range")) == (status, content_range)
         assert body == (b"0123456789" if status == 206 else b"")
+
+
+@pytest.mark.parametrize("header", ["bytes=abc", "items=0-1", "bytes=-", "bytes=0-1,x", "bytes 0-1"])
+def test_unparsable_range_is_ignored(tmp_path, tls, header):
+    """RFC 9110 14.2: a Range field the server cannot parse or does not support is ignored:
+    200, the whole body, no Content-Range (a 206 with the whole body reads as a span)."""
+    cache = new_cache(tmp_path / "a")
+    r = put(cache, "s3://b/k", b"0123456789")
+    with serve(tmp_path / "a", tls=tls) as server:
+        got, headers, body = raw(server, tls, f"/v1/alice/{digest_of(r.key)}", {**auth(server, r.key),
+                                                                                "Range": header})
+        assert (got, headers.get("Content-Range"), body) == (200, None, b"0123456789")
 
 
 # -- how much and how long ----------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List, Sequence
 
 import pytest
 
-from pegasus_cloudio.testbed.redis import RedisServer
+from pegasus_cloudio_testbed.redis import RedisServer
 from test_stager_trust import as_user
 from transfer.p2p import connect_redis
 from transfer.p2p.index import PeerIndex

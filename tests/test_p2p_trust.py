@@ -31,10 +31,10 @@ import boto3
 import pytest
 import redis
 
-from pegasus_cloudio.testbed.certs import make_tls_files
-from pegasus_cloudio.testbed.netns import NetnsPool
-from pegasus_cloudio.testbed.proxy import TcpProxy
-from pegasus_cloudio.testbed.redis import RedisServer
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.netns import NetnsPool
+from pegasus_cloudio_testbed.proxy import TcpProxy
+from pegasus_cloudio_testbed.redis import RedisServer
 from transfer.cache.layout import Layout, digest_of, read_meta
 from test_dropin import transfer
 

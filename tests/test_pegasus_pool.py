@@ -31,9 +31,9 @@ import pytest
 from fixtures_gcs import ServiceAccountKey, service_account_key
 
 from installed import build_sdist_and_wheel
-from pegasus_cloudio.testbed.condor_pool import CondorPool
-from pegasus_cloudio.testbed.pegasus import ensure_pegasus
-from pegasus_cloudio.testbed.pegasus_pool import (
+from pegasus_cloudio_testbed.condor_pool import CondorPool
+from pegasus_cloudio_testbed.pegasus import ensure_pegasus
+from pegasus_cloudio_testbed.pegasus_pool import (
     DAGMAN_CONFIG,
     POOL_PACKAGES,
     DagRun,
@@ -45,7 +45,7 @@ from pegasus_cloudio.testbed.pegasus_pool import (
     wheelhouse,
     worker_venv,
 )
-from pegasus_cloudio.testbed.pegasus_sets import (
+from pegasus_cloudio_testbed.pegasus_sets import (
     OUTPUT,
     add_montage_like,
     chown_tree,

@@ -20,7 +20,7 @@ import pytest
 
 from fixtures_pool import install_in_root
 from pegasus_cloudio.p2p.summary import ATTRIBUTE, add_cache_rank, short_id
-from pegasus_cloudio.testbed.condor_pool import CondorPool
+from pegasus_cloudio_testbed.condor_pool import CondorPool
 from transfer import Session, parse_url
 
 SUMMARY_DIR = "/var/lib/pegasus-cloudio"

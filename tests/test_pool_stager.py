@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterator, List
 
 import pytest
 
-from pegasus_cloudio.testbed.condor_pool import CondorPool
+from pegasus_cloudio_testbed.condor_pool import CondorPool
 
 MiB = 1 << 20
 _STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")

@@ -20,7 +20,7 @@ import botocore.session
 import pytest
 from botocore.config import Config
 
-from pegasus_cloudio.testbed.keys import key_corpus
+from pegasus_cloudio_testbed.keys import key_corpus
 from transfer.backends.s3 import S3Backend, default_endpoint
 from transfer.client import Client
 from transfer.config import Settings

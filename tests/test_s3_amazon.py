@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Session, Settings, parse_url
 from transfer.backends._s3_checksum import _crt
 from transfer.backends.s3 import S3Backend
@@ -116,6 +116,49 @@ def test_temporary_redirect_goes_to_location_once():
                                                                 "tmp.s3-external-2.amazonaws.com"]
 
 
+def test_temporary_redirect_naming_a_region_goes_to_that_regions_endpoint():
+    """botocore's way: a 307 with ``x-amz-bucket-region`` is re-routed by region, not by Location."""
+    def handler(request):
+        if _region(request) != "us-west-2":
+            return Reply(307, {"x-amz-bucket-region": "us-west-2",
+                               "Location": "http://tmp.s3-us-west-2.amazonaws.com.attacker.example/k"})
+        return _ok(request)
+
+    with ScriptedServer(handler) as server:
+        assert _get(_backend(server), Url("s3", "tmp", "/k")) == BODY
+        assert [r.header("host") for r in server.requests] == ["tmp.s3.amazonaws.com",
+                                                                "tmp.s3.us-west-2.amazonaws.com"]
+
+
+@pytest.mark.parametrize("location", [
+    "http://tmp.s3.amazonaws.com.attacker.example/k",  # not Amazon's domain
+    "http://attacker.example/k",
+    "http://tmp.s3.amazonaws.com:8080/k",  # another port
+    "http://other.s3.amazonaws.com/k",  # another bucket's host
+    "http://s3.amazonaws.com/other/k",  # another bucket's path
+    "https://tmp.s3.amazonaws.com/k",  # another scheme
+])
+def test_temporary_redirect_elsewhere_is_refused_and_nothing_is_sent(location):
+    with ScriptedServer(lambda r: Reply(307, {"Location": location})) as server:
+        with pytest.raises(RemoteError) as info:
+            _get(_backend(server), Url("s3", "tmp", "/k"))
+        assert len(server.requests) == 1
+    assert "307 redirect to" in str(info.value) and "not followed" in str(info.value)
+
+
+def test_a_custom_endpoint_follows_a_307_only_on_its_own_origin():
+    def handler(request):
+        if not request.query:
+            return Reply(307, {"Location": f"http://127.0.0.1:{server.port}/b-1/k?moved=1"})
+        return _ok(request)
+
+    with ScriptedServer(handler) as server:
+        backend = _backend(server, endpoint=f"http://127.0.0.1:{server.port}")
+        assert _get(backend, Url("s3", "b-1", "/k")) == BODY
+        assert [r.target for r in server.requests] == ["/b-1/k", "/b-1/k?moved=1"]
+        assert all(r.header("authorization") for r in server.requests)
+
+
 def test_request_time_too_skewed_corrects_the_clock_and_retries_once():
     server_clock = time.time() + 3600  # the server is an hour ahead of us
 
@@ -145,15 +188,19 @@ def test_slowdown_and_500_are_retried_with_backoff_by_the_engine(tmp_path, statu
         creds.write_text(f"[fake]\nendpoint = {server.endpoint}\n[u@fake]\naccess_key = a\nsecret_key = b\n")
         creds.chmod(0o600)
         sleeps = []
-        with Session(Settings(), {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path)}) as session:
+        env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path)}
+        with Session(Settings(), env) as session:  # a node rate file of its own: no prefix paced before
             engine = Engine(session, retry=RetryPolicy(max_attempts=3, base_delay=1.0), sleep=sleeps.append)
             [result] = engine.run([Transfer((parse_url("s3://u@fake/bkt/k"),), parse_url(str(tmp_path / "out")))])
     assert result.ok and (tmp_path / "out").read_bytes() == BODY
-    assert result.attempts == 3 and len(sleeps) == 2
-    if code == "SlowDown":  # throttling waits four times longer than a plain 5xx
-        assert sleeps[0] >= 2.0 and sleeps[1] >= 4.0
+    assert result.attempts == 3
+    if code == "SlowDown":
+        # the ordinary backoff before each retry, then the wait of the prefix's pace, which the
+        # throttle answer cut (docs/throttling.md): the pace, not a longer backoff, slows the job
+        assert len(sleeps) == 4, sleeps
+        assert sleeps[0] <= 1.0 and sleeps[2] <= 2.0 and sleeps[1] > 0 and sleeps[3] > 0, sleeps
     else:
-        assert sleeps[0] <= 1.0 and sleeps[1] <= 2.0
+        assert len(sleeps) == 2 and sleeps[0] <= 1.0 and sleeps[1] <= 2.0, sleeps
 
 
 def _b64(value: int, width: int) -> str:

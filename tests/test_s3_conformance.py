@@ -9,7 +9,7 @@ records it byte for byte. For each captured request:
     same method, path, query parameters and one identical Host (captured at ``before-send``,
     so botocore never touches the network).
 
-The inputs cover 1,400 generated keys (see ``pegasus_cloudio.testbed.keys``), path-style and
+The inputs cover 1,400 generated keys (see ``pegasus_cloudio_testbed.keys``), path-style and
 virtual-hosted addressing, three regions, and credentials with and without a session token.
 """
 
@@ -30,8 +30,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials as BotoCredentials
 
-from pegasus_cloudio.testbed.keys import key_corpus
-from pegasus_cloudio.testbed.scripted import Captured, Reply, ScriptedServer
+from pegasus_cloudio_testbed.keys import key_corpus
+from pegasus_cloudio_testbed.scripted import Captured, Reply, ScriptedServer
 from transfer.backends.s3 import S3Backend, S3Path, default_endpoint, virtual_hosted
 from transfer.config import Settings
 from transfer.credentials import Credentials, S3SiteConfig

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pegasus_cloudio.testbed.scripted import ScriptedServer
+from pegasus_cloudio_testbed.scripted import ScriptedServer
 from transfer import Session, Settings, parse_url
 from transfer.errors import ConfigError, InvalidInput
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pegasus_cloudio.testbed.keys import key_corpus
+from pegasus_cloudio_testbed.keys import key_corpus
 from transfer import Session, Settings, parse_url
 from transfer.errors import AuthError
 from transfer.urls import Url

@@ -1,17 +1,25 @@
-"""Stale multipart uploads: the engine's aborts are retried, and ``lsup``/``rmup`` list and
-remove what a killed client or server left (real MinIO)."""
+"""Stale multipart uploads: the engine's aborts are retried, the next upload of a key aborts
+what a killed store left open, and ``lsup``/``rmup`` list and remove what a killed client or
+server left (real MinIO)."""
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from urllib.parse import parse_qsl, unquote
 
 import boto3
 
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.proxy import Fault
-from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.ports import free_port
+from pegasus_cloudio_testbed.proxy import Fault, Shaping, TcpProxy
+from pegasus_cloudio_testbed.relay import RawRelay
+from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
+from transfer.uploads import ABORT_ATTEMPTS
+from waiting import wait_for
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.s3cli.main"]
 MiB = 1 << 20
@@ -128,3 +136,109 @@ def test_lsup_and_rmup_against_amazons_prefix_semantics(tmp_path):
         assert any("prefix=run%2F" in r.query or "prefix=run/" in r.query for r in server.requests)
         assert cli(["rmup", "-a", "s3://test@amazon/bkt/run/a.dat"], env, tmp_path)[0] == 0
         assert uploads == {("run/b.dat", "id-b"), ("other/c.dat", "id-c")}
+
+
+# --------------------------------------------------------------------------- uploads a killed store left
+
+
+@contextlib.contextmanager
+def killable_store(tmp_path):
+    """(store, relay, env, s3): a MinIO of its own (it is killed), reached through a relay the
+    test points at the restarted store's new port, behind a proxy capped at 40 MB/s so that an
+    upload is still sending when the store is killed."""
+    with MinioServer() as store, RawRelay((store.host, store.port)) as relay, \
+            TcpProxy(relay.address, shaping=Shaping(rate_bps=40e6)) as proxy:
+        creds = store.write_pegasus_credentials(tmp_path / "killable.conf", site="minio", user="test",
+                                                endpoint=proxy.url())
+        env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+               "AWS_EC2_METADATA_DISABLED": "true"}
+        client(store).create_bucket(Bucket="bkt")
+        yield store, relay, env
+
+
+def open_uploads(store, key):
+    """The uploads of ``key`` (MinIO lists those it knew before a restart for the whole key only)."""
+    found = client(store).list_multipart_uploads(Bucket="bkt", Prefix=key).get("Uploads", [])
+    return sorted(u["UploadId"] for u in found if u["Key"] == key)
+
+
+def upload_killing_the_store(store, relay, env, src, key, settings):
+    """Run one upload of ``src`` in a thread; once the upload is open, cut its connections and
+    kill the store (restart: new ports, same data), point the relay at the new store, and
+    return the run's result.
+    The engine's waits: the first ones (its retries of the abort, while the relay still points
+    at the dead store) pass at once; the later ones (before the file's next attempts) last until
+    the relay points at the new store, so a run with a few attempts to spare completes."""
+    results, back, waits = [], threading.Event(), []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        if len(waits) >= ABORT_ATTEMPTS:
+            assert back.wait(120)
+
+    def run():
+        with Session(settings, env) as session:
+            results.extend(Engine(session, sleep=sleep).run(
+                [Transfer((parse_url(str(src)),), parse_url(f"s3://test@minio/bkt/{key}", site_label="minio"))]))
+    worker = threading.Thread(target=run)
+    worker.start()
+    wait_for(lambda: open_uploads(store, key), timeout=60, what="the upload to open")
+    relay.target = ("127.0.0.1", free_port())  # nothing listens there: the store is gone ...
+    assert relay.drop_connections() > 0  # ... in the middle of the upload, as a crash would
+    store.restart()
+    relay.target = (store.host, store.port)
+    back.set()
+    worker.join(120)
+    assert not worker.is_alive()
+    return results[0]
+
+
+def test_an_upload_cut_by_a_store_crash_is_aborted_by_the_retry_that_succeeds(tmp_path):
+    """The run's own upload, stranded while the store was down, is aborted by the file's next
+    attempt (its age does not matter: this engine started it)."""
+    src = tmp_path / "big.dat"
+    src.write_bytes(os.urandom(120 * MiB))
+    with killable_store(tmp_path) as (store, relay, env):
+        settings = Settings(threads=2, multipart_threshold=8 * MiB, multipart_part_size=8 * MiB, max_attempts=6)
+        result = upload_killing_the_store(store, relay, env, src, "run/big.dat", settings)
+        assert result.ok, result.error
+        left = client(store).list_multipart_uploads(Bucket="bkt", Prefix="run/big.dat").get("Uploads", [])
+        assert left == [], (left, [(a.error, a.seconds) for a in result.history])
+        assert client(store).head_object(Bucket="bkt", Key="run/big.dat")["ContentLength"] == 120 * MiB
+
+
+def test_an_upload_a_failed_run_left_is_aborted_by_the_next_run_once_old_enough(tmp_path):
+    """A run that failed while the store was down leaves its upload open; the next run of the
+    same key leaves it alone while it may be another writer's (younger than the orphan age),
+    and aborts it once it is older."""
+    src = tmp_path / "big.dat"
+    src.write_bytes(os.urandom(120 * MiB))
+    with killable_store(tmp_path) as (store, relay, env):
+        settings = Settings(threads=2, multipart_threshold=8 * MiB, multipart_part_size=8 * MiB,
+                            max_attempts=1)
+        result = upload_killing_the_store(store, relay, env, src, "run/big.dat", settings)
+        assert not result.ok
+        [left] = open_uploads(store, "run/big.dat")
+        small = settings.replace(multipart_threshold=5 * MiB, multipart_part_size=5 * MiB, max_attempts=3)
+        (tmp_path / "next.dat").write_bytes(os.urandom(6 * MiB))
+        up = Transfer((parse_url(str(tmp_path / "next.dat")),),
+                      parse_url("s3://test@minio/bkt/run/big.dat", site_label="minio"))
+        with Session(small, env) as session:
+            assert Engine(session).run([up])[0].ok
+        assert open_uploads(store, "run/big.dat") == [left]  # young: maybe another writer's
+        with Session(small.replace(multipart_orphan_age=0.0), env) as session:
+            assert Engine(session).run([up])[0].ok
+        assert open_uploads(store, "run/big.dat") == []
+
+
+def test_rmup_older_than_spares_younger_uploads(s3_env, bucket, minio, tmp_path):
+    s3 = client(minio)
+    old = orphan(s3, bucket, "a/old.dat")
+    wait_for(lambda: time.time() - s3.list_multipart_uploads(Bucket=bucket, Prefix="a/old.dat")["Uploads"][0][
+        "Initiated"].timestamp() > 2.5, timeout=30, what="the first upload to be 3 s old")
+    young = orphan(s3, bucket, "a/young.dat")
+    rc, out, err = cli(["rmup", "-a", "--older-than", "2s", f"s3://test@minio/{bucket}/a/"], s3_env, tmp_path)
+    assert rc == 0, err
+    assert [u for _, u in uploads(s3, bucket)] == [young] and old != young
+    rc, out, err = cli(["rmup", "-a", "--older-than", "soon", f"s3://test@minio/{bucket}/a/"], s3_env, tmp_path)
+    assert rc != 0 and len(err.strip().splitlines()) == 1 and "--older-than 'soon'" in err

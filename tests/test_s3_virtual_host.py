@@ -19,8 +19,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.keys import key_corpus, minio_subset
-from pegasus_cloudio.testbed.minio import MinioServer
+from pegasus_cloudio_testbed.keys import key_corpus, minio_subset
+from pegasus_cloudio_testbed.minio import MinioServer
 
 DOMAIN = "s3.us-west-2.amazonaws.com"
 DROPIN = [str(Path(sys.executable).with_name("pegasus-cloudio-transfer"))]

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.stock import make_stock_home
+from pegasus_cloudio_testbed.stock import make_stock_home
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.s3cli.main"]
 
@@ -249,7 +249,7 @@ def _parts(directory):
 def test_ctrl_c_in_get_stops_at_once_leaving_no_file_and_exit_1(proxied, minio, client, bucket, tmp_path):
     """Ctrl-C waited for the transfer in flight (8.5 s for 300 MB), then said exit 1 beside a
     complete file. Now it stops mid-body: no partial and no complete file, exit 1, one summary."""
-    from pegasus_cloudio.testbed.proxy import Fault
+    from pegasus_cloudio_testbed.proxy import Fault
     import signal
     proxy, proxied_env = proxied
     client.put_object(Bucket=bucket, Key="big.dat", Body=os.urandom(24 * MiB))
@@ -267,7 +267,7 @@ def test_ctrl_c_in_get_stops_at_once_leaving_no_file_and_exit_1(proxied, minio, 
 
 
 def test_ctrl_c_in_put_aborts_the_multipart_upload(proxied, minio, client, bucket, tmp_path):
-    from pegasus_cloudio.testbed.proxy import Fault
+    from pegasus_cloudio_testbed.proxy import Fault
     import signal
     proxy, proxied_env = proxied
     src = tmp_path / "out.dat"

@@ -28,8 +28,8 @@ def test_scp_small_files_bench_counts_handshakes_and_checks_its_output():
 
 
 def test_stock_stage_out_samples_are_large_enough_for_full_scp_batches():
-    from pegasus_cloudio.bench.small_files import Params
-    from pegasus_cloudio.bench.small_files_scp import stock_samples
+    from pegasus_cloudio_bench.small_files import Params
+    from pegasus_cloudio_bench.small_files_scp import stock_samples
 
     # 5 threads: groups reach their 100-file cap from 500 files on (PM-610)
     assert stock_samples(Params(count=2000, threads=5, stock_sample=200)) == ([500, 1000], [50, 200])

@@ -290,3 +290,14 @@ def test_a_bad_flag_prints_the_sites_usage_not_the_top_level_one(tmp_path):
     assert done.stderr.startswith("usage: pegasus-cloudio sites ") and "COMMAND" not in done.stderr, done.stderr
     assert "unrecognized arguments: --no-such-flag" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_cloud_storage_readmes_say_when_bundles_and_the_cache_remove_request_load(tmp_path):
+    assert generate("s3-cloud-storage", tmp_path / "s3")[0] == 0
+    s3 = " ".join((tmp_path / "s3" / "README.md").read_text().split())
+    assert "## Many jobs on one bucket" in s3 and "5,500 GETs" in s3 and "bundles are on in this set" in s3
+    assert "node cache on when the jobs of a node read the same inputs" in s3
+    assert generate("s3-cloud-storage", tmp_path / "plain", "--no-bundle")[0] == 0
+    assert "regenerate with `--bundle`" in (tmp_path / "plain" / "README.md").read_text()
+    assert generate("submit-host-scp", tmp_path / "scp")[0] == 0
+    assert "Many jobs on one bucket" not in (tmp_path / "scp" / "README.md").read_text()

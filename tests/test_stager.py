@@ -19,8 +19,8 @@ import boto3
 import pytest
 
 from pegasus_cloudio.stager.server import StagerError, listen
-from pegasus_cloudio.testbed.proxy import Fault
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.proxy import Fault
+from pegasus_cloudio_testbed.stager import StagerProcess
 from transfer.cache import cache_from_settings
 
 MiB = 1 << 20

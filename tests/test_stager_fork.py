@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pegasus_cloudio.stager import warm as stager_warm
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 from test_stager import entry, job_env, run_job, served, wait_for, warm_sources
 
 PIDS_V1 = Path("/sys/fs/cgroup/pids")

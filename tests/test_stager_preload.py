@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from pegasus_cloudio.stager import server, warm
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 
 from test_stager import job_env, run_job, served, wait_for
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pegasus_cloudio.stager.server import StagerError, listen
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 from test_stager import _parts, _stalled_get, entry, job_env, served, wait_for
 
 NOBODY = 65534

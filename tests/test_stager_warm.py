@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from pegasus_cloudio.stager import warm as stager_warm
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 from transfer.http import warm
 from transfer.http.pool import ConnectionPool
 
@@ -235,7 +235,7 @@ def test_a_warm_connection_still_connecting_costs_the_connect_timeout_not_the_re
 _SLOW_RESOLVER_WORLD = r"""
 import json, os, socket, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pegasus_cloudio.testbed.stager import StagerProcess
+from pegasus_cloudio_testbed.stager import StagerProcess
 
 client, work = json.loads(sys.argv[1]), sys.argv[2]
 held, answered = [], set()

@@ -19,7 +19,7 @@ from typing import Dict, Iterator, List, Set
 import boto3
 import pytest
 
-from pegasus_cloudio.testbed.wheel import installed_bin
+from pegasus_cloudio_testbed.wheel import installed_bin
 from installed import clean_env
 
 # Beyond `python -c pass`: what a stage-in of one S3 object (node cache off) may import.
@@ -33,8 +33,9 @@ ONE_FILE_S3 = frozenset({
     "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
     "transfer.named_files",
-    "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.sockets", "transfer.ops", "transfer.ranged",
-    "transfer.retry", "transfer.schemes", "transfer.session", "transfer.urls",
+    "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.resume", "transfer.http.sockets", "transfer.ops", "transfer.ranged",
+    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.schemes", "transfer.session",
+    "transfer.urls",
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.
 NEVER = frozenset({
@@ -64,6 +65,7 @@ def job(minio, s3_env: Dict[str, str], bucket: str, wheel_bin: str, tmp_path: Pa
     env = clean_env(wheel_bin, {**s3_env, "PEGASUS_CLOUDIO_CACHE_DIR": "off"})
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # installed modules run from their bytecode
     env["PWD"] = str(workdir)
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")  # a node where no prefix was throttled (no rate file)
     yield {"bin": wheel_bin, "env": env, "cwd": workdir, "spec": json.dumps(spec)}
 
 
@@ -131,8 +133,8 @@ def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: D
 def test_the_startup_benchmark_reports_every_contestant_and_its_ratios() -> None:
     """``pegasus-cloudio bench startup`` on one round: every contestant measured, ratios to the
     stock tool's empty start, the objects really staged (a failed step raises)."""
-    from pegasus_cloudio.bench import startup
-    from pegasus_cloudio.bench.harness import Progress
+    from pegasus_cloudio_bench import startup
+    from pegasus_cloudio_bench.harness import Progress
 
     result = startup.run(1, 2, 100, 2, Progress(enabled=False))
     cpu = result["cpu_ms_median"]

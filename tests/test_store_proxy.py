@@ -14,7 +14,7 @@ import boto3
 import pytest
 from botocore.utils import get_environ_proxies
 
-from pegasus_cloudio.testbed.forward_proxy import ForwardProxy
+from pegasus_cloudio_testbed.forward_proxy import ForwardProxy
 from transfer import Session, Settings, parse_url
 from transfer.errors import ConfigError
 from transfer.http.pool import ConnectionPool
@@ -282,7 +282,7 @@ def test_gcs_with_a_malformed_proxy_is_one_line_naming_the_variable_and_no_reque
 
 
 def test_the_web_identity_exchange_asks_sts_through_the_proxy_as_botocore_does(tmp_path):
-    from pegasus_cloudio.testbed.scripted import Reply, ScriptedServer
+    from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
     from transfer.aws_chain import aws_s3_config
 
     answer = ("<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"

@@ -27,12 +27,12 @@ import pytest
 from botocore.config import Config
 from cryptography import x509
 
-from pegasus_cloudio.testbed import tools
-from pegasus_cloudio.testbed.certs import make_tls_files
-from pegasus_cloudio.testbed.minio import MinioServer
-from pegasus_cloudio.testbed.ports import free_port
-from pegasus_cloudio.testbed.proxy import SLOW_DOWN_BODY, Fault, Shaping, TcpProxy
-from pegasus_cloudio.testbed.stock import make_stock_home
+from pegasus_cloudio_testbed import tools
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.minio import MinioServer
+from pegasus_cloudio_testbed.ports import free_port
+from pegasus_cloudio_testbed.proxy import SLOW_DOWN_BODY, Fault, Shaping, TcpProxy
+from pegasus_cloudio_testbed.stock import make_stock_home
 
 # Request text hidden in upload bodies: a proxy that mis-frames bodies would count it.
 FAKE_REQUEST = b"GET / HTTP/1.1\r\nHost: not-a-request\r\n\r\n"
@@ -565,7 +565,7 @@ def test_tool_with_a_different_pin_is_rebuilt(tmp_path: Path) -> None:
 def test_tools_cli_and_tools_dir_honour_the_environment(tmp_path: Path) -> None:
     binary = _fake_tool(tmp_path, "s5cmd", tools.PINS["s5cmd"].stamp_text())
     env = dict(os.environ, PEGASUS_CLOUDIO_TOOLS_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.testbed.tools", "s5cmd"],
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio_testbed.tools", "s5cmd"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"s5cmd: {binary}"
@@ -594,7 +594,7 @@ esac
 
 
 def _tools_build(tmp_path: Path, every: float) -> "subprocess.Popen[str]":
-    code = (f"from pegasus_cloudio.testbed import tools; from pathlib import Path; "
+    code = (f"from pegasus_cloudio_testbed import tools; from pathlib import Path; "
             f"print(tools.ensure_tool('s5cmd', directory=Path({str(tmp_path / 'tools')!r}), progress_every={every}))")
     env = dict(os.environ, PATH=f"{_scripted_go(tmp_path)}:{os.environ['PATH']}")
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -619,7 +619,7 @@ def test_a_slow_tool_build_goes_on_and_says_so(tmp_path: Path) -> None:
 def test_ctrl_c_in_a_tool_build_is_one_line(tmp_path: Path) -> None:
     env = dict(os.environ, PATH=f"{_scripted_go(tmp_path)}:{os.environ['PATH']}",
                PEGASUS_CLOUDIO_TOOLS_DIR=str(tmp_path / "tools"))
-    proc = subprocess.Popen([sys.executable, "-m", "pegasus_cloudio.testbed.tools", "s5cmd"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "pegasus_cloudio_testbed.tools", "s5cmd"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     assert proc.stderr.readline().startswith("building s5cmd")

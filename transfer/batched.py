@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
+    from transfer.pacing import Pace, Pacer
     from transfer.retry import RetryBudget
     from transfer.session import Session
     from transfer.urls import Url
@@ -47,7 +48,7 @@ def write_file(op: Transfer, body: bytes, info: ObjectInfo) -> int:
 
 
 def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
-                 cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn,
+                 pacer: Pacer, cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn,
                  write: Write = write_file) -> List[Tuple[int, Transfer]]:
     """Read what it can of ``indexed`` (position, transfer) in one pass, calling
     ``finish(position, result)`` for each file done (what ``finish`` raises leaves this call once
@@ -57,7 +58,10 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
     counting as yes): then the pass ends, and the per-file path finds the members (one listing
     per directory, each directory's files waiting only for their own). ``write(op, body, info)``
     puts a verified body where ``op`` wants it and returns its size; whatever it raises leaves
-    that file to the per-file path."""
+    that file to the per-file path. A group whose prefix ``pacer`` paces (the store throttled
+    it) is left to the per-file path, which paces each request; a throttle answer ends a
+    group's pass and is told to ``pacer``: no burst of pipelined requests into a store that
+    throttles."""
     rest: List[Tuple[int, Transfer]] = []
     groups: Dict[int, Tuple[BatchReads, List[Tuple[int, Transfer]]]] = {}
     for item in indexed:
@@ -75,10 +79,11 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
             continue
         groups.setdefault(id(reader), (reader, []))[1].append(item)
     for reader, group in groups.values():
-        if len(group) < _MIN_BATCH:
+        pace = pacer.pace(group[0][1].sources[0])
+        if len(group) < _MIN_BATCH or pace.limited:
             rest.extend(group)
         else:
-            rest.extend(_read_group(reader, group, connections, budget, cancel, finish, stands_in, write))
+            rest.extend(_read_group(reader, group, connections, budget, pace, cancel, finish, stands_in, write))
     rest.sort(key=_position)
     return rest
 
@@ -88,7 +93,8 @@ def _position(item: Tuple[int, Transfer]) -> int:
 
 
 def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
-                cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn, write: Write) -> List[Tuple[int, Transfer]]:
+                pace: Pace, cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn,
+                write: Write) -> List[Tuple[int, Transfer]]:
     raised: List[Exception] = []  # what the caller's ``finish`` raised: the run's error, as on the ordinary path
 
     def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
@@ -100,6 +106,7 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
         except (TransferError, OSError):  # the ordinary path meets it again, and retries or reports it
             return False
         seconds = time.monotonic() - sent
+        pace.count()
         source = op.sources[0]
         attempt = Attempt(source, op.dest, True, time.time() - seconds, seconds, size)
         budget.earn()
@@ -115,8 +122,12 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
         except TransferError:
             return False
 
+    def throttled(sent: float) -> None:
+        pace.count()
+        pace.throttled(time.time() - (time.monotonic() - sent))  # the pace's clock is epoch time
+
     left = reader.read_small([op.sources[0] for _, op in group], take, connections=connections, cancel=cancel,
-                             missing=missing)
+                             missing=missing, throttled=throttled)
     if raised:
         raise raised[0]
     return [group[k] for k in left]

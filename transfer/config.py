@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _TIMEOUTS = ("connect_timeout", "read_timeout")   # seconds, above 0 and finite
-_DELAYS = ("retry_base_delay", "retry_max_delay")  # seconds, 0 or more and finite
+_DELAYS = ("retry_base_delay", "retry_max_delay", "throttle_timeout", "multipart_orphan_age")  # seconds, 0 or more and finite
 
 
 @record(frozen=True)
@@ -32,10 +32,19 @@ class Settings:
     max_attempts:        tries per file before it is reported failed (permanent errors: 1).
     retry_base_delay:    seconds; the first retry waits up to this (full jitter, doubling).
     retry_max_delay:     seconds; cap of one wait between attempts.
+    throttle_timeout:    seconds a file is retried for while the store throttles (503 SlowDown,
+                         429), counted from its first throttle answer; such answers spend
+                         neither attempts nor the retry budget.
+    pool_rate_fraction:  0 (off) to 1: with the peer index's Redis, a prefix's rate is shared
+                         by the pool and kept below this fraction of the store's documented
+                         rate (``docs/throttling.md``).
     connect_timeout:     seconds for TCP+TLS connect.
     read_timeout:        seconds without a byte before a request is abandoned.
     multipart_threshold: bytes; uploads at or above this use parallel multipart.
     multipart_part_size: bytes per part of a multipart upload.
+    multipart_orphan_age: seconds; an open multipart upload of a key older than this is taken
+                         for one a killed run left behind and aborted by the next upload of
+                         that key (a younger one may be another writer's, still running).
     download_part_size:  bytes per ranged GET; objects of at least twice this download as
                          parallel ranged GETs (backends with ranged reads, plain-file targets).
     ca_bundle:           PEM file of CAs used instead of the system store to verify TLS.
@@ -52,10 +61,13 @@ class Settings:
     max_attempts: int = 3
     retry_base_delay: float = 0.5
     retry_max_delay: float = 20.0
+    throttle_timeout: float = 300.0
+    pool_rate_fraction: float = 0.0
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     multipart_threshold: int = 64 << 20
     multipart_part_size: int = 16 << 20
+    multipart_orphan_age: float = 86400.0
     download_part_size: int = 16 << 20
     ca_bundle: Optional[str] = None
     gcs_endpoint: Optional[str] = None
@@ -141,6 +153,8 @@ def _problem(field: str, value: object) -> Optional[str]:
         return f"must be above 0 seconds (got {value})"
     if field in _DELAYS and value < 0:
         return f"must not be negative (got {value})"
+    if field == "pool_rate_fraction" and not 0 <= value <= 1:
+        return f"must be from 0 to 1 (got {value})"
     if field == "multipart_part_size" and value < 5 << 20:
         return "must be at least 5 MiB (S3 minimum)"
     if isinstance(value, int) and value < 1:

@@ -36,9 +36,10 @@ from transfer.backends.base import (
     uploads,
 )
 from transfer._lean import logger
-from transfer.errors import NotFound, TransferError
+from transfer.errors import NotFound, Throttled, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
+from transfer.pacing import Pacer
 from transfer.retry import RetryBudget, RetryPolicy, RunBudget, check_cancel
 
 # A job step imports only what its operations use: bundles, the node cache, peers, multipart
@@ -104,13 +105,17 @@ class Engine:
         rng: Optional[random.Random] = None,
         cache: Optional[NodeCache] = None,
         peers: Optional[PeerSource] = None,
+        pacer: Optional[Pacer] = None,
     ) -> None:
-        """``peers`` is consulted only together with a ``cache`` (peers fill the node cache)."""
+        """``peers`` is consulted only together with a ``cache`` (peers fill the node cache).
+        ``pacer`` paces requests per prefix (:mod:`transfer.pacing`; default: this engine's own,
+        :func:`transfer.node.open_pacer` for one the jobs of a node share)."""
         settings = session.settings
         self._session = session
         self._threads = threads or settings.threads
         self._retry = retry or RetryPolicy(settings.max_attempts, settings.retry_base_delay,
-                                           settings.retry_max_delay)
+                                           settings.retry_max_delay, throttle_timeout=settings.throttle_timeout)
+        self._pacer = pacer if pacer is not None else Pacer(sleep=sleep)
         self._executor = executor
         self._on_result = on_result
         self._sleep = sleep
@@ -135,7 +140,7 @@ class Engine:
         reads that must reach the store itself (a stage-out's verification pull-back: the cache
         entry of an upload is the uploaded file). Close it after use."""
         return Engine(self._session, threads=self._threads, retry=self._retry, executor=self._executor,
-                      sleep=self._sleep, rng=self._rng)
+                      sleep=self._sleep, rng=self._rng, pacer=self._pacer)
 
     @property
     def _bundles(self) -> BundleStager:
@@ -279,7 +284,7 @@ class Engine:
             # node-cache hits are the per-file path's: served from the cache without a request
             cached = CachedReads(self._cache, self._cache_key) if self._cache is not None else None
             hits, misses = cached.split(indexed) if cached is not None else ([], indexed)
-            rest = read_batched(self._session, misses, self._threads, budget,
+            rest = read_batched(self._session, misses, self._threads, budget, self._pacer,
                                 budget.cancel if isinstance(budget, RunBudget) else None,
                                 lambda i, result: self._finish(results, i, result), stands_in,
                                 write_file if cached is None else cached.write)
@@ -321,23 +326,58 @@ class Engine:
     # -- retries ------------------------------------------------------------------------
 
     def _with_retries(self, op: Operation, budget: RetryBudget, action: Action) -> Result:
+        """Run ``action`` until it succeeds or its error is final: a retryable one after
+        ``max_attempts`` or with the budget spent; a throttle answer only once the throttle time
+        is up (:mod:`transfer.retry`: throttling spends neither attempts nor budget)."""
         history: List[Attempt] = []
         start = time.monotonic()
+        tries, throttles, first_throttle = 0, 0, 0.0
         for attempt in itertools.count(1):
             try:
                 check_cancel(budget)
                 nbytes, source = _contained(action, history)
+            except Throttled as err:
+                throttles += 1
+                first_throttle = first_throttle or time.monotonic()
+                left = self._retry.throttle_timeout - (time.monotonic() - first_throttle)
+                delay = self._retry.throttle_delay(throttles, err, self._random(), left)
+                if delay is None:
+                    final = self._throttled_out(op, err, throttles, time.monotonic() - first_throttle)
+                    return self._failed(op, final, attempt, start, history)
+                self._wait(delay, budget)
+                continue
             except TransferError as err:
-                if self._retry.should_retry(err, attempt) and budget.try_spend():
-                    delay = self._retry.delay(attempt, err, self._random())
+                tries += 1
+                if self._retry.should_retry(err, tries) and budget.try_spend():
+                    delay = self._retry.delay(tries, err, self._random())
                     _log.debug("retrying in %.2f s (attempt %d failed): %s", delay, attempt, err)
                     self._wait(delay, budget)
                     continue
-                err.attempts = attempt
-                return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
+                return self._failed(op, err, attempt, start, history)
             budget.earn()
             return Result(op, True, nbytes, time.monotonic() - start, attempt, None, source, tuple(history))
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _failed(op: Operation, err: TransferError, attempt: int, start: float, history: List[Attempt]) -> Result:
+        err.attempts = attempt
+        return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
+
+    def _throttled_out(self, op: Operation, last: Throttled, throttles: int, seconds: float) -> Throttled:
+        """The final error of a file the store throttled for the whole throttle time: what it
+        says and the rate this job achieved to that prefix (a Throttled: callers may retry later)."""
+        achieved = ""
+        source = op.sources[0] if isinstance(op, Transfer) else None
+        if source is not None and not source.is_local:
+            pace = self._pacer.pace(source)
+            achieved = (f"; this job got {pace.requests - pace.throttles} of {pace.requests} requests to "
+                        f"{pace.key} answered, {pace.achieved():.1f}/s")
+        final = Throttled(f"the store throttled it for {seconds:.0f} s ({throttles} 'slow down' answers, "
+                          f"the last: {last.message}) and PEGASUS_CLOUDIO_THROTTLE_TIMEOUT "
+                          f"({self._retry.throttle_timeout:g} s) ran out{achieved}",
+                          url=last.url, operation=last.operation, status=last.status, retry_after=last.retry_after)
+        final.__cause__ = last
+        return final
 
     def _wait(self, seconds: float, budget: RetryBudget) -> None:
         """Sleep before a retry; a cancelled run wakes at once."""
@@ -361,15 +401,22 @@ class Engine:
         return self._with_retries(op, budget, action)
 
     def _transfer(self, op: Transfer, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Result:
+        cancel = budget.cancel if isinstance(budget, RunBudget) else None
+
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
             errors: List[TransferError] = []
             for source in op.sources:
+                pace = None if source.is_local else self._pacer.pace(source)
+                if pace is not None:
+                    pace.acquire(cancel)
                 started, clock = time.time(), time.monotonic()
                 try:
                     nbytes = self._copy(source, op, peers)
                 except TransferError as err:
                     history.append(Attempt(source, op.dest, False, started, time.monotonic() - clock, 0, err))
                     errors.append(err)
+                    if pace is not None and isinstance(err, Throttled):
+                        pace.throttled(started)
                     continue
                 history.append(Attempt(source, op.dest, True, started, time.monotonic() - clock, nbytes))
                 return nbytes, source
@@ -510,7 +557,7 @@ class Engine:
                 in_ranges = ranged_reads(backend)
                 if in_ranges is not None:
                     return ranged.download(in_ranges, source, out, self._parts,
-                                           self._session.settings.download_part_size)
+                                           self._session.settings.download_part_size, self._pacer.pace(source))
                 backend.get(source, out.file)
                 return out.commit()
         except NotFound as err:

@@ -13,7 +13,7 @@
     │   └── NoSpace                    ENOSPC / EDQUOT on the local side
     ├── ChecksumMismatch (ValueError)  received bytes do not match size or checksum (retried)
     ├── TransientError (ConnectionError)  resets, timeouts, 5xx                 (retried)
-    │   └── Throttled                  503 SlowDown, 429: retried with a longer wait
+    │   └── Throttled                  503 SlowDown, 429: retried for a time, not a count
     └── Cancelled                      the caller cancelled the batch before this ran
 
 Every error carries the URL and operation it concerns and the attempts made so far;
@@ -132,7 +132,40 @@ class TransientError(TransferError, ConnectionError):
 
 
 class Throttled(TransientError):
-    """The server asked the client to slow down (503 SlowDown, 429)."""
+    """The server asked the client to slow down (503 SlowDown, 429, GCS 429/503, Azure 503
+    ServerBusy). ``retry_after``: the seconds the server asked the client to wait, when it said.
+
+    A request's Throttled is retried for as long as ``PEGASUS_CLOUDIO_THROTTLE_TIMEOUT`` allows
+    and draws nothing from the run's retry budget; one that reaches a result is the end of that
+    time (its message says so, and the rate achieved): the caller may retry the job later
+    (the HTCondor plugin answers "retryable")."""
+
+    def __init__(self, message: str, *, retry_after: Optional[float] = None, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.retry_after = retry_after
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        kwargs = {"url": self.url, "operation": self.operation, "attempts": self.attempts,
+                  "status": self.status, "retry_after": self.retry_after}
+        return (_rebuild, (type(self), self.message, kwargs))
+
+
+# Error codes that mean "slow down" whatever the status: S3's and the AWS APIs' (SlowDown,
+# RequestLimitExceeded, ...) and Azure Storage's 503 ServerBusy, for a backend that reads codes.
+THROTTLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+                            "TooManyRequests", "ServerBusy"})
+
+
+def retry_after_seconds(value: Optional[str]) -> Optional[float]:
+    """A ``Retry-After`` field's delay in seconds (RFC 9110 10.2.3: a number of seconds; an
+    HTTP date is not read, since the store's clock is not ours), or None when absent or not a
+    plain non-negative number."""
+    if not value:
+        return None
+    text = value.strip()
+    if not text.isascii() or not text.replace(".", "", 1).isdigit():
+        return None
+    return float(text)
 
 
 class Cancelled(TransferError):

@@ -51,11 +51,20 @@ TABLE = (
     ("MAX_ATTEMPTS", "3", "tries", "env, file, drop-in `-m`", "tries per file before it is reported failed"),
     ("RETRY_BASE_DELAY", "0.5", "s", _EF, "the first retry waits up to this (full jitter, doubling)"),
     ("RETRY_MAX_DELAY", "20", "s", _EF, "cap of one wait between attempts"),
+    ("THROTTLE_TIMEOUT", "300", "s", _EF,
+     "a file the store throttles (503 SlowDown, 429) is retried this long from its first throttle answer, "
+     "spending neither attempts nor the retry budget (docs/throttling.md)"),
+    ("POOL_RATE_FRACTION", "0", "fraction", _EF,
+     "above 0 (up to 1), with `P2P_REDIS`: one request rate per prefix for the whole pool, kept below this "
+     "fraction of the store's documented rate (docs/throttling.md); 0: off"),
     ("CONNECT_TIMEOUT", "10", "s", _EF, "TCP and TLS connect"),
     ("READ_TIMEOUT", "60", "s", _EF, "without a byte, a request is abandoned"),
     ("MULTIPART_THRESHOLD", "64M", "bytes", "env, file, `pegasus-cloudio-s3 -c`",
      "uploads at or above this go as parallel multipart uploads"),
     ("MULTIPART_PART_SIZE", "16M", "bytes", "env, file, `pegasus-cloudio-s3 -c`", "bytes per part of a multipart upload"),
+    ("MULTIPART_ORPHAN_AGE", "86400", "s", _EF,
+     "an open multipart upload of a key older than this is taken for one a killed run left and aborted by "
+     "the next upload of the key (docs/dropin.md)"),
     ("DOWNLOAD_PART_SIZE", "16M", "bytes", _EF, "bytes per ranged GET; objects of twice this or more download in parallel ranges"),
     ("CA_BUNDLE", "system CAs", "path", _EF, "PEM file of CAs that verify TLS instead of the system store"),
     ("GCS_ENDPOINT", "Google's", "URL", _EF, "GCS JSON API endpoint (an emulator); `STORAGE_EMULATOR_HOST` also works"),
@@ -111,7 +120,7 @@ TABLE = (
     ("CONDOR_CONFIG", "`/etc/pegasus-cloudio/condor-plugin.conf`", "path", "env", "the HTCondor plugin's node file"),
 )
 KNOWN = frozenset(PREFIX + row[0] for row in TABLE)  # every knob the docs name (tests/test_knob_values.py)
-# PEGASUS_CLOUDIO_* names that are no knob: the test bed's (pegasus_cloudio/testbed), not warned about
+# PEGASUS_CLOUDIO_* names that are no knob: the test bed's (bench/pegasus_cloudio_testbed), not warned about
 NOT_KNOBS = frozenset(PREFIX + name for name in (
     "TOOLS_DIR", "POOL_DIR", "POOL_CACHE", "KEEP_POOL", "PEGASUS_DIR", "PEGASUS_TARBALL"))
 ENVIRONMENT = "the environment"

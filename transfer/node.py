@@ -1,4 +1,5 @@
-"""What the jobs of one node share, opened from settings: the node cache and peer sharing.
+"""What the jobs of one node share, opened from settings: the node cache, peer sharing and the
+request rate per prefix the store allows (:func:`open_pacer`).
 
 The front ends (drop-in, HTCondor plugin, stager) and library users open both the same way:
 ``open_node_cache(env)`` then ``open_peers(env, cache)``, and pass them to
@@ -17,11 +18,14 @@ if TYPE_CHECKING:
 
     from transfer.cache import NodeCache
     from transfer.ops import Operation
+    from transfer.pacing import Pacer
     from transfer.p2p.source import PeerIndexSource
+    from transfer.peers import Scope
+    from transfer.session import Session
 
     Warn = Callable[[str], None]
 
-__all__ = ["cache_needed", "open_node_cache", "open_peers"]
+__all__ = ["cache_needed", "open_node_cache", "open_pacer", "open_peers", "session_scopes"]
 
 _log = logger(__name__)
 
@@ -71,3 +75,47 @@ def open_peers(env: "Mapping[str, str]", cache: "Optional[NodeCache]",
     except TransferError as err:
         say(f"Peer sharing disabled: {err}")
         return None
+
+
+def open_pacer(env: "Mapping[str, str]", fraction: float = 0.0,
+               scope_of: "Optional[Callable[[str], Optional[Scope]]]" = None, warn: "Optional[Warn]" = None) -> "Pacer":
+    """A pacer whose prefix rates the user's jobs on this node share, in the node's rate file
+    (:mod:`transfer.pacing_node`; nothing is opened until a prefix is used, nothing created
+    until one is throttled); with a ``fraction`` above 0 (``Settings.pool_rate_fraction``),
+    the peer index's Redis (``PEGASUS_CLOUDIO_P2P_REDIS``) and ``scope_of`` (prefix key -> the
+    reader's peer scope), the rates of the whole pool (:mod:`transfer.pacing_pool`). A
+    missing redis package is one warning and the node's rate."""
+    import time
+
+    from transfer.pacing import Pacer
+    from transfer.pacing_node import NodeStates, node_rate_dir
+    node = NodeStates(node_rate_dir(env), time.time)
+    redis_url = env.get("PEGASUS_CLOUDIO_P2P_REDIS", "").strip()
+    if not fraction or not redis_url or scope_of is None:
+        return Pacer(node)
+    try:
+        from transfer.p2p import connect_redis
+        client = connect_redis(redis_url, cluster=env.get("PEGASUS_CLOUDIO_P2P_CLUSTER", "").strip() == "1")
+    except ImportError:
+        (warn or _log.warning)("the pool rate limiter needs the redis package (pegasus-cloudio[p2p]); "
+                               "pacing by this node's rate")
+        return Pacer(node)
+    from transfer.pacing_pool import DOCUMENTED_RATE, PoolStates
+    namespace = env.get("PEGASUS_CLOUDIO_P2P_NAMESPACE", "").strip() or "pcio"
+
+    def ceiling(key: str) -> float:
+        return fraction * DOCUMENTED_RATE.get(key.partition(":")[0], 3500.0)
+
+    return Pacer(PoolStates(client, namespace, scope_of, node, time.time), ceiling=ceiling)
+
+
+def session_scopes(session: "Session") -> "Callable[[str], Optional[Scope]]":
+    """``prefix key -> peer scope`` of ``session``'s backends (None: anonymous reads, which
+    nothing proves: such a prefix is paced by the node's rate)."""
+    def scope_of(key: str) -> "Optional[Scope]":
+        from transfer.backends.base import peer_scopes
+        from transfer.urls import parse_url
+        url = parse_url(key)
+        scopes = peer_scopes(session.backend(url))
+        return scopes.peer_scope(url) if scopes is not None else None
+    return scope_of

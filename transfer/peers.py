@@ -62,7 +62,8 @@ else:
 _CONTEXT = b"pegasus-cloudio p2p v1\0"
 _LOW_256 = (1 << 256) - 1
 # each MAC's purpose (its BLAKE2b personalisation) and digest size in bytes
-_PURPOSES = {b"pcio-index": 16, b"pcio-entry": 16, b"pcio-seal": 40, b"pcio-serve": 32}
+_PURPOSES = {b"pcio-index": 16, b"pcio-entry": 16, b"pcio-seal": 40, b"pcio-serve": 32, b"pcio-rate-name": 16,
+             b"pcio-rate": 16}
 
 
 class Scope:
@@ -164,6 +165,15 @@ class Scope:
     def capability(self, key: str) -> str:
         """The secret a producer's daemon checks readers' proofs against (256 bits, hex)."""
         return self._digest(b"pcio-serve", key).hex()
+
+    def rate_name(self, prefix: str) -> str:
+        """The pool rate limiter's name for ``prefix`` in this scope (:mod:`transfer.pacing_pool`)."""
+        return self._digest(b"pcio-rate-name", prefix).hex()
+
+    def rate_tag(self, name: str, value: str) -> str:
+        """The tag of a pool rate state ``value`` stored under ``name`` (128 bits, hex): a
+        state no holder of this scope wrote is ignored."""
+        return self._digest(b"pcio-rate", name, value).hex()
 
 
 def derive_scope(secret: str, *context: str) -> Scope:

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
     from typing import Any, Callable, List, Optional, Tuple
 
+    from transfer.pacing import Pace
+
 _READ_BACK = 1 << 20
 
 
@@ -154,8 +156,11 @@ def _writer(fd: int, offset: int, check: Optional[RunningCheck] = None) -> Calla
     return write
 
 
-def download(backend: RangedReads, url: Url, out: AtomicFile, pool: PartPool, part_size: int) -> int:
-    """Fetch ``url`` into ``out`` and commit it; returns the size. See the module doc."""
+def download(backend: RangedReads, url: Url, out: AtomicFile, pool: PartPool, part_size: int,
+             pace: Optional[Pace] = None) -> int:
+    """Fetch ``url`` into ``out`` and commit it; returns the size. See the module doc. Each
+    ranged part after the first GET waits for its token from ``pace`` (:mod:`transfer.pacing`):
+    no burst of parts into a prefix the store throttles."""
     stream = backend.open_read(url)
     info, check = stream.info, stream.check
     try:
@@ -163,7 +168,7 @@ def download(backend: RangedReads, url: Url, out: AtomicFile, pool: PartPool, pa
         if info.size < 2 * part_size or not info.version:
             count = stream.read(info.size, _writer(fd, 0, check))
         else:
-            count = _parallel(backend, url, stream, fd, _Parts(info.size, part_size), pool, info, check)
+            count = _parallel(backend, url, stream, fd, _Parts(info.size, part_size), pool, info, check, pace)
     finally:
         stream.close()
     if count != info.size:
@@ -175,7 +180,7 @@ def download(backend: RangedReads, url: Url, out: AtomicFile, pool: PartPool, pa
 
 
 def _parallel(backend: RangedReads, url: Url, stream: ObjectStream, fd: int, parts: _Parts, pool: PartPool,
-              info: ObjectInfo, check: Optional[RunningCheck]) -> int:
+              info: ObjectInfo, check: Optional[RunningCheck], pace: Optional[Pace] = None) -> int:
     assert info.version is not None
     version = info.version
 
@@ -183,6 +188,8 @@ def _parallel(backend: RangedReads, url: Url, stream: ObjectStream, fd: int, par
         while (index := parts.claim(front=False)) is not None:
             start, end = parts.span(index)
             try:
+                if pace is not None:
+                    pace.acquire()
                 backend.get_range(url, (start, end), version, info.size, _writer(fd, start))
             except BaseException as err:  # noqa: B036 - handed to the file's thread
                 parts.fail(err)

@@ -1,9 +1,16 @@
 """When to try a file again, and how long to wait first.
 
 The decision is made from the error's class (:attr:`TransferError.retryable`), never its
-text. Waits use full jitter on an exponential schedule; :class:`Throttled` errors wait
-longer. A :class:`RetryBudget` shared by a whole batch stops a failing endpoint from being
-hammered: every retry spends a token, every success earns a fraction back.
+text. Waits use full jitter on an exponential schedule. A :class:`RetryBudget` shared by a
+whole batch stops a failing endpoint from being hammered: every retry spends a token, every
+success earns a fraction back.
+
+:class:`Throttled` is not failure: the store is up and asks for fewer requests. Such errors
+are retried for ``throttle_timeout`` seconds from the file's first throttle answer, not for a
+count of attempts, draw nothing from the budget, and wait what the store's ``Retry-After``
+says when it says (at most ``max_retry_after``, plus up to 20% jitter so that the jobs it
+told at once do not come back at once), else the ordinary backoff. The request rate itself
+is paced by :mod:`transfer.pacing`.
 """
 
 from __future__ import annotations
@@ -29,9 +36,24 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 20.0
     throttle_factor: float = 4.0
+    throttle_timeout: float = 300.0
+    max_retry_after: float = 60.0
 
     def should_retry(self, error: Optional[TransferError], attempt: int) -> bool:
         return error is not None and error.retryable and attempt < self.max_attempts
+
+    def throttle_delay(self, throttles: int, error: Throttled, rng: random.Random, left: float) -> Optional[float]:
+        """The wait before trying again after the ``throttles``-th throttle answer for a file,
+        with ``left`` seconds of its throttle time left; None when the time is up (no wait
+        could end before it)."""
+        if error.retry_after is not None:
+            wait = min(self.max_retry_after, error.retry_after) * rng.uniform(1.0, 1.2)
+        else:  # the ordinary backoff: the pace of the prefix (transfer.pacing) is what slows the job
+            ceiling = min(self.max_delay, self.base_delay * (2 ** (min(throttles, 30) - 1)))
+            wait = rng.uniform(ceiling / 2, ceiling)
+        if left <= 0:
+            return None
+        return min(wait, left)
 
     def delay(self, attempt: int, error: Optional[TransferError], rng: random.Random) -> float:
         ceiling = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))

@@ -5,6 +5,15 @@ An upload that is neither completed nor aborted keeps its parts in the bucket (a
 bill) until a lifecycle rule or ``pegasus-cloudio-s3 rmup`` removes it, so aborts are
 retried with backoff, and a signal handler can abort everything in flight within a short
 budget (HTCondor follows SIGTERM with SIGKILL).
+
+A store that is down when an upload fails (killed, restarting) cannot take the abort either.
+So before an upload of a key starts, the uploads of that key left open are aborted (the
+sweep): those this engine could not abort (the file's earlier attempt, whatever their age),
+and, on a store that lists them (:class:`~transfer.backends.base.PendingUploads`), those
+started more than the backend's ``orphan_age`` ago (a killed run's: a younger one may be
+another writer's, still sending) and those started while a create of this engine went
+unanswered (the store made the upload and the answer was lost; within 2 s of that request).
+The sweep never fails the upload it precedes.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import random
 import time
 
 from transfer import _threads
-from transfer.backends.base import MultipartUploads
+from transfer.backends.base import MultipartUploads, pending_uploads
 from transfer.errors import TransferError
 from transfer.http.connection import FileRegion
 from transfer.ranged import PartPool, join
@@ -27,6 +36,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 ABORT_ATTEMPTS = 4
+_SLACK = 2.0  # seconds either side of a lost create: the store's Initiated has whole seconds
 
 
 class InFlightUploads:
@@ -35,6 +45,8 @@ class InFlightUploads:
     def __init__(self) -> None:
         self._lock = _threads.Lock()
         self._live: Dict[str, Tuple[MultipartUploads, Url]] = {}
+        self._stranded: Dict[str, List[str]] = {}  # URL -> ids of its uploads whose abort failed
+        self._unanswered: Dict[str, List[Tuple[float, float]]] = {}  # URL -> (sent, failed) of lost creates
 
     def start(self, backend: MultipartUploads, url: Url, upload_id: str) -> None:
         with self._lock:
@@ -51,7 +63,15 @@ class InFlightUploads:
         is started, and aborted (:meth:`abort`) on any failure, after its last part stopped."""
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
-        upload_id = backend.start_upload(dest)
+        self.sweep(backend, dest)
+        asked = time.time()
+        try:
+            upload_id = backend.start_upload(dest)
+        except TransferError as err:
+            if err.retryable:  # the store may have made the upload and lost the answer
+                with self._lock:
+                    self._unanswered.setdefault(str(dest), []).append((asked, time.time()))
+            raise
         self.start(backend, dest, upload_id)
         try:
             # The shared part pool: parts never queue behind the file tasks that wait for them.
@@ -63,11 +83,50 @@ class InFlightUploads:
                 join(sent)  # no part may still be sending when the upload is aborted
             backend.complete_upload(dest, upload_id, etags)
         except BaseException:
-            self.abort(backend, dest, upload_id, policy, sleep, rng)
+            if not self.abort(backend, dest, upload_id, policy, sleep, rng):
+                with self._lock:
+                    self._stranded.setdefault(str(dest), []).append(upload_id)
             raise
         finally:
             self.finish(upload_id)
         return size
+
+    def sweep(self, backend: MultipartUploads, url: Url) -> List[str]:
+        """Abort the uploads of ``url``'s key left open (see the module doc), one try each;
+        the ids aborted. A listing the store refuses (no ``s3:ListBucketMultipartUploads``
+        permission, a store that is still down) leaves the old ones to ``rmup`` or a
+        lifecycle rule, with a debug line."""
+        with self._lock:
+            ids = self._stranded.pop(str(url), [])
+            lost = self._unanswered.pop(str(url), [])
+            live = set(self._live)
+        listing = pending_uploads(backend)
+        if listing is not None:
+            cutoff = time.time() - listing.orphan_age
+
+            def left(started: float) -> bool:  # old, or made by a create of ours whose answer was lost
+                return started <= cutoff or any(sent - _SLACK <= started <= failed + _SLACK for sent, failed in lost)
+            try:
+                ids += [found.upload_id for found in listing.pending_uploads(url)
+                        if found.initiated is not None and left(found.initiated) and found.upload_id not in ids]
+            except TransferError as err:
+                with self._lock:
+                    self._unanswered.setdefault(str(url), []).extend(lost)
+                _log.debug("cannot list the open uploads of %s: %s", url, err)
+        aborted = []
+        for upload_id in ids:
+            if upload_id in live:
+                continue
+            try:
+                backend.abort_upload(url, upload_id)
+                aborted.append(upload_id)
+                _log.info("aborted multipart upload %s of %s, left open before", upload_id, url)
+            except TransferError as err:
+                with self._lock:  # the next upload of this key tries again
+                    self._stranded.setdefault(str(url), []).append(upload_id)
+                _log.warning("could not abort multipart upload %s of %s: %s (remove it with "
+                             "pegasus-cloudio-s3 rmup)", upload_id, url, err)
+        return aborted
 
     def abort(self, backend: MultipartUploads, url: Url, upload_id: str, policy: RetryPolicy,
               sleep: Callable[[float], None], rng: random.Random) -> bool:

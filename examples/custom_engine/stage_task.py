@@ -11,7 +11,7 @@ A task declares input and output keys under a store URL. The engine
 Usage::
 
     python examples/custom_engine/stage_task.py --store s3://USER@SITE/BUCKET/PREFIX --work DIR
-    python examples/custom_engine/stage_task.py --demo      # on an embedded MinIO (pegasus_cloudio.testbed)
+    python examples/custom_engine/stage_task.py --demo      # on an embedded MinIO (pegasus_cloudio_testbed)
 
 Credentials come from the Pegasus credentials file (``$PEGASUS_CREDENTIALS``), as for the
 drop-in; ``--demo`` writes one for the MinIO it starts.
@@ -74,7 +74,7 @@ def demo_task(count: int) -> Task:
 
 def demo(count: int = 20) -> int:
     """Start MinIO, seed inputs, run the task, print what was uploaded."""
-    from pegasus_cloudio.testbed.minio import MinioServer
+    from pegasus_cloudio_testbed.minio import MinioServer
 
     with MinioServer() as minio, tempfile.TemporaryDirectory() as tmp:
         creds = minio.write_pegasus_credentials(os.path.join(tmp, "credentials.conf"))

@@ -320,10 +320,12 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
         if interrupts is not None:
             interrupts.finished(result)
 
+    from transfer.node import open_pacer, session_scopes
     engine = Engine(session, threads=settings.threads,
                     retry=RetryPolicy(settings.max_attempts, settings.retry_base_delay,
-                                      settings.retry_max_delay),
-                    on_result=on_result, cache=cache, peers=peers)
+                                      settings.retry_max_delay, throttle_timeout=settings.throttle_timeout),
+                    on_result=on_result, cache=cache, peers=peers,
+                    pacer=open_pacer(env, settings.pool_rate_fraction, session_scopes(session), log.warning))
     if interrupts is not None:
         interrupts.watch(engine, [e.op for e in entries])
     try:

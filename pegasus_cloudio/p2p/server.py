@@ -256,12 +256,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            start, end = span
-            self.send_response(206 if self.headers.get("Range") else 200)
+            start, end, partial = span
+            self.send_response(206 if partial else 200)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(end - start))
             self.send_header("X-Sha256", meta.sha256)
-            if self.headers.get("Range"):
+            if partial:
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{meta.size}")
             self.end_headers()
             if body and end > start:
@@ -311,23 +311,25 @@ def _bound(digits: str) -> int:
     return int(digits) if len(digits) <= _MAX_DIGITS else 1 << 63
 
 
-def _span(header: Optional[str], size: int) -> Optional[Tuple[int, int]]:
-    """The byte span [start, end) a Range header asks for; (0, size) without one (or with
-    one this server does not support, as RFC 9110 allows); None when it starts past the end."""
+def _span(header: Optional[str], size: int) -> Optional[Tuple[int, int, bool]]:
+    """The byte span [start, end) a Range header asks for and whether the answer is partial
+    (206); (0, size, False) without one, or with one this server cannot parse or does not
+    support (``bytes=abc``, ``items=0-1``): RFC 9110 (14.2) says to ignore such a field and
+    send the whole body as a 200. None when the range starts past the end (416)."""
     if not header:
-        return 0, size
+        return 0, size, False
     match = _RANGE.match(header.strip())
     if match is None or match.group(1) == match.group(2) == "":
-        return 0, size
+        return 0, size, False
     first, last = match.group(1), match.group(2)
     if first == "":  # suffix range: the last N bytes
         n = _bound(last)
-        return (max(0, size - n), size) if n > 0 else None
+        return (max(0, size - n), size, True) if n > 0 else None
     start = _bound(first)
     end = min(size, _bound(last) + 1) if last else size
     if start >= size or end <= start:
         return None
-    return start, end
+    return start, end, True
 
 
 class CacheServer:

@@ -244,22 +244,28 @@ class S3Commands:
         """Uploads in progress under the URL's key: initiated, upload id, key."""
         if uri.bucket is None:
             raise CommandError("lsup needs a bucket: s3://USER@SITE/BUCKET[/KEY]")
-        for upload in list_uploads(self._backend(uri), uri.bucket, uri.key):
+        for upload in list_uploads(self._backend(uri), uri.to_url()):
             self._out.write(f"\t{upload.initiated}\t{upload.upload_id}\t{upload.key}\n")
 
-    def rmup(self, uri: S3Uri, upload_id: Optional[str], every: bool = False) -> None:
-        """Abort one upload (URL is its key) or, with ``every``, all uploads under the URL."""
+    def rmup(self, uri: S3Uri, upload_id: Optional[str], every: bool = False,
+             older_than: Optional[float] = None) -> None:
+        """Abort one upload (URL is its key) or, with ``every``, all uploads under the URL;
+        with ``older_than`` (seconds), only those started longer ago than that (an upload of
+        unknown start is kept)."""
         if uri.bucket is None:
             raise CommandError("rmup needs a bucket: s3://USER@SITE/BUCKET[/KEY]")
         if upload_id is None and not every:
             raise CommandError("rmup needs an UPLOAD id, or -a to abort every upload under the URL")
+        if upload_id is not None and older_than is not None:
+            raise CommandError("rmup --older-than goes with -a, not with an UPLOAD id")
         backend = self._backend(uri)
         if not isinstance(backend, MultipartUploads):
             raise CommandError("rmup needs an S3 endpoint")
         if upload_id is not None:
             found = [Upload(uri.key or "", upload_id, "-")]
         else:
-            found = list(list_uploads(backend, uri.bucket, uri.key))
+            found = [upload for upload in list_uploads(backend, uri.to_url())
+                     if older_than is None or (upload.age is not None and upload.age > older_than)]
         for upload in found:
             backend.abort_upload(uri.with_key(upload.key).to_url(), upload.upload_id)
             log.info("aborted upload %s of %s", upload.upload_id, upload.key)

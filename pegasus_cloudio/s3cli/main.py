@@ -17,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from pegasus_cloudio.s3cli.commands import S3Commands
+from pegasus_cloudio.s3cli.upload_ops import parse_duration
 from pegasus_cloudio.s3cli.uri import CommandError, S3Uri, find_config, parse_s3_uri
 from pegasus_cloudio.version import version_line
 from transfer import Session, Settings
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     rmup.add_argument("url", metavar="URL")
     rmup.add_argument("upload", metavar="UPLOAD", nargs="?", default=None)
     rmup.add_argument("-a", "--all", action="store_true", help="Abort every upload under URL")
+    rmup.add_argument("--older-than", metavar="DURATION", default=None,
+                      help="With -a, only uploads started longer ago than DURATION (90s, 30m, 12h, 7d): "
+                           "for a cron, sparing uploads still being written")
     helper = sub.add_parser("help", help="Print this message (or the help of COMMAND)")
     helper.add_argument("topic", metavar="COMMAND", nargs="?")
     for name, usage in LEGACY.items():
@@ -182,7 +186,9 @@ def _act(args: argparse.Namespace, session: Session, settings: Settings, out: Te
         "cp": lambda: commands.cp(args.srcs, args.dest, force=args.force, create=args.create,
                                   recursive=args.recursive),
         "lsup": lambda: commands.lsup(parse_s3_uri(args.url)),
-        "rmup": lambda: commands.rmup(parse_s3_uri(args.url), args.upload, every=args.all),
+        "rmup": lambda: commands.rmup(parse_s3_uri(args.url), args.upload, every=args.all,
+                                      older_than=None if args.older_than is None
+                                      else parse_duration(args.older_than)),
     }
     actions[args.cmd]()
 

@@ -1,20 +1,24 @@
-"""ListMultipartUploads for ``lsup``/``rmup`` (pegasus-s3 4.x had both; 5.1.3 dropped them).
+"""Open multipart uploads for ``lsup``/``rmup`` (pegasus-s3 4.x had both; 5.1.3 dropped them),
+on the backend's :class:`~transfer.backends.base.PendingUploads` capability.
 
-A protocol-level helper on the backend's signed requests; like ``list_buckets`` it belongs in
-:class:`transfer.backends.s3.S3Backend` as an optional capability (that file is owned elsewhere).
 Uploads that were neither completed nor aborted (a killed client, a crashed server) keep
-their parts, billed, until removed; a bucket lifecycle rule
-(``AbortIncompleteMultipartUpload``) is the hands-off remedy (docs/s3.md in the user guide).
+their parts, billed, until removed. The engine aborts a key's old ones when it next uploads
+that key (:mod:`transfer.uploads`); ``rmup -a --older-than`` sweeps a bucket from a cron;
+a bucket lifecycle rule (``AbortIncompleteMultipartUpload``) is the store-side guard
+(docs/s3.md).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Iterator, Optional
 
-from transfer.backends import s3
-from transfer.backends._s3_wire import xml_tree
+from transfer.backends.base import pending_uploads
 from transfer.errors import InvalidInput
+from transfer.urls import Url
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass(frozen=True)
@@ -22,38 +26,26 @@ class Upload:
     key: str
     upload_id: str
     initiated: str
+    age: Optional[float] = None  # seconds since it started, by this host's clock
 
 
-def list_uploads(backend: object, bucket: str, prefix: Optional[str] = None) -> Iterator[Upload]:
-    """Every upload in progress in ``bucket`` whose key starts with ``prefix`` (all pages).
-
-    Stores disagree on ``prefix``: Amazon S3 matches it as a key prefix and lists everything
-    without it, while MinIO lists nothing without it and matches it only as a whole key. So
-    with a prefix, two listings are merged: one sent with the prefix (MinIO: the object's own
-    uploads; Amazon: all under it) and one without, filtered here (Amazon: the same; MinIO:
-    nothing). Each upload is listed once."""
-    if not isinstance(backend, s3.S3Backend):
+def list_uploads(backend: object, url: Url) -> Iterator[Upload]:
+    """Every upload in progress whose key starts with ``url``'s key (all pages)."""
+    listing = pending_uploads(backend)
+    if listing is None:
         raise InvalidInput("listing multipart uploads needs an S3 endpoint", operation="list")
-    seen: Set[Tuple[str, str]] = set()
-    for sent in ([prefix, None] if prefix else [None]):
-        for upload in _list_pages(backend, bucket, sent):
-            if (upload.key, upload.upload_id) not in seen and upload.key.startswith(prefix or ""):
-                seen.add((upload.key, upload.upload_id))
-                yield upload
+    now = time.time()
+    for found in listing.pending_uploads(url, whole_key=False):
+        started = found.initiated
+        text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)) if started is not None else "-"
+        yield Upload(found.key, found.upload_id, text, None if started is None else now - started)
 
 
-def _list_pages(backend: "s3.S3Backend", bucket: str, prefix: Optional[str]) -> Iterator[Upload]:
-    markers: Dict[str, str] = {"prefix": prefix} if prefix else {}
-    while True:
-        query = {"uploads": "", **markers}
-        url = f"s3 uploads in {bucket}"
-        with backend._send("GET", s3.S3Path(bucket, ""), query=query, url=url) as response:  # noqa: SLF001
-            backend._check(response, url, "list")  # noqa: SLF001
-            root = xml_tree(response.read())
-        for item in root.iter("Upload"):
-            yield Upload(item.findtext("Key") or "", item.findtext("UploadId") or "", item.findtext("Initiated") or "-")
-        key_marker, id_marker = root.findtext("NextKeyMarker"), root.findtext("NextUploadIdMarker")
-        if root.findtext("IsTruncated") != "true" or not (key_marker or id_marker):
-            return
-        markers = {**({"prefix": prefix} if prefix else {}),
-                   "key-marker": key_marker or "", "upload-id-marker": id_marker or ""}
+def parse_duration(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` -> seconds; InvalidInput otherwise."""
+    body = text.strip().lower()
+    unit = body[-1:] if body[-1:] in _UNITS else "s"
+    digits = body[:-1] if body[-1:] in _UNITS else body
+    if not (digits.isascii() and digits.isdigit()):
+        raise InvalidInput(f"--older-than {text!r} is not a duration (e.g. 90s, 30m, 12h, 7d)", operation="rmup")
+    return int(digits) * _UNITS[unit]

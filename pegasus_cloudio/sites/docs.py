@@ -92,6 +92,7 @@ def readme(opts: SetOptions, argv: Sequence[str]) -> str:
               "planner's `--threads 1` for PegasusLite.",
               _cache_knob(opts), *_stager_notes(opts), *_p2p_notes(opts),
               _bundle_knob(opts), "",
+              *_request_load(opts),
               "## Workers", "", *_workers(opts), "",
               "## Jobs the transformation catalog does not reach", "", _uncovered(opts), ""]
     return "\n".join(lines)
@@ -125,6 +126,24 @@ def _workers(opts: SetOptions) -> List[str]:
         "single executable that runs under the node's `python3`; copy it to that path on every worker"
         + (" (scp:// and gs:// URLs still need `paramiko` / the google packages there, and say so)."
            if extras else ".")]
+
+
+def _request_load(opts: SetOptions) -> List[str]:
+    """When many jobs share a bucket, its request limit is what bundles and the cache save."""
+    if opts.mode != "cloud-storage":
+        return []
+    limit = "5,500 GETs and 3,500 PUTs per second per key prefix" if opts.provider == "s3" else \
+        "about 5,000 reads and 1,000 writes per second per bucket at first, ramping slowly"
+    bundles = "bundles are on in this set" if opts.bundling else "regenerate with `--bundle`"
+    return ["## Many jobs on one bucket", "",
+            f"The store answers `503 SlowDown` (GCS: `429`) beyond {limit}. Staging one object per "
+            "file, a wave of jobs that each read 200 small files makes 200 requests per job start: at that "
+            "limit about 27 job starts per second per prefix, and a wave of 1,000 such jobs costs 200,000 "
+            f"requests. Turn on bundles ({bundles}) when jobs write 8 or more small files to one directory "
+            "for later jobs: a reader then makes about 2 requests per directory, not one per file. Keep the "
+            "node cache on when the jobs of a node read the same inputs: the node fetches each once. "
+            "Both together turn the limit from a wall into a margin (docs/scale.md in pegasus-cloudio "
+            "has the model and the measured figures).", ""]
 
 
 def _cache_knob(opts: SetOptions) -> str:

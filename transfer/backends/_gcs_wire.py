@@ -51,15 +51,17 @@ def object_path(bucket: str, key: str) -> str:
     return f"/storage/v1/b/{quote(bucket, safe='')}/o/{quote(key, safe='')}"
 
 
-def status_error(status: int, message: str, url: str, operation: str) -> TransferError:
-    """Translate an HTTP status from GCS into the library's exception tree."""
+def status_error(status: int, message: str, url: str, operation: str,
+                 retry_after: Optional[float] = None) -> TransferError:
+    """Translate an HTTP status from GCS into the library's exception tree (``retry_after``:
+    the answer's ``Retry-After`` in seconds, kept on a :class:`Throttled`)."""
     text = f"HTTP {status}" + (f": {message}" if message else "")
     if status == 404:
         return NotFound(text, url=url, operation=operation, status=status)
     if status in (401, 403):
         return AuthError(text, url=url, operation=operation, status=status)
     if status in (429, 503):
-        return Throttled(text, url=url, operation=operation, status=status)
+        return Throttled(text, url=url, operation=operation, status=status, retry_after=retry_after)
     if status == 408 or status >= 500:
         return TransientError(text, url=url, operation=operation, status=status)
     return RemoteError(text, url=url, operation=operation, status=status)

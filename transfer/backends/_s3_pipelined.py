@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from transfer import _digests
 from transfer.backends._s3_checksum import CHECKSUM_HEADERS, CHECKSUM_MODE, response_check
-from transfer.backends._s3_wire import _info, etag_md5, split_url
+from transfer.backends._s3_wire import _info, etag_md5, s3_error, split_url
 from transfer.backends._sigv4 import EMPTY_SHA256
 from transfer.backends.base import ObjectInfo
-from transfer.errors import TransferError
+from transfer.errors import Throttled, TransferError
 from transfer.http.message import host_header, request_head
 from transfer.http.proxy import absolute_form
 
@@ -42,10 +42,11 @@ _TAG = "pegasus-cloudio-get-"
 
 def read_small(router: Router, urls: Sequence[Url], take: Take, connections: int, cancel: Optional[Cancel],
                missing: Optional[Callable[[int], bool]], depth: Optional[int] = None,
-               eager: bool = False) -> List[int]:
+               eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
     """:meth:`S3Backend.read_small <transfer.backends.s3.S3Backend.read_small>` over the routes
     ``router`` gives the buckets: the positions in ``urls`` not taken, in order (``depth``:
-    requests in flight per connection, :data:`_DEPTH` by default; ``eager``: from the start)."""
+    requests in flight per connection, :data:`_DEPTH` by default; ``eager``: from the start;
+    ``throttled(sent)``: told of the throttle answer that ended the pass)."""
     left: List[int] = []
     groups: Dict[int, Tuple[Route, List[int], List[S3Path]]] = {}
     for index, url in enumerate(urls):
@@ -60,13 +61,13 @@ def read_small(router: Router, urls: Sequence[Url], take: Take, connections: int
         group[2].append(path)
     for route, indexes, paths in groups.values():
         left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel, missing,
-                            depth or _DEPTH, eager)
+                            depth or _DEPTH, eager, throttled)
     return sorted(left)
 
 
 def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: List[int], take: Take,
                 connections: int, cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]],
-                depth: int, eager: bool) -> List[int]:
+                depth: int, eager: bool, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
     """:func:`read_small` for the objects of one route (``indexes``: their positions in the
     caller's list, which ``take`` and the result speak of)."""
     from transfer.http import pipeline
@@ -95,6 +96,10 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
         if status == 404 and missing is not None and missing(indexes[k]):
             raise pipeline.GiveUp()
         if status in (401, 403):  # refused credentials refuse every object: the per-file path says so, once each
+            raise pipeline.GiveUp()
+        if status in (429, 503) and isinstance(s3_error(status, body, "", "get"), Throttled):
+            if throttled is not None:  # the store throttles: no more pipelined requests into it
+                throttled(sent)
             raise pipeline.GiveUp()
         info = verified(urls[k], status, headers, body, f"{_TAG}{k}")
         done = info is not None and take(indexes[k], body, info, sent)

@@ -5,7 +5,13 @@ to act on rather than report:
   or a HEAD's bare 400/301, naming the region in ``x-amz-bucket-region`` or ``<Region>``):
   the request is sent once more to that region and the bucket's region is remembered, so
   later requests go there directly (on Amazon's own endpoints the host changes too);
-* 307 ``TemporaryRedirect`` (a new bucket's DNS not yet everywhere): sent once to ``Location``;
+* 307 ``TemporaryRedirect`` (a new bucket's DNS not yet everywhere): with a region in
+  ``x-amz-bucket-region`` other than the route's, re-routed to that region as above (botocore's
+  way); otherwise sent once to ``Location`` where :func:`transfer.http.origins.refusal` lets the
+  signed request (and a PUT's body) go: the endpoint's own origin, or, on Amazon's endpoints
+  only, the bucket's S3 hosts on Amazon's domain (``[BUCKET.]s3[.-]REGION.amazonaws.com``),
+  over the same scheme and the default port. Any other ``Location`` (another host or port, a
+  plain ``http://`` under ``https://``) is an error naming it and is never contacted;
 * 403 ``RequestTimeTooSkewed``: the clock offset is taken from the server's time and the
   request is signed again and sent once more; later requests use the corrected clock.
 
@@ -22,7 +28,7 @@ from transfer import _threads
 from transfer._lean import Headers, record
 from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
-from transfer.errors import TransferError, TransientError
+from transfer.errors import RemoteError, TransferError, TransientError
 from transfer.http.pool import ConnectionPool, PooledResponse
 
 TYPE_CHECKING = False
@@ -182,18 +188,52 @@ class Router:
             return response
         reply = BufferedReply(response)
         code, region, server_time = _error_facts(reply)
-        if region and region != route.region and (reply.status == 301 or code in _REGION_CODES
+        if region and region != route.region and (reply.status in (301, 307) or code in _REGION_CODES
                                                   or (method == "HEAD" and reply.status == 400)):
             self._bucket_regions[path.bucket] = region
             route = self.for_bucket(path.bucket)
             host, encoded = route.target(path)
         elif reply.status == 307 and "location" in reply.headers:
-            return self._follow(route, method, reply.headers["location"], headers, body, payload_hash, url)
+            location = self._allowed(route, host, path.bucket, reply.headers["location"], method, url)
+            return self._follow(route, method, location, headers, body, payload_hash, url)
         elif code == "RequestTimeTooSkewed" and server_time is not None:
             self.clock.offset = server_time - time.time()
         else:
             return reply
         return self._send(route, method, host, encoded, query, headers, body, payload_hash, url)
+
+    def _allowed(self, route: Route, host: str, bucket: str, location: str, method: str, url: str) -> str:
+        """A 307's ``location`` made absolute, if the signed request may go there (see the
+        module doc); else RemoteError naming where it pointed."""
+        from urllib.parse import urljoin
+
+        from transfer.http.origins import origin_of, refusal
+        here = f"{route.pool.scheme}://{host}/"
+        absolute = urljoin(here, location)
+        why = refusal(here, absolute, self._amazon_hosts(bucket) if self._amazon_default else _nowhere)
+        if why is not None:
+            raise RemoteError(f"HTTP 307 redirect to {origin_of(absolute)} not followed: {why}",
+                              url=url or None, operation=method.lower(), status=307)
+        return absolute
+
+    @staticmethod
+    def _amazon_hosts(bucket: str) -> Callable[[str], bool]:
+        """Whether a URL names ``bucket`` on one of Amazon's S3 hosts: ``BUCKET.s3...`` or
+        ``s3.../BUCKET/...`` on Amazon's own domain (a key on another bucket is no redirect
+        of this request)."""
+        import re
+        from urllib.parse import urlsplit
+        host = re.compile(r"(?:(?P<bucket>[^.]+(?:\.[^.]+)*?)\.)?s3(?:[.-][a-z0-9-]+)*\.amazonaws\.com")
+
+        def trusted(location: str) -> bool:
+            parts = urlsplit(location)
+            found = host.fullmatch((parts.hostname or "").lower())
+            if found is None:
+                return False
+            if found.group("bucket") is not None:
+                return found.group("bucket") == bucket
+            return parts.path == f"/{bucket}" or parts.path.startswith(f"/{bucket}/")
+        return trusted
 
     def _follow(self, route: Route, method: str, location: str, headers: Headers, body: Body,
                 payload_hash: str, url: str) -> PooledResponse:
@@ -221,6 +261,10 @@ class Router:
             return route.pool.request(method, target, extra, body)
         except TransferError as err:
             raise err.relabelled(url=url or None, operation=method.lower()) from err
+
+
+def _nowhere(location: str) -> bool:
+    return False
 
 
 def _error_facts(reply: BufferedReply) -> Tuple[str, Optional[str], Optional[float]]:

@@ -17,6 +17,7 @@ from transfer.errors import (
     InvalidInput,
     NotFound,
     RemoteError,
+    THROTTLE_CODES,
     Throttled,
     TransferError,
     TransientError,
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
 _HEX = frozenset("0123456789abcdefABCDEF")
 _LOWER_DIGITS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 _ALNUM = _LOWER_DIGITS | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
-                   "TooManyRequests"}
+_THROTTLE_CODES = THROTTLE_CODES
 _TRANSIENT_CODES = {"RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized"}
 
 
@@ -223,8 +223,9 @@ def xml_tree(data: bytes) -> Node:
 
 
 def s3_error(status: int, body: bytes, url: str, operation: str, *, code: Optional[str] = None,
-              message: Optional[str] = None) -> TransferError:
-    """Translate an S3 error response into the library's exception tree."""
+              message: Optional[str] = None, retry_after: Optional[float] = None) -> TransferError:
+    """Translate an S3 error response into the library's exception tree (``retry_after``: the
+    answer's ``Retry-After`` in seconds, kept on a :class:`Throttled`)."""
     if code is None and body:
         try:
             root = xml_tree(body)
@@ -235,7 +236,7 @@ def s3_error(status: int, body: bytes, url: str, operation: str, *, code: Option
     text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
     kwargs = {"url": url, "operation": operation, "status": status}
     if status == 429 or code in _THROTTLE_CODES:
-        return Throttled(text, **kwargs)  # type: ignore[arg-type]
+        return Throttled(text, retry_after=retry_after, **kwargs)
     if status >= 500 or code in _TRANSIENT_CODES:
         return TransientError(text, **kwargs)  # type: ignore[arg-type]
     if status == 404 or code in ("NoSuchKey", "NoSuchBucket"):

@@ -174,6 +174,30 @@ class MultipartUploads(Protocol):
         """Discard the parts; never raises for an already-finished upload."""
 
 
+@record(frozen=True)
+class PendingUpload:
+    """A multipart upload the store holds open: its key, id, and when it was started
+    (``initiated``: epoch seconds by the store's clock, None if the store did not say)."""
+
+    key: str
+    upload_id: str
+    initiated: Optional[float] = None
+
+
+@runtime_checkable
+class PendingUploads(Protocol):
+    """Stores that list the multipart uploads left open (S3 ListMultipartUploads), so that an
+    upload of a key can abort the ones an earlier run left behind (:mod:`transfer.uploads`).
+    ``orphan_age``: seconds after its start an open upload of the same key counts as left
+    behind rather than another writer's, still running."""
+
+    orphan_age: float
+
+    def pending_uploads(self, url: Url, *, whole_key: bool = True) -> Iterator[PendingUpload]:
+        """The open uploads of ``url``'s key (every page); with ``whole_key`` False, of every
+        key that starts with it."""
+
+
 @runtime_checkable
 class ExclusiveCreate(Protocol):
     """Backends whose store can refuse, atomically, to replace an object (S3 ``If-None-Match: *``)."""
@@ -262,7 +286,7 @@ class BatchReads(Protocol):
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
         """Fetch the objects of ``urls`` over up to ``connections`` connections, at most
         ``depth`` requests in flight on each (None: the backend's own; a caller with a few
         objects and a round trip to hide asks for a small one, which spreads them over more
@@ -272,7 +296,8 @@ class BatchReads(Protocol):
         the store's checksum) to ``take(index, body, info, sent)`` (``sent``: monotonic time
         of its request), which returns whether it took it. ``missing(index)`` is told of an
         object the store does not have; True ends the pass (the caller found where the rest
-        is: a bundle). Returns, in order, the indexes of the rest -- any other answer, a failed
+        is: a bundle). A throttle answer (503 SlowDown, 429) ends the pass, and is told to
+        ``throttled(sent)`` when given. Returns, in order, the indexes of the rest -- any other answer, a failed
         check, a large object, no answer, ``take`` said no, the pass ended -- for the caller
         to read one by one, which reports their errors. Never raises."""
 
@@ -356,6 +381,11 @@ def dials_ahead(backend: Backend) -> Optional[DialsAhead]:
 def multipart_uploads(backend: Backend) -> Optional[MultipartUploads]:
     """``backend`` as :class:`MultipartUploads`, or None."""
     return cast(MultipartUploads, backend) if _has(backend, MultipartUploads) else None
+
+
+def pending_uploads(backend: object) -> Optional[PendingUploads]:
+    """``backend`` as :class:`PendingUploads`, or None."""
+    return cast(PendingUploads, backend) if _has(backend, PendingUploads) else None
 
 
 def cache_keys(backend: Backend) -> Optional[CacheKeys]:

@@ -30,7 +30,7 @@ import base64
 import contextlib
 import importlib
 import os
-from typing import Any, BinaryIO, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from transfer.errors import ConfigError
@@ -73,6 +73,7 @@ from transfer.errors import (
     RemoteError,
     TransferError,
     TransientError,
+    retry_after_seconds,
 )
 from transfer.backends.opening import Opening
 from transfer.http.proxy import Proxy, boto_proxy_for
@@ -159,7 +160,33 @@ def _session(credentials: Any, source: GcsSource, token_uri: Optional[str], cont
     _through(session, proxies[1], adapter)
     stats = context.stats
     session.hooks["response"].append(lambda response, *args, **kwargs: stats.count(requests=1))
+    session.hooks["response"].append(_redirect_guard(source.endpoint))
+    if token_uri:
+        token_http.hooks["response"].append(_redirect_guard(token_uri))
     return session, token_http
+
+
+def _redirect_guard(origin: str) -> Callable[..., None]:
+    """A response hook that lets ``requests`` follow a redirect only where
+    :func:`transfer.http.origins.refusal` lets this session's token (and a body) go: the
+    endpoint's own origin. Any other ``Location`` is a RemoteError naming it, never contacted
+    (``requests`` alone would re-send a 307's body to any host, and its token to another port
+    of the same host on old versions)."""
+    from urllib.parse import urljoin
+
+    from transfer.http.origins import origin_of, refusal
+
+    def guard(response: Any, *args: Any, **kwargs: Any) -> None:
+        if not response.is_redirect:
+            return
+        location = urljoin(response.url, response.headers["location"])
+        why = refusal(origin, location)
+        if why is not None:
+            status = response.status_code
+            response.close()  # back to the bounded pool: a refusal must not hold a connection
+            raise RemoteError(f"HTTP {status} redirect to {origin_of(location)} not followed: {why}",
+                              status=status)
+    return guard
 
 
 class _ProxyAdapter(requests.adapters.HTTPAdapter):
@@ -428,8 +455,9 @@ def translate(err: BaseException, url: str, operation: str) -> Optional[Transfer
         return ChecksumMismatch("CRC32C of the transferred bytes does not match the store's",
                                 url=url, operation=operation)
     if isinstance(err, _storage_errors.InvalidResponse):
+        headers = getattr(err.response, "headers", None) or {}
         return wire.status_error(int(getattr(err.response, "status_code", 0) or 0), _reason(err.response),
-                                 url, operation)
+                                 url, operation, retry_after_seconds(headers.get("retry-after")))
     if isinstance(err, api_exceptions.GoogleAPICallError):
         return wire.status_error(int(err.code or 0), str(err.message)[:200], url, operation)
     if isinstance(err, api_exceptions.RetryError):
@@ -451,7 +479,9 @@ def translate(err: BaseException, url: str, operation: str) -> Optional[Transfer
 def _translated(url: Url, operation: str) -> Iterator[None]:
     try:
         yield
-    except TransferError:
+    except TransferError as err:
+        if err.url is None:  # raised below the library (a redirect refused by a response hook)
+            raise err.relabelled(url=str(url), operation=operation) from err
         raise
     except Exception as err:  # noqa: BLE001 - what translate() does not know is re-raised as is
         found = translate(err, str(url), operation)

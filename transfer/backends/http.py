@@ -5,6 +5,8 @@ Follows up to five redirects (a redirect to another origin uses that origin's po
 host and port: a redirect to plain HTTP or another port carries none of the first
 origin's credentials), checks the
 byte count against Content-Length, and verifies TLS unless the URL is plain ``http://``.
+A body cut short resumes from the byte it reached where the server gives a strong ETag
+(:mod:`transfer.http.resume`).
 ``user:password@`` in the URL is sent as Basic credentials to that origin, as wget and curl do.
 ``http_proxy``, ``https_proxy``, ``no_proxy`` and ``OSG_SQUID_LOCATION`` are honoured as
 stock pegasus-transfer's wget honours them (:mod:`transfer.http.proxy`).
@@ -27,10 +29,12 @@ from transfer.errors import (
     Throttled,
     TransferError,
     TransientError,
+    retry_after_seconds,
 )
 from transfer.http.message import basic_credentials
-from transfer.http.origins import OriginPools, origin_of
+from transfer.http.origins import OriginPools, origin_of, refusal
 from transfer.http.pool import PooledResponse
+from transfer.http.resume import ResumingBody, send_idempotent
 from transfer.backends.opening import Opening
 from transfer.urls import Url
 
@@ -95,7 +99,7 @@ class HttpBackend:
 
         def hop_headers(origin: str) -> List[Tuple[str, str]]:
             headers = self._headers(url, origin) + extra
-            if origin == first and "@" in url.host and not any(k.lower() == "authorization" for k, _ in headers):
+            if refusal(first, origin) is None and "@" in url.host and not any(k.lower() == "authorization" for k, _ in headers):
                 headers.append(("Authorization", basic_authorization(url.host)))
             return headers
 
@@ -141,15 +145,38 @@ class HttpBackend:
 
     def _get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange]) -> ObjectInfo:
         extra = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else []
-        response, _ = self._open("GET", url, extra)
+        response, _ = send_idempotent(lambda: self._open("GET", url, extra), str(url))
         with response:
             check_response(response, url, "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response)
-            count = response.read_into(sink.write, str(url))
+            with self._body(response, url, byte_range[0] if byte_range else 0) as body:
+                count = body.read_into(sink.write)
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and count != int(declared):
             raise ChecksumMismatch(f"received {count} of {declared} bytes", url=str(url), operation="get")
         return ObjectInfo(url, count, info.version, info.mtime)
+
+    def _body(self, response: PooledResponse, url: Url, first: int) -> ResumingBody:
+        """``response``'s body (bytes ``first`` onwards), resumed after a cut with a ranged GET
+        pinned to its strong ETag (``If-Match``; the answer must be a 206 of that ETag from the
+        byte reached); not resumed without a strong ETag or a Content-Length."""
+        length = response.headers.get("content-length", "")
+        etag = response.headers.get("etag", "")
+        end = first + int(length) if length.isdigit() else first
+        if not length.isdigit() or not etag.startswith('"'):
+            return ResumingBody(response, None, first, end if length.isdigit() else 1 << 62, str(url))
+
+        def reopen(offset: int) -> PooledResponse:
+            headers = [("Range", f"bytes={offset}-{end - 1}"), ("If-Match", etag)]
+            rest, _ = self._open("GET", url, headers)
+            span = rest.headers.get("content-range", "")
+            if rest.status != 206 or rest.headers.get("etag") != etag or not span.startswith(f"bytes {offset}-{end - 1}/"):
+                rest.discard()
+                raise RemoteError(f"the object changed while being read (asked ETag {etag} from byte {offset}; got "
+                                  f"HTTP {rest.status}, ETag {rest.headers.get('etag') or '-'}, {span or 'no range'})",
+                                  url=str(url), operation="get", status=rest.status)
+            return rest
+        return ResumingBody(response, reopen, first, end, str(url))
 
     def cache_key(self, url: Url) -> str:
         """The URL without user info; a query (maybe a signature, as in a pre-signed URL) as its
@@ -200,7 +227,7 @@ def check_response(response: PooledResponse, url: Url, operation: str, ok: Tuple
     if status in (401, 403):
         raise AuthError(text, **kwargs)  # type: ignore[arg-type]
     if status == 429 or (status == 503 and "retry-after" in response.headers):
-        raise Throttled(text, **kwargs)  # type: ignore[arg-type]
+        raise Throttled(text, retry_after=retry_after_seconds(response.headers.get("retry-after")), **kwargs)
     if status >= 500 or status == 408:
         raise TransientError(text, **kwargs)  # type: ignore[arg-type]
     raise RemoteError(text, **kwargs)  # type: ignore[arg-type]

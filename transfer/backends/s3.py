@@ -58,9 +58,11 @@ from transfer.credentials import (
 )
 from transfer.errors import (
     AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
+    retry_after_seconds,
 )
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.http.resume import ResumingBody, send_idempotent
 from transfer.backends.opening import Opening
 from transfer.urls import Url, unquote_plus
 
@@ -70,7 +72,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
-    from transfer.backends.base import Take
+    from transfer.backends.base import PendingUpload, Take
     from transfer.http.proxy import Proxy
     from transfer.peers import Scope
 
@@ -188,6 +190,7 @@ class S3Backend:
         self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
+        self.orphan_age = settings.multipart_orphan_age
 
     # -- request plumbing ---------------------------------------------------------------
 
@@ -206,7 +209,8 @@ class S3Backend:
         if response.status in ok:
             return
         body = response.read() if response.status >= 300 else b""
-        raise s3_error(response.status, body, url, operation)
+        raise s3_error(response.status, body, url, operation,
+                       retry_after=retry_after_seconds(response.headers.get("retry-after")))
 
     # -- Backend ------------------------------------------------------------------------
 
@@ -221,13 +225,16 @@ class S3Backend:
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """Stream the object (or ``byte_range``) to ``sink``; a full object is verified against
-        its checksum header or MD5 ETag (see :mod:`transfer.backends._s3_checksum`)."""
+        its checksum header or MD5 ETag (see :mod:`transfer.backends._s3_checksum`). A body
+        cut short is resumed from the byte it reached (:mod:`transfer.http.resume`)."""
         path = split_url(url)
+        text = str(url)
         headers = [("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}")] if byte_range else [CHECKSUM_MODE]
-        with self._send("GET", path, headers=headers, url=str(url)) as response:
-            self._check(response, str(url), "get", ok=(206,) if byte_range else (200,))
+        with send_idempotent(lambda: self._send("GET", path, headers=headers, url=text), text) as response:
+            self._check(response, text, "get", ok=(206,) if byte_range else (200,))
             info = _info(url, response.status, response.headers)
             check = None if byte_range else response_check(response.headers, etag_md5(info, response.headers), info.size)
+            body = self._body(response, url, byte_range[0] if byte_range else 0, info.size)
             if check is not None:
                 write, update = sink.write, check.update
 
@@ -235,17 +242,31 @@ class S3Backend:
                     update(data)
                     write(data)
 
-                count = response.read_into(tee, str(url))
+                count = body.read_into(tee)
                 if not check.matches():
                     raise ChecksumMismatch(f"{check.name.upper()} of received bytes differs from the store's",
-                                           url=str(url), operation="get")
+                                           url=text, operation="get")
             else:
-                count = response.read_into(sink.write, str(url))
+                count = body.read_into(sink.write)
         expected = _range_length(response.headers, byte_range) if byte_range else info.size
         if count != expected:
-            raise ChecksumMismatch(f"received {count} bytes, expected {expected}", url=str(url),
+            raise ChecksumMismatch(f"received {count} bytes, expected {expected}", url=text,
                                    operation="get")
         return info
+
+    def _body(self, response: AnyReply, url: Url, first: int, size: int) -> "ResumingBody":
+        """``response``'s body (bytes ``first`` onwards of an object of ``size`` bytes), resumed
+        after a cut with ranged GETs pinned to its ETag; not resumed without an ETag or a length."""
+        length = response.headers.get("content-length", "")
+        etag = response.headers.get("etag", "").strip('"')
+        end = first + int(length) if length.isdigit() else size
+        if not isinstance(response, PooledResponse):
+            raise RemoteError(f"unexpected HTTP {response.status} answer", url=str(url), operation="get")
+        path = split_url(url)
+
+        def reopen(offset: int) -> PooledResponse:
+            return self._rest(url, path, (offset, end), etag, size)
+        return ResumingBody(response, reopen if etag and length.isdigit() else None, first, end, str(url))
 
     def put(self, path: str, url: Url) -> ObjectInfo:
         return self._put(path, url, exclusive=False)
@@ -449,47 +470,64 @@ class S3Backend:
 
     def open_read(self, url: Url) -> "_S3Stream":
         text = str(url)  # once: every small download passes here
-        response = self._send("GET", split_url(url), headers=[CHECKSUM_MODE], url=text)
+        response = send_idempotent(lambda: self._send("GET", split_url(url), headers=[CHECKSUM_MODE], url=text), text)
         try:
             self._check(response, text, "get")
-            if not isinstance(response, PooledResponse):  # only error answers are buffered
-                raise RemoteError(f"unexpected HTTP {response.status} answer", url=text, operation="get")
+            info = _info(url, response.status, response.headers)
+            body = self._body(response, url, 0, info.size)
         except BaseException:
             response.discard()
             raise
-        info = _info(url, response.status, response.headers)
-        return _S3Stream(response, info, response_check(response.headers, etag_md5(info, response.headers), info.size), text)
+        return _S3Stream(body, info, response_check(response.headers, etag_md5(info, response.headers), info.size))
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
         """If-Match pins the version; the answer's Content-Range and ETag are checked too, for
-        stores that ignore If-Match."""
+        stores that ignore If-Match. A cut is resumed from the byte it reached, pinned the same way."""
+        first, end = byte_range
+        path = split_url(url)
+
+        def rest(offset: int) -> PooledResponse:
+            return self._rest(url, path, (offset, end), version, size)
+        with ResumingBody(send_idempotent(lambda: rest(first), str(url)), rest, first, end, str(url)) as body:
+            count = body.read_into(write)
+        if count != end - first:
+            raise ChecksumMismatch(f"received {count} bytes of range {first}-{end - 1}, expected {end - first}",
+                                   url=str(url), operation="get")
+        return count
+
+    def _rest(self, url: Url, path: S3Path, byte_range: ByteRange, version: str, size: int) -> PooledResponse:
+        """The answer for ``byte_range`` of version ``version`` (an object of ``size`` bytes),
+        body unread; RemoteError if the object changed (412, or a store that ignores If-Match
+        answering another ETag or span)."""
         first, end = byte_range
         headers = [("Range", f"bytes={first}-{end - 1}"), ("If-Match", f'"{version}"')]
-        with self._send("GET", split_url(url), headers=headers, url=str(url)) as response:
-            span, etag = response.headers.get("content-range", ""), response.headers.get("etag", "").strip('"')
+        response = self._send("GET", path, headers=headers, url=str(url))
+        span, etag = response.headers.get("content-range", ""), response.headers.get("etag", "").strip('"')
+        try:
             if response.status == 412 or (response.status == 206 and (
                     span != f"bytes {first}-{end - 1}/{size}" or etag != version)):
                 raise RemoteError(f"the object changed while being read (asked ETag {version}, {size} bytes; "
                                   f"got HTTP {response.status}, ETag {etag or '-'}, {span or 'no range'})",
                                   url=str(url), operation="get", status=response.status)
             self._check(response, str(url), "get", ok=(206,))
-            count = response.read_into(write, str(url))
-        if count != end - first:
-            raise ChecksumMismatch(f"received {count} bytes of range {first}-{end - 1}, expected {end - first}",
-                                   url=str(url), operation="get")
-        return count
+            if not isinstance(response, PooledResponse):
+                raise RemoteError(f"unexpected HTTP {response.status} answer", url=str(url), operation="get")
+        except BaseException:
+            response.discard()
+            raise
+        return response
 
     # -- BatchReads ---------------------------------------------------------------------
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
         the route of their bucket; see :class:`~transfer.backends.base.BatchReads` and
         :mod:`transfer.backends._s3_pipelined`."""
         from transfer.backends._s3_pipelined import read_small  # batches of small files only
-        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager)
+        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager, throttled)
 
     # -- DialsAhead ---------------------------------------------------------------------
 
@@ -599,6 +637,20 @@ class S3Backend:
                                    operation="put")
         return info
 
+    # -- PendingUploads -----------------------------------------------------------------
+
+    def pending_uploads(self, url: Url, *, whole_key: bool = True) -> Iterator[PendingUpload]:
+        """ListMultipartUploads of ``url``'s key, or under it (see :mod:`._s3_uploads`)."""
+        path = split_url(url)
+        where = f"s3 uploads in {path.bucket}"
+        from transfer.backends import _s3_uploads  # only where an upload is multipart or a command lists
+
+        def list_page(query: Dict[str, str]) -> bytes:
+            with self._send("GET", S3Path(path.bucket, ""), query=query, url=where) as response:
+                self._check(response, where, "list")
+                return response.read()
+        return _s3_uploads.pending(list_page, path.key, whole_key)
+
     def abort_upload(self, url: Url, upload_id: str) -> None:
         """Discard the parts. An upload already completed or aborted (NoSuchUpload) is
         success; other failures raise, so that the caller can retry (parts left behind are
@@ -625,17 +677,16 @@ _ATTRIBUTE_HEADERS = frozenset(("content-type", "cache-control", "content-dispos
 class _S3Stream:
     """The body of a full-object GET, read in pieces (see :class:`~transfer.backends.base.ObjectStream`)."""
 
-    def __init__(self, response: PooledResponse, info: ObjectInfo, check: Optional[RunningCheck], url: str) -> None:
-        self._response = response
+    def __init__(self, body: ResumingBody, info: ObjectInfo, check: Optional[RunningCheck]) -> None:
+        self._body = body
         self.info = info
         self.check = check
-        self._url = url
 
     def read(self, length: int, write: Callable[[bytes], object]) -> int:
-        return self._response.read_part(length, write, self._url)
+        return self._body.read_part(length, write)
 
     def close(self) -> None:
-        self._response.discard()
+        self._body.discard()
 
 
 def _fixed(credentials: Credentials) -> CredentialSource:

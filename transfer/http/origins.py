@@ -1,5 +1,6 @@
-"""Keep-alive pools for every origin a session talks to, and requests that follow redirects
-across them (a redirect to another origin uses that origin's pool)."""
+"""Keep-alive pools for every origin a session talks to, requests that follow redirects
+across them (a redirect to another origin uses that origin's pool), and the one rule of where
+a request carrying credentials may be sent (:func:`refusal`), which every backend asks."""
 
 from __future__ import annotations
 
@@ -48,6 +49,58 @@ def origin_of(location: str) -> str:
     """``scheme://host[:port]`` of a URL, without any user information."""
     parts = urlsplit(location)
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_parts(url: str) -> Tuple[str, str, Optional[int]]:
+    """(scheme, host, port) of a URL, lower-cased, the port made explicit; port None when the
+    URL's port does not parse."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        return scheme, "", None
+    return scheme, (parts.hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme)
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Whether two URLs have one origin (scheme, host and port, the default port made explicit)."""
+    first = _origin_parts(a)
+    return first[2] is not None and first == _origin_parts(b)
+
+
+def _nowhere(location: str) -> bool:
+    return False
+
+
+def refusal(origin: str, location: str, trusted: Callable[[str], bool] = _nowhere) -> Optional[str]:
+    """Why a request that carries the credentials of ``origin`` (its signature, its token, its
+    ``header.*`` or Basic credentials, its body) may not be sent on to ``location``; None when
+    it may. The one rule for every backend:
+
+    * the same origin (scheme, host, port) as the credentials were configured for: yes;
+    * never from https to http, and never to another scheme;
+    * another host only where ``trusted(location)`` says the configuration itself sends these
+      credentials there (S3: the bucket's endpoints on Amazon's own domain when the endpoint
+      is Amazon's), and only on the scheme's default port.
+
+    A caller that cannot take the answer follows no redirect: it reports the refusal."""
+    scheme, host, port = _origin_parts(origin)
+    to_scheme, to_host, to_port = _origin_parts(location)
+    if to_scheme not in _DEFAULT_PORTS or not to_host or to_port is None:
+        return "not an http(s) URL"
+    if scheme == "https" and to_scheme != "https":
+        return "from https to plain http"
+    if to_scheme != scheme:
+        return "to another scheme"
+    if (to_host, to_port) == (host, port):
+        return None
+    if to_port == _DEFAULT_PORTS[to_scheme] and trusted(location):
+        return None
+    return "to a host or port the endpoint's configuration does not name"
 
 
 class OriginPools:

@@ -1,0 +1,239 @@
+"""The pacing arithmetic (transfer/pacing.py): the cut, the cubic growth back, the bucket's
+reservations, one cut per round, and the fast path that costs nothing while nothing throttles.
+Pure functions of a state and a time: no clock, no sleep."""
+
+from __future__ import annotations
+
+import threading
+from typing import List
+
+import pytest
+
+from transfer import parse_url
+from transfer.pacing import (
+    BETA, BURST_SECONDS, CALM_SECONDS, CUT_SECONDS, LEARN_EVERY, MIN_RATE, LocalStates, Pacer, RateState, cut, prefix_key, rate_at,
+    reserve,
+)
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self.slept: List[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_first_cut_is_beta_times_the_measured_rate() -> None:
+    state, _ = cut(None, 10.0, measured=200.0, sent=9.9)
+    assert state is not None
+    assert state.last_max == 200.0 and state.cut_at == 10.0
+    assert rate_at(state, 10.0) == pytest.approx(BETA * 200.0)
+
+
+def test_rate_grows_back_cubically_to_the_last_max_then_beyond() -> None:
+    state = RateState(200.0, 0.0, 0.0, 0.0)
+    k = (200.0 * (1 - BETA) / 0.4) ** (1 / 3)
+    assert rate_at(state, k) == pytest.approx(200.0)
+    samples = [rate_at(state, t) for t in (0.0, k / 2, k, 1.5 * k, 2 * k)]
+    assert samples == sorted(samples)  # never falls between cuts
+    assert samples[1] - samples[0] > samples[2] - samples[1]  # fast far below the old maximum, slow near it
+    assert samples[4] > 200.0  # then probes beyond it
+
+
+def test_a_later_cut_is_beta_times_the_bucket_rate() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)
+    now = 20.0
+    before = rate_at(state, now)
+    after, _ = cut(state, now, measured=1e6, sent=now - 0.01)
+    assert after is not None and after.last_max == pytest.approx(before)
+    assert rate_at(after, now) == pytest.approx(BETA * before)
+
+
+def test_one_cut_per_round() -> None:
+    state, _ = cut(None, 10.0, measured=100.0, sent=9.0)
+    again, _ = cut(state, 12.0, measured=100.0, sent=9.5)  # sent before the cut: same round
+    assert again is state
+    soon, _ = cut(state, 10.0 + CUT_SECONDS / 2, measured=100.0, sent=10.01)  # answers arriving together
+    assert soon is state
+    later, _ = cut(state, 12.0, measured=100.0, sent=11.0)
+    assert later is not state and later is not None and later.cut_at == 12.0
+
+
+def test_rate_never_below_the_floor() -> None:
+    state: RateState | None = None
+    now = 0.0
+    for _ in range(50):
+        now += 1.0
+        state, _ = cut(state, now, measured=0.0, sent=now)
+    assert state is not None and MIN_RATE <= rate_at(state, now) < 2 * MIN_RATE
+    assert rate_at(state, now + 0.001) >= MIN_RATE and state.last_max >= MIN_RATE
+
+
+def test_reservations_space_requests_at_the_rate() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)  # rate 70/s at t=0
+    waits = []
+    current: RateState | None = state
+    for _ in range(20):
+        current, wait = reserve(current, 0.0)
+        waits.append(wait)
+    rate = rate_at(state, 0.0)
+    # the empty bucket: the n-th request waits n/rate
+    assert waits == pytest.approx([(n + 1) / rate for n in range(20)])
+
+
+def test_bucket_refills_up_to_its_burst_only() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)
+    rate = rate_at(state, 1.0)
+    current: RateState | None = state
+    free = 0
+    for _ in range(100):
+        current, wait = reserve(current, 1.0)  # a second idle: the bucket is full, not 70 tokens
+        free += wait == 0.0
+    assert free == int(max(1.0, rate * BURST_SECONDS))
+
+
+def test_calm_prefix_is_forgotten() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)
+    assert reserve(state, CALM_SECONDS) == (None, -1.0)
+    after, _ = cut(state, CALM_SECONDS + 1, measured=300.0, sent=CALM_SECONDS)
+    assert after is not None and after.last_max == 300.0  # a stale rate is not reused
+
+
+def test_prefix_key_is_endpoint_and_directory() -> None:
+    a = prefix_key(parse_url("s3://u@site/bucket/run/a.dat"))
+    b = prefix_key(parse_url("s3://u@site/bucket/run/b.dat"))
+    c = prefix_key(parse_url("s3://u@site/bucket/other/a.dat"))
+    assert a == b != c
+
+
+def test_fast_path_takes_no_lock_and_never_sleeps() -> None:
+    class Refusing:
+        def update(self, key, change):  # type: ignore[no-untyped-def]
+            if change(None)[0] is not None:
+                raise AssertionError("state written while nothing throttles")
+            return 0.0
+
+    clock = FakeClock()
+    pace = Pacer(Refusing(), clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
+    calls = []
+    pace._states = type("Counting", (), {"update": lambda self, k, c: calls.append(k) or 0.0})()  # type: ignore[assignment]
+    for _ in range(1000):
+        pace.acquire()
+    # a look at the shared state once per LEARN_EVERY requests, never a reservation or a sleep
+    assert len(calls) == 1000 // LEARN_EVERY and clock.slept == [] and pace.requests == 1000
+
+
+def test_throttle_then_paced_then_calm_again() -> None:
+    clock = FakeClock()
+    pacer = Pacer(LocalStates(), clock, clock.sleep)
+    pace = pacer.pace(parse_url("s3://u@site/b/p/x"))
+    for _ in range(100):
+        pace.acquire()
+    clock.now += 1.0  # 100 requests/s measured
+    pace.throttled(clock.now - 0.05)
+    assert pace.limited
+    for _ in range(7):
+        pace.acquire()
+    assert sum(clock.slept) == pytest.approx(7 / (BETA * 100), rel=0.05)  # (the rate grows 3% meanwhile)
+    clock.now += CALM_SECONDS
+    pace.acquire()
+    assert not pace.limited  # back on the fast path
+
+
+def test_a_new_pace_learns_a_throttled_prefix() -> None:
+    clock = FakeClock()
+    states = LocalStates()
+    first = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
+    first.acquire()
+    first.throttled(clock.now)
+    second = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/y"))
+    assert second.limited
+    other = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/q/y"))
+    assert not other.limited
+
+
+def test_threads_share_one_bucket() -> None:
+    clock = FakeClock()
+    lock = threading.Lock()
+
+    def sleep(seconds: float) -> None:
+        with lock:
+            clock.slept.append(seconds)
+
+    pacer = Pacer(LocalStates(), clock, sleep)
+    pace = pacer.pace(parse_url("s3://u@site/b/p/x"))
+    pace.sent = 100
+    clock.now += 1.0
+    pace.throttled(clock.now)
+    threads = [threading.Thread(target=lambda: [pace.acquire() for _ in range(50)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rate = BETA * 100
+    # 200 reservations from an empty bucket at one instant: the waits are 1/rate .. 200/rate, each once
+    assert sorted(clock.slept) == pytest.approx([(n + 1) / rate for n in range(200)])
+
+
+def test_throttled_keeps_retry_after_through_pickle() -> None:
+    import pickle
+
+    from transfer.errors import Throttled, retry_after_seconds
+    err = Throttled("HTTP 503 SlowDown", url="s3://u@s/b/k", operation="get", status=503, retry_after=2.5)
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, Throttled) and back.retry_after == 2.5 and back.status == 503 and str(back) == str(err)
+    assert [retry_after_seconds(v) for v in ("3", " 1.5 ", "", None, "-1", "Wed, 21 Oct 2015 07:28:00 GMT", "nan")] \
+        == [3.0, 1.5, None, None, None, None, None]
+
+
+def test_throttle_delay_is_retry_after_bounded_and_jittered() -> None:
+    import random
+
+    from transfer.errors import Throttled
+    from transfer.retry import RetryPolicy
+    policy = RetryPolicy(base_delay=0.01, max_delay=0.05, max_retry_after=60.0)
+    rng = random.Random(7)
+    waits = [policy.throttle_delay(1, Throttled("x", retry_after=3.0), rng, 100.0) for _ in range(200)]
+    assert all(w is not None and 3.0 <= w <= 3.6 for w in waits) and len(set(waits)) > 100
+    assert policy.throttle_delay(1, Throttled("x", retry_after=1e9), rng, 1000.0) <= 72.0  # type: ignore[operator]
+    assert policy.throttle_delay(1, Throttled("x", retry_after=30.0), rng, 2.0) == 2.0  # never past the time bound
+    assert policy.throttle_delay(1, Throttled("x"), rng, 0.0) is None  # the time is up
+    assert policy.throttle_delay(5, Throttled("x"), rng, 100.0) <= 0.05  # type: ignore[operator]
+
+
+def test_a_cut_keeps_the_queue_and_ignores_answers_from_before_it_settled() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)
+    now = 0.5  # ~71 requests/s
+    rate = rate_at(state, now)
+    current: RateState | None = state
+    for _ in range(int(rate * BURST_SECONDS) + 50):  # 50 requests queued behind a full bucket
+        current, _ = reserve(current, now)
+    assert current is not None
+    after, _ = cut(current, now, measured=0.0, sent=now)
+    assert after is not None and after.tokens == pytest.approx(-50.0, abs=1)  # still owed: new requests queue behind
+    assert after.settled == pytest.approx(now + 50 / rate, abs=1 / rate)
+    # an answer to a request sent while the queue of the old round drained: no second cut
+    same, _ = cut(after, now + 0.4, measured=0.0, sent=now + 0.3)
+    assert same is after
+    later, _ = cut(after, after.settled + 0.5, measured=0.0, sent=after.settled + 0.1)
+    assert later is not after
+
+
+def test_a_running_job_takes_up_what_another_learned() -> None:
+    clock = FakeClock()
+    states = LocalStates()
+    running = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
+    running.acquire()
+    other = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/y"))
+    other.sent = 100
+    clock.now += 1.0
+    other.throttled(clock.now)
+    for _ in range(LEARN_EVERY):
+        running.acquire()
+    assert running.limited

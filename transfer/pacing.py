@@ -1,0 +1,243 @@
+"""Request pacing per (endpoint, prefix): an adaptive token bucket, cut by throttle answers.
+
+Why: a store limits requests per key prefix (S3 ~5,500 GET/s, GCS ~5,000 reads/s per bucket
+at first) and answers ``503 SlowDown``/429 past it. Retrying harder only adds to the load;
+what ends the storm is every client sending less. As in TCP's CUBIC and the AWS SDKs'
+adaptive retry mode, a throttle answer cuts the rate to ``BETA`` times the rate in use, and
+the rate then grows back as a cubic function of the time since that cut: quickly far from the
+last rate that was throttled, slowly near it, then probing beyond::
+
+    rate(t) = SCALE * (t - K)**3 + last_max        K = cbrt(last_max * (1 - BETA) / SCALE)
+
+so rate(0) = BETA * last_max and rate(K) = last_max.
+
+A prefix is *limited* from its first throttle answer until ``CALM_SECONDS`` pass without one.
+While it is not, :meth:`Pace.acquire` reads one attribute and returns (no lock, no system
+call; one look at the shared state every ``LEARN_EVERY`` requests, so that a job takes up
+what another job of the node learned): the cost of pacing when nothing throttles. While it is, each request reserves a token
+from the bucket (filled at ``rate(t)``, holding at most ``BURST_SECONDS`` of it) and sleeps
+until its token is due.
+
+Where the state lives is a :class:`States` store: :class:`LocalStates` keeps it in this
+process; :class:`transfer.pacing_node.NodeStates` in a small file every job of the user on
+this node shares (``docs/throttling.md``), so 100 jobs on a node learn a prefix's rate once.
+The arithmetic is pure functions of a :class:`RateState` and a time, for the tests.
+"""
+
+from __future__ import annotations
+
+import time
+
+from transfer import _threads
+from transfer._lean import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Optional, Protocol, Tuple
+
+    from transfer._threads import Cancel
+    from transfer.urls import Url
+
+    Clock = Callable[[], float]
+
+    class States(Protocol):
+        """Where the state of each key lives: ``update(key, change)`` applies ``change`` to the
+        key's state (None: no state yet) atomically with respect to every other user of the
+        store, keeps what it returns (None: forget the key) and returns its second value."""
+
+        def update(self, key: str, change: "Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]"
+                   ) -> float: ...
+
+__all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "prefix_key", "rate_at",
+           "reserve"]
+
+BETA = 0.7            # the cut: the rate in use times this (CUBIC's and the AWS SDKs' beta)
+SCALE = 0.4           # requests/s per s^3 of cubic growth (the AWS SDKs' scale constant)
+MIN_RATE = 0.5        # requests/s a throttled prefix is never cut below
+BURST_SECONDS = 0.1   # the bucket holds this many seconds of its rate (at least one token)
+CALM_SECONDS = 60.0   # without a throttle answer for this long, a prefix is no longer paced
+_INF = float("inf")  # (no ``math`` import: a job step's start-up)
+MIN_WINDOW = 0.1      # seconds: a rate measured over less is measured over this
+CUT_SECONDS = 0.25    # throttle answers this soon after a cut belong to the same round
+MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens owed are capped)
+LEARN_EVERY = 64      # requests of a pace not paced, between two looks at the shared state
+
+
+@record(frozen=True)
+class RateState:
+    """What is known of one prefix: ``last_max`` requests/s when it was last cut, at
+    ``cut_at`` (epoch seconds); ``tokens`` in the bucket at ``stamp`` (may be negative: tokens
+    reserved by requests waiting for them); ``settled``: when the last request that reserved
+    its token before the cut is due (answers to requests sent before then belong to the round
+    that was cut)."""
+
+    last_max: float
+    cut_at: float
+    tokens: float
+    stamp: float
+    settled: float = 0.0
+
+
+def rate_at(state: RateState, now: float) -> float:
+    """The bucket's fill rate (requests/s) at ``now``: the cubic growth since the cut."""
+    k: float = (state.last_max * (1 - BETA) / SCALE) ** (1 / 3)
+    since: float = max(0.0, now - state.cut_at) - k
+    return max(MIN_RATE, SCALE * since * since * since + state.last_max)
+
+
+def cut(state: Optional[RateState], now: float, measured: float, sent: float,
+        ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
+    """The state after a throttle answer, at ``now``, to a request sent at ``sent``: the rate
+    in use cut to BETA times it. The rate in use is the bucket's; for a prefix not paced (no
+    state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
+
+    One cut per round: an answer to a request sent before the last cut settled (the requests
+    that had their tokens then went out at the old rate), or within CUT_SECONDS of the cut,
+    says nothing new (TCP cuts once per window, not once per lost segment; the requests other
+    jobs had in flight when one of them cut arrive together). The tokens owed at the cut stay
+    owed: requests after it queue behind them, at the new rate."""
+    if state is not None and now - state.cut_at < CALM_SECONDS:
+        if sent < max(state.cut_at, state.settled) or now - state.cut_at < CUT_SECONDS:
+            return state, 0.0
+        in_use = min(rate_at(state, now), ceiling)
+        owed = min(0.0, state.tokens + max(0.0, now - state.stamp) * in_use)
+    else:
+        in_use, owed = measured, 0.0
+    rate = max(MIN_RATE, min(in_use, ceiling))
+    owed = max(-rate * MAX_WAIT, owed)
+    return RateState(rate, now, owed, now, now - owed / max(in_use, MIN_RATE)), 0.0
+
+
+def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
+    """The state after one request takes a token at ``now``, and the seconds it must wait for
+    it; -1.0 for a prefix not paced (no state, or calm for CALM_SECONDS, which forgets it).
+    ``ceiling``: requests/s the rate never passes (a pool's share of the store's limit)."""
+    if state is None or now - state.cut_at >= CALM_SECONDS:
+        return None, -1.0
+    rate = min(rate_at(state, now), ceiling)
+    capacity = max(1.0, rate * BURST_SECONDS)
+    tokens = min(capacity, state.tokens + max(0.0, now - state.stamp) * rate) - 1
+    tokens = max(-rate * MAX_WAIT, tokens)  # a state from another process is not trusted to be sane
+    return RateState(state.last_max, state.cut_at, tokens, now, state.settled), (-tokens / rate if tokens < 0 else 0.0)
+
+
+def prefix_key(url: Url) -> str:
+    """The key a store limits ``url``'s requests by, as far as a client can tell: its endpoint
+    and the "directory" of its key (S3 and GCS partition by key prefix; the objects of one
+    directory share one)."""
+    return f"{url.scheme}://{url.host}{url.path.rpartition('/')[0]}/"
+
+
+class LocalStates:
+    """The states of this process (a dict under a lock)."""
+
+    def __init__(self) -> None:
+        self._states: Dict[str, RateState] = {}
+        self._lock = _threads.Lock()
+
+    def update(self, key: str, change: Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]) -> float:
+        with self._lock:
+            state, result = change(self._states.get(key))
+            if state is None:
+                self._states.pop(key, None)
+            else:
+                self._states[key] = state
+            return result
+
+
+class Pace:
+    """The pacing of one prefix in this process. ``limited`` is the fast path's one read."""
+
+    def __init__(self, key: str, states: States, clock: Clock, sleep: Callable[[float], None],
+                 ceiling: float = _INF) -> None:
+        self.key = key
+        self.ceiling = ceiling
+        self.limited = False
+        self._states = states
+        self._clock = clock
+        self._sleep = sleep
+        self.sent = 0  # requests since ``_since``: counted without a lock (a close estimate is enough)
+        self._since = self._born = clock()
+        self.requests = 0  # since this pace was made
+        self.throttles = 0  # throttle answers among them
+        self.waited = 0.0  # seconds slept for tokens
+
+    def achieved(self) -> float:
+        """Requests answered (not throttled) per second since this pace was made."""
+        return (self.requests - self.throttles) / max(MIN_WINDOW, self._clock() - self._born)
+
+    def count(self) -> None:
+        """One request sent without :meth:`acquire` (a pipelined pass, paced as a whole)."""
+        self.sent += 1
+        self.requests += 1
+
+    def acquire(self, cancel: Optional[Cancel] = None) -> None:
+        """Wait for this request's token (returns at once unless the prefix is paced)."""
+        self.sent += 1
+        self.requests += 1
+        if not self.limited:
+            if self.requests % LEARN_EVERY == 0:  # another job may have been throttled meanwhile
+                self.learn()
+            return
+        wait = self._states.update(self.key, lambda state: reserve(state, self._clock(), self.ceiling))
+        if wait <= 0:
+            self.limited = wait == 0  # -1: calm again, back to the fast path
+            return
+        self.waited += wait
+        if cancel is None:
+            self._sleep(wait)
+        else:
+            cancel.wait(wait)
+
+    def throttled(self, sent: float) -> None:
+        """A throttle answer came to a request sent at ``sent`` (this module's clock)."""
+        now = self._clock()
+        elapsed = max(MIN_WINDOW, now - self._since)
+        measured = self.sent / elapsed
+        self.sent, self._since = 0, now
+        self.throttles += 1
+        self.limited = True
+        self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling))
+
+    def learn(self) -> None:
+        """Take up what the store knows of this prefix (another job was throttled on it)."""
+        now = self._clock()
+
+        def paced(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
+            return state, 1.0 if state is not None and now - state.cut_at < CALM_SECONDS else 0.0
+
+        self.limited = self._states.update(self.key, paced) > 0
+
+
+class Pacer:
+    """The paces of one process, one per prefix key, made on first use. ``clock`` is epoch
+    seconds (states may be shared between processes); ``ceiling(key)``: the most requests/s
+    a prefix is ever paced at (default: no bound)."""
+
+    def __init__(self, states: Optional[States] = None, clock: Clock = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 ceiling: Optional[Callable[[str], float]] = None) -> None:
+        self._states: States = states if states is not None else LocalStates()
+        self._ceiling = ceiling
+        self._clock = clock
+        self._sleep = sleep
+        self._paces: Dict[str, Pace] = {}
+        self._lock = _threads.Lock()
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def pace(self, url: Url) -> Pace:
+        """The pace of ``url``'s prefix (a dict lookup once made)."""
+        key = prefix_key(url)
+        found = self._paces.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._paces.get(key)
+            if found is None:
+                bound = self._ceiling(key) if self._ceiling is not None else _INF
+                found = self._paces[key] = Pace(key, self._states, self._clock, self._sleep, bound)
+                found.learn()
+            return found

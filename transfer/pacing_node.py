@@ -1,0 +1,160 @@
+"""One rate per node: the pacing states (:mod:`transfer.pacing`) of a user's jobs on one node,
+in one small file they all update under ``flock``.
+
+Why a file: jobs are separate processes (drop-in runs, the node stager's forked copies, the
+HTCondor plugin) that come and go; a file needs no server, and a job pays for it only once a
+prefix is throttled (the first lookup of a prefix is one ``open`` that finds no file).
+
+The file is ``rates`` in a directory private to the user: ``$XDG_RUNTIME_DIR/pegasus-cloudio``,
+else ``/tmp/pegasus-cloudio-UID`` (a batch system that gives each job its own ``/tmp`` gives
+each its own rate, as without this file). The directory must be the user's own, not a link, and closed to
+others (mode 0700, made so when created); the file is opened with ``O_NOFOLLOW`` and must be a
+regular file of the user; at most ``MAX_BYTES`` are read and ``MAX_KEYS`` prefixes kept (the
+most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp TAB settled``;
+a line that does not parse is dropped. Anything that goes wrong (an unsafe directory, a full
+disk) makes the caller fall back to its own process's states, with one warning.
+"""
+
+from __future__ import annotations
+
+import os
+
+from transfer._lean import logger
+from transfer.pacing import CALM_SECONDS, MAX_WAIT, LocalStates, RateState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Mapping, Optional, Tuple
+
+__all__ = ["MAX_BYTES", "MAX_KEYS", "NodeStates", "node_rate_dir"]
+
+MAX_BYTES = 64 << 10
+MAX_KEYS = 256
+_MAX_RATE = 1e7  # requests/s: no store serves more to one prefix
+_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_log = logger(__name__)
+
+
+def node_rate_dir(env: Mapping[str, str]) -> str:
+    """The directory of the node's rate file for ``env`` (see the module doc)."""
+    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
+    if runtime:
+        return os.path.join(runtime, "pegasus-cloudio")
+    return f"/tmp/pegasus-cloudio-{os.getuid()}"
+
+
+class NodeStates:
+    """:class:`~transfer.pacing.States` in the node's rate file (module doc); falls back to
+    this process's :class:`~transfer.pacing.LocalStates` for good after the first failure."""
+
+    def __init__(self, directory: str, clock: Callable[[], float]) -> None:
+        self._directory = directory
+        self._path = os.path.join(directory, "rates")
+        self._clock = clock
+        self._fallback: Optional[LocalStates] = None
+        self._unstorable = LocalStates()  # keys with a tab or newline: this process's own states
+
+    def update(self, key: str, change: Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]) -> float:
+        if self._fallback is None and ("\t" in key or "\n" in key):
+            return self._unstorable.update(key, change)
+        if self._fallback is None:
+            try:
+                return self._update(key, change)
+            except OSError as err:
+                _log.warning("pacing: the node's rate file %s is not usable (%s); pacing this job alone",
+                             self._path, err.strerror or err)
+                self._fallback = LocalStates()
+        return self._fallback.update(key, change)
+
+    def _update(self, key: str, change: Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]) -> float:
+        fd = self._open(create=False)
+        if fd is None:  # no file: no prefix of this node was throttled (yet)
+            state, result = change(None)
+            if state is None:
+                return result
+            fd = self._open(create=True)
+            assert fd is not None
+        import fcntl  # only once a file exists: a job whose prefixes were never throttled skips it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            states = _parse(os.pread(fd, MAX_BYTES, 0), self._clock())
+            state, result = change(states.get(key))
+            if state is None and key not in states:
+                return result
+            if state is None:
+                del states[key]
+            else:
+                states[key] = state
+            data = _format(states, self._clock())
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            return result
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _open(self, create: bool) -> Optional[int]:
+        if create:
+            _private_dir(self._directory)
+        else:
+            try:
+                _check_dir(self._directory)
+            except FileNotFoundError:
+                return None
+        try:
+            fd = os.open(self._path, _FLAGS | (os.O_CREAT if create else 0), 0o600)
+        except FileNotFoundError:
+            return None
+        info = os.fstat(fd)
+        import stat
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            os.close(fd)
+            raise OSError(0, "not a regular file of this user")
+        return fd
+
+
+def _check_dir(path: str) -> None:
+    import stat
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise OSError(0, f"{path} is not a directory of this user closed to writes by others")
+
+
+def _private_dir(path: str) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    _check_dir(path)
+
+
+def _parse(data: bytes, now: float) -> Dict[str, RateState]:
+    """The file's states; a line that does not parse, or with a rate that is not positive or a
+    time in the future, is dropped (the file is the user's, but any of their jobs may be wrong)."""
+    states: Dict[str, RateState] = {}
+    for line in data.decode("utf-8", "replace").split("\n"):
+        fields = line.split("\t")
+        if len(fields) != 6:
+            continue
+        try:
+            numbers = [float(f) for f in fields[1:]]
+        except ValueError:
+            continue
+        finite = all(n == n and abs(n) != float("inf") for n in numbers)
+        if finite and 0 < numbers[0] <= _MAX_RATE and numbers[1] <= now + 1 and numbers[3] <= now + 1 \
+                and numbers[4] <= now + MAX_WAIT + 1:
+            states[fields[0]] = RateState(*numbers)
+    return states
+
+
+def _format(states: Dict[str, RateState], now: float) -> bytes:
+    """The file's text: calm states dropped, the MAX_KEYS most recently cut kept, within MAX_BYTES."""
+    live = sorted((s.cut_at, k) for k, s in states.items() if now - s.cut_at < CALM_SECONDS)[-MAX_KEYS:]
+    lines, size = [], 0
+    for _, key in reversed(live):
+        s = states[key]
+        line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\t{s.settled!r}\n".encode()
+        if size + len(line) > MAX_BYTES:
+            break
+        lines.append(line)
+        size += len(line)
+    return b"".join(lines)

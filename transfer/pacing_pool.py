@@ -1,0 +1,125 @@
+"""One rate per pool (optional): the pacing states (:mod:`transfer.pacing`) of a prefix on the
+Redis the peer index uses, shared by every node of the pool, with the node's as fallback.
+
+Off unless ``PEGASUS_CLOUDIO_POOL_RATE_FRACTION`` is above 0 and ``PEGASUS_CLOUDIO_P2P_REDIS``
+names the index. A prefix's pool bucket is then capped at that fraction of the store's
+documented request rate per prefix (:data:`DOCUMENTED_RATE`: reads, the usual load of a
+stage-in) and adapts below it as every bucket does.
+
+Trust, as far as the peer index's (``docs/p2p.md``): a state is stored under a name only the
+holders of the reader's scope (:class:`transfer.peers.Scope`: its store identity and bucket)
+can compute, and tagged with that scope; a value no holder wrote (another user's, or garbage)
+is taken for no state, so another user can at worst erase a user's pool state (its jobs then
+pace by their node's rate), never slow them down. Each state expires after CALM_SECONDS.
+
+Redis unreachable or failing (now or mid-run): one warning, and from then on this process
+paces by its fallback (the node's file). Updates are optimistic (``WATCH``/``MULTI``); one
+that loses ``_TRIES`` races is decided by the fallback, not waited on.
+"""
+
+from __future__ import annotations
+
+import math
+
+from transfer._lean import logger
+from transfer.pacing import CALM_SECONDS, RateState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Tuple
+
+    from transfer.pacing import States
+    from transfer.peers import Scope
+
+    Change = Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]
+
+__all__ = ["DOCUMENTED_RATE", "PoolStates"]
+
+# requests/s per prefix the stores document for reads: S3 5,500 GET/HEAD; GCS starts a bucket
+# at about 5,000 object reads/s (and ramps up); Azure Blob about 20,000 per account
+DOCUMENTED_RATE = {"s3": 5500.0, "gs": 5000.0, "gcs": 5000.0}
+_TRIES = 3
+_log = logger(__name__)
+
+
+class PoolStates:
+    """:class:`~transfer.pacing.States` of the prefixes ``scope_of(key)`` scopes, on the
+    ``client`` (a ``redis.Redis``) under ``namespace``; others, and all after a Redis error,
+    in ``fallback``. ``ceiling_of(key)``: the most requests/s a prefix's state may record."""
+
+    def __init__(self, client: Any, namespace: str, scope_of: Callable[[str], Optional[Scope]],
+                 fallback: States, clock: Callable[[], float]) -> None:
+        self._redis = client
+        self._namespace = namespace
+        self._scope_of = scope_of
+        self._fallback = fallback
+        self._clock = clock
+        self._down = False
+        self._scopes: Dict[str, Optional[Scope]] = {}
+
+    def update(self, key: str, change: Change) -> float:
+        scope = None if self._down else self._scope(key)
+        if scope is None:
+            return self._fallback.update(key, change)
+        try:
+            return self._update(key, scope, change)
+        except Exception as err:  # noqa: BLE001 - redis.RedisError, OSError: Redis is down or refuses
+            if not self._down:
+                _log.warning("pacing: the pool's rate limiter on Redis failed (%s); pacing by this node's rate",
+                             type(err).__name__)
+            self._down = True
+            return self._fallback.update(key, change)
+
+    def _scope(self, key: str) -> Optional[Scope]:
+        if key not in self._scopes:
+            try:
+                self._scopes[key] = self._scope_of(key)
+            except Exception:  # noqa: BLE001 - no scope (anonymous, a backend error): the node's rate
+                self._scopes[key] = None
+        return self._scopes[key]
+
+    def _update(self, key: str, scope: Scope, change: Change) -> float:
+        import redis
+        name = f"{self._namespace}:rate:{scope.rate_name(key)}"
+        for _ in range(_TRIES):
+            with self._redis.pipeline() as pipe:
+                try:
+                    pipe.watch(name)
+                    state = _decode(pipe.get(name), name, scope, self._clock())
+                    new, result = change(state)
+                    pipe.multi()
+                    if new is None:
+                        pipe.delete(name)
+                    else:
+                        value = _encode(new)
+                        pipe.set(name, f"{value} {scope.rate_tag(name, value)}", px=int(CALM_SECONDS * 1000))
+                    pipe.execute()
+                    return result
+                except redis.WatchError:
+                    continue
+        return self._fallback.update(key, change)
+
+
+def _encode(state: RateState) -> str:
+    return f"{state.last_max!r} {state.cut_at!r} {state.tokens!r} {state.stamp!r} {state.settled!r}"
+
+
+def _decode(raw: Any, name: str, scope: Scope, now: float) -> Optional[RateState]:
+    """The state a holder of ``scope`` stored under ``name``; None for anything else."""
+    if not isinstance(raw, bytes) or len(raw) > 256:
+        return None
+    fields = raw.decode("ascii", "replace").split(" ")
+    if len(fields) != 6:
+        return None
+    import hmac
+    value = " ".join(fields[:5])
+    if not hmac.compare_digest(fields[5], scope.rate_tag(name, value)):
+        return None
+    try:
+        last_max, cut_at, tokens, stamp, settled = (float(f) for f in fields[:5])
+    except ValueError:
+        return None
+    if not all(math.isfinite(n) for n in (last_max, cut_at, tokens, stamp, settled)) or last_max <= 0 \
+            or cut_at > now + 1 or settled > now + 61:
+        return None
+    return RateState(last_max, cut_at, tokens, stamp, settled)
