@@ -269,7 +269,8 @@ def test_a_store_that_throttles_to_the_end_gets_a_retryable_answer(starter, coun
     policy's subcode), and each attempt a retryable Transfer/TooSlow entry."""
     proxy, url = counted
     proxy.set_faults([Fault.status(503, times=1000)])
-    env = dict(starter.env, PEGASUS_CLOUDIO_MAX_ATTEMPTS="2")
+    # throttle answers spend no attempts: the time bound (300 s by default) ends the retries
+    env = dict(starter.env, PEGASUS_CLOUDIO_MAX_ATTEMPTS="2", PEGASUS_CLOUDIO_THROTTLE_TIMEOUT="2")
     run = run_plugin(starter, [file_ad(url, str(starter.sandbox / "k.dat"))], env)
     assert sum(proxy.requests_by_method.values()) >= 2
     assert run.returncode == 11, run.output
