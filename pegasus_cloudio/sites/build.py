@@ -33,6 +33,7 @@ from Pegasus.api import (
     TransformationSite,
 )
 
+from pegasus_cloudio.sites.modes import Mode
 from pegasus_cloudio.sites.options import SetOptions
 
 STAMP = {"apiLang": "python", "createdBy": "pegasus-cloudio sites"}
@@ -41,12 +42,12 @@ TRANSFER_TRANSFORMATIONS = ("transfer", "dirmanager", "cleanup")
 
 
 def data_configuration(opts: SetOptions) -> str:
-    return "sharedfs" if opts.mode == "vm-storage" else "nonsharedfs"
+    return Mode(opts.mode).data_configuration
 
 
 def staging_site(opts: SetOptions) -> str:
     """The site whose scratch holds intermediate files."""
-    return {"cloud-storage": opts.staging, "vm-storage": opts.compute_site, "submit-host": "local"}[opts.mode]
+    return {Mode.CLOUD: opts.staging, Mode.VM: opts.compute_site, Mode.SUBMIT: "local"}[Mode(opts.mode)]
 
 
 def scp_url(user_host: str, port: Optional[int], path: str) -> str:
@@ -58,13 +59,13 @@ def scp_url(user_host: str, port: Optional[int], path: str) -> str:
 def local_site(opts: SetOptions) -> Site:
     scratch, outputs = os.path.join(opts.work_dir, "scratch"), os.path.join(opts.work_dir, "outputs")
     scratch_url = "file://" + scratch
-    if opts.mode == "submit-host":
+    if opts.mode == Mode.SUBMIT:
         scratch_url = scp_url(opts.submit_host or "", opts.ssh_port, scratch)
     site = Site("local", arch=Arch.X86_64, os_type=OS.LINUX).add_directories(
         Directory(Directory.SHARED_SCRATCH, scratch).add_file_servers(FileServer(scratch_url, Operation.ALL)),
         Directory(Directory.LOCAL_STORAGE, outputs).add_file_servers(
             FileServer("file://" + outputs, Operation.ALL)))
-    if opts.mode == "submit-host":
+    if opts.mode == Mode.SUBMIT:
         site.add_profiles(Namespace.PEGASUS, key="SSH_PRIVATE_KEY", value=opts.ssh_key)
     site.add_env(**_env(opts, worker=False))
     return site
@@ -74,7 +75,7 @@ def compute_site(opts: SetOptions) -> Site:
     site = Site(opts.compute_site, arch=Arch.X86_64, os_type=OS.LINUX)
     site.add_pegasus_profile(style="condor")
     site.add_condor_profile(universe="vanilla")
-    if opts.mode == "vm-storage":
+    if opts.mode == Mode.VM:
         url = "file://" + opts.vm_scratch
         if opts.vm_host:
             url = scp_url(opts.vm_host, opts.ssh_port, opts.vm_scratch)
@@ -133,7 +134,7 @@ def _env(opts: SetOptions, *, worker: bool) -> Dict[str, str]:
 
 def site_catalog(opts: SetOptions) -> SiteCatalog:
     catalog = SiteCatalog().add_sites(local_site(opts), compute_site(opts))
-    if opts.mode == "cloud-storage":
+    if opts.mode == Mode.CLOUD:
         catalog.add_sites(bucket_site(opts))
     return catalog
 

@@ -30,12 +30,11 @@ from Pegasus.api import Properties
 from transfer import schemes
 
 from pegasus_cloudio.sites.build import SHIM_MARKER, data_configuration, staging_site
+from pegasus_cloudio.sites.modes import Mode
 from pegasus_cloudio.sites.options import SetOptions
 
 LOADERS = {"sites.yml": site_catalog.load, "transformations.yml": transformation_catalog.load,
            "replicas.yml": replica_catalog.load}
-SCHEMES = {("cloud-storage", "s3"): ("s3", "s3s"), ("cloud-storage", "gcs"): ("gs",),
-           ("vm-storage", None): ("file", "scp"), ("submit-host", None): ("scp",)}
 
 
 def check_set(directory: str, opts: SetOptions) -> List[str]:
@@ -125,13 +124,13 @@ def _check_sites(doc: Dict[str, Any], opts: SetOptions) -> List[str]:
     if not scratch:
         return problems + [f"sites.yml: staging site '{staging['name']}' needs a sharedScratch directory "
                            "with a file server"]
-    wanted = SCHEMES[(opts.mode, opts.provider if opts.mode == "cloud-storage" else None)]
+    wanted = Mode(opts.mode).scratch_schemes(opts.provider)
     for server in scratch[0]["fileServers"]:
         scheme = server["url"].split(":", 1)[0]
         if scheme not in wanted:
             problems.append(f"sites.yml: {server['url']} should use {' or '.join(wanted)}://")
         problems += _credential_problems(staging, scheme, server["url"])
-    if opts.mode == "vm-storage" and not scratch[0].get("sharedFileSystem"):
+    if opts.mode == Mode.VM and not scratch[0].get("sharedFileSystem"):
         problems.append("sites.yml: the VM scratch directory must have sharedFileSystem: true")
     return problems
 

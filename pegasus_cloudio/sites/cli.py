@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 from pegasus_cloudio.sites.build import overlay_links, render
 from pegasus_cloudio.sites.check import check_set
 from pegasus_cloudio.sites.docs import extras, properties_header, readme, replicas_header
+from pegasus_cloudio.sites.modes import Mode
 from pegasus_cloudio.sites.options import SetOptions, UsageError, problems
 from pegasus_cloudio.version import plain
 
@@ -90,8 +91,8 @@ def options_from_args(args: argparse.Namespace) -> SetOptions:
         except ValueError:
             bad.append(f"--{name.replace('_', '-')} must be a whole number (got {raw!r})")
             values[name] = getattr(SetOptions, name, None)
-    s3 = args.mode == "cloud-storage" and args.provider == "s3"
-    gcs = args.mode == "cloud-storage" and args.provider == "gcs"
+    s3 = args.mode == Mode.CLOUD and args.provider == "s3"
+    gcs = args.mode == Mode.CLOUD and args.provider == "gcs"
     opts = SetOptions(
         mode=args.mode, provider=args.provider, work_dir=args.work_dir or os.path.abspath(args.out or "."),
         install_bin=args.install_bin or _installed_bin(), compute_site=args.compute_site,

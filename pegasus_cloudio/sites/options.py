@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-MODES = ("cloud-storage", "vm-storage", "submit-host")
+from pegasus_cloudio.sites.modes import MODES, Mode
+
 PROVIDERS = ("s3", "gcs")
 WORKER_PACKAGE = ("installed", "staged")
 _SITE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -97,7 +98,7 @@ class SetOptions:
     @property
     def bundling(self) -> bool:
         """Bundling defaults to on for object stores only."""
-        return self.mode == "cloud-storage" if self.bundle is None else self.bundle
+        return Mode(self.mode).object_store if self.bundle is None else self.bundle
 
     @property
     def staging(self) -> str:
@@ -113,7 +114,7 @@ class SetOptions:
     def shim_on_path(self) -> bool:
         """Whether local jobs get the shim first on PATH: when Pegasus runs ``pegasus-transfer`` by
         name on ``local`` (worker package staged, or submit-host mode's stage-worker job)."""
-        return self.worker_package == "staged" or self.mode == "submit-host"
+        return self.worker_package == "staged" or self.mode == Mode.SUBMIT
 
     @property
     def needs_overlay(self) -> bool:
@@ -173,7 +174,7 @@ def problems(opts: SetOptions) -> List[str]:
     if opts.ssh_port is not None and not 0 < opts.ssh_port < 65536:
         out.append(f"--ssh-port must be a TCP port (got {opts.ssh_port})")
     if opts.mode in MODES:
-        {"cloud-storage": _cloud, "vm-storage": _vm, "submit-host": _submit}[opts.mode](opts, out)
+        {Mode.CLOUD: _cloud, Mode.VM: _vm, Mode.SUBMIT: _submit}[Mode(opts.mode)](opts, out)
     return out
 
 
@@ -190,8 +191,8 @@ def _only(out: List[str], mode: str, flags: Dict[str, object]) -> None:
 
 def _cloud(opts: SetOptions, out: List[str]) -> None:
     provider_ok = _choice(out, "--provider", opts.provider, PROVIDERS)
-    _only(out, "vm-storage", {"--vm-host": opts.vm_host})
-    _only(out, "submit-host", {"--submit-host": opts.submit_host, "--ssh-key": opts.ssh_key})
+    _only(out, Mode.VM.value, {"--vm-host": opts.vm_host})
+    _only(out, Mode.SUBMIT.value, {"--submit-host": opts.submit_host, "--ssh-key": opts.ssh_key})
     if not opts.bucket:
         out.append("--bucket is required for --mode cloud-storage")
     elif not _BUCKET.match(opts.bucket) or ".." in opts.bucket:
@@ -226,9 +227,9 @@ def _cloud(opts: SetOptions, out: List[str]) -> None:
 
 
 def _vm(opts: SetOptions, out: List[str]) -> None:
-    _only(out, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
+    _only(out, Mode.CLOUD.value, {"--provider": opts.provider, "--bucket": opts.bucket,
                                  "--staging-site": opts.staging_site})
-    _only(out, "submit-host", {"--submit-host": opts.submit_host})
+    _only(out, Mode.SUBMIT.value, {"--submit-host": opts.submit_host})
     if opts.vm_host is not None:
         if not _USER_HOST.match(opts.vm_host):
             out.append(f"--vm-host must be USER@HOST (got {opts.vm_host!r})")
@@ -237,9 +238,9 @@ def _vm(opts: SetOptions, out: List[str]) -> None:
 
 
 def _submit(opts: SetOptions, out: List[str]) -> None:
-    _only(out, "cloud-storage", {"--provider": opts.provider, "--bucket": opts.bucket,
+    _only(out, Mode.CLOUD.value, {"--provider": opts.provider, "--bucket": opts.bucket,
                                  "--staging-site": opts.staging_site})
-    _only(out, "vm-storage", {"--vm-host": opts.vm_host})
+    _only(out, Mode.VM.value, {"--vm-host": opts.vm_host})
     if not opts.submit_host or not _USER_HOST.match(opts.submit_host):
         out.append("--submit-host USER@HOST is required for --mode submit-host "
                    "(the planner requires the user part of scp URLs)")
