@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import secrets
 import shutil
 import stat
 import subprocess
@@ -24,6 +22,8 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
+
+from unix_users import new_users
 from fixtures_condor import (
     PLUGIN_FILE, PluginRun, Starter, assert_filter_types, base_env, file_ad, parse_results, put_objects,
     write_credentials,
@@ -200,17 +200,8 @@ def readable_python() -> Iterator[Tuple[str, Dict[str, str]]]:
 @pytest.fixture
 def two_users(readable_python) -> Iterator[Tuple[OtherUser, OtherUser]]:
     """Two new Unix users, removed after the test."""
-    tag = secrets.token_hex(3)
-    names = [f"pcpl{label}{tag}" for label in ("a", "b")]
-    try:
-        for name in names:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                           check=True, capture_output=True)
-        a, b = (pwd.getpwnam(name) for name in names)
+    with new_users(2) as (a, b):
         yield (OtherUser(a.pw_uid, a.pw_gid, *readable_python), OtherUser(b.pw_uid, b.pw_gid, *readable_python))
-    finally:
-        for name in names:
-            subprocess.run(["userdel", name], capture_output=True, check=False)
 
 
 @pytest.fixture

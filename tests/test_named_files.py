@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pickle
 import pwd
-import secrets
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,24 +14,16 @@ from typing import Dict, Iterator
 
 import pytest
 
+from unix_users import new_users
+
 from transfer.named_files import NO_LINKS, OWN_LINKS, UnsafeFile, is_missing, read_file
 
 
 @pytest.fixture
 def users() -> Iterator[Dict[str, int]]:
     """Two new Unix users (name -> uid), removed after the test."""
-    tag = secrets.token_hex(3)
-    made: Dict[str, int] = {}
-    try:
-        for label in ("a", "b"):
-            name = f"pcnf{label}{tag}"
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                           check=True, capture_output=True)
-            made[name] = pwd.getpwnam(name).pw_uid
-        yield made
-    finally:
-        for name in made:
-            subprocess.run(["userdel", name], capture_output=True, check=False)
+    with new_users(2) as made:
+        yield {user.pw_name: user.pw_uid for user in made}
 
 
 @pytest.fixture
