@@ -202,8 +202,8 @@ class Engine:
             removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
             if removes:
                 from transfer.removes import RemoveTask
-                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._retry,
-                                  self._random(), self._wait, None if self._cache is None else self._forget)
+                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._with_retries,
+                                  self._pacer, None if self._cache is None else self._forget)
                 for i, result in task.run(removes, budget):
                     self._finish(results, i, result)
         finally:
@@ -344,6 +344,7 @@ class Engine:
                 if delay is None:
                     final = self._throttled_out(op, err, throttles, time.monotonic() - first_throttle)
                     return self._failed(op, final, attempt, start, history)
+                _log.debug("throttled, retrying in %.2f s (%d 'slow down' answers): %s", delay, throttles, err)
                 self._wait(delay, budget)
                 continue
             except TransferError as err:
@@ -367,8 +368,8 @@ class Engine:
         """The final error of a file the store throttled for the whole throttle time: what it
         says and the rate this job achieved to that prefix (a Throttled: callers may retry later)."""
         achieved = ""
-        source = op.sources[0] if isinstance(op, Transfer) else None
-        if source is not None and not source.is_local:
+        source = op.sources[0] if isinstance(op, Transfer) else op.target
+        if not source.is_local:
             pace = self._pacer.pace(source)
             achieved = (f"; this job got {pace.requests - pace.throttles} of {pace.requests} requests to "
                         f"{pace.key} answered, {pace.achieved():.1f}/s")
