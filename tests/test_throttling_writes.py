@@ -6,6 +6,7 @@ an upload's parts wait for their tokens from that pace."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import List
@@ -15,7 +16,7 @@ import pytest
 
 from pegasus_cloudio_testbed.faults import Match
 from pegasus_cloudio_testbed.proxy import SLOW_DOWN_BODY, Fault
-from transfer import Engine, Remove, RetryPolicy, Session, Settings, parse_url
+from transfer import Engine, Remove, RetryPolicy, Session, Settings, Transfer, parse_url
 from transfer.errors import Throttled
 from transfer.pacing import Pacer
 
@@ -101,3 +102,28 @@ def test_a_delete_throttled_past_the_throttle_time_fails_saying_so(proxied, mini
         assert "PEGASUS_CLOUDIO_THROTTLE_TIMEOUT (1 s) ran out" in str(result.error), result.error
         assert f"requests to s3://test@minio/{bucket}/run/ answered" in str(result.error), result.error
     assert sorted(_left(minio, bucket)) == keys  # nothing was deleted
+
+
+MiB = 1 << 20
+
+
+def test_multipart_parts_draw_tokens_from_the_prefix_pace(proxied, minio, bucket, tmp_path):  # type: ignore[no-untyped-def]
+    """A 4-part upload whose second part is answered 'slow down': the answer cuts the pace of
+    the destination's prefix, and every part of both tries, like the file's own request,
+    drew its token from that pace (before, uploads were not paced at all)."""
+    proxy, env = proxied
+    src = tmp_path / "big.dat"
+    src.write_bytes(os.urandom(20 * MiB))
+    proxy.set_faults([Fault(kind="status", times=1, code=503, body=SLOW_DOWN_BODY,
+                            match=Match("PUT", "partNumber=2"))])
+    dest = parse_url(f"s3://test@minio/{bucket}/run/big.dat", site_label="minio")
+    pacer = Pacer()
+    settings = Settings(threads=2, multipart_threshold=5 * MiB, multipart_part_size=5 * MiB)
+    with Session(settings, env) as session:
+        [result] = Engine(session, retry=QUICK, pacer=pacer).run([Transfer((parse_url(str(src)),), dest)])
+    assert result.ok, result.error
+    assert proxy.pending_faults() == 0
+    assert _client(minio).head_object(Bucket=bucket, Key="run/big.dat")["ContentLength"] == 20 * MiB
+    pace = pacer.pace(dest)
+    assert pace.throttles == 1
+    assert pace.requests == 2 + 4 + 4, pace.requests  # the file's two tries and the parts of each

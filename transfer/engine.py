@@ -407,7 +407,8 @@ class Engine:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
             errors: List[TransferError] = []
             for source in op.sources:
-                pace = None if source.is_local else self._pacer.pace(source)
+                remote = source if not source.is_local else op.dest  # an upload paces its destination's prefix
+                pace = None if remote.is_local else self._pacer.pace(remote)
                 if pace is not None:
                     pace.acquire(cancel)
                 started, clock = time.time(), time.monotonic()
@@ -590,7 +591,7 @@ class Engine:
                 raise local_error(err, path, "put") from err
             if size >= in_parts.multipart_threshold:
                 return self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
-                                            self._random()), None
+                                            self._random(), self._pacer.pace(dest)), None
         info = uploads(backend, dest, "put").put(path, dest)
         return info.size, info.version
 
