@@ -7,14 +7,16 @@ contestant is this checkout. Each round runs, with each wheel's ``pegasus-cloudi
 (5 threads, the users' defaults otherwise): ``--count`` objects of ``--size`` bytes staged in
 with the node cache on and empty (every file a miss, a first job on a node), the same with
 the cache off, and the same files staged out to a fresh prefix. The figures are each process's
-wall time and user + system CPU (``wait4``), medians over the rounds, and this tree's over the
-other's: a development A/B for changes to requests, connections and the cache, beside
+wall time and user + system CPU (``wait4``), and the CPU of what it leaves running behind (the
+child that fills the node cache after the job's answer, waited for before the next run starts:
+this script is their subreaper), medians over the rounds, and this tree's over the other's: a development A/B for changes to requests, connections and the cache, beside
 ``pegasus-cloudio bench small-files``, which races the stock tools.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,8 +37,44 @@ from pegasus_cloudio_testbed.wheel import installed_bin  # noqa: E402
 STEPS = ("in, cache on (all misses)", "in, cache off", "out")
 
 
-def _run(bin_dir: str, spec: bytes, env: Dict[str, str], cwd: str) -> Tuple[float, float]:
-    """(wall s, CPU s) of one drop-in run; exits naming the step when it fails."""
+_SERVERS: Set[int] = set()  # our children before the first run: MinIO
+
+
+def _subreaper() -> None:
+    """Become the reaper of our orphans: the child a drop-in forks to fill the node cache after
+    its answer then ends here, where :func:`_reap` waits for it and counts its CPU."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise SystemExit(f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
+
+
+def _children() -> Set[int]:
+    found: Set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as fh:
+            found.update(int(pid) for pid in fh.read().split())
+    return found
+
+
+def _reap() -> float:
+    """Wait for every orphan a run left (a cache-filling child; not the servers started before
+    the runs, :data:`_SERVERS`) and return their CPU seconds."""
+    cpu = 0.0
+    while True:
+        left = _children() - _SERVERS
+        if not left:
+            return cpu
+        for pid in left:
+            try:
+                _, _, usage = os.wait4(pid, 0)
+            except ChildProcessError:
+                continue
+            cpu += usage.ru_utime + usage.ru_stime
+
+
+def _run(bin_dir: str, spec: bytes, env: Dict[str, str], cwd: str) -> Tuple[float, float, float]:
+    """(wall s, CPU s, CPU s of what it left running behind) of one drop-in run: the next run
+    starts only once those have ended. Exits naming the step when it fails."""
     started = time.monotonic()
     proc = subprocess.Popen([os.path.join(bin_dir, "pegasus-cloudio-transfer"), "--threads", "5"],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
@@ -47,7 +85,8 @@ def _run(bin_dir: str, spec: bytes, env: Dict[str, str], cwd: str) -> Tuple[floa
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0:
         raise SystemExit(f"{bin_dir}: a run failed: {err.decode()[-2000:]}")
-    return time.monotonic() - started, usage.ru_utime + usage.ru_stime
+    wall, cpu = time.monotonic() - started, usage.ru_utime + usage.ru_stime
+    return wall, cpu, _reap()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -60,7 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="ab-stage-")
     trees = {"before": os.path.abspath(args.before), "this": None}
-    found: Dict[Tuple[str, str], List[Tuple[float, float]]] = {}
+    found: Dict[Tuple[str, str], List[Tuple[float, float, float]]] = {}
+    _subreaper()
     try:
         with MinioServer() as server:
             creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE, user="bench",
@@ -68,6 +108,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
             env.pop("PYTHONPATH", None)
             bins = {name: installed_bin(os.path.join(root, f"wheel-{name}"), tree) for name, tree in trees.items()}
+            _SERVERS.update(_children())
             src, names = make_inputs(root, args.count, args.size)
 
             def url(prefix: str, name: str) -> str:
@@ -100,11 +141,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     for step in STEPS:
         row: Dict[str, object] = {}
         for name in trees:
-            row[name] = {"wall_s": statistics.median(w for w, _ in found[(name, step)]),
-                         "cpu_s": statistics.median(c for _, c in found[(name, step)])}
+            row[name] = {"wall_s": statistics.median(w for w, _, _ in found[(name, step)]),
+                         "cpu_s": statistics.median(c for _, c, _ in found[(name, step)]),
+                         "behind_cpu_s": statistics.median(b for _, _, b in found[(name, step)])}
         this, before = found[("this", step)], found[("before", step)]
-        row["wall_ratio"] = statistics.median(w for w, _ in this) / statistics.median(w for w, _ in before)
-        row["cpu_ratio"] = statistics.median(c for _, c in this) / statistics.median(c for _, c in before)
+        row["wall_ratio"] = statistics.median(w for w, _, _ in this) / statistics.median(w for w, _, _ in before)
+        row["cpu_ratio"] = statistics.median(c for _, c, _ in this) / statistics.median(c for _, c, _ in before)
         rows[step] = row
     result = {"count": args.count, "size": args.size, "rounds": args.rounds, "load": os.getloadavg()[0], "steps": rows}
     if args.json:
@@ -112,8 +154,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print()
     else:
         for step in STEPS:
-            b, t = (statistics.median(w for w, _ in found[(n, step)]) for n in ("before", "this"))
-            bc, tc = (statistics.median(c for _, c in found[(n, step)]) for n in ("before", "this"))
+            b, t = (statistics.median(w for w, _, _ in found[(n, step)]) for n in ("before", "this"))
+            bc, tc = (statistics.median(c for _, c, _ in found[(n, step)]) for n in ("before", "this"))
             print(f"{step:28s} before {b:6.2f} s wall {bc:6.2f} s CPU   this {t:6.2f} s wall {tc:6.2f} s CPU   "
                   f"({t / b:.2f}x wall, {tc / bc:.2f}x CPU)")
     return 0

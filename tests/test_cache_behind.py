@@ -49,3 +49,23 @@ def test_offers_from_many_threads_keep_the_budget_and_lose_nothing(tmp_path, mon
     assert behind.drain() == 100
     assert sorted(e.meta.key for e in cache.entries()) == sorted(accepted)
     cache.close()
+
+
+def test_a_drain_keeps_an_entry_made_after_the_offer_and_replaces_one_from_before(tmp_path):
+    """The queued bytes are of the object as the job read it. Another job that filled the entry
+    after that (the object replaced in the store meanwhile) holds the newer object: the drain
+    leaves its entry. An entry of another version that was there before the offer is the stale
+    one: the drain replaces it, as an insert made at once does."""
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "c"), "HOME": str(tmp_path),
+                                 "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0"})
+    assert cache.insert_bytes("before", b"older bytes", version="v0")
+    behind.collect()
+    assert behind.offer(cache, [_member("after", b"job's bytes")], "v1", "download")
+    assert behind.offer(cache, [_member("before", b"job's bytes")], "v1", "download")
+    assert cache.insert_bytes("after", b"newer bytes", version="v2")  # another job's fill, after the read
+    behind.drain()
+    newer, replaced = cache.describe("after"), cache.describe("before")
+    assert newer is not None and (newer.version, newer.sha256) == ("v2", hashlib.sha256(b"newer bytes").hexdigest())
+    assert replaced is not None and (replaced.version, replaced.sha256) == \
+        ("v1", hashlib.sha256(b"job's bytes").hexdigest())
+    cache.close()

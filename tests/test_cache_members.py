@@ -207,3 +207,39 @@ def test_concurrent_processes_inserting_one_bundle_agree(tmp_path):
     assert len(cache.entries()) == 60
     assert leftovers(directory) == []
     assert cache.stats().inserts == 60  # one process stored each; the others found it there
+
+
+def test_a_reservation_a_killed_process_leaves_does_not_starve_later_fills(tmp_path):
+    """A process SIGKILLed between a batch's reservation under the cap and its entries (here
+    while it waits on a member's lock, which this test holds through a pin) leaves its bytes
+    counted in stats.json. The next batch the count leaves no room for recounts the disk and
+    is stored; the count then is what the disk holds."""
+    import time
+
+    directory = tmp_path / "c"
+    cap = 1 << 20
+    dead = members("dead-", 3, size=300_000)  # 900 KB: over a slack, so reserved in the shared file
+    live = members("live-", 2, size=300_000)  # fits the cap only once the dead reservation is gone
+    cache = NodeCache(config(directory, max_bytes=cap))
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from test_cache_members import config, members
+        from transfer.cache import NodeCache
+        NodeCache(config({str(directory)!r}, max_bytes={cap})).insert_members(members("dead-", 3, size=300_000))
+    """)
+    with cache.pin(dead[0][0]):  # the child's first member waits for this (shared) lock
+        proc = subprocess.Popen([sys.executable, "-c", script])
+        try:
+            deadline = time.monotonic() + 60
+            while cache.stats().bytes < len(dead) * 300_000:  # a condition: the reservation is counted
+                assert proc.poll() is None and time.monotonic() < deadline, "the child never reserved"
+                time.sleep(0.02)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    later = NodeCache(config(directory, max_bytes=cap))
+    assert later.insert_members(live) == [k for k, _, _ in live]
+    assert assert_served_right(later, live, tmp_path) == len(live)
+    later.close()
+    assert NodeCache(config(directory, max_bytes=cap)).stats().bytes == len(live) * 300_000

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import secrets
 import shutil
+import stat
 import subprocess
 import sysconfig
 import tempfile
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
+
+from unix_users import new_users
 from fixtures_condor import (
     PLUGIN_FILE, PluginRun, Starter, assert_filter_types, base_env, file_ad, parse_results, put_objects,
     write_credentials,
@@ -129,6 +130,31 @@ def test_a_request_file_that_is_a_fifo_is_refused_at_once(starter):
     assert result.eval("TransferSuccess") is False and str(infile) in result.eval("TransferError")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link", "device"])
+def test_a_result_file_that_is_not_a_regular_file_is_refused_naming_it(starter, tmp_path, kind):
+    """The starter's -outfile sits in the job's sandbox too: a FIFO, a link or a device there
+    (the job may leave one) is exit 3 with one line naming it, and nothing is written through
+    the link."""
+    infile, outfile = starter.prepare([file_ad("nosuch://h/b/k", str(starter.sandbox / "k"))])
+    outfile.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("kept")
+    if kind == "fifo":
+        os.mkfifo(outfile)
+    elif kind == "device":
+        os.mknod(outfile, stat.S_IFCHR | 0o666, os.makedev(1, 7))  # /dev/full's numbers
+    else:
+        outfile.symlink_to(elsewhere)
+    done = subprocess.run(starter.argv(infile, outfile, False), env=starter.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 3, done.stdout
+    [line] = done.stdout.strip().splitlines()
+    reason = {"fifo": "a FIFO, not a regular file", "device": "a character device, not a regular file",
+              "link": "a symbolic link (not followed)"}[kind]
+    assert str(outfile) in line and reason in line, line
+    assert elsewhere.read_text() == "kept"
+
+
 # --------------------------------------------------------------------------- credentials files
 
 
@@ -174,17 +200,8 @@ def readable_python() -> Iterator[Tuple[str, Dict[str, str]]]:
 @pytest.fixture
 def two_users(readable_python) -> Iterator[Tuple[OtherUser, OtherUser]]:
     """Two new Unix users, removed after the test."""
-    tag = secrets.token_hex(3)
-    names = [f"pcpl{label}{tag}" for label in ("a", "b")]
-    try:
-        for name in names:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                           check=True, capture_output=True)
-        a, b = (pwd.getpwnam(name) for name in names)
+    with new_users(2) as (a, b):
         yield (OtherUser(a.pw_uid, a.pw_gid, *readable_python), OtherUser(b.pw_uid, b.pw_gid, *readable_python))
-    finally:
-        for name in names:
-            subprocess.run(["userdel", name], capture_output=True, check=False)
 
 
 @pytest.fixture
@@ -243,7 +260,8 @@ def test_a_store_that_throttles_to_the_end_gets_a_retryable_answer(starter, coun
     policy's subcode), and each attempt a retryable Transfer/TooSlow entry."""
     proxy, url = counted
     proxy.set_faults([Fault.status(503, times=1000)])
-    env = dict(starter.env, PEGASUS_CLOUDIO_MAX_ATTEMPTS="2")
+    # throttle answers spend no attempts: the time bound (300 s by default) ends the retries
+    env = dict(starter.env, PEGASUS_CLOUDIO_MAX_ATTEMPTS="2", PEGASUS_CLOUDIO_THROTTLE_TIMEOUT="2")
     run = run_plugin(starter, [file_ad(url, str(starter.sandbox / "k.dat"))], env)
     assert sum(proxy.requests_by_method.values()) >= 2
     assert run.returncode == 11, run.output

@@ -379,7 +379,8 @@ def test_two_hundred_failures_hold_the_job_once_with_a_short_reason(plugin_pool:
 
 
 def test_a_store_that_throttles_to_the_end_holds_the_job_as_retryable(plugin_pool: CondorPool, store: Store) -> None:
-    """Issue 37 item 5: every request answered 503 SlowDown until the plugin's bound runs out;
+    """Issue 37 item 5: every request answered 503 SlowDown until the plugin's time bound for
+    throttling (PEGASUS_CLOUDIO_THROTTLE_TIMEOUT, 2 s here) runs out;
     the starter holds the job with the subcode the release policy of docs/condor.md retries
     (11 << 8), and the reason says the store throttled it."""
     store.put({"throttled/t.dat": b"t"})
@@ -387,7 +388,7 @@ def test_a_store_that_throttles_to_the_end_holds_the_job_as_retryable(plugin_poo
     work = job_dir(plugin_pool, "throttled", store)
     submit = submit_text([store.url("throttled/t.dat")]).replace(
         f"CLOUDIO_PEGASUS_CLOUDIO_THREADS={THREADS}",
-        f"CLOUDIO_PEGASUS_CLOUDIO_THREADS={THREADS} CLOUDIO_PEGASUS_CLOUDIO_MAX_ATTEMPTS=2 "
+        f"CLOUDIO_PEGASUS_CLOUDIO_THREADS={THREADS} CLOUDIO_PEGASUS_CLOUDIO_THROTTLE_TIMEOUT=2 "
         "CLOUDIO_PEGASUS_CLOUDIO_RETRY_BASE_DELAY=0.05 CLOUDIO_PEGASUS_CLOUDIO_RETRY_MAX_DELAY=0.2")
     cluster = plugin_pool.submit(submit, cwd=work)
     ad = wait_held(plugin_pool, cluster)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pickle
 import pwd
-import secrets
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,24 +14,16 @@ from typing import Dict, Iterator
 
 import pytest
 
+from unix_users import new_users
+
 from transfer.named_files import NO_LINKS, OWN_LINKS, UnsafeFile, is_missing, read_file
 
 
 @pytest.fixture
 def users() -> Iterator[Dict[str, int]]:
     """Two new Unix users (name -> uid), removed after the test."""
-    tag = secrets.token_hex(3)
-    made: Dict[str, int] = {}
-    try:
-        for label in ("a", "b"):
-            name = f"pcnf{label}{tag}"
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                           check=True, capture_output=True)
-            made[name] = pwd.getpwnam(name).pw_uid
-        yield made
-    finally:
-        for name in made:
-            subprocess.run(["userdel", name], capture_output=True, check=False)
+    with new_users(2) as made:
+        yield {user.pw_name: user.pw_uid for user in made}
 
 
 @pytest.fixture
@@ -137,6 +128,31 @@ def test_another_users_link_is_never_followed(users: Dict[str, int], shared_dir:
     assert read_as(a_uid, own) == repr(b"a's secret")
 
 
+def test_an_own_link_to_another_users_link_is_not_followed(users: Dict[str, int], shared_dir: Path) -> None:
+    """a's own link names a path where b keeps a link: the kernel would follow both, so b
+    would choose the file a reads as her credentials. Every link of the chain must be a's or
+    root's; a chain of a's own links is followed."""
+    (_, a_uid), (_, b_uid) = users.items()
+    b_file = shared_dir / "b-chosen"
+    b_file.write_bytes(b"b's choice")
+    b_file.chmod(0o644)
+    b_link, own = shared_dir / "b-link", shared_dir / "own-link"
+    b_link.symlink_to(b_file)
+    os.chown(b_link, b_uid, b_uid, follow_symlinks=False)
+    own.symlink_to(b_link.name)  # relative, as links usually are
+    os.chown(own, a_uid, a_uid, follow_symlinks=False)
+    assert read_as(a_uid, own) == f"{own}: a symbolic link (not followed)"
+    mine, hop = shared_dir / "a-file", shared_dir / "a-hop"
+    mine.write_bytes(b"a's file")
+    mine.chmod(0o644)
+    hop.symlink_to(mine)
+    os.chown(hop, a_uid, a_uid, follow_symlinks=False)
+    os.unlink(own)
+    own.symlink_to(hop)
+    os.chown(own, a_uid, a_uid, follow_symlinks=False)
+    assert read_as(a_uid, own) == repr(b"a's file")
+
+
 def test_the_refusal_pickles_and_is_an_oserror(tmp_path: Path) -> None:
     err = UnsafeFile(str(tmp_path / "x"), "a FIFO, not a regular file")
     copy = pickle.loads(pickle.dumps(err))
@@ -161,3 +177,37 @@ def test_cache_summary_read_gives_one_line_for_every_non_file(tmp_path: Path, ki
     [line] = done.stderr.strip().splitlines()
     why = {"directory": "a directory", "fifo": "a FIFO", "device": "a character device", "link": "a symbolic link"}
     assert line.startswith(f"pegasus-cloudio cache-summary: {path}: {why[kind]}"), line
+
+
+def test_a_terminal_named_as_a_file_does_not_become_the_readers_terminal() -> None:
+    """A terminal opened by a session leader without one becomes its controlling terminal
+    (its hangup then signals the reader) unless opened with O_NOCTTY: a refused name must
+    leave the reader as it was."""
+    master, slave = os.openpty()  # glibc opens the slave with O_NOCTTY
+    name = os.ttyname(slave)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            os.setsid()  # a new session: no controlling terminal
+            try:
+                read_file(name, 10)
+            except UnsafeFile as err:
+                os.write(w, f"{err}\n".encode())
+            try:
+                os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+                os.write(w, b"a controlling terminal")
+            except OSError:
+                os.write(w, b"none")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        answer = fh.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    os.close(slave)
+    os.close(master)
+    assert answer == f"{name}: a character device, not a regular file\nnone", answer

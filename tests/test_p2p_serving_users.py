@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import http.client
 import os
-import pwd
 import re
-import secrets
 import signal
 import socket
 import subprocess
@@ -20,6 +18,8 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Sequence
 
 import pytest
+
+from unix_users import new_users
 
 from pegasus_cloudio_testbed.redis import RedisServer
 from test_stager_trust import as_user
@@ -40,18 +40,8 @@ def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
 @pytest.fixture
 def users() -> Iterator[Dict[str, int]]:
     """Two new Unix users (name -> uid), removed after the test."""
-    tag = secrets.token_hex(3)
-    made: Dict[str, int] = {}
-    try:
-        for label in ("a", "b"):
-            name = f"pcio{label}{tag}"
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                           check=True, capture_output=True)
-            made[name] = pwd.getpwnam(name).pw_uid
-        yield made
-    finally:
-        for name in made:
-            subprocess.run(["userdel", name], capture_output=True, check=False)
+    with new_users(2) as made:
+        yield {user.pw_name: user.pw_uid for user in made}
 
 
 def status(port: int) -> int:

@@ -7,7 +7,6 @@ the directory whose descriptor its client sent, never one found by path or by pi
 import json
 import os
 import pwd
-import secrets
 import signal
 import subprocess
 import sys
@@ -15,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from unix_users import new_users
 
 from pegasus_cloudio.stager.server import StagerError, listen
 from pegasus_cloudio_testbed.stager import StagerProcess
@@ -132,13 +133,8 @@ sys.exit(done[1] if done is not None else 99)
 @pytest.fixture
 def other_user():
     """A new Unix user's uid, removed after the test."""
-    name = f"pcio{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                   check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name).pw_uid
-    finally:
-        subprocess.run(["userdel", name], capture_output=True, check=False)
+    with new_users(1) as (user,):
+        yield user.pw_uid
 
 
 def as_user(uid, action):

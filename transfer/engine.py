@@ -344,7 +344,7 @@ class Engine:
                 if delay is None:
                     final = self._throttled_out(op, err, throttles, time.monotonic() - first_throttle)
                     return self._failed(op, final, attempt, start, history)
-                _log.debug("throttled, retrying in %.2f s (%d 'slow down' answers): %s", delay, throttles, err)
+                _log.debug("retrying in %.2f s (throttled, %d 'slow down' answers so far): %s", delay, throttles, err)
                 self._wait(delay, budget)
                 continue
             except TransferError as err:

@@ -7,7 +7,8 @@ user's cache. Any such name may be a FIFO (a plain ``open`` never returns), a de
 (``/dev/zero`` never ends), a file far larger than the reader needs, or a symbolic link
 another user planted. So every such file is read here, and only here:
 
-* opened with ``O_NONBLOCK``: a FIFO opens at once and is then refused;
+* opened with ``O_NONBLOCK``: a FIFO opens at once and is then refused (and ``O_NOCTTY``: a
+  terminal is refused without becoming the reader's controlling terminal);
 * regular files only, checked with ``fstat`` on the opened descriptor (no race with a
   rename); ``os.devnull`` itself is read as an empty file (``PEGASUS_CLOUDIO_CONFIG=/dev/null``
   is the usual way to say "no file");
@@ -15,9 +16,10 @@ another user planted. So every such file is read here, and only here:
 * links: :data:`NO_LINKS` opens with ``O_NOFOLLOW`` (the last component may not be a link),
   for names whose contract is a file (the job ad, a summary, a cache entry); :data:`OWN_LINKS`
   follows a last component that is a link only when the link is the reader's own or
-  root's (credentials and configuration files, which users and administrators link on
-  purpose; another user's link is never followed, as the kernel's ``protected_symlinks``
-  does in sticky directories).
+  root's, one link at a time, so each link of a chain must be (credentials and configuration
+  files, which users and administrators link on purpose; another user's link is never
+  followed, as the kernel's ``protected_symlinks`` does in sticky directories, and not
+  after one of the reader's own either).
 
 A refusal is :class:`UnsafeFile`, an ``OSError`` whose ``str`` is one line naming the file
 and the reason; callers re-raise it as their own error kind. This module imports only
@@ -39,7 +41,9 @@ __all__ = ["NO_LINKS", "OWN_LINKS", "UnsafeFile", "check_regular", "is_missing",
 
 NO_LINKS = "no links"
 OWN_LINKS = "own links"
-FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_MAX_LINKS = 40  # as the kernel's path walk
+# O_NOCTTY: a terminal named as a file must not become a session leader's controlling terminal
+FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -62,13 +66,11 @@ def open_regular(path: str, links: str = NO_LINKS, dir_fd: "Optional[int]" = Non
     """A descriptor of the regular file ``path`` (relative to ``dir_fd`` when given) and its
     ``fstat``. Raises :class:`UnsafeFile` (``FileNotFoundError``'s errno kept, so callers can
     tell a missing file) for anything else; see the module docstring for ``links``."""
-    flags = FLAGS | os.O_NOFOLLOW
-    if links == OWN_LINKS and _own_link(path, dir_fd):
-        flags = FLAGS
+    target = _own_links_followed(path, dir_fd) if links == OWN_LINKS else path
     try:
-        fd = os.open(path, flags, dir_fd=dir_fd)
+        fd = os.open(target, FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError as err:
-        link = err.errno == errno.ELOOP and flags & os.O_NOFOLLOW
+        link = err.errno == errno.ELOOP
         raise UnsafeFile(path, "a symbolic link (not followed)" if link else err.strerror or str(err),
                          err.errno or 0) from None
     st = os.fstat(fd)
@@ -122,12 +124,22 @@ def is_missing(err: OSError) -> bool:
     return err.errno == errno.ENOENT
 
 
-def _own_link(path: str, dir_fd: "Optional[int]") -> bool:
-    """Whether the last component of ``path`` is a link owned by this process's user or
-    root (False for no link, or another user's)."""
-    try:
-        st = os.lstat(path, dir_fd=dir_fd) if dir_fd is not None else os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISLNK(st.st_mode) and st.st_uid in (0, os.geteuid())
-
+def _own_links_followed(path: str, dir_fd: "Optional[int]") -> str:
+    """``path`` with the links of its last component followed one at a time while each is a
+    link of this process's user or root (the kernel would follow a whole chain, and another
+    user's link after one of ours would choose the file). The name the chain ends at, which
+    the caller opens with ``O_NOFOLLOW``: a link of another user's there, or one swapped in
+    meanwhile, is then refused as a link."""
+    for _ in range(_MAX_LINKS):
+        try:
+            st = os.lstat(path, dir_fd=dir_fd) if dir_fd is not None else os.lstat(path)
+        except OSError:
+            return path  # the open names the error
+        if not stat.S_ISLNK(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+            return path
+        try:
+            target = os.readlink(path, dir_fd=dir_fd) if dir_fd is not None else os.readlink(path)
+        except OSError:
+            return path
+        path = os.path.join(os.path.dirname(path), target)  # an absolute target replaces the directory
+    return path  # still a link: refused as one

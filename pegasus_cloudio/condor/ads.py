@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from types import ModuleType
@@ -149,6 +150,25 @@ def format_result(fields: Dict[str, Any]) -> str:
     return repr(classad().ClassAd(fields))
 
 
+def _open_result_file(path: str) -> int:
+    """A read-write descriptor of the regular file ``path``, created if missing, never
+    truncated. The file lies in the job's sandbox, which the job may leave a FIFO or a link
+    in: those are :class:`~transfer.named_files.UnsafeFile` naming ``path`` (an ``OSError``),
+    as every file someone else names is refused, and no write goes through a link."""
+    from transfer.named_files import FLAGS, UnsafeFile, check_regular
+    flags = FLAGS | os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW  # FLAGS' O_RDONLY is 0
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        reason = "a symbolic link (not followed)" if err.errno == errno.ELOOP else err.strerror or str(err)
+        raise UnsafeFile(path, reason, err.errno or 0) from None
+    problem = check_regular(os.fstat(fd))
+    if problem:
+        os.close(fd)
+        raise UnsafeFile(path, problem)
+    return fd
+
+
 class ResultWriter:
     """Writes result ads to the starter's ``-outfile`` (:attr:`path`) as they become known.
 
@@ -162,10 +182,7 @@ class ResultWriter:
     def __init__(self, path: str) -> None:
         self.path = path
         # errors="replace": stale text another plugin left need not be UTF-8; our ads always are
-        try:
-            self._file: IO[str] = open(path, "r+", encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            self._file = open(path, "w", encoding="utf-8", errors="replace")
+        self._file: IO[str] = open(_open_result_file(path), "r+", encoding="utf-8", errors="replace")
         self.count = 0
         self._failed = False  # a write raised: its ad is still in the buffer, and fails again on close
         self._clear_stale()

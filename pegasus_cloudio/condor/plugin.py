@@ -208,7 +208,8 @@ def _unusable(args: Args, message: str) -> int:
         finally:
             writer.close()
     except OSError as err:
-        say(f"cannot write the result file {args.outfile}: {err.strerror or err}")
+        if str(err) not in message:  # else the line just said is this refusal (a FIFO or a link as -outfile)
+            say(f"cannot write the result file {args.outfile}: {err.strerror or err}")
     return EXIT_PLUGIN
 
 

@@ -145,7 +145,8 @@ def insert_behind() -> None:
     made once the job's files are all in place and its summary written: by a child process, so
     the job does not wait for them (its exit, its next step). The child writes to nothing of
     the job's (its standard streams are ``/dev/null``, the job's descriptors closed, its working
-    directory ``/``: the cache's paths are absolute), stays in
+    directory ``/``: the cache's paths are absolute; this process returns once the child has
+    left, :func:`_wait_until_left`), stays in
     the job's process group (a job's end or removal ends it too), and a child killed half-way
     leaves no entry a later job would trust (``tests/test_cache_members.py``): what it does
     not insert is only a later miss. Inserts are made here, before returning, when a fork
@@ -161,12 +162,20 @@ def insert_behind() -> None:
     from pegasus_cloudio.ending import flush_standard_streams
     flush_standard_streams()  # one that cannot be flushed is the exit's to report (120), as without inserts
     try:
+        left = os.pipe()  # the child's end closes when it has left the job (see below)
+    except OSError:
+        behind.drain()
+        return
+    try:
         pid = os.fork()
     except OSError:
+        os.close(left[0])
+        os.close(left[1])
         behind.drain()
         return
     if pid:
         behind.abandon()
+        _wait_until_left(left)
         return
     try:
         leave_the_job()
@@ -174,6 +183,20 @@ def insert_behind() -> None:
         behind.drain()
     finally:
         os._exit(0)
+
+
+def _wait_until_left(left: "Tuple[int, int]") -> None:
+    """Return once the inserting child holds nothing of the job's: it closes every descriptor,
+    its end of the pipe ``left`` too, after leaving the job's directory, so end of file here
+    means it has (or that it died). Without this wait the command could exit while the child,
+    not yet run, still had the job's directory and descriptors, and a scratch mount removed
+    at the job's end was busy."""
+    os.close(left[1])
+    try:
+        while os.read(left[0], 1):
+            pass
+    finally:
+        os.close(left[0])
 
 
 def leave_the_job() -> None:

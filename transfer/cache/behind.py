@@ -15,6 +15,8 @@ its files are in place (:func:`pegasus_cloudio.dropin.main.insert_behind`).
 from __future__ import annotations
 
 
+import time
+
 from transfer import _threads
 from transfer._lean import logger
 
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
 
 _log = logger(__name__)  # logging is imported when a warning is first logged
-_queue: Optional[List[Tuple["NodeCache", List[Member], Optional[str], str]]] = None
+_queue: Optional[List[Tuple["NodeCache", List[Member], Optional[str], str, float]]] = None
 _queued_bytes = 0
 _lock = _threads.Lock()  # offer() runs in the engine's worker threads
 
@@ -50,13 +52,15 @@ def collecting() -> bool:
 def offer(cache: "NodeCache", members: List[Member], version: Optional[str] = None, source: str = "bundle") -> bool:
     """Queue verified members ``(key, bytes, sha256)`` (:meth:`NodeCache.insert_members`, with
     ``version`` and ``source``) for ``cache``, all or none; False when the caller must insert
-    them now (not collecting, or the byte budget is spent)."""
+    them now (not collecting, or the byte budget is spent). The bytes count as read now: an
+    entry another process publishes before the drain is of the object as it was later, and
+    the drain leaves it (``read_at``)."""
     global _queued_bytes
     size = sum(len(data) for _, data, _ in members)
     with _lock:
         if _queue is None or _queued_bytes + size > BUDGET_BYTES:
             return False
-        _queue.append((cache, list(members), version, source))
+        _queue.append((cache, list(members), version, source, time.time()))
         _queued_bytes += size
         return True
 
@@ -82,10 +86,10 @@ def drain() -> int:
         queue, _queue, _queued_bytes = _queue or [], None, 0
     stored = 0
     caches: Dict[int, "NodeCache"] = {}
-    for cache, members, version, source in queue:
+    for cache, members, version, source, read_at in queue:
         caches[id(cache)] = cache
         try:
-            stored += len(cache.insert_members(members, version, source=source))
+            stored += len(cache.insert_members(members, version, source=source, read_at=read_at))
         except Exception as err:  # noqa: BLE001 - the job is done: a cache entry is never worth a failure
             _log.warning("cache %s: write-behind of %d member(s) failed: %s", cache.directory, len(members), err)
     for cache in caches.values():

@@ -10,7 +10,8 @@ exclusive lock, its metadata written in place (no entry exists while the lock is
 nothing trusts it half-written), its bytes in a new temp file and the cache's one publishing
 step (:meth:`Entries.make_entry`: fsync where a hit does not re-hash, 0444 less the umask,
 one rename that makes the entry). An existing valid entry of the same object stays, checked by size and time
-only (not re-hashed). With ``dests`` (one list of paths per member), each stored member is also
+only (not re-hashed), and so does one published after the members were read (``read_at``: inserts
+behind a job's answer, whose bytes may be of an object replaced since). With ``dests`` (one list of paths per member), each stored member is also
 materialised at its paths under its lock, as a hit would be (hard links where the cache hands
 out links); where an older entry stayed, the destinations get the caller's verified bytes.
 Errors writing a destination propagate (the job's own); the cache's own errors only end the
@@ -47,8 +48,11 @@ _log = logger("transfer.cache.store")  # one logger for the cache's warnings
 
 
 def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
-                   dests: Optional[Sequence[Sequence[str]]] = None, source: str = "bundle") -> List[str]:
-    """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored (see above)."""
+                   dests: Optional[Sequence[Sequence[str]]] = None, source: str = "bundle",
+                   read_at: Optional[float] = None) -> List[str]:
+    """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored (see above).
+    ``read_at``: when the members' bytes were read, for inserts made later (behind a job's
+    answer); an entry published after then is of the object as it was later, and stays."""
     wanted = [n for n, m in enumerate(members) if len(m[1]) <= entries.config.max_bytes]
     stored: List[str] = []
     size = sum(len(members[n][1]) for n in wanted)
@@ -63,7 +67,7 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
             key, data, sha256 = members[n]
             paths = entries.paths(key)
             with held(paths.lock, EXCLUSIVE):
-                written = _put_member(entries, paths, key, data, sha256, version, source)
+                written = _put_member(entries, paths, key, data, sha256, version, source, read_at)
                 unused -= len(data) if written else 0
                 for dest in dests[n] if dests is not None else ():
                     if written:
@@ -83,15 +87,16 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
 
 
 def _put_member(entries: Entries, paths: KeyPaths, key: str, data: bytes, sha256: str,
-                version: Optional[str], source: str) -> bool:
+                version: Optional[str], source: str, read_at: Optional[float] = None) -> bool:
     """One member; the caller holds its key's exclusive lock. True when this call wrote the
-    entry; False when an existing entry of the same object stays (checked by size and time
-    only, not re-hashed: so the caller does not hand its bytes to a job). The metadata comes
+    entry; False when an existing entry stays: one of the same object (checked by size and time
+    only, not re-hashed: so the caller does not hand its bytes to a job), or one published
+    after ``read_at`` (a newer read than ours, of an object replaced since). The metadata comes
     first (with the data's modification time chosen now and set on the data file), so a temp
     file of this key never exists without it: whatever a killed insert leaves, the next fill
     finds and removes. Raises OSError."""
     meta = entries.valid(paths, key)
-    if meta is not None and not meta.changed(version, sha256):
+    if meta is not None and (not meta.changed(version, sha256) or (read_at is not None and meta.created > read_at)):
         return False
     if meta is not None or _exists(paths.meta) or _exists(paths.data):
         entries.remove_invalid(paths)  # else a new key: nothing to list

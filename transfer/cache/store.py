@@ -237,13 +237,16 @@ class NodeCache:
                             lambda paths: stage_bytes(paths, data))
 
     def insert_members(self, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
-                       dests: Optional[Sequence[Sequence[str]]] = None, *, source: str = "bundle") -> List[str]:
+                       dests: Optional[Sequence[Sequence[str]]] = None, *, source: str = "bundle",
+                       read_at: Optional[float] = None) -> List[str]:
         """Store verified bundle members, ``(key, bytes, sha256)`` each, as one batch; the keys
         stored. With ``dests`` (paths per member), stored members are also materialised there.
         ``source`` is recorded in their metadata ("download": bodies a job read, stored behind
-        its answer). The contract is :mod:`transfer.cache.members`'s, imported at the first batch."""
+        its answer); ``read_at``, when the bytes were read (an insert behind a job's answer): an
+        entry published after that stays. The contract is :mod:`transfer.cache.members`'s,
+        imported at the first batch."""
         from transfer.cache.members import insert_members
-        return insert_members(self._entries, members, version, dests, source)
+        return insert_members(self._entries, members, version, dests, source, read_at)
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
