@@ -48,11 +48,26 @@ def test_a_throttling_front_shows_in_the_503_share_and_each_job_is_checked() -> 
     assert (ours["jobs_failed"] > 0) == (ours["files_missing"] > 0 or bool(ours["first_error"]))
 
 
+def test_jobs_on_namespace_nodes_share_the_pool_limiter_on_redis() -> None:
+    """Two nodes in network namespaces, two jobs each on one prefix the front throttles: the
+    jobs reach the front and the Redis on the bridge, the pool limiter holds the prefix there
+    (one shared state, not a node rate file each), and every file arrives."""
+    runs = runs_of(bench("--nodes", "2", "--jobs", "4", "--files", "20", "--rate", "20", "--burst", "20",
+                         "--tools", "ours", "--objects", "shared", "--json"))
+    ours = runs["ours"]
+    assert (ours["jobs_failed"], ours["files_missing"]) == (0, 0), ours
+    assert ours["throttled"] > 0 and ours["served"] >= 4 * 20, ours
+    assert (ours["nodes"], ours["pool_keys"], ours["node_rate_files"]) == (2, 1, 0), ours
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--tools", "ours,azcopy"], "--tools must name only ours, s5cmd, stock"),
     (["--jobs", "10,0"], "--jobs counts must be at least 1"),
     (["--jobs", "ten"], "--jobs must be comma-separated whole numbers"),
     (["--measured", "x.json"], "--measured needs --model"),
+    (["--nodes", "9", "--tools", "ours"], "--nodes must be 0 (none) or 1 to 8"),
+    (["--nodes", "2"], "--nodes needs --tools ours"),
+    (["--pool-share", "0"], "--pool-share must be above 0 and at most 1"),
 ])
 def test_bad_flags_are_one_line_each_and_run_nothing(flags: List[str], message: str) -> None:
     done = bench(*flags)

@@ -536,3 +536,31 @@ def test_sigterm_stops_a_transfer_in_flight(starter, behind_proxy):
     for url, name in zip(urls[:2], ("a.dat", "b.dat")):  # done, maybe not yet reported: never claimed partly
         assert not results[url].eval("TransferSuccess") or (starter.sandbox / name).read_bytes() == name.encode() * 1000
     assert not (starter.sandbox / "slow.dat").exists() and sandbox_leftovers(starter.sandbox) == []
+
+
+def test_the_pool_rate_limiter_is_used_by_the_plugin_too(starter, minio, bucket, tmp_path):
+    """``PEGASUS_CLOUDIO_POOL_RATE_FRACTION`` with the peer index's Redis: a plugin batch that
+    the front throttles keeps its prefix's rate on that Redis, as the drop-in does (it paced
+    by the node's file alone before, whatever the setting said), and every file arrives."""
+    import redis
+
+    from pegasus_cloudio_testbed.redis import RedisServer
+    from pegasus_cloudio_testbed.throttle import ThrottleFront
+    objects = {f"run/f{n:02d}.dat": os.urandom(100) for n in range(20)}
+    put_objects(minio, bucket, objects)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    with RedisServer() as server, ThrottleFront(minio.host, minio.port, rate=5, burst=5) as front:
+        creds = write_credentials(tmp_path / "front.conf", minio, minio.secret_key)
+        creds.write_text(creds.read_text().replace(minio.endpoint, front.endpoint))
+        ads = [file_ad(f"s3://test@minio/{bucket}/{key}", str(starter.sandbox / key.rsplit("/", 1)[1]))
+               for key in objects]
+        run = starter.run(ads, env=dict(starter.env, PEGASUS_CREDENTIALS=str(creds), XDG_RUNTIME_DIR=str(runtime),
+                                        PEGASUS_CLOUDIO_CACHE_DIR="off", PEGASUS_CLOUDIO_P2P_REDIS=server.url,
+                                        PEGASUS_CLOUDIO_P2P_NAMESPACE="plug", PEGASUS_CLOUDIO_POOL_RATE_FRACTION="0.001"))
+        assert front.stats()["throttled"] > 0
+        pool_keys = redis.Redis.from_url(server.url).keys("plug:rate:*")
+    assert run.returncode == 0, run
+    for key, data in objects.items():
+        assert (starter.sandbox / key.rsplit("/", 1)[1]).read_bytes() == data
+    assert len(pool_keys) == 1, pool_keys

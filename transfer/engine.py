@@ -202,8 +202,8 @@ class Engine:
             removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
             if removes:
                 from transfer.removes import RemoveTask
-                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._retry,
-                                  self._random(), self._wait, None if self._cache is None else self._forget)
+                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._with_retries,
+                                  self._pacer, None if self._cache is None else self._forget)
                 for i, result in task.run(removes, budget):
                     self._finish(results, i, result)
         finally:
@@ -368,8 +368,8 @@ class Engine:
         """The final error of a file the store throttled for the whole throttle time: what it
         says and the rate this job achieved to that prefix (a Throttled: callers may retry later)."""
         achieved = ""
-        source = op.sources[0] if isinstance(op, Transfer) else None
-        if source is not None and not source.is_local:
+        source = op.sources[0] if isinstance(op, Transfer) else op.target
+        if not source.is_local:
             pace = self._pacer.pace(source)
             achieved = (f"; this job got {pace.requests - pace.throttles} of {pace.requests} requests to "
                         f"{pace.key} answered, {pace.achieved():.1f}/s")
@@ -407,7 +407,8 @@ class Engine:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
             errors: List[TransferError] = []
             for source in op.sources:
-                pace = None if source.is_local else self._pacer.pace(source)
+                remote = source if not source.is_local else op.dest  # an upload paces its destination's prefix
+                pace = None if remote.is_local else self._pacer.pace(remote)
                 if pace is not None:
                     pace.acquire(cancel)
                 started, clock = time.time(), time.monotonic()
@@ -590,7 +591,7 @@ class Engine:
                 raise local_error(err, path, "put") from err
             if size >= in_parts.multipart_threshold:
                 return self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
-                                            self._random()), None
+                                            self._random(), self._pacer.pace(dest)), None
         info = uploads(backend, dest, "put").put(path, dest)
         return info.size, info.version
 

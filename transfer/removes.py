@@ -1,31 +1,37 @@
 """The remove part of an engine run (one task, as s3transfer splits its work): bundle members
 first, then the rest grouped per endpoint into batch deletes, retried as a group.
 
+A group is retried by the engine's one retry loop (``retried``, as bundle groups are), so a
+throttle answer to a batch delete is what it is to a read: it spends neither attempts nor the
+run's budget, waits the store's ``Retry-After``, fails only when the throttle time runs out
+(:mod:`transfer.retry`), and each batch request waits for its token from the pace of its
+first target's prefix, cut by the throttle answers it gets (:mod:`transfer.pacing`).
+
 A recursive remove expands to a listing (or the backend's own tree removal); a non-recursive
 remove of a target ending in ``/`` fails with InvalidInput instead of deleting nothing.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 
 from transfer._lean import logger
 from transfer.backends.base import Namespace, TreeRemoval, namespace
-from transfer.errors import Cancelled, InvalidInput, TransferError
-from transfer.ops import Remove, Result
-from transfer.retry import RetryBudget, RetryPolicy, check_cancel
+from transfer.errors import InvalidInput, Throttled, TransferError
+from transfer.ops import Attempt, Remove, Result
+from transfer.retry import RetryBudget, RunBudget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import random
     from typing import Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
     from transfer.bundles.staging import BundleStager
+    from transfer.ops import Action, Operation
+    from transfer.pacing import Pacer
     from transfer.session import Session
     from transfer.urls import Url
 
-    Wait = Callable[[float, RetryBudget], None]
+    Retried = Callable[[Operation, RetryBudget, Action], Result]  # the engine's retry loop
 
 _log = logger("transfer.engine")  # one logger for a run's retries, whatever the task
 
@@ -33,17 +39,17 @@ _log = logger("transfer.engine")  # one logger for a run's retries, whatever the
 class RemoveTask:
     """Runs the removes of one batch; yields ``(position, result)`` for every one."""
 
-    def __init__(self, session: Session, bundles: Optional[BundleStager], retry: RetryPolicy, rng: random.Random,
-                 wait: Wait, removed: Optional[Callable[[Url], None]] = None) -> None:
+    def __init__(self, session: Session, bundles: Optional[BundleStager], retried: Retried, pacer: Pacer,
+                 removed: Optional[Callable[[Url], None]] = None) -> None:
         """``bundles``: None when bundles are off (nothing of them is imported then).
+        ``retried(op, budget, action)``: the engine's retry loop; ``pacer``: the engine's.
         ``removed(url)`` is told of every object a delete was asked for (deleted or maybe not):
         the node cache drops its entry, so no later read on the node gets what was removed."""
         self._removed = removed
         self._session = session
         self._bundles = bundles
-        self._retry = retry
-        self._rng = rng
-        self._wait = wait
+        self._retried = retried
+        self._pacer = pacer
 
     def run(self, removes: Sequence[Tuple[int, Remove]], budget: RetryBudget) -> Iterator[Tuple[int, Result]]:
         groups: Dict[Hashable, List[Tuple[int, Remove]]] = {}
@@ -66,38 +72,49 @@ class RemoveTask:
             yield from zip([i for i, _ in items], self._group(backend, [op for _, op in items], budget))
 
     def _group(self, backend: Namespace, ops: List[Remove], budget: RetryBudget) -> List[Result]:
-        """Removes for one endpoint: recursive ones expand to listings, then batch deletes."""
+        """Removes for one endpoint: recursive ones expand to listings, then batch deletes. Each
+        try sends the removes still failing with a retryable error; the group's error is a
+        throttle answer when any of them got one (the store asks for fewer requests, whatever
+        else failed), else the first."""
         start = time.monotonic()
         outcomes: List[Optional[TransferError]] = [None] * len(ops)
         attempts = [0] * len(ops)
         pending = list(range(len(ops)))
-        for attempt in itertools.count(1):
-            try:
-                check_cancel(budget)
-            except Cancelled as stop:
-                for i in pending:
-                    outcomes[i], attempts[i] = stop, attempt
-                break
+        pace = None if ops[0].target.is_local else self._pacer.pace(ops[0].target)
+        cancel = budget.cancel if isinstance(budget, RunBudget) else None
+
+        def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
+            if pace is not None:
+                pace.acquire(cancel)
+            sent = self._pacer.clock()
             errors = self._once(backend, [ops[i] for i in pending])
-            retry: List[int] = []
             for i, err in zip(pending, errors):
-                attempts[i] = attempt
+                attempts[i] += 1
                 outcomes[i] = err
-                if err is not None and self._retry.should_retry(err, attempt) and budget.try_spend():
-                    retry.append(i)
-            if not retry:
-                break
-            delay = self._retry.delay(attempt, outcomes[retry[0]], self._rng)
-            _log.debug("retrying %d remove(s) in %.2f s: %s", len(retry), delay, outcomes[retry[0]])
-            self._wait(delay, budget)
-            pending = retry
+            still = [(i, err) for i, err in zip(pending, errors) if err is not None and err.retryable]
+            pending[:] = [i for i, _ in still]
+            failed = [err for _, err in still]
+            throttled = next((err for err in failed if isinstance(err, Throttled)), None)
+            if throttled is not None:
+                if pace is not None:
+                    pace.throttled(sent)
+                raise throttled
+            if failed:
+                _log.debug("%d remove(s) failed: %s", len(failed), failed[0])
+                raise failed[0]
+            return 0, None
+
+        final = self._retried(ops[0], budget, action)
+        if not any(final.error is outcomes[i] for i in pending):  # the loop's own word: throttle time out, cancel
+            for i in pending:
+                outcomes[i] = final.error
         seconds = time.monotonic() - start
         results = []
         for i, op in enumerate(ops):
             outcome = outcomes[i]
             if outcome is not None:
-                outcome.attempts = attempts[i]
-            results.append(Result(op, outcome is None, 0, seconds, attempts[i], outcome))
+                outcome.attempts = max(1, attempts[i])
+            results.append(Result(op, outcome is None, 0, seconds, max(1, attempts[i]), outcome))
         return results
 
     def _once(self, backend: Namespace, ops: List[Remove]) -> List[Optional[TransferError]]:

@@ -32,7 +32,9 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Tuple
+    from typing import Callable, Dict, List, Optional, Tuple
+
+    from transfer.pacing import Pace
 
 _log = logging.getLogger(__name__)
 ABORT_ATTEMPTS = 4
@@ -57,10 +59,14 @@ class InFlightUploads:
             self._live.pop(upload_id, None)
 
     def upload(self, backend: MultipartUploads, path: str, dest: Url, size: int, parts: PartPool,
-               policy: RetryPolicy, sleep: Callable[[float], None], rng: random.Random) -> int:
+               policy: RetryPolicy, sleep: Callable[[float], None], rng: random.Random,
+               pace: Optional[Pace] = None) -> int:
         """Upload the ``size`` bytes of the local file ``path`` to ``dest`` in parts of the
         backend's ``part_size``, sent on ``parts``; the upload is in flight from the moment it
-        is started, and aborted (:meth:`abort`) on any failure, after its last part stopped."""
+        is started, and aborted (:meth:`abort`) on any failure, after its last part stopped.
+        Each part waits for its token from ``pace``, the pace of ``dest``'s prefix, as ranged
+        reads do (:mod:`transfer.pacing`): no burst of parts into a prefix the store throttles;
+        a throttle answer to a part fails the file, whose retry loop cuts the pace."""
         step = backend.part_size
         regions = [FileRegion(path, offset, min(step, size - offset)) for offset in range(0, size, step)]
         self.sweep(backend, dest)
@@ -75,7 +81,7 @@ class InFlightUploads:
         self.start(backend, dest, upload_id)
         try:
             # The shared part pool: parts never queue behind the file tasks that wait for them.
-            sent = [parts.submit(backend.upload_part, dest, upload_id, number, region)
+            sent = [parts.submit(_paced(backend.upload_part, pace), dest, upload_id, number, region)
                     for number, region in enumerate(regions, 1)]
             try:
                 etags = [part.result() for part in sent]
@@ -161,6 +167,18 @@ class InFlightUploads:
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         return [str(url) for uid, (_, url) in live if not done.get(uid)]
+
+
+def _paced(send: "Callable[[Url, str, int, FileRegion], str]", pace: Optional[Pace]
+           ) -> "Callable[[Url, str, int, FileRegion], str]":
+    """``send`` after waiting for a token from ``pace`` (None: at once)."""
+    if pace is None:
+        return send
+
+    def paced(url: Url, upload_id: str, number: int, region: FileRegion) -> str:
+        pace.acquire()
+        return send(url, upload_id, number, region)
+    return paced
 
 
 def _bound(fn: "Callable[..., None]", *args: object) -> "Callable[[], None]":

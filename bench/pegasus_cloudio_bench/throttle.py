@@ -13,6 +13,9 @@ Per run: jobs failed (non-zero exit or a file missing or wrong), files missing, 
 (first start to last exit) against the floor N*M/R, goodput/R (files delivered per second over
 R), the share of requests answered 503, the slowest job, the requests that reached the front
 and those it passed to the store (``served``): what bundles and the node cache save.
+``--nodes K`` spreads each wave's jobs over K worker nodes in network namespaces sharing one
+Redis pool limiter (`pegasus_cloudio_bench.throttle_nodes`); ``offered/R`` then says what the
+store saw of the whole pool: requests that reached the front per second over R.
 ``--model`` runs the simulation of `pegasus_cloudio_bench.throttle_model` instead.
 """
 
@@ -24,7 +27,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from pegasus_cloudio_bench.harness import Progress, add_params_arguments, aligned, params_from_args, tool_env
 from pegasus_cloudio_bench.throttle_jobs import Job, Wave, run_wave
@@ -34,6 +37,9 @@ from pegasus_cloudio_testbed.stock import make_stock_home
 from pegasus_cloudio_testbed.throttle import ThrottleFront
 from pegasus_cloudio_testbed.tools import ensure_s5cmd
 from pegasus_cloudio_testbed.wheel import installed_bin
+
+if TYPE_CHECKING:
+    from pegasus_cloudio_bench.throttle_nodes import Nodes
 
 BUCKET, SITE = "bench", "minio"
 TOOLS, OBJECTS, STAGER, REUSE = ("ours", "s5cmd", "stock"), ("distinct", "shared"), ("off", "on"), \
@@ -54,6 +60,8 @@ class Params:
     reuse: str = "plain"
     timeout: float = 0.0
     checkout: str = ""
+    nodes: int = 0
+    pool_share: float = 0.9
     model: bool = False
 
 
@@ -67,6 +75,9 @@ HELPS = {"jobs": "comma-separated job counts N, each released together",
          "reuse": f"comma-separated ways ours reads, among {', '.join(REUSE)}",
          "timeout": "seconds before a wave's stragglers are killed (0: 10 x the floor + 120)",
          "checkout": "measure ours from a wheel of this source checkout (e.g. main's worktree) instead",
+         "nodes": "0: every job on this machine; K (1-8): the jobs spread over K nodes in network namespaces, "
+                  "each with its own node rate file, sharing one Redis pool limiter (needs root; ours only)",
+         "pool_share": "with --nodes: the pool limiter's cap, as a share of R",
          "model": "run the simulation to 1,000 and 10,000 jobs instead (see docs/scale.md)"}
 _CHOICES = {"tools": TOOLS, "objects": OBJECTS, "stager": STAGER, "reuse": REUSE}
 
@@ -88,6 +99,9 @@ def usage_problems(args: argparse.Namespace) -> List[str]:
     bad += [f"--{n} must be positive" for n in ("files", "size", "rate") if getattr(args, n) <= 0]
     bad += ["--burst must be at least 1"] if args.burst < 1 else []
     bad += ["--measured needs --model"] if args.measured and not args.model else []
+    bad += ["--nodes must be 0 (none) or 1 to 8"] if not 0 <= args.nodes <= 8 else []
+    bad += ["--nodes needs --tools ours"] if args.nodes and args.tools != "ours" else []
+    bad += ["--pool-share must be above 0 and at most 1"] if not 0 < args.pool_share <= 1 else []
     return bad
 
 
@@ -108,13 +122,22 @@ def run(params: Params, progress: Progress) -> Dict[str, Any]:
     """Every configuration the params name; a dict for ``--json`` and `format_table`."""
     root = tempfile.mkdtemp(prefix="bench-throttle-")
     try:
-        with MinioServer() as server:
-            bed = Bed(root, params, server, progress)
+        with MinioServer() as server, _nodes(root, params) as nodes:
+            bed = Bed(root, params, server, progress, nodes)
             runs = [bed.measure(config, progress) for config in configurations(params)]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     progress.done()
     return {"scenario": "throttle", "params": asdict(params), "load": os.getloadavg(), "runs": runs}
+
+
+def _nodes(root: str, params: Params) -> Any:
+    """The worker nodes of ``--nodes``, or nothing to enter."""
+    if not params.nodes:
+        import contextlib
+        return contextlib.nullcontext(None)
+    from pegasus_cloudio_bench.throttle_nodes import Nodes
+    return Nodes(root, params.nodes, params.rate, params.pool_share)
 
 
 @dataclass(frozen=True)
@@ -148,8 +171,9 @@ def configurations(params: Params) -> Iterator[Config]:
 class Bed:
     """The objects in MinIO, their local originals and the commands of each tool."""
 
-    def __init__(self, root: str, params: Params, server: MinioServer, progress: Progress) -> None:
-        self.root, self.params, self.server = root, params, server
+    def __init__(self, root: str, params: Params, server: MinioServer, progress: Progress,
+                 nodes: Optional[Nodes] = None) -> None:
+        self.root, self.params, self.server, self.nodes = root, params, server, nodes
         progress.phase("installing our wheel")
         self.bin = installed_bin(os.path.join(root, "wheel"), params.checkout or None)
         tools = params.tools.split(",")
@@ -208,14 +232,18 @@ class Bed:
         p = self.params
         floor = config.jobs * p.files / p.rate
         progress.phase(f"N={config.jobs} {config.objects}: {config.name} (floor {floor:.0f} s)")
+        host = self.nodes.host if self.nodes is not None else "127.0.0.1"
+        if self.nodes is not None:
+            self.nodes.new_run()
         with ThrottleFront(self.server.host, self.server.port, rate=p.rate, burst=p.burst,
-                           retry_after=p.retry_after or None) as front:
+                           retry_after=p.retry_after or None, host=host) as front:
             with self._stager(config, front) as stager_env:
                 jobs = [self._job(config, front, j, stager_env) for j in range(config.jobs)]
                 wave = run_wave(jobs, p.timeout or 10 * floor + 120)
             stats = front.stats()
         shutil.rmtree(self._run_dir(config), ignore_errors=True)  # checked; N x M files need not pile up
-        return figures(config, p, floor, wave, stats)
+        pool = self.nodes.figures() if self.nodes is not None else {}
+        return {**figures(config, p, floor, wave, stats), **pool}
 
     def _run_dir(self, config: Config) -> str:
         return os.path.join(self.root, "runs", f"{config.jobs}-{config.objects}-{config.name}")
@@ -236,8 +264,11 @@ class Bed:
         if config.tool == "stock":
             assert self.stock is not None
             return Job([str(self.stock.transfer)], stdin, self.stock.env(self.env(front.endpoint, {})), expected)
-        return Job([os.path.join(self.bin, "pegasus-cloudio-transfer")], stdin,
-                   self._ours_env(config, front, extra), expected, cwd=dest)
+        argv, env = [os.path.join(self.bin, "pegasus-cloudio-transfer")], self._ours_env(config, front, extra)
+        if self.nodes is not None:
+            argv, more = self.nodes.job(j, argv)
+            env.update(more)
+        return Job(argv, stdin, env, expected, cwd=dest)
 
     def _ours_env(self, config: Config, front: ThrottleFront, extra: Dict[str, str]) -> Dict[str, str]:
         more = dict(extra)
@@ -291,6 +322,7 @@ def figures(config: Config, params: Params, floor: float, wave: Wave, stats: Dic
             "jobs_failed": wave.failed, "files_missing": wave.missing, "wall_s": round(wave.wall_s, 2),
             "floor_s": round(floor, 2), "wall_over_floor": round(wave.wall_s / floor, 3),
             "goodput_over_rate": round((files - wave.missing) / wave.wall_s / params.rate, 3),
+            "offered_over_rate": round(requests / wave.wall_s / params.rate, 3),
             "share_503": round(throttled / requests, 3) if requests else 0.0,
             "slowest_job_s": round(wave.slowest_s, 2), "requests": requests, "throttled": throttled,
             "served": requests - throttled,
@@ -308,6 +340,7 @@ def _cause(stderr: str) -> str:
 COLUMNS = (("N", "jobs", "d"), ("objects", "objects", "s"), ("failed", "jobs_failed", "d"),
            ("missing", "files_missing", "d"), ("wall s", "wall_s", ".1f"), ("floor s", "floor_s", ".1f"),
            ("wall/floor", "wall_over_floor", ".2f"), ("goodput/R", "goodput_over_rate", ".2f"),
+           ("offered/R", "offered_over_rate", ".2f"),
            ("503 share", "share_503", ".2f"), ("slowest s", "slowest_job_s", ".1f"),
            ("requests", "requests", "d"), ("served", "served", "d"), ("req/file", "requests_per_file", ".2f"))
 
@@ -322,6 +355,9 @@ def format_table(result: Dict[str, Any]) -> str:
     lines = aligned([["run"] + [name for name, _, _ in COLUMNS]] + rows, left=3)
     lines.append(f"R = {p['rate']:g} requests/s per prefix, burst {p['burst']:g}, M = {p['files']} objects of "
                  f"{p['size']} B per job; load average at the end {', '.join(f'{x:.1f}' for x in result['load'])}")
+    lines += [f"{run['name']} at N={run['jobs']} {run['objects']}: {run['nodes']} nodes, pool limiter capped at "
+              f"{p['pool_share']:g} x R, {run['pool_keys']} prefix(es) on its Redis, {run['node_rate_files']} node "
+              f"rate file(s) used" for run in result["runs"] if "nodes" in run]
     lines += [f"first error of {run['name']} at N={run['jobs']} {run['objects']}: {run['first_error']}"
               for run in result["runs"] if run["first_error"]]
     return "\n".join(lines)

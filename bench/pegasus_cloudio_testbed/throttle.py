@@ -1,6 +1,7 @@
 """A rate-limiting front for MinIO or fake-gcs-server: a store that says "slow down".
 
-`ThrottleFront` is an HTTP/1.1 reverse proxy on ``127.0.0.1:<free port>``. Each request is
+`ThrottleFront` is an HTTP/1.1 reverse proxy on ``127.0.0.1:<free port>`` (or another local
+address: the bridge of network-namespace nodes). Each request is
 charged to its prefix (see `throttle_policy.prefix_of`): within the prefix's token bucket
 (``rate`` per second, ``burst`` at once) it goes to the store unchanged (Host included, since
 SigV4 signs it); beyond it the front answers itself, as S3 (``503 SlowDown``) or GCS (``429``
@@ -173,7 +174,7 @@ class _Connection:
 
 
 class ThrottleFront:
-    """A rate-limiting reverse proxy on ``127.0.0.1`` in front of ``target_host:target_port``.
+    """A rate-limiting reverse proxy on ``host`` (``127.0.0.1``) in front of ``target_host:target_port``.
 
     ``rate``: requests per second per prefix; ``burst``: tokens at once (default: one second's
     worth); ``shape``: ``"s3"`` (503 SlowDown XML) or ``"gcs"`` (429 JSON rateLimitExceeded);
@@ -186,14 +187,14 @@ class ThrottleFront:
     def __init__(self, target_host: str, target_port: int, *, rate: float,
                  burst: Optional[float] = None, shape: str = "s3",
                  retry_after: Optional[float] = None, status: Optional[int] = None,
-                 depth: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
+                 depth: int = 1, clock: Callable[[], float] = time.monotonic, host: str = "127.0.0.1") -> None:
         if shape not in SHAPES:
             raise ValueError(f"ThrottleFront shape must be one of {', '.join(SHAPES)}, not {shape!r}")
         code = status if status is not None else (503 if shape == "s3" else 429)
         self._limiter = PrefixLimiter(rate, burst if burst is not None else max(1.0, rate), clock)
         self._config = _Config((target_host, int(target_port)), self._limiter, shape, code,
                                retry_after, depth)
-        self.port = 0
+        self.host, self.port = host, 0
         self._lock = threading.Lock()
         self._live: Set[_Connection] = set()
         self._stopping = threading.Event()
@@ -210,8 +211,8 @@ class ThrottleFront:
 
     @property
     def endpoint(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://HOST:PORT``."""
+        return f"http://{self.host}:{self.port}"
 
     def stats(self) -> Dict[str, object]:
         """Requests and throttled answers in total and per prefix, and client connections:
@@ -232,7 +233,7 @@ class ThrottleFront:
         if self._listener is not None:
             raise RuntimeError("throttle front already started")
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
+        listener.bind((self.host, 0))
         listener.listen(1024)
         listener.settimeout(_ACCEPT_POLL_S)
         self._listener, self.port = listener, listener.getsockname()[1]

@@ -37,7 +37,7 @@ from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
 from pegasus_cloudio.condor.starter import reads_one_message_after_failure, starter_version
-from transfer.node import open_node_cache, open_pacer, open_peers
+from transfer.node import open_node_cache, open_pacer, open_peers, session_scopes
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
 from transfer.knobs import CONFIG_VAR, PREFIX, Knobs, layered
@@ -264,7 +264,8 @@ def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment
         reporter.session = session
         cache = open_node_cache(penv.env)
         peers = open_peers(penv.env, cache)
-        engine = Engine(session, on_result=reporter.on_result, cache=cache, peers=peers, pacer=open_pacer(penv.env))
+        pacer = open_pacer(penv.env, settings.pool_rate_fraction, session_scopes(session), say)
+        engine = Engine(session, on_result=reporter.on_result, cache=cache, peers=peers, pacer=pacer)
         cancel = threading.Event()
         try:
             with _stop_on_signals(reporter, engine, cancel):
