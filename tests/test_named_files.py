@@ -153,6 +153,31 @@ def test_an_own_link_to_another_users_link_is_not_followed(users: Dict[str, int]
     assert read_as(a_uid, own) == repr(b"a's file")
 
 
+def test_another_users_link_on_the_way_is_not_followed(users: Dict[str, int], shared_dir: Path) -> None:
+    """b plants a link where a directory of a's path should be (shared/x -> a directory of b's
+    choosing): a's read of shared/x/creds is refused, naming the link, in either mode; a link
+    of a's own on the way is followed (she chose it)."""
+    (_, a_uid), (_, b_uid) = users.items()
+    b_dir = shared_dir / "b-dir"
+    b_dir.mkdir()
+    b_dir.chmod(0o755)
+    (b_dir / "creds").write_bytes(b"b's choice")
+    (b_dir / "creds").chmod(0o644)
+    planted, own = shared_dir / "x", shared_dir / "own-x"
+    planted.symlink_to(b_dir)
+    os.chown(planted, b_uid, b_uid, follow_symlinks=False)
+    own.symlink_to(b_dir)
+    os.chown(own, a_uid, a_uid, follow_symlinks=False)
+    assert read_as(a_uid, planted / "creds") == \
+        f"{planted / 'creds'}: x on the way is another user's symbolic link (not followed)"
+    assert read_as(a_uid, own / "creds") == repr(b"b's choice")
+    # a reader running as root (a daemon) follows its own links on the way, no user's
+    rooted = shared_dir / "root-x"
+    rooted.symlink_to(b_dir)
+    assert read_file(str(rooted / "creds"), 100, NO_LINKS)[0] == b"b's choice"
+    assert "own-x on the way is another user's symbolic link" in refusal(str(own / "creds"))
+
+
 def test_the_refusal_pickles_and_is_an_oserror(tmp_path: Path) -> None:
     err = UnsafeFile(str(tmp_path / "x"), "a FIFO, not a regular file")
     copy = pickle.loads(pickle.dumps(err))

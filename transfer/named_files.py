@@ -13,13 +13,15 @@ another user planted. So every such file is read here, and only here:
   rename); ``os.devnull`` itself is read as an empty file (``PEGASUS_CLOUDIO_CONFIG=/dev/null``
   is the usual way to say "no file");
 * at most ``limit`` bytes: ``limit + 1`` are read, and one more than the limit is a refusal;
-* links: :data:`NO_LINKS` opens with ``O_NOFOLLOW`` (the last component may not be a link),
-  for names whose contract is a file (the job ad, a summary, a cache entry); :data:`OWN_LINKS`
-  follows a last component that is a link only when the link is the reader's own or
-  root's, one link at a time, so each link of a chain must be (credentials and configuration
-  files, which users and administrators link on purpose; another user's link is never
-  followed, as the kernel's ``protected_symlinks`` does in sticky directories, and not
-  after one of the reader's own either).
+* links: the path is walked one component at a time, and a link on the way (a directory
+  component) is followed only when it is the reader's own or root's, each link of a chain
+  alike: another user's link is never followed (``/tmp/x/creds`` with another user's
+  ``/tmp/x`` is refused), as the kernel's ``protected_symlinks`` does only in sticky
+  directories and only for the last component. For the last component, :data:`NO_LINKS`
+  opens with ``O_NOFOLLOW`` (it may not be a link), for names whose contract is a file (the
+  job ad, a summary, a cache entry); :data:`OWN_LINKS` follows it too when it is the reader's
+  own link or root's (credentials and configuration files, which users and administrators
+  link on purpose).
 
 A refusal is :class:`UnsafeFile`, an ``OSError`` whose ``str`` is one line naming the file
 and the reason; callers re-raise it as their own error kind. This module imports only
@@ -42,6 +44,8 @@ __all__ = ["NO_LINKS", "OWN_LINKS", "UnsafeFile", "check_regular", "is_missing",
 NO_LINKS = "no links"
 OWN_LINKS = "own links"
 _MAX_LINKS = 40  # as the kernel's path walk
+# a directory on the way: O_PATH (only a place to look up the next name), never through a link
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # O_NOCTTY: a terminal named as a file must not become a session leader's controlling terminal
 FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -66,13 +70,15 @@ def open_regular(path: str, links: str = NO_LINKS, dir_fd: "Optional[int]" = Non
     """A descriptor of the regular file ``path`` (relative to ``dir_fd`` when given) and its
     ``fstat``. Raises :class:`UnsafeFile` (``FileNotFoundError``'s errno kept, so callers can
     tell a missing file) for anything else; see the module docstring for ``links``."""
-    target = _own_links_followed(path, dir_fd) if links == OWN_LINKS else path
+    parent, leaf = _walk(path, links, dir_fd)
     try:
-        fd = os.open(target, FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
+        fd = os.open(leaf, FLAGS | os.O_NOFOLLOW, dir_fd=parent)
     except OSError as err:
         link = err.errno == errno.ELOOP
         raise UnsafeFile(path, "a symbolic link (not followed)" if link else err.strerror or str(err),
                          err.errno or 0) from None
+    finally:
+        os.close(parent)
     st = os.fstat(fd)
     problem = check_regular(st)
     if problem and not (path == os.devnull and stat.S_ISCHR(st.st_mode)):
@@ -124,22 +130,62 @@ def is_missing(err: OSError) -> bool:
     return err.errno == errno.ENOENT
 
 
-def _own_links_followed(path: str, dir_fd: "Optional[int]") -> str:
-    """``path`` with the links of its last component followed one at a time while each is a
-    link of this process's user or root (the kernel would follow a whole chain, and another
-    user's link after one of ours would choose the file). The name the chain ends at, which
-    the caller opens with ``O_NOFOLLOW``: a link of another user's there, or one swapped in
-    meanwhile, is then refused as a link."""
-    for _ in range(_MAX_LINKS):
-        try:
-            st = os.lstat(path, dir_fd=dir_fd) if dir_fd is not None else os.lstat(path)
-        except OSError:
-            return path  # the open names the error
-        if not stat.S_ISLNK(st.st_mode) or st.st_uid not in (0, os.geteuid()):
-            return path
-        try:
-            target = os.readlink(path, dir_fd=dir_fd) if dir_fd is not None else os.readlink(path)
-        except OSError:
-            return path
-        path = os.path.join(os.path.dirname(path), target)  # an absolute target replaces the directory
-    return path  # still a link: refused as one
+def _walk(path: str, links: str, dir_fd: "Optional[int]") -> "Tuple[int, str]":
+    """(a descriptor of the directory holding the file ``path`` names, the file's name in it),
+    ``path`` walked from ``/`` (or the working directory, or ``dir_fd``) one component at a
+    time: a link on the way is followed only when it is this process's user's or root's, and
+    the last component too with :data:`OWN_LINKS` (see the module docstring); anything else
+    that is a link is left as the last name, for the caller's ``O_NOFOLLOW`` open to refuse.
+    The caller closes the descriptor. Raises :class:`UnsafeFile`."""
+    parts = [p for p in path.split("/") if p and p != "."]
+    fd = os.open("/" if path.startswith("/") else ".", _DIR_FLAGS, dir_fd=None if path.startswith("/") else dir_fd)
+    followed = 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name == ".." or not parts:
+                if name != ".." and not _follows(fd, name, links):
+                    return fd, name
+                if name == "..":
+                    parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = parent
+                    continue
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except OSError as err:
+                raise UnsafeFile(path, err.strerror or str(err), err.errno or 0) from None
+            if stat.S_ISLNK(st.st_mode):
+                followed += 1
+                if st.st_uid not in (0, os.geteuid()) or followed > _MAX_LINKS:
+                    raise UnsafeFile(path, f"{name} on the way is another user's symbolic link (not followed)"
+                                     if followed <= _MAX_LINKS else "too many symbolic links", errno.ELOOP)
+                target = os.readlink(name, dir_fd=fd)
+                parts[:0] = [p for p in target.split("/") if p and p != "."]
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", _DIR_FLAGS)
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                raise UnsafeFile(path, err.strerror or str(err), err.errno or 0) from None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    raise UnsafeFile(path, "names a directory, not a file")
+
+
+def _follows(fd: int, name: str, links: str) -> bool:
+    """Whether the last component ``name`` (in the directory ``fd``) is a link to follow: with
+    :data:`OWN_LINKS`, one of this process's user's or root's."""
+    if links != OWN_LINKS:
+        return False
+    try:
+        st = os.lstat(name, dir_fd=fd)
+    except OSError:
+        return False  # the open names the error
+    return stat.S_ISLNK(st.st_mode) and st.st_uid in (0, os.geteuid())
