@@ -14,7 +14,9 @@ pace by their node's rate), never slow them down. Each state expires after CALM_
 
 Redis unreachable or failing (now or mid-run): one warning, and from then on this process
 paces by its fallback (the node's file). Updates are optimistic (``WATCH``/``MULTI``); one
-that loses ``_TRIES`` races is decided by the fallback, not waited on.
+that loses ``_TRIES`` races to other writers is decided on the pool's state as last read (their
+writes carry the pace) and not recorded, not waited on: a hot prefix stays one pool state, never
+a node file per loser.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class PoolStates:
     def _update(self, key: str, scope: Scope, change: Change) -> float:
         import redis
         name = f"{self._namespace}:rate:{scope.rate_name(key)}"
+        state: Optional[RateState] = None
         for _ in range(_TRIES):
             with self._redis.pipeline() as pipe:
                 try:
@@ -97,7 +100,7 @@ class PoolStates:
                     return result
                 except redis.WatchError:
                     continue
-        return self._fallback.update(key, change)
+        return change(state)[1]
 
 
 def _encode(state: RateState) -> str:
