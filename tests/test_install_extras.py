@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Dict, List
@@ -62,8 +63,10 @@ def test_the_extra_installs_from_the_wheel_without_backtracking_and_works(wheel:
 
 
 def test_the_benchmarks_install_beside_the_wheel_without_backtracking(wheel: Path, tmp_path: Path) -> None:
+    src = tmp_path / "bench-src"  # a copy: building in place leaves build/ in the checkout
+    shutil.copytree(REPO / "bench", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     done = run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                "-w", str(tmp_path / "dist"), str(REPO / "bench")], os.environ, tmp_path)
+                "-w", str(tmp_path / "dist"), str(src)], os.environ, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     [bench] = (tmp_path / "dist").glob("pegasus_cloudio_bench-*.whl")
     _installs_and_works(tmp_path, [str(wheel), str(bench)], BENCH_USES)
