@@ -55,6 +55,7 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
            "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",
            "transfer.p2p", "transfer.engine", "transfer.node", "transfer.session", "transfer.ranged", "transfer.retry",
+           "transfer.pacing", "transfer.pacing_node",  # a job's node rate file (issue 37)
            "transfer.ops", "transfer.context",
            "transfer._workers", "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
            "awscrt.checksums")
