@@ -11,8 +11,8 @@ import pytest
 
 from transfer import parse_url
 from transfer.pacing import (
-    BETA, BURST_SECONDS, CALM_SECONDS, CUT_SECONDS, LEARN_EVERY, MIN_RATE, LocalStates, Pacer, RateState, cut, prefix_key, rate_at,
-    reserve,
+    BETA, BURST_SECONDS, CALM_SECONDS, CUT_SECONDS, LEARN_EVERY, MAX_WAIT, MIN_RATE, LocalStates, Pacer, RateState, cut, prefix_key, rate_at,
+    reserve, retime,
 )
 
 
@@ -110,6 +110,92 @@ def test_prefix_key_is_endpoint_and_directory() -> None:
     b = prefix_key(parse_url("s3://u@site/bucket/run/b.dat"))
     c = prefix_key(parse_url("s3://u@site/bucket/other/a.dat"))
     assert a == b != c
+
+
+def test_prefix_key_is_the_store_prefix_not_the_directory() -> None:
+    def key(url: str) -> str:
+        return prefix_key(parse_url(url))
+
+    # S3: the bucket and the key's first directory, as the store (and the test bed's front) limits them:
+    # jobs reading their own directories under one prefix share one rate
+    assert key("s3://u@site/bench/data/j001/f7") == key("s3://u@site/bench/data/j002/sub/f8") \
+        == key("s3s://u@site/bench/data/f9").replace("s3s", "s3", 1) == "s3://u@site/bench/data/"
+    assert key("s3://u@site/bench/other/j001/f7") == "s3://u@site/bench/other/"
+    assert key("s3://u@other/bench/data/j001/f7") == "s3://u@other/bench/data/"  # another endpoint
+    # whole directories only: an object or a listing at the bucket's top is the bucket's
+    assert key("s3://u@site/bench/f7") == key("s3://u@site/bench") == key("s3://u@site/bench/") == "s3://u@site/bench/"
+    assert key("s3://u@site/bench//x/y") == "s3://u@site/bench//"  # an empty directory name is one
+    # GCS documents its starting limit per bucket (the URL's host)
+    assert key("gs://bkt/run/a/f") == key("gs://bkt/f") == key("gs://bkt") == "gs://bkt/"
+    # no store prefix to follow: the key's directory
+    assert key("https://h.example/a/b/c") == "https://h.example/a/b/"
+    assert key("sftp://h/home/u/d/f") == "sftp://h/home/u/d/"
+
+
+def test_every_object_store_row_names_its_prefix_rule() -> None:
+    from transfer.pacing_pool import DOCUMENTED_RATE
+    from transfer.schemes import OBJECT_STORES, SCHEMES
+    for name in OBJECT_STORES:  # a new backend's row picks the rule: nothing else lists the schemes
+        row = SCHEMES[name]
+        assert row.pace_root is not None and row.pace_depth >= 0 and row.read_rate, name
+        assert DOCUMENTED_RATE[name] == row.read_rate
+    assert DOCUMENTED_RATE["s3"] == 5500.0 and DOCUMENTED_RATE["gs"] == 5000.0
+
+
+def test_a_cut_stretches_the_queue_in_order_and_leaves_no_gap() -> None:
+    state = RateState(100.0, 0.0, 0.0, 0.0)
+    now = 30.0  # well past the regrowth: the rate is steady enough to count in
+    current: RateState | None = state
+    dues = []
+    for _ in range(int(rate_at(state, now) * BURST_SECONDS) + 200):
+        current, wait = reserve(current, now)
+        dues.append(now + wait)
+    queued = [d for d in dues if d > now]
+    assert current is not None and len(queued) >= 199
+    old = rate_at(current, now)
+    after, _ = cut(current, now, measured=0.0, sent=now)
+    assert after is not None and rate_at(after, now) == pytest.approx(BETA * old)
+    moved = [retime(after, now - 1e-6, d) for d in queued]
+    assert moved == sorted(moved)  # the queue keeps its order
+    gaps = [b - a for a, b in zip(moved, moved[1:])]
+    assert min(gaps) == pytest.approx(1 / (BETA * old), rel=1e-6) == max(gaps)  # and leaves at the new rate
+    assert moved[-1] == pytest.approx(after.settled, abs=1 / old)  # the round ends as it drains
+    # the first request booked after the cut goes out right after the queue: no gap, no overlap
+    _, wait = reserve(after, now)
+    assert now + wait == pytest.approx(after.settled + 1 / (BETA * old), rel=0.02)
+    # a request booked after the cut, or due before it, keeps its time
+    assert retime(after, now + 0.1, now + 5.0) == now + 5.0 and retime(after, now - 2, now - 1) == now - 1
+    assert retime(None, 0.0, 5.0) == 5.0
+    assert retime(after, now - 1, now + 1e6) == now + MAX_WAIT  # no wait past MAX_WAIT
+
+
+def test_a_request_booked_before_a_cut_waits_for_the_new_rate() -> None:
+    clock = FakeClock()
+    states = LocalStates()
+    pace = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
+    pace.sent = 200
+    clock.now += 1.0
+    pace.throttled(clock.now)  # paced at 140/s from an empty bucket
+    other = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/y"))
+    for _ in range(100):  # another job's 100 requests queue ahead: 0.71 s at 140/s
+        states.update(other.key, lambda state: reserve(state, clock.now))
+    booked = clock.now
+
+    def sleep(seconds: float) -> None:  # while this request sleeps, another job is throttled again
+        clock.slept.append(seconds)
+        if len(clock.slept) == 1:
+            clock.now += 0.5
+            other.throttled(booked + 0.4)
+            clock.now += seconds - 0.5
+        else:
+            clock.now += seconds
+
+    pace._sleep = sleep
+    pace.acquire()
+    cut_at = booked + 0.5
+    first = clock.slept[0]
+    assert len(clock.slept) == 2  # it woke, saw the cut and waited on
+    assert booked + sum(clock.slept) == pytest.approx(cut_at + (booked + first - cut_at) / BETA)
 
 
 def test_fast_path_takes_no_lock_and_never_sleeps() -> None:
@@ -217,7 +303,7 @@ def test_a_cut_keeps_the_queue_and_ignores_answers_from_before_it_settled() -> N
     assert current is not None
     after, _ = cut(current, now, measured=0.0, sent=now)
     assert after is not None and after.tokens == pytest.approx(-50.0, abs=1)  # still owed: new requests queue behind
-    assert after.settled == pytest.approx(now + 50 / rate, abs=1 / rate)
+    assert after.settled == pytest.approx(now + 50 / (BETA * rate), abs=1.5 / (BETA * rate))  # drained at the new rate
     # an answer to a request sent while the queue of the old round drained: no second cut
     same, _ = cut(after, now + 0.4, measured=0.0, sent=now + 0.3)
     assert same is after

@@ -30,6 +30,7 @@ import time
 
 from transfer import _threads
 from transfer._lean import record
+from transfer.schemes import SCHEMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,13 +44,14 @@ if TYPE_CHECKING:
     class States(Protocol):
         """Where the state of each key lives: ``update(key, change)`` applies ``change`` to the
         key's state (None: no state yet) atomically with respect to every other user of the
-        store, keeps what it returns (None: forget the key) and returns its second value."""
+        store, keeps what it returns (None: forget the key) and returns its second value. A
+        change that returns the state it was given only reads: the store need not write."""
 
         def update(self, key: str, change: "Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]"
                    ) -> float: ...
 
 __all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "prefix_key", "rate_at",
-           "reserve"]
+           "reserve", "retime"]
 
 BETA = 0.7            # the cut: the rate in use times this (CUBIC's and the AWS SDKs' beta)
 SCALE = 0.4           # requests/s per s^3 of cubic growth (the AWS SDKs' scale constant)
@@ -61,6 +63,7 @@ MIN_WINDOW = 0.1      # seconds: a rate measured over less is measured over this
 CUT_SECONDS = 0.25    # throttle answers this soon after a cut belong to the same round
 MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens owed are capped)
 LEARN_EVERY = 64      # requests of a pace not paced, between two looks at the shared state
+RECHECK_SECONDS = 0.05  # a wait this long looks for a cut made meanwhile (a shorter one would move < 22 ms)
 
 
 @record(frozen=True)
@@ -91,11 +94,15 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     in use cut to BETA times it. The rate in use is the bucket's; for a prefix not paced (no
     state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
 
+    The tokens owed at the cut stay owed, in their order, and are paid at the new rate: each
+    request that reserved one before the cut goes out later by :func:`retime` (the queue is
+    stretched from the cut by the old rate over the new), and requests after the cut queue
+    behind it. ``settled`` is when that queue has drained, at the new rate.
+
     One cut per round: an answer to a request sent before the last cut settled (the requests
-    that had their tokens then went out at the old rate), or within CUT_SECONDS of the cut,
-    says nothing new (TCP cuts once per window, not once per lost segment; the requests other
-    jobs had in flight when one of them cut arrive together). The tokens owed at the cut stay
-    owed: requests after it queue behind them, at the new rate."""
+    that had their tokens then were booked in the round that was cut), or within CUT_SECONDS
+    of the cut, says nothing new (TCP cuts once per window, not once per lost segment; the
+    requests other jobs had in flight when one of them cut arrive together)."""
     if state is not None and now - state.cut_at < CALM_SECONDS:
         if sent < max(state.cut_at, state.settled) or now - state.cut_at < CUT_SECONDS:
             return state, 0.0
@@ -104,8 +111,21 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     else:
         in_use, owed = measured, 0.0
     rate = max(MIN_RATE, min(in_use, ceiling))
-    owed = max(-rate * MAX_WAIT, owed)
-    return RateState(rate, now, owed, now, now - owed / max(in_use, MIN_RATE)), 0.0
+    slower = max(MIN_RATE, BETA * rate)  # rate_at the cut
+    owed = max(-slower * MAX_WAIT, owed)
+    return RateState(rate, now, owed, now, now - owed / slower), 0.0
+
+
+def retime(state: Optional[RateState], booked: float, due: float) -> float:
+    """When a request that reserved its token at ``booked`` for ``due`` goes out, given the
+    prefix's ``state`` as it wakes: if the prefix was cut in between, ``due`` moved away from the
+    cut by the rate before it over the rate after (the queue keeps its order and leaves at the
+    new rate, with no gap before the requests booked after the cut), at most MAX_WAIT past the
+    cut; else ``due``."""
+    if state is None or not booked < state.cut_at < due:
+        return due
+    stretch = state.last_max / max(MIN_RATE, BETA * state.last_max)
+    return min(state.cut_at + (due - state.cut_at) * stretch, state.cut_at + MAX_WAIT)
 
 
 def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
@@ -123,9 +143,16 @@ def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tu
 
 def prefix_key(url: Url) -> str:
     """The key a store limits ``url``'s requests by, as far as a client can tell: its endpoint
-    and the "directory" of its key (S3 and GCS partition by key prefix; the objects of one
-    directory share one)."""
-    return f"{url.scheme}://{url.host}{url.path.rpartition('/')[0]}/"
+    and the prefix its scheme's row names (:mod:`transfer.schemes`: the bucket and the key's
+    first ``pace_depth`` directories, as S3 and GCS partition by key prefix, so the jobs that
+    each read their own directory under one prefix share its rate); the key's directory for a
+    scheme with no such prefix. Only whole directories count: ``b/f7`` is ``b/``."""
+    row = SCHEMES.get(url.scheme)
+    if row is None or row.pace_root is None:
+        return f"{url.scheme}://{url.host}{url.path.rpartition('/')[0]}/"
+    root = row.pace_root
+    parts = url.path.split("/", root + row.pace_depth + 1)[1:]  # the segments kept, then the rest (or the name)
+    return f"{url.scheme}://{url.host}/" + "".join(d + "/" for d in parts[:root] + parts[root:-1])
 
 
 class LocalStates:
@@ -172,22 +199,39 @@ class Pace:
         self.requests += 1
 
     def acquire(self, cancel: Optional[Cancel] = None) -> None:
-        """Wait for this request's token (returns at once unless the prefix is paced)."""
+        """Wait for this request's token (returns at once unless the prefix is paced); a wait
+        of RECHECK_SECONDS or more looks at the state again as it ends and waits on if the
+        prefix was cut meanwhile (:func:`retime`)."""
         self.sent += 1
         self.requests += 1
         if not self.limited:
             if self.requests % LEARN_EVERY == 0:  # another job may have been throttled meanwhile
                 self.learn()
             return
-        wait = self._states.update(self.key, lambda state: reserve(state, self._clock(), self.ceiling))
+        booked = [0.0]
+
+        def take(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
+            booked[0] = self._clock()
+            return reserve(state, booked[0], self.ceiling)
+
+        wait = self._states.update(self.key, take)
         if wait <= 0:
             self.limited = wait == 0  # -1: calm again, back to the fast path
             return
-        self.waited += wait
+        if self._pause(wait, cancel) or wait < RECHECK_SECONDS:
+            return
+        due = booked[0] + wait
+        later = self._states.update(self.key, lambda state: (state, retime(state, booked[0], due)))
+        if later > due:
+            self._pause(min(later - due, MAX_WAIT), cancel)
+
+    def _pause(self, seconds: float, cancel: Optional[Cancel]) -> bool:
+        """Sleep ``seconds`` (counted in ``waited``); True if ``cancel`` was set meanwhile."""
+        self.waited += seconds
         if cancel is None:
-            self._sleep(wait)
-        else:
-            cancel.wait(wait)
+            self._sleep(seconds)
+            return False
+        return cancel.wait(seconds)
 
     def throttled(self, sent: float) -> None:
         """A throttle answer came to a request sent at ``sent`` (this module's clock)."""

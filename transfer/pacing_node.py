@@ -79,7 +79,7 @@ class NodeStates:
             fcntl.flock(fd, fcntl.LOCK_EX)
             states = _parse(os.pread(fd, MAX_BYTES, 0), self._clock())
             state, result = change(states.get(key))
-            if state is None and key not in states:
+            if state is states.get(key):  # read only (or nothing to forget): no write
                 return result
             if state is None:
                 del states[key]

@@ -25,6 +25,7 @@ import math
 
 from transfer._lean import logger
 from transfer.pacing import CALM_SECONDS, RateState
+from transfer.schemes import SCHEMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,9 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DOCUMENTED_RATE", "PoolStates"]
 
-# requests/s per prefix the stores document for reads: S3 5,500 GET/HEAD; GCS starts a bucket
-# at about 5,000 object reads/s (and ramps up); Azure Blob about 20,000 per account
-DOCUMENTED_RATE = {"s3": 5500.0, "gs": 5000.0, "gcs": 5000.0}
+# requests/s per prefix the stores document for reads, per scheme (its row's ``read_rate``)
+DOCUMENTED_RATE = {name: row.read_rate for name, row in SCHEMES.items() if row.read_rate is not None}
 _TRIES = 3
 _log = logger(__name__)
 
@@ -90,6 +90,8 @@ class PoolStates:
                     pipe.watch(name)
                     state = _decode(pipe.get(name), name, scope, self._clock())
                     new, result = change(state)
+                    if new is state:  # read only: no write, no race to lose
+                        return result
                     pipe.multi()
                     if new is None:
                         pipe.delete(name)

@@ -17,7 +17,19 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
 ``plugin``
     the HTCondor plugin announces it among its methods;
 ``site_profiles``
-    the Pegasus profiles a site catalog needs for it (checked by ``pegasus-cloudio sites``).
+    the Pegasus profiles a site catalog needs for it (checked by ``pegasus-cloudio sites``);
+``pace_root``
+    where the store's request limit applies (:func:`transfer.pacing.prefix_key`): the path
+    segments before the object key (1: the bucket in an S3 path; 0: GCS, whose bucket is the
+    host), or None: no key prefix to follow, the requests are paced by the key's directory;
+``pace_depth``
+    the key's leading directories that name the prefix the store limits: S3 partitions by key
+    prefix and scales a busy one by splitting it, which no client sees, so the first directory
+    under the bucket (the layout of one workflow's files); GCS documents its starting limit per
+    bucket (0);
+``read_rate``
+    requests/s the store documents for reads per such prefix (the pool limiter's ceiling,
+    :mod:`transfer.pacing_pool`), or None.
 
 A new backend adds its row here and its own modules; nothing else lists schemes. This module
 imports nothing but :mod:`transfer._lean`: every job step parses URLs, and so reads it.
@@ -44,19 +56,25 @@ class Scheme:
     exact_path: bool = False
     plugin: bool = False
     site_profiles: Tuple[str, ...] = ()
+    pace_root: Optional[int] = None
+    pace_depth: int = 0
+    read_rate: Optional[float] = None
 
 
 _LOCAL, _S3, _HTTP = "transfer.backends.local", "transfer.backends.s3", "transfer.backends.http"
 _S3_PROFILES = ("pegasus_credentials",)
+_S3_READS, _GCS_READS = 5500.0, 5000.0  # GET/HEAD per second per prefix; object reads per second per bucket at first
 
 SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
     Scheme("file", _LOCAL, "local"),
     Scheme("symlink", _LOCAL, "local"),
     Scheme("moveto", _LOCAL, "local"),
-    Scheme("s3", _S3, "s3", object_store=True, exact_path=True, plugin=True, site_profiles=_S3_PROFILES),
-    Scheme("s3s", _S3, "s3", object_store=True, exact_path=True, site_profiles=_S3_PROFILES),
+    Scheme("s3", _S3, "s3", object_store=True, exact_path=True, plugin=True, site_profiles=_S3_PROFILES,
+           pace_root=1, pace_depth=1, read_rate=_S3_READS),
+    Scheme("s3s", _S3, "s3", object_store=True, exact_path=True, site_profiles=_S3_PROFILES,
+           pace_root=1, pace_depth=1, read_rate=_S3_READS),
     Scheme("gs", "transfer.backends.gcs", "gcs", extra="gcs", object_store=True, plugin=True,
-           site_profiles=("boto_config", "google_pkcs12")),
+           site_profiles=("boto_config", "google_pkcs12"), pace_root=0, pace_depth=0, read_rate=_GCS_READS),
     Scheme("http", _HTTP, "http", plugin=True),
     Scheme("https", _HTTP, "http", plugin=True),
     Scheme("scp", "transfer.backends.sftp", "ssh", extra="sftp", site_profiles=("ssh_private_key",)),
