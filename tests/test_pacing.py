@@ -12,7 +12,7 @@ import pytest
 from transfer import parse_url
 from transfer.pacing import (
     BETA, BURST_SECONDS, CALM_SECONDS, CUT_SECONDS, LEARN_EVERY, MAX_WAIT, MIN_RATE, LocalStates, Pacer, RateState, cut, prefix_key, rate_at,
-    reserve, retime,
+    reserve, retime, wait_for,
 )
 
 
@@ -83,8 +83,27 @@ def test_reservations_space_requests_at_the_rate() -> None:
         current, wait = reserve(current, 0.0)
         waits.append(wait)
     rate = rate_at(state, 0.0)
-    # the empty bucket: the n-th request waits n/rate
-    assert waits == pytest.approx([(n + 1) / rate for n in range(20)])
+    # the empty bucket: the n-th request waits until n tokens are made, at a rate growing from 70/s
+    assert waits == sorted(waits) and waits == pytest.approx([(n + 1) / rate for n in range(20)], rel=0.05)
+    assert all(w <= (n + 1) / rate for n, w in enumerate(waits))
+    assert all(wait_for(state, 0.0, n + 1) == w for n, w in enumerate(waits))
+
+
+def test_wait_for_counts_the_growth_of_the_rate() -> None:
+    state = RateState(1.0, 0.0, -50.0, 0.0)  # cut from 1/s: the cubic grows fast in relative terms
+
+    def made(t: float, ceiling: float = float("inf")) -> float:  # the integral, by small steps
+        steps = 20000
+        return sum(min(rate_at(state, (i + 0.5) * t / steps), ceiling) * t / steps for i in range(steps))
+
+    for owed in (0.5, 5.0, 50.0, 500.0):
+        t = wait_for(state, 0.0, owed)
+        assert made(t) == pytest.approx(owed, rel=1e-3)
+        assert t < owed / rate_at(state, 0.0)  # far less than at the rate of the cut (the collapse measured)
+        capped = wait_for(state, 0.0, owed, ceiling=5.0)
+        assert made(capped, 5.0) == pytest.approx(owed, rel=1e-3) and capped >= t
+    assert wait_for(state, 0.0, 0.0) == 0.0 and wait_for(state, 0.0, -3.0) == 0.0
+    assert wait_for(RateState(100.0, 0.0, 0.0, 0.0), 50.0, 10.0, ceiling=20.0) == pytest.approx(0.5)  # at the ceiling
 
 
 def test_bucket_refills_up_to_its_burst_only() -> None:
@@ -144,7 +163,7 @@ def test_every_object_store_row_names_its_prefix_rule() -> None:
 
 def test_a_cut_stretches_the_queue_in_order_and_leaves_no_gap() -> None:
     state = RateState(100.0, 0.0, 0.0, 0.0)
-    now = 30.0  # well past the regrowth: the rate is steady enough to count in
+    now = 30.0  # past the regrowth
     current: RateState | None = state
     dues = []
     for _ in range(int(rate_at(state, now) * BURST_SECONDS) + 200):
@@ -157,12 +176,14 @@ def test_a_cut_stretches_the_queue_in_order_and_leaves_no_gap() -> None:
     assert after is not None and rate_at(after, now) == pytest.approx(BETA * old)
     moved = [retime(after, now - 1e-6, d) for d in queued]
     assert moved == sorted(moved)  # the queue keeps its order
+    assert all(m > d for m, d in zip(moved, queued))  # and leaves later: at the new rate, not the old
     gaps = [b - a for a, b in zip(moved, moved[1:])]
-    assert min(gaps) == pytest.approx(1 / (BETA * old), rel=1e-6) == max(gaps)  # and leaves at the new rate
-    assert moved[-1] == pytest.approx(after.settled, abs=1 / old)  # the round ends as it drains
+    assert max(gaps) == pytest.approx(1 / (BETA * old), rel=0.01)  # the first gaps: the rate right after the cut
+    assert min(gaps) >= 1 / old  # never faster than the rate before it
+    assert moved[-1] == pytest.approx(after.settled, abs=2 / old)  # the queue has drained when the round settles
     # the first request booked after the cut goes out right after the queue: no gap, no overlap
     _, wait = reserve(after, now)
-    assert now + wait == pytest.approx(after.settled + 1 / (BETA * old), rel=0.02)
+    assert now + wait == pytest.approx(after.settled + 1 / (BETA * old), abs=2 / old)
     # a request booked after the cut, or due before it, keeps its time
     assert retime(after, now + 0.1, now + 5.0) == now + 5.0 and retime(after, now - 2, now - 1) == now - 1
     assert retime(None, 0.0, 5.0) == 5.0
@@ -195,7 +216,10 @@ def test_a_request_booked_before_a_cut_waits_for_the_new_rate() -> None:
     cut_at = booked + 0.5
     first = clock.slept[0]
     assert len(clock.slept) == 2  # it woke, saw the cut and waited on
-    assert booked + sum(clock.slept) == pytest.approx(cut_at + (booked + first - cut_at) / BETA)
+    assert booked + sum(clock.slept) > booked + first  # it left later than booked
+    after = states._states[pace.key]  # the state of the second cut
+    ahead = (booked + first - cut_at) * after.last_max
+    assert booked + sum(clock.slept) == pytest.approx(cut_at + wait_for(after, cut_at, ahead))
 
 
 def test_fast_path_takes_no_lock_and_never_sleeps() -> None:
@@ -262,9 +286,9 @@ def test_threads_share_one_bucket() -> None:
         t.start()
     for t in threads:
         t.join()
-    rate = BETA * 100
-    # 200 reservations from an empty bucket at one instant: the waits are 1/rate .. 200/rate, each once
-    assert sorted(clock.slept) == pytest.approx([(n + 1) / rate for n in range(200)])
+    state = pacer._states._states[pace.key]  # type: ignore[attr-defined]
+    # 200 reservations from an empty bucket at one instant: the waits for 1 .. 200 tokens, each once
+    assert sorted(clock.slept) == pytest.approx([wait_for(state, clock.now, n + 1) for n in range(200)])
 
 
 def test_throttled_keeps_retry_after_through_pickle() -> None:
@@ -293,7 +317,7 @@ def test_throttle_delay_is_retry_after_bounded_and_jittered() -> None:
     assert policy.throttle_delay(5, Throttled("x"), rng, 100.0) <= 0.05  # type: ignore[operator]
 
 
-def test_a_cut_keeps_the_queue_and_ignores_answers_from_before_it_settled() -> None:
+def test_a_cut_keeps_the_queue_owed_and_the_next_round_starts_after_it() -> None:
     state = RateState(100.0, 0.0, 0.0, 0.0)
     now = 0.5  # ~71 requests/s
     rate = rate_at(state, now)
@@ -303,12 +327,35 @@ def test_a_cut_keeps_the_queue_and_ignores_answers_from_before_it_settled() -> N
     assert current is not None
     after, _ = cut(current, now, measured=0.0, sent=now)
     assert after is not None and after.tokens == pytest.approx(-50.0, abs=1)  # still owed: new requests queue behind
-    assert after.settled == pytest.approx(now + 50 / (BETA * rate), abs=1.5 / (BETA * rate))  # drained at the new rate
-    # an answer to a request sent while the queue of the old round drained: no second cut
-    same, _ = cut(after, now + 0.4, measured=0.0, sent=now + 0.3)
-    assert same is after
-    later, _ = cut(after, after.settled + 0.5, measured=0.0, sent=after.settled + 0.1)
-    assert later is not after
+    assert after.settled == now + wait_for(after, now, -after.tokens)  # drained at the new rate, as it grows
+    assert after.settled == pytest.approx(now + 50 / (BETA * rate), rel=0.1)
+    # the queue leaves at the new rate (retime), so an answer to a request sent after the cut
+    # (and past the answers in flight) is the next round's signal
+    assert cut(after, now + CUT_SECONDS / 2, measured=0.0, sent=now + 0.01)[0] is after
+    later, _ = cut(after, now + 0.4, measured=0.0, sent=now + 0.3)
+    assert later is not None and later is not after and later.cut_at == now + 0.4
+
+
+def test_an_unpaced_request_throttled_takes_up_the_cut_without_cutting_again() -> None:
+    first, _ = cut(None, 10.0, measured=20.0, sent=9.9)  # one job's first answer: the node's state
+    assert first is not None
+    # 50 more jobs, each throttled once on requests they sent before pacing: one cut, not 50
+    assert cut(first, 11.0, measured=20.0, sent=10.9, paced=False)[0] is first
+    clock = FakeClock()
+    states = LocalStates()
+    a = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
+    b = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/y"))
+    sent_early = clock.now
+    a.sent = 100
+    clock.now += 1.0
+    a.throttled(sent_early)
+    kept = states.update(a.key, lambda state: (state, state.cut_at if state else -1.0))
+    clock.now += 1.0
+    b.throttled(sent_early + 0.5)  # b was on the fast path when it sent that request
+    assert b.limited
+    assert states.update(a.key, lambda state: (state, state.cut_at if state else -1.0)) == kept
+    b.throttled(clock.now)  # b's request reserved since then is paced: a new round
+    assert states.update(a.key, lambda state: (state, state.cut_at if state else -1.0)) == clock.now
 
 
 def test_a_running_job_takes_up_what_another_learned() -> None:

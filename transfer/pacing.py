@@ -51,7 +51,7 @@ if TYPE_CHECKING:
                    ) -> float: ...
 
 __all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "prefix_key", "rate_at",
-           "reserve", "retime"]
+           "reserve", "retime", "wait_for"]
 
 BETA = 0.7            # the cut: the rate in use times this (CUBIC's and the AWS SDKs' beta)
 SCALE = 0.4           # requests/s per s^3 of cubic growth (the AWS SDKs' scale constant)
@@ -88,8 +88,41 @@ def rate_at(state: RateState, now: float) -> float:
     return max(MIN_RATE, SCALE * since * since * since + state.last_max)
 
 
+def _cbrt(value: float) -> float:
+    root: float = abs(value) ** (1 / 3)
+    return root if value >= 0 else -root
+
+
+def wait_for(state: RateState, now: float, owed: float, ceiling: float = _INF) -> float:
+    """Seconds from ``now`` until the bucket of ``state`` has made ``owed`` tokens, its rate
+    growing meanwhile (the cubic of :func:`rate_at`, up to ``ceiling``): a queue booked while the
+    rate is low drains as it grows, not at the low rate for up to MAX_WAIT. At most ``owed``
+    over the rate at ``now`` (the rate never falls between cuts)."""
+    rate = min(rate_at(state, now), ceiling)
+    flat = max(0.0, owed) / rate
+    if flat == 0.0 or rate >= ceiling:
+        return flat
+    x0 = max(0.0, now - state.cut_at) - _cbrt(state.last_max * (1 - BETA) / SCALE)
+
+    def made(t: float) -> float:  # tokens the cubic makes in t seconds (its integral)
+        x = x0 + t
+        return SCALE / 4 * (x * x * x * x - x0 * x0 * x0 * x0) + state.last_max * t
+
+    t = flat  # Newton's method from above: ``made`` is convex and increasing, so it never overshoots
+    for _ in range(40):
+        step = (made(t) - owed) / max(MIN_RATE, SCALE * (x0 + t) ** 3 + state.last_max)
+        t -= step
+        if abs(step) < 1e-4:
+            break
+    t = min(flat, max(0.0, t))
+    top = _cbrt((ceiling - state.last_max) / SCALE) - x0  # when the cubic reaches the ceiling
+    if top < t:
+        t = top + (owed - made(top)) / ceiling
+    return t
+
+
 def cut(state: Optional[RateState], now: float, measured: float, sent: float,
-        ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
+        ceiling: float = _INF, paced: bool = True) -> Tuple[Optional[RateState], float]:
     """The state after a throttle answer, at ``now``, to a request sent at ``sent``: the rate
     in use cut to BETA times it. The rate in use is the bucket's; for a prefix not paced (no
     state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
@@ -97,35 +130,38 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     The tokens owed at the cut stay owed, in their order, and are paid at the new rate: each
     request that reserved one before the cut goes out later by :func:`retime` (the queue is
     stretched from the cut by the old rate over the new), and requests after the cut queue
-    behind it. ``settled`` is when that queue has drained, at the new rate.
+    behind it. ``settled`` is when that queue has drained, at the new rate (for the record:
+    the queue follows the cut at once, so its answers are the next round's signal).
 
-    One cut per round: an answer to a request sent before the last cut settled (the requests
-    that had their tokens then were booked in the round that was cut), or within CUT_SECONDS
-    of the cut, says nothing new (TCP cuts once per window, not once per lost segment; the
-    requests other jobs had in flight when one of them cut arrive together)."""
+    One cut per round: an answer to a request sent before the last cut, or within CUT_SECONDS
+    of it, says nothing new (TCP cuts once per window, not once per lost segment; the requests
+    other jobs had in flight when one of them cut arrive together). Nor does an answer to a
+    request that was not ``paced`` (sent before its job took up the prefix's state): that job
+    now paces by the state, which already holds the cut; cutting again for each job's first
+    answer would cut a node's rate once per job."""
     if state is not None and now - state.cut_at < CALM_SECONDS:
-        if sent < max(state.cut_at, state.settled) or now - state.cut_at < CUT_SECONDS:
+        if not paced or sent < state.cut_at or now - state.cut_at < CUT_SECONDS:
             return state, 0.0
         in_use = min(rate_at(state, now), ceiling)
         owed = min(0.0, state.tokens + max(0.0, now - state.stamp) * in_use)
     else:
         in_use, owed = measured, 0.0
     rate = max(MIN_RATE, min(in_use, ceiling))
-    slower = max(MIN_RATE, BETA * rate)  # rate_at the cut
-    owed = max(-slower * MAX_WAIT, owed)
-    return RateState(rate, now, owed, now, now - owed / slower), 0.0
+    owed = max(-max(MIN_RATE, BETA * rate) * MAX_WAIT, owed)  # (BETA * rate: rate_at the cut)
+    after = RateState(rate, now, owed, now)
+    return RateState(rate, now, owed, now, now + wait_for(after, now, -owed, ceiling)), 0.0
 
 
-def retime(state: Optional[RateState], booked: float, due: float) -> float:
+def retime(state: Optional[RateState], booked: float, due: float, ceiling: float = _INF) -> float:
     """When a request that reserved its token at ``booked`` for ``due`` goes out, given the
-    prefix's ``state`` as it wakes: if the prefix was cut in between, ``due`` moved away from the
-    cut by the rate before it over the rate after (the queue keeps its order and leaves at the
-    new rate, with no gap before the requests booked after the cut), at most MAX_WAIT past the
-    cut; else ``due``."""
+    prefix's ``state`` as it wakes: if the prefix was cut in between, the time the tokens ahead
+    of it at the cut (at the rate before it) take at the rate after it (the queue keeps its
+    order and leaves at the new rate, with no gap before the requests booked after the cut), at
+    most MAX_WAIT past the cut; else ``due``."""
     if state is None or not booked < state.cut_at < due:
         return due
-    stretch = state.last_max / max(MIN_RATE, BETA * state.last_max)
-    return min(state.cut_at + (due - state.cut_at) * stretch, state.cut_at + MAX_WAIT)
+    ahead = (due - state.cut_at) * state.last_max  # tokens it waited for at the cut, at the rate before it
+    return state.cut_at + min(wait_for(state, state.cut_at, ahead, ceiling), MAX_WAIT)
 
 
 def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
@@ -138,7 +174,8 @@ def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tu
     capacity = max(1.0, rate * BURST_SECONDS)
     tokens = min(capacity, state.tokens + max(0.0, now - state.stamp) * rate) - 1
     tokens = max(-rate * MAX_WAIT, tokens)  # a state from another process is not trusted to be sane
-    return RateState(state.last_max, state.cut_at, tokens, now, state.settled), (-tokens / rate if tokens < 0 else 0.0)
+    wait = wait_for(state, now, -tokens, ceiling) if tokens < 0 else 0.0
+    return RateState(state.last_max, state.cut_at, tokens, now, state.settled), wait
 
 
 def prefix_key(url: Url) -> str:
@@ -180,6 +217,7 @@ class Pace:
         self.key = key
         self.ceiling = ceiling
         self.limited = False
+        self._paced_since = 0.0  # when ``limited`` last became true
         self._states = states
         self._clock = clock
         self._sleep = sleep
@@ -221,7 +259,7 @@ class Pace:
         if self._pause(wait, cancel) or wait < RECHECK_SECONDS:
             return
         due = booked[0] + wait
-        later = self._states.update(self.key, lambda state: (state, retime(state, booked[0], due)))
+        later = self._states.update(self.key, lambda state: (state, retime(state, booked[0], due, self.ceiling)))
         if later > due:
             self._pause(min(later - due, MAX_WAIT), cancel)
 
@@ -240,8 +278,14 @@ class Pace:
         measured = self.sent / elapsed
         self.sent, self._since = 0, now
         self.throttles += 1
-        self.limited = True
-        self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling))
+        paced = self.limited and sent >= self._paced_since
+        self._limit(now)
+        self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling, paced))
+
+    def _limit(self, now: float) -> None:
+        """Pace from ``now`` on (requests sent before were not paced)."""
+        if not self.limited:
+            self.limited, self._paced_since = True, now
 
     def learn(self) -> None:
         """Take up what the store knows of this prefix (another job was throttled on it)."""
@@ -250,7 +294,10 @@ class Pace:
         def paced(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
             return state, 1.0 if state is not None and now - state.cut_at < CALM_SECONDS else 0.0
 
-        self.limited = self._states.update(self.key, paced) > 0
+        if self._states.update(self.key, paced) > 0:
+            self._limit(now)
+        else:
+            self.limited = False
 
 
 class Pacer:

@@ -271,7 +271,11 @@ class Bed:
         return Job(argv, stdin, env, expected, cwd=dest)
 
     def _ours_env(self, config: Config, front: ThrottleFront, extra: Dict[str, str]) -> Dict[str, str]:
-        more = dict(extra)
+        # the wave's own node rate file: a wave must not start paced by the last one's state, nor by
+        # another run's on this machine (the file is per user, and the key names the site, not the port)
+        runtime = os.path.join(self._run_dir(config), "runtime")
+        os.makedirs(runtime, mode=0o700, exist_ok=True)
+        more = {"XDG_RUNTIME_DIR": runtime, **extra}
         if config.reuse == "bundles":
             more["PEGASUS_CLOUDIO_BUNDLE"] = "1"
         if config.reuse == "cache":
