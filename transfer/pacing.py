@@ -16,7 +16,8 @@ While it is not, :meth:`Pace.acquire` reads one attribute and returns (no lock, 
 call; one look at the shared state every ``LEARN_EVERY`` requests, so that a job takes up
 what another job of the node learned): the cost of pacing when nothing throttles. While it is, each request reserves a token
 from the bucket (filled at ``rate(t)``, holding at most ``BURST_SECONDS`` of it) and sleeps
-until its token is due.
+until its token is due (:func:`wait_for`: as the rate grows meanwhile), and once more if the
+prefix was cut while it slept (:func:`retime`: the queue follows a cut at once, in order).
 
 Where the state lives is a :class:`States` store: :class:`LocalStates` keeps it in this
 process; :class:`transfer.pacing_node.NodeStates` in a small file every job of the user on
@@ -70,9 +71,9 @@ RECHECK_SECONDS = 0.05  # a wait this long looks for a cut made meanwhile (a sho
 class RateState:
     """What is known of one prefix: ``last_max`` requests/s when it was last cut, at
     ``cut_at`` (epoch seconds); ``tokens`` in the bucket at ``stamp`` (may be negative: tokens
-    reserved by requests waiting for them); ``settled``: when the last request that reserved
-    its token before the cut is due (answers to requests sent before then belong to the round
-    that was cut)."""
+    reserved by requests waiting for them); ``settled``: when the requests that reserved their
+    tokens before the cut have all gone out, at the new rate (a record for the reader of the
+    node's file; the round itself ends at the cut, see :func:`cut`)."""
 
     last_max: float
     cut_at: float
