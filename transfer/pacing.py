@@ -261,8 +261,9 @@ class Pace:
             return
         due = booked[0] + wait
         later = self._states.update(self.key, lambda state: (state, retime(state, booked[0], due, self.ceiling)))
-        if later > due:
-            self._pause(min(later - due, MAX_WAIT), cancel)
+        left = later - self._clock()  # from now: a sleep may have overrun its time on a loaded node
+        if later > due and left > 0:
+            self._pause(min(left, MAX_WAIT), cancel)
 
     def _pause(self, seconds: float, cancel: Optional[Cancel]) -> bool:
         """Sleep ``seconds`` (counted in ``waited``); True if ``cancel`` was set meanwhile."""
