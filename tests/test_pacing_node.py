@@ -125,7 +125,7 @@ def test_a_state_owing_years_of_tokens_waits_at_most_a_minute(tmp_path: Path) ->
     clock = FakeClock()
     state = RateState(1.0, clock.now, -1e12, clock.now)
     (directory / "rates").write_text(f"s3://u@site/bucket/run/\t{state.last_max}\t{state.cut_at}\t{state.tokens}"
-                                     f"\t{state.stamp}\t{state.settled}\n")
+                                     f"\t{state.stamp}\t{state.epoch}\n")
     pace = _pacer(directory, clock).pace(URL)
     pace.acquire()
     assert clock.slept and 0 < clock.slept[0] <= 60.0

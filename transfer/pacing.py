@@ -71,21 +71,23 @@ RECHECK_SECONDS = 0.05  # a wait this long looks for a cut made meanwhile (a sho
 class RateState:
     """What is known of one prefix: ``last_max`` requests/s when it was last cut, at
     ``cut_at`` (epoch seconds); ``tokens`` in the bucket at ``stamp`` (may be negative: tokens
-    reserved by requests waiting for them); ``settled``: when the requests that reserved their
-    tokens before the cut have all gone out, at the new rate (a record for the reader of the
-    node's file; the round itself ends at the cut, see :func:`cut`)."""
+    reserved by requests waiting for them); ``epoch``: where the cubic growth starts, the cut
+    moved on by the time the bucket has had tokens to spare since (the rate grows only while
+    it holds requests back: an idle or CPU-starved node does not come back to a rate of
+    thousands per second, CUBIC's rule for an application-limited sender; an epoch before the
+    cut means the cut)."""
 
     last_max: float
     cut_at: float
     tokens: float
     stamp: float
-    settled: float = 0.0
+    epoch: float = 0.0
 
 
 def rate_at(state: RateState, now: float) -> float:
     """The bucket's fill rate (requests/s) at ``now``: the cubic growth since the cut."""
     k: float = (state.last_max * (1 - BETA) / SCALE) ** (1 / 3)
-    since: float = max(0.0, now - state.cut_at) - k
+    since: float = max(0.0, now - max(state.cut_at, state.epoch)) - k
     return max(MIN_RATE, SCALE * since * since * since + state.last_max)
 
 
@@ -103,7 +105,7 @@ def wait_for(state: RateState, now: float, owed: float, ceiling: float = _INF) -
     flat = max(0.0, owed) / rate
     if flat == 0.0 or rate >= ceiling:
         return flat
-    x0 = max(0.0, now - state.cut_at) - _cbrt(state.last_max * (1 - BETA) / SCALE)
+    x0 = max(0.0, now - max(state.cut_at, state.epoch)) - _cbrt(state.last_max * (1 - BETA) / SCALE)
 
     def made(t: float) -> float:  # tokens the cubic makes in t seconds (its integral)
         x = x0 + t
@@ -131,8 +133,7 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     The tokens owed at the cut stay owed, in their order, and are paid at the new rate: each
     request that reserved one before the cut goes out later by :func:`retime` (the queue is
     stretched from the cut by the old rate over the new), and requests after the cut queue
-    behind it. ``settled`` is when that queue has drained, at the new rate (for the record:
-    the queue follows the cut at once, so its answers are the next round's signal).
+    behind it; the queue follows the cut at once, so its answers are the next round's signal.
 
     One cut per round: an answer to a request sent before the last cut, or within CUT_SECONDS
     of it, says nothing new (TCP cuts once per window, not once per lost segment; the requests
@@ -149,8 +150,7 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
         in_use, owed = measured, 0.0
     rate = max(MIN_RATE, min(in_use, ceiling))
     owed = max(-max(MIN_RATE, BETA * rate) * MAX_WAIT, owed)  # (BETA * rate: rate_at the cut)
-    after = RateState(rate, now, owed, now)
-    return RateState(rate, now, owed, now, now + wait_for(after, now, -owed, ceiling)), 0.0
+    return RateState(rate, now, owed, now, now), 0.0
 
 
 def retime(state: Optional[RateState], booked: float, due: float, ceiling: float = _INF) -> float:
@@ -172,11 +172,15 @@ def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tu
     if state is None or now - state.cut_at >= CALM_SECONDS:
         return None, -1.0
     rate = min(rate_at(state, now), ceiling)
-    capacity = max(1.0, rate * BURST_SECONDS)
-    tokens = min(capacity, state.tokens + max(0.0, now - state.stamp) * rate) - 1
+    filled = state.tokens + max(0.0, now - state.stamp) * rate
+    # a token to spare: the rate did not hold requests back since the last one, so it does not grow for that time
+    idle = max(0.0, now - state.stamp) if filled >= 1.0 else 0.0
+    after = RateState(state.last_max, state.cut_at, 0.0, now, min(now, max(state.cut_at, state.epoch) + idle))
+    rate = min(rate_at(after, now), ceiling)  # the growth waited the idle time out
+    tokens = min(max(1.0, rate * BURST_SECONDS), filled) - 1
     tokens = max(-rate * MAX_WAIT, tokens)  # a state from another process is not trusted to be sane
-    wait = wait_for(state, now, -tokens, ceiling) if tokens < 0 else 0.0
-    return RateState(state.last_max, state.cut_at, tokens, now, state.settled), wait
+    after = RateState(after.last_max, after.cut_at, tokens, now, after.epoch)
+    return after, (wait_for(after, now, -tokens, ceiling) if tokens < 0 else 0.0)
 
 
 def prefix_key(url: Url) -> str:

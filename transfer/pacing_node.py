@@ -10,7 +10,7 @@ else ``/tmp/pegasus-cloudio-UID`` (a batch system that gives each job its own ``
 each its own rate, as without this file). The directory must be the user's own, not a link, and closed to
 others (mode 0700, made so when created); the file is opened with ``O_NOFOLLOW`` and must be a
 regular file of the user; at most ``MAX_BYTES`` are read and ``MAX_KEYS`` prefixes kept (the
-most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp TAB settled``;
+most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp TAB epoch``;
 a line that does not parse is dropped. Anything that goes wrong (an unsafe directory, a full
 disk) makes the caller fall back to its own process's states, with one warning.
 """
@@ -152,7 +152,7 @@ def _format(states: Dict[str, RateState], now: float) -> bytes:
     lines, size = [], 0
     for _, key in reversed(live):
         s = states[key]
-        line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\t{s.settled!r}\n".encode()
+        line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\t{s.epoch!r}\n".encode()
         if size + len(line) > MAX_BYTES:
             break
         lines.append(line)

@@ -106,7 +106,7 @@ class PoolStates:
 
 
 def _encode(state: RateState) -> str:
-    return f"{state.last_max!r} {state.cut_at!r} {state.tokens!r} {state.stamp!r} {state.settled!r}"
+    return f"{state.last_max!r} {state.cut_at!r} {state.tokens!r} {state.stamp!r} {state.epoch!r}"
 
 
 def _decode(raw: Any, name: str, scope: Scope, now: float) -> Optional[RateState]:
@@ -121,10 +121,10 @@ def _decode(raw: Any, name: str, scope: Scope, now: float) -> Optional[RateState
     if not hmac.compare_digest(fields[5], scope.rate_tag(name, value)):
         return None
     try:
-        last_max, cut_at, tokens, stamp, settled = (float(f) for f in fields[:5])
+        last_max, cut_at, tokens, stamp, epoch = (float(f) for f in fields[:5])
     except ValueError:
         return None
-    if not all(math.isfinite(n) for n in (last_max, cut_at, tokens, stamp, settled)) or last_max <= 0 \
-            or cut_at > now + 1 or settled > now + 61:
+    if not all(math.isfinite(n) for n in (last_max, cut_at, tokens, stamp, epoch)) or last_max <= 0 \
+            or cut_at > now + 1 or epoch > now + 61:
         return None
-    return RateState(last_max, cut_at, tokens, stamp, settled)
+    return RateState(last_max, cut_at, tokens, stamp, epoch)
