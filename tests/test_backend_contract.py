@@ -66,6 +66,17 @@ class TestLocal(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.TreeRe
 # --------------------------------------------------------------------------- S3
 
 
+def put_object(server: Any, base_url: str) -> Callable[[str, bytes], None]:
+    """A seed through boto3 (PutObject) into the bucket of ``s3://USER@SITE/BUCKET``."""
+    client = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.access_key,
+                          aws_secret_access_key=server.secret_key, region_name="us-east-1")
+    bucket = base_url.split("/")[3]
+
+    def seed(key: str, data: bytes) -> None:
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+    return seed
+
+
 class S3Classes(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.DirectoryListingContract,
                 c.PagedListingContract, c.TouchesContract, c.BucketsContract, c.MultipartUploadsContract,
                 c.PendingUploadsContract, c.ExclusiveCreateContract, c.ConditionalPutsContract,
@@ -91,10 +102,7 @@ class S3Classes(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.Direct
 
     @pytest.fixture
     def seed(self, server: Any, base_url: str) -> Callable[[str, bytes], None]:
-        client = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.access_key,
-                              aws_secret_access_key=server.secret_key, region_name="us-east-1")
-        bucket = base_url.split("/")[3]
-        return lambda key, data: client.put_object(Bucket=bucket, Key=key, Body=data) and None
+        return put_object(server, base_url)
 
 
 class TestS3MinIO(S3Classes):
@@ -226,6 +234,46 @@ class TestHttp(HttpClasses):
 class TestHttps(HttpClasses):
     __test__ = True
     tls = True
+
+
+# --------------------------------------------------------------------------- a reader that is no backend
+
+
+class ReadView:
+    """Only the read protocol of the reader below it, as a layer of ``transfer.layers`` offers
+    it (the layers' own classes run the suite on their branch): the read contract needs no
+    backend class, and a reader claiming no capability runs no mix-in."""
+
+    def __init__(self, below: Backend) -> None:
+        self._below = below
+
+    def stat(self, url: Url) -> Any:
+        return self._below.stat(url)
+
+    def get(self, url: Url, sink: Any, byte_range: Any = None) -> Any:
+        return self._below.get(url, sink, byte_range)
+
+    def close(self) -> None:
+        self._below.close()
+
+
+class TestReadViewOnS3(c.ReadContract):
+    @pytest.fixture
+    def url_for(self, base_url: str) -> Callable[[str], Url]:
+        return lambda key: parse_url(f"{base_url}/{key}", site_label="minio")
+
+    @pytest.fixture
+    def base_url(self, store_s3: Tuple[Dict[str, str], str]) -> str:
+        return store_s3[1]
+
+    @pytest.fixture
+    def reader(self, store_s3: Tuple[Dict[str, str], str], url_for: Callable[[str], Url]) -> Iterator[ReadView]:
+        for backend in open_reader(store_s3[0], url_for("x")):
+            yield ReadView(backend)
+
+    @pytest.fixture
+    def seed(self, minio: Any, base_url: str) -> Callable[[str, bytes], None]:
+        return put_object(minio, base_url)
 
 
 # --------------------------------------------------------------------------- the suite itself

@@ -38,7 +38,8 @@ UrlFor = Callable[[str], Url]
 
 # Keys a store must keep apart and give back as written (space, plus, percent, unicode, tilde).
 AWKWARD_KEYS = ("with space.bin", "plus+sign.bin", "per%25cent.bin", "unicod\u00e9-\u6587\u5b57.bin",
-                "tilde~and=equals.bin")
+                "tilde~and=equals.bin", "question?mark.bin", "hash#tag.bin", "amp&semi;colon.bin",
+                "quote'and\"double.bin", "a  two  spaces .bin")
 
 
 class ContractBase:
@@ -153,6 +154,19 @@ class ReadContract(ContractBase):
         assert sink.getvalue() == b""
         with pytest.raises(NotFound):
             reader.stat(url_for("absent/never"))
+
+    def test_a_directory_is_no_object(self, reader: Backend, seed: Seed, url_for: UrlFor) -> None:
+        """A name with objects below it (a directory, a prefix) is not read as an object."""
+        seed("dir/below/obj", b"below")
+        sink = io.BytesIO()
+        with pytest.raises(TransferError):
+            reader.get(url_for("dir/below"), sink)
+        assert sink.getvalue() == b""
+
+    def test_get_names_the_url_it_read(self, reader: Backend, seed: Seed, url_for: UrlFor) -> None:
+        seed("named.bin", b"n")
+        assert reader.get(url_for("named.bin"), io.BytesIO()).url == url_for("named.bin")
+        assert reader.stat(url_for("named.bin")).url == url_for("named.bin")
 
     def test_not_found_is_a_transfer_error_and_the_builtin(self, reader: Backend, url_for: UrlFor) -> None:
         with pytest.raises(NotFound) as raised:

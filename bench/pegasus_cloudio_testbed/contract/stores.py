@@ -86,10 +86,19 @@ class NamespaceContract(ContractBase):
         except NotFound:
             pass
 
-    def test_list_of_awkward_keys(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+    def test_listed_urls_read_back(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+        """Awkward keys come back as written, and each listed URL reads its object."""
         for key in AWKWARD_KEYS:
-            seed(f"awk/{key}", b"k")
-        assert keys_of(reader.list(url_for("awk")), url_for("awk")) == sorted(AWKWARD_KEYS)
+            seed(f"awk/{key}", key.encode())
+        listed = list(reader.list(url_for("awk")))
+        assert keys_of(iter(listed), url_for("awk")) == sorted(AWKWARD_KEYS)
+        for info in listed:
+            assert self.read(reader, info.url) == info.url.path.rsplit("/", 1)[1].encode()
+
+    def test_a_trailing_slash_lists_the_same(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+        seed("slash/a", b"a")
+        seed("slash/b/c", b"c")
+        assert keys_of(reader.list(url_for("slash/")), url_for("slash")) == ["a", "b/c"]
 
     def test_list_reads_every_page(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
         keys = [f"pages/{i:05d}" for i in range(self.page_size + 1)]
@@ -176,6 +185,15 @@ class TreeRemovalContract(ContractBase):
             with pytest.raises(NotFound):
                 reader.stat(url_for(key))
         assert self.read(reader, url_for("t2/kept")) == b"z"
+
+    def test_delete_tree_of_contents_keeps_the_directory(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+        """``DIR/*`` empties DIR and keeps it (a cleanup job's ``rm -rf DIR/*``)."""
+        for key in ("k/a", "k/s/b"):
+            seed(key, b"z")
+        assert reader.delete_tree(url_for("k/*")) is None
+        assert list(reader.list(url_for("k"))) == []
+        seed("k/again", b"again")
+        assert self.read(reader, url_for("k/again")) == b"again"
 
     def test_delete_tree_of_a_missing_tree_succeeds(self, reader: Any, url_for: UrlFor) -> None:
         assert reader.delete_tree(url_for("never/there")) is None
