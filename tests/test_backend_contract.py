@@ -10,7 +10,7 @@ import os
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import boto3
 import pytest
@@ -19,6 +19,7 @@ from pegasus_cloudio_testbed import contract as c
 from pegasus_cloudio_testbed.certs import make_tls_files
 from pegasus_cloudio_testbed.fakegcs import FakeGcsServer
 from pegasus_cloudio_testbed.fileserver import serve_files
+from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 from transfer import Session, Settings, parse_url
 from transfer.backends.base import Backend
 from transfer.urls import Url
@@ -143,6 +144,19 @@ class TestS3Moto(S3Classes):
 # --------------------------------------------------------------------------- GCS
 
 
+def gcs_media_upload(server: FakeGcsServer, bucket: str) -> Callable[[str, bytes], None]:
+    """A seed through the JSON API's media upload (the emulator's own front door)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def seed(key: str, data: bytes) -> None:
+        name = urllib.parse.quote(key, safe="")
+        request = urllib.request.Request(f"{server.endpoint}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+                                         data=data, method="POST", headers={"Content-Type": "application/octet-stream"})
+        with opener.open(request, timeout=30) as answer:
+            assert answer.status == 200
+    return seed
+
+
 class TestGcs(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.BucketsContract, c.CacheKeysContract,
               c.ServerSideCopyContract):
     @pytest.fixture
@@ -155,17 +169,7 @@ class TestGcs(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.BucketsC
 
     @pytest.fixture
     def seed(self, gcs_server: FakeGcsServer, gcs_bucket: str) -> Callable[[str, bytes], None]:
-        """Through the JSON API's media upload (the emulator's own front door)."""
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-        def seed(key: str, data: bytes) -> None:
-            name = urllib.parse.quote(key, safe="")
-            request = urllib.request.Request(
-                f"{gcs_server.endpoint}/upload/storage/v1/b/{gcs_bucket}/o?uploadType=media&name={name}",
-                data=data, method="POST", headers={"Content-Type": "application/octet-stream"})
-            with opener.open(request, timeout=30) as answer:
-                assert answer.status == 200
-        return seed
+        return gcs_media_upload(gcs_server, gcs_bucket)
 
 
 # --------------------------------------------------------------------------- SFTP
@@ -234,6 +238,93 @@ class TestHttp(HttpClasses):
 class TestHttps(HttpClasses):
     __test__ = True
     tls = True
+
+
+# --------------------------------------------------------------------------- bodies cut by a relay
+
+
+def cutter(proxy: TcpProxy) -> Callable[[Optional[int]], None]:
+    def cut_bodies(after: Optional[int]) -> None:
+        if after is None:
+            proxy.clear_faults()
+        else:
+            proxy.set_faults([Fault.truncate(after, times=1000, method="GET")])
+    return cut_bodies
+
+
+class TestS3CutBodies(c.CutBodiesContract):
+    """MinIO through the fault proxy (conftest's ``proxied``)."""
+
+    @pytest.fixture
+    def base_url(self, bucket: str) -> str:
+        return f"s3://test@minio/{bucket}"
+
+    @pytest.fixture
+    def url_for(self, base_url: str) -> Callable[[str], Url]:
+        return lambda key: parse_url(f"{base_url}/{key}", site_label="minio")
+
+    @pytest.fixture
+    def reader(self, proxied: Tuple[TcpProxy, Dict[str, str]], url_for: Callable[[str], Url]) -> Iterator[Backend]:
+        yield from open_reader({**proxied[1], "AWS_EC2_METADATA_DISABLED": "true"}, url_for("x"))
+
+    @pytest.fixture
+    def seed(self, minio: Any, base_url: str) -> Callable[[str, bytes], None]:
+        return put_object(minio, base_url)
+
+    @pytest.fixture
+    def cut_bodies(self, proxied: Tuple[TcpProxy, Dict[str, str]]) -> Callable[[Optional[int]], None]:
+        return cutter(proxied[0])
+
+
+class TestGcsCutBodies(c.CutBodiesContract):
+    """fake-gcs-server through the fault proxy (``gcs_proxied``)."""
+
+    @pytest.fixture
+    def base_url(self, gcs_bucket: str) -> str:
+        return f"gs://{gcs_bucket}"
+
+    @pytest.fixture
+    def reader(self, gcs_proxied: Tuple[TcpProxy, Dict[str, str]], base_url: str) -> Iterator[Backend]:
+        yield from open_reader(gcs_proxied[1], parse_url(base_url))
+
+    @pytest.fixture
+    def seed(self, gcs_server: FakeGcsServer, gcs_bucket: str) -> Callable[[str, bytes], None]:
+        return gcs_media_upload(gcs_server, gcs_bucket)
+
+    @pytest.fixture
+    def cut_bodies(self, gcs_proxied: Tuple[TcpProxy, Dict[str, str]]) -> Callable[[Optional[int]], None]:
+        return cutter(gcs_proxied[0])
+
+
+class TestHttpCutBodies(c.CutBodiesContract):
+    """The file server through the fault proxy."""
+
+    @pytest.fixture
+    def relay(self, tmp_path: Path) -> Iterator[TcpProxy]:
+        (tmp_path / "www").mkdir()
+        server = serve_files(tmp_path / "www")
+        try:
+            with TcpProxy(("127.0.0.1", server.server_address[1])) as proxy:
+                yield proxy
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    @pytest.fixture
+    def base_url(self, relay: TcpProxy) -> str:
+        return relay.url()
+
+    @pytest.fixture
+    def reader(self, tmp_path: Path, base_url: str) -> Iterator[Backend]:
+        yield from open_reader({"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull}, parse_url(base_url + "/"))
+
+    @pytest.fixture
+    def seed(self, tmp_path: Path) -> Callable[[str, bytes], None]:
+        return write_file(str(tmp_path / "www"))
+
+    @pytest.fixture
+    def cut_bodies(self, relay: TcpProxy) -> Callable[[Optional[int]], None]:
+        return cutter(relay)
 
 
 # --------------------------------------------------------------------------- a reader that is no backend

@@ -28,11 +28,13 @@ capability cannot skip its cases. :func:`mixins_for` lists them for a reader, an
 :func:`contract_for` builds the base class from one. A mix-in's class attributes adapt it to
 a store (``NamespaceContract.page_size``: the listing page; ``MultipartUploadsContract.part_bytes``:
 the smallest part but the last; ``BucketsContract.missing_bucket_url``).
-:func:`known_defect` marks a case a backend is known to fail (a strict xfail naming the defect).
+:class:`CutBodiesContract` (optional, with a fourth fixture: a relay that cuts answers)
+checks that a body cut short is never taken for the whole. :func:`known_defect` marks a case a backend is known to fail (a strict xfail naming the defect).
 Needs pytest (``pip install 'pegasus-cloudio-bench[contract]'``).
 """
 
 from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS, ContractBase, ReadContract, known_defect
+from pegasus_cloudio_testbed.contract.faults import CutBodiesContract
 from pegasus_cloudio_testbed.contract.reads import (
     BatchReadsContract,
     CacheKeysContract,
@@ -63,7 +65,7 @@ from pegasus_cloudio_testbed.contract.writes import (
 
 __all__ = [
     "AWKWARD_KEYS", "AttributedPutsContract", "BatchReadsContract", "BucketsContract", "CacheKeysContract",
-    "ConditionalPutsContract", "ContractBase", "DialsAheadContract", "DirectoryListingContract",
+    "ConditionalPutsContract", "ContractBase", "CutBodiesContract", "DialsAheadContract", "DirectoryListingContract",
     "ExclusiveCreateContract", "MIXINS", "MultipartUploadsContract", "NamespaceContract", "PagedListingContract",
     "PeerScopesContract", "PendingUploadsContract", "PresignsContract", "RangedReadsContract", "ReadContract",
     "ServerSideCopyContract", "TempUploadsContract", "TouchesContract", "TreeRemovalContract", "UploadsContract",
