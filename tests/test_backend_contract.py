@@ -48,8 +48,8 @@ def write_file(root: str) -> Callable[[str, bytes], None]:
 # --------------------------------------------------------------------------- local files
 
 
-class TestLocal(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.TreeRemovalContract,
-                c.TouchesContract):
+class TestLocal(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
+                c.TreeRemovalContract, c.TouchesContract):
     @pytest.fixture
     def base_url(self, tmp_path: Path) -> str:
         (tmp_path / "store").mkdir()
@@ -78,8 +78,9 @@ def put_object(server: Any, base_url: str) -> Callable[[str, bytes], None]:
     return seed
 
 
-class S3Classes(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.DirectoryListingContract,
-                c.PagedListingContract, c.TouchesContract, c.BucketsContract, c.MultipartUploadsContract,
+class S3Classes(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
+                c.DirectoryListingContract, c.PagedListingContract, c.TouchesContract, c.BucketsContract,
+                c.MultipartUploadsContract,
                 c.PendingUploadsContract, c.ExclusiveCreateContract, c.ConditionalPutsContract,
                 c.AttributedPutsContract, c.ServerSideCopyContract, c.RangedReadsContract,
                 c.BatchReadsContract, c.DialsAheadContract, c.CacheKeysContract, c.PeerScopesContract,
@@ -150,15 +151,16 @@ def gcs_media_upload(server: FakeGcsServer, bucket: str) -> Callable[[str, bytes
 
     def seed(key: str, data: bytes) -> None:
         name = urllib.parse.quote(key, safe="")
-        request = urllib.request.Request(f"{server.endpoint}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
-                                         data=data, method="POST", headers={"Content-Type": "application/octet-stream"})
+        target = f"{server.endpoint}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}"
+        request = urllib.request.Request(target, data=data, method="POST",
+                                         headers={"Content-Type": "application/octet-stream"})
         with opener.open(request, timeout=30) as answer:
             assert answer.status == 200
     return seed
 
 
-class TestGcs(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.BucketsContract, c.CacheKeysContract,
-              c.ServerSideCopyContract):
+class TestGcs(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract, c.BucketsContract,
+              c.CacheKeysContract, c.ServerSideCopyContract):
     @pytest.fixture
     def base_url(self, store_gcs: Tuple[Dict[str, str], str]) -> str:
         return store_gcs[1]
@@ -175,7 +177,7 @@ class TestGcs(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.BucketsC
 # --------------------------------------------------------------------------- SFTP
 
 
-class TestSftp(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.TreeRemovalContract,
+class TestSftp(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract, c.TreeRemovalContract,
                c.TempUploadsContract):
     @pytest.fixture
     def base_url(self, ssh_base: str) -> str:
@@ -193,7 +195,7 @@ class TestSftp(c.ReadContract, c.UploadsContract, c.NamespaceContract, c.TreeRem
 # --------------------------------------------------------------------------- HTTP(S)
 
 
-class HttpClasses(c.ReadContract, c.CacheKeysContract):
+class HttpClasses(c.ReadContract, c.ClosesContract, c.CacheKeysContract):
     """A read-only source: plain ``http://`` and verified ``https://`` (the test CA)."""
 
     __test__ = False
@@ -331,9 +333,9 @@ class TestHttpCutBodies(c.CutBodiesContract):
 
 
 class ReadView:
-    """Only the read protocol of the reader below it, as a layer of ``transfer.layers`` offers
-    it (the layers' own classes run the suite on their branch): the read contract needs no
-    backend class, and a reader claiming no capability runs no mix-in."""
+    """Only ``stat`` and ``get`` of the reader below it (no ``close``: the session closes the
+    backend): the read contract needs no backend class, and a reader claiming no capability
+    runs no mix-in. The layers of ``transfer.layers`` run it with ``LayerContract``."""
 
     def __init__(self, below: Backend) -> None:
         self._below = below
@@ -343,9 +345,6 @@ class ReadView:
 
     def get(self, url: Url, sink: Any, byte_range: Any = None) -> Any:
         return self._below.get(url, sink, byte_range)
-
-    def close(self) -> None:
-        self._below.close()
 
 
 class TestReadViewOnS3(c.ReadContract):
@@ -377,13 +376,13 @@ def test_every_claimed_protocol_has_a_mixin() -> None:
                  if isinstance(value, type) and value.__dict__.get("_is_protocol")
                  and value.__module__ == base.__name__}
     covered = {m.capability.__name__ for m in c.MIXINS}  # type: ignore[attr-defined]
-    not_capabilities = {"Backend", "Store", "RunningCheck", "ObjectStream"}  # the read contract, a union, parts
+    not_capabilities = {"Backend", "Store", "RunningCheck", "ObjectStream"}  # ReadContract+Closes, a union, parts
     assert protocols - not_capabilities - covered == set()
 
 
 def test_contract_for_picks_the_mixins_by_isinstance(tmp_path: Path) -> None:
     from transfer.backends.local import LocalBackend
     cls = c.contract_for(LocalBackend())
-    assert set(cls.__mro__) >= {c.ReadContract, c.UploadsContract, c.NamespaceContract, c.TreeRemovalContract,
-                                c.TouchesContract}
+    assert set(cls.__mro__) >= {c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
+                                c.TreeRemovalContract, c.TouchesContract}
     assert not issubclass(cls, c.MultipartUploadsContract)

@@ -1,12 +1,13 @@
 """The contract suite for backends and read layers, importable by any backend's tests
 (the way ``fsspec.tests.abstract`` is): a base class of cases that needs three fixtures,
-and one mix-in per capability protocol of :mod:`transfer.backends.base`.
+and one mix-in per capability protocol of :mod:`transfer.backends.base` (besides
+``ClosesContract`` for ``close`` and ``LayerContract`` for the layers' ``fetch_to`` and ``prepare``).
 
 Run it on your own backend::
 
-    from pegasus_cloudio_testbed.contract import ReadContract, UploadsContract, NamespaceContract
+    from pegasus_cloudio_testbed.contract import ClosesContract, ReadContract, UploadsContract, NamespaceContract
 
-    class TestMyStore(ReadContract, UploadsContract, NamespaceContract):
+    class TestMyStore(ReadContract, ClosesContract, UploadsContract, NamespaceContract):
         @pytest.fixture
         def base_url(self, my_server):            # new and empty for each test
             return f"mine://{my_server.make_bucket()}"
@@ -29,12 +30,14 @@ capability cannot skip its cases. :func:`mixins_for` lists them for a reader, an
 a store (``NamespaceContract.page_size``: the listing page; ``MultipartUploadsContract.part_bytes``:
 the smallest part but the last; ``BucketsContract.missing_bucket_url``).
 :class:`CutBodiesContract` (optional, with a fourth fixture: a relay that cuts answers)
-checks that a body cut short is never taken for the whole. :func:`known_defect` marks a case a backend is known to fail (a strict xfail naming the defect).
+checks that a body cut short is never taken for the whole. :func:`known_defect` marks a case
+a backend is known to fail (a strict xfail naming the defect).
 Needs pytest (``pip install 'pegasus-cloudio-bench[contract]'``).
 """
 
 from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS, ContractBase, ReadContract, known_defect
 from pegasus_cloudio_testbed.contract.faults import CutBodiesContract
+from pegasus_cloudio_testbed.contract.layers import Closes, ClosesContract, FetchesTo, LayerContract
 from pegasus_cloudio_testbed.contract.reads import (
     BatchReadsContract,
     CacheKeysContract,
@@ -65,9 +68,10 @@ from pegasus_cloudio_testbed.contract.writes import (
 
 __all__ = [
     "AWKWARD_KEYS", "AttributedPutsContract", "BatchReadsContract", "BucketsContract", "CacheKeysContract",
-    "ConditionalPutsContract", "ContractBase", "CutBodiesContract", "DialsAheadContract", "DirectoryListingContract",
-    "ExclusiveCreateContract", "MIXINS", "MultipartUploadsContract", "NamespaceContract", "PagedListingContract",
-    "PeerScopesContract", "PendingUploadsContract", "PresignsContract", "RangedReadsContract", "ReadContract",
-    "ServerSideCopyContract", "TempUploadsContract", "TouchesContract", "TreeRemovalContract", "UploadsContract",
-    "contract_for", "known_defect", "mixins_for", "unclaimed_mixins",
+    "Closes", "ClosesContract", "ConditionalPutsContract", "ContractBase", "CutBodiesContract",
+    "DialsAheadContract", "DirectoryListingContract", "ExclusiveCreateContract", "FetchesTo", "LayerContract",
+    "MIXINS", "MultipartUploadsContract", "NamespaceContract", "PagedListingContract", "PeerScopesContract",
+    "PendingUploadsContract", "PresignsContract", "RangedReadsContract", "ReadContract",
+    "ServerSideCopyContract", "TempUploadsContract", "TouchesContract", "TreeRemovalContract",
+    "UploadsContract", "contract_for", "known_defect", "mixins_for", "unclaimed_mixins",
 ]

@@ -1,17 +1,19 @@
 """Which cases a reader must run: one mix-in per capability protocol, picked by ``isinstance``.
 
-The table is the whole list; a protocol of :mod:`transfer.backends.base` that some backend
-claims and that has no row here fails ``tests/test_backend_contract.py``.
+The table is the whole list: every capability protocol of :mod:`transfer.backends.base`
+(``tests/test_backend_contract.py`` fails one without a row), ``close`` and the layers'
+``fetch_to``/``prepare``.
 """
 
 from __future__ import annotations
 
 from typing import List, Tuple, Type
 
-from pegasus_cloudio_testbed.contract import reads, stores, writes
+from pegasus_cloudio_testbed.contract import layers, reads, stores, writes
 from pegasus_cloudio_testbed.contract.base import ReadContract
 
 MIXINS: Tuple[type, ...] = (
+    layers.ClosesContract, layers.LayerContract,
     stores.UploadsContract, stores.NamespaceContract, stores.DirectoryListingContract,
     stores.PagedListingContract, stores.TreeRemovalContract, stores.TouchesContract, stores.BucketsContract,
     writes.MultipartUploadsContract, writes.PendingUploadsContract, writes.ExclusiveCreateContract,
@@ -39,4 +41,4 @@ def contract_for(reader: object, name: str = "Contract") -> Type[ReadContract]:
         class TestMine(contract_for(MyBackend(...))):
             ...fixtures...
     """
-    return type(name, (ReadContract, *mixins_for(reader)), {"__test__": False})
+    return type(name, (ReadContract, *mixins_for(reader)), {})
