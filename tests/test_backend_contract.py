@@ -386,3 +386,22 @@ def test_contract_for_picks_the_mixins_by_isinstance(tmp_path: Path) -> None:
     assert set(cls.__mro__) >= {c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
                                 c.TreeRemovalContract, c.TouchesContract}
     assert not issubclass(cls, c.MultipartUploadsContract)
+
+
+def test_the_guard_fails_a_class_that_skips_a_claimed_capability() -> None:
+    from transfer.backends.local import LocalBackend
+
+    class Partial(c.ReadContract, c.ClosesContract):
+        pass
+    with pytest.raises(AssertionError, match="UploadsContract.*NamespaceContract"):
+        Partial().test_claimed_capabilities_run_their_cases(LocalBackend())
+
+
+def test_the_guard_fails_a_class_that_runs_an_unclaimed_capability() -> None:
+    from transfer.backends.local import LocalBackend
+
+    class TooMany(c.contract_for(LocalBackend()), c.ServerSideCopyContract):
+        pass
+    with pytest.raises(AssertionError, match="ServerSideCopyContract"):
+        TooMany().test_claimed_capabilities_run_their_cases(LocalBackend())
+    c.contract_for(LocalBackend())().test_claimed_capabilities_run_their_cases(LocalBackend())
