@@ -1,0 +1,219 @@
+"""Progress where a person waits (issue 34): ``pegasus-cloudio-s3`` put/get/cp under a real
+terminal (a pty) on a real MinIO behind a bandwidth-capped proxy; the 30 s lines of a job
+with a clock the test drives; and the drop-in's records, which never carry progress."""
+
+import io
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+
+import pytest
+
+from pegasus_cloudio.progress import JOB_INTERVAL, Progress, size_text, time_text
+from pegasus_cloudio_testbed.links import Shaping
+from pegasus_cloudio_testbed.proxy import TcpProxy
+from transfer.ops import Result, Transfer
+from transfer.urls import parse_url
+
+S3 = [sys.executable, "-m", "pegasus_cloudio.s3cli.main"]
+DROPIN = [sys.executable, "-m", "pegasus_cloudio.dropin"]
+MiB = 1 << 20
+RATE = 4 * MiB  # bytes per second per direction through the proxy: 8 MiB take about 2 s
+LINE = re.compile(r"\rCompleted ([\d.]+ \w+)/8\.0 MiB \([\d.]+ \w+/s\) with 1 file\(s\) remaining, \d+:\d\d left")
+
+
+@pytest.fixture
+def slow(minio, tmp_path):
+    """An environment whose site ``minio`` is MinIO behind a proxy capped at RATE."""
+    with TcpProxy((minio.host, minio.port), shaping=Shaping(rate_bps=RATE)) as proxy:
+        creds = minio.write_pegasus_credentials(tmp_path / "slow.conf", site="minio", user="test",
+                                                endpoint=proxy.url())
+        yield {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+               "AWS_EC2_METADATA_DISABLED": "true", "PEGASUS_CLOUDIO_CACHE_DIR": "off",
+               "PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+
+
+def under_tty(argv, env, cwd, *, stdin=None, timeout=120.0):
+    """Run ``argv`` with stderr (and stdout) on a new pty, as a terminal would; (exit code,
+    bytes the terminal received, stdout bytes)."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    if stdin is not None:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    seen = bytearray()
+    while True:
+        ready, _, _ = select.select([controller], [], [], timeout)
+        assert ready, f"no output nor end from {argv} in {timeout} s"
+        try:
+            data = os.read(controller, 65536)
+        except OSError:  # EIO: every holder of the terminal closed it
+            break
+        if not data:
+            break
+        seen += data
+    os.close(controller)
+    out = proc.stdout.read()
+    return proc.wait(timeout=timeout), bytes(seen), out
+
+
+def _put_object(env, bucket, tmp_path, name="big.dat", size=8 * MiB):
+    src = tmp_path / f"src-{name}"
+    src.write_bytes(os.urandom(size))
+    done = subprocess.run(S3 + ["-q", "put", str(src), f"s3://test@minio/{bucket}/{name}"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    return src
+
+
+@pytest.mark.parametrize("command", ["put", "get"])
+def test_a_terminal_sees_bytes_rate_and_time_left_on_one_line_that_ends_cleanly(command, slow, bucket, tmp_path):
+    src = _put_object(slow, bucket, tmp_path) if command == "get" else tmp_path / "src.dat"
+    if command == "put":
+        src.write_bytes(os.urandom(8 * MiB))
+        argv = ["put", str(src), f"s3://test@minio/{bucket}/up.dat"]
+    else:
+        argv = ["get", f"s3://test@minio/{bucket}/big.dat", str(tmp_path / "got.dat")]
+    rc, seen, out = under_tty(S3 + argv, slow, tmp_path)
+    text = seen.decode()
+    assert rc == 0 and out == b"", text
+    assert LINE.search(text), text  # at least one line while it ran, with its total and time left
+    assert "\n" not in text[:-2] and "\r\n" not in text[:-2], text  # one line, rewritten in place
+    last = text.rstrip("\r\n").rsplit("\r", 1)[-1]
+    assert last.startswith("Completed 8.0 MiB/8.0 MiB (") and last.rstrip().endswith("with 0 file(s) remaining"), text
+    assert text.endswith("\n"), text  # the shell's prompt starts on a line of its own
+    if command == "get":
+        assert (tmp_path / "got.dat").read_bytes() == src.read_bytes()
+
+
+def test_a_server_side_copy_shows_the_bytes_of_the_files_copied(slow, bucket, tmp_path):
+    _put_object(slow, bucket, tmp_path, "a.dat", 2 * MiB)
+    _put_object(slow, bucket, tmp_path, "b.dat", 2 * MiB)
+    rc, seen, _ = under_tty(S3 + ["cp", f"s3://test@minio/{bucket}/a.dat", f"s3://test@minio/{bucket}/c.dat"],
+                            slow, tmp_path)
+    assert rc == 0 and b"Traceback" not in seen, seen
+    if seen:  # a copy inside the store may end before the first line, which then never shows
+        assert seen.decode().rstrip().rsplit("\r", 1)[-1].startswith("Completed 2.0 MiB/2.0 MiB"), seen
+
+
+@pytest.mark.parametrize("flag", ["--no-progress", "-q"])
+def test_no_progress_and_quiet_show_nothing_on_a_terminal(flag, slow, bucket, tmp_path):
+    src = tmp_path / "src.dat"
+    src.write_bytes(os.urandom(4 * MiB))
+    rc, seen, _ = under_tty(S3 + ["put", flag, str(src), f"s3://test@minio/{bucket}/up.dat"], slow, tmp_path)
+    assert rc == 0 and seen == b"", seen
+
+
+def test_without_a_terminal_short_work_prints_nothing(slow, bucket, tmp_path):
+    src = tmp_path / "src.dat"
+    src.write_bytes(os.urandom(4 * MiB))
+    done = subprocess.run(S3 + ["put", str(src), f"s3://test@minio/{bucket}/up.dat"], env=slow, cwd=tmp_path,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == b"" and done.stdout == b"", done.stderr
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _result(size):
+    op = Transfer((parse_url("file:///a"),), parse_url("file:///b"))
+    return Result(op, True, bytes=size)
+
+
+def test_a_job_gets_one_line_per_30_s_of_long_work_and_nothing_for_short_work():
+    """No terminal: the reporter's wakes write only when 30 s have passed since the start and
+    since the last line; the clock is the test's."""
+    clock, stream, moved = Clock(), io.StringIO(), [0]
+    shown = Progress(stream, moved=lambda: moved[0], files=3, total=30 * MiB, live=False,
+                     prefix="pegasus-cloudio-s3: ", clock=clock)
+    for step in range(1, 60):  # 29.5 s of wakes every 0.5 s: nothing
+        clock.now += 0.5
+        moved[0] = step * 10_000
+        shown.tick()
+    assert stream.getvalue() == ""
+    clock.now = 1000.0 + JOB_INTERVAL
+    moved[0] = 10 * MiB
+    shown.tick()
+    shown.finished(_result(10 * MiB))
+    clock.now += JOB_INTERVAL / 2
+    shown.tick()
+    assert stream.getvalue() == ("pegasus-cloudio-s3: Completed 10.0 MiB/30.0 MiB (341.3 KiB/s) with 3 file(s) "
+                                 "remaining, 1:00 left\n")
+    clock.now += JOB_INTERVAL / 2
+    moved[0] = 20 * MiB
+    shown.tick()
+    lines = stream.getvalue().splitlines()
+    assert lines[1] == "pegasus-cloudio-s3: Completed 20.0 MiB/30.0 MiB (341.3 KiB/s) with 2 file(s) remaining, 0:30 left"
+    with shown:  # the thread wakes every 30 s: it writes nothing more, and its stop adds no line
+        pass
+    assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_the_line_counts_finished_copies_retried_bytes_and_unknown_totals():
+    clock, stream = Clock(), io.StringIO()
+    shown = Progress(stream, moved=lambda: 0, files=1, total=None, live=True, clock=clock)
+    clock.now += 2.0
+    shown.finished(_result(3 * MiB))  # a server-side copy: nothing through our connections
+    assert shown.line() == "Completed 3.0 MiB (1.5 MiB/s) with 0 file(s) remaining"
+    retried = Progress(stream, moved=lambda: 5 * MiB, files=1, total=4 * MiB, live=True, clock=clock)
+    clock.now += 1.0
+    assert retried.line().startswith("Completed 4.0 MiB/4.0 MiB (")
+    assert size_text(300) == "300 Bytes" and size_text(1 << 30) == "1.0 GiB"
+    assert time_text(59.6) == "1:00" and time_text(3725) == "1:02:05"
+
+
+def test_a_live_line_overwrites_a_longer_one_and_a_closed_terminal_stops_the_lines():
+    clock, stream, moved = Clock(), io.StringIO(), [20 * MiB]
+    shown = Progress(stream, moved=lambda: moved[0], files=2, total=40 * MiB, live=True, clock=clock)
+    clock.now += 1.0
+    shown.tick()
+    first = stream.getvalue()
+    shown.finished(_result(20 * MiB))
+    moved[0] = 40 * MiB
+    shown.finished(_result(20 * MiB))
+    shown.tick()
+    second = stream.getvalue()[len(first):]
+    assert second.startswith("\rCompleted 40.0 MiB/40.0 MiB") and len(second) == len(first), (first, second)
+    stream.close()
+    shown.tick()  # a closed stream: no exception into the transfer
+
+
+# -- the drop-in: its records never carry progress ---------------------------------------------
+
+_STAMP = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?|\d+\.\d+|\b\d{9,}\b|\b\d+(?= seconds?\b)")
+
+
+def _normal(data: bytes) -> bytes:
+    """Times, durations and rates (which differ run to run) as one token."""
+    return _STAMP.sub(b"#", data.replace(b"\r\n", b"\n"))
+
+
+def test_the_dropin_writes_the_same_records_with_and_without_a_terminal(slow, bucket, tmp_path):
+    """Long enough for a live line (about 3 s through the capped proxy), run twice on the same
+    spec: once as a job runs it (pipes), once with stderr on a terminal."""
+    src = tmp_path / "in.dat"
+    src.write_bytes(os.urandom(6 * MiB))
+    _put_object(slow, bucket, tmp_path, "there.dat", 6 * MiB)
+    spec = json.dumps([{"type": "transfer", "lfn": "in.dat", "id": 1,
+                        "src_urls": [{"site_label": "local", "url": f"file://{src}"}],
+                        "dest_urls": [{"site_label": "minio", "url": f"s3://test@minio/{bucket}/in.dat"}]},
+                       {"type": "transfer", "lfn": "there.dat", "id": 2,
+                        "src_urls": [{"site_label": "minio", "url": f"s3://test@minio/{bucket}/there.dat"}],
+                        "dest_urls": [{"site_label": "local", "url": f"file://{tmp_path}/back/there.dat"}]}]).encode()
+    plain = subprocess.run(DROPIN, input=spec, env=slow, cwd=tmp_path, capture_output=True, timeout=120)
+    rc, terminal, out = under_tty(DROPIN, slow, tmp_path, stdin=spec)
+    assert plain.returncode == 0 and rc == 0, (plain.stderr, terminal)
+    assert b"Completed" not in terminal and b"\r" not in terminal.replace(b"\r\n", b"\n"), terminal
+    assert out == plain.stdout
+    assert _normal(terminal) == _normal(plain.stderr), (terminal, plain.stderr)
