@@ -217,3 +217,38 @@ def test_the_dropin_writes_the_same_records_with_and_without_a_terminal(slow, bu
     assert b"Completed" not in terminal and b"\r" not in terminal.replace(b"\r\n", b"\n"), terminal
     assert out == plain.stdout
     assert _normal(terminal) == _normal(plain.stderr), (terminal, plain.stderr)
+
+
+# -- bench: the phase line with bytes ----------------------------------------------------------
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bench_phase_with_a_byte_count_shows_bytes_rate_and_time_left():
+    import time
+
+    from pegasus_cloudio_bench.harness import Progress as PhaseProgress, bytes_line, tree_bytes
+    stream, moved = _Terminal(), [3 * MiB]
+    shown = PhaseProgress(stream)
+    shown.phase("1024 MiB down: ours, round 1", lambda: moved[0], 12 * MiB)
+    deadline = time.monotonic() + 60
+    while "MiB/12.0 MiB (" not in stream.getvalue():  # the line's thread wakes every 0.5 s
+        assert time.monotonic() < deadline, stream.getvalue()
+        time.sleep(0.05)
+    shown.done()
+    line = stream.getvalue().rsplit("\r", 1)[-1]
+    assert line.startswith("  1024 MiB down: ours, round 1 ... 3.0 MiB/12.0 MiB (") and " left, " in line, line
+    assert stream.getvalue().endswith("\n")
+    assert bytes_line(6 * MiB, 12 * MiB, 3.0).startswith("6.0 MiB/12.0 MiB (2.0 MiB/s), 0:03 left, 3.0 s")
+    assert bytes_line(6 * MiB, None, 2.0).startswith("6.0 MiB (3.0 MiB/s), 2.0 s")
+
+
+def test_tree_bytes_counts_the_files_a_tool_writes(tmp_path):
+    from pegasus_cloudio_bench.harness import tree_bytes
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / ".down.dat.12.0.part").write_bytes(b"x" * 10)
+    (tmp_path / "other").write_bytes(b"y" * 5)
+    assert tree_bytes(str(tmp_path), "down.dat") == 10 and tree_bytes(str(tmp_path)) == 15

@@ -47,9 +47,9 @@ class ReportProgress(Progress):
             self._heart = threading.Thread(target=self._heartbeat, daemon=True)
             self._heart.start()
 
-    def phase(self, text: str) -> "Progress":
+    def phase(self, text: str, moved: Optional[Callable[[], int]] = None, total: Optional[int] = None) -> "Progress":
         self._current, self._since = text, time.monotonic()
-        return super().phase(text)
+        return super().phase(text, moved, total)
 
     def scenario(self, name: str) -> None:
         self.phase(f"scenario {name}")
