@@ -258,3 +258,39 @@ def test_tree_bytes_counts_the_files_a_tool_writes(tmp_path):
     (tmp_path / "a" / ".down.dat.12.0.part").write_bytes(b"x" * 10)
     (tmp_path / "other").write_bytes(b"y" * 5)
     assert tree_bytes(str(tmp_path), "down.dat") == 10 and tree_bytes(str(tmp_path)) == 15
+
+
+def test_ctrl_c_on_a_terminal_says_why_on_a_line_of_its_own(proxied, minio, bucket, tmp_path):
+    """The signal handler's lines clear the progress line they would otherwise continue."""
+    import signal
+    import time
+
+    from pegasus_cloudio_testbed.faults import Fault
+    proxy, proxied_env = proxied
+    env = dict(proxied_env, PATH=os.environ["PATH"], PYTHONPATH=os.environ.get("PYTHONPATH", ""),
+               PEGASUS_CLOUDIO_CACHE_DIR="off", AWS_EC2_METADATA_DISABLED="true")
+    _put_object(env, bucket, tmp_path, "big.dat", 8 * MiB)
+    proxy.set_faults([Fault.stall(120, after_bytes=2 * MiB, method="GET")])
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(S3 + ["get", f"s3://test@minio/{bucket}/big.dat", "big.dat"], cwd=tmp_path, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal)
+    os.close(terminal)
+    seen = bytearray()
+    deadline = time.monotonic() + 60
+    while b"Completed" not in seen:
+        assert time.monotonic() < deadline, seen
+        if select.select([controller], [], [], 1.0)[0]:
+            seen += os.read(controller, 65536)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 1
+    while select.select([controller], [], [], 5.0)[0]:
+        try:
+            data = os.read(controller, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        seen += data
+    os.close(controller)
+    text = seen.decode()
+    assert "\r\x1b[Kpegasus-cloudio-s3: Exiting due to signal 2" in text, text

@@ -141,10 +141,14 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
 
 class _Stderr:
     """The signal handler's voice (:class:`~pegasus_cloudio.dropin.signals.Interrupts`): one line
-    on stderr, straight to the descriptor when the stream is busy with the interrupted write."""
+    on stderr, straight to the descriptor when the stream is busy with the interrupted write. On
+    a terminal each line first clears the one it starts on: a progress line may be showing there."""
+
+    def __init__(self) -> None:
+        self._clear = "\r\x1b[K" if _isatty(sys.stderr) else ""
 
     def say_now(self, level: int, message: str, *args: object) -> None:
-        line = f"pegasus-cloudio-s3: {message % args if args else message}\n"
+        line = f"{self._clear}pegasus-cloudio-s3: {message % args if args else message}\n"
         try:
             sys.stderr.write(line)
             sys.stderr.flush()
