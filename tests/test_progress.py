@@ -294,3 +294,48 @@ def test_ctrl_c_on_a_terminal_says_why_on_a_line_of_its_own(proxied, minio, buck
     os.close(controller)
     text = seen.decode()
     assert "\r\x1b[Kpegasus-cloudio-s3: Exiting due to signal 2" in text, text
+
+
+def test_the_byte_count_keeps_the_bytes_of_closed_connections_and_counts_only_when_asked():
+    """A server that closes every connection after its answer (HTTP/1.0): each request on a new
+    connection, each closed one folded into the total; a pool not metered follows none."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from transfer.http.pool import ConnectionPool, PoolStats
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"x" * 1000)
+
+        def do_PUT(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for metered in (True, False):
+            stats = PoolStats()
+            if metered:
+                stats.meter()
+            pool = ConnectionPool(f"http://127.0.0.1:{server.server_port}", max_idle=2, stats=stats)
+            for _ in range(3):
+                with pool.request("GET", "/") as response:
+                    assert len(response.read()) == 1000
+            with pool.request("PUT", "/up", body=b"y" * 500) as response:
+                response.read()
+            pool.close()
+            assert stats.connections_opened == 4
+            assert stats.bytes_moved() == (3500 if metered else 0)
+    finally:
+        server.shutdown()
+        server.server_close()
