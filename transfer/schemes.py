@@ -6,7 +6,7 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
 ``module``
     the backend module serving the scheme, imported on first use by :mod:`transfer.backends`;
 ``family``
-    what kind of store it is: ``"local"``, ``"s3"``, ``"gcs"``, ``"http"`` or ``"ssh"``;
+    what kind of store it is: ``"local"``, ``"s3"``, ``"gcs"``, ``"azure"``, ``"http"`` or ``"ssh"``;
     ``s3``/``s3s`` are one family (Pegasus writes both; the endpoint decides TLS);
 ``extra``
     the ``pegasus-cloudio[...]`` extra that installs its SDK, or None (standard library);
@@ -57,6 +57,7 @@ SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
     Scheme("s3s", _S3, "s3", object_store=True, exact_path=True, site_profiles=_S3_PROFILES),
     Scheme("gs", "transfer.backends.gcs", "gcs", extra="gcs", object_store=True, plugin=True,
            site_profiles=("boto_config", "google_pkcs12")),
+    Scheme("az", "transfer.backends.azure", "azure", object_store=True, plugin=True),
     Scheme("http", _HTTP, "http", plugin=True),
     Scheme("https", _HTTP, "http", plugin=True),
     Scheme("scp", "transfer.backends.sftp", "ssh", extra="sftp", site_profiles=("ssh_private_key",)),
