@@ -117,3 +117,22 @@ def test_condor_plugin_announces_az_and_moves_a_batch(starter, azurite, azure_en
     [entry] = run.ad_for(missing).eval("TransferErrorData")
     assert entry.eval("ErrorCode") == 404
     assert azurite.key not in run.output
+
+
+def test_bundles_and_the_node_cache_serve_az(azurite, azure_env, azure_container, azure_sdk, tmp_path) -> None:
+    base = f"az://{azurite.account}/{azure_container}/bundled"
+    names = [f"s{n:02d}.txt" for n in range(20)]
+    for name in names:
+        (tmp_path / name).write_bytes(name.encode() * 10)
+    env = dict(azure_env, PEGASUS_CLOUDIO_BUNDLE="1", PEGASUS_CLOUDIO_CACHE_DIR=str(tmp_path / "cache"))
+    done = _dropin([_transfer(f"file://{tmp_path}/{n}", f"{base}/{n}", n) for n in names], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    stored = [b.name for b in azure_sdk.list_blobs("bundled/")]
+    assert len(stored) < len(names) and any(".cloudio-bundles/" in name for name in stored)  # packed, not one each
+    for round_ in ("first", "cached"):
+        back = tmp_path / round_
+        done = _dropin([_transfer(f"{base}/{n}", f"file://{back}/{n}", n, "azure", "local") for n in names],
+                       env, tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert all((back / n).read_bytes() == n.encode() * 10 for n in names)
+    assert any((tmp_path / "cache").rglob("*"))

@@ -1,5 +1,5 @@
 """One contract, every backend: the same tests run against local files, S3 on MinIO and on
-moto (a second, independent S3 implementation), GCS on fake-gcs-server and SFTP."""
+moto (a second, independent S3 implementation), GCS on fake-gcs-server, Azure on Azurite and SFTP."""
 
 import io
 import os
@@ -25,7 +25,7 @@ class Store:
         return self.session.backend(self.url("x"))
 
 
-@pytest.fixture(params=["local", "s3", "s3moto", "gcs", "sftp"])
+@pytest.fixture(params=["local", "s3", "s3moto", "gcs", "azure", "sftp"])
 def store(request):
     """Each kind's fixture ``store_<kind>`` yields (env, base URL); the tests below are shared."""
     env, base = request.getfixturevalue(f"store_{request.param}")
