@@ -266,3 +266,17 @@ def test_an_anonymous_backend_sends_no_authorization(azurite, azure_container, a
             backend.stat(_url(azurite, azure_container, "private"))
     finally:
         backend.close()
+
+
+def test_the_https_form_azure_tools_print_is_the_az_url(azurite, azure_env, azure_container, azure_sdk) -> None:
+    azure_sdk.upload_blob("h/x.txt", b"by https")
+    url = parse_url(f"https://{azurite.account}.blob.core.windows.net/{azure_container}/h/x.txt?sv=1&sig=SECRET")
+    assert (url.scheme, url.host, str(url)) == ("az", azurite.account,
+                                                 f"az://{azurite.account}/{azure_container}/h/x.txt?<query hidden>")
+    for other in ("https://a.b.blob.core.windows.net/c/x", "http://acct.blob.core.windows.net/c/x",
+                  "https://example.org/acct/c/x"):
+        assert parse_url(other).scheme in ("http", "https")
+    # the connection string names this account's endpoint (Azurite): no request leaves the machine
+    with Client(env=azure_env) as client:
+        assert client.read_bytes(f"https://{azurite.account}.blob.core.windows.net/{azure_container}/h/x.txt") \
+            == b"by https"
