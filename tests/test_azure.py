@@ -280,3 +280,22 @@ def test_the_https_form_azure_tools_print_is_the_az_url(azurite, azure_env, azur
     with Client(env=azure_env) as client:
         assert client.read_bytes(f"https://{azurite.account}.blob.core.windows.net/{azure_container}/h/x.txt") \
             == b"by https"
+
+
+def test_cut_bodies_resume_and_unanswered_reads_are_sent_again(azurite, azure_container, azure_sdk, tmp_path) -> None:
+    data = os.urandom(600_000)
+    azure_sdk.upload_blob("cut.dat", data)
+    with TcpProxy((azurite.host, azurite.port)) as proxy:
+        env = {"HOME": str(tmp_path), "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string.replace(
+            azurite.endpoint, f"{proxy.url()}/{azurite.account}")}
+        with Session(Settings(), env) as session:
+            url = _url(azurite, azure_container, "cut.dat")
+            backend = session.backend(url)
+            for fault in (Fault.truncate(after_bytes=200_000, method="GET"),
+                          Fault.reset(after_bytes=100_000, method="GET"),
+                          Fault.reset(after_bytes=0, method="GET")):
+                proxy.set_faults([fault])
+                before = proxy.requests
+                sink = io.BytesIO()
+                assert backend.get(url, sink).size == len(data) and sink.getvalue() == data
+                assert proxy.pending_faults() == 0 and proxy.requests == before + 2  # the cut one and its rest
