@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (see README.md):
 #   make bench   the main job: small-files benchmark on an embedded MinIO, comparison table;
-#                builds only MinIO, s5cmd and Pegasus's Go pegasus-transfer, needs no root
+#                builds only MinIO, s5cmd, Pegasus's Go pegasus-transfer and Azurite (npm), needs no root
 #   make test    type checks and the test suite against real servers started on loopback;
 #                also installs the system packages the servers need (scripts/system-deps.sh)
 #                and builds the HTCondor pools' Debian 13 and testing roots (make pool)
