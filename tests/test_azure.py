@@ -299,3 +299,29 @@ def test_cut_bodies_resume_and_unanswered_reads_are_sent_again(azurite, azure_co
                 sink = io.BytesIO()
                 assert backend.get(url, sink).size == len(data) and sink.getvalue() == data
                 assert proxy.pending_faults() == 0 and proxy.requests == before + 2  # the cut one and its rest
+
+
+def test_a_throttling_front_answering_server_busy_slows_the_drop_in_without_failures(azurite, azure_container,
+                                                                                     azure_sdk, tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from pegasus_cloudio_testbed.throttle import ThrottleFront
+    names = [f"t{n:03d}" for n in range(120)]
+    for name in names:
+        azure_sdk.upload_blob(f"thr/{name}", name.encode())
+    with ThrottleFront(azurite.host, azurite.port, rate=40, burst=10, shape="azure", depth=2) as front:
+        env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull, "PATH": os.environ["PATH"],
+               "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string.replace(
+                   azurite.endpoint, f"{front.endpoint}/{azurite.account}")}
+        entries = [{"type": "transfer", "lfn": n, "id": i,
+                    "src_urls": [{"site_label": "azure", "url": f"az://{azurite.account}/{azure_container}/thr/{n}"}],
+                    "dest_urls": [{"site_label": "local", "url": f"file://{tmp_path}/out/{n}"}]}
+                   for i, n in enumerate(names)]
+        done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.dropin", "--threads", "8"],
+                              input=json.dumps(entries), env=env, capture_output=True, text=True, timeout=600)
+        stats = front.stats()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all((tmp_path / "out" / n).read_bytes() == n.encode() for n in names)
+    assert stats["throttled"] > 0  # the front did say ServerBusy, and every file arrived all the same
