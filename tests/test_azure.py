@@ -325,3 +325,20 @@ def test_a_throttling_front_answering_server_busy_slows_the_drop_in_without_fail
     assert done.returncode == 0, done.stderr[-2000:]
     assert all((tmp_path / "out" / n).read_bytes() == n.encode() for n in names)
     assert stats["throttled"] > 0  # the front did say ServerBusy, and every file arrived all the same
+
+
+def test_cache_keys_name_the_blob_and_peer_scopes_follow_the_key(azurite, azure_env, azure_container,
+                                                                 tmp_path) -> None:
+    url = _url(azurite, azure_container, "k/x")
+    with Session(Settings(), azure_env) as one, Session(Settings(), dict(azure_env, HOME=str(tmp_path))) as two:
+        first, second = one.backend(url), two.backend(url)
+        assert first.cache_key(url) == second.cache_key(url) == \
+            f"http://{azurite.host}:{azurite.port}/{azurite.account}/{azure_container}/k/x"
+        assert first.cache_key(url) != first.cache_key(_url(azurite, azure_container, "k/y"))
+        scope = first.peer_scope(url)
+        assert scope is not None and scope == second.peer_scope(url)
+        assert first.peer_scope(_url(azurite, "other-container", "k/x")) != scope
+        assert first.peer_scope(parse_url(f"az://{azurite.account}/{azure_container}/k/x?sv=1&sig=s")) is None
+    other_key = azure_env["AZURE_STORAGE_CONNECTION_STRING"].replace(azurite.key, base64.b64encode(b"o" * 64).decode())
+    with Session(Settings(), dict(azure_env, AZURE_STORAGE_CONNECTION_STRING=other_key)) as three:
+        assert three.backend(url).peer_scope(url) != scope
