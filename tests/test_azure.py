@@ -342,3 +342,18 @@ def test_cache_keys_name_the_blob_and_peer_scopes_follow_the_key(azurite, azure_
     other_key = azure_env["AZURE_STORAGE_CONNECTION_STRING"].replace(azurite.key, base64.b64encode(b"o" * 64).decode())
     with Session(Settings(), dict(azure_env, AZURE_STORAGE_CONNECTION_STRING=other_key)) as three:
         assert three.backend(url).peer_scope(url) != scope
+
+
+def test_a_ranged_read_is_one_request_and_a_range_past_the_end_is_cut_there(azurite, azure_container, azure_sdk,
+                                                                            tmp_path) -> None:
+    data = os.urandom(5000)
+    azure_sdk.upload_blob("one.dat", data)
+    with TcpProxy((azurite.host, azurite.port)) as proxy:
+        env = {"HOME": str(tmp_path), "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string.replace(
+            azurite.endpoint, f"{proxy.url()}/{azurite.account}")}
+        with Session(Settings(), env) as session:
+            url = _url(azurite, azure_container, "one.dat")
+            backend = session.backend(url)
+            before, sink = proxy.requests, io.BytesIO()
+            assert backend.get(url, sink, (4000, 9000)).size == 1000 and sink.getvalue() == data[4000:]
+            assert proxy.requests == before + 1

@@ -114,6 +114,16 @@ def _length(headers: Dict[str, str], url: Url) -> int:
     return int(text)
 
 
+def span(headers: Dict[str, str], url: str) -> Tuple[int, int]:
+    """(length, blob size) of a 206 answer, from ``Content-Range: bytes FIRST-LAST/SIZE``."""
+    found, _, total = headers.get("content-range", "").partition("/")
+    first, _, last = found.rpartition(" ")[2].partition("-")
+    if not (first.isdigit() and last.isdigit() and total.isdigit()):
+        raise TransientError(f"ranged answer without a usable Content-Range ({headers.get('content-range')})",
+                             url=url, operation="get")
+    return int(last) - int(first) + 1, int(total)
+
+
 def parse_listing(data: bytes) -> Tuple[List[Tuple[str, int, Optional[str], Optional[float]]], List[str], str]:
     """A List Blobs page: ([(name, size, etag, mtime)], [sub-prefixes], next marker or "")."""
     root = xml_tree(data)

@@ -31,6 +31,7 @@ from transfer.backends import _azure_wire as wire
 from transfer.backends._azure_auth import AzureAccess, check_account, resolve
 from transfer.backends._azure_sign import X_MS_VERSION, SharedKey
 from transfer.backends._s3_checksum import response_check
+from transfer.backends._s3_wire import http_date_epoch
 from transfer.backends._sigv4 import canonical_query, uri_encode_path
 from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
 from transfer.backends.opening import Opening
@@ -146,13 +147,33 @@ class AzureBackend:
                 raise ChecksumMismatch("MD5 of received bytes differs from the blob's Content-MD5", url=str(url),
                                        operation="get")
             return stream.info
+        return self._get_range(url, sink, byte_range)
+
+    def _get_range(self, url: Url, sink: BinaryIO, byte_range: ByteRange) -> ObjectInfo:
+        """One Get Blob with ``x-ms-range`` (a range past the end is cut there, as the service
+        answers); a cut body is resumed pinned to the answer's ETag."""
         first, end = byte_range
         if end <= first:
             raise InvalidInput(f"empty byte range {byte_range}", url=str(url), operation="get")
-        info = self.stat(url)
-        end = min(end, info.size)
-        count = self.get_range(url, (first, end), info.version or "", info.size, sink.write) if end > first else 0
-        return ObjectInfo(url, count, info.version, info.mtime)
+        path, text = wire.split_url(url, need_blob=True), str(url)
+        response = send_idempotent(lambda: self._send("GET", path, headers=[("x-ms-range", f"bytes={first}-{end - 1}")]),
+                                   text)
+        try:
+            self._check(response, text, "get", ok=(206,))
+            version = wire.etag(response.headers) or ""
+            length, total = wire.span(response.headers, text)
+        except BaseException:
+            response.discard()
+            raise
+
+        def rest(offset: int) -> PooledResponse:
+            return self._rest(url, path, (offset, first + length), version, total)
+        with ResumingBody(response, rest if version else None, first, first + length, text) as body:
+            count = body.read_into(sink.write)
+        if count != length:
+            raise ChecksumMismatch(f"received {count} bytes of range {first}-{end - 1}, expected {length}", url=text,
+                                   operation="get")
+        return ObjectInfo(url, count, version or None, http_date_epoch(response.headers.get("last-modified")))
 
     def put(self, path: str, url: Url) -> ObjectInfo:
         """Put Blob with ``Content-MD5``, which the service checks and keeps as the blob's."""
