@@ -23,7 +23,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+    from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
     from transfer._threads import Cancel
     from transfer.peers import Scope
@@ -163,9 +163,10 @@ class MultipartUploads(Protocol):
     def start_upload(self, url: Url) -> str:
         """Begin an upload; returns its id."""
 
-    def upload_part(self, url: Url, upload_id: str, number: int, region: FileRegion) -> str:
-        """Send part ``number`` (1-based), verified by the store; returns the part's receipt
-        (opaque: :meth:`complete_upload` takes the receipts in part order)."""
+    def upload_part(self, url: Url, upload_id: str, number: int, region: Union[FileRegion, bytes]) -> str:
+        """Send part ``number`` (1-based): a file region, or bytes already in memory (a stream
+        written part by part); verified by the store. Returns the part's receipt (opaque:
+        :meth:`complete_upload` takes the receipts in part order)."""
 
     def complete_upload(self, url: Url, upload_id: str, receipts: Sequence[str]) -> ObjectInfo:
         """Assemble the parts in order."""
