@@ -434,3 +434,21 @@ def test_a_sequential_read_holds_a_few_blocks_and_a_seek_fetches_only_its_block(
         fh.seek(31 << 20)
         assert fh.read(1 << 20) == block
     assert proxy.requests_by_method.get("GET") == 1, proxy.requests_by_method
+
+
+def test_rm_of_a_bucket_recursively_removes_the_bucket(minio):
+    """Issue 33: fsspec's rm(bucket, recursive=True) removes what is in it and then the bucket
+    (as s3fs does); rmdir of an empty bucket removes it; rm of a prefix leaves the bucket."""
+    fs = fsspec.filesystem("cloudio", skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
+                           secret=minio.secret_key, env={})
+    bucket = f"rm-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    fs.pipe({f"{bucket}/a": b"a", f"{bucket}/d/b": b"b"})
+    fs.rm(f"{bucket}/d", recursive=True)
+    assert fs.exists(bucket) and fs.ls(bucket, detail=False) == [f"{bucket}/a"]
+    fs.rm(bucket, recursive=True)
+    assert not fs.exists(bucket)
+    fs.mkdir(bucket)
+    fs.rmdir(bucket)
+    assert not fs.exists(bucket)
+    fs.client.close()

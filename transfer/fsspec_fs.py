@@ -125,7 +125,12 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         self.mkdir(path)
 
     def rmdir(self, path: str) -> None:
-        pass  # nothing to remove: a prefix disappears with its last object
+        """Delete an empty bucket (as s3fs does); a deeper prefix has nothing to remove: it
+        disappears with its last object."""
+        path = self._strip_protocol(path)
+        if path and "/" not in path:
+            self.invalidate_cache()
+            self.client.remove_bucket(self._url(path))
 
     def modified(self, path: str) -> Any:
         import datetime
@@ -187,6 +192,9 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         self.invalidate_cache()
         if files:
             self.client.remove([self._url(p) for p in files])
+        if recursive:  # fsspec's meaning: a bucket removed recursively goes too
+            for bucket in [p for p in paths if p and "/" not in p]:
+                self.rmdir(bucket)
 
     def rm_file(self, path: str) -> None:
         self.rm(path)

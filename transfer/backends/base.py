@@ -149,6 +149,15 @@ class Buckets(Protocol):
 
 
 @runtime_checkable
+class BucketRemoval(Protocol):
+    """Stores whose buckets a client may delete (S3, GCS)."""
+
+    def remove_bucket(self, url: Url) -> None:
+        """Delete the bucket of ``url``, which must be empty: NotFound when there is none,
+        RemoteError (409; fake-gcs-server 412) when something is still in it."""
+
+
+@runtime_checkable
 class Store(Backend, Uploads, Namespace, Protocol):
     """A full object store: read, upload, list, remove, make directories (S3, GCS, SFTP, local)."""
 

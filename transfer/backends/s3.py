@@ -427,6 +427,11 @@ class S3Backend:
                 raise s3_error(409, text, str(url), "mkdir")
             self._check(response, str(url), "mkdir")
 
+    def remove_bucket(self, url: Url) -> None:
+        """``BucketRemoval``: DeleteBucket (404 NotFound, 409 BucketNotEmpty raise)."""
+        with self._send("DELETE", S3Path(split_url(url).bucket, ""), url=str(url)) as response:
+            self._check(response, str(url), "remove", ok=(200, 204))
+
     def bucket_exists(self, url: Url) -> bool:
         """``Buckets``: HeadBucket; 404 is False, other failures raise (403: AuthError)."""
         with self._send("HEAD", S3Path(split_url(url).bucket, ""), url=str(url)) as response:
