@@ -452,3 +452,20 @@ def test_rm_of_a_bucket_recursively_removes_the_bucket(minio):
     fs.rmdir(bucket)
     assert not fs.exists(bucket)
     fs.client.close()
+
+
+def test_a_read_whose_block_failed_fetches_it_again_when_read_again(counted):
+    """A block's GET refused once (403: not retried) fails the read that needs it; the same
+    read again fetches the block again and returns the bytes (the failure is not kept)."""
+    from pegasus_cloudio_testbed.proxy import Fault
+
+    fs, proxy, bucket = counted
+    data = os.urandom(12 << 20)
+    fs.pipe_file(f"{bucket}/flaky", data)
+    with fs.open(f"{bucket}/flaky", "rb", cache_options={"ahead": 0}) as fh:  # no read-ahead: block 0's GET is the first
+        proxy.set_faults([Fault.status(403, body=b"", method="GET", path=f"/{bucket}/flaky")])
+        with pytest.raises(PermissionError):
+            fh.read(1 << 20)
+        assert proxy.pending_faults() == 0
+        fh.seek(0)
+        assert fh.read() == data

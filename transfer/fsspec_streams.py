@@ -26,7 +26,7 @@ class ReadAhead(BaseCache):  # type: ignore[misc]  # fsspec is untyped
     """A block cache for sequential reads: ``ahead`` blocks after the last one read are fetched
     in the background (only while reads are sequential: a seek elsewhere fetches just what it
     reads), and blocks behind the reader are dropped, so at most ``ahead + 1`` blocks are held.
-    A fetch's error is raised by the read that needs its block."""
+    A fetch's error is raised by the read that needs its block; reading it again fetches again."""
 
     name = "cloudio-readahead"
 
@@ -50,7 +50,11 @@ class ReadAhead(BaseCache):  # type: ignore[misc]  # fsspec is untyped
         for index in wanted:
             if index not in self._blocks and index * self.blocksize < self.size:
                 self._blocks[index] = self._executor().submit(self._block, index)
-        blocks = [memoryview(self._blocks[i].result()) for i in range(first, last + 1)]
+        try:
+            blocks = [memoryview(self._blocks[i].result()) for i in range(first, last + 1)]
+        except BaseException:
+            self._forget_failed()
+            raise
         offset = first * self.blocksize
         blocks[-1] = blocks[-1][:stop - last * self.blocksize]  # cut the last before the first:
         blocks[0] = blocks[0][start - offset:]  # they may be one block
@@ -58,6 +62,12 @@ class ReadAhead(BaseCache):  # type: ignore[misc]  # fsspec is untyped
             del self._blocks[index]
         self._last = last
         return b"".join(blocks)  # the one copy: exactly the bytes asked for
+
+    def _forget_failed(self) -> None:
+        """Drop the blocks whose fetch failed, so that reading them again fetches them again
+        rather than raising the same error for ever."""
+        for index in [i for i, f in self._blocks.items() if f.done() and not f.cancelled() and f.exception()]:
+            del self._blocks[index]
 
     def _block(self, index: int) -> bytes:
         begin = index * self.blocksize
