@@ -6,7 +6,7 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
 ``module``
     the backend module serving the scheme, imported on first use by :mod:`transfer.backends`;
 ``family``
-    what kind of store it is: ``"local"``, ``"s3"``, ``"gcs"``, ``"http"`` or ``"ssh"``;
+    what kind of store it is: ``"local"``, ``"s3"``, ``"gcs"``, ``"azure"``, ``"http"`` or ``"ssh"``;
     ``s3``/``s3s`` are one family (Pegasus writes both; the endpoint decides TLS);
 ``extra``
     the ``pegasus-cloudio[...]`` extra that installs its SDK, or None (standard library);
@@ -26,10 +26,13 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
     the key's leading directories that name the prefix the store limits: S3 partitions by key
     prefix and scales a busy one by splitting it, which no client sees, so the first directory
     under the bucket (the layout of one workflow's files); GCS documents its starting limit per
-    bucket (0);
+    bucket, Azure its target per storage account (0);
 ``read_rate``
     requests/s the store documents for reads per such prefix (the pool limiter's ceiling,
-    :mod:`transfer.pacing_pool`), or None.
+    :mod:`transfer.pacing_pool`), or None;
+``https_hosts``
+    host suffixes of ``https://`` URLs that name this scheme's objects, the store's own spelling
+    (``https://ACCOUNT.blob.core.windows.net/C/B`` is ``az://ACCOUNT/C/B``): parsed as this scheme.
 
 A new backend adds its row here and its own modules; nothing else lists schemes. This module
 imports nothing but :mod:`transfer._lean`: every job step parses URLs, and so reads it.
@@ -59,11 +62,14 @@ class Scheme:
     pace_root: Optional[int] = None
     pace_depth: int = 0
     read_rate: Optional[float] = None
+    https_hosts: Tuple[str, ...] = ()
 
 
 _LOCAL, _S3, _HTTP = "transfer.backends.local", "transfer.backends.s3", "transfer.backends.http"
 _S3_PROFILES = ("pegasus_credentials",)
-_S3_READS, _GCS_READS = 5500.0, 5000.0  # GET/HEAD per second per prefix; object reads per second per bucket at first
+# GET/HEAD per second per prefix (S3); object reads per second per bucket at first (GCS); requests per second
+# per storage account (Azure: its documented target; the account is the URL's host)
+_S3_READS, _GCS_READS, _AZURE_READS = 5500.0, 5000.0, 20000.0
 
 SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
     Scheme("file", _LOCAL, "local"),
@@ -75,6 +81,8 @@ SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
            pace_root=1, pace_depth=1, read_rate=_S3_READS),
     Scheme("gs", "transfer.backends.gcs", "gcs", extra="gcs", object_store=True, plugin=True,
            site_profiles=("boto_config", "google_pkcs12"), pace_root=0, pace_depth=0, read_rate=_GCS_READS),
+    Scheme("az", "transfer.backends.azure", "azure", object_store=True, plugin=True,
+           https_hosts=(".blob.core.windows.net",), pace_root=0, pace_depth=0, read_rate=_AZURE_READS),
     Scheme("http", _HTTP, "http", plugin=True),
     Scheme("https", _HTTP, "http", plugin=True),
     Scheme("scp", "transfer.backends.sftp", "ssh", extra="sftp", site_profiles=("ssh_private_key",)),
@@ -93,6 +101,21 @@ EXACT_PATH: FrozenSet[str] = _names(exact_path=True)
 S3: FrozenSet[str] = _names(family="s3")
 HTTP: FrozenSet[str] = _names(family="http")
 PLUGIN: Tuple[str, ...] = tuple(name for name, row in SCHEMES.items() if row.plugin)
+
+
+_HTTPS_HOSTS: Tuple[Tuple[str, str], ...] = tuple((suffix, name) for name, row in SCHEMES.items()
+                                                  for suffix in row.https_hosts)
+
+
+def https_alias(host: str) -> Optional[Tuple[str, str]]:
+    """(scheme, authority) of an ``https://`` URL's ``host`` when a row claims it: the first label
+    before a suffix in ``https_hosts`` (one label, no port or user), else None."""
+    lowered = host.lower()
+    for suffix, name in _HTTPS_HOSTS:
+        label = lowered[:-len(suffix)]
+        if lowered.endswith(suffix) and label and "." not in label and ":" not in label and "@" not in label:
+            return name, label
+    return None
 
 
 def family(scheme: str) -> Optional[str]:
