@@ -30,15 +30,15 @@ import time
 
 from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
-from transfer.atomic import AtomicFile, local_error, scratch_file
+from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import (
-    ObjectInfo, ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads,
-    uploads,
+    ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, uploads,
 )
 from transfer._lean import logger
 from transfer.errors import NotFound, Throttled, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
+from transfer.layers.stack import Stacks
 from transfer.pacing import Pacer
 from transfer.retry import RetryBudget, RetryPolicy, RunBudget, check_cancel
 
@@ -48,13 +48,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import random
     from concurrent.futures import Executor, Future
-    from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
+    from typing import Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel, Joinable
     from transfer.ops import Action
     from transfer.bundles.groups import GroupTask
     from transfer.bundles.staging import BundleStager, DownloadGroup
     from transfer.cache import NodeCache
+    from transfer.layers import Reader
     from transfer.peers import PeerRound, PeerSource, Replica, Scope
     from transfer.session import Session
     from transfer.uploads import InFlightUploads
@@ -127,7 +128,11 @@ class Engine:
         self._in_flight: Optional[InFlightUploads] = None
         self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
-        self._peers = peers if cache is not None else None
+        self._peers: Optional[PeerRound] = None
+        if peers is not None and cache is not None:
+            from transfer.peers import PeerRound
+            self._peers = PeerRound(peers, self._replica)
+        self._stacks = Stacks(self._parts, settings.download_part_size, self._pacer, cache, self._peers)
         wanted = cache.config.uploads if cache is not None else None
         self._cache_uploads = cache is not None and (wanted if wanted is not None else peers is not None)
 
@@ -191,10 +196,7 @@ class Engine:
         results: List[Optional[Result]] = [None] * len(ops)
         budget = RunBudget(20 + len(ops) / 10, cancel)
         executor = self._executor or Workers(self._threads, thread_name_prefix="transfer")
-        peers = None
-        if self._peers is not None:
-            from transfer.peers import PeerRound
-            peers = PeerRound(self._peers, self._replica)
+        peers = self._peers
         self._parts.enter()
         try:
             self._run_mkdirs(ops, results, budget, executor)
@@ -242,8 +244,7 @@ class Engine:
         groups: List[Future] = []  # type: ignore[type-arg]
         resident: List[DownloadGroup] = []
         group_pool: Optional[Executor] = None
-        if peers is not None:
-            peers.lookup(self._read_keys(op for _, op in indexed))
+        self._prepare(op for _, op in indexed)
         if self._bundles_on and self._plans_bundles(indexed):
             def elsewhere(url: Url) -> bool:
                 return self._elsewhere(url, peers)
@@ -468,36 +469,34 @@ class Engine:
         key = self._cache_key(url)
         return key is not None and self._cache is not None and self._cache.contains(key)
 
-    def _read_keys(self, transfers: Iterable[Transfer]) -> Dict[str, Scope]:
-        """The cache keys of every remote source the batch may read that peers may share,
-        each with the scope of the identity reading it (for one peer lookup)."""
-        keys: Dict[str, Scope] = {}
+    def _reader(self, url: Url) -> Reader:
+        """The top of the read stack of ``url``'s endpoint (:mod:`transfer.layers`)."""
+        return self._stacks.reader(self._session.backend(url))
+
+    def _prepare(self, transfers: Iterable[Transfer]) -> None:
+        """Each endpoint's stack plans the batch's remote reads (the peers queue their one index
+        lookup). Only the peer layer plans today: without peers a batch skips the walk. A source
+        whose backend cannot be made is left to the per-file path, which reports it."""
+        if self._peers is None:
+            return
+        batches: Dict[int, Tuple[Reader, List[Url]]] = {}
         for op in transfers:
             for source in op.sources:
-                key = self._cache_key(source)
-                scope = self._peer_scope(source) if key is not None else None
-                if key is not None and scope is not None:
-                    keys.setdefault(key, scope)
-        return keys
+                if source.is_local:
+                    continue
+                try:
+                    reader = self._reader(source)
+                except TransferError:
+                    continue
+                batches.setdefault(id(reader), (reader, []))[1].append(source)
+        for reader, urls in batches.values():
+            reader.prepare(urls)
 
     def _peer_scope(self, url: Url) -> Optional[Scope]:
         """The peer-sharing scope of the identity that reads ``url`` (None: not shared)."""
         backend = self._session.backend(url)
         scoped = peer_scopes(backend)
         return scoped.peer_scope(url) if scoped is not None else None
-
-    def _stored(self, peers: PeerRound, key: str, source: Url, from_peer: bool) -> None:
-        """Publish the node cache's new entry for ``key``: under the scope it was found and
-        verified in when a peer sent it, else under the scope of the identity that read
-        ``source`` from the store (not the one looked up for the key: another source of the
-        batch, maybe of an identity the store refuses this object to); not at all when that
-        identity has none."""
-        if from_peer:
-            peers.stored(key)
-            return
-        scope = self._peer_scope(source)
-        if scope is not None:
-            peers.stored(key, scope)
 
     def _replica(self, key: str) -> Optional[Replica]:
         """What peers may be told about the node cache's entry for ``key``."""
@@ -536,32 +535,8 @@ class Engine:
                 return self._groups().read_member(known, source, dest_path, symlink, peers)
             except NotFound:
                 self._bundles.forget(source)  # the bundle vanished: ask the store afresh
-        backend = self._session.backend(source)
-        key = self._cache_key(source)
         try:
-            if key is not None and self._cache is not None:
-                from_peer = []
-
-                def fill(sink: BinaryIO) -> ObjectInfo:
-                    if peers is not None:
-                        from transfer.peers import PeerSink
-                        got = peers.fetch(key, sink) if isinstance(sink, PeerSink) else None
-                        if got is not None:
-                            from_peer.append(True)
-                            return ObjectInfo(source, got)
-                    return backend.get(source, sink)
-
-                nbytes, hit = self._cache.fetch(key, dest_path, fill, symlink=symlink)
-                if not hit and peers is not None:
-                    self._stored(peers, key, source, bool(from_peer))
-                return nbytes
-            with AtomicFile(dest_path, mode=mode) as out:
-                in_ranges = ranged_reads(backend)
-                if in_ranges is not None:
-                    return ranged.download(in_ranges, source, out, self._parts,
-                                           self._session.settings.download_part_size, self._pacer.pace(source))
-                backend.get(source, out.file)
-                return out.commit()
+            return self._reader(source).fetch_to(source, dest_path, symlink, mode)
         except NotFound as err:
             found, note = self._bundles.resolve(source)
             if found is None:

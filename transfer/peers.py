@@ -244,7 +244,8 @@ class PeerSource(Protocol):
 
 
 class PeerRound:
-    """One batch's use of a :class:`PeerSource`: one lookup, fetches, one publish.
+    """An engine's use of a :class:`PeerSource`, batch by batch: per batch one lookup (of the
+    keys given to :meth:`lookup` or queued by :meth:`expect`), fetches, one publish.
 
     ``describe(key)`` gives the node cache's record of a stored entry (None when the cache
     did not keep it), read at publish time. Thread-safe."""
@@ -255,6 +256,9 @@ class PeerRound:
         self._lock = threading.Lock()
         self._stored: List[str] = []
         self._scopes: Dict[str, Scope] = {}
+        self._expected: Dict[str, Scope] = {}
+        self._settling = threading.Lock()  # held over the lookup of the expected keys
+        self._unsettled = False  # keys were expected and not yet looked up
         self._broken = False
 
     def lookup(self, keys: Mapping[str, Scope]) -> None:
@@ -264,7 +268,27 @@ class PeerRound:
         if keys:
             self._guard("lookup", lambda: self._source.lookup(dict(keys)))
 
+    def expect(self, keys: Mapping[str, Scope]) -> None:
+        """Queue ``keys`` for the batch's one lookup, made by the first :meth:`holds` or
+        :meth:`fetch` after (each endpoint's read stack queues its own keys)."""
+        with self._lock:
+            self._expected.update(keys)
+            self._unsettled = True
+
+    def _settle(self) -> None:
+        """Look up the expected keys; a caller that arrives meanwhile waits for the answer."""
+        if not self._unsettled:
+            return
+        with self._settling:
+            with self._lock:
+                keys, self._expected = self._expected, {}
+            if keys:
+                self.lookup(keys)
+            with self._lock:
+                self._unsettled = bool(self._expected)
+
     def holds(self, key: str) -> bool:
+        self._settle()
         return (not self._broken and key in self._scopes
                 and bool(self._guard("holds", lambda: self._source.holds(key))))
 
@@ -286,6 +310,8 @@ class PeerRound:
             self._stored.append(key)
 
     def publish(self) -> None:
+        """Register the batch's stored keys; the batch is over (a source that broke in it is
+        tried again in the next)."""
         with self._lock:
             keys, self._stored = list(dict.fromkeys(self._stored)), []
             scopes = dict(self._scopes)
@@ -293,6 +319,8 @@ class PeerRound:
                     if r is not None and r.key in scopes]
         if replicas:
             self._guard("publish", lambda: self._source.publish(replicas))
+        with self._lock:
+            self._broken = False
 
     def _guard(self, what: str, call: Callable[[], Optional[_T]]) -> Optional[_T]:
         if self._broken:

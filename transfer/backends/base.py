@@ -52,13 +52,15 @@ class Attributes:
 @record(frozen=True)
 class ObjectInfo:
     """What the store says about an object. ``version`` is its ETag/generation, if any;
-    ``attributes`` what a stat of it found (None where not asked or not kept)."""
+    ``attributes`` what a stat of it found (None where not asked or not kept); ``origin`` the
+    read layer that served the bytes, when not the store (:mod:`transfer.layers`)."""
 
     url: Url
     size: int
     version: Optional[str] = None
     mtime: Optional[float] = None
     attributes: Optional[Attributes] = None
+    origin: Optional[str] = None
 
 
 @runtime_checkable
