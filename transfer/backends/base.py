@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
     from transfer._threads import Cancel
-    from transfer.peers import Scope
+    from transfer.peer_scope import Scope
 
     Take = Callable[[int, bytes, "ObjectInfo", float], bool]
 

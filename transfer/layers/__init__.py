@@ -54,6 +54,6 @@ class Reader(Protocol):
 class Announces(Protocol):
     """A layer that tells others what the layer above it now holds (the peers)."""
 
-    def announce(self, url: Url, info: ObjectInfo) -> None:
-        """The layer above has published its entry for ``url``, whose bytes ``info``
-        (a ``get`` of this layer's) describes."""
+    def announce(self, url: Url, info: ObjectInfo, sha256: str) -> None:
+        """The layer above has published its entry for ``url``: the bytes ``info`` (a ``get``
+        of this layer's) describes, whose SHA-256 (hex) the entry recorded."""

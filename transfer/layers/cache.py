@@ -56,7 +56,9 @@ class CacheLayer:
 
         nbytes, hit = self._cache.fetch(key, path, fill, symlink=link)
         if not hit and self._announces is not None:
-            self._announces.announce(url, got[0] if got else ObjectInfo(url, nbytes))
+            meta = self._cache.describe(key)  # None: the cache did not keep it, nothing to announce
+            if meta is not None:
+                self._announces.announce(url, got[0] if got else ObjectInfo(url, meta.size), meta.sha256)
         return nbytes
 
     def prepare(self, batch: Sequence[Url]) -> None:

@@ -12,7 +12,7 @@ Imported only where a node cache and peers are on.
 from __future__ import annotations
 
 from transfer.backends.base import ObjectInfo
-from transfer.peers import PeerSink
+from transfer.peers import PeerSink, Replica
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,18 +64,19 @@ class PeerLayer:
         self._round.expect(keys)
         self._below.prepare(batch)
 
-    def announce(self, url: Url, info: ObjectInfo) -> None:
+    def announce(self, url: Url, info: ObjectInfo, sha256: str) -> None:
         """Register the entry of ``url`` the cache above published: under the scope a peer's
         bytes were found and verified in, else under the scope of the identity that read it
         from the store (not the one looked up for the key: another source of the batch, maybe
         of an identity the store refuses this object to); not at all when that has none."""
         key = self._keys.cache_key(url)
+        replica = Replica(key, info.size, sha256)
         if info.origin == ORIGIN:
-            self._round.stored(key)
+            self._round.stored(key, replica=replica)
             return
         scope = self._scope(url)
         if scope is not None:
-            self._round.stored(key, scope)
+            self._round.stored(key, scope, replica)
 
     def _scope(self, url: Url) -> Optional[Scope]:
         return self._scopes.peer_scope(url) if self._scopes is not None else None
