@@ -34,7 +34,7 @@ ONE_FILE_S3 = frozenset({
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
     "transfer.named_files", "transfer.layers", "transfer.layers.stack", "transfer.layers.store",
     "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.resume", "transfer.http.sockets", "transfer.ops", "transfer.ranged",
-    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.schemes", "transfer.session",
+    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.retrying", "transfer.schemes", "transfer.session",
     "transfer.urls",
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.

@@ -24,7 +24,6 @@ endpoint, so all workers share one connection pool per endpoint.
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 
@@ -34,13 +33,13 @@ from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import (
     ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, uploads,
 )
-from transfer._lean import logger
 from transfer.errors import NotFound, Throttled, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
 from transfer.layers.stack import Stacks
 from transfer.pacing import Pacer
-from transfer.retry import RetryBudget, RetryPolicy, RunBudget, check_cancel
+from transfer.retry import RetryBudget, RetryPolicy, RunBudget
+from transfer.retrying import Retrier
 
 # A job step imports only what its operations use: bundles, the node cache, peers, multipart
 # bookkeeping and local copies are imported where they are first needed.
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
     from typing import Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel, Joinable
-    from transfer.ops import Action
     from transfer.bundles.groups import GroupTask
     from transfer.bundles.staging import BundleStager, DownloadGroup
     from transfer.cache import NodeCache
@@ -64,7 +62,6 @@ if TYPE_CHECKING:
     ResultCallback = Callable[[Result], None]
 
 _LISTING_WAIT = 1.0  # seconds the pipelined pass waits for a directory's bundle index
-_log = logger(__name__)  # logging is imported at the first retry
 
 __all__ = ["Engine", "InlineExecutor"]
 
@@ -75,17 +72,6 @@ def _wait(future: Future) -> None:  # type: ignore[type-arg]
         future.wait()
     else:
         future.exception()
-
-
-def _contained(action: Action, history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-    """Run ``action``; an exception outside the tree (a bug) becomes a non-retryable
-    TransferError for this operation instead of aborting the whole batch."""
-    try:
-        return action(history)
-    except TransferError:
-        raise
-    except Exception as err:  # noqa: BLE001 - reported per file, cause kept
-        raise TransferError(f"internal error: {type(err).__name__}: {err}", operation="transfer") from err
 
 
 class Engine:
@@ -117,6 +103,7 @@ class Engine:
         self._retry = retry or RetryPolicy(settings.max_attempts, settings.retry_base_delay,
                                            settings.retry_max_delay, throttle_timeout=settings.throttle_timeout)
         self._pacer = pacer if pacer is not None else Pacer(sleep=sleep)
+        self._retrier = Retrier(self._retry, self._pacer, sleep, rng)
         self._executor = executor
         self._on_result = on_result
         self._sleep = sleep
@@ -166,14 +153,6 @@ class Engine:
                     self._in_flight = InFlightUploads()
         return self._in_flight
 
-    def _random(self) -> random.Random:
-        if self._rng is None:
-            import random
-            with self._lazy_lock:
-                if self._rng is None:
-                    self._rng = random.Random()
-        return self._rng
-
     # -- batch --------------------------------------------------------------------------
 
     def __enter__(self) -> "Engine":
@@ -204,7 +183,7 @@ class Engine:
             removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
             if removes:
                 from transfer.removes import RemoveTask
-                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._with_retries,
+                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._retrier.run,
                                   self._pacer, None if self._cache is None else self._forget)
                 for i, result in task.run(removes, budget):
                     self._finish(results, i, result)
@@ -324,71 +303,6 @@ class Engine:
             return executor
         return Workers(max(1, min(self._threads, os.cpu_count() or 1, groups)), thread_name_prefix="bundle")
 
-    # -- retries ------------------------------------------------------------------------
-
-    def _with_retries(self, op: Operation, budget: RetryBudget, action: Action) -> Result:
-        """Run ``action`` until it succeeds or its error is final: a retryable one after
-        ``max_attempts`` or with the budget spent; a throttle answer only once the throttle time
-        is up (:mod:`transfer.retry`: throttling spends neither attempts nor budget)."""
-        history: List[Attempt] = []
-        start = time.monotonic()
-        tries, throttles, first_throttle = 0, 0, 0.0
-        for attempt in itertools.count(1):
-            try:
-                check_cancel(budget)
-                nbytes, source = _contained(action, history)
-            except Throttled as err:
-                throttles += 1
-                first_throttle = first_throttle or time.monotonic()
-                left = self._retry.throttle_timeout - (time.monotonic() - first_throttle)
-                delay = self._retry.throttle_delay(throttles, err, self._random(), left)
-                if delay is None:
-                    final = self._throttled_out(op, err, throttles, time.monotonic() - first_throttle)
-                    return self._failed(op, final, attempt, start, history)
-                _log.debug("retrying in %.2f s (throttled, %d 'slow down' answers so far): %s", delay, throttles, err)
-                self._wait(delay, budget)
-                continue
-            except TransferError as err:
-                tries += 1
-                if self._retry.should_retry(err, tries) and budget.try_spend():
-                    delay = self._retry.delay(tries, err, self._random())
-                    _log.debug("retrying in %.2f s (attempt %d failed): %s", delay, attempt, err)
-                    self._wait(delay, budget)
-                    continue
-                return self._failed(op, err, attempt, start, history)
-            budget.earn()
-            return Result(op, True, nbytes, time.monotonic() - start, attempt, None, source, tuple(history))
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _failed(op: Operation, err: TransferError, attempt: int, start: float, history: List[Attempt]) -> Result:
-        err.attempts = attempt
-        return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
-
-    def _throttled_out(self, op: Operation, last: Throttled, throttles: int, seconds: float) -> Throttled:
-        """The final error of a file the store throttled for the whole throttle time: what it
-        says and the rate this job achieved to that prefix (a Throttled: callers may retry later)."""
-        achieved = ""
-        source = op.sources[0] if isinstance(op, Transfer) else op.target
-        if not source.is_local:
-            pace = self._pacer.pace(source)
-            achieved = (f"; this job got {pace.requests - pace.throttles} of {pace.requests} requests to "
-                        f"{pace.key} answered, {pace.achieved():.1f}/s")
-        final = Throttled(f"the store throttled it for {seconds:.0f} s ({throttles} 'slow down' answers, "
-                          f"the last: {last.message}) and PEGASUS_CLOUDIO_THROTTLE_TIMEOUT "
-                          f"({self._retry.throttle_timeout:g} s) ran out{achieved}",
-                          url=last.url, operation=last.operation, status=last.status, retry_after=last.retry_after)
-        final.__cause__ = last
-        return final
-
-    def _wait(self, seconds: float, budget: RetryBudget) -> None:
-        """Sleep before a retry; a cancelled run wakes at once."""
-        cancel = budget.cancel if isinstance(budget, RunBudget) else None
-        if cancel is None:
-            self._sleep(seconds)
-        else:
-            cancel.wait(seconds)
-
     def _mkdir(self, op: Mkdir, budget: RetryBudget) -> Result:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
             started, clock = time.time(), time.monotonic()
@@ -400,7 +314,7 @@ class Engine:
             history.append(Attempt(None, op.target, True, started, time.monotonic() - clock))
             return 0, None
 
-        return self._with_retries(op, budget, action)
+        return self._retrier.run(op, budget, action)
 
     def _transfer(self, op: Transfer, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Result:
         cancel = budget.cancel if isinstance(budget, RunBudget) else None
@@ -425,7 +339,7 @@ class Engine:
                 return nbytes, source
             raise next((e for e in errors if e.retryable), errors[0])
 
-        return self._with_retries(op, budget, action)
+        return self._retrier.run(op, budget, action)
 
     # -- bundles ------------------------------------------------------------------------
 
@@ -433,7 +347,7 @@ class Engine:
         """The bundle part of a run, imported when first used (bundles are on, or a read that
         found nothing resolved to a member)."""
         from transfer.bundles.groups import GroupTask
-        return GroupTask(self._bundles, self._cache, self._cache_key, retried=self._with_retries,
+        return GroupTask(self._bundles, self._cache, self._cache_key, retrier=self._retrier,
                          per_file=self._transfer, write_through=self._write_through,
                          upload=lambda path, dest: self._upload(path, dest, write_through=False))
 
@@ -566,7 +480,7 @@ class Engine:
                 raise local_error(err, path, "put") from err
             if size >= in_parts.multipart_threshold:
                 return self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
-                                            self._random(), self._pacer.pace(dest)), None
+                                            self._retrier.random(), self._pacer.pace(dest)), None
         info = uploads(backend, dest, "put").put(path, dest)
         return info.size, info.version
 

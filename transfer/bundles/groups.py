@@ -33,12 +33,11 @@ if TYPE_CHECKING:
     from transfer.bundles.reading import GroupState, MemberRead
     from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
     from transfer.cache import NodeCache
-    from transfer.ops import Action, Operation
     from transfer.peers import PeerRound
     from transfer.retry import RetryBudget
+    from transfer.retrying import Retrier
     from transfer.urls import Url
 
-    Retried = Callable[[Operation, RetryBudget, Action], Result]  # the engine's retry loop
     PerFile = Callable[[Transfer, RetryBudget, Optional[PeerRound]], Result]  # one transfer, retried
     Upload = Callable[[str, Url], int]  # one local file to one object, not written through
     WriteThrough = Callable[[Url, str, Optional[str], Optional[PeerRound]], None]
@@ -48,12 +47,12 @@ class GroupTask:
     """Runs bundle groups for one engine; any number of threads may use one task."""
 
     def __init__(self, stager: BundleStager, cache: Optional[NodeCache], cache_key: Callable[[Url], Optional[str]],
-                 *, retried: Retried, per_file: PerFile, upload: Upload, write_through: WriteThrough) -> None:
+                 *, retrier: Retrier, per_file: PerFile, upload: Upload, write_through: WriteThrough) -> None:
         """``cache_key(url)``: the node-cache name of a remote object, None when not cached."""
         self._stager = stager
         self._cache = cache
         self._cache_key = cache_key
-        self._retried = retried
+        self._retrier = retrier
         self._per_file = per_file
         self._upload = upload
         self._write_through = write_through
@@ -79,7 +78,7 @@ class GroupTask:
                 raise next(iter(failed.values()))
             return sum(state.done.values()), None
 
-        outcome = self._retried(group.items[0][1], budget, action)
+        outcome = self._retrier.run(group.items[0][1], budget, action)
         if not outcome.ok and isinstance(outcome.error, NotFound) and not state.done:
             self._stager.forget(group.items[0][1].sources[0])
             return [(i, self._per_file(op, budget, peers)) for i, op, _ in group.items]
@@ -112,7 +111,7 @@ class GroupTask:
             self._stager.upload_group(group, self._upload)
             return sum(size for _, _, size in group.items), None
 
-        outcome = self._retried(group.items[0][1], budget, action)
+        outcome = self._retrier.run(group.items[0][1], budget, action)
         if outcome.ok:  # the members, not the bundle, are what later reads ask for
             for _, op, _ in group.items:
                 self._write_through(op.dest, op.sources[0].path, None, peers)
