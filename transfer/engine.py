@@ -24,6 +24,7 @@ endpoint, so all workers share one connection pool per endpoint.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -225,71 +226,93 @@ class Engine:
         group_pool: Optional[Executor] = None
         self._prepare(op for _, op in indexed)
         if self._bundles_on and self._plans_bundles(indexed):
-            def elsewhere(url: Url) -> bool:
-                return self._elsewhere(url, peers)
-
-            # Bundle heads are small ranged GETs made before any transfer starts: as many in flight
-            # as the connection cap allows (threads + 2 per endpoint), not just ``threads``.
-            heads = executor if self._executor is not None else Workers(self._threads + 2, thread_name_prefix="heads")
-            try:
-                downloads, indexed = self._bundles.plan_downloads(indexed, heads.map, elsewhere)
-            finally:
-                if heads is not executor:
-                    heads.shutdown(wait=True)  # idle threads: none left to hold a lock when the drop-in forks
-            bundled_up, indexed = self._bundles.plan_uploads(indexed)
-            # A bundle the listing brought whole (its head is all of it) costs no request: its
-            # members are written from this thread, below, while the other groups and files wait
-            # on the network. Threads writing into one directory only contend for its lock and
-            # for the interpreter: two took more CPU and more time than one.
-            resident = [g for g in downloads if g.bundle.complete]
-            fetched = [g for g in downloads if not g.bundle.complete]
-            if fetched or bundled_up:
-                # Unpacking a bundle is local CPU and file-system work: more threads than cores
-                # only fight over the interpreter lock.
-                pool = group_pool = self._group_pool(executor, len(fetched) + len(bundled_up))
-                task = self._groups()
-                groups = [pool.submit(task.download, g, budget, peers) for g in fetched]
-                groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
+            groups, resident, group_pool, indexed = self._start_groups(indexed, budget, executor, peers)
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
         if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
-            from transfer.batched import read_batched, write_file  # small downloads, pipelined from this thread first
-            from transfer.cached_reads import CachedReads
-
-            def stands_in(source: Url) -> bool:
-                # the listing runs on a thread of its own: one slow directory holds up the pass for
-                # _LISTING_WAIT at most, then its files wait for it on the per-file path, alone
-                return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")),
-                                                  _LISTING_WAIT)
-
-            # node-cache hits are the per-file path's: served from the cache without a request
-            cached = CachedReads(self._cache, self._cache_key) if self._cache is not None else None
-            hits, misses = cached.split(indexed) if cached is not None else ([], indexed)
-            rest = read_batched(self._session, misses, self._threads, budget, self._pacer,
-                                budget.cancel if isinstance(budget, RunBudget) else None,
-                                lambda i, result: self._finish(results, i, result), stands_in,
-                                write_file if cached is None else cached.write)
-            indexed = sorted(rest + hits) if hits else rest
+            indexed = self._pipelined(indexed, results, budget, loads)
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
-            if resident:
-                task = self._groups()
-                for one in resident:
-                    for i, result in task.download(one, budget, peers):
-                        self._finish(results, i, result)
-            for group in groups:
-                for i, result in group.result():
-                    self._finish(results, i, result)
-            ahead = 4 * self._threads
-            for position, (i, future) in enumerate(futures):
-                if not future.done():  # wake once per several results, not once per file
-                    _wait(futures[min(position + ahead, len(futures) - 1)][1])
-                self._finish(results, i, future.result())
+            self._collect(results, budget, executor, peers, resident, groups, futures)
         finally:
             if group_pool is not None and group_pool is not executor:
                 group_pool.shutdown(wait=True)
             cancel = budget.cancel if isinstance(budget, RunBudget) else None
             for load in loads:  # no thread left to hold a lock when the drop-in forks (unless cancelled)
                 load.join(0 if cancel is not None and cancel.is_set() else None)
+
+    def _start_groups(self, indexed: List[Tuple[int, Transfer]], budget: RetryBudget, executor: Executor,
+                      peers: Optional[PeerRound]) -> Tuple[List[Future], List[DownloadGroup],  # type: ignore[type-arg]
+                                                           Optional[Executor], List[Tuple[int, Transfer]]]:
+        """Plan the batch's bundle groups and start those that need the network: (their futures,
+        the groups whose bundle the listing brought whole, the group pool, the other transfers)."""
+        def elsewhere(url: Url) -> bool:
+            return self._elsewhere(url, peers)
+
+        # Bundle heads are small ranged GETs made before any transfer starts: as many in flight
+        # as the connection cap allows (threads + 2 per endpoint), not just ``threads``.
+        heads = executor if self._executor is not None else Workers(self._threads + 2, thread_name_prefix="heads")
+        try:
+            downloads, indexed = self._bundles.plan_downloads(indexed, heads.map, elsewhere)
+        finally:
+            if heads is not executor:
+                heads.shutdown(wait=True)  # idle threads: none left to hold a lock when the drop-in forks
+        bundled_up, indexed = self._bundles.plan_uploads(indexed)
+        # A bundle the listing brought whole (its head is all of it) costs no request: its
+        # members are written from this thread, below, while the other groups and files wait
+        # on the network. Threads writing into one directory only contend for its lock and
+        # for the interpreter: two took more CPU and more time than one.
+        resident = [g for g in downloads if g.bundle.complete]
+        fetched = [g for g in downloads if not g.bundle.complete]
+        if not fetched and not bundled_up:
+            return [], resident, None, indexed
+        # Unpacking a bundle is local CPU and file-system work: more threads than cores
+        # only fight over the interpreter lock.
+        pool = self._group_pool(executor, len(fetched) + len(bundled_up))
+        task = self._groups()
+        groups = [pool.submit(task.download, g, budget, peers) for g in fetched]
+        groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
+        return groups, resident, pool, indexed
+
+    def _pipelined(self, indexed: List[Tuple[int, Transfer]], results: List[Optional[Result]],
+                   budget: RetryBudget, loads: List[Joinable]) -> List[Tuple[int, Transfer]]:
+        """Small downloads, pipelined from this thread first; the transfers left for the
+        per-file path (``loads``: the directory indexes the pass started)."""
+        from transfer.batched import read_batched, write_file
+        from transfer.cached_reads import CachedReads
+
+        def stands_in(source: Url) -> bool:
+            # the listing runs on a thread of its own: one slow directory holds up the pass for
+            # _LISTING_WAIT at most, then its files wait for it on the per-file path, alone
+            return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")),
+                                              _LISTING_WAIT)
+
+        # node-cache hits are the per-file path's: served from the cache without a request
+        cached = CachedReads(self._cache, self._cache_key) if self._cache is not None else None
+        hits, misses = cached.split(indexed) if cached is not None else ([], indexed)
+        rest = read_batched(self._session, misses, self._threads, budget, self._pacer,
+                            budget.cancel if isinstance(budget, RunBudget) else None,
+                            lambda i, result: self._finish(results, i, result), stands_in,
+                            write_file if cached is None else cached.write)
+        return sorted(rest + hits) if hits else rest
+
+    def _collect(self, results: List[Optional[Result]], budget: RetryBudget, executor: Executor,
+                 peers: Optional[PeerRound], resident: List[DownloadGroup], groups: List[Future],  # type: ignore[type-arg]
+                 futures: List[Tuple[int, Future]]) -> None:  # type: ignore[type-arg]
+        """Write the resident groups from this thread, then gather every result in order; the
+        files of a bundle that vanished go down the per-file path after the others."""
+        task = self._groups() if resident else None
+        outcomes = (task.download(one, budget, peers) for one in resident if task is not None)
+        again: List[Tuple[int, Transfer]] = []
+        for outcome in itertools.chain(outcomes, (group.result() for group in groups)):
+            for i, result in outcome[0]:
+                self._finish(results, i, result)
+            again += outcome[1]
+        futures = futures + [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in again]
+        ahead = 4 * self._threads
+        for position, (i, future) in enumerate(futures):
+            if not future.done():  # wake once per several results, not once per file
+                _wait(futures[min(position + ahead, len(futures) - 1)][1])
+            self._finish(results, i, future.result())
 
     def _plans_bundles(self, indexed: List[Tuple[int, Transfer]]) -> bool:
         """Whether bundles could serve this batch: the stager may hold indexes an earlier run
@@ -348,7 +371,7 @@ class Engine:
         found nothing resolved to a member)."""
         from transfer.bundles.groups import GroupTask
         return GroupTask(self._bundles, self._cache, self._cache_key, retrier=self._retrier,
-                         per_file=self._transfer, write_through=self._write_through,
+                         write_through=self._write_through,
                          upload=lambda path, dest: self._upload(path, dest, write_through=False))
 
     # -- node cache ---------------------------------------------------------------------
