@@ -9,10 +9,11 @@ operation, in input order. It
   retryable errors only, with jittered exponential backoff and a batch-wide retry budget;
 * writes local destinations atomically (temp name, verify, rename) and never leaves a
   partial file behind;
-* reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
-  from bundles (one fetch per bundle for a batch: :mod:`transfer.bundles.groups`), then from
-  the store, and fills the node cache once; without peers and bundles, small objects are
-  first read many per round trip (:mod:`transfer.batched`, :mod:`transfer.cached_reads`);
+* reads a remote object through its endpoint's read stack (:mod:`transfer.layers`: node
+  cache, then peers, then the store, each layer wrapping the one below), with bundle members
+  planned per batch (one fetch per bundle: :mod:`transfer.bundles.groups`) and a 404 looked up
+  in the directory's bundles; without peers and bundles, small objects are first read many
+  per round trip (:mod:`transfer.batched`, :mod:`transfer.cached_reads`);
 * drives multipart uploads (:mod:`transfer.uploads`) and parallel ranged downloads
   (:mod:`transfer.ranged`) of large files, all their parts sharing one
   :class:`~transfer.ranged.PartPool` of ``threads``, and server-side copies between objects of
