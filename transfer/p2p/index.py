@@ -208,7 +208,7 @@ class PeerIndex:
             names = [f"{ns}:{{{tag}}}:r:{d}" for _, d in members]
             if claim is not None:
                 names += [f"{ns}:{{{tag}}}:c:{d}" for _, d in members]
-            mask = "".join("1" if key in claimed else "0" for key, _ in members)
+            mask = "".join("1" if key in claimed else "0" for key, _ in members) if claimed else "0" * len(members)
             pipe.execute_command("EVAL", _LOOKUP_LUA, len(names), *names, node, millis, mask)
         replies = pipe.execute()
         found = Lookup()
@@ -284,17 +284,18 @@ class _Replies:
 
     def add(self, groups: Any, replies: Sequence[Any]) -> None:
         """Every key's reply (``groups``: each script's (key, index name) list, as sent)."""
-        problems, live, keys = self._found.problems, self._live, self._keys
+        problems, live, keys, names, waiting = self._found.problems, self._live, self._keys, self._names, self._waiting
         for members, reply in zip(groups, replies):
             for (key, _), (entry, holder, skipped) in zip(members, reply):
                 if skipped:
                     problems.append(f"{skipped} oversized or surplus replica entries for {key!r} "
                                     "ignored in the replica index")
                 if type(entry) is list and len(entry) == 2:  # one holder, as for most keys
-                    name = self._name(entry[0])
+                    raw, value = entry
+                    name = names.get(raw) or self._name(raw)
                     if name in live:
-                        self._waiting.setdefault((id(keys[key]), name), []).append(
-                            (key, _decoded(entry[1]), holder))
+                        text = value.decode("utf-8", "replace") if type(value) is bytes else str(value)
+                        waiting.setdefault((id(keys[key]), name), []).append((key, text, holder))
                         continue
                 self._settle(key, self.pairs(entry) if entry else {}, holder)
         self._open_waiting()
