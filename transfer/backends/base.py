@@ -69,7 +69,8 @@ class Backend(Protocol):
         """Size and version of one object; NotFound if absent."""
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
-        """Write the object (or ``byte_range`` of it) to ``sink``.
+        """Write the object (or ``byte_range`` of it) to ``sink``; the ObjectInfo returned is the
+        whole object's (its size too, for a range).
 
         Verifies the byte count and, where the store provides one, the checksum, raising
         ChecksumMismatch otherwise. One request per call.
