@@ -1,6 +1,6 @@
 """One contract, every backend: :mod:`pegasus_cloudio_testbed.contract` (the importable suite)
 on local files, S3 on MinIO and on moto (a second, independent S3), GCS on fake-gcs-server,
-SFTP on OpenSSH's sshd, and HTTP and HTTPS on a real file server. Each class lists the
+Azure on Azurite, SFTP on OpenSSH's sshd, and HTTP and HTTPS on a real file server. Each class lists the
 mix-ins of the capabilities its backend claims; the suite's own guard fails a class that
 lists one too few or too many."""
 
@@ -80,6 +80,7 @@ def put_object(server: Any, base_url: str) -> Callable[[str, bytes], None]:
 
 class S3Classes(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
                 c.DirectoryListingContract, c.PagedListingContract, c.TouchesContract, c.BucketsContract,
+                c.BucketRemovalContract,
                 c.MultipartUploadsContract,
                 c.PendingUploadsContract, c.ExclusiveCreateContract, c.ConditionalPutsContract,
                 c.AttributedPutsContract, c.ServerSideCopyContract, c.RangedReadsContract,
@@ -160,6 +161,7 @@ def gcs_media_upload(server: FakeGcsServer, bucket: str) -> Callable[[str, bytes
 
 
 class TestGcs(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract, c.BucketsContract,
+              c.BucketRemovalContract,
               c.CacheKeysContract, c.ServerSideCopyContract):
     @pytest.fixture
     def base_url(self, store_gcs: Tuple[Dict[str, str], str]) -> str:
@@ -172,6 +174,41 @@ class TestGcs(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceCo
     @pytest.fixture
     def seed(self, gcs_server: FakeGcsServer, gcs_bucket: str) -> Callable[[str, bytes], None]:
         return gcs_media_upload(gcs_server, gcs_bucket)
+
+
+# --------------------------------------------------------------------------- Azure
+
+
+def azure_put_blob(connection_string: str, container: str) -> Callable[[str, bytes], None]:
+    """A seed through azure-storage-blob (the reference client) into ``container``."""
+    from azure.storage.blob import BlobServiceClient
+
+    client = BlobServiceClient.from_connection_string(connection_string).get_container_client(container)
+
+    def seed(key: str, data: bytes) -> None:
+        client.upload_blob(key, data, overwrite=True)
+    return seed
+
+
+class TestAzure(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
+                c.DirectoryListingContract, c.BucketsContract, c.MultipartUploadsContract,
+                c.ServerSideCopyContract, c.RangedReadsContract, c.CacheKeysContract, c.PeerScopesContract):
+    @pytest.fixture
+    def base_url(self, store_azure: Tuple[Dict[str, str], str]) -> str:
+        return store_azure[1]
+
+    @pytest.fixture
+    def reader(self, store_azure: Tuple[Dict[str, str], str], base_url: str) -> Iterator[Backend]:
+        yield from open_reader(store_azure[0], parse_url(base_url))
+
+    @pytest.fixture
+    def seed(self, azurite: Any, azure_container: str) -> Callable[[str, bytes], None]:
+        return azure_put_blob(azurite.connection_string, azure_container)
+
+    @pytest.fixture(autouse=True)
+    def _missing_container(self, azurite: Any) -> None:
+        # az://ACCOUNT/CONTAINER/BLOB names the account first, as s3://USER@SITE/BUCKET does its site
+        self.missing_bucket_url = f"az://{azurite.account}/no-such-container-{os.urandom(6).hex()}/k"
 
 
 # --------------------------------------------------------------------------- SFTP
