@@ -66,3 +66,37 @@ def test_the_committed_reports_plots_read_without_the_docs(tmp_path: Path) -> No
     assert made["lower_bounds_not_charted"]["stock"] == {"5.0": pytest.approx(140.36, abs=0.01)}
     assert "5.0" not in made["makespan_s"]["stock"]
 
+
+
+def test_reuse_assembles_under_the_measured_load_and_never_starts_a_bench(tmp_path: Path) -> None:
+    """The last stop's note: the head gave the load while the report was put together, and
+    ``--reuse`` ran the pool bench (a real pool, minutes) when no pool result was saved."""
+    import shutil
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "results").mkdir()
+    shutil.copy(repo / "docs" / "report" / "results" / "large.json", tmp_path / "results" / "large.json")
+    saved = json.loads((tmp_path / "results" / "large.json").read_text())
+    saved["load_average"] = [1.5, 2.25, 3.0]
+    (tmp_path / "results" / "large.json").write_text(json.dumps(saved))
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "bench", "report", "--out", str(tmp_path),
+                           "--reuse", "--only", "large,pool"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "FAILED" not in done.stdout, done.stdout + done.stderr
+    head = (tmp_path / "report.md").read_text().splitlines()[2]
+    assert "load average when measured: large 1.50, 2.25, 3.00; " in head, head
+    assert f"pool: no saved result {tmp_path}/results/pool.json: skipped" in done.stderr, done.stderr
+    assert "## pool\n\nSkipped: no saved result" in (tmp_path / "report.md").read_text()
+    assert not (tmp_path / "results" / "pool.json").exists()
+
+
+def test_the_disk_line_of_the_large_plot_has_no_tools_colour() -> None:
+    """The disk's write rate was drawn in the Go bars' colour."""
+    from matplotlib.colors import to_hex
+
+    from pegasus_cloudio_bench import figures
+    plt = figures._pyplot()
+    fig, ax = plt.subplots()
+    runs = [{"tool": tool, "direction": "download", "mb_per_s": 100.0} for tool in ("ours", "go", "s5cmd")]
+    bars, line = figures.draw_large(ax, {"runs": runs, "disk_write_mb_per_s": 300.0})
+    plt.close(fig)
+    tools = {to_hex(bar.get_facecolor()) for bar in bars}
+    assert len(tools) == 3 and to_hex(line.get_color()) not in tools

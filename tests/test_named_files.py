@@ -236,3 +236,40 @@ def test_a_terminal_named_as_a_file_does_not_become_the_readers_terminal() -> No
     os.close(slave)
     os.close(master)
     assert answer == f"{name}: a character device, not a regular file\nnone", answer
+
+
+def _open_events(path: Path):
+    """An inotify descriptor that queues an event each time ``path`` is opened (the kernel's
+    own record: an ``O_PATH`` descriptor opens nothing and makes none)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0 and libc.inotify_add_watch(fd, str(path).encode(), 0x20) >= 0, ctypes.get_errno()  # IN_OPEN
+    return fd
+
+
+def _queued(fd: int) -> int:
+    try:
+        return len(os.read(fd, 4096))
+    except BlockingIOError:
+        return 0
+
+
+def test_a_fifo_or_device_is_refused_without_being_opened(tmp_path: Path) -> None:
+    """The last stop's note: a device was opened (its open may act; a FIFO's open wakes a
+    writer waiting for a reader) and only then refused. Now it is looked at through O_PATH."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        events = _open_events(path)
+        try:
+            assert "not a regular file" in refusal(str(path))
+            assert _queued(events) == 0, f"{path} was opened"
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # the watch sees an open
+            assert _queued(events) > 0
+        finally:
+            os.close(events)
+    regular = tmp_path / "f"
+    regular.write_bytes(b"data")
+    assert read_file(str(regular), 10)[0] == b"data"
+    assert read_file(os.devnull, 10)[0] == b""

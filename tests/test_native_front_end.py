@@ -484,3 +484,26 @@ def test_the_c_source_and_the_python_side_share_their_constants() -> None:
     names = {k: defines[k].strip('"') for k in ("ENV_VAR", "TRIED_VAR", "NATIVE_VAR")}
     assert names == {"ENV_VAR": wire.ENV_VAR, "TRIED_VAR": launch.TRIED_VAR, "NATIVE_VAR": launch.NATIVE_VAR}
     assert set(INTERNAL) == {launch.TRIED_VAR, launch.NATIVE_VAR}
+
+
+def test_a_job_directory_holding_packages_of_our_names_is_never_imported(clients: Dict[str, List[str]],
+                                                                          tmp_path: Path) -> None:
+    """A job's inputs land in its working directory, and one may be a package called
+    ``transfer`` or ``pegasus_cloudio``. The installed commands run a script file, so Python
+    puts the script's directory first on ``sys.path``, never the working directory: neither
+    client imports them. ``python -m pegasus_cloudio.dropin`` does (Python's rule for ``-m``:
+    the working directory first, ahead of ``PYTHONPATH``), which docs/dropin.md says."""
+    env = no_stager(job_env(""))
+    for name, command in {**clients, "python -m": [sys.executable, "-m", "pegasus_cloudio.dropin"]}.items():
+        job = tmp_path / name.replace(" ", "")
+        for package in ("transfer", "pegasus_cloudio"):
+            (job / package).mkdir(parents=True)
+            (job / package / "__init__.py").write_text(f"raise SystemExit('planted {package} imported')\n")
+        (job / "in.dat").write_bytes(b"input")
+        done = subprocess.run(command, input=copy_spec().replace("{job}", str(job)).encode(), env=env, cwd=job,
+                              capture_output=True, timeout=120)
+        if name == "python -m":
+            assert done.returncode == 1 and b"planted pegasus_cloudio imported" in done.stderr, done.stderr
+        else:
+            assert done.returncode == 0 and b"planted" not in done.stderr, (name, done.stderr)
+            assert (job / "out" / "copy.dat").read_bytes() == b"input"

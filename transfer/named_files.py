@@ -7,8 +7,10 @@ user's cache. Any such name may be a FIFO (a plain ``open`` never returns), a de
 (``/dev/zero`` never ends), a file far larger than the reader needs, or a symbolic link
 another user planted. So every such file is read here, and only here:
 
-* opened with ``O_NONBLOCK``: a FIFO opens at once and is then refused (and ``O_NOCTTY``: a
-  terminal is refused without becoming the reader's controlling terminal);
+* looked at first through an ``O_PATH`` descriptor (Linux), which opens nothing: a device or a
+  FIFO is refused unopened, and a regular file is then opened through that descriptor;
+  elsewhere opened with ``O_NONBLOCK``: a FIFO opens at once and is then refused (and
+  ``O_NOCTTY``: a terminal is refused without becoming the reader's controlling terminal);
 * regular files only, checked with ``fstat`` on the opened descriptor (no race with a
   rename); ``os.devnull`` itself is read as an empty file (``PEGASUS_CLOUDIO_CONFIG=/dev/null``
   is the usual way to say "no file");
@@ -48,6 +50,8 @@ _MAX_LINKS = 40  # as the kernel's path walk
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # O_NOCTTY: a terminal named as a file must not become a session leader's controlling terminal
 FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+# the last component, looked at before it is opened (0 where there is no O_PATH: opened at once)
+_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) if hasattr(os, "O_PATH") else 0
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -69,14 +73,12 @@ class UnsafeFile(OSError):
 def open_regular(path: str, links: str = NO_LINKS, dir_fd: "Optional[int]" = None) -> "Tuple[int, os.stat_result]":
     """A descriptor of the regular file ``path`` (relative to ``dir_fd`` when given) and its
     ``fstat``. Raises :class:`UnsafeFile` (``FileNotFoundError``'s errno kept, so callers can
-    tell a missing file) for anything else; see the module docstring for ``links``."""
+    tell a missing file) for anything else; see the module docstring for ``links``. Where
+    there is ``O_PATH`` (Linux), the file is looked at before it is opened: a device or a FIFO
+    is refused without being opened (a device's open may act; a FIFO's wakes its writer)."""
     parent, leaf = _walk(path, links, dir_fd)
     try:
-        fd = os.open(leaf, FLAGS | os.O_NOFOLLOW, dir_fd=parent)
-    except OSError as err:
-        link = err.errno == errno.ELOOP
-        raise UnsafeFile(path, "a symbolic link (not followed)" if link else err.strerror or str(err),
-                         err.errno or 0) from None
+        fd = _open_leaf(path, leaf, parent)
     finally:
         os.close(parent)
     st = os.fstat(fd)
@@ -85,6 +87,44 @@ def open_regular(path: str, links: str = NO_LINKS, dir_fd: "Optional[int]" = Non
         os.close(fd)
         raise UnsafeFile(path, problem)
     return fd, st
+
+
+def _open_leaf(path: str, leaf: str, parent: int) -> int:
+    """``leaf`` in the directory ``parent`` opened for reading, never through a link; with
+    ``O_PATH``, only once a descriptor that cannot read (nor act on a device) showed a regular
+    file, and then that very file (``/proc/self/fd``, or where there is no ``/proc`` the name
+    again, checked to be the same file)."""
+    try:
+        if not _PATH_FLAGS:
+            return os.open(leaf, FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+        handle = os.open(leaf, _PATH_FLAGS, dir_fd=parent)
+    except OSError as err:
+        raise UnsafeFile(path, _reason(err), err.errno or 0) from None
+    try:
+        st = os.fstat(handle)
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeFile(path, "a symbolic link (not followed)", errno.ELOOP)
+        problem = check_regular(st)
+        if problem and not (path == os.devnull and stat.S_ISCHR(st.st_mode)):
+            raise UnsafeFile(path, problem)
+        try:
+            return os.open(f"/proc/self/fd/{handle}", FLAGS)
+        except FileNotFoundError:  # no /proc (a bare chroot): by name, and the same file or nothing
+            fd = os.open(leaf, FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+            if (os.fstat(fd).st_ino, os.fstat(fd).st_dev) != (st.st_ino, st.st_dev):
+                os.close(fd)
+                raise UnsafeFile(path, "replaced while it was opened") from None
+            return fd
+    except UnsafeFile:
+        raise
+    except OSError as err:
+        raise UnsafeFile(path, _reason(err), err.errno or 0) from None
+    finally:
+        os.close(handle)
+
+
+def _reason(err: OSError) -> str:
+    return "a symbolic link (not followed)" if err.errno == errno.ELOOP else err.strerror or str(err)
 
 
 def check_regular(st: os.stat_result) -> "Optional[str]":

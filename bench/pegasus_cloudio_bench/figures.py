@@ -64,6 +64,7 @@ def _mode_label(mode: str) -> str:
 
 
 TOOL_COLORS = {"ours": "C0", "go": "C2"}  # every other tool (stock, s5cmd, curl) in C1
+REFERENCE_COLOR = "0.3"  # a limit drawn across the bars (the disk's rate): grey, no tool's colour
 
 
 def workflow(result: Dict[str, Any], folder: str) -> List[Figure]:
@@ -184,10 +185,7 @@ def large(result: Dict[str, Any], folder: str) -> List[Figure]:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     runs = result["runs"]
-    labels = [f"{r['tool']} {r['direction']}" for r in runs]
-    ax.barh(labels, [r["mb_per_s"] for r in runs], color=[TOOL_COLORS.get(r["tool"], "C1") for r in runs])
-    ax.axvline(result["disk_write_mb_per_s"], color="C2", linestyle="--", label="disk write (fsync)")
-    ax.set_xlabel("MB/s")
+    draw_large(ax, result)
     fraction = result["ours_fraction_of_limit"]
     shown = (", ".join(f"{k} {v:.2f}" for k, v in fraction.items()) if isinstance(fraction, dict)
              else f"{fraction}")
@@ -201,6 +199,17 @@ def large(result: Dict[str, Any], folder: str) -> List[Figure]:
     save(folder, "large", fig, data)
     return [("large", "Large file rate against the run's limit", data)]
 
+
+
+def draw_large(ax: Any, result: Dict[str, Any]) -> Tuple[Any, Any]:
+    """The large-file bars (one colour per tool) and the disk's write rate as a dashed line of
+    a colour no tool has, on ``ax``; returns (the bars, the line)."""
+    runs = result["runs"]
+    labels = [f"{r['tool']} {r['direction']}" for r in runs]
+    bars = ax.barh(labels, [r["mb_per_s"] for r in runs], color=[TOOL_COLORS.get(r["tool"], "C1") for r in runs])
+    line = ax.axvline(result["disk_write_mb_per_s"], color=REFERENCE_COLOR, linestyle="--", label="disk write (fsync)")
+    ax.set_xlabel("MB/s")
+    return bars, line
 
 
 def pool(result: Dict[str, Any], folder: str) -> List[Figure]:

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from pegasus_cloudio_testbed.proxy import TcpProxy
 
@@ -63,7 +63,9 @@ class Measurement:
 
 class Progress:
     """Phase messages on stderr: a live elapsed-time line on a terminal; otherwise (a log, CI)
-    one line when a phase starts and one every ``interval`` seconds while it runs."""
+    one line when a phase starts and one every ``interval`` seconds while it runs. A phase given
+    ``moved`` (bytes so far, read by the line's thread) and ``total`` shows bytes, rate and time
+    left too, in ``pegasus-cloudio-s3``'s words (:mod:`pegasus_cloudio.progress`)."""
 
     def __init__(self, stream=sys.stderr, enabled: bool = True, interval: float = 30.0) -> None:  # type: ignore[no-untyped-def]
         self._stream = stream
@@ -73,7 +75,7 @@ class Progress:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
-    def phase(self, text: str) -> "Progress":
+    def phase(self, text: str, moved: Optional[Callable[[], int]] = None, total: Optional[int] = None) -> "Progress":
         self.done()
         if not self._enabled:
             return self
@@ -83,8 +85,9 @@ class Progress:
         def tick() -> None:
             while not self._stop.wait(0.5 if self._live else self._interval):
                 elapsed = time.monotonic() - started
-                self._write(f"\r  {text} ... {elapsed:5.1f} s" if self._live
-                            else f"  {text} ... still running, {elapsed:.0f} s\n")
+                state = f"{elapsed:5.1f} s" if moved is None else bytes_line(moved(), total, elapsed)
+                self._write(f"\r  {text} ... {state}" if self._live
+                            else f"  {text} ... still running, {state if moved else f'{elapsed:.0f} s'}\n")
 
         self._write(f"  {text} ..." + ("" if self._live else "\n"))
         self._thread = threading.Thread(target=tick, daemon=True)
@@ -108,6 +111,30 @@ class Progress:
         if self._enabled:
             self._stream.write(f"  {text}\n")
             self._stream.flush()
+
+
+def bytes_line(done: int, total: Optional[int], elapsed: float) -> str:
+    """``12.0 MiB/1.0 GiB (34.5 MiB/s), 0:29 left, 12.3 s`` (no total: no time left)."""
+    from pegasus_cloudio.progress import size_text, time_text
+    rate = done / elapsed if elapsed > 0 else 0.0
+    text = size_text(done) + (f"/{size_text(total)}" if total else "") + f" ({size_text(rate)}/s)"
+    if total and rate > 0 and done < total:
+        text += f", {time_text((total - done) / rate)} left"
+    return f"{text}, {elapsed:.1f} s    "  # spaces: the rest of a longer line before
+
+
+def tree_bytes(path: str, name: Optional[str] = None) -> int:
+    """The bytes of the files under ``path`` (whose names contain ``name``, when given); files
+    that go away while it looks are skipped. A phase's ``moved`` for a tool that writes a file."""
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for entry in files:
+            if name is None or name in entry:
+                try:
+                    total += os.lstat(os.path.join(folder, entry)).st_size
+                except OSError:
+                    pass
+    return total
 
 
 def add_params_arguments(parser: "argparse.ArgumentParser", defaults: Any, helps: Mapping[str, str]) -> None:

@@ -25,10 +25,10 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pegasus_cloudio_bench.disk import Params as DiskParams, _sample
-from pegasus_cloudio_bench.harness import Progress
+from pegasus_cloudio_bench.harness import Progress, tree_bytes
 from pegasus_cloudio_bench.sizes import Clients, make_file
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE
 from pegasus_cloudio_testbed.minio import MinioServer
@@ -100,7 +100,8 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
             for r in range(params.repeats):
                 for tool in (TOOLS if r % 2 == 0 else TOOLS[::-1]):
                     for upload in (True, False):
-                        progress.phase(f"{params.mib} MiB {'up' if upload else 'down'}: {tool}, round {r + 1}")
+                        progress.phase(f"{params.mib} MiB {'up' if upload else 'down'}: {tool}, round {r + 1}",
+                                       _moved(server, root, upload), size)
                         wall, good = _once(clients, server, tool, upload, root, source, digest, r)
                         times.setdefault((tool, upload), []).append(wall)
                         ok[(tool, upload)] = ok.get((tool, upload), True) and good
@@ -114,6 +115,16 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
         shutil.rmtree(root, ignore_errors=True)
     progress.done()
     return report(params, runs, disk)
+
+
+def _moved(server: MinioServer, root: str, upload: bool) -> Callable[[], int]:
+    """Bytes of this transfer so far, for the progress line: what MinIO's data directory
+    gained (an upload) or the destination file holds, under whatever temp name the tool writes
+    (a download)."""
+    if not upload:
+        return lambda: tree_bytes(root, "down.dat")
+    before = tree_bytes(str(server.data_dir))
+    return lambda: max(0, tree_bytes(str(server.data_dir)) - before)
 
 
 def _mkdir_spec() -> bytes:

@@ -47,9 +47,9 @@ class ReportProgress(Progress):
             self._heart = threading.Thread(target=self._heartbeat, daemon=True)
             self._heart.start()
 
-    def phase(self, text: str) -> "Progress":
+    def phase(self, text: str, moved: Optional[Callable[[], int]] = None, total: Optional[int] = None) -> "Progress":
         self._current, self._since = text, time.monotonic()
-        return super().phase(text)
+        return super().phase(text, moved, total)
 
     def scenario(self, name: str) -> None:
         self.phase(f"scenario {name}")
@@ -129,8 +129,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", help="comma-separated scenarios to run (default: all)")
     parser.add_argument("--monitor", help="a `pegasus-cloudio monitor` time-series file to plot")
     parser.add_argument("--reuse", action="store_true",
-                        help="take a scenario's result from OUT/results/NAME.json when it exists (e.g. the "
-                             "--json output of a separate `bench NAME` run) instead of running it")
+                        help="take each scenario's result from OUT/results/NAME.json (e.g. the --json output "
+                             "of a separate `bench NAME` run) instead of running it; a scenario with no saved "
+                             "result is skipped, with a line saying so")
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
@@ -163,6 +164,7 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
     sections: List[str] = []
     made: List[str] = []
     failed: Dict[str, str] = {}
+    loads: Dict[str, Optional[List[float]]] = {}  # scenario -> load average when it was measured
     started = time.monotonic()
     try:
         for name, run, table in scenarios(quick):
@@ -170,12 +172,18 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
                 continue
             progress.scenario(name)
             saved = os.path.join(folders["results"], f"{name}.json")
+            if reuse and not os.path.exists(saved):  # --reuse assembles: it never starts a bench
+                progress.note(f"{name}: no saved result {saved}: skipped (run `pegasus-cloudio bench report "
+                              f"--out {out} --only {name}` without --reuse to measure it)")
+                sections.append(f"## {name}\n\nSkipped: no saved result (results/{name}.json) to reuse.\n")
+                continue
             try:
-                result = _load(saved) if reuse and os.path.exists(saved) else run(progress)
+                result = _load(saved) if reuse else _measured(run(progress))
             except Exception as err:  # noqa: BLE001 - one broken scenario must not lose the others
                 failed[name] = f"{type(err).__name__}: {err}"
                 sections.append(f"## {name}\n\nFAILED: {failed[name]}\n")
                 continue
+            loads[name] = measured_load(result)
             _dump(saved, result)
             try:
                 figs = PLOTS[name](result, folders["figures"])
@@ -201,8 +209,25 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
     finally:
         progress.close()
     report = os.path.join(out, "report.md")
-    _write_report(report, sections, quick, time.monotonic() - started, reuse)
+    _write_report(report, sections, quick, time.monotonic() - started, reuse, loads)
     return {"benchmark": "report", "report": report, "figures": made, "failed": failed, "quick": quick}
+
+
+def _measured(result: Dict[str, Any]) -> Dict[str, Any]:
+    """``result`` with the load average at the end of its run, where the bench gave none."""
+    if measured_load(result) is None:
+        result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return result
+
+
+def measured_load(result: Dict[str, Any]) -> Optional[List[float]]:
+    """The load average a result was measured under (its ``load_average`` or ``load``), or None."""
+    value = result.get("load_average", result.get("load"))
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(x, (int, float)) for x in value):
+        return [float(x) for x in value]
+    return None
 
 
 def _load(path: str) -> Dict[str, Any]:
@@ -224,12 +249,17 @@ def _section(name: str, table: str, figs: List[figures.Figure]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_report(path: str, sections: List[str], quick: bool, seconds: float, reuse: bool = False) -> None:
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+def _write_report(path: str, sections: List[str], quick: bool, seconds: float, reuse: bool = False,
+                  loads: Optional[Dict[str, Optional[List[float]]]] = None) -> None:
+    """``report.md``: the head says under which load each section was measured (1, 5 and 15
+    minute averages at the end of its run, as its result recorded them), not the load while
+    the report was put together."""
+    measured = "; ".join(f"{name} " + (", ".join(f"{x:.2f}" for x in load) if load else "not recorded")
+                         for name, load in (loads or {}).items())
     head = ["# pegasus-cloudio benchmark report", "",
             f"{'Quick run (small scale: checks completeness, not speed)' if quick else 'Full run'}"
-            f"{' assembled from saved results (each table gives its own load)' if reuse else ''}; "
-            f"{os.cpu_count()} cores; load average at the end {load}; {seconds:.0f} s.", "",
+            f"{' assembled from saved results' if reuse else ''}; {os.cpu_count()} cores; "
+            f"load average when measured: {measured or 'nothing measured'}; {seconds:.0f} s.", "",
             "Each section is one run as its bench printed it, judged against the targets of its day. Today's "
             "figures, each with its command, date, load and baselines, and today's targets are in "
             "docs/benchmarks.md; a section's run may be older than that page's figure for the same scenario.", "",

@@ -83,6 +83,13 @@ class MinioServer(ServerProcess):
         super().__init__()
 
     @property
+    def data_dir(self) -> Path:
+        """The drive MinIO keeps its objects on (a benchmark's progress line watches it grow);
+        the server must have been started."""
+        assert self._tmp is not None, "MinIO was not started"
+        return self._tmp / "data"
+
+    @property
     def endpoint(self) -> str:
         """Base URL of the S3 API."""
         scheme = "https" if self.tls else "http"

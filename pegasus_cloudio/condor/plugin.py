@@ -274,11 +274,9 @@ def _run_engine(ops: List[Transfer], settings: Settings, penv: PluginEnvironment
             name = type(err).__name__
             reporter.fail_unreported(lambda item: TransferError(f"internal error ({name})", operation="transfer"))
             say(f"internal error: {name}: {str(err)[:200]}")
-        finally:
+        finally:  # the cache is not closed here: the engine's run closes it (its counters, eviction)
             if peers is not None:
                 peers.close()
-            if cache is not None:
-                cache.close()
 
 
 ABORT_SECONDS = 5.0

@@ -331,11 +331,9 @@ def run_native(entries: "Sequence[Entry]", session: "Session", settings: "Settin
     try:
         results = engine.run([e.op for e in entries]) if entries else []
         return reporting.finish(entries, results, engine, session.context.env)
-    finally:
+    finally:  # the cache is not closed here: the engine's run closes it (its counters, eviction)
         if peers is not None:
             peers.close()
-        if cache is not None:
-            cache.close()
 
 
 def _collect_behind() -> None:

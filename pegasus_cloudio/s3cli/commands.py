@@ -17,7 +17,7 @@ import fnmatch
 import logging
 import os
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, TextIO, Tuple
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Set, TextIO, Tuple
 
 from pegasus_cloudio.s3cli.bucket_ops import list_buckets
 from pegasus_cloudio.s3cli.upload_ops import Upload, list_uploads
@@ -26,15 +26,22 @@ from transfer import Engine, Session
 from transfer.backends.base import MultipartUploads, ObjectInfo, Store, store
 from transfer.backends.s3 import split_url
 from transfer.errors import NotFound
-from transfer.ops import Operation, Remove, Transfer
+from transfer.ops import Operation, Remove, Result, Transfer
 from transfer.urls import Url, parse_url
 
 if TYPE_CHECKING:
     from pegasus_cloudio.dropin.signals import Interrupts
+    from pegasus_cloudio.progress import Progress
+
+    # (files, bytes if known, a way to learn them with requests) -> the reporter of one batch
+    # (pegasus_cloudio.progress.Progress); the maker asks with requests only for a terminal
+    Sizes = Callable[[], Optional[int]]
+    ShowProgress = Callable[[int, Optional[int], Optional[Sizes]], ContextManager[Progress]]
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
 
 KB, MB, GB, TB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+_STAT_AT_MOST = 10  # a copy's sources are stat'ed for a progress line's total up to this many
 
 
 def human_size(size: int) -> str:
@@ -54,14 +61,24 @@ class S3Commands:
     """One CLI run: listing output goes to ``out``; data moves through one engine."""
 
     def __init__(self, session: Session, out: TextIO, threads: Optional[int] = None,
-                 watcher: Optional["Interrupts"] = None) -> None:
+                 watcher: Optional["Interrupts"] = None, progress: Optional["ShowProgress"] = None) -> None:
         """``watcher`` is told each batch before it runs and each result (the signal handler's
-        record of what did not finish)."""
+        record of what did not finish); ``progress`` makes the reporter of each put, get or cp
+        batch (None: no progress), told each result too."""
         self._session = session
         self._out = out
         self._watcher = watcher
-        self._engine = Engine(session, threads=threads, on_result=watcher.finished if watcher else None)
+        self._progress = progress
+        self._shown: Optional[Progress] = None  # the reporter of the batch running
+        self._engine = Engine(session, threads=threads, on_result=self._finished)
         self._listings: Dict[Tuple[str, str, str], Set[str]] = {}
+
+    def _finished(self, result: Result) -> None:
+        if self._watcher is not None:
+            self._watcher.finished(result)
+        shown = self._shown
+        if shown is not None:
+            shown.finished(result)
 
     def _backend(self, uri: S3Uri) -> Store:
         url = uri.to_url()
@@ -164,7 +181,8 @@ class S3Commands:
             for _, dest in pairs:
                 if self._stat(dest):
                     raise CommandError(f"Key: {dest.key} already exists. Try --force to overwrite")
-        self._run([Transfer((Url("file", "", os.path.abspath(p)),), d.to_url()) for p, d in pairs])
+        self._run([Transfer((Url("file", "", os.path.abspath(p)),), d.to_url()) for p, d in pairs],
+                  total=sum(os.path.getsize(p) for p, _ in pairs))
 
     def get(self, url: str, output: Optional[str] = None, *, recursive: bool = False) -> None:
         """Download URL to FILE (default: the key's basename in the current directory)."""
@@ -174,26 +192,31 @@ class S3Commands:
         if uri.key is None and not recursive:
             raise CommandError(f"URL must contain a key: {url}")
         if recursive:
-            pairs = self._download_tree(uri, output)
-        else:
-            name = os.path.basename((uri.key or "").rstrip("/"))
-            target = local_path(output) if output else name
-            if target.endswith("/"):
-                target += name
-            pairs = [(uri, target)]
-        self._run([Transfer((u.to_url(),), Url("file", "", os.path.abspath(p))) for u, p in pairs])
+            pairs, size = self._download_tree(uri, output)
+            self._run(_downloads(pairs), total=size)
+            return
+        name = os.path.basename((uri.key or "").rstrip("/"))
+        target = local_path(output) if output else name
+        if target.endswith("/"):
+            target += name
+        self._run(_downloads([(uri, target)]), sizes=lambda: self._size(uri))
 
-    def _download_tree(self, uri: S3Uri, output: Optional[str]) -> List[Tuple[S3Uri, str]]:
+    def _download_tree(self, uri: S3Uri, output: Optional[str]) -> Tuple[List[Tuple[S3Uri, str]], int]:
+        """The keys under ``uri`` and their local paths, and the bytes of them all."""
         key = (uri.key or "").rstrip("/")
         root = local_path(output) if output else (os.path.basename(key) or uri.bucket or ".")
         pairs = []
+        size = 0
         for info in self._list_prefix(uri, key):
             found = split_url(info.url).key
             if found == key or not key:
                 pairs.append((uri.with_key(found), root if found == key else os.path.join(root, found)))
             elif found.startswith(key + "/"):
                 pairs.append((uri.with_key(found), os.path.join(root, found[len(key) + 1:])))
-        return pairs
+            else:
+                continue
+            size += info.size
+        return pairs, size
 
     def cp(self, sources: Sequence[str], dest: str, *, force: bool = False, create: bool = False,
            recursive: bool = False) -> None:
@@ -218,7 +241,8 @@ class S3Commands:
                 if self._stat(target):
                     raise CommandError(f"Key: {target.key} already exists in destination bucket: "
                                        f"{target.bucket}, (see --force)")
-        self._run([Transfer((s.to_url(),), d.to_url()) for s, d in pairs])
+        self._run([Transfer((s.to_url(),), d.to_url()) for s, d in pairs],
+                  sizes=lambda: sum(self._size(s) or 0 for s, _ in pairs) if len(pairs) <= _STAT_AT_MOST else None)
 
     def _copy_pairs(self, src: S3Uri, dst: S3Uri) -> List[Tuple[S3Uri, S3Uri]]:
         if src.key is None:
@@ -230,6 +254,13 @@ class S3Commands:
         return [(src, dst.with_key(key))]
 
     # -- plumbing -------------------------------------------------------------------------
+
+    def _size(self, uri: S3Uri) -> Optional[int]:
+        """The object's size, None if it is not there (the transfer then says so)."""
+        try:
+            return self._backend(uri).stat(uri.to_url()).size
+        except NotFound:
+            return None
 
     def _stat(self, uri: S3Uri) -> bool:
         try:
@@ -270,15 +301,29 @@ class S3Commands:
             backend.abort_upload(uri.with_key(upload.key).to_url(), upload.upload_id)
             log.info("aborted upload %s of %s", upload.upload_id, upload.key)
 
-    def _run(self, ops: Sequence[Operation]) -> None:
+    def _run(self, ops: Sequence[Operation], total: Optional[int] = None, sizes: Optional["Sizes"] = None) -> None:
+        """Run the batch; a put, get or cp (``total``: its bytes, or ``sizes``: how to ask the
+        store for them) under a reporter when there is a ``progress`` maker."""
         if self._watcher is not None:
             self._watcher.watch(self._engine, ops)
-        failed = [r for r in self._engine.run(ops) if not r.ok]
+        if (total is None and sizes is None) or self._progress is None:
+            results = self._engine.run(ops)
+        else:
+            with self._progress(len(ops), total, sizes) as self._shown:
+                try:
+                    results = self._engine.run(ops)
+                finally:
+                    self._shown = None
+        failed = [r for r in results if not r.ok]
         for result in failed[1:]:  # the first is the command's error, printed once by the CLI
             log.error("%s", result.error)
         if failed:
             more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
             raise CommandError(f"{failed[0].error}{more}")
+
+
+def _downloads(pairs: Sequence[Tuple[S3Uri, str]]) -> List[Operation]:
+    return [Transfer((u.to_url(),), Url("file", "", os.path.abspath(p))) for u, p in pairs]
 
 
 def _put_target(path: str, uri: S3Uri) -> S3Uri:

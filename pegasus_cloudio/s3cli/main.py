@@ -26,6 +26,7 @@ from transfer.knobs import layered, story
 
 if TYPE_CHECKING:
     from pegasus_cloudio.dropin.signals import Interrupts
+    from pegasus_cloudio.s3cli.commands import ShowProgress, Sizes
 
 log = logging.getLogger("pegasus_cloudio.s3cli")
 LEGACY = {"rmdir": "URL..."}
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="Enable verbose mode")
     parser.add_argument("-d", "--debug", action="store_true", help="Enable debug mode")
     parser.add_argument("-C", "--conf", dest="config", default=None, help="Path to configuration file")
+    _add_progress_options(parser, False)
     parser.add_argument("--version", action="version", version=version_line("pegasus-cloudio-s3"))
     sub = parser.add_subparsers(dest="cmd", metavar="{ls,mkdir,rm,put,get,cp,lsup,rmup,help}")
     ls = sub.add_parser("ls", help="List the contents of a bucket (or the buckets)")
@@ -57,10 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Create the destination bucket if it does not already exist")
     put.add_argument("-f", "--force", action="store_true", help="Overwrite key if it already exists")
     _add_legacy_transfer_options(put, "upload all files in the directory FILE under URL")
+    _add_progress_options(put, argparse.SUPPRESS)
     get = sub.add_parser("get", help="Download a key to a file")
     get.add_argument("url", metavar="URL")
     get.add_argument("file", metavar="FILE", nargs="?", default=None)
     _add_legacy_transfer_options(get, "download every key equal to URL or under URL/")
+    _add_progress_options(get, argparse.SUPPRESS)
     cp = sub.add_parser("cp", help="Copy keys inside the store")
     cp.add_argument("srcs", metavar="SRC", nargs="+")
     cp.add_argument("dest", metavar="DST")
@@ -68,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Create destination bucket if it does not exist")
     cp.add_argument("-f", "--force", action="store_true", help="If DEST key exists, then overwrite it")
     cp.add_argument("-r", "--recursive", action="store_true", help="SRC may be a bucket: copy all its keys")
+    _add_progress_options(cp, argparse.SUPPRESS)
     lsup = sub.add_parser("lsup", help="List multipart uploads in progress under URL (pegasus-s3 4.x)")
     lsup.add_argument("url", metavar="URL")
     rmup = sub.add_parser("rmup", help="Abort multipart upload UPLOAD of URL, or with -a every upload "
@@ -85,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
         legacy.add_argument("args", nargs="*")
         legacy.add_argument("-a", "--all", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def _add_progress_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """``--no-progress`` and ``-q``, on the command and on put/get/cp (``default`` SUPPRESS
+    there, so that a subcommand's unset flag leaves the command's)."""
+    parser.add_argument("--no-progress", dest="no_progress", action="store_true", default=default,
+                        help="Show no progress line: on a terminal put, get and cp show bytes, rate and "
+                             "time left on one line of stderr; elsewhere one line per 30 s of long work")
+    parser.add_argument("-q", "--quiet", dest="no_progress", action="store_true", default=default,
+                        help="The same as --no-progress")
 
 
 def _add_legacy_transfer_options(parser: argparse.ArgumentParser, recursive_help: str) -> None:
@@ -126,10 +141,14 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] 
 
 class _Stderr:
     """The signal handler's voice (:class:`~pegasus_cloudio.dropin.signals.Interrupts`): one line
-    on stderr, straight to the descriptor when the stream is busy with the interrupted write."""
+    on stderr, straight to the descriptor when the stream is busy with the interrupted write. On
+    a terminal each line first clears the one it starts on: a progress line may be showing there."""
+
+    def __init__(self) -> None:
+        self._clear = "\r\x1b[K" if _isatty(sys.stderr) else ""
 
     def say_now(self, level: int, message: str, *args: object) -> None:
-        line = f"pegasus-cloudio-s3: {message % args if args else message}\n"
+        line = f"{self._clear}pegasus-cloudio-s3: {message % args if args else message}\n"
         try:
             sys.stderr.write(line)
             sys.stderr.flush()
@@ -175,7 +194,8 @@ def _dispatch(args: argparse.Namespace, env: Dict[str, str], out: TextIO, interr
 def _act(args: argparse.Namespace, session: Session, settings: Settings, out: TextIO,
          interrupts: "Interrupts") -> None:
     """Run the subcommand ``args`` names in ``session``."""
-    commands = S3Commands(session, out, threads=settings.threads, watcher=interrupts)
+    commands = S3Commands(session, out, threads=settings.threads, watcher=interrupts,
+                          progress=None if args.no_progress else _progress_maker(session))
     actions: Dict[str, Callable[[], None]] = {
         "ls": lambda: commands.ls(parse_s3_uri(args.url), args.long_format, args.human_sized),
         "mkdir": lambda: _each(commands.mkdir, args.urls),
@@ -191,6 +211,29 @@ def _act(args: argparse.Namespace, session: Session, settings: Settings, out: Te
                                       else parse_duration(args.older_than)),
     }
     actions[args.cmd]()
+
+
+def _progress_maker(session: Session) -> "ShowProgress":
+    """The reporters of this run's batches on stderr (:mod:`pegasus_cloudio.progress`): a live line
+    on a terminal, whose total may cost a HEAD per source; elsewhere the 30 s lines, with the
+    total only where it is known without a request."""
+    from pegasus_cloudio.progress import Progress
+    session.stats.meter()
+    live = _isatty(sys.stderr)
+
+    def make(files: int, total: Optional[int], sizes: Optional["Sizes"]) -> Progress:
+        if total is None and sizes is not None and live:
+            total = sizes()
+        return Progress(sys.stderr, moved=session.stats.bytes_moved, files=files, total=total, live=live,
+                        prefix="pegasus-cloudio-s3: ")
+    return make
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
 
 
 def _each(action: Callable[[S3Uri], None], urls: Sequence[str]) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from transfer.http.proxy import Proxy
 
 _CHUNK = 1 << 18
+_SENDFILE_STEP = 1 << 22  # a few system calls per 4 MiB, so that bytes_moved follows a large body
 
 
 class StaleConnection(TransientError):
@@ -226,6 +227,9 @@ class Connection:
         self._rfile: Optional[BinaryIO] = None
         self.must_close = False
         self.requests_sent = 0
+        # body bytes sent and received on this connection: written only by the one thread that
+        # holds it, read by a progress reporter (PoolStats.bytes_moved); one add per chunk
+        self.bytes_moved = 0
         self.idle = True
         self._endpoint = f"{'https' if ssl_context else 'http'}://{host}:{port}"
         self._warm = False
@@ -392,10 +396,12 @@ class Connection:
         try:
             if isinstance(body, bytes) and len(body) <= _CHUNK:
                 self._sock.sendall(head + body)
+                self.bytes_moved += len(body)
                 return
             self._sock.sendall(head)
             if isinstance(body, bytes):
                 self._sock.sendall(body)
+                self.bytes_moved += len(body)
             elif isinstance(body, FileRegion):
                 self._send_file(body)
         except BlockingIOError:  # the send timeout of a blocking plain socket ran out
@@ -417,7 +423,7 @@ class Connection:
         assert self._sock is not None
         with open(region.path, "rb") as fh:
             if self._ssl_context is None:
-                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length, self._timeouts.read)
+                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length, self._timeouts.read, self)
                 if sent != region.length:
                     raise TransientError(f"sent {sent} of {region.length} bytes of {region.path}")
                 return
@@ -429,6 +435,7 @@ class Connection:
                     raise TransientError(f"{region.path} shrank while being sent")
                 self._sock.sendall(data)
                 left -= len(data)
+                self.bytes_moved += len(data)
 
     def _host_header(self) -> str:
         return host_header(self.host, self.port, self._ssl_context is not None)
@@ -470,6 +477,7 @@ class Connection:
                                      url=self.endpoint, operation="read")
             write(data)
             left -= len(data)
+            self.bytes_moved += len(data)
         return length
 
     def read_chunked(self, write: Callable[[bytes], object]) -> int:
@@ -502,6 +510,7 @@ class Connection:
                 return total
             write(data)
             total += len(data)
+            self.bytes_moved += len(data)
 
     def response_done(self) -> None:
         self.idle = True
@@ -543,11 +552,12 @@ class _SocketReader(io.RawIOBase):
             raise TimeoutError("timed out") from None
 
 
-def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: float) -> int:
+def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: float, conn: Connection) -> int:
     """``socket.sendfile`` on a plain socket: zero-copy ``os.sendfile``; a socket with a
     timeout is non-blocking underneath, so room is waited for here, up to ``timeout``, and a
     blocking one with a kernel send timeout (:func:`_kernel_timeouts`) reports it as EAGAIN
-    (TimeoutError here). Returns the bytes sent."""
+    (TimeoutError here). Returns the bytes sent, each step's also added to ``conn.bytes_moved``
+    (steps of at most ``_SENDFILE_STEP``: a progress line moves while a large body goes out)."""
     import select
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLOUT)
@@ -555,7 +565,7 @@ def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: 
     sent = 0
     while sent < length:
         try:
-            count = os.sendfile(sock.fileno(), fd, offset + sent, length - sent)
+            count = os.sendfile(sock.fileno(), fd, offset + sent, min(_SENDFILE_STEP, length - sent))
         except BlockingIOError:
             if blocking or not poller.poll(timeout * 1000):
                 raise TimeoutError("timed out") from None
@@ -563,6 +573,7 @@ def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: 
         if count == 0:
             break
         sent += count
+        conn.bytes_moved += count
     return sent
 
 

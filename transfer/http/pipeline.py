@@ -299,6 +299,7 @@ class _Run:
                 return position
             entry = link.waiting.popleft()
             position = start + length
+            link.conn.bytes_moved += length  # the body, as Connection counts it
             took = time.monotonic() - entry.sent
             if took > self.slowest:
                 self.slowest = took

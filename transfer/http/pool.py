@@ -34,14 +34,17 @@ if TYPE_CHECKING:
 
 
 class PoolStats:
-    """Counters a benchmark reads: connections opened and requests sent."""
+    """Counters a benchmark reads: connections opened and requests sent; and, once
+    :meth:`meter` is called, the body bytes moved (what a progress line shows)."""
 
-    __slots__ = ("connections_opened", "requests_sent", "_lock")
+    __slots__ = ("connections_opened", "requests_sent", "_lock", "_metered", "_moved_before")
 
     def __init__(self) -> None:
         self.connections_opened = 0
         self.requests_sent = 0
         self._lock = _threads.Lock()
+        self._metered: Optional[List[Connection]] = None  # None: nothing followed (a job's default)
+        self._moved_before = 0  # the bytes of followed connections since closed
 
     def count(self, *, connections: int = 0, requests: int = 0) -> None:
         with self._lock:
@@ -52,6 +55,37 @@ class PoolStats:
         """``count(requests=1)``, once per request."""
         with self._lock:
             self.requests_sent += 1
+
+    def opened(self, conn: Connection) -> None:
+        """``count(connections=1)`` for a pool's new ``conn``, followed for :meth:`bytes_moved`
+        when metering."""
+        with self._lock:
+            self.connections_opened += 1
+            if self._metered is not None:
+                self._metered.append(conn)
+
+    def meter(self) -> None:
+        """Follow the connections opened from now on: their body bytes add up in
+        :meth:`bytes_moved`. Off by default, so that a job that shows no progress keeps no list."""
+        with self._lock:
+            if self._metered is None:
+                self._metered = []
+
+    def bytes_moved(self) -> int:
+        """Request and response body bytes moved on the connections opened since :meth:`meter`
+        (0 before), read while they move: each connection's own count (``Connection.bytes_moved``,
+        added to by the one thread holding it), closed ones folded into one total."""
+        with self._lock:
+            if self._metered is None:
+                return 0
+            live = []
+            for conn in self._metered:
+                if conn.live_socket is not None:  # (not is_open: one told to close may still be reading)
+                    live.append(conn)
+                else:  # closed for good: the pool never reopens a connection
+                    self._moved_before += conn.bytes_moved
+            self._metered = live
+            return self._moved_before + sum(conn.bytes_moved for conn in live)
 
 
 class ConnectionPool:
@@ -194,7 +228,7 @@ class ConnectionPool:
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
                           connect_to=self._connect_to, proxy=self._proxy, started=started)
         conn.connect()
-        self.stats.count(connections=1)
+        self.stats.opened(conn)
         return conn
 
     def _checkout(self) -> Connection:
