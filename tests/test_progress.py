@@ -339,3 +339,21 @@ def test_the_byte_count_keeps_the_bytes_of_closed_connections_and_counts_only_wh
     finally:
         server.shutdown()
         server.server_close()
+
+
+RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+:(?:DEBUG|INFO|WARNING):")
+
+
+def test_a_log_record_on_a_terminal_starts_on_a_cleared_line_not_on_the_progress_line(slow, bucket, tmp_path):
+    """With -d on a terminal, the records logged while the transfer ran continued the progress
+    line ("Completed 2.0 MiB/8.0 MiB ... left2026-12-02 ...:DEBUG:..."). Each now clears it first."""
+    src = _put_object(slow, bucket, tmp_path)
+    rc, seen, out = under_tty(S3 + ["-d", "get", f"s3://test@minio/{bucket}/big.dat", str(tmp_path / "got.dat")],
+                              slow, tmp_path)
+    text = seen.decode()
+    assert rc == 0 and out == b"" and (tmp_path / "got.dat").read_bytes() == src.read_bytes(), text
+    assert LINE.search(text), text  # a progress line was showing
+    starts = [m.start() for m in RECORD.finditer(text)]
+    after = [at for at in starts if LINE.search(text, 0, at)]
+    assert after, text  # records logged once the progress line had shown: the case under test
+    assert all(text[:at].endswith("\r\x1b[K") for at in starts), text
