@@ -285,7 +285,7 @@ def _setup_logging(verbose: bool, debug: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     shape = logging.Formatter
     if _isatty(sys.stderr):  # a progress line may be showing: imported only then (start-up time)
-        from pegasus_cloudio.progress import LineClearing as shape  # type: ignore[assignment]
+        from pegasus_cloudio.progress import LineClearing as shape
     handler.setFormatter(shape("%(asctime)s:%(levelname)s:%(name)s: %(message)s"))
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     for logger in (log, logging.getLogger("transfer")):
