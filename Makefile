@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (see README.md):
 #   make bench   the main job: small-files benchmark on an embedded MinIO, comparison table;
-#                builds only MinIO, s5cmd and Pegasus's Go pegasus-transfer, needs no root
+#                builds only MinIO, s5cmd, Pegasus's Go pegasus-transfer and Azurite (npm), needs no root
 #   make test    type checks and the test suite against real servers started on loopback;
 #                also installs the system packages the servers need (scripts/system-deps.sh)
 #                and builds the HTCondor pools' Debian 13 and testing roots (make pool)
@@ -11,8 +11,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-TOOLS  := minio s5cmd fake-gcs-server pegasus-transfer-go
-BENCH_TOOLS := minio s5cmd pegasus-transfer-go
+TOOLS  := minio s5cmd fake-gcs-server pegasus-transfer-go azurite
+BENCH_TOOLS := minio s5cmd pegasus-transfer-go azurite
 HEARTBEAT := bash scripts/heartbeat.sh
 REQS   := $(sort $(wildcard requirements/*.txt))
 BENCH_DIST := bench

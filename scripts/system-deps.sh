@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian packages the test servers need (sshd for the SFTP tests, mmdebstrap for the HTCondor
-# pool's root), installed only when missing.
+# pool's root, Node and npm for Azurite), installed only when missing.
 # Run by `make test` (CI runs as root); `make bench` does not need it. apt waits up to
 # APT_LOCK_WAIT_S (default 600) for a lock another process holds instead of failing, and
 # prints a line every 30 s while it works.
@@ -20,6 +20,8 @@ ip iproute2
 curl curl
 strace strace
 mmdebstrap mmdebstrap
+node nodejs
+npm npm
 LIST
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}" >&2

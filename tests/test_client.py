@@ -178,6 +178,24 @@ def test_a_bucket_that_does_not_exist_is_not_found_everywhere(store_client):
     assert client.list(empty) == [] and client.list(empty + "/") == [] and client.find(empty) == []
 
 
+def test_an_empty_bucket_is_removed_and_a_full_one_refused(store_client):
+    """Issue 33: remove_bucket deletes an empty bucket (MinIO and fake-gcs-server); one with an
+    object in it is refused (409) and kept; a missing one is NotFound; a key is no bucket."""
+    client, bucket = store_client
+    client.write_bytes(f"{bucket}/k", b"inside")
+    with pytest.raises(RemoteError) as caught:
+        client.remove_bucket(bucket)
+    assert caught.value.status in (409, 412) and bucket in str(caught.value)  # fake-gcs-server: 412, GCS 409
+    assert client.read_bytes(f"{bucket}/k") == b"inside"
+    with pytest.raises(InvalidInput, match="not a bucket"):
+        client.remove_bucket(f"{bucket}/k")
+    client.remove(f"{bucket}/k")
+    client.remove_bucket(bucket)
+    assert not client.exists(bucket)
+    with pytest.raises(NotFound, match=bucket):
+        client.remove_bucket(bucket)
+
+
 @pytest.fixture
 def counted_client(minio):
     with TcpProxy((minio.host, minio.port)) as proxy:

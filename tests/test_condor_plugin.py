@@ -46,7 +46,7 @@ def test_query_ad_is_what_the_starter_parses(starter):
     assert query["PluginType"] == "FileTransfer"
     assert isinstance(query["PluginVersion"], str) and query["PluginVersion"]
     methods = [m for m in re.split(r"[,\s]+", query["SupportedMethods"]) if m]
-    assert {"s3", "http", "https"} <= set(methods) <= {"s3", "gs", "http", "https"}
+    assert {"s3", "http", "https"} <= set(methods) <= {"s3", "gs", "az", "http", "https"}
     assert all(m.isalnum() for m in methods)  # HTCondor keys plugins by the suffix after + - .
     assert query["StartdAttrs"] in query
 

@@ -192,12 +192,16 @@ def test_large_upload_is_resumable_in_chunks_and_round_trips(resumable_store, tm
 def test_a_resumable_upload_that_stored_wrong_bytes_is_deleted_and_retried(resumable_store, tmp_path):
     """fake-gcs-server appends a re-sent chunk instead of ignoring the part it already has
     (GCS does not), so a reset after the server took a chunk corrupts the object: the
-    CRC32C check must catch it and the object must not stay under its name."""
+    CRC32C check must catch it and the object must not stay under its name. The chunk's
+    retries get a deadline (retry_max_delay x max_attempts) longer than RESUMABLE's 0.15 s:
+    google's retry counts it from the first attempt, which in a process's first resumable
+    upload (imports, connections) can take longer alone, and then the reset chunk is never
+    sent again."""
     proxy, env, bucket = resumable_store
     data = os.urandom((6 << 20) + 1)
     (tmp_path / "src").write_bytes(data)
     resend = Fault.reset(after_bytes=0, method="PUT", times=1)
-    with Session(Settings(**RESUMABLE), env) as session:
+    with Session(Settings(**dict(RESUMABLE, retry_max_delay=10.0)), env) as session:
         backend = session.backend(gs(bucket, "r"))
         proxy.set_faults([resend])
         with pytest.raises(ChecksumMismatch):

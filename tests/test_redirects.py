@@ -122,3 +122,26 @@ def test_gcs_put_redirected_to_another_port_sends_no_body(gcs_keyed, gcs_bucket,
             [result] = Engine(session).run([Transfer((parse_url(f"file://{source}"),),
                                                      parse_url(f"gs://{gcs_bucket}/k"))])
         _failed_on_redirect(result, recorder)
+
+
+def test_s3_same_origin_redirect_with_a_query_out_of_order_is_signed_canonically(proxied, bucket, tmp_path):
+    """A 307 to the endpoint's own origin whose ``Location`` writes its query unsorted and with
+    ``+`` for a space: the router sends and signs it in canonical form (MinIO checks the
+    signature over that), so the followed GET succeeds; signed as written it was refused
+    (SignatureDoesNotMatch)."""
+    import io
+
+    proxy, env = proxied
+    url = parse_url(f"s3://test@minio/{bucket}/q")
+    with Session(Settings(max_attempts=1), env) as session:
+        backend = session.backend(url)
+        (tmp_path / "q").write_bytes(b"queried")
+        backend.put(str(tmp_path / "q"), url)
+        location = f"/{bucket}/q?response-content-type=text%2Fplain&response-cache-control=no+cache"
+        proxy.set_faults([Fault.status(307, body=b"", headers={"Location": location}, method="GET",
+                                       path=f"/{bucket}/q")])
+        proxy.reset_counters()
+        sink = io.BytesIO()
+        backend.get(url, sink)
+    assert sink.getvalue() == b"queried"
+    assert proxy.requests_by_method.get("GET") == 2 and proxy.pending_faults() == 0

@@ -17,13 +17,13 @@ def test_every_row_names_a_backend_module_that_exists() -> None:
     for name, row in schemes.SCHEMES.items():
         assert row.name == name
         assert importlib.util.find_spec(row.module) is not None, row
-        assert row.family in ("local", "s3", "gcs", "http", "ssh"), row
+        assert row.family in ("local", "s3", "gcs", "azure", "http", "ssh"), row
 
 
 def test_the_derived_sets_follow_the_rows() -> None:
     assert schemes.S3 == {"s3", "s3s"} and schemes.HTTP == {"http", "https"}
-    assert schemes.OBJECT_STORES == {"s3", "s3s", "gs"} and schemes.LOCAL == {"file", "symlink", "moveto"}
-    assert schemes.PLUGIN == ("s3", "gs", "http", "https")
+    assert schemes.OBJECT_STORES == {"s3", "s3s", "gs", "az"} and schemes.LOCAL == {"file", "symlink", "moveto"}
+    assert schemes.PLUGIN == ("s3", "gs", "az", "http", "https")
     assert schemes.family("s3s") == "s3" and schemes.family("nope") is None
 
 

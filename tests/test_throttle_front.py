@@ -93,8 +93,8 @@ def test_answers_are_shaped_like_each_store() -> None:
 
 
 def test_front_refuses_unknown_shape() -> None:
-    with pytest.raises(ValueError, match="shape must be one of s3, gcs"):
-        ThrottleFront("127.0.0.1", 9, rate=1, shape="azure")
+    with pytest.raises(ValueError, match="shape must be one of s3, gcs, azure"):
+        ThrottleFront("127.0.0.1", 9, rate=1, shape="swift")
 
 # --------------------------------------------------------------------------- MinIO through the front
 

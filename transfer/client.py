@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
-from transfer.backends.base import (AttributedPuts, Attributes, ConditionalPuts, ExclusiveCreate, Presigns,
-                                    RangedReads, Touches, cache_keys, namespace, uploads)
+from transfer.backends.base import (AttributedPuts, Attributes, BucketRemoval, ConditionalPuts, ExclusiveCreate,
+                                    Presigns, RangedReads, Touches, cache_keys, namespace, uploads)
 from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
@@ -184,6 +184,17 @@ class Client:
     def mkdir(self, url: UrlLike) -> None:
         """Create a local directory, or the bucket of an object-store URL (idempotent)."""
         _raise_first(self.engine.run([Mkdir(self.url(url))]))
+
+    def remove_bucket(self, url: UrlLike) -> None:
+        """Delete an empty bucket (``s3://bucket``, ``gs://bucket``): NotFound when there is
+        none, RemoteError (409; fake-gcs-server 412) while something is in it (``remove(url,
+        recursive=True)`` first), InvalidInput for a URL naming a key or a store without buckets."""
+        target = self.url(url)
+        backend = None if target.is_local else self.session.backend(target)
+        if not isinstance(backend, BucketRemoval) or target.path.strip("/"):
+            raise InvalidInput("not a bucket: remove_bucket takes s3://BUCKET or gs://BUCKET", url=str(target),
+                               operation="remove")
+        backend.remove_bucket(target)
 
     # -- one object -----------------------------------------------------------------------
 

@@ -25,18 +25,20 @@ import tempfile
 import threading
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
+from fsspec.caching import register_cache
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
-from transfer.backends.base import ExclusiveCreate, MultipartUploads, multipart_uploads
+from transfer.backends.base import ExclusiveCreate, multipart_uploads
 from transfer.client import Client
-from transfer.errors import NotFound, TransferError
-from transfer.http.connection import FileRegion
+from transfer.errors import NotFound
+from transfer.fsspec_streams import PartStream, ReadAhead
 from transfer.listing import Entry
 from transfer.urls import Url
 
 __all__ = ["CloudioFileSystem"]
 
 _Pair = Tuple[str, str]
+register_cache(ReadAhead, clobber=True)  # clobber: a second import of this module is no conflict
 
 
 class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is untyped
@@ -123,7 +125,12 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         self.mkdir(path)
 
     def rmdir(self, path: str) -> None:
-        pass  # nothing to remove: a prefix disappears with its last object
+        """Delete an empty bucket (as s3fs does); a deeper prefix has nothing to remove: it
+        disappears with its last object."""
+        path = self._strip_protocol(path)
+        if path and "/" not in path:
+            self.invalidate_cache()
+            self.client.remove_bucket(self._url(path))
 
     def modified(self, path: str) -> Any:
         import datetime
@@ -185,6 +192,9 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         self.invalidate_cache()
         if files:
             self.client.remove([self._url(p) for p in files])
+        if recursive:  # fsspec's meaning: a bucket removed recursively goes too
+            for bucket in [p for p in paths if p and "/" not in p]:
+                self.rmdir(bucket)
 
     def rm_file(self, path: str) -> None:
         self.rm(path)
@@ -267,6 +277,7 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         if "x" in mode and self.exists(path):
             raise FileExistsError(path)
         if mode == "rb":
+            kwargs.setdefault("cache_type", ReadAhead.name)
             details = self.info(path)
             if details["type"] == "directory":  # size 0: it would read as an empty file
                 raise IsADirectoryError(f"{self._strip_protocol(path)}: is a directory, not a file")
@@ -289,54 +300,18 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         self.dircache.clear()
 
 
-class _PartStream:
-    """The parts of one object, sent as a file written to it fills them: a multipart upload
-    started with the first full part; each part goes through a temporary file of its own size
-    (the backend sends parts from file regions), removed once sent. One attempt per part: a
-    failure aborts the upload and raises."""
-
-    def __init__(self, backend: MultipartUploads, url: Url) -> None:
-        self.backend = backend
-        self.url = url
-        self.upload_id: Optional[str] = None
-        self.receipts: List[str] = []
-
-    def send(self, data: bytes) -> None:
-        if self.upload_id is None:
-            self.upload_id = self.backend.start_upload(self.url)
-        fd, path = tempfile.mkstemp(prefix="pegasus-cloudio-part-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            number = len(self.receipts) + 1
-            self.receipts.append(self.backend.upload_part(self.url, self.upload_id, number,
-                                                          FileRegion(path, 0, len(data))))
-        finally:
-            os.unlink(path)
-
-    def finish(self) -> None:
-        if self.upload_id is not None:
-            self.backend.complete_upload(self.url, self.upload_id, self.receipts)
-
-    def abort(self) -> None:
-        if self.upload_id is not None:
-            with contextlib.suppress(TransferError):
-                self.backend.abort_upload(self.url, self.upload_id)
-            self.upload_id = None
-
-
 class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
     """Reads are ranged GETs of the version opened (an object replaced meanwhile raises rather
     than mix two versions; bundle members: the member's bytes). A plain ``"wb"`` file on a
     store with multipart uploads (S3) streams: each block (at least 5 MiB, S3's smallest part)
-    is sent as a part when it fills, so memory holds about one block and no local file is
-    larger than one; an object that fits one block is one PUT at close. Other writes (``"xb"``,
+    is sent from memory as a part when it fills, so memory holds about one block and no local
+    file is written; an object that fits one block is one PUT at close. Other writes (``"xb"``,
     in a transaction, other stores) are spooled to a temporary file and stored as one object
     (one engine transfer) when the file is closed. Appending (``"ab"``) spools the stored bytes
     first, so the object keeps them."""
 
     _spool: IO[bytes]
-    _stream: Optional[_PartStream] = None  # None: this file spools
+    _stream: Optional[PartStream] = None  # None: this file spools
     _decided = False  # whether it streams is decided at its first block
     exclusive = False  # opened "xb": stored with _create, never over an object that appeared
 
@@ -354,7 +329,7 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
         data: bytes = self.fs.client.read_bytes(url, start, min(end, self.size), pin=pin)
         return data
 
-    def _part_stream(self) -> Optional[_PartStream]:
+    def _part_stream(self) -> Optional[PartStream]:
         """This file's part stream, or None when it spools (see the class doc)."""
         if not self._decided:
             self._decided = True
@@ -362,10 +337,10 @@ class CloudioFile(AbstractBufferedFile):  # type: ignore[misc]
                 url = self.fs.client.url(self.fs._url(self.path))
                 parts = multipart_uploads(self.fs.client.session.backend(url))
                 if parts is not None:
-                    self._stream = _PartStream(parts, url)
+                    self._stream = PartStream(parts, url)
         return self._stream
 
-    def _send_part(self, stream: _PartStream, final: bool) -> bool:
+    def _send_part(self, stream: PartStream, final: bool) -> bool:
         data = self.buffer.getvalue()
         try:
             if final and stream.upload_id is None:  # it all fitted one block: one plain PUT

@@ -6,7 +6,7 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
 ``module``
     the backend module serving the scheme, imported on first use by :mod:`transfer.backends`;
 ``family``
-    what kind of store it is: ``"local"``, ``"s3"``, ``"gcs"``, ``"http"`` or ``"ssh"``;
+    what kind of store it is: ``"local"``, ``"s3"``, ``"gcs"``, ``"azure"``, ``"http"`` or ``"ssh"``;
     ``s3``/``s3s`` are one family (Pegasus writes both; the endpoint decides TLS);
 ``extra``
     the ``pegasus-cloudio[...]`` extra that installs its SDK, or None (standard library);
@@ -17,7 +17,10 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
 ``plugin``
     the HTCondor plugin announces it among its methods;
 ``site_profiles``
-    the Pegasus profiles a site catalog needs for it (checked by ``pegasus-cloudio sites``).
+    the Pegasus profiles a site catalog needs for it (checked by ``pegasus-cloudio sites``);
+``https_hosts``
+    host suffixes of ``https://`` URLs that name this scheme's objects, the store's own spelling
+    (``https://ACCOUNT.blob.core.windows.net/C/B`` is ``az://ACCOUNT/C/B``): parsed as this scheme.
 
 A new backend adds its row here and its own modules; nothing else lists schemes. This module
 imports nothing but :mod:`transfer._lean`: every job step parses URLs, and so reads it.
@@ -44,6 +47,7 @@ class Scheme:
     exact_path: bool = False
     plugin: bool = False
     site_profiles: Tuple[str, ...] = ()
+    https_hosts: Tuple[str, ...] = ()
 
 
 _LOCAL, _S3, _HTTP = "transfer.backends.local", "transfer.backends.s3", "transfer.backends.http"
@@ -57,6 +61,8 @@ SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
     Scheme("s3s", _S3, "s3", object_store=True, exact_path=True, site_profiles=_S3_PROFILES),
     Scheme("gs", "transfer.backends.gcs", "gcs", extra="gcs", object_store=True, plugin=True,
            site_profiles=("boto_config", "google_pkcs12")),
+    Scheme("az", "transfer.backends.azure", "azure", object_store=True, plugin=True,
+           https_hosts=(".blob.core.windows.net",)),
     Scheme("http", _HTTP, "http", plugin=True),
     Scheme("https", _HTTP, "http", plugin=True),
     Scheme("scp", "transfer.backends.sftp", "ssh", extra="sftp", site_profiles=("ssh_private_key",)),
@@ -75,6 +81,21 @@ EXACT_PATH: FrozenSet[str] = _names(exact_path=True)
 S3: FrozenSet[str] = _names(family="s3")
 HTTP: FrozenSet[str] = _names(family="http")
 PLUGIN: Tuple[str, ...] = tuple(name for name, row in SCHEMES.items() if row.plugin)
+
+
+_HTTPS_HOSTS: Tuple[Tuple[str, str], ...] = tuple((suffix, name) for name, row in SCHEMES.items()
+                                                  for suffix in row.https_hosts)
+
+
+def https_alias(host: str) -> Optional[Tuple[str, str]]:
+    """(scheme, authority) of an ``https://`` URL's ``host`` when a row claims it: the first label
+    before a suffix in ``https_hosts`` (one label, no port or user), else None."""
+    lowered = host.lower()
+    for suffix, name in _HTTPS_HOSTS:
+        label = lowered[:-len(suffix)]
+        if lowered.endswith(suffix) and label and "." not in label and ":" not in label and "@" not in label:
+            return name, label
+    return None
 
 
 def family(scheme: str) -> Optional[str]:

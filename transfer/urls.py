@@ -216,6 +216,10 @@ def parse_url(
         raise InvalidInput("malformed URL: no host, site or bucket after '://'", url=text, operation="parse")
     if scheme in _EXACT_PATH_SCHEMES:
         return Url(scheme, host, path, site_label)
+    if scheme == "https":  # a store's own https spelling (https://ACCOUNT.blob.core.windows.net/...)
+        alias = schemes.https_alias(host)
+        if alias is not None:
+            scheme, host = alias
     if "?" in path:
         path, query_mark, query = path.partition("?")
         return Url(scheme, host, _collapse(path) + query_mark + query, site_label)

@@ -56,7 +56,7 @@ class Params:
 
 
 STORES = {"s3": __name__, "gcs": "pegasus_cloudio_bench.small_files_gcs",
-          "scp": "pegasus_cloudio_bench.small_files_scp"}
+          "azure": "pegasus_cloudio_bench.small_files_azure", "scp": "pegasus_cloudio_bench.small_files_scp"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""A rate-limiting front for MinIO or fake-gcs-server: a store that says "slow down".
+"""A rate-limiting front for MinIO, fake-gcs-server or Azurite: a store that says "slow down".
 
 `ThrottleFront` is an HTTP/1.1 reverse proxy on ``127.0.0.1:<free port>`` (or another local
 address: the bridge of network-namespace nodes). Each request is
@@ -177,7 +177,8 @@ class ThrottleFront:
     """A rate-limiting reverse proxy on ``host`` (``127.0.0.1``) in front of ``target_host:target_port``.
 
     ``rate``: requests per second per prefix; ``burst``: tokens at once (default: one second's
-    worth); ``shape``: ``"s3"`` (503 SlowDown XML) or ``"gcs"`` (429 JSON rateLimitExceeded);
+    worth); ``shape``: ``"s3"`` (503 SlowDown XML), ``"gcs"`` (429 JSON rateLimitExceeded) or
+    ``"azure"`` (503 ServerBusy XML, with ``x-ms-error-code``);
     ``status`` overrides the answer's code (GCS also answers 503); ``retry_after``: seconds to
     put in ``Retry-After``, or None for none; ``depth``: key directories in a prefix; ``clock``:
     the buckets' time source (tests pass one they advance by hand).
@@ -190,7 +191,7 @@ class ThrottleFront:
                  depth: int = 1, clock: Callable[[], float] = time.monotonic, host: str = "127.0.0.1") -> None:
         if shape not in SHAPES:
             raise ValueError(f"ThrottleFront shape must be one of {', '.join(SHAPES)}, not {shape!r}")
-        code = status if status is not None else (503 if shape == "s3" else 429)
+        code = status if status is not None else (429 if shape == "gcs" else 503)
         self._limiter = PrefixLimiter(rate, burst if burst is not None else max(1.0, rate), clock)
         self._config = _Config((target_host, int(target_port)), self._limiter, shape, code,
                                retry_after, depth)

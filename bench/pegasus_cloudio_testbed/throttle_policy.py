@@ -23,7 +23,7 @@ from pegasus_cloudio_testbed.httpframe import RequestHead
 
 __all__ = ["SHAPES", "PrefixLimiter", "TokenBucket", "prefix_of", "throttle_answer"]
 
-SHAPES = ("s3", "gcs")
+SHAPES = ("s3", "gcs", "azure")
 _GCS_JSON_ROOTS = ("storage", "download", "upload")
 
 # --------------------------------------------------------------------------- the bucket
@@ -141,6 +141,10 @@ def _first(query: Dict[str, List[str]], name: str) -> str:
 # --------------------------------------------------------------------------- answers
 
 
+_SERVER_BUSY = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code><Message>Ingress is over '
+                b"the account limit.</Message></Error>")
+
+
 def _gcs_body(code: int) -> bytes:
     message = "The rate of requests to this bucket exceeds the rate limit. Please reduce your request rate."
     return json.dumps({"error": {"code": code, "message": message, "errors": [
@@ -150,8 +154,10 @@ def _gcs_body(code: int) -> bytes:
 def throttle_answer(shape: str, code: int, retry_after: Optional[float],
                     head: RequestHead, close: bool) -> bytes:
     """The whole refusal of one request, as the store of ``shape`` words it."""
-    headers = {"Content-Type": "application/xml" if shape == "s3" else "application/json; charset=UTF-8"}
+    headers = {"Content-Type": "application/json; charset=UTF-8" if shape == "gcs" else "application/xml"}
+    if shape == "azure":  # Azure Storage names the code in a header too (a HEAD's answer has no body)
+        headers["x-ms-error-code"] = "ServerBusy"
     if retry_after is not None:
         headers["Retry-After"] = f"{retry_after:g}"
-    body = SLOW_DOWN_BODY if shape == "s3" else _gcs_body(code)
+    body = {"s3": SLOW_DOWN_BODY, "azure": _SERVER_BUSY}.get(shape) or _gcs_body(code)
     return status_response(Fault.status(code, body, headers), head, close)

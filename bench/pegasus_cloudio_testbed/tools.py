@@ -8,9 +8,10 @@ tools dir and are renamed into place, so a crashed build never leaves a
 half-written binary behind, and a per-tool file lock keeps two processes (for
 example parallel test workers) from building the same tool at once.
 
-Command line (used by the Makefile and CI)::
+Command line (used by the Makefile and CI); it installs the Node programs of
+:mod:`.node_tools` (``azurite``) too::
 
-    python -m pegasus_cloudio_testbed.tools minio s5cmd pegasus-transfer-go
+    python -m pegasus_cloudio_testbed.tools minio s5cmd pegasus-transfer-go azurite
 
 Most pins are modules the Go module proxy serves. `pegasus-transfer-go` (Pegasus's Go
 pegasus-transfer, the next stock tool) is not: its pinned source archive ships beside the
@@ -496,18 +497,25 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 
+def _node_tools() -> Any:
+    """:mod:`.node_tools` (the Node programs, Azurite), imported here: it imports this module."""
+    from . import node_tools
+    return node_tools
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Build the named tools; print ``name: path`` for each. Exit 1 on failure."""
     parser = argparse.ArgumentParser(
         prog="python -m pegasus_cloudio_testbed.tools",
         description=f"Build pinned test-bed tools into {tools_dir()} (reused when present).",
     )
-    parser.add_argument("names", nargs="+", choices=sorted(PINS), metavar="TOOL",
-                        help=f"one or more of: {', '.join(sorted(PINS))}")
+    names = sorted([*PINS, *_node_tools().NODE_PINS])
+    parser.add_argument("names", nargs="+", choices=names, metavar="TOOL",
+                        help=f"one or more of: {', '.join(names)}")
     args = parser.parse_args(argv)
     for name in args.names:
         try:
-            path = ensure_tool(name)
+            path = ensure_tool(name) if name in PINS else _node_tools().ensure_node_tool(name)
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -27,7 +27,7 @@ import time
 from transfer import _threads
 from transfer._lean import Headers, record
 from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, virtual_hosted, xml_tree
-from transfer.backends._sigv4 import SigV4Signer, uri_encode_path
+from transfer.backends._sigv4 import SigV4Signer, canonical_query_of, uri_encode_path
 from transfer.errors import RemoteError, TransferError, TransientError
 from transfer.http.pool import ConnectionPool, PooledResponse
 
@@ -247,8 +247,8 @@ class Router:
             if pool is None:
                 pool = self._redirect_pools[origin] = self._pool_for(origin)
         redirected = Route(route.region, pool, parts.netloc, route.signer, lambda _bucket: False)
-        return self._send(redirected, method, parts.netloc, parts.path or "/", parts.query, headers, body,
-                          payload_hash, url)
+        return self._send(redirected, method, parts.netloc, parts.path or "/", canonical_query_of(parts.query),
+                          headers, body, payload_hash, url)
 
     @staticmethod
     def _send(route: Route, method: str, host: str, encoded: str, query: str, headers: Headers, body: Body,

@@ -52,6 +52,22 @@ def canonical_query(params: Dict[str, str]) -> str:
                     for k, v in sorted(params.items()))
 
 
+def canonical_query_of(written: str) -> str:
+    """A query as written (a redirect's ``Location``) in canonical form: every name and value
+    decoded (``+`` as a space, as servers read it), URI-encoded again, the pairs sorted. Sent
+    and signed as such, since a server checks the signature over the canonical form of what it
+    received, not over the order and escapes the redirect happened to use."""
+    from urllib.parse import unquote_plus  # a redirect's path only: kept off every job's start-up
+
+    pairs = []
+    for field in written.split("&"):
+        if field:
+            name, _, value = field.partition("=")
+            pairs.append((_quote(unquote_plus(name), _QUERY_KEEP, _QUERY_BYTES),
+                          _quote(unquote_plus(value), _QUERY_KEEP, _QUERY_BYTES)))
+    return "&".join(f"{name}={value}" for name, value in sorted(pairs))
+
+
 class SigV4Signer:
     """Signs S3 requests for one set of credentials and one region."""
 

@@ -23,7 +23,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+    from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
     from transfer._threads import Cancel
     from transfer.peers import Scope
@@ -69,7 +69,8 @@ class Backend(Protocol):
         """Size and version of one object; NotFound if absent."""
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
-        """Write the object (or ``byte_range`` of it) to ``sink``.
+        """Write the object (or ``byte_range`` of it) to ``sink``; the ObjectInfo returned is the
+        whole object's (its size too, for a range).
 
         Verifies the byte count and, where the store provides one, the checksum, raising
         ChecksumMismatch otherwise. One request per call.
@@ -149,6 +150,15 @@ class Buckets(Protocol):
 
 
 @runtime_checkable
+class BucketRemoval(Protocol):
+    """Stores whose buckets a client may delete (S3, GCS)."""
+
+    def remove_bucket(self, url: Url) -> None:
+        """Delete the bucket of ``url``, which must be empty: NotFound when there is none,
+        RemoteError (409; fake-gcs-server 412) when something is still in it."""
+
+
+@runtime_checkable
 class Store(Backend, Uploads, Namespace, Protocol):
     """A full object store: read, upload, list, remove, make directories (S3, GCS, SFTP, local)."""
 
@@ -163,9 +173,10 @@ class MultipartUploads(Protocol):
     def start_upload(self, url: Url) -> str:
         """Begin an upload; returns its id."""
 
-    def upload_part(self, url: Url, upload_id: str, number: int, region: FileRegion) -> str:
-        """Send part ``number`` (1-based), verified by the store; returns the part's receipt
-        (opaque: :meth:`complete_upload` takes the receipts in part order)."""
+    def upload_part(self, url: Url, upload_id: str, number: int, region: Union[FileRegion, bytes]) -> str:
+        """Send part ``number`` (1-based): a file region, or bytes already in memory (a stream
+        written part by part); verified by the store. Returns the part's receipt (opaque:
+        :meth:`complete_upload` takes the receipts in part order)."""
 
     def complete_upload(self, url: Url, upload_id: str, receipts: Sequence[str]) -> ObjectInfo:
         """Assemble the parts in order."""

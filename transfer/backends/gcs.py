@@ -319,6 +319,12 @@ class GcsBackend:
             except api_exceptions.Conflict:
                 self._confirm_existing(bucket, url)
 
+    def remove_bucket(self, url: Url) -> None:
+        """``BucketRemoval``: the bucket's DELETE (404 NotFound, 409 not empty raise)."""
+        bucket, _ = split_url(url)
+        with _translated(url, "remove"):
+            self._client.bucket(bucket).delete(retry=None, timeout=self._timeout)
+
     def bucket_exists(self, url: Url) -> bool:
         """``Buckets``: the bucket's metadata GET; 404 is False, other failures raise."""
         bucket, _ = split_url(url)

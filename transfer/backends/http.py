@@ -154,7 +154,7 @@ class HttpBackend:
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and count != int(declared):
             raise ChecksumMismatch(f"received {count} of {declared} bytes", url=str(url), operation="get")
-        return ObjectInfo(url, count, info.version, info.mtime)
+        return ObjectInfo(url, _object_size(response) if byte_range else count, info.version, info.mtime)
 
     def _body(self, response: PooledResponse, url: Url, first: int) -> ResumingBody:
         """``response``'s body (bytes ``first`` onwards), resumed after a cut with a ranged GET
@@ -206,6 +206,13 @@ def basic_authorization(authority: str) -> str:
 def _has_site_credentials(url: Url, env: Mapping[str, str]) -> bool:
     label = (url.site_label or "").replace("-", "_")
     return bool(label) and bool(env.get(f"PEGASUS_CREDENTIALS_{label}"))
+
+
+def _object_size(response: PooledResponse) -> int:
+    """The whole object's size a 206 answer names (``Content-Range: bytes FIRST-LAST/SIZE``), as
+    every backend's ranged ``get`` reports it; -1 when the server names none (``/*``)."""
+    total = response.headers.get("content-range", "").rpartition("/")[2]
+    return int(total) if total.isdigit() else -1
 
 
 def _info(url: Url, response: PooledResponse) -> ObjectInfo:

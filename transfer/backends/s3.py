@@ -69,7 +69,7 @@ from transfer.urls import Url, unquote_plus
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from transfer.backends._s3_xml import Node
-    from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
+    from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
     from transfer._threads import Cancel
     from transfer.backends.base import PendingUpload, Take
@@ -427,6 +427,11 @@ class S3Backend:
                 raise s3_error(409, text, str(url), "mkdir")
             self._check(response, str(url), "mkdir")
 
+    def remove_bucket(self, url: Url) -> None:
+        """``BucketRemoval``: DeleteBucket (404 NotFound, 409 BucketNotEmpty raise)."""
+        with self._send("DELETE", S3Path(split_url(url).bucket, ""), url=str(url)) as response:
+            self._check(response, str(url), "remove", ok=(200, 204))
+
     def bucket_exists(self, url: Url) -> bool:
         """``Buckets``: HeadBucket; 404 is False, other failures raise (403: AuthError)."""
         with self._send("HEAD", S3Path(split_url(url).bucket, ""), url=str(url)) as response:
@@ -595,12 +600,12 @@ class S3Backend:
                               operation="put")
         return upload_id
 
-    def upload_part(self, url: Url, upload_id: str, number: int, region: FileRegion) -> str:
+    def upload_part(self, url: Url, upload_id: str, number: int, region: Union[FileRegion, bytes]) -> str:
         """UploadPart with ``x-amz-checksum-crc32``: the store checks the bytes it received
         against it and refuses the part otherwise (as it does a Content-MD5, but CRC32 costs the
         client ~0.15 s of CPU per GiB where MD5 costs ~1.2 s). Returns the part's receipt for
         :meth:`complete_upload`: its ETag and CRC32."""
-        crc = _crc32_of_region(region)
+        crc = _crc32_of(region)
         query = {"partNumber": str(number), "uploadId": upload_id}
         with self._send("PUT", split_url(url), query=query, headers=[("x-amz-checksum-crc32", crc)],
                         body=region, payload_hash=UNSIGNED, url=str(url)) as response:
@@ -693,8 +698,11 @@ def _fixed(credentials: Credentials) -> CredentialSource:
     return lambda: credentials
 
 
-def _crc32_of_region(region: FileRegion) -> str:
-    """Base64 of the big-endian CRC32 of a file region, as ``x-amz-checksum-crc32`` wants it."""
+def _crc32_of(region: Union[FileRegion, bytes]) -> str:
+    """Base64 of the big-endian CRC32 of a file region or of bytes, as ``x-amz-checksum-crc32``
+    wants it."""
+    if isinstance(region, bytes):
+        return binascii.b2a_base64(zlib.crc32(region).to_bytes(4, "big"), newline=False).decode()
     crc = 0
     with open(region.path, "rb") as fh:
         fh.seek(region.offset)

@@ -1,0 +1,97 @@
+"""Cases of what backends and layers do beyond reading into a sink: ``close`` (every
+backend), and ``fetch_to`` and ``prepare`` (every layer of ``transfer.layers`` and its bottom
+reader; ``docs/architecture.md``, "Reads as stacked layers"). The protocols are written here
+structurally, as ``isinstance`` checks them, so the suite needs no layer module to run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import pytest
+
+from pegasus_cloudio_testbed.contract.base import ContractBase, Seed, UrlFor
+from transfer._lean import Protocol, runtime_checkable
+from transfer.errors import NotFound
+from transfer.urls import Url
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """Readers that hold connections and release them (every backend)."""
+
+    def close(self) -> None:
+        """Release connections; a second call does nothing."""
+
+
+@runtime_checkable
+class FetchesTo(Protocol):
+    """The layers' additions to the read protocol (``transfer.layers.Reader``)."""
+
+    def fetch_to(self, url: Url, path: str, link: bool = False, mode: int = 0o666) -> int:
+        """The object at the new name ``path``; its size. Nothing at ``path`` on error."""
+
+    def prepare(self, batch: Sequence[Url]) -> None:
+        """Plan a batch of reads before any is made."""
+
+
+class ClosesContract(ContractBase):
+    """``close`` after reads, twice, raises nothing."""
+
+    capability: ClassVar[type] = Closes
+
+    def test_close_twice_is_harmless(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+        seed("c.bin", b"c")
+        assert self.read(reader, url_for("c.bin")) == b"c"
+        reader.close()
+        reader.close()
+
+
+class LayerContract(ContractBase):
+    """``fetch_to``: the object's bytes at a new name with the asked mode (under the umask),
+    nothing left behind on error; ``prepare``: planning that never fails a batch by itself."""
+
+    capability: ClassVar[type] = FetchesTo
+
+    def test_fetch_to_writes_a_new_file(self, reader: Any, seed: Seed, url_for: UrlFor, tmp_path: Path) -> None:
+        data = os.urandom(123_457)
+        seed("ft/obj.bin", data)
+        path = tmp_path / "fetched.bin"
+        assert reader.fetch_to(url_for("ft/obj.bin"), str(path)) == len(data)
+        assert path.read_bytes() == data
+
+    def test_fetch_to_gives_the_asked_mode(self, reader: Any, seed: Seed, url_for: UrlFor, tmp_path: Path) -> None:
+        seed("ft/mode.bin", b"mode")
+        path = tmp_path / "moded.bin"
+        reader.fetch_to(url_for("ft/mode.bin"), str(path), False, 0o640)
+        umask = os.umask(0)  # read the umask back: os has no getter
+        os.umask(umask)
+        assert os.stat(path).st_mode & 0o777 == 0o640 & ~umask
+
+    def test_fetch_to_of_an_empty_object(self, reader: Any, seed: Seed, url_for: UrlFor, tmp_path: Path) -> None:
+        seed("ft/empty", b"")
+        assert reader.fetch_to(url_for("ft/empty"), str(tmp_path / "e")) == 0
+        assert (tmp_path / "e").read_bytes() == b""
+
+    def test_fetch_to_a_link_gives_the_bytes(self, reader: Any, seed: Seed, url_for: UrlFor, tmp_path: Path) -> None:
+        """``link``: a layer with entries may symlink the new name to one; the bytes are the same."""
+        seed("ft/linked.bin", b"linked bytes")
+        assert reader.fetch_to(url_for("ft/linked.bin"), str(tmp_path / "l"), True) == 12
+        assert (tmp_path / "l").read_bytes() == b"linked bytes"
+
+    def test_fetch_to_of_a_missing_object_leaves_nothing(self, reader: Any, url_for: UrlFor, tmp_path: Path) -> None:
+        with pytest.raises(NotFound):
+            reader.fetch_to(url_for("ft/absent"), str(tmp_path / "absent"))
+        assert not os.path.lexists(tmp_path / "absent")
+
+    def test_prepare_then_read(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+        """A batch planned with a missing member: the plan raises nothing, each read reports its own."""
+        for key in ("pr/a", "pr/b"):
+            seed(key, key.encode())
+        reader.prepare([])
+        reader.prepare([url_for("pr/a"), url_for("pr/b"), url_for("pr/absent")])
+        assert self.read(reader, url_for("pr/a")) == b"pr/a"
+        assert self.read(reader, url_for("pr/b")) == b"pr/b"
+        with pytest.raises(NotFound):
+            reader.stat(url_for("pr/absent"))
