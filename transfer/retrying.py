@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from transfer.retry import RetryBudget, RetryPolicy
     from transfer.urls import Url
 
-_log = logger(__name__)  # logging is imported at the first retry
+_log = logger("transfer.engine")  # a run's retries log as one, as transfer.removes; logging loads at a retry
 
 __all__ = ["Retrier"]
 
