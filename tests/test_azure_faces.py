@@ -11,11 +11,13 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import fsspec
+import pytest
 from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 from fixtures_condor import file_ad
 
 from pegasus_cloudio.condor.plugin import query_fields
 from transfer.client import Client
+from transfer.errors import NotFound
 
 DROPIN = [sys.executable, "-m", "pegasus_cloudio.dropin"]
 
@@ -81,6 +83,19 @@ def test_library_client_lists_finds_reads_and_removes(azurite, azure_env, azure_
         assert client.info(f"{root}/lib/a.txt").size == 5
         client.remove(f"{root}/lib", recursive=True)
         assert not client.exists(f"{root}/lib/a.txt")
+
+
+def test_a_container_is_the_bucket_an_empty_one_a_directory_a_missing_one_not_found(azurite, azure_env,
+                                                                                   azure_container) -> None:
+    """Found by Snakemake's TestStorageBase on Azure: info of az://ACCOUNT/CONTAINER looked for
+    bundle members in az://ACCOUNT/, which is no container (InvalidInput instead of an answer)."""
+    root = f"az://{azurite.account}/{azure_container}"
+    with Client(env=azure_env) as client:
+        assert client.info(root).is_dir and client.exists(root)
+        missing = f"az://{azurite.account}/absent-{azure_container}"
+        with pytest.raises(NotFound, match=missing):
+            client.info(missing)
+        assert not client.exists(missing)
 
 
 def test_fsspec_cloudio_filesystem_on_azure(azurite, azure_env, azure_container, tmp_path) -> None:
