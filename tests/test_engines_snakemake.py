@@ -52,6 +52,18 @@ def test_snakemake_storage_base_suite_passes_unmodified(snakemake_venv: Venv, mi
     assert "8 passed" in done.stdout, done.stdout[-2000:]  # 4 tests x 2 classes (touch = True), none skipped
 
 
+def test_snakemake_storage_base_suite_passes_unmodified_on_azure(snakemake_venv: Venv, azurite, azure_container: str,
+                                                                 tmp_path: Path) -> None:
+    bin_dir, env = snakemake_venv
+    shutil.copy(ENGINES / "snakemake_suite_azure.py", tmp_path / "test_suite.py")
+    env = dict(env, SUITE_ROOT=f"az://{azurite.account}/{azure_container}",
+               AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string)
+    done = run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                "-c", os.devnull, "test_suite.py"], env, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    assert "8 passed" in done.stdout, done.stdout[-2000:]  # 4 tests x 2 classes (touch = True), none skipped
+
+
 def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: Venv, minio: MinioServer,
                                                                bucket: str, counted: TcpProxy,
                                                                tmp_path: Path) -> None:

@@ -338,4 +338,8 @@ def _is_root(url: Url) -> bool:
         from transfer.backends._s3_wire import split_url
 
         return split_url(url).key.strip("/") == ""
+    if url.scheme == "az":  # az://ACCOUNT/CONTAINER: the container is the bucket (its path, not the host)
+        from transfer.backends._azure_wire import split_url as split_az
+
+        return split_az(url).blob.strip("/") == ""
     return url.path.strip("/") == ""

@@ -325,6 +325,19 @@ class AzureBackend:
             raise
         return response
 
+    # -- Touches ------------------------------------------------------------------------
+
+    def touch(self, url: Url) -> ObjectInfo:
+        """``Touches``: Set Blob Metadata with the metadata a HEAD gave (any write to a blob
+        renews its Last-Modified; the bytes and content headers are untouched)."""
+        path, text = wire.split_url(url, need_blob=True), str(url)
+        with self._send("HEAD", path) as response:
+            self._check(response, text, "touch")
+            kept = [(name, value) for name, value in response.headers.items() if name.lower().startswith("x-ms-meta-")]
+        with self._send("PUT", path, query={"comp": "metadata"}, headers=kept) as response:
+            self._check(response, text, "touch")
+        return self.stat(url)
+
     # -- ServerSideCopy -----------------------------------------------------------------
 
     def copy(self, source: Url, dest: Url) -> ObjectInfo:

@@ -1,4 +1,6 @@
-"""A Snakemake storage plugin for ``s3://BUCKET/KEY`` on the transfer engine (``[snakemake]``).
+"""A Snakemake storage plugin for ``s3://BUCKET/KEY`` and ``az://ACCOUNT/CONTAINER/BLOB`` on the
+transfer engine (``[snakemake]``). Azure's credentials and endpoint come from its own settings
+(docs/azure.md: ``AZURE_STORAGE_CONNECTION_STRING``, ``AZURE_STORAGE_ACCOUNT``/``_KEY``, a SAS).
 
 Snakemake finds it by its package name, ``snakemake_storage_plugin_pegasus_cloudio`` (shipped
 in this wheel), as the storage provider ``pegasus-cloudio``::
@@ -95,14 +97,21 @@ class StorageProviderSettings(StorageProviderSettingsBase):  # type: ignore[misc
                                         "instead of the system's (a private CA)")
 
 
-def _split(query: str) -> Tuple[str, str]:
-    """(bucket, key) of ``s3://bucket/key``; ValueError naming the query otherwise."""
-    if not query.startswith("s3://"):
-        raise ValueError(f"{query}: not an s3://BUCKET/KEY URL")
-    bucket, _, key = query[len("s3://"):].partition("/")
-    if not bucket or not key.strip("/"):
-        raise ValueError(f"{query}: an s3:// query needs a bucket and a key (s3://BUCKET/KEY)")
-    return bucket, key
+_FORMS = {"s3": "s3://BUCKET/KEY", "az": "az://ACCOUNT/CONTAINER/BLOB"}  # scheme -> its query's shape
+
+
+def _split(query: str) -> Tuple[str, str, str]:
+    """(scheme, bucket, key) of ``s3://bucket/key`` or ``az://account/container/blob`` (whose
+    bucket is ``account/container``: the unit that is made on store); ValueError naming the
+    query otherwise."""
+    scheme, _, rest = query.partition("://")
+    if scheme not in _FORMS:
+        raise ValueError(f"{query}: not an {' or '.join(_FORMS.values())} URL")
+    depth = _FORMS[scheme].count("/") - 2  # path parts before the key
+    parts = rest.split("/", depth)
+    if len(parts) <= depth or not all(parts[:depth]) or not parts[depth].strip("/"):
+        raise ValueError(f"{query}: an {scheme}:// query needs a bucket and a key ({_FORMS[scheme]})")
+    return scheme, "/".join(parts[:depth]), parts[depth]
 
 
 _PAGE = 1000  # names per listing request (S3's max-keys)
@@ -284,7 +293,7 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
             if url in self.listed or any(u.startswith(inside) for u in self.listed):
                 return False
             at, listed = url, False
-            while "/" in at[len("s3://"):]:  # listings are recursive: any listed ancestor tells
+            while "/" in at.partition("://")[2]:  # listings are recursive: any listed ancestor tells
                 if at in self.changed:
                     return False
                 at = posixpath.dirname(at)
@@ -315,13 +324,15 @@ class StorageProvider(StorageProviderBase):  # type: ignore[misc]
 
 
 class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob, StorageObjectTouch):  # type: ignore[misc]
-    """``s3://BUCKET/KEY``: an object, or a ``directory()`` (every object under ``KEY/``)."""
+    """``s3://BUCKET/KEY`` or ``az://ACCOUNT/CONTAINER/BLOB``: an object, or a ``directory()``
+    (every object under ``KEY/``)."""
 
     provider: StorageProvider
 
     def __post_init__(self) -> None:
-        self.bucket, self.key = _split(self.query) if self.is_valid_query() else ("", "")
-        self.url = f"s3://{self.bucket}/{self.key.rstrip('/')}"
+        self.scheme, self.bucket, self.key = _split(self.query) if self.is_valid_query() else ("s3", "", "")
+        self.root = f"{self.scheme}://{self.bucket}"  # the bucket's (container's) URL
+        self.url = f"{self.root}/{self.key.rstrip('/')}"
 
     def local_suffix(self) -> str:
         return f"{self.bucket}/{self.key.rstrip('/')}"
@@ -344,7 +355,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob, St
             return
         directory = posixpath.dirname(self.url) + "/"
         entries = await self.provider.listing(directory, cache)
-        prefix = f"s3://{self.bucket}/"
+        prefix = f"{self.root}/"
         for entry in entries:
             rest = entry.url[len(prefix):]
             if "/" in rest[len(directory) - len(prefix):]:  # deeper: marks its sub-directory present
@@ -430,7 +441,7 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob, St
 
     def _ensure_bucket(self) -> None:
         if self.bucket not in self.provider.buckets:
-            self.provider.client.mkdir(f"s3://{self.bucket}")
+            self.provider.client.mkdir(self.root)
             self.provider.buckets.add(self.bucket)
 
     def store_object(self) -> None:
@@ -467,11 +478,10 @@ class StorageObject(StorageObjectRead, StorageObjectWrite, StorageObjectGlob, St
 
     def list_candidate_matches(self) -> Iterable[str]:
         prefix = get_constant_prefix(self.query)
-        bucket, _, key_prefix = prefix[len("s3://"):].partition("/")
-        if not prefix.startswith("s3://") or bucket != self.bucket or not bucket:
+        if not prefix.startswith(f"{self.root}/") or not self.bucket:
             raise WorkflowError(f"{self.query}: the bucket name may not contain a wildcard")
-        directory = posixpath.dirname(key_prefix)
-        base = f"s3://{bucket}/{directory + '/' if directory else ''}"
+        directory = posixpath.dirname(prefix[len(self.root) + 1:])
+        base = f"{self.root}/{directory + '/' if directory else ''}"
         try:
             entries = self.provider.client.find(base)
         except NotFound:
