@@ -66,7 +66,7 @@ from transfer.atomic import local_error
 from transfer.backends import _gcs_wire as wire
 from transfer.backends._gcs_auth import GcsSource, load_key, project_for, resolve
 from transfer.backends._gcs_sign import signed_url
-from transfer.backends.base import ByteRange, ObjectInfo
+from transfer.backends.base import Attributes, ByteRange, ObjectInfo
 from transfer.config import Settings
 from transfer.errors import (
     AuthError,
@@ -247,7 +247,10 @@ class GcsBackend:
         blob = self._client.bucket(bucket).blob(key)
         with _translated(url, "stat"):
             blob.reload(retry=None, timeout=self._timeout)
-        return _blob_info(url, blob)
+        info = _blob_info(url, blob)
+        # The CRC32C every upload sends (and the store checks) describes the content: info's checksum
+        checksum = f"crc32c:{blob.crc32c}" if blob.crc32c else None
+        return ObjectInfo(info.url, info.size, info.version, info.mtime, Attributes(checksum=checksum))
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         bucket, key = split_url(url, need_key=True)
