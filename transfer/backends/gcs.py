@@ -15,8 +15,10 @@ all are busy, so a batch never opens (or discards) more than that.
   it; a ranged read of one is refused (a range of compressed bytes is no range of the file).
 * **put**: one multipart request below ``multipart_threshold``, streamed from disk, with
   the file's CRC32C in the metadata (the server rejects a mismatch) and checked again in
-  the answer; at or above it, a resumable upload in ``multipart_part_size`` chunks whose
-  CRC32C the library checks at the end. Chunks, and only chunks, are retried in here.
+  the answer; at or above it, a resumable upload in ``multipart_part_size`` chunks, the
+  file's CRC32C sent by the library in ``x-goog-hash`` with the last one (GCS refuses a
+  mismatch) and checked in the answer (an object that differs is removed). Chunks, and only
+  chunks, are retried in here. ``stat`` returns the stored CRC32C as the checksum.
 * **presign** (``Presigns``): V4 signed URLs with a service-account key, no request sent.
 * **delete**: JSON API batches of up to 100 DELETEs (see :mod:`._gcs_wire` for why the
   request is built here); a missing object counts as removed.
