@@ -9,7 +9,9 @@ reader's scope, then ``--batches`` lookups of all 1,000 (every key's index name,
 tag checked). Figures per tree, medians over the rounds: lookups per second (wall) and the
 client's CPU per lookup (``process_time``), with the redis-server's own time per lookup
 (``INFO commandstats``) and the load average, since on a shared machine the wall figure is
-mostly the scheduler's. A development measurement beside ``bench p2p`` (issue 37 item 9).
+mostly the scheduler's; and ``replayed_us``, the client's CPU per lookup on one recorded reply
+replayed without a socket (best of 5 runs of 10 lookups: the index's own work, no redis-py
+reads, which loop more under load). A development measurement beside ``bench p2p`` (issue 37 item 9).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from transfer.p2p import connect_redis
 from transfer.p2p.index import NodeInfo, PeerIndex
 from transfer.peers import Replica, derive_scope
 url, batches = sys.argv[1], int(sys.argv[2])
+def _cpu(run, times=10):
+    started = time.process_time()
+    for _ in range(times):
+        run()
+    return (time.process_time() - started) / times
 client = connect_redis(url)
 index = PeerIndex(client, "ab-lookups")
 scope = derive_scope("bench-secret-key", "s3", "http://127.0.0.1", "bench", "bucket")
@@ -47,7 +54,27 @@ wall, cpu = time.monotonic() - started, time.process_time() - cpu
 assert len(found.holders) == len(keys) and not found.problems, found.problems[:3]
 server_us = client.info("commandstats").get("cmdstat_eval", {}).get("usec", 0)
 n = batches * len(keys)
-print(json.dumps({"lookups_per_s": n / wall, "client_cpu_us": 1e6 * cpu / n, "server_us": server_us / n}))
+kept = {}
+class Replay:  # the same lookup's replies, without the socket
+    def __init__(self, replies): self.replies = replies
+    def pipeline(self, transaction=False): return self
+    def execute_command(self, *args): pass
+    def execute(self): return self.replies
+real = client.pipeline
+def recording(**kw):
+    pipe = real(**kw)
+    execute = pipe.execute
+    def keep():
+        kept["replies"] = execute()
+        return kept["replies"]
+    pipe.execute = keep
+    return pipe
+client.pipeline = recording
+index.lookup(keys)
+replayed = PeerIndex(Replay(kept["replies"]), "ab-lookups")
+best = min(_cpu(lambda: replayed.lookup(keys)) for _ in range(5))
+print(json.dumps({"lookups_per_s": n / wall, "client_cpu_us": 1e6 * cpu / n, "server_us": server_us / n,
+                  "replayed_us": 1e6 * best / len(keys)}))
 '''
 
 

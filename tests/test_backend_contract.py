@@ -80,6 +80,7 @@ def put_object(server: Any, base_url: str) -> Callable[[str, bytes], None]:
 
 class S3Classes(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
                 c.DirectoryListingContract, c.PagedListingContract, c.TouchesContract, c.BucketsContract,
+                c.BucketRemovalContract,
                 c.MultipartUploadsContract,
                 c.PendingUploadsContract, c.ExclusiveCreateContract, c.ConditionalPutsContract,
                 c.AttributedPutsContract, c.ServerSideCopyContract, c.RangedReadsContract,
@@ -160,6 +161,7 @@ def gcs_media_upload(server: FakeGcsServer, bucket: str) -> Callable[[str, bytes
 
 
 class TestGcs(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract, c.BucketsContract,
+              c.BucketRemovalContract,
               c.CacheKeysContract, c.ServerSideCopyContract, c.PresignsContract):
     @pytest.fixture
     def base_url(self, store_gcs: Tuple[Dict[str, str], str]) -> str:

@@ -77,6 +77,14 @@ def test_bad_flags_are_one_line_each_and_run_nothing(flags: List[str], message: 
     assert done.returncode == 2 and message in done.stderr and "installing" not in done.stderr
 
 
+def test_bench_pool_refuses_a_negative_throttle_and_runs_nothing() -> None:
+    """``bench pool --throttle RATE`` (the workflow behind the front) checks its rate first."""
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "bench", "pool", "--throttle", "-1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "--throttle must be a rate >= 0 (0: no front), not -1.0" in done.stderr
+    assert "installing" not in done.stderr and done.stdout == ""
+
+
 def test_a_job_that_exits_zero_with_a_wrong_file_counts_as_failed(tmp_path: Path) -> None:
     want = tmp_path / "want"
     want.write_bytes(b"right")

@@ -21,7 +21,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Sequence
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import boto3
 import pytest
@@ -397,6 +397,48 @@ def test_a_store_that_throttles_to_the_end_holds_the_job_as_retryable(plugin_poo
     assert ad["HoldReasonCode"] == "13" and ad["HoldReasonSubCode"] == str(11 << 8), ad
     assert store.url("throttled/t.dat") in reason and "slow down" in reason, reason
     assert store.proxy.requests >= 2
+
+
+def test_an_upload_throttled_to_the_end_is_released_by_the_documented_policy(plugin_pool: CondorPool,
+                                                                             store: Store) -> None:
+    """A 23.9 starter holds a failed output transfer with subcode 1, whatever the plugin's exit
+    code: the release policy of docs/condor.md (its 5 minutes' wait aside) must still release
+    the job whose upload the store throttled to the end (exit 11), on both pools, and only
+    through the plugin's transient mark where the subcode does not say it."""
+    store.proxy.set_faults([Fault.status(503, times=100_000)])
+    work = job_dir(plugin_pool, "throttled-out", store)
+    submit = submit_text([], outputs="result.dat", extra=f"output_destination = {store.url('throttled-out/')}")
+    submit = submit.replace(
+        f"CLOUDIO_PEGASUS_CLOUDIO_THREADS={THREADS}",
+        f"CLOUDIO_PEGASUS_CLOUDIO_THREADS={THREADS} CLOUDIO_PEGASUS_CLOUDIO_THROTTLE_TIMEOUT=2 "
+        "CLOUDIO_PEGASUS_CLOUDIO_RETRY_BASE_DELAY=0.05 CLOUDIO_PEGASUS_CLOUDIO_RETRY_MAX_DELAY=0.2")
+    cluster = plugin_pool.submit(submit, cwd=work)
+    ad = wait_held(plugin_pool, cluster)
+    policy, by_subcode = release_policy()
+    released = [plugin_pool.run(["condor_q", f"{cluster}.0", "-af", expr]).stdout.strip()
+                for expr in (policy, by_subcode)]
+    plugin_pool.run(["condor_rm", str(cluster)])
+    reason = unquote(ad["HoldReason"])
+    assert ad["HoldReasonCode"] == "12" and store.proxy.requests >= 2, ad
+    assert "slow down" in reason and "[pegasus-cloudio: transient, exit 11]" in reason, reason
+    assert released[0] == "true", (released, ad["HoldReasonSubCode"], reason)
+    # 23.9 gives subcode 1 (the subcode alone misses the hold); 25.x the plugin's exit code
+    assert (ad["HoldReasonSubCode"], released[1]) in {("1", "false"), (str(11 << 8), "true")}, (ad, released)
+
+
+def release_policy() -> Tuple[str, str]:
+    """docs/condor.md's SYSTEM_PERIODIC_RELEASE as one expression without its wait (``> 300``
+    made ``> -1``), and the same with the subcode test alone (the policy before 23.9's subcode 1)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "condor.md").read_text()
+    found = re.search(r"^SYSTEM_PERIODIC_RELEASE = \$\(SYSTEM_PERIODIC_RELEASE:False\) \|\|(.*?)\n```", text,
+                      re.M | re.S)
+    assert found, "docs/condor.md has no SYSTEM_PERIODIC_RELEASE policy"
+    policy = " ".join(found.group(1).replace("\\\n", " ").split())
+    assert "> 300" in policy and "HoldReasonSubCode =?= 2816 ||" in policy, policy
+    policy = policy.replace("> 300", "> -1")
+    start = policy.index("(HoldReasonSubCode =?= 2816 ||")
+    end = policy.index(") &&", policy.index("regexp(")) + 1
+    return policy, policy[:start] + "HoldReasonSubCode =?= 2816" + policy[end:]
 
 
 def test_a_job_that_swaps_its_job_ad_for_a_fifo_is_held_naming_it(plugin_pool: CondorPool, store: Store) -> None:

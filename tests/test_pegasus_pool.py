@@ -11,8 +11,10 @@ records monitord stored (the executable each job ran, links resolved), including
 submit-host ``stage_worker`` job with Pegasus from the tarball (the set's ``pegasus/`` overlay
 puts the shim where ``pegasus-lite-local.sh`` looks first). ``pegasus-statistics`` and
 ``pegasus-analyzer`` work on each run; a failed stage-in shows in ``pegasus-analyzer`` with the
-message our drop-in wrote. The five runs share one pool and run at once (their DAGMan waits
-overlap)."""
+message our drop-in wrote. A sixth run, cloud-storage S3 behind the rate-limiting front
+(``ThrottleFront``, issue 37) at a limit below what the workflow offers, ends with the store
+having answered throttles and with no job retried or held for them. The six runs share one pool
+and run at once (their DAGMan waits overlap)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ from pegasus_cloudio_testbed.pegasus_pool import (
     DagRun,
     PegasusOnPool,
     SshdInRoot,
+    dagman_retries,
+    held_jobs,
     invocations,
     stock_calls,
     WORKER_EXTRAS,
@@ -53,9 +57,14 @@ from pegasus_cloudio_testbed.pegasus_sets import (
     plan_argv,
     write_set,
 )
+from pegasus_cloudio_testbed.throttle import ThrottleFront
 
 PRODUCERS, FILES, CLUSTER = 4, 3, 2
 TRANSFER_TRANSFORMATIONS = {"pegasus::transfer", "pegasus::dirmanager", "pegasus::cleanup"}
+# The throttled run's limit per prefix (requests/s, burst as many): below what its jobs offer (a
+# stage-in's pipelined pass alone sends several requests at once), which the front's throttled
+# count shows; a retry or hold of a job would show in the run's records.
+THROTTLE_RATE = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -129,14 +138,16 @@ def _prepare(pegasus: PegasusOnPool, name: str, flags: List[str], producers: int
     return set_dir
 
 
-def _s3_flags(pool: CondorPool, minio) -> List[str]:
+def _s3_flags(pool: CondorPool, minio, endpoint: Optional[str] = None) -> List[str]:
+    """A fresh bucket on ``minio``, which the jobs reach at ``endpoint`` (default MinIO's own)."""
     bucket = f"wf-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
                  aws_secret_access_key=minio.secret_key, region_name="us-east-1").create_bucket(Bucket=bucket)
+    endpoint = endpoint or minio.endpoint
     creds = _private(pool.shared / f"creds-{bucket}.conf", (
-        f"[minio]\nendpoint = {minio.endpoint}\n[test@minio]\naccess_key = {minio.access_key}\n"
+        f"[minio]\nendpoint = {endpoint}\n[test@minio]\naccess_key = {minio.access_key}\n"
         f"secret_key = {minio.secret_key}\n"), pool)
-    return ["--mode", "cloud-storage", "--provider", "s3", "--bucket", bucket, "--endpoint", minio.endpoint,
+    return ["--mode", "cloud-storage", "--provider", "s3", "--bucket", bucket, "--endpoint", endpoint,
             "--identity", "test@minio", "--credentials", str(creds)]
 
 
@@ -177,14 +188,23 @@ def gcs_sa_key(pool: CondorPool) -> Iterator[ServiceAccountKey]:
 
 
 @pytest.fixture(scope="module")
-def runs(pegasus: PegasusOnPool, installs, sshd, minio, gcs_server, gcs_sa_key) -> Dict[str, Planned]:
-    """Every mode (and a failing stage-in) planned and run at once on the pool: DAGMan's waits
-    overlap, so the module costs about one workflow's time, not five."""
+def front(minio) -> Iterator[ThrottleFront]:
+    """MinIO behind the rate-limiting front (S3's 503 SlowDown), for the throttled run alone."""
+    with ThrottleFront(minio.host, minio.port, rate=THROTTLE_RATE) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def runs(pegasus: PegasusOnPool, installs, sshd, minio, gcs_server, gcs_sa_key,
+         front: ThrottleFront) -> Dict[str, Planned]:
+    """Every mode (and a failing stage-in, and S3 behind the throttling front) planned and run at
+    once on the pool: DAGMan's waits overlap, so the module costs about one workflow's time, not six."""
     pool = pegasus.pool
     scp = ["--mode", "submit-host", "--submit-host", f"{sshd.user}@127.0.0.1", "--ssh-port", str(sshd.port),
            "--ssh-key", str(sshd.client_key), "--pegasus-bin", str(pegasus.home / "bin")]
     modes = {"s3": (_s3_flags(pool, minio), "bundle"), "gcs": (_gcs_flags(pool, gcs_server, gcs_sa_key), "venv"),
-             "vm": (_vm_flags(pool), "bundle"), "scp": (scp, "venv"), "fail": (_vm_flags(pool), "bundle")}
+             "vm": (_vm_flags(pool), "bundle"), "scp": (scp, "venv"), "fail": (_vm_flags(pool), "bundle"),
+             "throttled": (_s3_flags(pool, minio, front.endpoint), "bundle")}
     planned = {name: Planned(_prepare(pegasus, name, flags + ["--install-bin", str(installs[kind])],
                                       1 if name == "fail" else PRODUCERS), installs[kind])
                for name, (flags, kind) in modes.items()}
@@ -269,3 +289,18 @@ def test_failed_stage_in_shows_our_message_in_pegasus_analyzer(pegasus, runs):
     assert failed.job.startswith("stage_in_")
     assert os.path.realpath(failed.executable) == os.path.realpath(planned.install_bin / "pegasus-cloudio-transfer")
     assert f"ERROR:  read {missing}: no such file or directory" in analyzer, analyzer[-4000:]
+
+
+def test_cloud_storage_s3_behind_a_throttling_store_retries_no_job(pegasus, runs, front: ThrottleFront):
+    """Issue 37: the workflow behind the front at a limit below its offered load succeeds, the
+    store answered throttles, and DAGMan retried no job and HTCondor held none (the drop-ins
+    waited the throttling out within their time bound)."""
+    _check(pegasus, runs["throttled"], "cloud-storage s3 behind the throttling front")
+    stats = front.stats()
+    assert int(stats["throttled"]) > 0, stats  # the limit was below what the workflow offered
+    submit_dir = runs["throttled"].result().submit_dir
+    assert dagman_retries(submit_dir) == {} and held_jobs(submit_dir) == [], (
+        dagman_retries(submit_dir), held_jobs(submit_dir))
+    print(f"throttled at {THROTTLE_RATE:g} requests/s per prefix: {stats['requests']} requests, "
+          f"{stats['throttled']} answered 503 SlowDown, 0 job retries, 0 holds")
+

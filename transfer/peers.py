@@ -44,7 +44,7 @@ from transfer._lean import field, record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+    from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 __all__ = ["PeerRound", "PeerSink", "PeerSource", "Replica", "Scope", "derive_scope", "proof"]
 
@@ -116,6 +116,15 @@ class Scope:
         """The replica index's name for ``key`` in this scope: 128 bits, hex."""
         return self._digest(b"pcio-index", key).hex()
 
+    def index_names(self, keys: Iterable[str]) -> List[str]:
+        """:meth:`index_name` of each of ``keys`` (a lookup's batch), in order."""
+        base, out = self._keyed[b"pcio-index"], []
+        for key in keys:
+            mac = base.copy()
+            mac.update(key.encode("utf-8", "surrogatepass"))
+            out.append(mac.hexdigest())
+        return out
+
     def entry_mac(self, node: str, key: str, size: int, sha256: str) -> str:
         """The tag of one registration (128 bits, hex)."""
         return self._digest(b"pcio-entry", node, key, str(size), sha256).hex()
@@ -141,22 +150,41 @@ class Scope:
     def open_sealed(self, node: str, key: str, value: str) -> Optional[Tuple[int, str]]:
         """:meth:`unseal` of any text: (size, sha256) when ``value`` is exactly a :meth:`seal`
         value this scope made for this node and key (16, 64 and 32 lowercase hex digits, two
-        spaces), else None, malformed or not. (The hex is checked by formatting it back, and
-        the tag by equality with the one computed, so no regular expression runs.)"""
-        if len(value) != 114 or value[16] != " " or value[81] != " " or not value.isascii():
-            return None
-        text = value[:16] + value[17:81]
-        try:
-            number = int(text, 16)
-        except ValueError:
-            return None
-        if "%080x" % number != text:  # int() also takes "0x", "_", "+", upper case and blanks
-            return None
-        clear = number ^ self._pad(node, key)
-        size, sha256 = clear >> 256, "%064x" % (clear & _LOW_256)
-        if not hmac.compare_digest(value[82:], self.entry_mac(node, key, size, sha256)):
-            return None
-        return size, sha256
+        spaces), else None, malformed or not."""
+        return self.open_batch(node, ((key, value),))[0]
+
+    def open_batch(self, node: str, items: Sequence[Tuple[str, str]]) -> List[Optional[Tuple[int, str]]]:
+        """:meth:`open_sealed` of each (key, value) that ``node`` registered, in order: one
+        lookup opens a value per key, mostly of one node, so the node's part of both MACs is
+        hashed once per batch and the loop makes no method call per key. (The hex is checked
+        by formatting it back, and the tag by equality with the one computed, so no regular
+        expression runs; the values are those of :meth:`_pad` and :meth:`entry_mac`.)"""
+        head = (node + "\0").encode("utf-8", "surrogatepass")
+        pads, tags = self._keyed[b"pcio-seal"].copy(), self._keyed[b"pcio-entry"].copy()
+        pads.update(head)
+        tags.update(head)
+        equal, from_bytes, low = hmac.compare_digest, int.from_bytes, _LOW_256
+        out: List[Optional[Tuple[int, str]]] = []
+        for key, value in items:
+            if len(value) != 114 or value[16] != " " or value[81] != " " or not value.isascii():
+                out.append(None)
+                continue
+            text = value[:16] + value[17:81]
+            try:
+                number = int(text, 16)
+            except ValueError:
+                number = -1
+            if "%080x" % number != text:  # int() also takes "0x", "_", "+", upper case and blanks
+                out.append(None)
+                continue
+            name = key.encode("utf-8", "surrogatepass")
+            pad, tag = pads.copy(), tags.copy()
+            pad.update(name)
+            clear = number ^ from_bytes(pad.digest(), "big")
+            size, sha256 = clear >> 256, "%064x" % (clear & low)
+            tag.update(b"%s\0%d\0%s" % (name, size, sha256.encode("ascii")))
+            out.append((size, sha256) if equal(value[82:], tag.hexdigest()) else None)
+        return out
 
     def _pad(self, node: str, key: str) -> int:
         """The 320-bit keystream that enciphers (size, sha256) for ``node`` and ``key``."""

@@ -24,11 +24,17 @@ not to the jobs). The test pool's HTCondor 23 reports 0 CPU for its jobs (no cgr
 so on it the compute jobs' in-job staging counts 0 and the figure is the transfer jobs' and
 the stager's CPU only (``compute_cpu_known`` says whether HTCondor reported any). Every run's
 output is compared byte for byte with the expected concatenation.
+
+``--throttle RATE`` (issue 37) puts every run's store behind the rate-limiting front
+(:class:`~pegasus_cloudio_testbed.throttle.ThrottleFront`, S3's ``503 SlowDown``) at RATE
+requests per second per prefix, a fresh front per run; each run then also reports the requests
+the store saw, how many it throttled, the jobs DAGMan ran again and the jobs HTCondor held.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import subprocess
@@ -36,7 +42,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from pegasus_cloudio_bench.harness import Progress, add_params_arguments, aligned, params_from_args, ratio
 from pegasus_cloudio_testbed.condor_pool import CondorPool
@@ -48,6 +54,8 @@ from pegasus_cloudio_testbed.pegasus_pool import (
     DagRun,
     Invocation,
     PegasusOnPool,
+    dagman_retries,
+    held_jobs,
     invocations,
     stock_calls,
     worker_venv,
@@ -60,6 +68,7 @@ from pegasus_cloudio_testbed.pegasus_sets import (
     plan_argv,
     write_set,
 )
+from pegasus_cloudio_testbed.throttle import ThrottleFront
 from pegasus_cloudio_testbed.tools import ensure_go_transfer
 from pegasus_cloudio_testbed.wheel import build_wheel
 
@@ -74,11 +83,13 @@ class Params:
     cluster_size: int = 2
     threads: int = 8
     configs: str = ",".join(CONFIGS)
+    throttle: float = 0.0
 
 
 HELPS = {"producers": "producer jobs", "files": "small files (~210 bytes) per producer",
          "cluster_size": "producers per clustered job", "threads": "PEGASUS_CLOUDIO_THREADS",
-         "configs": "comma-separated configurations to run, in this order"}
+         "configs": "comma-separated configurations to run, in this order",
+         "throttle": "requests/s per prefix the store allows (a rate-limiting front before MinIO; 0: none)"}
 _COUNTS = ("producers", "files", "cluster_size", "threads")
 
 
@@ -90,6 +101,8 @@ def usage_problems(args: argparse.Namespace) -> List[str]:
     bad = [f"--{n.replace('_', '-')} must be at least 1" for n in _COUNTS if getattr(args, n) < 1]
     if not set(args.configs.split(",")) <= set(CONFIGS):
         bad.append(f"--configs must name only {', '.join(CONFIGS)} (got {args.configs!r})")
+    if not args.throttle >= 0:
+        bad.append(f"--throttle must be a rate >= 0 (0: no front), not {args.throttle}")
     return bad
 
 
@@ -132,17 +145,46 @@ def _pip_dir() -> Path:
 
 def _one(pegasus: PegasusOnPool, minio: MinioServer, venv_bin: Path, config: str, params: Params,
          progress: Progress, go: Optional[Path] = None) -> Dict[str, Any]:
+    """One configuration's run, behind a fresh throttling front with ``--throttle``."""
+    with _front(minio, params.throttle) as front:
+        endpoint = front.endpoint if front is not None else minio.endpoint
+        result = _configured(pegasus, minio, endpoint, venv_bin, config, params, progress, go)
+        if front is not None:
+            result.update(_throttled(front, Path(result["submit_dir"])))
+    return result
+
+
+@contextlib.contextmanager
+def _front(minio: MinioServer, rate: float) -> Iterator[Optional[ThrottleFront]]:
+    if rate <= 0:
+        yield None
+        return
+    with ThrottleFront(minio.host, minio.port, rate=rate) as front:
+        yield front
+
+
+def _throttled(front: ThrottleFront, submit_dir: Path) -> Dict[str, Any]:
+    """What the front counted, and the jobs run again (DAGMan retries) or held."""
+    stats = front.stats()
+    return {"store_requests": stats["requests"], "throttled": stats["throttled"],
+            "job_retries": sum(runs - 1 for runs in dagman_retries(submit_dir).values()),
+            "held_jobs": len(held_jobs(submit_dir))}
+
+
+def _configured(pegasus: PegasusOnPool, minio: MinioServer, endpoint: str, venv_bin: Path, config: str,
+                params: Params, progress: Progress, go: Optional[Path]) -> Dict[str, Any]:
+    """Plan and run ``config``'s set, its jobs reaching the store at ``endpoint``."""
     pool = pegasus.pool
     progress.phase(f"pool: {config}")
     bucket = f"pool-{len(os.listdir(pool.shared))}-{int(time.time())}"
     _make_bucket(minio, bucket)
     run_dir = pool.user_dir(re.sub(r"[^a-z]+", "-", config))
     creds = run_dir / "credentials.conf"
-    creds.write_text(f"[minio]\nendpoint = {minio.endpoint}\n[bench@minio]\naccess_key = {minio.access_key}\n"
+    creds.write_text(f"[minio]\nendpoint = {endpoint}\n[bench@minio]\naccess_key = {minio.access_key}\n"
                      f"secret_key = {minio.secret_key}\n")
     os.chmod(creds, 0o600)
     set_dir = run_dir / "set"
-    flags = ["--mode", "cloud-storage", "--provider", "s3", "--bucket", bucket, "--endpoint", minio.endpoint,
+    flags = ["--mode", "cloud-storage", "--provider", "s3", "--bucket", bucket, "--endpoint", endpoint,
              "--identity", "bench@minio", "--credentials", str(creds), "--install-bin", str(venv_bin),
              "--work-dir", str(set_dir), "--worker-pegasus-home", str(pegasus.home), "--threads",
              str(params.threads)]
@@ -293,6 +335,11 @@ def format_table(result: Dict[str, Any]) -> str:
              str(r["jobs"]), f"{r['staging_cpu_s']:.2f}", f"{r['staging_cpu_per_job_s']:.3f}", str(r["stock_calls"])]
             for r in result["runs"]]
     rows = aligned([header] + body)
+    if result["params"].get("throttle"):
+        rows += ["", f"behind a front allowing {result['params']['throttle']:g} requests/s per prefix:"]
+        rows += aligned([["config", "store requests", "throttled", "job retries", "held jobs"]] + [
+            [r["config"], str(r["store_requests"]), str(r["throttled"]), str(r["job_retries"]), str(r["held_jobs"])]
+            for r in result["runs"]])
     rows.append("")
     rows += [f"{name}: {value:.2f}x" if value else f"{name}: n/a" for name, value in result["ratios"].items()]
     params = result["params"]

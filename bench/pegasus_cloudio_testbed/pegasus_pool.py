@@ -11,7 +11,8 @@ directly.
 to finish (``monitord.done``), and runs ``pegasus-statistics``/``pegasus-analyzer``.
 `invocations` reads what every job's kickstart recorded, as monitord stored it (stampede
 ``invocation`` table): the executable each job really ran, its exit code and CPU time, which
-is how tests count stock ``pegasus-transfer`` calls. `SshdInRoot` is an OpenSSH server inside
+is how tests count stock ``pegasus-transfer`` calls; `dagman_retries` and `held_jobs` name the jobs
+DAGMan ran again and those HTCondor held. `SshdInRoot` is an OpenSSH server inside
 the root (the submitter's account exists only there) for submit-host mode. `WorkerVenv`
 installs our wheel with extras under the root's Python, the way a site installs it on workers.
 """
@@ -38,8 +39,8 @@ from .pegasus import cache_dir as pegasus_cache_dir
 from .pegasus import ensure_pegasus
 from .ports import free_port
 
-__all__ = ["DAGMAN_CONFIG", "POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "invocations",
-           "stock_calls", "wheelhouse", "worker_venv"]
+__all__ = ["DAGMAN_CONFIG", "POOL_PACKAGES", "DagRun", "Invocation", "PegasusOnPool", "SshdInRoot", "dagman_retries",
+           "held_jobs", "invocations", "stock_calls", "wheelhouse", "worker_venv"]
 
 # The pool's root for planned runs: the plugin tests' packages plus an sshd (submit-host mode).
 POOL_PACKAGES = tuple(dict.fromkeys([*PACKAGES, "openssh-server"]))
@@ -177,6 +178,26 @@ def invocations(submit_dir: Path) -> List[Invocation]:
             "FROM invocation i JOIN job_instance ji ON i.job_instance_id = ji.job_instance_id "
             "JOIN job j ON ji.job_id = j.job_id WHERE i.task_submit_seq >= 0 ORDER BY j.exec_job_id").fetchall()
     return [Invocation(str(r[0]), str(r[1]), str(r[2]), int(r[3]), float(r[4]), float(r[5])) for r in rows]
+
+
+def dagman_retries(submit_dir: Path) -> Dict[str, int]:
+    """Jobs DAGMan ran more than once (exec job id -> runs), from the stampede database, with
+    every ``Retrying node`` line of the dagman.out (a retry monitord missed still counts)."""
+    [db] = sorted(submit_dir.glob("*.stampede.db"))
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        rows = conn.execute("SELECT j.exec_job_id, COUNT(*) FROM job_instance ji JOIN job j "
+                            "ON ji.job_id = j.job_id GROUP BY j.job_id HAVING COUNT(*) > 1").fetchall()
+    retried = {str(job): int(count) for job, count in rows}
+    [out] = sorted(submit_dir.glob("*.dag.dagman.out"))
+    for node in re.findall(r"Retrying node (\S+)", out.read_text(errors="replace")):
+        retried.setdefault(node, 2)
+    return retried
+
+
+def held_jobs(submit_dir: Path) -> List[str]:
+    """The jobstate.log lines of jobs HTCondor held (``JOB_HELD``)."""
+    return [line for line in (submit_dir / "jobstate.log").read_text(errors="replace").splitlines()
+            if " JOB_HELD " in line]
 
 
 def stock_calls(records: Sequence[Invocation], stock_tool: Path) -> List[Invocation]:

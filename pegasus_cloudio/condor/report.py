@@ -18,7 +18,8 @@ job was restarted instead of held, again and again. So a ``TransferError`` is at
 entries of :data:`MAX_ERROR_STRING` characters), success ads are written as files finish,
 and failed ads are written by :meth:`Reporter.finish`: at most :data:`MAX_FAILED_ADS`, in
 reverse request order, the first failed file last. HTCondor lists the error of the last ad
-first, so the hold reason begins with the first failed URL and the count of failures. Every
+first, so the hold reason begins with the first failed URL and the count of failures, and
+ends with :data:`TRANSIENT_MARK` when every failure was transient (exit 11). Every
 failure, in full, is one line of the plugin's output (the StarterLog keeps its last 16 KiB).
 
 ``compact`` (for a starter older than 24.4, see :mod:`.starter`): such a starter reads one pipe
@@ -52,6 +53,10 @@ MAX_FAILED_ADS = 10
 MAX_ERROR_CHARS = 500
 MAX_ERROR_ENTRIES = 4
 MAX_ERROR_STRING = 200
+# Ends the first failed ad's TransferError when the plugin exits 11 (every failure transient):
+# a 23.9 starter holds a failed output transfer with HoldReasonSubCode 1 whatever the plugin's
+# exit code, so docs/condor.md's release policy finds these holds by this text in HoldReason.
+TRANSIENT_MARK = "[pegasus-cloudio: transient, exit 11]"
 
 Fields = Dict[str, object]
 
@@ -165,10 +170,12 @@ class Reporter:
         if not failed:
             return
         shown = failed[:1] if self._compact else failed[:MAX_FAILED_ADS]
+        first = shown[0]
         if len(failed) > 1:
-            first = shown[0]
             first["TransferError"] = (f"{first['TransferError']} [the first of {len(failed)} failed files, out of "
                                       f"{len(self._items)}; every failure is listed in the plugin's output]")
+        if outcome.exit_code(self.errors) == outcome.EXIT_TRANSIENT:
+            first["TransferError"] = f"{first['TransferError']} {TRANSIENT_MARK}"
         if self._compact:
             self._write_fields(shown[0], replace=True)
             return

@@ -198,44 +198,23 @@ class PeerIndex:
 
         The batch is sent as one small server-side script per hash tag (at most 16), so the
         client packs and parses 16 commands instead of one per key."""
-        claimed = set(claim.keys) if claim is not None else set()
-        groups: Dict[str, List[Tuple[str, str]]] = {}
-        for key, scope in keys.items():
-            d = scope.index_name(key)
-            groups.setdefault(d[0], []).append((key, d))
+        groups = _tag_groups(keys)
         pipe = self._redis.pipeline(transaction=False)
         pipe.execute_command("EVAL", _NODES_LUA, 1, self.nodes_key)
         node, millis = (claim.node, max(1, int(claim.seconds * 1000))) if claim is not None else ("", 1)
+        claimed = set(claim.keys) if claim is not None else set()
         ns = self._ns
         for tag, members in groups.items():
             names = [f"{ns}:{{{tag}}}:r:{d}" for _, d in members]
             if claim is not None:
                 names += [f"{ns}:{{{tag}}}:c:{d}" for _, d in members]
-            mask = "".join("1" if key in claimed else "0" for key, _ in members)
+            mask = "".join("1" if key in claimed else "0" for key, _ in members) if claimed else "0" * len(members)
             pipe.execute_command("EVAL", _LOOKUP_LUA, len(names), *names, node, millis, mask)
         replies = pipe.execute()
         found = Lookup()
         live = _live(replies[0], found.problems)
-        decode = _Decoder()
-        for members, reply in zip(groups.values(), replies[1:]):
-            for (key, _), (entry, holder, skipped) in zip(members, reply):
-                if skipped:
-                    found.problems.append(f"{skipped} oversized or surplus replica entries for {key!r} "
-                                          "ignored in the replica index")
-                holders = (_holders(key, keys[key], decode.pairs(entry), live, found.problems)
-                           if entry else [])
-                if holders:
-                    found.holders[key] = holders
-                if holder is not None:
-                    self._claim_outcome(found, key, _text(holder), bool(holders), node)
+        _Replies(keys, live, found, node).add(groups.values(), replies[1:])
         return found
-
-    @staticmethod
-    def _claim_outcome(found: Lookup, key: str, holder: Optional[str], held: bool, node: str) -> None:
-        if holder == node:
-            found.won.append(key)
-        elif holder is not None and not held:
-            found.in_flight[key] = holder
 
     def register(self, node: str, replicas: Sequence[Replica]) -> None:
         """Record that ``node`` holds ``replicas`` (each in its scope; those without one are
@@ -276,30 +255,94 @@ def _text(value: Any) -> Optional[str]:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-class _Decoder:
-    """Turns flat [field, value, ...] replies into {node: value} strings, decoding each
-    node name once per lookup (a batch names the same few nodes a thousand times)."""
+def _tag_groups(keys: Mapping[str, Scope]) -> Dict[str, List[Tuple[str, str]]]:
+    """(key, index name) of each of ``keys`` by hash tag (the name's first hex digit); the
+    names of each scope's keys made in one batch."""
+    by_scope: Dict[int, Tuple[Scope, List[str]]] = {}
+    for key, scope in keys.items():
+        by_scope.setdefault(id(scope), (scope, []))[1].append(key)
+    groups: Dict[str, List[Tuple[str, str]]] = {}
+    for scope, members in by_scope.values():
+        for key, d in zip(members, scope.index_names(members)):
+            groups.setdefault(d[0], []).append((key, d))
+    return groups
 
-    def __init__(self) -> None:
+
+class _Replies:
+    """Turns one lookup's script replies into ``found``. A key with one entry of a live node
+    (most keys) waits to be opened with the other such entries of its scope and node in one
+    :meth:`Scope.open_batch`; any other key, and one whose entry that batch refuses, takes
+    :func:`_holders`' long path (which writes the problem lines). Each node name is decoded
+    once per lookup (a batch names the same few nodes a thousand times)."""
+
+    def __init__(self, keys: Mapping[str, Scope], live: Mapping[str, NodeInfo], found: Lookup,
+                 node: str) -> None:
+        self._keys, self._live, self._found, self._node = keys, live, found, node
         self._names: Dict[Any, str] = {}
+        # (id(scope), node) -> [(key, value, claim holder)]
+        self._waiting: Dict[Tuple[int, str], List[Tuple[str, str, Any]]] = {}
+
+    def add(self, groups: Any, replies: Sequence[Any]) -> None:
+        """Every key's reply (``groups``: each script's (key, index name) list, as sent)."""
+        problems, live, keys, names, waiting = self._found.problems, self._live, self._keys, self._names, self._waiting
+        for members, reply in zip(groups, replies):
+            for (key, _), (entry, holder, skipped) in zip(members, reply):
+                if skipped:
+                    problems.append(f"{skipped} oversized or surplus replica entries for {key!r} "
+                                    "ignored in the replica index")
+                if type(entry) is list and len(entry) == 2:  # one holder, as for most keys
+                    raw, value = entry
+                    name = names.get(raw) or self._name(raw)
+                    if name in live:
+                        text = value.decode("utf-8", "replace") if type(value) is bytes else str(value)
+                        waiting.setdefault((id(keys[key]), name), []).append((key, text, holder))
+                        continue
+                self._settle(key, self.pairs(entry) if entry else {}, holder)
+        self._open_waiting()
+
+    def _open_waiting(self) -> None:
+        found = self._found
+        for (_, node), waiting in self._waiting.items():
+            info = self._live[node]
+            scope = self._keys[waiting[0][0]]
+            opened = scope.open_batch(node, [(key, value) for key, value, _ in waiting])
+            for (key, value, holder), one in zip(waiting, opened):
+                if one is None:
+                    self._settle(key, {node: value}, holder)
+                    continue
+                found.holders[key] = [Holder(info, one[0], one[1])]
+                if holder is not None:
+                    self._claim(key, _text(holder), True)
+
+    def _settle(self, key: str, entry: Mapping[str, str], holder: Any) -> None:
+        found = self._found
+        holders = _holders(key, self._keys[key], entry, self._live, found.problems) if entry else []
+        if holders:
+            found.holders[key] = holders
+        if holder is not None:
+            self._claim(key, _text(holder), bool(holders))
+
+    def _claim(self, key: str, holder: Optional[str], held: bool) -> None:
+        if holder == self._node:
+            self._found.won.append(key)
+        elif holder is not None and not held:
+            self._found.in_flight[key] = holder
+
+    def _name(self, raw: Any) -> str:
+        name = self._names.get(raw)
+        if name is None:
+            name = self._names[raw] = _text(raw) or ""
+        return name
 
     def pairs(self, flat: Any) -> Dict[str, str]:
-        names = self._names
-        if type(flat) is list and len(flat) == 2:  # one holder, as for most keys
-            raw, value = flat
-            name = names.get(raw)
-            if name is None:
-                name = names[raw] = _text(raw) or ""
-            return {name: value.decode("utf-8", "replace") if type(value) is bytes else str(value)}
+        """A flat [field, value, ...] reply (or a dict) as {node: value} strings."""
         if isinstance(flat, dict):
             flat = [x for kv in flat.items() for x in kv]
-        out: Dict[str, str] = {}
-        for raw, value in zip(flat[0::2], flat[1::2]):
-            name = names.get(raw)
-            if name is None:
-                name = names[raw] = _text(raw) or ""
-            out[name] = value.decode("utf-8", "replace") if type(value) is bytes else str(value)
-        return out
+        return {self._name(raw): _decoded(value) for raw, value in zip(flat[0::2], flat[1::2])}
+
+
+def _decoded(value: Any) -> str:
+    return value.decode("utf-8", "replace") if type(value) is bytes else str(value)
 
 
 def _live(reply: Any, problems: List[str]) -> Dict[str, NodeInfo]:

@@ -48,6 +48,7 @@ from pegasus_cloudio_testbed.contract.reads import (
 )
 from pegasus_cloudio_testbed.contract.select import MIXINS, contract_for, mixins_for, unclaimed_mixins
 from pegasus_cloudio_testbed.contract.stores import (
+    BucketRemovalContract,
     BucketsContract,
     DirectoryListingContract,
     NamespaceContract,
@@ -67,7 +68,7 @@ from pegasus_cloudio_testbed.contract.writes import (
 )
 
 __all__ = [
-    "AWKWARD_KEYS", "AttributedPutsContract", "BatchReadsContract", "BucketsContract", "CacheKeysContract",
+    "AWKWARD_KEYS", "AttributedPutsContract", "BatchReadsContract", "BucketRemovalContract", "BucketsContract", "CacheKeysContract",
     "Closes", "ClosesContract", "ConditionalPutsContract", "ContractBase", "CutBodiesContract",
     "DialsAheadContract", "DirectoryListingContract", "ExclusiveCreateContract", "FetchesTo", "LayerContract",
     "MIXINS", "MultipartUploadsContract", "NamespaceContract", "PagedListingContract", "PeerScopesContract",

@@ -16,6 +16,7 @@ MIXINS: Tuple[type, ...] = (
     layers.ClosesContract, layers.LayerContract,
     stores.UploadsContract, stores.NamespaceContract, stores.DirectoryListingContract,
     stores.PagedListingContract, stores.TreeRemovalContract, stores.TouchesContract, stores.BucketsContract,
+    stores.BucketRemovalContract,
     writes.MultipartUploadsContract, writes.PendingUploadsContract, writes.ExclusiveCreateContract,
     writes.ConditionalPutsContract, writes.AttributedPutsContract, writes.ServerSideCopyContract,
     writes.TempUploadsContract,

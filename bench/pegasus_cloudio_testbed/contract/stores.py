@@ -1,5 +1,5 @@
 """Cases of the store capabilities: uploads, a namespace (list, delete, make_dirs), one-level
-and paged listings, tree removal, touches and buckets. Each mix-in names its protocol in
+and paged listings, tree removal, touches, buckets and their removal. Each mix-in names its protocol in
 ``capability``; :func:`pegasus_cloudio_testbed.contract.mixins_for` picks them by ``isinstance``."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 
 from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS, ContractBase, Seed, UrlFor, keys_of
 from transfer.backends.base import (
+    BucketRemoval,
     Buckets,
     DirectoryListing,
     Namespace,
@@ -242,3 +243,29 @@ class BucketsContract(ContractBase):
         derived = f"{scheme}://{head}/{bucket}/k" if "@" in head else f"{scheme}://{bucket}/k"
         url = self.missing_bucket_url or derived
         assert reader.bucket_exists(parse_url(url)) is False
+
+
+
+class BucketRemovalContract(ContractBase):
+    """``remove_bucket``: a missing bucket is NotFound, one still holding objects is refused and
+    keeps them (the case that deletes a bucket needs one made for it, which the protocol does not
+    promise; the front ends' own tests cover it)."""
+
+    capability: ClassVar[type] = BucketRemoval
+    missing_bucket_url: ClassVar[str] = ""
+
+    def test_removing_a_missing_bucket_is_not_found(self, reader: Any, base_url: str) -> None:
+        from transfer import parse_url
+        scheme, _, rest = base_url.partition("://")
+        head = rest.partition("/")[0]
+        bucket = f"no-such-bucket-{os.urandom(6).hex()}"
+        derived = f"{scheme}://{head}/{bucket}/k" if "@" in head else f"{scheme}://{bucket}/k"
+        with pytest.raises(NotFound):
+            reader.remove_bucket(parse_url(self.missing_bucket_url or derived))
+
+    def test_a_bucket_with_objects_is_kept(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+        seed("kept/one", b"still here")
+        with pytest.raises(TransferError) as refused:
+            reader.remove_bucket(url_for("kept/one"))
+        assert not isinstance(refused.value, NotFound)
+        assert reader.stat(url_for("kept/one")).size == len(b"still here")

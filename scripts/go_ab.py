@@ -1,0 +1,125 @@
+"""Ours against the Go pegasus-transfer on many small files, alternating, on one MinIO.
+
+    .venv/bin/python scripts/go_ab.py [--count 6173] [--size 300] [--rtt-ms 20] [--rounds 3]
+                                      [--threads 5] [--modes in,out,cache,bundled]
+
+``bench small-files`` runs each tool once and spends most of its time on the Python tool's
+sample; this script runs only ours and the Go tool (issue 38's targets), round after round in
+alternating order, through the test bed's counting proxy (``--rtt-ms`` added). Modes:
+``in``: stage-in, node cache off; ``out``: stage-out to a fresh prefix; ``cache``: stage-in
+with users' defaults (a fresh node cache, every file a miss); ``bundled``:
+``PEGASUS_CLOUDIO_BUNDLE=1`` out, then in. Each run records the client's wall and CPU
+(``RUSAGE_CHILDREN``), requests and connections at the proxy, and the CPU that MinIO and the
+proxy (this process) spent meanwhile: when those approach the wall on a loaded machine, the
+server side is the limit, not the client. Medians over the rounds, and ours over Go's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+from typing import Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pegasus_cloudio_bench.go_tool import go_argv, go_env  # noqa: E402
+from pegasus_cloudio_bench.harness import files_identical, measure  # noqa: E402
+from pegasus_cloudio_bench.small_files import (  # noqa: E402
+    IDENTITY, SITE, Params, Workspace, ours_argv, transfer_spec,
+)
+from pegasus_cloudio_testbed.minio import MinioServer  # noqa: E402
+from pegasus_cloudio_testbed.proxy import TcpProxy  # noqa: E402
+
+
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(ws: Workspace, server: MinioServer, proxy: TcpProxy, tool: str, argv: List[str], env: Dict[str, str],
+         spec: bytes) -> Dict[str, float]:
+    minio0, proxy0 = server.cpu_s(), _self_cpu()
+    m = measure(tool, "", ws.params.count, argv, env, proxy, stdin=spec)
+    if m.exit_code != 0:
+        raise SystemExit(f"{tool} exited {m.exit_code}")
+    return {"wall_s": m.wall_s, "cpu_s": m.cpu_s, "requests": m.requests, "connections": m.connections,
+            "minio_cpu_s": server.cpu_s() - minio0, "proxy_cpu_s": _self_cpu() - proxy0}
+
+
+def _round(ws: Workspace, server: MinioServer, proxy: TcpProxy, modes: List[str], r: int,
+           threads: int) -> Dict[str, Dict[str, float]]:
+    contestants = [("ours", ours_argv(threads), ws.env), ("go", go_argv(threads), go_env(ws.env))]
+    if r % 2:
+        contestants.reverse()
+    out: Dict[str, Dict[str, float]] = {}
+    for name, argv, env in contestants:
+        if "in" in modes:
+            dest = ws.fresh_dir(f"in-{name}-{r}")
+            out[f"{name}_in"] = _run(ws, server, proxy, name, argv, env,
+                                     transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"))
+            if not files_identical(ws.src, dest, ws.names):
+                raise SystemExit(f"{name} stage-in: files differ")
+        if "out" in modes:
+            out[f"{name}_out"] = _run(ws, server, proxy, name, argv, env,
+                                      transfer_spec(ws.out_pairs(f"{name}-out-{r}", ws.names), "local", SITE))
+        if name == "ours" and "cache" in modes:
+            cache, dest = ws.fresh_dir(f"cache-{r}"), ws.fresh_dir(f"in-cache-{r}")
+            os.chmod(cache, 0o700)
+            out["ours_cache_in"] = _run(ws, server, proxy, name, argv, dict(env, PEGASUS_CLOUDIO_CACHE_DIR=cache),
+                                        transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"))
+        if name == "ours" and "bundled" in modes:
+            bundled = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")
+            out["ours_bundled_out"] = _run(ws, server, proxy, name, argv, bundled,
+                                           transfer_spec(ws.out_pairs(f"b-{r}", ws.names), "local", SITE))
+            dest = ws.fresh_dir(f"in-bundled-{r}")
+            out["ours_bundled_in"] = _run(ws, server, proxy, name, argv, bundled,
+                                          transfer_spec(ws.in_pairs(f"b-{r}", ws.names, dest), SITE, "local"))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=6173)
+    parser.add_argument("--size", type=int, default=300)
+    parser.add_argument("--rtt-ms", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=5)
+    parser.add_argument("--modes", default="in,out,cache,bundled")
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    params = Params(count=args.count, size=args.size, threads=args.threads, rtt_ms=args.rtt_ms, s5cmd=False)
+    root = tempfile.mkdtemp(prefix="go-ab-")
+    load = [os.getloadavg()[0]]
+    runs: Dict[str, List[Dict[str, float]]] = {}
+    try:
+        with MinioServer() as server, TcpProxy((server.host, server.port), delay_ms=args.rtt_ms / 2) as proxy:
+            ws = Workspace(root, params, server, proxy)
+            mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/bench"}}])
+            _run(ws, server, proxy, "ours", ours_argv(args.threads), ws.env, mkdir.encode())
+            _run(ws, server, proxy, "ours", ours_argv(args.threads), ws.env,
+                 transfer_spec(ws.out_pairs("data", ws.names), "local", SITE))
+            for r in range(args.rounds):
+                for key, value in _round(ws, server, proxy, modes, r, args.threads).items():
+                    runs.setdefault(key, []).append(value)
+                load.append(os.getloadavg()[0])
+                print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]['wall_s']:.2f} s" for k, v in runs.items()),
+                      file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    medians = {k: {f: round(statistics.median(run[f] for run in v), 3) for f in v[0]} for k, v in runs.items()}
+    ratios = {f"{k}_vs_go_{f}": round(medians[k][f] / medians[g][f], 3)
+              for k in medians if k.startswith("ours") for g in (("go_out" if k.endswith("_out") else "go_in"),)
+              if g in medians for f in ("wall_s", "cpu_s")}
+    print(json.dumps({"params": vars(args), "load_1min": [round(x, 1) for x in load], "medians": medians,
+                      "ratios": ratios}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
