@@ -15,6 +15,7 @@ drop-in never does: its stdout and stderr are records the Pegasus tools parse.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Callable, Optional, TextIO
@@ -23,6 +24,7 @@ from transfer.ops import Result
 
 LIVE_INTERVAL = 0.5
 JOB_INTERVAL = 30.0
+CLEAR_LINE = "\r\x1b[K"  # to the start of the line, erased: a live progress line may be showing there
 _UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 
 
@@ -39,6 +41,15 @@ def time_text(seconds: float) -> str:
     whole = int(seconds + 0.5)
     hours, rest = divmod(whole, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class LineClearing(logging.Formatter):
+    """A terminal's log records (``-v``, ``-d``): each first clears the line it starts on, so a
+    record never continues a live progress line; the progress line is redrawn below it at its
+    next tick."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return CLEAR_LINE + super().format(record)
 
 
 class Progress:

@@ -70,7 +70,8 @@ def test_the_committed_reports_plots_read_without_the_docs(tmp_path: Path) -> No
 
 def test_reuse_assembles_under_the_measured_load_and_never_starts_a_bench(tmp_path: Path) -> None:
     """The last stop's note: the head gave the load while the report was put together, and
-    ``--reuse`` ran the pool bench (a real pool, minutes) when no pool result was saved."""
+    ``--reuse`` ran the pool bench (a real pool, minutes) when no pool result was saved. A
+    skipped scenario printed its "scenario pool" line before the line saying it was skipped."""
     import shutil
     repo = Path(__file__).resolve().parent.parent
     (tmp_path / "results").mkdir()
@@ -84,6 +85,7 @@ def test_reuse_assembles_under_the_measured_load_and_never_starts_a_bench(tmp_pa
     head = (tmp_path / "report.md").read_text().splitlines()[2]
     assert "load average when measured: large 1.50, 2.25, 3.00; " in head, head
     assert f"pool: no saved result {tmp_path}/results/pool.json: skipped" in done.stderr, done.stderr
+    assert "scenario pool" not in done.stderr and "report: scenario large" in done.stderr, done.stderr
     assert "## pool\n\nSkipped: no saved result" in (tmp_path / "report.md").read_text()
     assert not (tmp_path / "results" / "pool.json").exists()
 

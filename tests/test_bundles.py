@@ -1,6 +1,7 @@
 """Bundles: the format refuses hostile input, the engine stages through bundles transparently,
 fetches each bundle once, and removes members and bundles correctly (real MinIO)."""
 
+import concurrent.futures
 import io
 import json
 import os
@@ -321,3 +322,41 @@ def test_an_index_keeps_offsets_sizes_and_digests_of_any_width():
     assert index.total_size == 4096 + sum(m.size for m in members)
     with pytest.raises(BundleFormatError):
         BundleIndex(members + [members[0]], 0)
+
+
+class _VanishingBundles(concurrent.futures.ThreadPoolExecutor):
+    """An engine executor that, as the first bundle group is handed to it (its plan made, the
+    bundle's head read), deletes the bundle and stores its members as plain objects."""
+
+    def __init__(self, vanish):
+        super().__init__(max_workers=4)
+        self._vanish = vanish
+
+    def submit(self, fn, *args, **kwargs):
+        if getattr(fn, "__name__", "") == "download" and self._vanish is not None:
+            self._vanish, vanish = None, self._vanish
+            vanish()
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_bundle_gone_after_its_plan_sends_its_files_down_the_per_file_path(proxied, bucket, minio, tmp_path):
+    proxy, env = proxied
+    files = make_files(tmp_path / "src", 40, size=20_000)  # a bundle too large to come whole with its head
+    upload(env, bucket, files, bundle=True)
+    [bundle], client = keys(minio, bucket)
+    wanted = [files[n] for n in (5, 6, 30, 31)]
+
+    def vanish():
+        client.delete_object(Bucket=bucket, Key=bundle)
+        for f in wanted:
+            client.put_object(Bucket=bucket, Key=f"run/{f.name}", Body=f.read_bytes())
+
+    proxy.reset_counters()
+    with _VanishingBundles(vanish) as executor, Session(Settings(threads=4, bundle=True), env) as session:
+        results = Engine(session, retry=FAST, executor=executor).run(
+            [Transfer((s3(bucket, f"run/{f.name}"),), parse_url(f"file://{tmp_path}/dst/{f.name}")) for f in wanted])
+    assert [r.ok for r in results] == [True] * 4, [r.error for r in results]
+    for f, result in zip(wanted, results):
+        assert (tmp_path / "dst" / f.name).read_bytes() == f.read_bytes()
+        assert [a.source for a in result.history] == [s3(bucket, f"run/{f.name}")]  # its own read, not the bundle's
+    assert proxy.snapshot()["requests_by_method"]["GET"] >= 1 + 1 + 4  # head, the bundle's 404, four plain GETs

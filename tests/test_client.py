@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from inotify_support import stats_opens
 from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 from transfer import Engine, Remove, Session, Settings, Transfer, parse_url
 from transfer.client import Client
@@ -532,3 +533,23 @@ def test_ca_bundle_verifies_a_store_with_a_private_ca(minio_tls, tmp_path):
         with pytest.raises(ConfigError, match=f"^config {bad}: ca_bundle={bad}: cannot load CA certificates"):
             Client(endpoint=proxy.url("https"), ca_bundle=str(bad), **keys)
         assert proxy.connections == 0
+
+
+def test_closing_a_client_does_not_settle_the_node_cache_its_runs_settled(minio, tmp_path):
+    """Client.close() closed the node cache after the engine's runs had closed it: one more
+    read of stats.json for nothing. The runs settle the counters; close() reads nothing."""
+    with Client(endpoint=minio.endpoint, access_key=minio.access_key, secret_key=minio.secret_key,
+                env={}, cache_dir=str(tmp_path / "cache")) as made:
+        where = f"s3://c-{uuid.uuid4().hex[:12]}"
+        made.mkdir(where)
+        made.write_bytes(f"{where}/in.dat", b"cached input")
+        assert made.read_bytes(f"{where}/in.dat") == b"cached input"  # the miss that fills the entry
+        stats = next((tmp_path / "cache").rglob("stats.json"))
+        fd, opens = stats_opens(stats.parent)
+        try:
+            assert made.read_bytes(f"{where}/in.dat") == b"cached input"
+            assert opens() >= 1  # the hit's run updated the counters
+            made.close()
+            assert opens() == 0
+        finally:
+            os.close(fd)

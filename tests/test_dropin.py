@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 
+from inotify_support import stats_opens
 from pegasus_cloudio.dropin.main import effective_threads
 
 OURS = [sys.executable, "-m", "pegasus_cloudio.dropin"]
@@ -316,30 +317,6 @@ def test_an_unreadable_credentials_file_is_one_line_naming_it(tmp_path):
     assert "internal error" not in err
 
 
-def _stats_opens(directory):
-    """An inotify descriptor queuing the opens of files in ``directory`` (the kernel's record,
-    so a read by any process counts), and a function giving how many named ``stats.json``."""
-    import ctypes
-    import struct
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-    assert fd >= 0 and libc.inotify_add_watch(fd, str(directory).encode(), 0x20) >= 0, ctypes.get_errno()  # IN_OPEN
-
-    def count():
-        seen = 0
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                return seen
-            at = 0
-            while at < len(data):
-                _wd, _mask, _cookie, size = struct.unpack_from("iIII", data, at)
-                seen += data[at + 16:at + 16 + size].rstrip(b"\0") == b"stats.json"
-                at += 16 + size
-    return fd, count
-
-
 def test_a_job_reads_the_cache_counters_once(s3_env, bucket, tmp_path):
     """The drop-in closed the node cache after the engine's run had closed it: one more read of
     stats.json per job. A hit now opens it twice: the usage read when the cache is opened, and
@@ -355,7 +332,7 @@ def test_a_job_reads_the_cache_counters_once(s3_env, bucket, tmp_path):
     rc, err = run(get("first"), env, tmp_path)  # the miss that fills the entry
     assert rc == 0, err
     stats = next((tmp_path / "cache").rglob("stats.json"))
-    fd, opens = _stats_opens(stats.parent)
+    fd, opens = stats_opens(stats.parent)
     try:
         rc, err = run(get("second"), env, tmp_path)
         assert rc == 0 and (tmp_path / "second").read_bytes() == b"cached input", err

@@ -339,3 +339,49 @@ def test_the_byte_count_keeps_the_bytes_of_closed_connections_and_counts_only_wh
     finally:
         server.shutdown()
         server.server_close()
+
+
+RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+:(?:DEBUG|INFO|WARNING):")
+
+
+def test_a_log_record_on_a_terminal_starts_on_a_cleared_line_not_on_the_progress_line(slow, bucket, tmp_path):
+    """With -d on a terminal, the records logged while the transfer ran continued the progress
+    line ("Completed 2.0 MiB/8.0 MiB ... left2026-12-02 ...:DEBUG:..."). Each now clears it first."""
+    src = _put_object(slow, bucket, tmp_path)
+    rc, seen, out = under_tty(S3 + ["-d", "get", f"s3://test@minio/{bucket}/big.dat", str(tmp_path / "got.dat")],
+                              slow, tmp_path)
+    text = seen.decode()
+    assert rc == 0 and out == b"" and (tmp_path / "got.dat").read_bytes() == src.read_bytes(), text
+    assert LINE.search(text), text  # a progress line was showing
+    starts = [m.start() for m in RECORD.finditer(text)]
+    after = [at for at in starts if LINE.search(text, 0, at)]
+    assert after, text  # records logged once the progress line had shown: the case under test
+    assert all(text[:at].endswith("\r\x1b[K") for at in starts), text
+
+
+@pytest.mark.parametrize("upload", [True, False])
+def test_a_bench_phase_through_the_proxy_shows_the_bytes_the_tool_moved(upload, minio, bucket, tmp_path):
+    """small-files, sizes, mconcatfit and workflow showed only elapsed time: their phases now
+    count the bytes through the proxy each tool is measured behind (harness.wire_moved), reset
+    as `measure` starts the tool, here pegasus-cloudio-s3 through a proxy capped at RATE."""
+    from pegasus_cloudio_bench.harness import Progress as PhaseProgress, measure, wire_moved
+    with TcpProxy((minio.host, minio.port), shaping=Shaping(rate_bps=RATE)) as proxy:
+        creds = minio.write_pegasus_credentials(tmp_path / "slow.conf", site="minio", user="test",
+                                                endpoint=proxy.url())
+        env = {"PEGASUS_CREDENTIALS": str(creds), "HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+               "AWS_EC2_METADATA_DISABLED": "true", "PEGASUS_CLOUDIO_CACHE_DIR": "off",
+               "PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        src = _put_object(env, bucket, tmp_path) if not upload else tmp_path / "src.dat"
+        if upload:
+            src.write_bytes(os.urandom(8 * MiB))
+        url, local = f"s3://test@minio/{bucket}/{'up' if upload else 'big'}.dat", str(tmp_path / "got.dat")
+        stream = _Terminal()
+        shown = PhaseProgress(stream)
+        shown.phase("8 MiB through the proxy", wire_moved(proxy, upload), 8 * MiB)
+        done = measure("ours", "x", 1, S3 + ["-q", "put" if upload else "get"] + ([str(src), url] if upload
+                                                                                 else [url, local]), env, proxy)
+        shown.done()
+    assert done.exit_code == 0, done
+    parts = re.findall(r"\.\.\. ([\d.]+) (\w+)/8\.0 MiB \(", stream.getvalue())
+    assert parts, stream.getvalue()  # the line's thread wakes every 0.5 s; 8 MiB take about 2 s
+    assert any(float(n) > 0 and unit in ("KiB", "MiB") for n, unit in parts), stream.getvalue()

@@ -346,3 +346,17 @@ def test_v_and_d_tell_what_was_used_and_never_a_secret(env, minio, bucket, tmp_p
     assert "path-style addressing" in err and "keys from section [test@minio]" in err
     for secret in (minio.secret_key, minio.access_key):
         assert secret not in err
+
+
+@pytest.mark.parametrize("name", ["Bad_Bucket", "ab", "a..b", "192.168.1.1", "-lead"])
+def test_mkdir_of_an_invalid_bucket_name_says_why_before_any_request(name, proxied, tmp_path):
+    """A new user's `mkdir s3://me@minio/Bad_Bucket` printed the store's "InvalidBucketName: The
+    specified bucket is not valid." with no word of the rule. Now one line says it, and no
+    request leaves."""
+    proxy, env = proxied
+    rc, out, err = run(OURS + ["mkdir", f"s3://test@minio/{name}"], dict(env, PATH=os.environ["PATH"]), tmp_path)
+    assert rc == 1 and out == "", err
+    assert err.strip().splitlines() == [f"mkdir s3://test@minio/{name}: {name!r} is not a valid bucket name: use "
+                                        "3-63 lower-case letters, digits, '.' or '-', starting and ending with a "
+                                        "letter or digit, no '..', not an IP address"], err
+    assert proxy.requests == 0 and proxy.connections == 0

@@ -301,3 +301,25 @@ def test_cloud_storage_readmes_say_when_bundles_and_the_cache_remove_request_loa
     assert "regenerate with `--bundle`" in (tmp_path / "plain" / "README.md").read_text()
     assert generate("submit-host-scp", tmp_path / "scp")[0] == 0
     assert "Many jobs on one bucket" not in (tmp_path / "scp" / "README.md").read_text()
+
+
+def test_the_readmes_worker_bundle_command_run_literally_keeps_the_submit_hosts_tool(tmp_path):
+    """The README said `pegasus-cloudio worker-bundle <the catalogs' tool path>` on the submit
+    host: run as written, it replaced the submit host's installed pegasus-cloudio-transfer (the
+    C front end) with the Python bundle. It now writes beside it and says where to copy it."""
+    import re
+    install = tmp_path / "venv" / "bin"
+    install.mkdir(parents=True)
+    tool = install / "pegasus-cloudio-transfer"
+    tool.write_bytes(b"the installed front end")
+    assert generate("s3-cloud-storage", tmp_path / "wf", "--install-bin", str(install))[0] == 0
+    readme = (tmp_path / "wf" / "README.md").read_text()
+    command = re.search(r"`pegasus-cloudio (worker-bundle [^`]+)`", readme).group(1).split()
+    done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", *command], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert tool.read_bytes() == b"the installed front end"
+    bundle = Path(command[1])
+    assert bundle.parent == install and f"copy it to every worker as `{tool}`" in readme, readme
+    ran = subprocess.run(["python3", str(bundle), "--version"], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and "pegasus-cloudio" in ran.stdout + ran.stderr, ran

@@ -32,9 +32,9 @@ ONE_FILE_S3 = frozenset({
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
     "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
-    "transfer.named_files",
+    "transfer.named_files", "transfer.layers", "transfer.layers.stack", "transfer.layers.store",
     "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.resume", "transfer.http.sockets", "transfer.ops", "transfer.ranged",
-    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.schemes", "transfer.session",
+    "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.retrying", "transfer.schemes", "transfer.session",
     "transfer.urls",
 })
 # Never on this path: heavy standard modules, and features a plain S3 job does not use.
@@ -43,6 +43,7 @@ NEVER = frozenset({
     "selectors", "json", "json.decoder", "configparser", "urllib.parse", "concurrent.futures", "tempfile",
     "shutil", "subprocess", "random", "email.utils", "xml.etree.ElementTree", "datetime", "glob",
     "transfer.bundles", "transfer.cache", "transfer.p2p", "transfer.peers", "transfer.uploads",
+    "transfer.layers.cache", "transfer.layers.peers",
     "transfer.backends.gcs", "transfer.backends.sftp", "transfer.backends.local", "transfer.aws_chain",
     "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.stock", "pegasus_cloudio.stager.client",
 })

@@ -103,10 +103,10 @@ class Client:
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Stop the engine's part threads and close the session's connections. The node cache
+        is not closed here: each engine run settles it (its counters, eviction)."""
         try:
             self.engine.close()
-            if self._cache is not None:
-                self._cache.close()
         finally:
             self.session.close()
 

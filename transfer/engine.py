@@ -9,10 +9,11 @@ operation, in input order. It
   retryable errors only, with jittered exponential backoff and a batch-wide retry budget;
 * writes local destinations atomically (temp name, verify, rename) and never leaves a
   partial file behind;
-* reads a remote object from the node cache, then from peers (:mod:`transfer.peers`), then
-  from bundles (one fetch per bundle for a batch: :mod:`transfer.bundles.groups`), then from
-  the store, and fills the node cache once; without peers and bundles, small objects are
-  first read many per round trip (:mod:`transfer.batched`, :mod:`transfer.cached_reads`);
+* reads a remote object through its endpoint's read stack (:mod:`transfer.layers`: node
+  cache, then peers, then the store, each layer wrapping the one below), with bundle members
+  planned per batch (one fetch per bundle: :mod:`transfer.bundles.groups`) and a 404 looked up
+  in the directory's bundles; without peers and bundles, small objects are first read many
+  per round trip (:mod:`transfer.batched`, :mod:`transfer.cached_reads`);
 * drives multipart uploads (:mod:`transfer.uploads`) and parallel ranged downloads
   (:mod:`transfer.ranged`) of large files, all their parts sharing one
   :class:`~transfer.ranged.PartPool` of ``threads``, and server-side copies between objects of
@@ -30,17 +31,17 @@ import time
 
 from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
-from transfer.atomic import AtomicFile, local_error, scratch_file
+from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import (
-    ObjectInfo, ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, ranged_reads,
-    uploads,
+    ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, uploads,
 )
-from transfer._lean import logger
 from transfer.errors import NotFound, Throttled, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
+from transfer.layers.stack import Stacks
 from transfer.pacing import Pacer
-from transfer.retry import RetryBudget, RetryPolicy, RunBudget, check_cancel
+from transfer.retry import RetryBudget, RetryPolicy, RunBudget
+from transfer.retrying import Retrier
 
 # A job step imports only what its operations use: bundles, the node cache, peers, multipart
 # bookkeeping and local copies are imported where they are first needed.
@@ -48,13 +49,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import random
     from concurrent.futures import Executor, Future
-    from typing import BinaryIO, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
+    from typing import Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel, Joinable
-    from transfer.ops import Action
     from transfer.bundles.groups import GroupTask
     from transfer.bundles.staging import BundleStager, DownloadGroup
     from transfer.cache import NodeCache
+    from transfer.layers import Reader
     from transfer.peers import PeerRound, PeerSource, Replica, Scope
     from transfer.session import Session
     from transfer.uploads import InFlightUploads
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     ResultCallback = Callable[[Result], None]
 
 _LISTING_WAIT = 1.0  # seconds the pipelined pass waits for a directory's bundle index
-_log = logger(__name__)  # logging is imported at the first retry
 
 __all__ = ["Engine", "InlineExecutor"]
 
@@ -74,17 +74,6 @@ def _wait(future: Future) -> None:  # type: ignore[type-arg]
         future.wait()
     else:
         future.exception()
-
-
-def _contained(action: Action, history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-    """Run ``action``; an exception outside the tree (a bug) becomes a non-retryable
-    TransferError for this operation instead of aborting the whole batch."""
-    try:
-        return action(history)
-    except TransferError:
-        raise
-    except Exception as err:  # noqa: BLE001 - reported per file, cause kept
-        raise TransferError(f"internal error: {type(err).__name__}: {err}", operation="transfer") from err
 
 
 class Engine:
@@ -116,6 +105,7 @@ class Engine:
         self._retry = retry or RetryPolicy(settings.max_attempts, settings.retry_base_delay,
                                            settings.retry_max_delay, throttle_timeout=settings.throttle_timeout)
         self._pacer = pacer if pacer is not None else Pacer(sleep=sleep)
+        self._retrier = Retrier(self._retry, self._pacer, sleep, rng)
         self._executor = executor
         self._on_result = on_result
         self._sleep = sleep
@@ -127,7 +117,11 @@ class Engine:
         self._in_flight: Optional[InFlightUploads] = None
         self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
-        self._peers = peers if cache is not None else None
+        self._peers: Optional[PeerRound] = None
+        if peers is not None and cache is not None:
+            from transfer.peers import PeerRound
+            self._peers = PeerRound(peers, self._replica)
+        self._stacks = Stacks(self._parts, settings.download_part_size, self._pacer, cache, self._peers)
         wanted = cache.config.uploads if cache is not None else None
         self._cache_uploads = cache is not None and (wanted if wanted is not None else peers is not None)
 
@@ -161,14 +155,6 @@ class Engine:
                     self._in_flight = InFlightUploads()
         return self._in_flight
 
-    def _random(self) -> random.Random:
-        if self._rng is None:
-            import random
-            with self._lazy_lock:
-                if self._rng is None:
-                    self._rng = random.Random()
-        return self._rng
-
     # -- batch --------------------------------------------------------------------------
 
     def __enter__(self) -> "Engine":
@@ -191,10 +177,7 @@ class Engine:
         results: List[Optional[Result]] = [None] * len(ops)
         budget = RunBudget(20 + len(ops) / 10, cancel)
         executor = self._executor or Workers(self._threads, thread_name_prefix="transfer")
-        peers = None
-        if self._peers is not None:
-            from transfer.peers import PeerRound
-            peers = PeerRound(self._peers, self._replica)
+        peers = self._peers
         self._parts.enter()
         try:
             self._run_mkdirs(ops, results, budget, executor)
@@ -202,7 +185,7 @@ class Engine:
             removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
             if removes:
                 from transfer.removes import RemoveTask
-                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._with_retries,
+                task = RemoveTask(self._session, self._bundles if self._bundles_on else None, self._retrier.run,
                                   self._pacer, None if self._cache is None else self._forget)
                 for i, result in task.run(removes, budget):
                     self._finish(results, i, result)
@@ -242,74 +225,95 @@ class Engine:
         groups: List[Future] = []  # type: ignore[type-arg]
         resident: List[DownloadGroup] = []
         group_pool: Optional[Executor] = None
-        if peers is not None:
-            peers.lookup(self._read_keys(op for _, op in indexed))
+        self._prepare(op for _, op in indexed)
         if self._bundles_on and self._plans_bundles(indexed):
-            def elsewhere(url: Url) -> bool:
-                return self._elsewhere(url, peers)
-
-            # Bundle heads are small ranged GETs made before any transfer starts: as many in flight
-            # as the connection cap allows (threads + 2 per endpoint), not just ``threads``.
-            heads = executor if self._executor is not None else Workers(self._threads + 2, thread_name_prefix="heads")
-            try:
-                downloads, indexed = self._bundles.plan_downloads(indexed, heads.map, elsewhere)
-            finally:
-                if heads is not executor:
-                    heads.shutdown(wait=True)  # idle threads: none left to hold a lock when the drop-in forks
-            bundled_up, indexed = self._bundles.plan_uploads(indexed)
-            # A bundle the listing brought whole (its head is all of it) costs no request: its
-            # members are written from this thread, below, while the other groups and files wait
-            # on the network. Threads writing into one directory only contend for its lock and
-            # for the interpreter: two took more CPU and more time than one.
-            resident = [g for g in downloads if g.bundle.complete]
-            fetched = [g for g in downloads if not g.bundle.complete]
-            if fetched or bundled_up:
-                # Unpacking a bundle is local CPU and file-system work: more threads than cores
-                # only fight over the interpreter lock.
-                pool = group_pool = self._group_pool(executor, len(fetched) + len(bundled_up))
-                task = self._groups()
-                groups = [pool.submit(task.download, g, budget, peers) for g in fetched]
-                groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
+            groups, resident, group_pool, indexed = self._start_groups(indexed, budget, executor, peers)
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
         if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
-            from transfer.batched import read_batched, write_file  # small downloads, pipelined from this thread first
-            from transfer.cached_reads import CachedReads
-
-            def stands_in(source: Url) -> bool:
-                # the listing runs on a thread of its own: one slow directory holds up the pass for
-                # _LISTING_WAIT at most, then its files wait for it on the per-file path, alone
-                return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")),
-                                                  _LISTING_WAIT)
-
-            # node-cache hits are the per-file path's: served from the cache without a request
-            cached = CachedReads(self._cache, self._cache_key) if self._cache is not None else None
-            hits, misses = cached.split(indexed) if cached is not None else ([], indexed)
-            rest = read_batched(self._session, misses, self._threads, budget, self._pacer,
-                                budget.cancel if isinstance(budget, RunBudget) else None,
-                                lambda i, result: self._finish(results, i, result), stands_in,
-                                write_file if cached is None else cached.write)
-            indexed = sorted(rest + hits) if hits else rest
+            indexed = self._pipelined(indexed, results, budget, loads)
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
-            if resident:
-                task = self._groups()
-                for one in resident:
-                    for i, result in task.download(one, budget, peers):
-                        self._finish(results, i, result)
-            for group in groups:
-                for i, result in group.result():
-                    self._finish(results, i, result)
-            ahead = 4 * self._threads
-            for position, (i, future) in enumerate(futures):
-                if not future.done():  # wake once per several results, not once per file
-                    _wait(futures[min(position + ahead, len(futures) - 1)][1])
-                self._finish(results, i, future.result())
+            self._collect(results, budget, executor, peers, resident, groups, futures)
         finally:
             if group_pool is not None and group_pool is not executor:
                 group_pool.shutdown(wait=True)
             cancel = budget.cancel if isinstance(budget, RunBudget) else None
             for load in loads:  # no thread left to hold a lock when the drop-in forks (unless cancelled)
                 load.join(0 if cancel is not None and cancel.is_set() else None)
+
+    def _start_groups(self, indexed: List[Tuple[int, Transfer]], budget: RetryBudget, executor: Executor,
+                      peers: Optional[PeerRound]) -> Tuple[List[Future], List[DownloadGroup],  # type: ignore[type-arg]
+                                                           Optional[Executor], List[Tuple[int, Transfer]]]:
+        """Plan the batch's bundle groups and start those that need the network: (their futures,
+        the groups whose bundle the listing brought whole, the group pool, the other transfers)."""
+        def elsewhere(url: Url) -> bool:
+            return self._elsewhere(url, peers)
+
+        # Bundle heads are small ranged GETs made before any transfer starts: as many in flight
+        # as the connection cap allows (threads + 2 per endpoint), not just ``threads``.
+        heads = executor if self._executor is not None else Workers(self._threads + 2, thread_name_prefix="heads")
+        try:
+            downloads, indexed = self._bundles.plan_downloads(indexed, heads.map, elsewhere)
+        finally:
+            if heads is not executor:
+                heads.shutdown(wait=True)  # idle threads: none left to hold a lock when the drop-in forks
+        bundled_up, indexed = self._bundles.plan_uploads(indexed)
+        # A bundle the listing brought whole (its head is all of it) costs no request: its
+        # members are written from this thread, below, while the other groups and files wait
+        # on the network. Threads writing into one directory only contend for its lock and
+        # for the interpreter: two took more CPU and more time than one.
+        resident = [g for g in downloads if g.bundle.complete]
+        fetched = [g for g in downloads if not g.bundle.complete]
+        if not fetched and not bundled_up:
+            return [], resident, None, indexed
+        # Unpacking a bundle is local CPU and file-system work: more threads than cores
+        # only fight over the interpreter lock.
+        pool = self._group_pool(executor, len(fetched) + len(bundled_up))
+        task = self._groups()
+        groups = [pool.submit(task.download, g, budget, peers) for g in fetched]
+        groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
+        return groups, resident, pool, indexed
+
+    def _pipelined(self, indexed: List[Tuple[int, Transfer]], results: List[Optional[Result]],
+                   budget: RetryBudget, loads: List[Joinable]) -> List[Tuple[int, Transfer]]:
+        """Small downloads, pipelined from this thread first; the transfers left for the
+        per-file path (``loads``: the directory indexes the pass started)."""
+        from transfer.batched import read_batched, write_file
+        from transfer.cached_reads import CachedReads
+
+        def stands_in(source: Url) -> bool:
+            # the listing runs on a thread of its own: one slow directory holds up the pass for
+            # _LISTING_WAIT at most, then its files wait for it on the per-file path, alone
+            return self._bundles.may_stand_in(source, lambda load: loads.append(_threads.start(load, "index")),
+                                              _LISTING_WAIT)
+
+        # node-cache hits are the per-file path's: served from the cache without a request
+        cached = CachedReads(self._cache, self._cache_key) if self._cache is not None else None
+        hits, misses = cached.split(indexed) if cached is not None else ([], indexed)
+        rest = read_batched(self._session, misses, self._threads, budget, self._pacer,
+                            budget.cancel if isinstance(budget, RunBudget) else None,
+                            lambda i, result: self._finish(results, i, result), stands_in,
+                            write_file if cached is None else cached.write)
+        return sorted(rest + hits) if hits else rest
+
+    def _collect(self, results: List[Optional[Result]], budget: RetryBudget, executor: Executor,
+                 peers: Optional[PeerRound], resident: List[DownloadGroup], groups: List[Future],  # type: ignore[type-arg]
+                 futures: List[Tuple[int, Future]]) -> None:  # type: ignore[type-arg]
+        """Write the resident groups from this thread, then gather every result in order; the
+        files of a bundle that vanished go down the per-file path after the others."""
+        task = self._groups() if resident else None
+        outcomes = (task.download(one, budget, peers) for one in resident if task is not None)
+        again: List[Tuple[int, Transfer]] = []
+        for outcome in itertools.chain(outcomes, (group.result() for group in groups)):
+            for i, result in outcome[0]:
+                self._finish(results, i, result)
+            again += outcome[1]
+        futures = futures + [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in again]
+        ahead = 4 * self._threads
+        for position, (i, future) in enumerate(futures):
+            if not future.done():  # wake once per several results, not once per file
+                _wait(futures[min(position + ahead, len(futures) - 1)][1])
+            self._finish(results, i, future.result())
 
     def _plans_bundles(self, indexed: List[Tuple[int, Transfer]]) -> bool:
         """Whether bundles could serve this batch: the stager may hold indexes an earlier run
@@ -323,71 +327,6 @@ class Engine:
             return executor
         return Workers(max(1, min(self._threads, os.cpu_count() or 1, groups)), thread_name_prefix="bundle")
 
-    # -- retries ------------------------------------------------------------------------
-
-    def _with_retries(self, op: Operation, budget: RetryBudget, action: Action) -> Result:
-        """Run ``action`` until it succeeds or its error is final: a retryable one after
-        ``max_attempts`` or with the budget spent; a throttle answer only once the throttle time
-        is up (:mod:`transfer.retry`: throttling spends neither attempts nor budget)."""
-        history: List[Attempt] = []
-        start = time.monotonic()
-        tries, throttles, first_throttle = 0, 0, 0.0
-        for attempt in itertools.count(1):
-            try:
-                check_cancel(budget)
-                nbytes, source = _contained(action, history)
-            except Throttled as err:
-                throttles += 1
-                first_throttle = first_throttle or time.monotonic()
-                left = self._retry.throttle_timeout - (time.monotonic() - first_throttle)
-                delay = self._retry.throttle_delay(throttles, err, self._random(), left)
-                if delay is None:
-                    final = self._throttled_out(op, err, throttles, time.monotonic() - first_throttle)
-                    return self._failed(op, final, attempt, start, history)
-                _log.debug("retrying in %.2f s (throttled, %d 'slow down' answers so far): %s", delay, throttles, err)
-                self._wait(delay, budget)
-                continue
-            except TransferError as err:
-                tries += 1
-                if self._retry.should_retry(err, tries) and budget.try_spend():
-                    delay = self._retry.delay(tries, err, self._random())
-                    _log.debug("retrying in %.2f s (attempt %d failed): %s", delay, attempt, err)
-                    self._wait(delay, budget)
-                    continue
-                return self._failed(op, err, attempt, start, history)
-            budget.earn()
-            return Result(op, True, nbytes, time.monotonic() - start, attempt, None, source, tuple(history))
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _failed(op: Operation, err: TransferError, attempt: int, start: float, history: List[Attempt]) -> Result:
-        err.attempts = attempt
-        return Result(op, False, 0, time.monotonic() - start, attempt, err, None, tuple(history))
-
-    def _throttled_out(self, op: Operation, last: Throttled, throttles: int, seconds: float) -> Throttled:
-        """The final error of a file the store throttled for the whole throttle time: what it
-        says and the rate this job achieved to that prefix (a Throttled: callers may retry later)."""
-        achieved = ""
-        source = op.sources[0] if isinstance(op, Transfer) else op.target
-        if not source.is_local:
-            pace = self._pacer.pace(source)
-            achieved = (f"; this job got {pace.requests - pace.throttles} of {pace.requests} requests to "
-                        f"{pace.key} answered, {pace.achieved():.1f}/s")
-        final = Throttled(f"the store throttled it for {seconds:.0f} s ({throttles} 'slow down' answers, "
-                          f"the last: {last.message}) and PEGASUS_CLOUDIO_THROTTLE_TIMEOUT "
-                          f"({self._retry.throttle_timeout:g} s) ran out{achieved}",
-                          url=last.url, operation=last.operation, status=last.status, retry_after=last.retry_after)
-        final.__cause__ = last
-        return final
-
-    def _wait(self, seconds: float, budget: RetryBudget) -> None:
-        """Sleep before a retry; a cancelled run wakes at once."""
-        cancel = budget.cancel if isinstance(budget, RunBudget) else None
-        if cancel is None:
-            self._sleep(seconds)
-        else:
-            cancel.wait(seconds)
-
     def _mkdir(self, op: Mkdir, budget: RetryBudget) -> Result:
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
             started, clock = time.time(), time.monotonic()
@@ -399,7 +338,7 @@ class Engine:
             history.append(Attempt(None, op.target, True, started, time.monotonic() - clock))
             return 0, None
 
-        return self._with_retries(op, budget, action)
+        return self._retrier.run(op, budget, action)
 
     def _transfer(self, op: Transfer, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Result:
         cancel = budget.cancel if isinstance(budget, RunBudget) else None
@@ -424,7 +363,7 @@ class Engine:
                 return nbytes, source
             raise next((e for e in errors if e.retryable), errors[0])
 
-        return self._with_retries(op, budget, action)
+        return self._retrier.run(op, budget, action)
 
     # -- bundles ------------------------------------------------------------------------
 
@@ -432,8 +371,8 @@ class Engine:
         """The bundle part of a run, imported when first used (bundles are on, or a read that
         found nothing resolved to a member)."""
         from transfer.bundles.groups import GroupTask
-        return GroupTask(self._bundles, self._cache, self._cache_key, retried=self._with_retries,
-                         per_file=self._transfer, write_through=self._write_through,
+        return GroupTask(self._bundles, self._cache, self._cache_key, retrier=self._retrier,
+                         write_through=self._write_through,
                          upload=lambda path, dest: self._upload(path, dest, write_through=False))
 
     # -- node cache ---------------------------------------------------------------------
@@ -468,36 +407,34 @@ class Engine:
         key = self._cache_key(url)
         return key is not None and self._cache is not None and self._cache.contains(key)
 
-    def _read_keys(self, transfers: Iterable[Transfer]) -> Dict[str, Scope]:
-        """The cache keys of every remote source the batch may read that peers may share,
-        each with the scope of the identity reading it (for one peer lookup)."""
-        keys: Dict[str, Scope] = {}
+    def _reader(self, url: Url) -> Reader:
+        """The top of the read stack of ``url``'s endpoint (:mod:`transfer.layers`)."""
+        return self._stacks.reader(self._session.backend(url))
+
+    def _prepare(self, transfers: Iterable[Transfer]) -> None:
+        """Each endpoint's stack plans the batch's remote reads (the peers queue their one index
+        lookup). Only the peer layer plans today: without peers a batch skips the walk. A source
+        whose backend cannot be made is left to the per-file path, which reports it."""
+        if self._peers is None:
+            return
+        batches: Dict[int, Tuple[Reader, List[Url]]] = {}
         for op in transfers:
             for source in op.sources:
-                key = self._cache_key(source)
-                scope = self._peer_scope(source) if key is not None else None
-                if key is not None and scope is not None:
-                    keys.setdefault(key, scope)
-        return keys
+                if source.is_local:
+                    continue
+                try:
+                    reader = self._reader(source)
+                except TransferError:
+                    continue
+                batches.setdefault(id(reader), (reader, []))[1].append(source)
+        for reader, urls in batches.values():
+            reader.prepare(urls)
 
     def _peer_scope(self, url: Url) -> Optional[Scope]:
         """The peer-sharing scope of the identity that reads ``url`` (None: not shared)."""
         backend = self._session.backend(url)
         scoped = peer_scopes(backend)
         return scoped.peer_scope(url) if scoped is not None else None
-
-    def _stored(self, peers: PeerRound, key: str, source: Url, from_peer: bool) -> None:
-        """Publish the node cache's new entry for ``key``: under the scope it was found and
-        verified in when a peer sent it, else under the scope of the identity that read
-        ``source`` from the store (not the one looked up for the key: another source of the
-        batch, maybe of an identity the store refuses this object to); not at all when that
-        identity has none."""
-        if from_peer:
-            peers.stored(key)
-            return
-        scope = self._peer_scope(source)
-        if scope is not None:
-            peers.stored(key, scope)
 
     def _replica(self, key: str) -> Optional[Replica]:
         """What peers may be told about the node cache's entry for ``key``."""
@@ -536,32 +473,8 @@ class Engine:
                 return self._groups().read_member(known, source, dest_path, symlink, peers)
             except NotFound:
                 self._bundles.forget(source)  # the bundle vanished: ask the store afresh
-        backend = self._session.backend(source)
-        key = self._cache_key(source)
         try:
-            if key is not None and self._cache is not None:
-                from_peer = []
-
-                def fill(sink: BinaryIO) -> ObjectInfo:
-                    if peers is not None:
-                        from transfer.peers import PeerSink
-                        got = peers.fetch(key, sink) if isinstance(sink, PeerSink) else None
-                        if got is not None:
-                            from_peer.append(True)
-                            return ObjectInfo(source, got)
-                    return backend.get(source, sink)
-
-                nbytes, hit = self._cache.fetch(key, dest_path, fill, symlink=symlink)
-                if not hit and peers is not None:
-                    self._stored(peers, key, source, bool(from_peer))
-                return nbytes
-            with AtomicFile(dest_path, mode=mode) as out:
-                in_ranges = ranged_reads(backend)
-                if in_ranges is not None:
-                    return ranged.download(in_ranges, source, out, self._parts,
-                                           self._session.settings.download_part_size, self._pacer.pace(source))
-                backend.get(source, out.file)
-                return out.commit()
+            return self._reader(source).fetch_to(source, dest_path, symlink, mode)
         except NotFound as err:
             found, note = self._bundles.resolve(source)
             if found is None:
@@ -591,7 +504,7 @@ class Engine:
                 raise local_error(err, path, "put") from err
             if size >= in_parts.multipart_threshold:
                 return self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
-                                            self._random(), self._pacer.pace(dest)), None
+                                            self._retrier.random(), self._pacer.pace(dest)), None
         info = uploads(backend, dest, "put").put(path, dest)
         return info.size, info.version
 

@@ -123,6 +123,15 @@ def bytes_line(done: int, total: Optional[int], elapsed: float) -> str:
     return f"{text}, {elapsed:.1f} s    "  # spaces: the rest of a longer line before
 
 
+def wire_moved(counter: TcpProxy, upload: Optional[bool]) -> Callable[[], int]:
+    """A phase's ``moved`` for tools run through ``counter`` (the proxy `measure` resets as each
+    run starts, so the count is the current run's): the bytes it carried up (``upload``), down,
+    or both ways (None); request and response heads count too, a small share of a file's bytes."""
+    if upload is None:
+        return lambda: counter.bytes_up + counter.bytes_down
+    return (lambda: counter.bytes_up) if upload else (lambda: counter.bytes_down)
+
+
 def tree_bytes(path: str, name: Optional[str] = None) -> int:
     """The bytes of the files under ``path`` (whose names contain ``name``, when given); files
     that go away while it looks are skipped. A phase's ``moved`` for a tool that writes a file."""

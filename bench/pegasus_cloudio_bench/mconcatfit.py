@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 from pegasus_cloudio_bench.go_tool import GO, STOCK_NOTE, go_argv, go_env
 from pegasus_cloudio_bench.harness import (
     Measurement, Progress, add_sample_arguments, extrapolate, files_identical, measure, resolve_sample,
-    run_rows, sample_problems,
+    run_rows, sample_problems, wire_moved,
 )
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, Workspace, _positive, ours_argv, transfer_spec
 from pegasus_cloudio_bench.small_files import Params as SmallParams
@@ -110,12 +110,14 @@ def _run_all(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress)
     measure("ours", "mkdir", 0, ours_argv(1), ws.env, proxy, stdin=bucket_spec.encode())
     bundled_env = dict(ws.env, PEGASUS_CLOUDIO_BUNDLE="1")
     runs: Dict[str, Measurement] = {}
+    total = params.count * params.size
     for prefix, env in (("per-file", ws.env), ("bundled", bundled_env)):
-        progress.phase(f"{params.producers} {prefix} producers stage out {params.count} files")
+        progress.phase(f"{params.producers} {prefix} producers stage out {params.count} files",
+                       wire_moved(proxy, True), total)
         runs[f"{prefix}_out"] = _producers(ws, params, proxy, prefix, env)
-        progress.phase(f"{prefix} consumer stages in {params.count} files")
+        progress.phase(f"{prefix} consumer stages in {params.count} files", wire_moved(proxy, False), total)
         runs[f"{prefix}_in"] = _consumer(ws, params, proxy, prefix, env)
-    progress.phase("transparent consumer (bundling off) stages in the bundled files")
+    progress.phase("transparent consumer (bundling off) stages in the bundled files", wire_moved(proxy, False), total)
     runs["transparent_in"] = _consumer(ws, params, proxy, "bundled", ws.env, "transparent")
     runs["floor_in"] = _floor(ws, params, proxy, progress)
     runs["stock_in"] = _stock(ws, params, proxy, progress)
@@ -125,7 +127,7 @@ def _run_all(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress)
 
 
 def _floor(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -> Measurement:
-    progress.phase("floor: one object with all the bytes")
+    progress.phase("floor: one object with all the bytes", wire_moved(proxy, True), params.count * params.size)
     blob = os.path.join(ws.root, "all.bin")
     with open(blob, "wb") as out:
         for name in ws.names:
@@ -135,7 +137,8 @@ def _floor(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -
     measure("ours", "upload", 1, ours_argv(1), ws.env, proxy,
             stdin=transfer_spec([(f"file://{blob}", url)], "local", SITE))
     dest = ws.fresh_dir("in-floor")
-    progress.phase(f"floor: one GET, then {params.count} local files")
+    progress.phase(f"floor: one GET, then {params.count} local files", wire_moved(proxy, False),
+                   params.count * params.size)
     argv = [sys.executable, "-m", "pegasus_cloudio_bench.floor", url, dest, str(params.count), str(params.size)]
     result = measure("floor (1 GET + local writes)", "stage-in", params.count, argv, ws.env, proxy)
     if not files_identical(ws.src, dest, ws.names):
@@ -147,7 +150,8 @@ def _stock(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -
     sizes = sorted({max(1, min(params.count, params.stock_sample) // 4), min(params.count, params.stock_sample)})
     samples = []
     for size in sizes:
-        progress.phase(f"stock pegasus-transfer: stage-in sample of {size} files")
+        progress.phase(f"stock pegasus-transfer: stage-in sample of {size} files", wire_moved(proxy, False),
+                       size * params.size)
         dest = ws.fresh_dir(f"in-stock{size}")
         samples.append(measure("stock pegasus-transfer", "stage-in", size,
                                [str(ws.stock_transfer), "--threads", str(params.threads)], ws.stock_env, proxy,
@@ -156,7 +160,8 @@ def _stock(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -
 
 
 def _go(ws: Workspace, params: Params, proxy: TcpProxy, progress: Progress) -> Measurement:
-    progress.phase(f"{GO}: consumer stage-in of {params.count} files")
+    progress.phase(f"{GO}: consumer stage-in of {params.count} files", wire_moved(proxy, False),
+                   params.count * params.size)
     dest = ws.fresh_dir("in-go")
     result = measure(f"{GO} consumer", "stage-in", params.count, go_argv(params.threads), go_env(ws.env), proxy,
                      stdin=transfer_spec(ws.in_pairs("per-file", ws.names, dest), SITE, "local"))

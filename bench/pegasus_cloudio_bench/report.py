@@ -170,13 +170,13 @@ def build(out: str, *, quick: bool, only: Optional[set] = None,  # type: ignore[
         for name, run, table in scenarios(quick):
             if only is not None and name not in only:
                 continue
-            progress.scenario(name)
             saved = os.path.join(folders["results"], f"{name}.json")
             if reuse and not os.path.exists(saved):  # --reuse assembles: it never starts a bench
                 progress.note(f"{name}: no saved result {saved}: skipped (run `pegasus-cloudio bench report "
                               f"--out {out} --only {name}` without --reuse to measure it)")
                 sections.append(f"## {name}\n\nSkipped: no saved result (results/{name}.json) to reuse.\n")
                 continue
+            progress.scenario(name)  # after the skip: a skipped scenario has no "scenario X" line
             try:
                 result = _load(saved) if reuse else _measured(run(progress))
             except Exception as err:  # noqa: BLE001 - one broken scenario must not lose the others

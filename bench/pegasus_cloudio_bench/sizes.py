@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pegasus_cloudio_bench.go_tool import go_argv, go_env
-from pegasus_cloudio_bench.harness import Progress, measure, tool_env
+from pegasus_cloudio_bench.harness import Progress, measure, tool_env, wire_moved
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, ours_argv, transfer_spec
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.proxy import Shaping, TcpProxy
@@ -163,7 +163,7 @@ def _at_rtt(root: str, clients: Clients, proxy: TcpProxy, rtt: float, sizes: Seq
         for tool in params.tools:
             for upload in (True, False):
                 direction = "upload" if upload else "download"
-                progress.phase(f"rtt {rtt:g} ms, {size} B, {tool} {direction}")
+                progress.phase(f"rtt {rtt:g} ms, {size} B, {tool} {direction}", wire_moved(proxy, upload), size)
                 points.append(_point(root, clients, proxy, tool, upload, size, source, params.repeats)
                               | {"rtt_ms": rtt})
         os.unlink(source)

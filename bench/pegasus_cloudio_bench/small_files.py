@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from pegasus_cloudio_bench.go_tool import GO, STOCK_NOTE, go_argv, go_env
 from pegasus_cloudio_bench.harness import (
     Measurement, Progress, add_sample_arguments, extrapolate, files_identical, fresh_dir,
-    make_inputs, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env,
+    make_inputs, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env, wire_moved,
 )
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.proxy import TcpProxy
@@ -153,11 +153,11 @@ def measure_ours(ws: Any, counter: Any, progress: Progress, mkdir_url: Optional[
         mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": mkdir_url}}])
         measure("ours", "mkdir", 0, ours, ws.env, counter, stdin=mkdir.encode())
     runs: Dict[str, object] = {}
-    progress.phase(f"ours: stage-out of {p.count} files")
+    progress.phase(f"ours: stage-out of {p.count} files", wire_moved(counter, True), p.count * p.size)
     runs["ours_out"] = measure(OURS, "stage-out", p.count, ours, ws.env, counter,
                                stdin=transfer_spec(ws.out_pairs("ours", ws.names), "local", SITE))
     dest = ws.fresh_dir("in-ours")
-    progress.phase(f"ours: stage-in of {p.count} files")
+    progress.phase(f"ours: stage-in of {p.count} files", wire_moved(counter, False), p.count * p.size)
     ours_in = runs["ours_in"] = measure(OURS, "stage-in", p.count, ours, ws.env, counter,
                                         stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))
     runs["ours_in_identical"] = ours_in.exit_code == 0 and files_identical(ws.src, dest, ws.names)
@@ -178,11 +178,11 @@ def measure_go(ws: Any, counter: Any, progress: Progress) -> Dict[str, object]:
     ``ws`` and ``counter`` as for `measure_ours`."""
     p = ws.params
     argv, env = go_argv(p.threads), go_env(ws.env)
-    progress.phase(f"{GO}: stage-out of {p.count} files")
+    progress.phase(f"{GO}: stage-out of {p.count} files", wire_moved(counter, True), p.count * p.size)
     runs: Dict[str, object] = {"go_out": measure(GO, "stage-out", p.count, argv, env, counter,
                                                  stdin=transfer_spec(ws.out_pairs("go", ws.names), "local", SITE))}
     dest = ws.fresh_dir("in-go")
-    progress.phase(f"{GO}: stage-in of {p.count} files")
+    progress.phase(f"{GO}: stage-in of {p.count} files", wire_moved(counter, False), p.count * p.size)
     go_in = runs["go_in"] = measure(GO, "stage-in", p.count, argv, env, counter,
                                     stdin=transfer_spec(ws.in_pairs("go", ws.names, dest), SITE, "local"))
     runs["go_in_identical"] = go_in.exit_code == 0 and files_identical(ws.src, dest, ws.names)
@@ -195,18 +195,19 @@ def _ours_variants(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[s
     cache = ws.fresh_dir("node-cache")
     os.chmod(cache, 0o700)
     dest = ws.fresh_dir("in-ours-cache")
-    progress.phase(f"ours: stage-in of {p.count} files, node cache on (all misses)")
+    progress.phase(f"ours: stage-in of {p.count} files, node cache on (all misses)", wire_moved(proxy, False),
+                   p.count * p.size)
     runs: Dict[str, object] = {"ours_in_cache_miss": measure(
         f"{OURS} (node cache on, all misses)", "stage-in", p.count, ours_argv(p.threads),
         dict(ws.env, PEGASUS_CLOUDIO_CACHE_DIR=cache), proxy,
         stdin=transfer_spec(ws.in_pairs("ours", ws.names, dest), SITE, "local"))}
     identical = files_identical(ws.src, dest, ws.names)
     bundled, label = dict(ws.env, PEGASUS_CLOUDIO_BUNDLE="1"), f"{OURS} (bundled)"
-    progress.phase(f"ours bundled: stage-out of {p.count} files")
+    progress.phase(f"ours bundled: stage-out of {p.count} files", wire_moved(proxy, True), p.count * p.size)
     runs["bundled_out"] = measure(label, "stage-out", p.count, ours_argv(p.threads), bundled, proxy,
                                   stdin=transfer_spec(ws.out_pairs("bundled", ws.names), "local", SITE))
     dest = ws.fresh_dir("in-bundled")
-    progress.phase(f"ours bundled: stage-in of {p.count} files")
+    progress.phase(f"ours bundled: stage-in of {p.count} files", wire_moved(proxy, False), p.count * p.size)
     runs["bundled_in"] = measure(label, "stage-in", p.count, ours_argv(p.threads), bundled, proxy,
                                  stdin=transfer_spec(ws.in_pairs("bundled", ws.names, dest), SITE, "local"))
     runs["variants_identical"] = identical and files_identical(ws.src, dest, ws.names)
@@ -233,11 +234,13 @@ def _stock(ws: Workspace, proxy: TcpProxy, progress: Progress) -> tuple:  # type
     into: List[Measurement] = []
     for size in sizes:
         names = ws.names[:size]
-        progress.phase(f"stock pegasus-transfer: stage-out sample of {size} files")
+        progress.phase(f"stock pegasus-transfer: stage-out sample of {size} files", wire_moved(proxy, True),
+                       size * p.size)
         out.append(measure("stock pegasus-transfer", "stage-out", size, argv, ws.stock_env, proxy,
                            stdin=transfer_spec(ws.out_pairs(f"stock{size}", names), "local", SITE)))
         dest = ws.fresh_dir(f"in-stock{size}")
-        progress.phase(f"stock pegasus-transfer: stage-in sample of {size} files")
+        progress.phase(f"stock pegasus-transfer: stage-in sample of {size} files", wire_moved(proxy, False),
+                       size * p.size)
         into.append(measure("stock pegasus-transfer", "stage-in", size, argv, ws.stock_env, proxy,
                             stdin=transfer_spec(ws.in_pairs(f"stock{size}", names, dest), SITE, "local")))
     return extrapolate(out[0], out[-1], p.count), extrapolate(into[0], into[-1], p.count)
@@ -248,11 +251,11 @@ def _s5cmd(ws: Workspace, proxy: TcpProxy, progress: Progress) -> tuple:  # type
     s5cmd = str(ensure_s5cmd())
     p = ws.params
     base = [s5cmd, "--endpoint-url", proxy.url()]
-    progress.phase(f"s5cmd: stage-out of {p.count} files")
+    progress.phase(f"s5cmd: stage-out of {p.count} files", wire_moved(proxy, True), p.count * p.size)
     out = measure("s5cmd cp", "stage-out", p.count,
                   base + ["cp", f"{ws.src}/*", f"s3://{BUCKET}/s5cmd/"], ws.s5cmd_env, proxy)
     dest = ws.fresh_dir("in-s5cmd")
-    progress.phase(f"s5cmd: stage-in of {p.count} files")
+    progress.phase(f"s5cmd: stage-in of {p.count} files", wire_moved(proxy, False), p.count * p.size)
     into = measure("s5cmd cp", "stage-in", p.count,
                    base + ["cp", f"s3://{BUCKET}/s5cmd/*", dest + "/"], ws.s5cmd_env, proxy)
     return out, into

@@ -41,7 +41,7 @@ from pegasus_cloudio_bench.dag import (
     HEADER, RESULT, Job, JobTiming, expected_result, montage_like, run_dag, run_step,
 )
 from pegasus_cloudio_bench.go_tool import go_argv, go_env
-from pegasus_cloudio_bench.harness import Progress, measure, ratio, tool_env
+from pegasus_cloudio_bench.harness import Progress, measure, ratio, tool_env, wire_moved
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, _positive, ours_argv, transfer_spec
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.proxy import Shaping, TcpProxy
@@ -255,7 +255,8 @@ def _run_mode(bed: Bed, mode: str, compute: float, progress: Progress, round_nam
                    for _ in range(p.nodes if mode == "stager" else 0)]
         stager = bed.stager(mode, prefix, [d.socket_path for d in daemons])
         jobs = montage_like(p.producers, p.files, p.size)
-        progress.phase(f"{mode}, compute {compute:g} s: {len(jobs)} jobs on {p.slots} slots / {p.nodes} nodes")
+        progress.phase(f"{mode}, compute {compute:g} s: {len(jobs)} jobs on {p.slots} slots / {p.nodes} nodes",
+                       wire_moved(bed.proxy, None))  # both ways, no total: the jobs read what others wrote
         bed.proxy.reset_counters()
         budget = p.stock_budget_s if mode == "stock" else float("inf")
 

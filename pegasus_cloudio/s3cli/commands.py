@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Iterator, List
 
 from pegasus_cloudio.s3cli.bucket_ops import list_buckets
 from pegasus_cloudio.s3cli.upload_ops import Upload, list_uploads
-from pegasus_cloudio.s3cli.uri import WILDCARDS, CommandError, S3Uri, has_wildcards, parse_s3_uri
+from pegasus_cloudio.s3cli.uri import WILDCARDS, CommandError, S3Uri, has_wildcards, new_bucket_problem, parse_s3_uri
 from transfer import Engine, Session
 from transfer.backends.base import MultipartUploads, ObjectInfo, Store, store
 from transfer.backends.s3 import split_url
@@ -107,6 +107,9 @@ class S3Commands:
             raise CommandError(f"URL for mkdir must contain a bucket: {uri}")
         if uri.key is not None:
             raise CommandError(f"URL for mkdir cannot contain a key: {uri}")
+        problem = new_bucket_problem(uri.bucket)
+        if problem is not None:  # before any request: the store's answer (InvalidBucketName) says no why
+            raise CommandError(f"mkdir {uri}: {problem}")
         self._backend(uri).make_dirs(uri.to_url())
         log.info("Bucket %s is ready for %s", uri.bucket, uri.ident)
 

@@ -145,7 +145,8 @@ class _Stderr:
     a terminal each line first clears the one it starts on: a progress line may be showing there."""
 
     def __init__(self) -> None:
-        self._clear = "\r\x1b[K" if _isatty(sys.stderr) else ""
+        from pegasus_cloudio.progress import CLEAR_LINE
+        self._clear = CLEAR_LINE if _isatty(sys.stderr) else ""
 
     def say_now(self, level: int, message: str, *args: object) -> None:
         line = f"{self._clear}pegasus-cloudio-s3: {message % args if args else message}\n"
@@ -282,7 +283,10 @@ def _setup_logging(verbose: bool, debug: bool) -> None:
     setting and where it came from, each endpoint's source and addressing, retries (the
     library's ``transfer`` loggers). Never a secret."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s:%(levelname)s:%(name)s: %(message)s"))
+    shape = logging.Formatter
+    if _isatty(sys.stderr):  # a progress line may be showing: imported only then (start-up time)
+        from pegasus_cloudio.progress import LineClearing as shape
+    handler.setFormatter(shape("%(asctime)s:%(levelname)s:%(name)s: %(message)s"))
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     for logger in (log, logging.getLogger("transfer")):
         logger.handlers[:] = [handler]

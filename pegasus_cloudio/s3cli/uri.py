@@ -13,6 +13,7 @@ have no group/other permission bits.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -21,6 +22,17 @@ from urllib.parse import urlsplit
 from transfer.urls import Url
 
 WILDCARDS = "*?[]"
+_NEW_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_IP_LIKE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+
+
+def new_bucket_problem(name: str) -> Optional[str]:
+    """Why S3 would refuse to create a bucket named ``name`` (its naming rules), or None. Only
+    ``mkdir`` asks: buckets made under older rules stay readable by any name."""
+    if _NEW_BUCKET.match(name) and ".." not in name and not _IP_LIKE.match(name):
+        return None
+    return (f"{name!r} is not a valid bucket name: use 3-63 lower-case letters, digits, '.' or '-', "
+            "starting and ending with a letter or digit, no '..', not an IP address")
 
 
 class CommandError(Exception):

@@ -121,8 +121,9 @@ def _workers(opts: SetOptions) -> List[str]:
         "```sh", f"python3 -m venv {venv}", f"{venv}/bin/pip install '{requirement}'   # or /path/to/checkout",
         f"{venv}/bin/pegasus-cloudio-transfer --version", "```", "",
         "Where nobody may pip install on the nodes, copy one file instead: "
-        f"`pegasus-cloudio worker-bundle {opts.transfer_tool}` on the submit host writes the drop-in as a "
-        "single executable that runs under the node's `python3`; copy it to that path on every worker"
+        f"`pegasus-cloudio worker-bundle {opts.transfer_tool}.pyz` on the submit host writes the drop-in as a "
+        "single executable that runs under the node's `python3`; copy it to every worker as "
+        f"`{opts.transfer_tool}`, leaving the submit host's own in place"
         + (" (scp:// and gs:// URLs still need `paramiko` / the google packages there, and say so)."
            if extras else ".")]
 

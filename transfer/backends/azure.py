@@ -46,7 +46,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
-    from transfer.peers import Scope
+    from transfer.peer_scope import Scope
 
 __all__ = ["AzureBackend", "endpoint_key", "open_backend"]
 _PAGE = 5000  # List Blobs' largest page
@@ -271,7 +271,7 @@ class AzureBackend:
         container = wire.split_url(url).container
         known = self._scopes.get(container)
         if known is None:
-            from transfer.peers import derive_scope  # peer sharing only
+            from transfer.peer_scope import derive_scope  # peer sharing only
             known = self._scopes[container] = derive_scope(self._access.key, "azure", self._access.endpoint,
                                                            self._access.account, container)
         return known

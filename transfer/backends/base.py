@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
     from transfer._threads import Cancel
-    from transfer.peers import Scope
+    from transfer.peer_scope import Scope
 
     Take = Callable[[int, bytes, "ObjectInfo", float], bool]
 
@@ -52,13 +52,15 @@ class Attributes:
 @record(frozen=True)
 class ObjectInfo:
     """What the store says about an object. ``version`` is its ETag/generation, if any;
-    ``attributes`` what a stat of it found (None where not asked or not kept)."""
+    ``attributes`` what a stat of it found (None where not asked or not kept); ``origin`` the
+    read layer that served the bytes, when not the store (:mod:`transfer.layers`)."""
 
     url: Url
     size: int
     version: Optional[str] = None
     mtime: Optional[float] = None
     attributes: Optional[Attributes] = None
+    origin: Optional[str] = None
 
 
 @runtime_checkable

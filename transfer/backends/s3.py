@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from transfer._threads import Cancel
     from transfer.backends.base import PendingUpload, Take
     from transfer.http.proxy import Proxy
-    from transfer.peers import Scope
+    from transfer.peer_scope import Scope
 
 __all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
@@ -474,7 +474,7 @@ class S3Backend:
         bucket = split_url(url).bucket
         known = self._scopes.get((creds, bucket))
         if known is None:  # one derivation per identity and bucket, not per file
-            from transfer.peers import derive_scope  # peer sharing only
+            from transfer.peer_scope import derive_scope  # peer sharing only
             known = derive_scope(creds.secret_key, "s3", self._pool.base_url, creds.access_key, bucket)
             self._scopes[(creds, bucket)] = known
         return known

@@ -2,8 +2,8 @@
 
 * :meth:`GroupTask.download`: one bundle fetched once, under the engine's retries, for all the
   members a batch wants from it. A member that fails its check fails alone and is retried
-  alone; a bundle gone from the store (404 before any member was written) sends its files
-  down the engine's per-file path.
+  alone; a bundle gone from the store (404 before any member was written) hands its files
+  back for the engine's per-file path.
 * :meth:`GroupTask.upload`: a group of small files packed into one new bundle, uploaded under
   the engine's retries, then each member written through to the node cache.
 * :meth:`GroupTask.read_member`: a plain read that resolved to a bundle member: a group of one.
@@ -12,8 +12,9 @@ Every member read goes through :func:`~transfer.bundles.reading.read_group` (mem
 cache, then one streamed fetch). Each file of a group gets its own :class:`~transfer.ops.Result`
 with one :class:`~transfer.ops.Attempt` naming its own source, never the bundle.
 
-The task owns no retries, transfers or uploads: it takes the engine's per-file steps, its
-bundle stager and its node cache as plain values. Imported only when a batch uses bundles.
+The task owns no transfers or uploads: it takes the engine's retrier, bundle stager and node
+cache as plain values, and its upload and write-through steps. Imported only when a batch uses
+bundles.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ if TYPE_CHECKING:
     from transfer.bundles.reading import GroupState, MemberRead
     from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
     from transfer.cache import NodeCache
-    from transfer.ops import Action, Operation
     from transfer.peers import PeerRound
     from transfer.retry import RetryBudget
+    from transfer.retrying import Retrier
     from transfer.urls import Url
 
-    Retried = Callable[[Operation, RetryBudget, Action], Result]  # the engine's retry loop
-    PerFile = Callable[[Transfer, RetryBudget, Optional[PeerRound]], Result]  # one transfer, retried
+    # (one result per file done; the transfers left for the engine's per-file path)
+    Outcome = Tuple[List[Tuple[int, Result]], List[Tuple[int, Transfer]]]
     Upload = Callable[[str, Url], int]  # one local file to one object, not written through
     WriteThrough = Callable[[Url, str, Optional[str], Optional[PeerRound]], None]
 
@@ -48,20 +49,18 @@ class GroupTask:
     """Runs bundle groups for one engine; any number of threads may use one task."""
 
     def __init__(self, stager: BundleStager, cache: Optional[NodeCache], cache_key: Callable[[Url], Optional[str]],
-                 *, retried: Retried, per_file: PerFile, upload: Upload, write_through: WriteThrough) -> None:
+                 *, retrier: Retrier, upload: Upload, write_through: WriteThrough) -> None:
         """``cache_key(url)``: the node-cache name of a remote object, None when not cached."""
         self._stager = stager
         self._cache = cache
         self._cache_key = cache_key
-        self._retried = retried
-        self._per_file = per_file
+        self._retrier = retrier
         self._upload = upload
         self._write_through = write_through
 
-    def download(self, group: DownloadGroup, budget: RetryBudget,
-                 peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
+    def download(self, group: DownloadGroup, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Outcome:
         """Fetch one bundle once for all its wanted members. A member that fails its check fails
-        alone; a vanished bundle sends its files down the per-file path."""
+        alone; a vanished bundle hands all its files back, for the per-file path."""
         from transfer.bundles.reading import GroupState, MemberRead  # reads only: an upload does not load it
         state = GroupState.empty()
         started = time.time()
@@ -79,10 +78,10 @@ class GroupTask:
                 raise next(iter(failed.values()))
             return sum(state.done.values()), None
 
-        outcome = self._retried(group.items[0][1], budget, action)
+        outcome = self._retrier.run(group.items[0][1], budget, action)
         if not outcome.ok and isinstance(outcome.error, NotFound) and not state.done:
             self._stager.forget(group.items[0][1].sources[0])
-            return [(i, self._per_file(op, budget, peers)) for i, op, _ in group.items]
+            return [], [(i, op) for i, op, _ in group.items]
         results = []
         for i, op, _ in group.items:
             if i in state.done:
@@ -90,7 +89,7 @@ class GroupTask:
             else:
                 mine = Result(op, False, 0, outcome.seconds, outcome.attempts, failed.get(i, outcome.error))
             results.append((i, _file_result(op, mine, state.done.get(i, 0), started)))
-        return results
+        return results, []
 
     def read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
                     symlink: bool, peers: Optional[PeerRound]) -> int:
@@ -103,8 +102,7 @@ class GroupTask:
             raise state.failed[0]
         return state.done[0]
 
-    def upload(self, group: UploadGroup, budget: RetryBudget,
-               peers: Optional[PeerRound] = None) -> List[Tuple[int, Result]]:
+    def upload(self, group: UploadGroup, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Outcome:
         """Pack and upload one group; once it is stored, each member is written through."""
         started = time.time()
 
@@ -112,11 +110,11 @@ class GroupTask:
             self._stager.upload_group(group, self._upload)
             return sum(size for _, _, size in group.items), None
 
-        outcome = self._retried(group.items[0][1], budget, action)
+        outcome = self._retrier.run(group.items[0][1], budget, action)
         if outcome.ok:  # the members, not the bundle, are what later reads ask for
             for _, op, _ in group.items:
                 self._write_through(op.dest, op.sources[0].path, None, peers)
-        return [(i, _file_result(op, outcome, size, started)) for i, op, size in group.items]
+        return [(i, _file_result(op, outcome, size, started)) for i, op, size in group.items], []
 
     def _read(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
               peers: Optional[PeerRound]) -> None:

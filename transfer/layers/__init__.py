@@ -1,0 +1,59 @@
+"""Reads as a stack of layers (``docs/architecture.md``, "Reads as stacked layers").
+
+Every read the engine makes goes one call down a stack built once per endpoint::
+
+    CacheLayer (transfer.layers.cache)  ->  PeerLayer (transfer.layers.peers)  ->  StoreReader (transfer.layers.store)
+
+Each layer implements :class:`Reader` and holds only the layer below it (given at construction,
+plain values besides); none imports the engine, the session or a layer above, and nothing is
+passed down as a callback: what an upper layer must learn comes back in return values. An
+absent feature (no node cache, no peers) is simply an absent layer.
+
+This module is on a one-file job's import path: it holds the protocol only (no ``typing``,
+``threading`` or feature modules; see :mod:`transfer._lean`). :mod:`transfer.layers.stack`
+builds the stacks.
+"""
+
+from __future__ import annotations
+
+from transfer._lean import Protocol, runtime_checkable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Optional, Sequence
+
+    from transfer.backends.base import ByteRange, ObjectInfo
+    from transfer.urls import Url
+
+__all__ = ["Announces", "Reader"]
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """The read contract every layer and the bottom :class:`~transfer.layers.store.StoreReader`
+    share. All methods are safe to call from many threads."""
+
+    def stat(self, url: Url) -> ObjectInfo:
+        """Size and version of one object, as the backend's ``stat``; NotFound if absent."""
+
+    def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
+        """The object's bytes (or ``byte_range`` of them) into ``sink``, verified; the
+        returned ``ObjectInfo.origin`` names the layer that served them (None: the store)."""
+
+    def fetch_to(self, url: Url, path: str, link: bool = False, mode: int = 0o666) -> int:
+        """The object at ``path``, a new name the engine then owns; returns its size.
+        ``link``: a layer holding entries may symlink ``path`` to its entry (Pegasus
+        ``--symlink``); ``mode``: the new file's permission bits before the umask. Nothing is
+        left at ``path`` on error."""
+
+    def prepare(self, batch: Sequence[Url]) -> None:
+        """Plan a batch of reads before any is made (a layer calls the one below after its own)."""
+
+
+@runtime_checkable
+class Announces(Protocol):
+    """A layer that tells others what the layer above it now holds (the peers)."""
+
+    def announce(self, url: Url, info: ObjectInfo, sha256: str) -> None:
+        """The layer above has published its entry for ``url``: the bytes ``info`` (a ``get``
+        of this layer's) describes, whose SHA-256 (hex) the entry recorded."""
