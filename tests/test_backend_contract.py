@@ -162,14 +162,16 @@ def gcs_media_upload(server: FakeGcsServer, bucket: str) -> Callable[[str, bytes
 
 class TestGcs(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract, c.BucketsContract,
               c.BucketRemovalContract,
-              c.CacheKeysContract, c.ServerSideCopyContract):
+              c.CacheKeysContract, c.ServerSideCopyContract, c.PresignsContract):
     @pytest.fixture
     def base_url(self, store_gcs: Tuple[Dict[str, str], str]) -> str:
         return store_gcs[1]
 
     @pytest.fixture
-    def reader(self, store_gcs: Tuple[Dict[str, str], str], base_url: str) -> Iterator[Backend]:
-        yield from open_reader(store_gcs[0], parse_url(base_url))
+    def reader(self, store_gcs: Tuple[Dict[str, str], str], gcs_key: Any, base_url: str) -> Iterator[Backend]:
+        # with a service-account key (whose token endpoint runs here), so presign has one to sign with
+        env = {**store_gcs[0], "GOOGLE_APPLICATION_CREDENTIALS": str(gcs_key.path)}
+        yield from open_reader(env, parse_url(base_url))
 
     @pytest.fixture
     def seed(self, gcs_server: FakeGcsServer, gcs_bucket: str) -> Callable[[str, bytes], None]:

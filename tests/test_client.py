@@ -361,13 +361,13 @@ def test_info_returns_the_stores_checksum_and_fsspec_checksum_means_the_content(
     s3.put_object(Bucket=bucket, Key="c3", Body=b"other bytes", ChecksumAlgorithm="CRC32")
     crc = s3.head_object(Bucket=bucket, Key="c1", ChecksumMode="ENABLED")["ChecksumCRC32"]
     assert client.info(f"{where}/c1").checksum == f"crc32:{crc}"
-    client.write_bytes(f"{where}/m1", b"same bytes")  # no checksum stored: the MD5 ETag tells
+    client.write_bytes(f"{where}/m1", b"same bytes")  # ours send the full-object CRC32 as boto3's do
     client.write_bytes(f"{where}/m2", b"same bytes")
-    assert client.info(f"{where}/m1").checksum is None
+    assert client.info(f"{where}/m1").checksum == f"crc32:{crc}"
     fs = CloudioFileSystem(skip_instance_cache=True, endpoint_url=minio.endpoint, key=minio.access_key,
                            secret=minio.secret_key, env={})
     sums = {key: fs.checksum(f"{bucket}/{key}") for key in ("c1", "c2", "c3", "m1", "m2")}
-    assert sums["c1"] == sums["c2"] != sums["c3"] and sums["m1"] == sums["m2"]
+    assert sums["c1"] == sums["c2"] == sums["m1"] == sums["m2"] != sums["c3"]
     fs.client.close()
 
 

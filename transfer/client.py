@@ -312,16 +312,18 @@ class Client:
 
     def presign(self, url: UrlLike, method: str = "GET", expires: int = 3600) -> str:
         """A URL that lets anyone without keys GET (or PUT) the object for ``expires`` seconds
-        (1 to 604,800, SigV4's limit), signed here with no request sent; as botocore's
-        ``generate_presigned_url`` signs it. InvalidInput, naming the URL, for another method,
-        an expiry out of range, anonymous access, or a store that cannot sign (not S3)."""
+        (1 to 604,800, SigV4's and GCS V4's limit), signed here with no request sent: on S3 as
+        botocore's ``generate_presigned_url`` signs it, on GCS as google-cloud-storage's
+        ``generate_signed_url(version="v4")`` with the service account's key. InvalidInput,
+        naming the URL, for another method, an expiry out of range, anonymous access (or a GCS
+        key that is not a service account's), or a store that cannot sign (not S3 or GCS)."""
         target = self.url(url)
         if method not in ("GET", "PUT") or not 1 <= expires <= 604800:
             raise InvalidInput(f"presign takes GET or PUT and 1 to 604800 seconds (got {method!r}, {expires!r})",
                                url=str(target), operation="presign")
         backend = self.session.backend(target)
         if not isinstance(backend, Presigns) or target.path.rstrip("/") == "":
-            raise InvalidInput("cannot sign a URL for this: an s3:// object URL is needed", url=str(target),
+            raise InvalidInput("cannot sign a URL for this: an s3:// or gs:// object URL is needed", url=str(target),
                                operation="presign")
         return backend.presign(target, method, expires)
 

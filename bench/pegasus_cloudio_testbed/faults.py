@@ -1,8 +1,8 @@
 """Faults a :class:`~pegasus_cloudio_testbed.proxy.TcpProxy` injects into chosen requests.
 
 Each :class:`Fault` hits the next ``times`` requests that match its :class:`Match`: reset
-or truncate the response after some bytes, stall it, or answer with an error status
-(an S3 ``SlowDown`` by default) without forwarding the request.
+or truncate the response after some bytes, stall it, answer with an error status
+(an S3 ``SlowDown`` by default) without forwarding the request, or corrupt the request's body.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ SLOW_DOWN_BODY = (
     b"<RequestId>pegasus-cloudio-proxy</RequestId><HostId>pegasus-cloudio-proxy</HostId></Error>"
 )
 
-RESET, TRUNCATE, STALL, STATUS = "reset", "truncate", "stall", "status"
+RESET, TRUNCATE, STALL, STATUS, CORRUPT = "reset", "truncate", "stall", "status", "corrupt"
 
 
 # --------------------------------------------------------------------------- faults
@@ -49,8 +49,9 @@ class Fault:
     """One fault, hitting the next ``times`` matching requests.
 
     Build with the class methods; fields are:
-        kind: ``reset``, ``truncate``, ``stall`` or ``status``.
-        after_bytes: response bytes forwarded before reset/truncate/stall.
+        kind: ``reset``, ``truncate``, ``stall``, ``status`` or ``corrupt`` (a request body).
+        after_bytes: response bytes forwarded before reset/truncate/stall; for corrupt, the
+            offset in the request body of the byte flipped.
         seconds: stall length.
         code, body, headers: the synthetic response of a ``status`` fault.
         times: how many matching requests it hits.
@@ -87,6 +88,13 @@ class Fault:
         """After ``after_bytes`` response bytes, forward nothing for ``seconds``, then close."""
         return cls(STALL, after_bytes=after_bytes, seconds=seconds, times=times,
                    match=Match(method, path))
+
+    @classmethod
+    def corrupt(cls, at: int = 0, *, times: int = 1, method: Optional[str] = None,
+                path: Optional[str] = None) -> "Fault":
+        """Flip one bit of the request body's byte ``at`` on its way to the server (same
+        length, so only a checksum of the content tells): does the store refuse it?"""
+        return cls(CORRUPT, after_bytes=at, times=times, match=Match(method, path))
 
     @classmethod
     def status(cls, code: int = 503, body: bytes = SLOW_DOWN_BODY,

@@ -43,6 +43,7 @@ class RequestFramer:
         self._buf = bytearray()
         self._left = 0      # body bytes left (_BODY) or chunk bytes + CRLF left (_CHUNK_DATA)
         self._keep = True   # forward the current request's bytes
+        self.flip: Optional[int] = None  # set by on_head: XOR the body byte at this offset with 1
 
     @property
     def raw(self) -> bool:
@@ -52,7 +53,7 @@ class RequestFramer:
     def feed(self, data: bytes) -> bytes:
         """Consume ``data``; return what should be sent upstream."""
         state = self._state
-        if state == _BODY and len(data) < self._left:  # fast path: inside a body
+        if state == _BODY and len(data) < self._left and self.flip is None:  # fast path: inside a body
             self._left -= len(data)
             return data if self._keep else b""
         if state == _RAW:
@@ -81,7 +82,17 @@ class RequestFramer:
 
     def _emit(self, chunk: bytes, out: List[bytes]) -> None:
         if self._keep and chunk:
+            if self.flip is not None:
+                chunk = self._flipped(chunk, self.flip)
             out.append(chunk)
+
+    def _flipped(self, chunk: bytes, at: int) -> bytes:
+        """``chunk`` with its byte ``at`` flipped, if it has one (else ``flip`` moves on)."""
+        if at >= len(chunk):
+            self.flip = at - len(chunk)
+            return chunk
+        self.flip = None
+        return chunk[:at] + bytes([chunk[at] ^ 1]) + chunk[at + 1:]
 
     def _step_head(self, data: bytes, pos: int, out: List[bytes]) -> int:
         before = len(self._buf)
@@ -108,8 +119,11 @@ class RequestFramer:
         return consumed
 
     def _start_request(self, head: RequestHead, raw: bytes, out: List[bytes]) -> None:
+        self.flip = None
         self._keep = self._on_head(head)
+        flip, self.flip = self.flip, None
         self._emit(raw, out)
+        self.flip = flip  # the body's bytes, never the head's
         if head.chunked:
             self._state = _CHUNK_SIZE
         elif head.content_length > 0:

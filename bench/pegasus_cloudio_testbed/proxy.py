@@ -30,7 +30,7 @@ from typing import (
 )
 
 from pegasus_cloudio_testbed.faults import (
-    RESET, SLOW_DOWN_BODY, STATUS, TRUNCATE, Fault, FaultBook, Match, status_response,
+    CORRUPT, RESET, SLOW_DOWN_BODY, STATUS, TRUNCATE, Fault, FaultBook, Match, status_response,
 )
 from pegasus_cloudio_testbed.counters import Counters
 from pegasus_cloudio_testbed.links import DelayedLink, DirectLink, Link, Shaping
@@ -106,6 +106,7 @@ class _Connection:
         self._links: List[Link] = []
         self._to_upstream: Link  # set by _run once upstream is connected
         self._to_client: Link
+        self._framer: RequestFramer  # set by _pump_up, before any request head is seen
 
     def start(self) -> None:
         self._spawn(self._run, "setup")
@@ -187,7 +188,7 @@ class _Connection:
 
     def _pump_up(self) -> None:
         """Client to server: frame requests, apply request faults, forward."""
-        framer = RequestFramer(self._on_request_head)
+        framer = self._framer = RequestFramer(self._on_request_head)
         counters, recv, link = self._shared.counters, self._client.recv, self._to_upstream
         while True:
             data = recv(_RECV_SIZE)
@@ -249,6 +250,10 @@ class _Connection:
             self._armed = None
             return True
         counters.add_fault()
+        if fault.kind == CORRUPT:
+            self._armed = None
+            self._framer.flip = fault.after_bytes
+            return True
         if fault.kind != STATUS:
             self._armed = _Armed(fault)
             return True

@@ -126,7 +126,8 @@ class PagedListing(Protocol):
 
 @runtime_checkable
 class Presigns(Protocol):
-    """Backends that sign URLs for others to use without keys (S3's SigV4 query signing)."""
+    """Backends that sign URLs for others to use without keys (S3's SigV4 query signing,
+    GCS's V4 signed URLs)."""
 
     def presign(self, url: Url, method: str, expires: int) -> str:
         """A URL for one ``method`` (GET or PUT) on the object, valid ``expires`` seconds."""

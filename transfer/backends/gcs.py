@@ -15,8 +15,11 @@ all are busy, so a batch never opens (or discards) more than that.
   it; a ranged read of one is refused (a range of compressed bytes is no range of the file).
 * **put**: one multipart request below ``multipart_threshold``, streamed from disk, with
   the file's CRC32C in the metadata (the server rejects a mismatch) and checked again in
-  the answer; at or above it, a resumable upload in ``multipart_part_size`` chunks whose
-  CRC32C the library checks at the end. Chunks, and only chunks, are retried in here.
+  the answer; at or above it, a resumable upload in ``multipart_part_size`` chunks, the
+  file's CRC32C sent by the library in ``x-goog-hash`` with the last one (GCS refuses a
+  mismatch) and checked in the answer (an object that differs is removed). Chunks, and only
+  chunks, are retried in here. ``stat`` returns the stored CRC32C as the checksum.
+* **presign** (``Presigns``): V4 signed URLs with a service-account key, no request sent.
 * **delete**: JSON API batches of up to 100 DELETEs (see :mod:`._gcs_wire` for why the
   request is built here); a missing object counts as removed.
 * **make_dirs**: bucket create-if-missing. **copy** (``ServerSideCopy``): ``rewrite``.
@@ -64,7 +67,8 @@ except ImportError as missing:  # the registry hands this to the engine as a cle
 from transfer.atomic import local_error
 from transfer.backends import _gcs_wire as wire
 from transfer.backends._gcs_auth import GcsSource, load_key, project_for, resolve
-from transfer.backends.base import ByteRange, ObjectInfo
+from transfer.backends._gcs_sign import signed_url
+from transfer.backends.base import Attributes, ByteRange, ObjectInfo
 from transfer.config import Settings
 from transfer.errors import (
     AuthError,
@@ -79,6 +83,7 @@ from transfer.backends.opening import Opening
 from transfer.http.proxy import Proxy, boto_proxy_for
 from transfer.urls import Url
 
+Signer = Tuple[str, Callable[[bytes], bytes]]  # a service account's email and RSA signing function
 _CHUNK_UNIT = 256 << 10  # resumable chunks are multiples of 256 KiB
 _TOKEN_URI = "https://oauth2.googleapis.com/token"  # google-auth's, for a key that names none
 _LIST_FIELDS = "items(name,size,generation,updated),nextPageToken"
@@ -122,7 +127,7 @@ def open_backend(url: Url, context: Opening) -> "GcsBackend":
     # The library's bucket-metadata cache (App-centric Observability) starts a background
     # GET of each bucket on first use: an extra request and connection we never need.
     client._bucket_metadata_cache = None
-    return GcsBackend(client, session, token_http, source.endpoint, context.settings)
+    return GcsBackend(client, session, token_http, source.endpoint, context.settings, _signer(credentials))
 
 
 def _credentials(source: GcsSource, info: Optional[Mapping[str, Any]]) -> Any:
@@ -136,6 +141,13 @@ def _credentials(source: GcsSource, info: Optional[Mapping[str, Any]]) -> Any:
     except (google.auth.exceptions.GoogleAuthError, ValueError) as err:
         raise ConfigError(f"unusable key file: {type(err).__name__}", url=source.key_path,
                           operation="credentials") from None
+
+
+def _signer(credentials: Any) -> Optional[Signer]:
+    """(email, RSA signing function) of a service-account key; None for other credentials."""
+    if isinstance(credentials, _oauth2.service_account.Credentials):
+        return str(credentials.signer_email), credentials.sign_bytes
+    return None
 
 
 def _session(credentials: Any, source: GcsSource, token_uri: Optional[str], context: Opening) -> Tuple[Any, Any]:
@@ -216,8 +228,10 @@ def _through(session: Any, proxy: Tuple[str, Optional[Proxy]], adapter: _ProxyAd
 class GcsBackend:
     """One GCS endpoint with one set of credentials. Thread-safe."""
 
-    def __init__(self, client: Any, session: Any, token_http: Any, endpoint: str, settings: Settings):
+    def __init__(self, client: Any, session: Any, token_http: Any, endpoint: str, settings: Settings,
+                 signer: Optional[Signer] = None):
         self._client = client
+        self._signer = signer
         self._http = session
         self._token_http = token_http
         self._endpoint = endpoint
@@ -235,7 +249,10 @@ class GcsBackend:
         blob = self._client.bucket(bucket).blob(key)
         with _translated(url, "stat"):
             blob.reload(retry=None, timeout=self._timeout)
-        return _blob_info(url, blob)
+        info = _blob_info(url, blob)
+        # The CRC32C every upload sends (and the store checks) describes the content: info's checksum
+        checksum = f"crc32c:{blob.crc32c}" if blob.crc32c else None
+        return ObjectInfo(info.url, info.size, info.version, info.mtime, Attributes(checksum=checksum))
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         bucket, key = split_url(url, need_key=True)
@@ -356,6 +373,18 @@ class GcsBackend:
                 if token is None:
                     break
         return _blob_info(dest, dst)
+
+    # -- Presigns --------------------------------------------------------------------------
+
+    def presign(self, url: Url, method: str, expires: int) -> str:
+        """A V4 signed URL (see :mod:`._gcs_sign`), signed with the service account's RSA key;
+        InvalidInput when the credentials hold none (anonymous, or an authorized-user file)."""
+        bucket, key = split_url(url, need_key=True)
+        if self._signer is None:
+            raise InvalidInput("no service-account key to sign a URL with (anonymous or authorized-user "
+                               "credentials)", url=str(url), operation="presign")
+        email, sign = self._signer
+        return signed_url(self._endpoint, bucket, key, method, expires, email, sign)
 
     # -- helpers --------------------------------------------------------------------------
 

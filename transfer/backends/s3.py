@@ -11,7 +11,7 @@ environment as botocore (stock ``pegasus-s3``'s library) takes them
 
 A download is one GET (no HEAD first), checked against Content-Length and, for single-part
 objects, the MD5 ETag; for large objects the engine adds ranged GETs pinned to the first
-GET's ETag (:class:`~transfer.backends.base.RangedReads`, see :mod:`transfer.ranged`). Uploads are one PUT with Content-MD5 below the multipart threshold;
+GET's ETag (:class:`~transfer.backends.base.RangedReads`, see :mod:`transfer.ranged`). Uploads are one PUT with Content-MD5 and the full-object ``x-amz-checksum-crc32`` (kept with the object, so ``info`` has it) below the multipart threshold;
 above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per request.
 """
 
@@ -60,7 +60,7 @@ from transfer.errors import (
     AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
     retry_after_seconds,
 )
-from transfer.http.connection import Body, FileRegion, file_body
+from transfer.http.connection import Body, FileRegion, file_body_crc32
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.http.resume import ResumingBody, send_idempotent
 from transfer.backends.opening import Opening
@@ -297,10 +297,14 @@ class S3Backend:
         if not target.key:
             raise InvalidInput("S3 URL has no key to upload to", url=text, operation="put")
         try:
-            size, md5, body = file_body(path)
+            size, md5, crc32, body = file_body_crc32(path)
         except OSError as err:
             raise local_error(err, path, "put") from err
-        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode()), *extra]
+        # The full-object CRC32 is stored with the object, so info's checksum describes the
+        # bytes end to end (Content-MD5 alone is checked, then forgotten but for the ETag)
+        crc = binascii.b2a_base64(crc32.to_bytes(4, "big"), newline=False).decode()
+        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode()),
+                   ("x-amz-checksum-crc32", crc), *extra]
         if exclusive:
             headers.append(("If-None-Match", "*"))
         if if_match is not None:
@@ -317,6 +321,10 @@ class S3Backend:
                                   operation="put", status=412)
             self._check(response, text, "put")
             etag = response.headers.get("etag", "")
+            echoed = response.headers.get("x-amz-checksum-crc32")
+        if echoed is not None and echoed != crc:
+            raise ChecksumMismatch(f"CRC32 as stored ({echoed}) differs from the file's ({crc})", url=text,
+                                   operation="put")
         found = md5_of_etag(etag)
         if found and found.lower() != md5.hex() and not _server_side_encrypted(response.headers):
             raise ChecksumMismatch("ETag of stored object differs from local MD5", url=str(url),

@@ -16,6 +16,7 @@ import _socket
 import io
 import os
 import sys
+import zlib
 
 from transfer import _digests
 from transfer._lean import record
@@ -73,6 +74,13 @@ def file_body(path: str) -> Tuple[int, bytes, Body]:
     (sent with the request head in one write), larger ones are sent from disk. Raises OSError.
     Read through the bare descriptor: ``open()``'s file object costs three more system calls
     (fstat, isatty, lseek) per file."""
+    size, md5, _, body = file_body_crc32(path, crc=False)
+    return size, md5, body
+
+
+def file_body_crc32(path: str, crc: bool = True) -> Tuple[int, bytes, int, Body]:
+    """:func:`file_body` with the file's CRC32 too (0 when ``crc`` is False), from the same
+    read: zlib's CRC32 costs a fraction of the MD5 beside it."""
     fd = os.open(path, os.O_RDONLY | _CLOEXEC)
     try:
         chunks: List[bytes] = []
@@ -84,16 +92,18 @@ def file_body(path: str) -> Tuple[int, bytes, Body]:
             chunks.append(block)
             size += len(block)
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        crc32 = zlib.crc32(data) if crc else 0
         if size <= _SMALL_FILE:
-            return size, _digests.md5(data), data
+            return size, _digests.md5(data), crc32, data
         digest = _digests.new("md5")
         digest.update(data)
         while block := os.read(fd, 1 << 20):
             digest.update(block)
+            crc32 = zlib.crc32(block, crc32) if crc else 0
             size += len(block)
     finally:
         os.close(fd)
-    return size, digest.digest(), FileRegion(path, 0, size)
+    return size, digest.digest(), crc32, FileRegion(path, 0, size)
 
 
 
