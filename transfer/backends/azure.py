@@ -33,7 +33,7 @@ from transfer.backends._azure_sign import X_MS_VERSION, SharedKey
 from transfer.backends._s3_checksum import response_check
 from transfer.backends._s3_wire import http_date_epoch
 from transfer.backends._sigv4 import canonical_query, uri_encode_path
-from transfer.backends.base import ByteRange, ObjectInfo, RunningCheck
+from transfer.backends.base import BodyStream, ByteRange, ObjectInfo
 from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.errors import ChecksumMismatch, InvalidInput, NotFound, RemoteError, TransferError, retry_after_seconds
@@ -281,7 +281,7 @@ class AzureBackend:
 
     # -- RangedReads --------------------------------------------------------------------
 
-    def open_read(self, url: Url) -> "_AzureStream":
+    def open_read(self, url: Url) -> BodyStream:
         path, text = wire.split_url(url, need_blob=True), str(url)
         response = send_idempotent(lambda: self._send("GET", path), text)
         try:
@@ -292,7 +292,7 @@ class AzureBackend:
         except BaseException:
             response.discard()
             raise
-        return _AzureStream(body, info, response_check({}, wire.md5_hex(response.headers), info.size))
+        return BodyStream(body, info, response_check({}, wire.md5_hex(response.headers), info.size))
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
@@ -388,21 +388,6 @@ class AzureBackend:
 
     def abort_upload(self, url: Url, upload_id: str) -> None:
         """Nothing to send: blocks never committed are dropped by the service."""
-
-
-class _AzureStream:
-    """The body of a whole-blob GET, read in pieces (see :class:`~transfer.backends.base.ObjectStream`)."""
-
-    def __init__(self, body: ResumingBody, info: ObjectInfo, check: Optional[RunningCheck]) -> None:
-        self._body = body
-        self.info = info
-        self.check = check
-
-    def read(self, length: int, write: Callable[[bytes], object]) -> int:
-        return self._body.read_part(length, write)
-
-    def close(self) -> None:
-        self._body.discard()
 
 
 def _tee(update: Callable[[bytes], None], write: Callable[[bytes], object]) -> Callable[[bytes], None]:

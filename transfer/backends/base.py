@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
     from transfer._threads import Cancel
+    from transfer.http.resume import ResumingBody
     from transfer.peer_scope import Scope
 
     Take = Callable[[int, bytes, "ObjectInfo", float], bool]
@@ -278,6 +279,22 @@ class ObjectStream(Protocol):
 
     def close(self) -> None:
         """Drop the unread rest of the body (its connection is closed if any is left)."""
+
+
+class BodyStream:
+    """The :class:`ObjectStream` of a backend whose whole-object GET body resumes after a cut
+    (:class:`~transfer.http.resume.ResumingBody`): S3 and Azure."""
+
+    def __init__(self, body: "ResumingBody", info: ObjectInfo, check: Optional[RunningCheck]) -> None:
+        self._body = body
+        self.info = info
+        self.check = check
+
+    def read(self, length: int, write: Callable[[bytes], object]) -> int:
+        return self._body.read_part(length, write)
+
+    def close(self) -> None:
+        self._body.discard()
 
 
 @runtime_checkable

@@ -47,7 +47,7 @@ from transfer.backends._s3_wire import (
 from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored_checksum
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
-from transfer.backends.base import Attributes, ByteRange, ObjectInfo, RunningCheck
+from transfer.backends.base import Attributes, BodyStream, ByteRange, ObjectInfo
 from transfer.config import Settings
 from transfer.credentials import (
     CredentialSource,
@@ -481,7 +481,7 @@ class S3Backend:
 
     # -- RangedReads --------------------------------------------------------------------
 
-    def open_read(self, url: Url) -> "_S3Stream":
+    def open_read(self, url: Url) -> BodyStream:
         text = str(url)  # once: every small download passes here
         response = send_idempotent(lambda: self._send("GET", split_url(url), headers=[CHECKSUM_MODE], url=text), text)
         try:
@@ -491,7 +491,7 @@ class S3Backend:
         except BaseException:
             response.discard()
             raise
-        return _S3Stream(body, info, response_check(response.headers, etag_md5(info, response.headers), info.size))
+        return BodyStream(body, info, response_check(response.headers, etag_md5(info, response.headers), info.size))
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:
@@ -685,21 +685,6 @@ def _attributes(headers: Dict[str, str]) -> Attributes:
 # what an object keeps through a copy onto itself (besides x-amz-meta-*): its HTTP attributes
 _ATTRIBUTE_HEADERS = frozenset(("content-type", "cache-control", "content-disposition", "content-encoding",
                                 "content-language", "expires"))
-
-
-class _S3Stream:
-    """The body of a full-object GET, read in pieces (see :class:`~transfer.backends.base.ObjectStream`)."""
-
-    def __init__(self, body: ResumingBody, info: ObjectInfo, check: Optional[RunningCheck]) -> None:
-        self._body = body
-        self.info = info
-        self.check = check
-
-    def read(self, length: int, write: Callable[[bytes], object]) -> int:
-        return self._body.read_part(length, write)
-
-    def close(self) -> None:
-        self._body.discard()
 
 
 def _fixed(credentials: Credentials) -> CredentialSource:
