@@ -3,7 +3,7 @@ order, a `sync` before each timed transfer, each tool's best round kept (not a s
 
 import io
 import os
-from typing import List
+from typing import Callable, List, Optional
 
 import pytest
 
@@ -16,7 +16,7 @@ class _Phases(Progress):
         super().__init__(io.StringIO(), enabled=False)
         self.seen: List[str] = []
 
-    def phase(self, text: str) -> "Progress":
+    def phase(self, text: str, moved: Optional[Callable[[], int]] = None, total: Optional[int] = None) -> "Progress":
         self.seen.append(text)
         return self
 
