@@ -39,7 +39,7 @@ from transfer.config import Settings
 from transfer.errors import ChecksumMismatch, InvalidInput, NotFound, RemoteError, TransferError, retry_after_seconds
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
-from transfer.http.resume import ResumingBody, send_idempotent
+from transfer.http.resume import ResumingBody, read_range, send_idempotent
 from transfer.urls import Url
 
 TYPE_CHECKING = False
@@ -300,14 +300,8 @@ class AzureBackend:
         first, end = byte_range
         path = wire.split_url(url, need_blob=True)
 
-        def rest(offset: int) -> PooledResponse:
-            return self._rest(url, path, (offset, end), version, size)
-        with ResumingBody(send_idempotent(lambda: rest(first), str(url)), rest, first, end, str(url)) as body:
-            count = body.read_into(write)
-        if count != end - first:
-            raise ChecksumMismatch(f"received {count} bytes of range {first}-{end - 1}, expected {end - first}",
-                                   url=str(url), operation="get")
-        return count
+        return read_range(lambda offset: self._rest(url, path, (offset, end), version, size), first, end, str(url),
+                          write)
 
     def _rest(self, url: Url, path: wire.AzurePath, byte_range: ByteRange, version: str, size: int) -> PooledResponse:
         first, end = byte_range

@@ -62,7 +62,7 @@ from transfer.errors import (
 )
 from transfer.http.connection import Body, FileRegion, file_body_crc32
 from transfer.http.pool import ConnectionPool, PooledResponse
-from transfer.http.resume import ResumingBody, send_idempotent
+from transfer.http.resume import ResumingBody, read_range, send_idempotent
 from transfer.backends.opening import Opening
 from transfer.urls import Url, unquote_plus
 
@@ -500,14 +500,8 @@ class S3Backend:
         first, end = byte_range
         path = split_url(url)
 
-        def rest(offset: int) -> PooledResponse:
-            return self._rest(url, path, (offset, end), version, size)
-        with ResumingBody(send_idempotent(lambda: rest(first), str(url)), rest, first, end, str(url)) as body:
-            count = body.read_into(write)
-        if count != end - first:
-            raise ChecksumMismatch(f"received {count} bytes of range {first}-{end - 1}, expected {end - first}",
-                                   url=str(url), operation="get")
-        return count
+        return read_range(lambda offset: self._rest(url, path, (offset, end), version, size), first, end, str(url),
+                          write)
 
     def _rest(self, url: Url, path: S3Path, byte_range: ByteRange, version: str, size: int) -> PooledResponse:
         """The answer for ``byte_range`` of version ``version`` (an object of ``size`` bytes),

@@ -19,7 +19,7 @@ failures here: they go back to the engine, whose per-file retries back off.
 from __future__ import annotations
 
 from transfer._lean import logger
-from transfer.errors import TransientError
+from transfer.errors import ChecksumMismatch, TransientError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -110,3 +110,16 @@ class ResumingBody:
 
     def __exit__(self, *exc: object) -> None:
         self._response.__exit__(*exc)
+
+
+def read_range(reopen: "Callable[[int], PooledResponse]", first: int, end: int, url: str,
+               write: "Callable[[bytes], object]") -> int:
+    """Bytes ``[first, end)`` of one object into ``write``: ``reopen(offset)`` asks for the rest
+    from ``offset`` pinned to the version read (the backend checks the answer), a cut resumed
+    as in :class:`ResumingBody`; ChecksumMismatch when fewer bytes came. Returns the count."""
+    with ResumingBody(send_idempotent(lambda: reopen(first), url), reopen, first, end, url) as body:
+        count = body.read_into(write)
+    if count != end - first:
+        raise ChecksumMismatch(f"received {count} bytes of range {first}-{end - 1}, expected {end - first}",
+                               url=url, operation="get")
+    return count
