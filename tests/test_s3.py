@@ -88,7 +88,7 @@ def test_multipart_upload_above_threshold_round_trips(s3_env, bucket, tmp_path, 
 def test_multipart_parts_carry_crc32_that_the_store_checks(s3_env, bucket, tmp_path, minio, monkeypatch):
     """Parts go up with x-amz-checksum-crc32 (the upload declared CRC32): the store keeps each
     part's checksum, and refuses a part whose bytes do not match the one sent."""
-    import transfer.backends.s3 as s3_backend
+    import transfer.backends._s3_multipart as s3_multipart
 
     data = os.urandom(11 << 20)
     src = tmp_path / "big.bin"
@@ -102,8 +102,8 @@ def test_multipart_parts_carry_crc32_that_the_store_checks(s3_env, bucket, tmp_p
     part = client.head_object(Bucket=bucket, Key="crc.bin", PartNumber=1, ChecksumMode="ENABLED")
     assert part["ChecksumCRC32"] == base64.b64encode(zlib.crc32(data[:5 << 20]).to_bytes(4, "big")).decode()
 
-    real = s3_backend._crc32_of
-    monkeypatch.setattr(s3_backend, "_crc32_of",
+    real = s3_multipart.crc32_of
+    monkeypatch.setattr(s3_multipart, "crc32_of",
                         lambda region: "AAAAAA==" if region.offset else real(region))  # part 2 lies
     with Session(settings, s3_env) as session:
         [bad] = Engine(session).run([Transfer((parse_url(str(src)),), s3(bucket, "lie.bin"))])

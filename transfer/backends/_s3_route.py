@@ -26,9 +26,9 @@ import time
 
 from transfer import _threads
 from transfer._lean import Headers, record
-from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, virtual_hosted, xml_tree
+from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, s3_error, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, canonical_query_of, uri_encode_path
-from transfer.errors import RemoteError, TransferError, TransientError
+from transfer.errors import RemoteError, TransferError, TransientError, retry_after_seconds
 from transfer.http.pool import ConnectionPool, PooledResponse
 
 TYPE_CHECKING = False
@@ -122,6 +122,16 @@ if TYPE_CHECKING:
     AnyReply = Union[PooledResponse, BufferedReply]
 else:
     AnyReply = object  # the alias above is for type checkers; typing is not imported at run time
+
+
+def check_reply(response: AnyReply, url: str, operation: str, ok: Tuple[int, ...] = (200,)) -> None:
+    """Nothing when ``response``'s status is in ``ok``; else its error, body read, raised
+    (:func:`~transfer.backends._s3_wire.s3_error`, ``Retry-After`` kept)."""
+    if response.status in ok:
+        return
+    body = response.read() if response.status >= 300 else b""
+    raise s3_error(response.status, body, url, operation,
+                   retry_after=retry_after_seconds(response.headers.get("retry-after")))
 
 
 def _small(response: PooledResponse) -> bool:

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import binascii
 import sys
-import zlib
 
 from transfer import _digests
 from transfer._lean import logger
 from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
     S3Path,
-    _child_url,
     _info,
     _range_length,
     _server_side_encrypted,
@@ -35,9 +33,7 @@ from transfer.backends._s3_wire import (
     default_endpoint,
     etag_md5,
     http_date_epoch,
-    iso8601_epoch,
     md5_of_etag,
-    multipart_etag,
     s3_error,
     split_url,
     virtual_hosted,
@@ -45,7 +41,9 @@ from transfer.backends._s3_wire import (
     xml_tree,
 )
 from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored_checksum
-from transfer.backends._s3_route import AnyReply, PoolFactory, Router
+from transfer.backends._s3_listing import dir_page, list_pages, page_objects
+from transfer.backends._s3_multipart import S3Multipart
+from transfer.backends._s3_route import AnyReply, PoolFactory, Router, check_reply
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
 from transfer.backends.base import Attributes, BodyStream, ByteRange, ObjectInfo
 from transfer.config import Settings
@@ -58,17 +56,15 @@ from transfer.credentials import (
 )
 from transfer.errors import (
     AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
-    retry_after_seconds,
 )
 from transfer.http.connection import Body, FileRegion, file_body_crc32
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.http.resume import ResumingBody, read_range, send_idempotent
 from transfer.backends.opening import Opening
-from transfer.urls import Url, unquote_plus
+from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from transfer.backends._s3_xml import Node
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
     from transfer._threads import Cancel
@@ -188,6 +184,7 @@ class S3Backend:
         self._credentials = source
         self._scopes: Dict[Tuple[Credentials, str], Scope] = {}  # a few entries: one per bucket read
         self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
+        self._multipart = S3Multipart(self._router)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
         self.orphan_age = settings.multipart_orphan_age
@@ -204,13 +201,7 @@ class S3Backend:
         query_text = canonical_query(query) if query else ""
         return self._router.send(method, path, query_text, headers or [], body, payload_hash, url)
 
-    def _check(self, response: AnyReply, url: str, operation: str,
-               ok: Tuple[int, ...] = (200,)) -> None:
-        if response.status in ok:
-            return
-        body = response.read() if response.status >= 300 else b""
-        raise s3_error(response.status, body, url, operation,
-                       retry_after=retry_after_seconds(response.headers.get("retry-after")))
+    _check = staticmethod(check_reply)
 
     # -- Backend ------------------------------------------------------------------------
 
@@ -331,9 +322,11 @@ class S3Backend:
                                    operation="put")
         return ObjectInfo(url, size, etag.strip('"') or None)
 
+    # -- listings (:mod:`transfer.backends._s3_listing`) --------------------------------
+
     def list(self, url: Url) -> Iterator[ObjectInfo]:
-        for page in self._list_pages(url, delimiter=None):
-            yield from self._objects(url, page)
+        for page in list_pages(self._router, url, delimiter=None):
+            yield from page_objects(url, page)
 
     def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
         """One level under ``url`` (ListObjectsV2 with delimiter ``/``): (objects, sub-prefixes,
@@ -348,39 +341,8 @@ class S3Backend:
     def list_dir_pages(self, url: Url, start_after: str = "") -> Iterator[Tuple[List[ObjectInfo], List[Url]]]:
         """``PagedListing``: :meth:`list_dir` a page (up to 1,000 names) per request, each
         request sent when the page before it has been taken."""
-        bucket = split_url(url).bucket
-        for page in self._list_pages(url, delimiter="/", start_after=start_after):
-            yield (list(self._objects(url, page)),
-                   [_child_url(url, bucket, unquote_plus(item.findtext("Prefix") or ""))
-                    for item in page.iter("CommonPrefixes")])
-
-    def _objects(self, url: Url, page: Node) -> Iterator[ObjectInfo]:
-        bucket = split_url(url).bucket
-        for item in page.iter("Contents"):
-            key = unquote_plus(item.findtext("Key") or "")  # encoding-type=url, as botocore asks
-            yield ObjectInfo(_child_url(url, bucket, key), int(item.findtext("Size") or 0),
-                             (item.findtext("ETag") or "").strip('"') or None,
-                             iso8601_epoch(item.findtext("LastModified")))
-
-    def _list_pages(self, url: Url, delimiter: Optional[str], start_after: str = "") -> Iterator[Node]:
-        path = split_url(url)
-        prefix = path.key.rstrip("/") + "/" if path.key else ""
-        token: Optional[str] = None
-        while True:
-            query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
-            if delimiter:
-                query["delimiter"] = delimiter
-            if start_after and not token:
-                query["start-after"] = prefix + start_after
-            if token:
-                query["continuation-token"] = token
-            with self._send("GET", S3Path(path.bucket, ""), query=query, url=str(url)) as response:
-                self._check(response, str(url), "list")
-                root = xml_tree(response.read())
-            yield root
-            token = root.findtext("NextContinuationToken")
-            if root.findtext("IsTruncated") != "true" or not token:
-                return
+        for page in list_pages(self._router, url, delimiter="/", start_after=start_after):
+            yield dir_page(url, page)
 
     def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
         results: List[Optional[TransferError]] = [None] * len(urls)
@@ -589,60 +551,19 @@ class S3Backend:
             raise s3_error(500, answer, text, "touch")
         return self.stat(url)
 
-    # -- MultipartUploads ---------------------------------------------------------------
+    # -- MultipartUploads (:mod:`transfer.backends._s3_multipart`) ----------------------
 
     def start_upload(self, url: Url) -> str:
-        """CreateMultipartUpload, declaring CRC32 part checksums (see :meth:`upload_part`)."""
-        headers = [("x-amz-checksum-algorithm", "CRC32")]
-        with self._send("POST", split_url(url), query={"uploads": ""}, headers=headers, url=str(url)) as response:
-            self._check(response, str(url), "put")
-            upload_id = xml_tree(response.read()).findtext("UploadId")
-        if not upload_id:
-            raise RemoteError("no UploadId in CreateMultipartUpload response", url=str(url),
-                              operation="put")
-        return upload_id
+        return self._multipart.start(url)
 
     def upload_part(self, url: Url, upload_id: str, number: int, region: Union[FileRegion, bytes]) -> str:
-        """UploadPart with ``x-amz-checksum-crc32``: the store checks the bytes it received
-        against it and refuses the part otherwise (as it does a Content-MD5, but CRC32 costs the
-        client ~0.15 s of CPU per GiB where MD5 costs ~1.2 s). Returns the part's receipt for
-        :meth:`complete_upload`: its ETag and CRC32."""
-        crc = _crc32_of(region)
-        query = {"partNumber": str(number), "uploadId": upload_id}
-        with self._send("PUT", split_url(url), query=query, headers=[("x-amz-checksum-crc32", crc)],
-                        body=region, payload_hash=UNSIGNED, url=str(url)) as response:
-            self._check(response, str(url), "put")
-            etag = response.headers.get("etag", "")
-            echoed = response.headers.get("x-amz-checksum-crc32")
-        if echoed is not None and echoed != crc:
-            raise ChecksumMismatch(f"CRC32 of part {number} as stored ({echoed}) differs from the file's ({crc})",
-                                   url=str(url), operation="put")
-        return f"{etag}\n{crc}"
+        return self._multipart.upload_part(url, upload_id, number, region)
 
     def complete_upload(self, url: Url, upload_id: str, receipts: Sequence[str]) -> ObjectInfo:
-        """CompleteMultipartUpload from the parts' receipts (ETag, and CRC32 when the part was
-        sent with one), then a HEAD whose ETag must be the parts' MD5s combined."""
-        pairs = [receipt.partition("\n")[::2] for receipt in receipts]
-        etags = [etag for etag, _ in pairs]
-        parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{xml_escape(etag)}</ETag>"
-                        + (f"<ChecksumCRC32>{crc}</ChecksumCRC32>" if crc else "") + "</Part>"
-                        for n, (etag, crc) in enumerate(pairs, 1))
-        body = f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
-        with self._send("POST", split_url(url), query={"uploadId": upload_id}, body=body,
-                        payload_hash=_digests.sha256_hex(body), url=str(url)) as response:
-            self._check(response, str(url), "put")
-            text = response.read()
-        if b"<Error>" in text:
-            raise s3_error(500, text, str(url), "put")
-        with self._send("HEAD", split_url(url), url=str(url)) as response:
-            self._check(response, str(url), "stat")
-            info = _info(url, response.status, response.headers)
-            encrypted = _server_side_encrypted(response.headers)
-        expected = multipart_etag(etags)
-        if expected and not encrypted and (info.version or "").lower() != expected:
-            raise ChecksumMismatch("ETag of the assembled object differs from its parts' MD5s", url=str(url),
-                                   operation="put")
-        return info
+        return self._multipart.complete(url, upload_id, receipts)
+
+    def abort_upload(self, url: Url, upload_id: str) -> None:
+        self._multipart.abort(url, upload_id)
 
     # -- PendingUploads -----------------------------------------------------------------
 
@@ -657,16 +578,6 @@ class S3Backend:
                 self._check(response, where, "list")
                 return response.read()
         return _s3_uploads.pending(list_page, path.key, whole_key)
-
-    def abort_upload(self, url: Url, upload_id: str) -> None:
-        """Discard the parts. An upload already completed or aborted (NoSuchUpload) is
-        success; other failures raise, so that the caller can retry (parts left behind are
-        billed until ``pegasus-cloudio-s3 rmup`` or a lifecycle rule removes them)."""
-        try:
-            with self._send("DELETE", split_url(url), query={"uploadId": upload_id}, url=str(url)) as response:
-                self._check(response, str(url), "abort", ok=(200, 204))
-        except NotFound:
-            pass
 
 
 def _attributes(headers: Dict[str, str]) -> Attributes:
@@ -683,21 +594,3 @@ _ATTRIBUTE_HEADERS = frozenset(("content-type", "cache-control", "content-dispos
 
 def _fixed(credentials: Credentials) -> CredentialSource:
     return lambda: credentials
-
-
-def _crc32_of(region: Union[FileRegion, bytes]) -> str:
-    """Base64 of the big-endian CRC32 of a file region or of bytes, as ``x-amz-checksum-crc32``
-    wants it."""
-    if isinstance(region, bytes):
-        return binascii.b2a_base64(zlib.crc32(region).to_bytes(4, "big"), newline=False).decode()
-    crc = 0
-    with open(region.path, "rb") as fh:
-        fh.seek(region.offset)
-        left = region.length
-        while left > 0:
-            block = fh.read(min(left, 1 << 20))
-            if not block:
-                break
-            crc = zlib.crc32(block, crc)
-            left -= len(block)
-    return binascii.b2a_base64(crc.to_bytes(4, "big"), newline=False).decode()
