@@ -276,12 +276,51 @@ def test_multipart_parts_are_checked_by_crc32_and_the_assembled_object_by_etag(t
         assert server.requests[-1].header("x-amz-checksum-algorithm") == "CRC32"
         region = FileRegion(str(part), 0, 100)
         receipt = backend.upload_part(url, "id", 1, region)
-        assert receipt == f'"{part_md5}"\n{crc}' and server.requests[-1].header("content-md5") is None
+        assert receipt == f'"{part_md5}"\n{crc}\n100' and server.requests[-1].header("content-md5") is None
         with pytest.raises(ChecksumMismatch, match="part 2"):
             backend.upload_part(url, "id", 2, region)  # the store reports another CRC32
         assert backend.complete_upload(url, "id", [receipt, receipt]).size == 200
         complete = next(r for r in reversed(server.requests) if r.method == "POST")
         assert complete.body.count(f"<ChecksumCRC32>{crc}</ChecksumCRC32>".encode()) == 2
+        assert complete.header("x-amz-checksum-crc32") is None  # the store did not take FULL_OBJECT
         assembled[0] = "f" * 32 + "-2"
         with pytest.raises(ChecksumMismatch, match="assembled"):
             backend.complete_upload(url, "id", [receipt, receipt])
+
+
+def test_a_full_object_upload_sends_the_whole_crc32_and_checks_the_one_stored(tmp_path):
+    """A store that takes FULL_OBJECT (echoed at CreateMultipartUpload) gets the whole
+    object's CRC32, combined from the parts', at CompleteMultipartUpload; a HEAD giving another
+    full-object CRC32 fails the upload."""
+    data = b"q" * 70 + b"r" * 30
+    crc = base64.b64encode(zlib.crc32(data[:70]).to_bytes(4, "big")).decode()
+    whole = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    stored = [whole]
+
+    def handler(request):
+        if request.method == "POST" and "uploads" in request.query:
+            assert request.header("x-amz-checksum-type") == "FULL_OBJECT"
+            return Reply(200, {"x-amz-checksum-type": "FULL_OBJECT"},
+                         b"<InitiateMultipartUploadResult><UploadId>id</UploadId></InitiateMultipartUploadResult>")
+        if request.method == "POST":
+            return Reply(200, {}, b"<CompleteMultipartUploadResult/>")
+        if request.method == "PUT":
+            return Reply(200, {"ETag": '"p"'})
+        return Reply(200, {"ETag": '"x-2"', "Content-Length": "100", "x-amz-checksum-crc32": stored[0],
+                           "x-amz-checksum-type": "FULL_OBJECT"})
+
+    with ScriptedServer(handler) as server:
+        backend, url = _backend(server), Url("s3", "multi", "/k")
+        for lie in (False, True):
+            upload_id = backend.start_upload(url)
+            receipts = [backend.upload_part(url, upload_id, n, part) for n, part in ((1, data[:70]), (2, data[70:]))]
+            assert receipts[0] == f'"p"\n{crc}\n70'
+            stored[0] = "AAAAAA==" if lie else whole
+            if lie:
+                with pytest.raises(ChecksumMismatch, match="CRC32 of the assembled object"):
+                    backend.complete_upload(url, upload_id, receipts)
+            else:
+                assert backend.complete_upload(url, upload_id, receipts).size == 100
+            complete = next(r for r in reversed(server.requests) if r.method == "POST")
+            assert complete.header("x-amz-checksum-crc32") == whole
+            assert complete.header("x-amz-checksum-type") == "FULL_OBJECT"

@@ -241,7 +241,8 @@ def test_put_copy_and_multipart(server, tmp_path, index):
                   lambda: client.copy_object(Bucket=case.bucket, Key="copy/" + key,
                                              CopySource={"Bucket": case.bucket, "Key": key}))
         _conforms(server, case, client, lambda: ours.start_upload(url),
-                  lambda: client.create_multipart_upload(Bucket=case.bucket, Key=key, ChecksumAlgorithm="CRC32"))
+                  lambda: client.create_multipart_upload(Bucket=case.bucket, Key=key, ChecksumAlgorithm="CRC32",
+                                                         ChecksumType="FULL_OBJECT"))
         region = FileRegion(str(source), 0, len(BODY))
         _conforms(server, case, client, lambda: ours.upload_part(url, "up/id+1=", 2, region),
                   lambda: client.upload_part(Bucket=case.bucket, Key=key, UploadId="up/id+1=",

@@ -12,7 +12,10 @@ environment as botocore (stock ``pegasus-s3``'s library) takes them
 A download is one GET (no HEAD first), checked against Content-Length and, for single-part
 objects, the MD5 ETag; for large objects the engine adds ranged GETs pinned to the first
 GET's ETag (:class:`~transfer.backends.base.RangedReads`, see :mod:`transfer.ranged`). Uploads are one PUT with Content-MD5 and the full-object ``x-amz-checksum-crc32`` (kept with the object, so ``info`` has it) below the multipart threshold;
-above it the engine drives :class:`MultipartUploads`. Deletes go 1,000 keys per request.
+above it the engine drives :class:`MultipartUploads` (:mod:`transfer.backends._s3_multipart`: each
+part's CRC32 checked by the store, and the whole object's CRC32 kept with it where the store takes
+``FULL_OBJECT`` checksums). Listings: :mod:`transfer.backends._s3_listing`. Deletes go 1,000 keys
+per request.
 """
 
 from __future__ import annotations
