@@ -61,7 +61,7 @@ class CloudioFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
         text = str(path)
-        for prefix in ("cloudio://", "cloudio::"):
+        for prefix in ("cloudio://", "cloudio-async://", "cloudio::"):  # the async face's too: it hands paths on
             if text.startswith(prefix):
                 text = text[len(prefix):]
         return text.rstrip("/")
