@@ -10,14 +10,15 @@ from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobServiceClient
 
 from pegasus_cloudio_testbed import node_tools, tools
+from pegasus_cloudio_testbed.tool_builds import checked
 from pegasus_cloudio_testbed.azurite import Azurite
 
 
 def test_pin_files_match_their_digests_and_name_the_version() -> None:
     pin = node_tools.NODE_PINS["azurite"]
     home = node_tools.PINS_DIR / pin.name
-    node_tools._checked(home / "package.json", pin.manifest_sha256)
-    node_tools._checked(home / "package-lock.json", pin.lock_sha256)
+    checked(home / "package.json", pin.manifest_sha256)
+    checked(home / "package-lock.json", pin.lock_sha256)
     manifest = json.loads((home / "package.json").read_text())
     lock = json.loads((home / "package-lock.json").read_text())
     assert manifest["dependencies"] == {pin.package: pin.version}
@@ -29,7 +30,7 @@ def test_a_changed_pin_file_is_refused_naming_it(tmp_path: Path) -> None:
     changed = tmp_path / "package-lock.json"
     changed.write_text("{}")
     with pytest.raises(RuntimeError, match=r"package-lock.json: sha256 .*not the pinned file"):
-        node_tools._checked(changed, node_tools.NODE_PINS["azurite"].lock_sha256)
+        checked(changed, node_tools.NODE_PINS["azurite"].lock_sha256)
 
 
 def test_installed_tree_is_current_and_the_tools_command_knows_it(capsys: pytest.CaptureFixture[str]) -> None:

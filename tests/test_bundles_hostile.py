@@ -1,7 +1,9 @@
-"""A hostile-object corpus for bundles: isolation, precedence and the node cache (real MinIO).
+"""A hostile-object corpus for bundles: isolation, precedence and the node cache (real MinIO;
+isolation and listing on a real Azurite too).
 
 Every case is staged the way jobs stage: an engine per job, bundling and the node cache on or
-off, hand-made bundles and plain objects put straight into the bucket."""
+off, hand-made bundles and plain objects put straight into the bucket (container) by the
+store's own SDK."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from transfer import Engine, RetryPolicy, Session, Settings, Transfer, parse_url
 from transfer.bundles.format import pack
 from transfer.cache import cache_from_settings
+from transfer.client import Client
 from transfer.errors import NotFound
 
 FAST = RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.01)
@@ -33,15 +36,34 @@ def bundle_bytes(members):
     return out.getvalue()
 
 
-def stage(env, bucket, names, dest, *, bundle, cache_dir=None, threads=4):
-    """One job: stage ``D/<name>`` for each name into ``dest``; returns the results."""
+@pytest.fixture(params=["s3", "azure"])
+def store(request):
+    """(env, root URL, site label, ``put(key, data)``) of a new, empty bucket on MinIO or
+    container on Azurite; ``put`` stores by the store's own SDK."""
+    if request.param == "s3":
+        bucket = request.getfixturevalue("bucket")
+        s3 = client(request.getfixturevalue("minio"))
+        return (request.getfixturevalue("s3_env"), f"s3://test@minio/{bucket}", "minio",
+                lambda key, data: s3.put_object(Bucket=bucket, Key=key, Body=data))
+    env, root = request.getfixturevalue("store_azure")
+    sdk = request.getfixturevalue("azure_sdk")
+    return env, root, None, lambda key, data: sdk.upload_blob(key, data)
+
+
+def stage(env, bucket, names, dest, **kwargs):
+    """One job: stage ``D/<name>`` of MinIO's ``bucket`` for each name into ``dest`` (`stage_at`)."""
+    return stage_at(env, f"s3://test@minio/{bucket}", names, dest, site_label="minio", **kwargs)
+
+
+def stage_at(env, root, names, dest, *, bundle, site_label=None, cache_dir=None, threads=4):
+    """One job: stage ``ROOT/D/<name>`` for each name into ``dest``; returns the results."""
     cache = None
     if cache_dir is not None:
         cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(cache_dir), "HOME": env["HOME"]}, strict=True)
     try:
         with Session(Settings(threads=threads, bundle=bundle), env) as session:
             return Engine(session, retry=FAST, cache=cache).run(
-                [Transfer((parse_url(f"s3://test@minio/{bucket}/D/{n}", site_label="minio"),),
+                [Transfer((parse_url(f"{root}/D/{n}", site_label=site_label),),
                           parse_url(f"file://{dest}/{n}")) for n in names])
     finally:
         if cache is not None:
@@ -53,30 +75,44 @@ def stage(env, bucket, names, dest, *, bundle, cache_dir=None, threads=4):
 
 @pytest.mark.parametrize("bundling", [True, False])
 @pytest.mark.parametrize("damage", ["truncated", "hostile-name", "bad-magic", "lying-member"])
-def test_one_bad_bundle_affects_only_its_own_members(s3_env, bucket, minio, tmp_path, bundling, damage):
-    s3 = client(minio)
-    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/001-good.pcb", Body=bundle_bytes([("m1", b"good one")]))
+def test_one_bad_bundle_affects_only_its_own_members(store, tmp_path, bundling, damage):
+    env, root, site, put = store
+    put(f"{BUNDLES}/001-good.pcb", bundle_bytes([("m1", b"good one")]))
     bad = bundle_bytes([("m2", b"in the bad bundle"), ("m3", b"also")])
     bad = {"truncated": bad[:-6],
            "hostile-name": bad.replace(b'"m2"', b'"/x"'),
            "bad-magic": b"JUNK" + bad[4:],
            "lying-member": bad[:-4] + b"EVIL"}[damage]
-    s3.put_object(Bucket=bucket, Key=f"{BUNDLES}/002-bad.pcb", Body=bad)
-    s3.put_object(Bucket=bucket, Key="D/plain", Body=b"plain object")
-    results = stage(s3_env, bucket, ["m1", "plain", "missing"], tmp_path / "job", bundle=bundling)
+    put(f"{BUNDLES}/002-bad.pcb", bad)
+    put("D/plain", b"plain object")
+    results = stage_at(env, root, ["m1", "plain", "missing"], tmp_path / "job", bundle=bundling, site_label=site)
     assert results[0].ok, results[0].error
     assert (tmp_path / "job" / "m1").read_bytes() == b"good one"
     assert results[1].ok and (tmp_path / "job" / "plain").read_bytes() == b"plain object"
     missing = results[2]
     assert not missing.ok and isinstance(missing.error, NotFound), missing.error
-    assert f"{bucket}/D/missing" in str(missing.error)
+    assert f"{root}/D/missing" in str(missing.error)
     if damage != "lying-member":  # that bundle's index is fine: it is searched, so no note
         assert "002-bad.pcb" in str(missing.error)
-    results = stage(s3_env, bucket, ["m3"], tmp_path / "job2", bundle=bundling)  # the damaged one's
-    assert not results[0].ok and f"{bucket}/D/m3" in str(results[0].error)
+    results = stage_at(env, root, ["m3"], tmp_path / "job2", bundle=bundling, site_label=site)  # the damaged one's
+    assert not results[0].ok and f"{root}/D/m3" in str(results[0].error)
     assert "002-bad.pcb" in str(results[0].error)
     assert sorted(os.listdir(tmp_path / "job")) == ["m1", "plain"]
     assert not (tmp_path / "job2").exists() or os.listdir(tmp_path / "job2") == []
+
+
+def test_listing_from_a_name_finds_bundle_members_as_files(store):
+    env, root, _, put = store
+    put(f"{BUNDLES}/001.pcb", bundle_bytes([("m1", b"one"), ("m2", b"two!")]))
+    put("D/plain", b"plain object")
+    with Client(env=env) as listing:
+        assert [(e.name, e.size, e.is_dir) for e in listing.list(f"{root}/D")] == [
+            ("m1", 3, False), ("m2", 4, False), ("plain", 12, False)]
+        assert [(e.url, e.is_dir) for e in listing.list(root)] == [(f"{root}/D", True)]
+        assert listing.info(f"{root}/D/m2").size == 4 and listing.info(f"{root}/D").is_dir
+        assert sorted(e.url for e in listing.find(root)) == [f"{root}/D/m1", f"{root}/D/m2", f"{root}/D/plain"]
+        with pytest.raises(NotFound, match=f"{root}/D/m9"):
+            listing.info(f"{root}/D/m9")
 
 
 def test_a_bad_member_fails_alone_in_its_bundle(s3_env, bucket, minio, tmp_path):

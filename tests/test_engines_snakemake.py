@@ -40,28 +40,26 @@ def test_snakemake_registry_finds_the_installed_plugin(snakemake_venv: Venv, tmp
     assert path.startswith(str(bin_dir.parent)), path  # the wheel's copy, not the checkout
 
 
-def test_snakemake_storage_base_suite_passes_unmodified(snakemake_venv: Venv, minio: MinioServer, bucket: str,
-                                                        tmp_path: Path) -> None:
+def _storage_base_suite(snakemake_venv: Venv, tmp_path: Path, **suite_env: str) -> None:
+    """tests/engines/snakemake_suite.py run in the venv against the store ``suite_env`` names."""
     bin_dir, env = snakemake_venv
     shutil.copy(ENGINES / "snakemake_suite.py", tmp_path / "test_suite.py")
-    env = dict(env, SUITE_ENDPOINT=minio.endpoint, SUITE_BUCKET=bucket, SUITE_ACCESS_KEY=minio.access_key,
-               SUITE_SECRET_KEY=minio.secret_key)
     done = run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-                "-c", os.devnull, "test_suite.py"], env, tmp_path, timeout=600)
+                "-c", os.devnull, "test_suite.py"], dict(env, **suite_env), tmp_path, timeout=600)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
     assert "8 passed" in done.stdout, done.stdout[-2000:]  # 4 tests x 2 classes (touch = True), none skipped
+
+
+def test_snakemake_storage_base_suite_passes_unmodified(snakemake_venv: Venv, minio: MinioServer, bucket: str,
+                                                        tmp_path: Path) -> None:
+    _storage_base_suite(snakemake_venv, tmp_path, SUITE_ROOT=f"s3://{bucket}", SUITE_ENDPOINT=minio.endpoint,
+                        SUITE_ACCESS_KEY=minio.access_key, SUITE_SECRET_KEY=minio.secret_key)
 
 
 def test_snakemake_storage_base_suite_passes_unmodified_on_azure(snakemake_venv: Venv, azurite, azure_container: str,
                                                                  tmp_path: Path) -> None:
-    bin_dir, env = snakemake_venv
-    shutil.copy(ENGINES / "snakemake_suite_azure.py", tmp_path / "test_suite.py")
-    env = dict(env, SUITE_ROOT=f"az://{azurite.account}/{azure_container}",
-               AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string)
-    done = run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-                "-c", os.devnull, "test_suite.py"], env, tmp_path, timeout=600)
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
-    assert "8 passed" in done.stdout, done.stdout[-2000:]  # 4 tests x 2 classes (touch = True), none skipped
+    _storage_base_suite(snakemake_venv, tmp_path, SUITE_ROOT=f"az://{azurite.account}/{azure_container}",
+                        AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string)
 
 
 def test_snakemake_workflow_with_the_plugin_as_default_storage(snakemake_venv: Venv, minio: MinioServer,

@@ -1,7 +1,8 @@
 """The ``cloudio`` fsspec filesystem: fsspec's own abstract test suite, unmodified, against a
-real MinIO (their fixture classes subclassed as fsspec documents for implementers), plus what
-the suite does not cover: the entry point, one engine batch per bulk call, bundle members as
-files, and Dask reading many small objects through it."""
+real MinIO and a real Azurite (their fixture classes subclassed as fsspec documents for
+implementers, each class run on both stores), plus what the suite does not cover: the entry
+point, one engine batch per bulk call, bundle members as files, and Dask reading many small
+objects through it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import uuid
 
 import fsspec
 import pytest
+from azure.core.exceptions import ResourceExistsError
+from azure.storage.blob import BlobServiceClient
 from fsspec.tests.abstract import AbstractFixtures
 from fsspec.tests.abstract.copy import AbstractCopyTests
 from fsspec.tests.abstract.get import AbstractGetTests
@@ -36,23 +39,52 @@ def _options(minio, endpoint=None) -> dict:
             "secret_key": minio.secret_key, "env": {}}
 
 
+def _minio_root(minio, tmp_path_factory, name: str):
+    """(filesystem, path) on MinIO: through the registry (the entry point), paths ``BUCKET/...``."""
+    made = fsspec.filesystem("cloudio", **_options(minio))
+    made.mkdir(name)
+    return made, name
+
+
+def _azurite_root(azurite, tmp_path_factory, name: str):
+    """(filesystem, path) on Azurite: ``scheme="az"``, paths ``ACCOUNT/CONTAINER/...``; the container
+    is made with azure-storage-blob."""
+    try:
+        BlobServiceClient.from_connection_string(azurite.connection_string).create_container(name)
+    except ResourceExistsError:
+        pass
+    env = {"HOME": str(tmp_path_factory.mktemp("home")), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+           "AWS_EC2_METADATA_DISABLED": "true", "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string}
+    return fsspec.filesystem("cloudio", scheme="az", env=env, skip_instance_cache=True), f"{azurite.account}/{name}"
+
+
+STORES = {"s3": ("minio", _minio_root), "az": ("azurite", _azurite_root)}
+
+
 class CloudioFixtures(AbstractFixtures):
+    """fsspec's fixtures on each store in ``STORES``: every class of the suite runs on all of them."""
+
+    # one bucket (container) for all the classes of a store
+    root_name = f"fsspec-{uuid.uuid4().hex[:12]}"
+
+    @pytest.fixture(scope="class", params=sorted(STORES))
+    @classmethod
+    def store_root(cls, request, tmp_path_factory):
+        server, make = STORES[request.param]
+        return make(request.getfixturevalue(server), tmp_path_factory, cls.root_name)
+
     @pytest.fixture(scope="class")
     @classmethod
-    def fs(cls, minio):
-        made = fsspec.filesystem("cloudio", **_options(minio))  # through the registry (entry point)
-        made.mkdir(cls.bucket_name)
-        return made
-
-    bucket_name = f"fsspec-{uuid.uuid4().hex[:12]}"
+    def fs(cls, store_root):
+        return store_root[0]
 
     @pytest.fixture
     def fs_join(self):
         return lambda *parts: "/".join(parts)
 
     @pytest.fixture
-    def fs_path(self):
-        return self.bucket_name
+    def fs_path(self, store_root):
+        return store_root[1]
 
     @pytest.fixture
     def supports_empty_directories(self):

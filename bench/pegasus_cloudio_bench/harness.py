@@ -239,6 +239,35 @@ def fresh_dir(root: str, name: str) -> str:
     return path
 
 
+class StoreWorkspace:
+    """Input files (``src``, ``names``: `make_inputs`), output dirs and the client environment
+    (``env``, which the subclass sets) of one run against a store whose objects are
+    ``<base_url>/<prefix>/<name>``: what ``small_files.measure_ours`` and the scenarios take."""
+
+    env: Dict[str, str]
+
+    def __init__(self, root: str, params: Any, base_url: str) -> None:
+        """``params`` has ``count`` and ``size`` (the inputs to make)."""
+        self.root = root
+        self.params = params
+        self.base_url = base_url
+        self.src, self.names = make_inputs(root, params.count, params.size)
+
+    def object_url(self, prefix: str, name: str) -> str:
+        return f"{self.base_url}/{prefix}/{name}"
+
+    def out_pairs(self, prefix: str, names: Sequence[str]) -> List[Tuple[str, str]]:
+        """(source, destination) of a stage-out of ``names`` to ``prefix``."""
+        return [(f"file://{self.src}/{n}", self.object_url(prefix, n)) for n in names]
+
+    def in_pairs(self, prefix: str, names: Sequence[str], dest: str) -> List[Tuple[str, str]]:
+        """(source, destination) of a stage-in of ``names`` from ``prefix`` into ``dest``."""
+        return [(self.object_url(prefix, n), f"file://{dest}/{n}") for n in names]
+
+    def fresh_dir(self, name: str) -> str:
+        return fresh_dir(self.root, name)
+
+
 def files_identical(a_dir: str, b_dir: str, names: List[str]) -> bool:
     for name in names:
         with open(os.path.join(a_dir, name), "rb") as a, open(os.path.join(b_dir, name), "rb") as b:

@@ -27,12 +27,12 @@ import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from pegasus_cloudio_bench.go_tool import GO, STOCK_NOTE, go_argv, go_env
 from pegasus_cloudio_bench.harness import (
     Measurement, Progress, add_sample_arguments, extrapolate, files_identical, fresh_dir,
-    make_inputs, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env, wire_moved,
+    StoreWorkspace, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env, wire_moved,
 )
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.proxy import TcpProxy
@@ -97,13 +97,12 @@ def transfer_spec(pairs: Sequence[tuple], src_label: str, dst_label: str) -> byt
         for i, (src, dst) in enumerate(pairs)]).encode()
 
 
-class Workspace:
-    """Input files, output dirs and the client environments for one benchmark run."""
+class Workspace(StoreWorkspace):
+    """A run's workspace on MinIO (``s3://IDENTITY/BUCKET``), with the stock tools' and s5cmd's
+    environments beside ours."""
 
     def __init__(self, root: str, params: Params, server: MinioServer, proxy: TcpProxy) -> None:
-        self.root = root
-        self.params = params
-        self.src, self.names = make_inputs(root, params.count, params.size)
+        super().__init__(root, params, f"s3://{IDENTITY}/{BUCKET}")
         creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE,
                                                  user="bench", endpoint=proxy.url())
         stock = make_stock_home(os.path.join(root, "stock"))
@@ -112,18 +111,6 @@ class Workspace:
         self.stock_env = stock.env(self.env)
         self.s5cmd_env = tool_env({"AWS_ACCESS_KEY_ID": server.access_key,
                                    "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_REGION": "us-east-1"})
-
-    def object_url(self, prefix: str, name: str) -> str:
-        return f"s3://{IDENTITY}/{BUCKET}/{prefix}/{name}"
-
-    def out_pairs(self, prefix: str, names: Sequence[str]) -> List[tuple]:  # type: ignore[type-arg]
-        return [(f"file://{self.src}/{n}", self.object_url(prefix, n)) for n in names]
-
-    def in_pairs(self, prefix: str, names: Sequence[str], dest: str) -> List[tuple]:  # type: ignore[type-arg]
-        return [(self.object_url(prefix, n), f"file://{dest}/{n}") for n in names]
-
-    def fresh_dir(self, name: str) -> str:
-        return fresh_dir(self.root, name)
 
 
 def ours_argv(threads: int) -> List[str]:
@@ -284,15 +271,23 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         and bool(runs["go_in_identical"]),
         **_go_targets(params.rtt_ms, ratios),
     }
+    return make_result(params, runs, ratios, targets, load_average=[round(x, 2) for x in os.getloadavg()],
+                       notes=[STOCK_NOTE])
+
+
+def make_result(params: Params, runs: Dict[str, object], ratios: Dict[str, Optional[float]],
+                targets: Mapping[str, Optional[bool]], *, digits: int = 2, **extra: object) -> Dict[str, object]:
+    """The small-files result, every store's scenario's: its measured ``runs`` (and the
+    ``empty_input_wall_s`` among them), ``ratios`` rounded to ``digits``, ``targets``, and the
+    scenario's ``extra`` keys (``store``: which, when not S3; ``notes``)."""
     return {
         "benchmark": "small-files",
         "params": params.__dict__,
-        "runs": [m.as_dict() for m in measured.values()],
+        "runs": [m.as_dict() for m in runs.values() if isinstance(m, Measurement)],
         "empty_input_wall_s": round(float(runs["empty_input_wall_s"]), 4),  # type: ignore[arg-type]
-        "ratios": {k: (round(v, 2) if v is not None else None) for k, v in ratios.items()},
-        "targets": targets,
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "notes": [STOCK_NOTE],
+        "ratios": {k: (round(v, digits) if v is not None else None) for k, v in ratios.items()},
+        "targets": dict(targets),
+        **extra,
     }
 
 

@@ -20,13 +20,14 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 from pegasus_cloudio_bench import naive_azure
 from pegasus_cloudio_bench.harness import (
-    Measurement, Progress, files_identical, fresh_dir, make_inputs, measure, ratio, tool_env,
+    Measurement, Progress, StoreWorkspace, files_identical, measure, ratio, tool_env,
 )
-from pegasus_cloudio_bench.small_files import OURS, SITE, Params, measure_ours, measure_startup, ours_argv, transfer_spec
+from pegasus_cloudio_bench.small_files import (OURS, SITE, Params, make_result, measure_ours, measure_startup,
+                                               ours_argv, transfer_spec)
 from pegasus_cloudio_testbed.azurite import Azurite
 from pegasus_cloudio_testbed.proxy import TcpProxy
 
@@ -38,26 +39,14 @@ NOTES = [
 ]
 
 
-class AzureWorkspace:
-    """Input files, output dirs and the client environment for one run."""
+class AzureWorkspace(StoreWorkspace):
+    """A run's workspace on Azurite (``az://ACCOUNT/bench``), reached through ``proxy``."""
 
     def __init__(self, root: str, params: Params, server: Azurite, proxy: TcpProxy) -> None:
-        self.root = root
-        self.params = params
-        self.account = server.account
-        self.src, self.names = make_inputs(root, params.count, params.size)
+        super().__init__(root, params, f"az://{server.account}/{CONTAINER}")
         through = server.connection_string.replace(server.endpoint, f"{proxy.url()}/{server.account}")
         inherited = {k: v for k, v in tool_env({}).items() if not k.startswith("AZURE")}
         self.env = dict(inherited, AZURE_STORAGE_CONNECTION_STRING=through, PEGASUS_CLOUDIO_CONFIG=os.devnull)
-
-    def out_pairs(self, prefix: str, names: Sequence[str]) -> List[Tuple[str, str]]:
-        return [(f"file://{self.src}/{n}", f"az://{self.account}/{CONTAINER}/{prefix}/{n}") for n in names]
-
-    def in_pairs(self, prefix: str, names: Sequence[str], dest: str) -> List[Tuple[str, str]]:
-        return [(f"az://{self.account}/{CONTAINER}/{prefix}/{n}", f"file://{dest}/{n}") for n in names]
-
-    def fresh_dir(self, name: str) -> str:
-        return fresh_dir(self.root, name)
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:
@@ -124,13 +113,4 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
                                                                  "naive_in_identical")),
         "all_runs_exit_0": all(m.exit_code == 0 for m in measured.values()),
     }
-    return {
-        "benchmark": "small-files",
-        "store": "azure",
-        "params": params.__dict__,
-        "runs": [m.as_dict() for m in measured.values()],
-        "empty_input_wall_s": round(float(runs["empty_input_wall_s"]), 4),  # type: ignore[arg-type]
-        "ratios": {k: (round(v, 3) if v is not None else None) for k, v in ratios.items()},
-        "targets": targets,
-        "notes": NOTES,
-    }
+    return make_result(params, runs, ratios, targets, digits=3, store="azure", notes=NOTES)

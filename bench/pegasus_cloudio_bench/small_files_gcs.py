@@ -20,14 +20,13 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from pegasus_cloudio_bench import naive_gcs
 from pegasus_cloudio_bench.harness import (
-    Measurement, Progress, extrapolate, files_identical, fresh_dir,
-    make_inputs, measure, ratio, tool_env,
+    Measurement, Progress, StoreWorkspace, extrapolate, files_identical, measure, ratio, tool_env,
 )
-from pegasus_cloudio_bench.small_files import Params, measure_ours, measure_startup
+from pegasus_cloudio_bench.small_files import Params, make_result, measure_ours, measure_startup
 from pegasus_cloudio_testbed.fakegcs import FakeGcsServer
 from pegasus_cloudio_testbed.proxy import TcpProxy
 
@@ -41,24 +40,13 @@ NOTES = [
 ]
 
 
-class GcsWorkspace:
-    """Input files, output dirs and the client environment for one run."""
+class GcsWorkspace(StoreWorkspace):
+    """A run's workspace on fake-gcs-server (``gs://bench``), reached through ``proxy``."""
 
     def __init__(self, root: str, params: Params, proxy: TcpProxy) -> None:
-        self.root = root
-        self.params = params
-        self.src, self.names = make_inputs(root, params.count, params.size)
+        super().__init__(root, params, f"gs://{BUCKET}")
         inherited = {k: v for k, v in tool_env({}).items() if not k.startswith(("GOOGLE_", "STORAGE_"))}
         self.env = dict(inherited, STORAGE_EMULATOR_HOST=proxy.url(), PEGASUS_CLOUDIO_CONFIG=os.devnull)
-
-    def out_pairs(self, prefix: str, names: Sequence[str]) -> List[Tuple[str, str]]:
-        return [(f"file://{self.src}/{n}", f"gs://{BUCKET}/{prefix}/{n}") for n in names]
-
-    def in_pairs(self, prefix: str, names: Sequence[str], dest: str) -> List[Tuple[str, str]]:
-        return [(f"gs://{BUCKET}/{prefix}/{n}", f"file://{dest}/{n}") for n in names]
-
-    def fresh_dir(self, name: str) -> str:
-        return fresh_dir(self.root, name)
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:
@@ -120,14 +108,5 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "stage_in_files_identical": bool(runs["ours_in_identical"]) and bool(runs["naive_in_identical"]),
         "all_runs_exit_0": all(m.exit_code == 0 for m in measured.values()),
     }
-    return {
-        "benchmark": "small-files",
-        "store": "gcs",
-        "params": params.__dict__,
-        "runs": [m.as_dict() for m in measured.values()],
-        "empty_input_wall_s": round(float(runs["empty_input_wall_s"]), 4),  # type: ignore[arg-type]
-        "ratios": {k: (round(v, 3) if v is not None else None) for k, v in ratios.items()},
-        "targets": targets,
-        "notes": NOTES,
-    }
+    return make_result(params, runs, ratios, targets, digits=3, store="gcs", notes=NOTES)
 

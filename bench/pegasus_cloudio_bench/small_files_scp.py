@@ -24,14 +24,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from pegasus_cloudio_bench.go_tool import go_argv, go_env
 from pegasus_cloudio_bench.harness import (
-    Measurement, Progress, extrapolate, files_identical, fresh_dir,
-    make_inputs, measure, ratio, tool_env,
+    Measurement, Progress, StoreWorkspace, extrapolate, files_identical, measure, ratio, tool_env,
 )
-from pegasus_cloudio_bench.small_files import Params, measure_ours, measure_startup, transfer_spec
+from pegasus_cloudio_bench.small_files import Params, make_result, measure_ours, measure_startup, transfer_spec
 from pegasus_cloudio_testbed.relay import RawRelay
 from pegasus_cloudio_testbed.sshd import SshServer
 from pegasus_cloudio_testbed.stock import make_stock_home
@@ -40,38 +39,23 @@ SITE = "local"  # the submit host is Pegasus's site "local"
 OURS = "pegasus-cloudio-transfer"
 STOCK = "stock pegasus-transfer"
 GO = "Go pegasus-transfer"
-Pair = Tuple[str, str]
 
 
-class ScpWorkspace:
-    """Input files, output dirs and client environments for one run."""
+class ScpWorkspace(StoreWorkspace):
+    """A run's workspace on sshd (``scp://USER@RELAY`` and the server's root), with the stock
+    and Go tools' commands and environments beside ours."""
 
     def __init__(self, root: str, params: Params, server: SshServer, relay: RawRelay) -> None:
-        self.root = root
-        self.params = params
+        super().__init__(root, params, f"scp://{server.user}@{relay.host}:{relay.port}{server.root}")
         self.server = server
-        self.src, self.names = make_inputs(root, params.count, params.size)
         home = os.path.join(root, "home")
         os.makedirs(home)
-        self.authority = f"{server.user}@{relay.host}:{relay.port}"
         stock = make_stock_home(os.path.join(root, "stock"))
         self.stock_transfer = str(stock.transfer)
         self.env = tool_env({"SSH_PRIVATE_KEY": str(server.client_key), "HOME": home,
                              "PEGASUS_CLOUDIO_CONFIG": os.devnull})
         self.stock_env = stock.env(self.env)
         self.go_argv, self.go_env = go_argv(params.threads), go_env(self.env)
-
-    def remote_dir(self, prefix: str) -> str:
-        return os.path.join(str(self.server.root), prefix)
-
-    def out_pairs(self, prefix: str, names: Sequence[str]) -> List[Pair]:
-        return [(f"file://{self.src}/{n}", f"scp://{self.authority}{self.remote_dir(prefix)}/{n}") for n in names]
-
-    def in_pairs(self, prefix: str, names: Sequence[str], dest: str) -> List[Pair]:
-        return [(f"scp://{self.authority}{self.remote_dir(prefix)}/{n}", f"file://{dest}/{n}") for n in names]
-
-    def fresh_dir(self, name: str) -> str:
-        return fresh_dir(self.root, name)
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:
@@ -154,13 +138,5 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "stage_in_files_identical": bool(runs["ours_in_identical"]) and bool(runs["stock_in_identical"])
         and bool(runs["go_in_identical"]),
     }
-    return {
-        "benchmark": "small-files",
-        "store": "scp",
-        "params": params.__dict__,
-        "runs": [m.as_dict() for m in measured.values()],
-        "ssh_handshakes_per_batch": {f"{m.tool} {m.direction}": m.connections for m in measured.values()},
-        "empty_input_wall_s": round(float(runs["empty_input_wall_s"]), 4),  # type: ignore[arg-type]
-        "ratios": {k: (round(v, 2) if v is not None else None) for k, v in ratios.items()},
-        "targets": targets,
-    }
+    return make_result(params, runs, ratios, targets, store="scp",
+                       ssh_handshakes_per_batch={f"{m.tool} {m.direction}": m.connections for m in measured.values()})

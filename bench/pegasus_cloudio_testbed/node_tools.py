@@ -1,6 +1,6 @@
 """Pinned Node programs for the test bed (Azurite), installed once into the tools dir.
 
-The Go tools of :mod:`.tools` are one binary each; a Node program is a ``node_modules`` tree.
+The Go tools of :mod:`.tools` are one binary each (both build with :mod:`.tool_builds`); a Node program is a ``node_modules`` tree.
 Each is described by one `NodePin`: a ``package.json`` naming the exact version and the
 ``package-lock.json`` npm wrote for it, both kept in ``pins/<name>/`` beside this module and
 checked by sha256 before use. ``npm ci`` installs exactly the lock's tree and checks every
@@ -17,7 +17,6 @@ To move a pin: ``npm install --prefix DIR azurite@VERSION`` in an empty director
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,7 +28,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from .tools import Progress, _build_lock, _stderr_progress, _Watch, _write_atomic, PROGRESS_EVERY_S, tools_dir
+from .tool_builds import (PROGRESS_EVERY_S, BuildWatch, Progress, build_lock, checked, stderr_progress,
+                          tools_dir, write_atomic)
 
 __all__ = ["NODE_PINS", "NodePin", "ensure_azurite", "ensure_node_tool"]
 
@@ -73,7 +73,7 @@ NODE_PINS: Mapping[str, NodePin] = MappingProxyType({
 })
 
 
-def ensure_node_tool(name: str, *, directory: Optional[Path] = None, progress: Progress = _stderr_progress,
+def ensure_node_tool(name: str, *, directory: Optional[Path] = None, progress: Progress = stderr_progress,
                      progress_every: float = PROGRESS_EVERY_S) -> Path:
     """The pinned program of ``name`` (``<tools_dir>/<name>/node_modules/.bin/<command>``),
     installed first when missing or installed from another pin.
@@ -88,7 +88,7 @@ def ensure_node_tool(name: str, *, directory: Optional[Path] = None, progress: P
     stamp = root / "stamps" / f"{pin.name}.json"
     if _is_current(pin, program, stamp):
         return program
-    with _build_lock(root, pin.name, progress):
+    with build_lock(root, pin.name, progress):
         if not _is_current(pin, program, stamp):
             _install(pin, root, progress, progress_every)
     return program
@@ -123,19 +123,19 @@ def _install(pin: NodePin, root: Path, progress: Progress, progress_every: float
         tree = Path(tmp) / pin.name
         tree.mkdir()
         for file_name, digest in (("package.json", pin.manifest_sha256), ("package-lock.json", pin.lock_sha256)):
-            shutil.copyfile(_checked(PINS_DIR / pin.name / file_name, digest), tree / file_name)
+            shutil.copyfile(checked(PINS_DIR / pin.name / file_name, digest), tree / file_name)
         cmd = [npm, "ci", "--prefix", str(tree), "--no-audit", "--no-fund", "--ignore-scripts"]
         with open(log_path, "w") as log:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
             with subprocess.Popen(cmd, cwd=str(tree), stdout=log, stderr=subprocess.STDOUT, text=True) as proc:
-                _Watch(pin.name, log_path, progress, started, progress_every).wait(proc)
+                BuildWatch(pin.name, log_path, progress, started, progress_every).wait(proc)
         if proc.returncode != 0 or not (tree / "node_modules" / ".bin" / pin.command).is_file():
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
             raise RuntimeError(f"npm ci of {pin.name} ({pin.package}@{pin.version}) failed with exit status "
                                f"{proc.returncode}; last lines of {log_path}:\n{tail}")
         _swap_in(tree, root.resolve() / pin.name)
-    _write_atomic(root / "stamps" / f"{pin.name}.json", pin.stamp_text())
+    write_atomic(root / "stamps" / f"{pin.name}.json", pin.stamp_text())
     progress(f"installed {pin.name} in {time.monotonic() - started:.0f} s")
 
 
@@ -147,14 +147,3 @@ def _swap_in(tree: Path, home: Path) -> None:
         os.replace(home, old)
     os.replace(tree, home)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _checked(path: Path, sha256: str) -> Path:
-    """``path``, after its sha256 is found to be ``sha256`` (RuntimeError naming it otherwise)."""
-    try:
-        found = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise RuntimeError(f"{path}: cannot read the pinned file ({exc.strerror})") from exc
-    if found != sha256:
-        raise RuntimeError(f"{path}: sha256 {found}, expected {sha256} (not the pinned file)")
-    return path

@@ -6,7 +6,8 @@ built from a different pin (each build writes `<tools_dir>/stamps/<name>.json`
 recording the pin it came from). Builds go to a temporary directory inside the
 tools dir and are renamed into place, so a crashed build never leaves a
 half-written binary behind, and a per-tool file lock keeps two processes (for
-example parallel test workers) from building the same tool at once.
+example parallel test workers) from building the same tool at once (the lock, the stamp
+writes and the progress watch are :mod:`.tool_builds`, shared with :mod:`.node_tools`).
 
 Command line (used by the Makefile and CI); it installs the Node programs of
 :mod:`.node_tools` (``azurite``) too::
@@ -24,10 +25,7 @@ makes it slow, not failed (the Makefile's heartbeat says it is still going).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -39,7 +37,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+
+from . import node_tools
+from .tool_builds import (PROGRESS_EVERY_S, BuildWatch, Progress, build_lock, checked, stderr_progress,
+                          tools_dir, write_atomic)
 
 __all__ = [
     "PINS",
@@ -55,10 +57,6 @@ __all__ = [
     "tools_dir",
 ]
 
-Progress = Callable[[str], None]
-
-ENV_TOOLS_DIR = "PEGASUS_CLOUDIO_TOOLS_DIR"
-PROGRESS_EVERY_S = 60.0  # a build says it still runs this often; it is never killed for being slow
 ENV_SHARED_DIR = "PEGASUS_CLOUDIO_SHARED_DIR"
 LOG_TAIL_LINES = 25
 
@@ -183,23 +181,6 @@ _HINTS: Tuple[Tuple[str, str], ...] = (
 _DEFAULT_HINT = "see the full build log"
 
 
-def tools_dir() -> Path:
-    """Directory holding ``bin/``, ``stamps/``, ``logs/`` and ``locks/``.
-
-    ``$PEGASUS_CLOUDIO_TOOLS_DIR`` if set; else ``<repo>/.tools`` when the
-    package runs from a source checkout (``pyproject.toml`` beside the
-    package's parent directory); else ``~/.cache/pegasus-cloudio/tools``.
-    The directory is not created here.
-    """
-    override = os.environ.get(ENV_TOOLS_DIR)
-    if override:
-        return Path(override).expanduser().resolve()
-    repo = Path(__file__).resolve().parent.parent.parent
-    if (repo / "pyproject.toml").is_file():
-        return repo / ".tools"
-    return Path.home() / ".cache" / "pegasus-cloudio" / "tools"
-
-
 def shared_dir(directory: str) -> Path:
     """``shared/<directory>`` beside the checkout: ``$PEGASUS_CLOUDIO_SHARED_DIR/<directory>``
     if set, else the nearest ``shared/<directory>`` in the package's parent directories (a
@@ -220,15 +201,11 @@ def shared_dir(directory: str) -> Path:
     raise RuntimeError(f"shared/{directory} not found beside {repo} or above it (set ${ENV_SHARED_DIR})")
 
 
-def _stderr_progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def ensure_tool(
     name: str,
     *,
     directory: Optional[Path] = None,
-    progress: Progress = _stderr_progress,
+    progress: Progress = stderr_progress,
     progress_every: float = PROGRESS_EVERY_S,
 ) -> Path:
     """Return the path of the pinned binary ``name``, building it if needed; a build runs as long
@@ -243,7 +220,7 @@ def ensure_tool(
     stamp = root / "stamps" / f"{pin.name}.json"
     if _is_current(pin, binary, stamp):
         return binary
-    with _build_lock(root, pin.name, progress):
+    with build_lock(root, pin.name, progress):
         if _is_current(pin, binary, stamp):
             return binary  # built by another process while we waited
         if _adopt_prebuilt(pin, binary, stamp):
@@ -281,23 +258,6 @@ def _is_current(pin: ToolPin, binary: Path, stamp: Path) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _build_lock(root: Path, name: str, progress: Progress) -> Iterator[None]:
-    """Hold an exclusive per-tool lock file for the duration of the block."""
-    lock_dir = root / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another build of {name} to finish")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _adopt_prebuilt(pin: ToolPin, binary: Path, stamp: Path) -> bool:
     """Accept an unstamped binary whose embedded Go build info matches the pin.
 
@@ -314,7 +274,7 @@ def _adopt_prebuilt(pin: ToolPin, binary: Path, stamp: Path) -> bool:
     wanted = ["mod", pin.module, pin.version]
     matches = any(line.split()[:3] == wanted for line in result.stdout.splitlines())
     if result.returncode == 0 and matches:
-        _write_atomic(stamp, pin.stamp_text())
+        write_atomic(stamp, pin.stamp_text())
     return result.returncode == 0 and matches
 
 
@@ -342,37 +302,15 @@ def _build(pin: ToolPin, root: Path, progress: Progress, progress_every: float) 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=root, prefix=f".build-{pin.name}-") as tmp:
         with open(log_path, "w") as log:
-            built = _run_build(go, pin, Path(tmp), log, _Watch(pin.name, log_path, progress, started, progress_every))
+            built = _run_build(go, pin, Path(tmp), log, BuildWatch(pin.name, log_path, progress, started, progress_every))
         if built is None:
             raise RuntimeError(_failure_message(pin, log_path))
         os.replace(built, root / "bin" / pin.name)
-    _write_atomic(root / "stamps" / f"{pin.name}.json", pin.stamp_text())
+    write_atomic(root / "stamps" / f"{pin.name}.json", pin.stamp_text())
     progress(f"built {pin.name} in {time.monotonic() - started:.0f} s")
 
 
-@dataclass(frozen=True)
-class _Watch:
-    """Who hears that a build still runs: on a busy machine a Go build can take far longer than
-    usual, and a newcomer's first command must go on (and say so), not give up after a fixed time."""
-
-    name: str
-    log_path: Path
-    progress: Progress
-    started: float
-    every: float
-
-    def wait(self, proc: "subprocess.Popen[str]") -> "Tuple[str, str]":
-        """``proc.communicate()``, saying every ``every`` seconds that the build goes on."""
-        while True:
-            try:
-                out, err = proc.communicate(timeout=self.every)
-                return out or "", err or ""
-            except subprocess.TimeoutExpired:
-                self.progress(f"... still building {self.name} ({time.monotonic() - self.started:.0f} s so far; "
-                              f"a busy machine is slower, nothing is wrong; log: {self.log_path})")
-
-
-def _run_build(go: str, pin: ToolPin, out_dir: Path, log: TextIO, watch: _Watch) -> Optional[Path]:
+def _run_build(go: str, pin: ToolPin, out_dir: Path, log: TextIO, watch: BuildWatch) -> Optional[Path]:
     """Run the go commands for ``pin``; return the built binary or None on failure."""
     output = out_dir / pin.name
     if pin.method == "install":
@@ -386,7 +324,7 @@ def _run_build(go: str, pin: ToolPin, out_dir: Path, log: TextIO, watch: _Watch)
     raise ValueError(f"unknown build method {pin.method!r} for {pin.name}")
 
 
-def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO, watch: _Watch) -> Optional[Path]:
+def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO, watch: BuildWatch) -> Optional[Path]:
     """``go mod download`` the module, then ``go build`` inside its cache dir.
 
     The module zip carries ``vendor/modules.txt`` but no vendored sources, so
@@ -407,15 +345,15 @@ def _module_build(go: str, pin: ToolPin, output: Path, log: TextIO, watch: _Watc
 
 
 def _source_build(go: str, pin: ToolPin, source: SourcePin, out_dir: Path, log: TextIO,
-                  watch: _Watch) -> Optional[Path]:
+                  watch: BuildWatch) -> Optional[Path]:
     """Unpack ``source`` (digests checked first) into ``out_dir`` and ``go build`` it there.
 
     The archive's own go.sum stays, so every dependency the proxy sends is checked against
     the commit's digests.
     """
     home = shared_dir(source.directory)
-    archive = _checked(home / source.archive, source.archive_sha256)
-    gomod = _checked(home / source.gomod, source.gomod_sha256)
+    archive = checked(home / source.archive, source.archive_sha256)
+    gomod = checked(home / source.gomod, source.gomod_sha256)
     tree = out_dir / "src"
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")
@@ -428,22 +366,8 @@ def _source_build(go: str, pin: ToolPin, source: SourcePin, out_dir: Path, log: 
     return output if ok and output.is_file() else None
 
 
-def _checked(path: Path, sha256: str) -> Path:
-    """``path``, after its sha256 is found to be ``sha256`` (RuntimeError naming it otherwise)."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as exc:
-        raise RuntimeError(f"{path}: cannot read the pinned source ({exc.strerror})") from exc
-    if digest.hexdigest() != sha256:
-        raise RuntimeError(f"{path}: sha256 {digest.hexdigest()}, expected {sha256} (not the pinned file)")
-    return path
-
-
 def _download_module(go: str, pin: ToolPin, env: Mapping[str, str], log: TextIO,
-                     watch: _Watch) -> Optional[Dict[str, Any]]:
+                     watch: BuildWatch) -> Optional[Dict[str, Any]]:
     """Return ``go mod download -json`` output for the pin, or None on failure."""
     cmd = [go, "mod", "download", "-json", f"{pin.module}@{pin.version}"]
     log.write(f"$ {' '.join(cmd)}\n")
@@ -468,7 +392,7 @@ def _go_env(**overrides: str) -> Dict[str, str]:
     return env
 
 
-def _run_logged(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: TextIO, watch: _Watch) -> bool:
+def _run_logged(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: TextIO, watch: BuildWatch) -> bool:
     """Run ``cmd`` with stdout and stderr appended to ``log``; True on exit 0."""
     log.write(f"$ (cd {cwd} && {' '.join(cmd)})\n")
     log.flush()
@@ -489,33 +413,19 @@ def _failure_message(pin: ToolPin, log_path: Path) -> str:
     )
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-
-def _node_tools() -> Any:
-    """:mod:`.node_tools` (the Node programs, Azurite), imported here: it imports this module."""
-    from . import node_tools
-    return node_tools
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """Build the named tools; print ``name: path`` for each. Exit 1 on failure."""
     parser = argparse.ArgumentParser(
         prog="python -m pegasus_cloudio_testbed.tools",
         description=f"Build pinned test-bed tools into {tools_dir()} (reused when present).",
     )
-    names = sorted([*PINS, *_node_tools().NODE_PINS])
+    names = sorted([*PINS, *node_tools.NODE_PINS])
     parser.add_argument("names", nargs="+", choices=names, metavar="TOOL",
                         help=f"one or more of: {', '.join(names)}")
     args = parser.parse_args(argv)
     for name in args.names:
         try:
-            path = ensure_tool(name) if name in PINS else _node_tools().ensure_node_tool(name)
+            path = ensure_tool(name) if name in PINS else node_tools.ensure_node_tool(name)
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

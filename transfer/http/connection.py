@@ -23,7 +23,7 @@ from transfer._lean import record
 from transfer.errors import RemoteError, TransferError, TransientError
 from transfer.http.message import (MAX_LINE, buffered_head, header_lines, host_header, read_headers, request_head,
                                    status_line)
-from transfer.http.sockets import connected, dial, handshaking
+from transfer.http.sockets import SocketReader, connected, dial, handshaking, kernel_timeouts, sendfile
 
 # Plain-HTTP connections use the C module _socket (socket imports enum and selectors, several
 # ms of every job step's CPU); TLS connections import socket and ssl when they connect.
@@ -31,13 +31,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
     import ssl
-    from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple, Union
+    from typing import BinaryIO, Callable, Dict, List, Optional, Tuple, Union
 
     from transfer.http.message import HeaderList
     from transfer.http.proxy import Proxy
 
 _CHUNK = 1 << 18
-_SENDFILE_STEP = 1 << 22  # a few system calls per 4 MiB, so that bytes_moved follows a large body
 
 
 class StaleConnection(TransientError):
@@ -104,8 +103,6 @@ def file_body_crc32(path: str, crc: bool = True) -> Tuple[int, bytes, int, Body]
     finally:
         os.close(fd)
     return size, digest.digest(), crc32, FileRegion(path, 0, size)
-
-
 
 
 class Response:
@@ -288,8 +285,8 @@ class Connection:
             return sock, sock.makefile("rb", buffering=_CHUNK)  # type: ignore[attr-defined]
         warm = self._warm_socket() if self._proxy is None else None
         sock = warm or dial(self._address, self._timeouts.connect)
-        _kernel_timeouts(sock, self._timeouts.read)
-        return sock, io.BufferedReader(_SocketReader(sock), _CHUNK)
+        kernel_timeouts(sock, self._timeouts.read)
+        return sock, io.BufferedReader(SocketReader(sock), _CHUNK)
 
     def _tls_socket(self, context: ssl.SSLContext) -> socket.socket:
         import socket
@@ -433,7 +430,8 @@ class Connection:
         assert self._sock is not None
         with open(region.path, "rb") as fh:
             if self._ssl_context is None:
-                sent = _sendfile(self._sock, fh.fileno(), region.offset, region.length, self._timeouts.read, self)
+                sent = sendfile(self._sock, fh.fileno(), region.offset, region.length, self._timeouts.read,
+                                self._moved)
                 if sent != region.length:
                     raise TransientError(f"sent {sent} of {region.length} bytes of {region.path}")
                 return
@@ -446,6 +444,9 @@ class Connection:
                 self._sock.sendall(data)
                 left -= len(data)
                 self.bytes_moved += len(data)
+
+    def _moved(self, count: int) -> None:
+        self.bytes_moved += count
 
     def _host_header(self) -> str:
         return host_header(self.host, self.port, self._ssl_context is not None)
@@ -543,62 +544,3 @@ def _network_error(err: BaseException) -> bool:
     connections, so without it there is no TLS failure)."""
     ssl = sys.modules.get("ssl")
     return isinstance(err, (TimeoutError, ConnectionError)) or (ssl is not None and isinstance(err, ssl.SSLError))
-
-
-class _SocketReader(io.RawIOBase):
-    """The raw stream under a plain connection's buffered reader (``socket.SocketIO``'s part)."""
-
-    def __init__(self, sock: _socket.socket) -> None:
-        super().__init__()
-        self._sock = sock
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: "memoryview | bytearray") -> int:  # type: ignore[override]
-        try:
-            return self._sock.recv_into(buffer)
-        except BlockingIOError:  # the receive timeout of a blocking socket ran out
-            raise TimeoutError("timed out") from None
-
-
-def _sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: float, conn: Connection) -> int:
-    """``socket.sendfile`` on a plain socket: zero-copy ``os.sendfile``; a socket with a
-    timeout is non-blocking underneath, so room is waited for here, up to ``timeout``, and a
-    blocking one with a kernel send timeout (:func:`_kernel_timeouts`) reports it as EAGAIN
-    (TimeoutError here). Returns the bytes sent, each step's also added to ``conn.bytes_moved``
-    (steps of at most ``_SENDFILE_STEP``: a progress line moves while a large body goes out)."""
-    import select
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLOUT)
-    blocking = sock.gettimeout() is None
-    sent = 0
-    while sent < length:
-        try:
-            count = os.sendfile(sock.fileno(), fd, offset + sent, min(_SENDFILE_STEP, length - sent))
-        except BlockingIOError:
-            if blocking or not poller.poll(timeout * 1000):
-                raise TimeoutError("timed out") from None
-            continue
-        if count == 0:
-            break
-        sent += count
-        conn.bytes_moved += count
-    return sent
-
-
-def _kernel_timeouts(sock: _socket.socket, seconds: float) -> None:
-    """Make ``sock`` blocking with ``seconds`` as the kernel's receive and send timeouts
-    (SO_RCVTIMEO, SO_SNDTIMEO): a receive or send that waits longer fails with EAGAIN, which
-    the callers turn into TimeoutError. The same wait between bytes as ``settimeout``, without
-    the poll() Python puts before every receive and send of a socket with a timeout (two
-    system calls per request). Where the timeval layout is not known, ``settimeout``."""
-    if not (sys.platform.startswith("linux") and sys.maxsize > 2 ** 32) or not 0 < seconds < 2 ** 31:
-        sock.settimeout(seconds)
-        return
-    whole = int(seconds)
-    micros = min(999_999, int((seconds - whole) * 1e6))
-    timeval = whole.to_bytes(8, sys.byteorder) + micros.to_bytes(8, sys.byteorder)  # struct timeval, LP64
-    sock.settimeout(None)
-    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, timeval)
-    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, timeval)

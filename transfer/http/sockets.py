@@ -5,18 +5,24 @@ connections opened before they are wanted (:meth:`transfer.http.pool.ConnectionP
 and the node stager's warm sockets, :mod:`transfer.http.warm`): :func:`dial_ahead` starts
 connects without waiting, :func:`start_handshake` starts a TLS handshake on one that is
 connected, :func:`hung_up` tells one the store closed meanwhile, and :func:`connected` checks one
-when a connection takes it. Standard library only; ``select`` and ``socket`` (for TLS) are
-imported when first needed.
+when a connection takes it. For a connection's plain sockets, :func:`kernel_timeouts` sets the
+wait between bytes, :class:`SocketReader` reads and :func:`sendfile` sends a file's region without
+copying it. Standard library only; ``select`` and ``socket`` (for TLS) are imported when first needed.
 """
 
 from __future__ import annotations
 
 import _socket
+import io
+import os
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
-    from typing import List, Optional, Tuple
+    from typing import Callable, List, Optional, Tuple
+
+_SENDFILE_STEP = 1 << 22  # a few system calls per 4 MiB, so that progress follows a large body
 
 
 def dial(address: Tuple[str, int], timeout: float) -> _socket.socket:
@@ -127,3 +133,63 @@ def connected(sock: _socket.socket, timeout: float) -> bool:
     if not events or events[0][1] & (select.POLLIN | select.POLLERR | select.POLLHUP):
         return False
     return sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR) == 0
+
+
+class SocketReader(io.RawIOBase):
+    """The raw stream under a plain connection's buffered reader (``socket.SocketIO``'s part)."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: "memoryview | bytearray") -> int:  # type: ignore[override]
+        try:
+            return self._sock.recv_into(buffer)
+        except BlockingIOError:  # the receive timeout of a blocking socket ran out
+            raise TimeoutError("timed out") from None
+
+
+def sendfile(sock: _socket.socket, fd: int, offset: int, length: int, timeout: float,
+             moved: Callable[[int], object]) -> int:
+    """``socket.sendfile`` on a plain socket: zero-copy ``os.sendfile``; a socket with a
+    timeout is non-blocking underneath, so room is waited for here, up to ``timeout``, and a
+    blocking one with a kernel send timeout (:func:`kernel_timeouts`) reports it as EAGAIN
+    (TimeoutError here). Returns the bytes sent, each step's also given to ``moved``
+    (steps of at most ``_SENDFILE_STEP``: a progress line moves while a large body goes out)."""
+    import select
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    blocking = sock.gettimeout() is None
+    sent = 0
+    while sent < length:
+        try:
+            count = os.sendfile(sock.fileno(), fd, offset + sent, min(_SENDFILE_STEP, length - sent))
+        except BlockingIOError:
+            if blocking or not poller.poll(timeout * 1000):
+                raise TimeoutError("timed out") from None
+            continue
+        if count == 0:
+            break
+        sent += count
+        moved(count)
+    return sent
+
+
+def kernel_timeouts(sock: _socket.socket, seconds: float) -> None:
+    """Make ``sock`` blocking with ``seconds`` as the kernel's receive and send timeouts
+    (SO_RCVTIMEO, SO_SNDTIMEO): a receive or send that waits longer fails with EAGAIN, which
+    the callers turn into TimeoutError. The same wait between bytes as ``settimeout``, without
+    the poll() Python puts before every receive and send of a socket with a timeout (two
+    system calls per request). Where the timeval layout is not known, ``settimeout``."""
+    if not (sys.platform.startswith("linux") and sys.maxsize > 2 ** 32) or not 0 < seconds < 2 ** 31:
+        sock.settimeout(seconds)
+        return
+    whole = int(seconds)
+    micros = min(999_999, int((seconds - whole) * 1e6))
+    timeval = whole.to_bytes(8, sys.byteorder) + micros.to_bytes(8, sys.byteorder)  # struct timeval, LP64
+    sock.settimeout(None)
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, timeval)

@@ -35,7 +35,8 @@ a backend is known to fail (a strict xfail naming the defect).
 Needs pytest (``pip install 'pegasus-cloudio-bench[contract]'``).
 """
 
-from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS, ContractBase, ReadContract, known_defect
+from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS, ContractBase, known_defect
+from pegasus_cloudio_testbed.contract.core import ReadContract, contract_for
 from pegasus_cloudio_testbed.contract.faults import CutBodiesContract
 from pegasus_cloudio_testbed.contract.layers import Closes, ClosesContract, FetchesTo, LayerContract
 from pegasus_cloudio_testbed.contract.reads import (
@@ -46,7 +47,7 @@ from pegasus_cloudio_testbed.contract.reads import (
     PresignsContract,
     RangedReadsContract,
 )
-from pegasus_cloudio_testbed.contract.select import MIXINS, contract_for, mixins_for, unclaimed_mixins
+from pegasus_cloudio_testbed.contract.select import MIXINS, mixins_for, unclaimed_mixins
 from pegasus_cloudio_testbed.contract.stores import (
     BucketRemovalContract,
     BucketsContract,

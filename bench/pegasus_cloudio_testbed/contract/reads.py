@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Dict, List, Tuple
 
 import pytest
 
-from pegasus_cloudio_testbed.contract.base import ContractBase, Seed, UrlFor
+from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS, ContractBase, Seed, UrlFor
 from transfer.backends.base import (
     BatchReads,
     CacheKeys,
@@ -144,7 +144,6 @@ class CacheKeysContract(ContractBase):
     capability: ClassVar[type] = CacheKeys
 
     def test_one_name_per_object(self, reader: Any, url_for: UrlFor) -> None:
-        from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS
         keys = ["a", "a/b", "A", "a b", *AWKWARD_KEYS]
         names = [reader.cache_key(url_for(k)) for k in keys]
         assert len(set(names)) == len(keys)

@@ -7,10 +7,9 @@ The table is the whole list: every capability protocol of :mod:`transfer.backend
 
 from __future__ import annotations
 
-from typing import List, Tuple, Type
+from typing import List, Tuple
 
 from pegasus_cloudio_testbed.contract import layers, reads, stores, writes
-from pegasus_cloudio_testbed.contract.base import ReadContract
 
 MIXINS: Tuple[type, ...] = (
     layers.ClosesContract, layers.LayerContract,
@@ -33,13 +32,3 @@ def mixins_for(reader: object) -> List[type]:
 def unclaimed_mixins(cls: type, reader: object) -> List[type]:
     """The capability mix-ins ``cls`` inherits whose protocol ``reader`` does not claim."""
     return [mixin for mixin in MIXINS if issubclass(cls, mixin) and mixin not in mixins_for(reader)]
-
-
-def contract_for(reader: object, name: str = "Contract") -> Type[ReadContract]:
-    """A base class for a test class: :class:`ReadContract` with the mix-ins of ``reader``'s
-    capabilities (a reader that can be made at import time, without a server)::
-
-        class TestMine(contract_for(MyBackend(...))):
-            ...fixtures...
-    """
-    return type(name, (ReadContract, *mixins_for(reader)), {})
