@@ -17,7 +17,8 @@ import binascii
 import time
 
 from transfer._lean import record
-from transfer.backends._s3_wire import http_date_epoch, xml_tree
+from transfer import _digests
+from transfer.backends._wire_common import StreamCheck, digest_check, http_date_epoch, parse_xml
 from transfer.backends.base import Attributes, ObjectInfo
 from transfer.errors import (
     THROTTLE_CODES, AuthError, InvalidInput, NotFound, RemoteError, Throttled, TransferError, TransientError,
@@ -28,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Tuple
 
-    from transfer.backends._s3_xml import Node
+    from transfer.backends._wire_common import Node
 
 _NOT_FOUND = frozenset({"BlobNotFound", "ContainerNotFound", "ResourceNotFound"})
 _CONTAINER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -104,6 +105,13 @@ def md5_hex(headers: Dict[str, str], name: str = "content-md5") -> Optional[str]
     return digest.hex() if len(digest) == 16 else None
 
 
+def content_md5_check(headers: Dict[str, str], size: Optional[int]) -> Optional[StreamCheck]:
+    """The check of a whole blob's ``size`` bytes against the ``Content-MD5`` an answer carries
+    (the blob's stored MD5); None when it carries none (the byte count is then all)."""
+    md5 = md5_hex(headers)
+    return None if md5 is None else digest_check("md5", _digests.new("md5", size), md5, base64_digest=False)
+
+
 def blob_info(url: Url, headers: Dict[str, str]) -> ObjectInfo:
     """What a Get Blob Properties answer says of the blob."""
     metadata = tuple(sorted((name[len("x-ms-meta-"):], value) for name, value in headers.items()
@@ -134,7 +142,7 @@ def span(headers: Dict[str, str], url: str) -> Tuple[int, int]:
 
 def parse_listing(data: bytes) -> Tuple[List[Tuple[str, int, Optional[str], Optional[float]]], List[str], str]:
     """A List Blobs page: ([(name, size, etag, mtime)], [sub-prefixes], next marker or "")."""
-    root = xml_tree(data)
+    root = parse_xml(data, "Azure")
     blobs: List[Tuple[str, int, Optional[str], Optional[float]]] = []
     prefixes: List[str] = []
     for node in root.iter():
@@ -164,7 +172,7 @@ def error_code(headers: Dict[str, str], body: bytes) -> Tuple[str, str]:
     code, message = headers.get("x-ms-error-code", ""), ""
     if body:
         try:
-            root = xml_tree(body)
+            root = parse_xml(body, "Azure")
             code = code or root.findtext("Code") or ""
             message = (root.findtext("Message") or "").strip().splitlines()[0] if root.findtext("Message") else ""
         except TransientError:

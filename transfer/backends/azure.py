@@ -30,9 +30,7 @@ from transfer.atomic import local_error
 from transfer.backends import _azure_wire as wire
 from transfer.backends._azure_auth import AzureAccess, check_account, resolve
 from transfer.backends._azure_sign import X_MS_VERSION, SharedKey
-from transfer.backends._s3_checksum import response_check
-from transfer.backends._s3_wire import http_date_epoch
-from transfer.backends._sigv4 import canonical_query, uri_encode_path
+from transfer.backends._wire_common import canonical_query, http_date_epoch, uri_encode_path
 from transfer.backends.base import BodyStream, ByteRange, ObjectInfo
 from transfer.backends.opening import Opening
 from transfer.config import Settings
@@ -292,7 +290,7 @@ class AzureBackend:
         except BaseException:
             response.discard()
             raise
-        return BodyStream(body, info, response_check({}, wire.md5_hex(response.headers), info.size))
+        return BodyStream(body, info, wire.content_md5_check(response.headers, info.size))
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:

@@ -34,7 +34,6 @@ from transfer.backends._s3_wire import (
     check_endpoint,
     default_endpoint,
     etag_md5,
-    http_date_epoch,
     iso8601_epoch,
     md5_of_etag,
     multipart_etag,
@@ -46,7 +45,8 @@ from transfer.backends._s3_wire import (
 )
 from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored_checksum
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router
-from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
+from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED
+from transfer.backends._wire_common import canonical_query, http_date_epoch, uri_encode_path
 from transfer.backends.base import Attributes, BodyStream, ByteRange, ObjectInfo
 from transfer.config import Settings
 from transfer.credentials import (
