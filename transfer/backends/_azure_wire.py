@@ -14,6 +14,7 @@ is; ``OperationTimedOut`` (500) and other 5xx are transient; 404 (``BlobNotFound
 from __future__ import annotations
 
 import binascii
+import secrets
 import time
 
 from transfer._lean import record
@@ -27,7 +28,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple
+    from typing import Dict, List, Optional, Sequence, Tuple
 
     from transfer.backends._wire_common import Node
 
@@ -159,6 +160,24 @@ def parse_listing(data: bytes) -> Tuple[List[Tuple[str, int, Optional[str], Opti
 
 def _child(node: Node, tag: str) -> Optional[Node]:
     return next((child for child in node.children if child.tag == tag), None)
+
+
+BATCH_MAX = 256  # sub-requests per Blob Batch request (the service's limit)
+
+
+def batch_body(requests: Sequence[Tuple[str, str, Sequence[Tuple[str, str]]]]) -> Tuple[str, bytes]:
+    """(Content-Type, body) of a Blob Batch holding ``requests`` = [(method, target as sent,
+    headers as sent)], each signed on its own; part ``i`` has ``Content-ID: i``."""
+    if not 0 < len(requests) <= BATCH_MAX:
+        raise ValueError(f"a blob batch holds 1 to {BATCH_MAX} sub-requests, not {len(requests)}")
+    boundary = f"batch_{secrets.token_hex(16)}"
+    parts: List[str] = []
+    for index, (method, target, headers) in enumerate(requests):
+        lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        parts.append(f"--{boundary}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n"
+                     f"Content-ID: {index}\r\n\r\n{method} {target} HTTP/1.1\r\n{lines}\r\n")
+    parts.append(f"--{boundary}--\r\n")
+    return f"multipart/mixed; boundary={boundary}", "".join(parts).encode()
 
 
 def block_id(upload_id: str, number: int) -> str:

@@ -1,5 +1,5 @@
-"""Wire details more than one store speaks: HTTP dates, RFC 3986 encoding, XML answers, and
-a digest computed while a download streams past.
+"""Wire details more than one store speaks: HTTP dates, RFC 3986 encoding, XML answers,
+``multipart/mixed`` batch answers, and a digest computed while a download streams past.
 
 Below every backend's own wire modules (S3's, Azure's), so none of them reaches into
 another's private names. Pure functions over strings and bytes; nothing here sends a request,
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from transfer._digests import Hash
     from transfer.backends._s3_xml import Node
 
-__all__ = ["Node", "StreamCheck", "canonical_query", "digest_check", "http_date_epoch", "parse_xml", "quote_query",
+__all__ = ["Node", "StreamCheck", "batch_answers", "canonical_query", "digest_check", "http_date_epoch", "parse_xml", "quote_query",
            "uri_encode_path"]
 
 _UNRESERVED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
@@ -102,3 +102,53 @@ def digest_check(name: str, digest: Hash, expected: str, *, base64_digest: bool)
     def final() -> str:
         return binascii.b2a_base64(digest.digest(), newline=False).decode() if base64_digest else digest.hexdigest()
     return StreamCheck(name, expected, digest.update, final)
+
+
+def batch_answers(content_type: str, body: bytes) -> Dict[str, Tuple[int, Dict[str, str], bytes]]:
+    """The answers of a ``multipart/mixed`` batch response (GCS's JSON API batches, Azure's Blob
+    Batch): {``Content-ID`` as the server wrote it: (HTTP status, the answer's headers with
+    lower-case names, its body)}, for every part that has a Content-ID and a status line. Parts
+    are matched by that ID, never by position (a server may answer in any order)."""
+    boundary = _boundary(content_type)
+    answers: Dict[str, Tuple[int, Dict[str, str], bytes]] = {}
+    if not boundary:
+        return answers
+    for part in body.split(b"--" + boundary):
+        outer, inner = _head_and_body(part.strip(b"\r\n"))
+        content_id = _header_fields(outer).get("content-id")
+        if inner is None or content_id is None:
+            continue
+        head, rest = _head_and_body(inner)
+        status_line, _, headers = head.partition(b"\n")
+        fields = status_line.split()
+        if len(fields) < 2 or not fields[1].isdigit():
+            continue
+        answers[content_id] = (int(fields[1]), _header_fields(headers), (rest or b"").strip(b"\r\n"))
+    return answers
+
+
+def _boundary(content_type: str) -> bytes:
+    """The ``boundary`` parameter of a Content-Type, quotes dropped (b"" when none)."""
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.strip().partition("=")
+        if name.strip().lower() == "boundary":
+            return value.strip().strip('"').encode("latin-1")
+    return b""
+
+
+def _head_and_body(data: bytes) -> Tuple[bytes, Optional[bytes]]:
+    """(head, body) split at the first blank line (CRLF or LF endings); body None without one."""
+    ends = [(at, len(mark)) for mark in (b"\r\n\r\n", b"\n\n") for at in [data.find(mark)] if at >= 0]
+    if not ends:
+        return data, None
+    at, width = min(ends)
+    return data[:at], data[at + width:]
+
+
+def _header_fields(head: bytes) -> Dict[str, str]:
+    fields: Dict[str, str] = {}
+    for line in head.decode("latin-1").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            fields[name.strip().lower()] = value.strip()
+    return fields
