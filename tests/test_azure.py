@@ -181,6 +181,54 @@ def test_a_wrong_key_is_one_auth_error_naming_the_account_and_never_the_key(azur
     assert wrong not in text and azurite.key not in text
 
 
+def _counting_backend(azurite: Azurite, env: dict) -> Any:
+    stats = PoolStats()
+    pool = ConnectionPool(f"http://{azurite.host}:{azurite.port}", max_idle=2, stats=stats)
+    return AzureBackend(pool, resolve(azurite.account, env), Settings(), path_prefix=f"/{azurite.account}"), stats
+
+
+def test_deletes_go_in_blob_batches_of_256_per_container_each_blob_answered(azurite, azure_env, azure_container,
+                                                                            azure_sdk) -> None:
+    """Blob Batch (Azurite serves it): 300 blobs of one container in 2 requests, a missing blob
+    counts as removed, and so do the blobs of a missing container (as for one Delete Blob)."""
+    names = [f"del/{n:03d}" for n in range(300)]
+    for name in names:
+        azure_sdk.upload_blob(name, b"x")
+    keep = _url(azurite, azure_container, "kept")
+    azure_sdk.upload_blob("kept", b"k")
+    backend, stats = _counting_backend(azurite, azure_env)
+    try:
+        urls = [_url(azurite, azure_container, n) for n in names] + [_url(azurite, azure_container, "never-there")]
+        outcomes = backend.delete(urls)
+        assert outcomes == [None] * len(urls)
+        assert stats.requests_sent == 2  # 256 + 45 sub-requests
+        assert list(azure_sdk.list_blobs("del/")) == []
+        azure_sdk.upload_blob("del/again", b"y")
+        before = stats.requests_sent
+        mixed = [_url(azurite, "no-such-container", "x"), _url(azurite, azure_container, "del/again"),
+                 _url(azurite, "no-such-container", "y")]
+        assert backend.delete(mixed) == [None, None, None]
+        assert stats.requests_sent == before + 2  # one request per container: a batch, and a lone Delete Blob
+        assert list(azure_sdk.list_blobs("del/")) == [] and backend.stat(keep).size == 1
+    finally:
+        backend.close()
+
+
+def test_a_batch_of_deletes_through_a_sas_signs_no_sub_request(azurite, azure_container, azure_sdk, tmp_path) -> None:
+    sas = generate_container_sas(azurite.account, azure_container, account_key=azurite.key,
+                                 permission=ContainerSasPermissions(read=True, delete=True, list=True),
+                                 expiry=datetime.now(timezone.utc) + timedelta(hours=1))
+    for n in range(5):
+        azure_sdk.upload_blob(f"s/{n}", b"z")
+    backend, stats = _counting_backend(azurite, {"AZURE_STORAGE_CONNECTION_STRING": f"BlobEndpoint={azurite.endpoint}"})
+    try:
+        urls = [parse_url(f"az://{azurite.account}/{azure_container}/s/{n}?{sas}") for n in range(5)]
+        assert backend.delete(urls) == [None] * 5 and stats.requests_sent == 1
+        assert list(azure_sdk.list_blobs("s/")) == []
+    finally:
+        backend.close()
+
+
 def _sas(azurite: Azurite, container: str) -> str:
     return generate_container_sas(azurite.account, container, account_key=azurite.key,
                                   permission=ContainerSasPermissions(read=True, write=True, list=True, create=True),

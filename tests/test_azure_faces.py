@@ -153,9 +153,6 @@ def test_bundles_and_the_node_cache_serve_az(azurite, azure_env, azure_container
     assert any((tmp_path / "cache").rglob("*"))
 
 
-@pytest.mark.xfail(strict=True, reason="open defect (issue 35): bundles/staging.py _split and bundle_dir_url derive "
-                   "the directory from Url.path, which holds '?SAS': the bundle is PUT without the SAS (403) and "
-                   "member names would carry it")
 def test_bundles_with_a_sas_on_every_url_pack_and_read_back_by_name(azurite, azure_container, azure_sdk,
                                                                    tmp_path) -> None:
     """The SAS is no part of a name: the members are the blobs' names, the bundle directory and
@@ -184,3 +181,33 @@ def test_bundles_with_a_sas_on_every_url_pack_and_read_back_by_name(azurite, azu
     assert done.returncode == 0, done.stderr
     assert all((back / n).read_bytes() == n.encode() * 10 for n in names)
     assert signature not in done.stderr + done.stdout
+
+
+def test_a_listing_through_a_sas_names_files_dirs_and_members_without_it(azurite, azure_container, tmp_path) -> None:
+    """Names never hold the SAS, the URLs a listing gives keep it: plain blobs, a sub-directory and
+    bundle members (listing.py's _members), read back through those URLs with no key anywhere."""
+    sas = generate_container_sas(azurite.account, azure_container, account_key=azurite.key,
+                                 permission=ContainerSasPermissions(read=True, write=True, list=True, create=True,
+                                                                    add=True),
+                                 expiry=datetime.now(timezone.utc) + timedelta(hours=1))
+    env = {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull, "PEGASUS_CLOUDIO_BUNDLE": "1",
+           "AZURE_STORAGE_CONNECTION_STRING": f"BlobEndpoint={azurite.endpoint}"}
+    base = f"az://{azurite.account}/{azure_container}/lst"
+    names = [f"m{n:02d}.txt" for n in range(10)]
+    for name in names:
+        (tmp_path / name).write_bytes(name.encode())
+    done = _dropin([_transfer(f"file://{tmp_path}/{n}", f"{base}/{n}?{sas}", n) for n in names], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    with Client(env=env) as client:
+        client.write_bytes(f"{base}/plain.txt?{sas}", b"plain")
+        client.write_bytes(f"{base}/sub/deep.txt?{sas}", b"deep")
+        listed = client.list(f"{base}?{sas}")
+        assert [(e.name, e.is_dir) for e in listed] == [(n, False) for n in names] + [("plain.txt", False),
+                                                                                       ("sub", True)]
+        assert all(e.url.endswith(f"?{sas}") and e.url.count("?") == 1 for e in listed)
+        member = next(e for e in listed if e.name == "m03.txt")
+        assert member.url == f"{base}/m03.txt?{sas}"
+        assert client.read_bytes(member.url) == b"m03.txt"
+        assert client.info(f"{base}/m04.txt?{sas}").size == 7  # a member found through the directory's bundles
+        found = sorted(e.url for e in client.find(f"{base}?{sas}"))
+        assert found == sorted(f"{base}/{n}?{sas}" for n in [*names, "plain.txt", "sub/deep.txt"])

@@ -19,7 +19,7 @@ from azure.core.pipeline.transport import HttpRequest
 from azure.storage.blob._shared.authentication import SharedKeyCredentialPolicy
 
 from transfer.backends._azure_sign import X_MS_VERSION, SharedKey, ordered, string_to_sign
-from transfer.backends._sigv4 import canonical_query, uri_encode_path
+from transfer.backends._wire_common import canonical_query, uri_encode_path
 from transfer.errors import ConfigError
 
 _STANDARD = ("Content-Encoding", "Content-Language", "Content-MD5", "Content-Type", "Date", "If-Modified-Since",

@@ -53,6 +53,7 @@ def test_every_mode_loads_through_the_pegasus_api_and_passes_the_checks(name, tm
 def test_modes_put_scratch_where_they_say(tmp_path):
     layouts = {"s3-cloud-storage": ("s3staging", "s3://pegasus@amazon/my-pegasus-bucket/scratch"),
                "gcs-cloud-storage": ("gcsstaging", "gs://my-pegasus-bucket/scratch"),
+               "azure-cloud-storage": ("azurestaging", "az://mystorageaccount/my-pegasus-container/scratch"),
                "vm-storage": ("condorpool", "file:///mnt/data/scratch"),
                "submit-host-scp": ("local", "scp://pegasus@submit.example.org/home/user/wf/scratch")}
     for name, (site, url) in layouts.items():
@@ -83,7 +84,13 @@ def test_committed_templates_match_the_generator(tmp_path):
 
 @pytest.mark.parametrize("argv, flag", [
     (["--mode", "cloud-storage", "--provider", "s3"], "--bucket"),
-    (["--mode", "cloud-storage", "--provider", "azure", "--bucket", "b1b"], "--provider"),
+    (["--mode", "cloud-storage", "--provider", "ftp", "--bucket", "b1b"], "--provider"),
+    (["--mode", "cloud-storage", "--provider", "azure", "--bucket", "b1b"], "--account"),
+    (["--mode", "cloud-storage", "--provider", "azure", "--account", "Mine", "--bucket", "b1b"], "--account"),
+    (["--mode", "cloud-storage", "--provider", "azure", "--account", "mine", "--bucket", "my_box"], "--bucket"),
+    (["--mode", "cloud-storage", "--provider", "azure", "--account", "mine", "--bucket", "a--b"], "--bucket"),
+    (["--mode", "cloud-storage", "--provider", "s3", "--bucket", "b1b", "--account", "mine"], "--account"),
+    (["--mode", "vm-storage", "--account", "mine"], "--account"),
     (["--mode", "hpc"], "--mode"),
     (["--mode", "vm-storage", "--provider", "gcs"], "--provider"),
     (["--mode", "vm-storage", "--threads", "many"], "--threads"),

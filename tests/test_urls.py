@@ -149,3 +149,16 @@ def test_the_repr_hides_a_password_and_a_query_too():
 def test_remote_urls_are_not_expanded_as_in_stock(text):
     """Stock expands variables only in file:, symlink: and moveto: paths."""
     assert parse_url(text, env=ENV).full == text
+
+
+def test_the_bare_path_leaves_the_query_out_and_path_arithmetic_keeps_it_a_query() -> None:
+    """A SAS on an az:// URL is a query: bundles and listings compute names and directories from
+    the bare path, and the URLs they derive carry the query after their path, never inside it."""
+    url = parse_url("az://acct/box/dir/f.txt?sv=1&sig=abc")
+    assert url.bare_path == "/box/dir/f.txt"
+    assert url.with_bare_path("/box/dir/.cloudio-bundles").full == "az://acct/box/dir/.cloudio-bundles?sv=1&sig=abc"
+    assert parse_url("az://acct/box/dir/f.txt").with_bare_path("/box/g").full == "az://acct/box/g"
+    s3 = parse_url("s3://bucket/key?with=mark")  # an S3 key holds "?" literally
+    assert s3.bare_path == "/key?with=mark" and s3.with_bare_path("/other").path == "/other"
+    local = parse_url("/data/what?.txt")  # and so does a local file name
+    assert local.bare_path == "/data/what?.txt"

@@ -39,7 +39,7 @@ def may_use_bundles(transfers: Iterable[Transfer], bundle_min_files: int) -> boo
             url = op.dest
         else:
             continue
-        key = (url.scheme, url.host, posixpath.dirname(url.path))
+        key = (url.scheme, url.host, posixpath.dirname(url.bare_path))
         counts[key] = count = counts.get(key, 0) + 1
         if count >= least:
             return True

@@ -51,15 +51,20 @@ class Entry:
 
 def _file(info: ObjectInfo) -> Entry:
     kept = info.attributes
+    name = posixpath.basename(info.url.bare_path)  # the URL keeps its query (a SAS), the name never has it
     if kept is None:
-        return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime)
-    return Entry(info.url.full, posixpath.basename(info.url.path), info.size, False, info.version, info.mtime,
+        return Entry(info.url.full, name, info.size, False, info.version, info.mtime)
+    return Entry(info.url.full, name, info.size, False, info.version, info.mtime,
                  kept.content_type, kept.cache_control, dict(kept.metadata), kept.checksum)
 
 
 def _directory(url: Url) -> Entry:
-    path = url.path.rstrip("/")
-    return Entry(url.with_path(path).full, posixpath.basename(path), 0, True)
+    path = url.bare_path.rstrip("/")
+    return Entry(url.with_bare_path(path).full, posixpath.basename(path), 0, True)
+
+
+def _without_slash(url: Url) -> Url:
+    return url.with_bare_path(url.bare_path.rstrip("/"))
 
 
 def one_level(backend: Lister, url: Url) -> List[Entry]:
@@ -88,7 +93,7 @@ def _whole_level(backend: Lister, url: Url) -> List[Entry]:
         if entry.name:
             entries[entry.name] = entry
     if bundled:
-        for entry in _members(backend, url.with_path(url.path.rstrip("/"))):
+        for entry in _members(backend, _without_slash(url)):
             entries.setdefault(entry.name, entry)
     if not entries and not _is_local_dir(url):
         only = info(backend, url)
@@ -124,7 +129,7 @@ def iter_recursive(backend: Lister, url: Url, page_size: int = PAGE) -> Iterator
     for chunk in _chunks(backend.list(url), page_size):
         page = []
         for found in chunk:
-            path = found.url.path
+            path = found.url.bare_path
             if path.endswith("/"):  # a directory marker (S3 consoles' "folder"), never a file
                 continue
             if marker in path:
@@ -135,7 +140,7 @@ def iter_recursive(backend: Lister, url: Url, page_size: int = PAGE) -> Iterator
             some = True
             yield page
     for directory in sorted(bundle_dirs):
-        members = _members(backend, url.with_path(directory))
+        members = _members(backend, url.with_bare_path(directory))
         for at in range(0, len(members), page_size):
             some = True
             yield members[at:at + page_size]
@@ -172,7 +177,7 @@ def iter_one_level(backend: Lister, url: Url) -> Iterator[List[Entry]]:
                 yield [page[name] for name in sorted(page)]
     except NotFound:  # no such bucket: info() below says so
         pass
-    members = _members(backend, url.with_path(url.path.rstrip("/"))) if bundled else []
+    members = _members(backend, _without_slash(url)) if bundled else []
     if members:
         yield sorted(members, key=lambda entry: entry.name)
     elif not some:
@@ -202,7 +207,7 @@ def info(backend: Lister, url: Url) -> Entry:
         if isinstance(backend, Buckets) and not backend.bucket_exists(url):
             raise NotFound("no such bucket", url=str(url), operation="stat")
         return _directory(url)
-    if not url.path.endswith("/"):
+    if not url.bare_path.endswith("/"):
         try:
             return _file(backend.stat(url))
         except NotFound:
@@ -211,8 +216,8 @@ def info(backend: Lister, url: Url) -> Entry:
         objects, dirs = _level(backend, url)
         if objects or dirs:
             return _directory(url)
-        directory, name = posixpath.split(url.path.rstrip("/"))
-        for entry in _members(backend, url.with_path(directory)):
+        directory, name = posixpath.split(url.bare_path.rstrip("/"))
+        for entry in _members(backend, url.with_bare_path(directory)):
             if entry.name == name:
                 return entry
     raise NotFound("no such file or directory", url=str(url), operation="stat")
@@ -228,13 +233,13 @@ def kinds(backend: Lister, urls: Sequence[Url]) -> List[Optional[bool]]:
     if isinstance(backend, PagedListing):
         groups: Dict[str, List[int]] = {}
         for i, url in enumerate(urls):
-            if not url.path.endswith("/") and not _is_root(url):
-                groups.setdefault(posixpath.dirname(url.path) + "/", []).append(i)
+            if not url.bare_path.endswith("/") and not _is_root(url):
+                groups.setdefault(url.with_bare_path(posixpath.dirname(url.bare_path) + "/").path, []).append(i)
         for parent, indexes in groups.items():
             if len(indexes) > 1:
                 names: Dict[str, List[int]] = {}
                 for i in indexes:
-                    names.setdefault(posixpath.basename(urls[i].path), []).append(i)
+                    names.setdefault(posixpath.basename(urls[i].bare_path), []).append(i)
                 known.update(_listed_kinds(backend, urls[indexes[0]].with_path(parent), names))
     answers: List[Optional[bool]] = []
     for i, url in enumerate(urls):
@@ -256,8 +261,8 @@ def _listed_kinds(backend: PagedListing, directory: Url, names: Dict[str, List[i
     try:
         listed = backend.list_dir_pages(directory, min(names)[:-1])
         for count, (objects, subs) in enumerate(listed, 1):
-            seen = [(posixpath.basename(o.url.path), False) for o in objects]
-            seen += [(posixpath.basename(d.path.rstrip("/")), True) for d in subs]
+            seen = [(posixpath.basename(o.url.bare_path), False) for o in objects]
+            seen += [(posixpath.basename(d.bare_path.rstrip("/")), True) for d in subs]
             for name, is_dir in seen:
                 for i in names.get(name, ()):
                     found.setdefault(i, is_dir)
@@ -278,8 +283,8 @@ def _members(backend: Lister, directory: Url) -> List[Entry]:
         for member in bundle.live_members():
             if member.name in loaded.plain:
                 continue
-            path = posixpath.join(directory.path.rstrip("/") or "/", member.name)
-            seen[member.name] = Entry(directory.with_path(path).full, member.name, member.size, False,
+            path = posixpath.join(directory.bare_path.rstrip("/") or "/", member.name)
+            seen[member.name] = Entry(directory.with_bare_path(path).full, member.name, member.size, False,
                                       member.sha256)
     return list(seen.values())
 
@@ -298,14 +303,15 @@ def _level(backend: Lister, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
 
 
 def _split_levels(found: Iterable[ObjectInfo], url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
-    base = url.path.rstrip("/") + "/"
+    base = url.bare_path.rstrip("/") + "/"
     objects: List[ObjectInfo] = []
     dirs: Dict[str, Url] = {}
     for item in found:
-        rest = item.url.path[len(base):] if item.url.path.startswith(base) else ""
+        path = item.url.bare_path
+        rest = path[len(base):] if path.startswith(base) else ""
         if "/" in rest:
             first = rest.split("/", 1)[0]
-            dirs.setdefault(first, url.with_path(base + first + "/"))
+            dirs.setdefault(first, url.with_bare_path(base + first + "/"))
         elif rest:
             objects.append(item)
     return objects, list(dirs.values())
@@ -342,4 +348,4 @@ def _is_root(url: Url) -> bool:
         from transfer.backends._azure_wire import split_url as split_az
 
         return split_az(url).blob.strip("/") == ""
-    return url.path.strip("/") == ""
+    return url.bare_path.strip("/") == ""

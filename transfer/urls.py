@@ -64,6 +64,21 @@ class Url:
     def with_path(self, path: str) -> "Url":
         return replace(self, path=path)
 
+    @property
+    def bare_path(self) -> str:
+        """The path without its query: what names the object or file. A remote URL's ``?``
+        starts its query (an Azure SAS: ``/C/B?sv=...&sig=...``), except in exact-path schemes
+        (an S3 key may hold ``?``) and local paths, whose ``?`` is part of the name."""
+        if self.is_local or self.scheme in _EXACT_PATH_SCHEMES:
+            return self.path
+        return self.path.partition("?")[0]
+
+    def with_bare_path(self, path: str) -> "Url":
+        """This URL (host, site, query: a SAS goes on) naming ``path`` instead: the path
+        arithmetic of bundles and listings, which must never put a query inside a name."""
+        query = self.path[len(self.bare_path):]
+        return replace(self, path=path + query)
+
     def __str__(self) -> str:
         """The URL for messages and logs: passwords and query strings (signatures) hidden."""
         if self.is_local:

@@ -93,6 +93,8 @@ def bucket_site(opts: SetOptions) -> Site:
     path = f"/{opts.bucket}/{opts.prefix.strip('/')}"
     if opts.provider == "gcs":
         url = f"gs://{opts.bucket}/{opts.prefix.strip('/')}"
+    elif opts.provider == "azure":  # no credential profile: Pegasus has none for Azure (docs/azure.md)
+        url = f"az://{opts.account}{path}"
     else:
         url = f"s3://{opts.identity}{path}"
     site = Site(opts.staging).add_directories(
@@ -100,7 +102,7 @@ def bucket_site(opts: SetOptions) -> Site:
     if opts.provider == "gcs":
         site.add_profiles(Namespace.PEGASUS, key="BOTO_CONFIG", value=opts.boto_config)
         site.add_profiles(Namespace.PEGASUS, key="GOOGLE_PKCS12", value=opts.gcs_key)
-    else:
+    elif opts.provider == "s3":
         site.add_profiles(Namespace.PEGASUS, key="pegasus_credentials", value=opts.credentials)
     return site
 

@@ -1,6 +1,6 @@
 """Write a ready Pegasus catalog set for one staging mode (`pegasus-cloudio sites`).
 
-``pegasus-cloudio sites --mode cloud-storage|vm-storage|submit-host [--provider s3|gcs] ... --out DIR``
+``pegasus-cloudio sites --mode cloud-storage|vm-storage|submit-host [--provider s3|gcs|azure] ... --out DIR``
 builds the set with the Pegasus Python API, writes it (each file atomically), then checks it
 with Pegasus's own loaders (:mod:`.check`). Exit 0: written and clean; 1: a check failed or a
 file could not be written; 2: a bad flag (one line naming it).
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags; values are validated in :func:`main` so every error is one line naming its flag."""
     add = parser.add_argument
     add("--mode", help="cloud-storage | vm-storage | submit-host")
-    add("--provider", help="cloud-storage: s3 | gcs")
+    add("--provider", help="cloud-storage: s3 | gcs | azure")
     add("--out", help="directory to write the set into")
     add("--force", action="store_true", help="overwrite an existing set in --out")
     add("--work-dir", help="submit host directory for scratch/ outputs/ bin/ (default: --out)")
@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "(default: this installation's); workers without pip can get the one-file "
                               "drop-in: pegasus-cloudio worker-bundle DIR/pegasus-cloudio-transfer")
     add("--compute-site", default="condorpool", help="compute site name (default condorpool)")
-    add("--staging-site", help="cloud-storage: bucket site name (default s3staging / gcsstaging)")
-    add("--bucket", help="cloud-storage: bucket for intermediate files")
+    add("--staging-site", help="cloud-storage: bucket site name (default s3staging / gcsstaging / azurestaging)")
+    add("--bucket", help="cloud-storage: bucket (Azure: container) for intermediate files")
     add("--prefix", default="scratch", help="cloud-storage: key prefix in the bucket (default scratch)")
     add("--identity", default="pegasus@amazon",
         help="s3: USER@SITE in the credentials file (default pegasus@amazon)")
@@ -49,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--gcs-key", help="gcs: service-account JSON key (default ~/.pegasus/gcs-key.json)")
     add("--boto-config", help="gcs: boto file with a [Credentials] section (default ~/.boto)")
     add("--gcs-endpoint", help="gcs: JSON API endpoint (emulators only)")
+    add("--account", help="azure: storage account (credentials: the jobs' AZURE_STORAGE_* environment)")
     add("--vm-scratch", default="/mnt/data/scratch",
         help="vm-storage: scratch directory on the VM disk (default /mnt/data/scratch)")
     add("--vm-host", help="vm-storage: USER@HOST when the VM is not the submit host")
@@ -101,7 +102,7 @@ def options_from_args(args: argparse.Namespace) -> SetOptions:
         credentials=args.credentials or (os.path.join(home, ".pegasus", "credentials.conf") if s3 else None),
         gcs_key=args.gcs_key or (os.path.join(home, ".pegasus", "gcs-key.json") if gcs else None),
         boto_config=args.boto_config or (os.path.join(home, ".boto") if gcs else None),
-        gcs_endpoint=args.gcs_endpoint, vm_scratch=args.vm_scratch, vm_host=args.vm_host,
+        gcs_endpoint=args.gcs_endpoint, account=args.account, vm_scratch=args.vm_scratch, vm_host=args.vm_host,
         submit_host=args.submit_host, ssh_key=args.ssh_key, worker_pegasus_home=args.worker_pegasus_home,
         pegasus_bin=args.pegasus_bin, worker_package=args.worker_package, cache_dir=args.cache_dir,
         bundle=args.bundle, p2p_redis=args.p2p, p2p_token_file=args.p2p_token_file,

@@ -59,7 +59,7 @@ def extras(opts: SetOptions) -> Dict[str, str]:
             f"# Copy to {opts.credentials} and `chmod 600` it (group/other bits are refused).\n"
             f"[{site}]\nendpoint = {opts.endpoint}\n{region}\n"
             f"[{opts.identity}]\naccess_key = CHANGE_ME\nsecret_key = CHANGE_ME\n")}
-    if opts.mode == Mode.CLOUD:
+    if opts.mode == Mode.CLOUD and opts.provider == "gcs":
         return {"boto.example": (
             f"# Copy to {opts.boto_config} and `chmod 600` it; Pegasus 5.1.3 needs a [Credentials] section.\n"
             f"[Credentials]\ngs_service_key_file = {opts.gcs_key}\n")}
@@ -132,11 +132,12 @@ def _request_load(opts: SetOptions) -> List[str]:
     """When many jobs share a bucket, its request limit is what bundles and the cache save."""
     if opts.mode != Mode.CLOUD:
         return []
-    limit = "5,500 GETs and 3,500 PUTs per second per key prefix" if opts.provider == "s3" else \
-        "about 5,000 reads and 1,000 writes per second per bucket at first, ramping slowly"
+    limit = {"s3": "5,500 GETs and 3,500 PUTs per second per key prefix",
+             "azure": "20,000 requests per second per storage account"}.get(
+        opts.provider or "", "about 5,000 reads and 1,000 writes per second per bucket at first, ramping slowly")
     bundles = "bundles are on in this set" if opts.bundling else "regenerate with `--bundle`"
     return ["## Many jobs on one bucket", "",
-            f"The store answers `503 SlowDown` (GCS: `429`) beyond {limit}. Staging one object per "
+            f"The store answers `503 SlowDown` (GCS: `429`, Azure: `503 ServerBusy`) beyond {limit}. Staging one object per "
             "file, a wave of jobs that each read 200 small files makes 200 requests per job start: at that "
             "limit about 27 job starts per second per prefix, and a wave of 1,000 such jobs costs 200,000 "
             f"requests. Turn on bundles ({bundles}) when jobs write 8 or more small files to one directory "
@@ -182,6 +183,14 @@ def _mode_notes(opts: SetOptions) -> List[str]:
         return [f"Intermediate files go to `s3://{opts.identity}/{opts.bucket}/{opts.prefix}`. Put the keys "
                 f"into `{opts.credentials}` (see `credentials.conf.example`); the planner ships that file to "
                 "every job that touches the bucket."]
+    if opts.mode == Mode.CLOUD and opts.provider == "azure":
+        return [f"Intermediate files go to `az://{opts.account}/{opts.bucket}/{opts.prefix}`. Pegasus ships no "
+                "credentials for Azure (it has no credential type for it), so every job reads them from its "
+                "environment: `AZURE_STORAGE_CONNECTION_STRING`, or `AZURE_STORAGE_ACCOUNT` with "
+                "`AZURE_STORAGE_KEY` or `AZURE_STORAGE_SAS_TOKEN` (docs/azure.md). Set them for the jobs on the "
+                "submit host and in the workers' "
+                "HTCondor configuration (`STARTER_JOB_ENVIRONMENT`), never as env profiles in these catalogs: "
+                "`condor_q -l` shows a job's environment to every pool user."]
     if opts.mode == Mode.CLOUD:
         return [f"Intermediate files go to `gs://{opts.bucket}/{opts.prefix}`. The planner (5.1.3) insists on "
                 f"both `{opts.boto_config}` (with a `[Credentials]` section, see `boto.example`) and the "

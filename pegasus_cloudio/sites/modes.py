@@ -16,7 +16,7 @@ from transfer import schemes
 class Mode(str, enum.Enum):
     """Where a workflow's intermediate files live."""
 
-    CLOUD = "cloud-storage"   # a bucket (S3 or GCS); the planner stages through it
+    CLOUD = "cloud-storage"   # a bucket (S3, GCS or an Azure container); the planner stages through it
     VM = "vm-storage"         # the worker VM's disk, shared by its jobs (sharedfs)
     SUBMIT = "submit-host"    # the submit host's scratch, reached over scp
 
@@ -40,7 +40,7 @@ class Mode(str, enum.Enum):
     def scratch_schemes(self, provider: Optional[str]) -> Tuple[str, ...]:
         """The URL schemes the staging site's scratch file servers may use."""
         if self is Mode.CLOUD:
-            family = "gcs" if provider == "gcs" else "s3"
+            family = provider or "s3"  # the providers are named as their scheme families
             return tuple(name for name, row in schemes.SCHEMES.items() if row.family == family)
         return ("file", "scp") if self is Mode.VM else ("scp",)
 

@@ -14,12 +14,14 @@ from urllib.parse import urlsplit
 
 from pegasus_cloudio.sites.modes import MODES, Mode
 
-PROVIDERS = ("s3", "gcs")
+PROVIDERS = ("s3", "gcs", "azure")
 WORKER_PACKAGE = ("installed", "staged")
 _SITE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _USER_HOST = re.compile(r"^[A-Za-z0-9_][\w.\-]*@[A-Za-z0-9][\w.\-]*$")
 _IDENTITY = re.compile(r"^[\w.\-]+@[\w.\-]+$")
+_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")  # Azure's storage account names
+_CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9\-]{1,61}[a-z0-9]$")  # and container names
 
 
 class UsageError(ValueError):
@@ -31,12 +33,14 @@ class SetOptions:
     """Inputs of one catalog set. Paths are absolute paths on the host that uses them.
 
     mode:            cloud-storage | vm-storage | submit-host.
-    provider:        s3 | gcs (cloud-storage only).
+    provider:        s3 | gcs | azure (cloud-storage only).
     work_dir:        submit host: ``scratch/`` and ``outputs/`` of site ``local`` live here.
     install_bin:     directory holding ``pegasus-cloudio-transfer`` on the submit host and workers.
     compute_site:    name of the HTCondor pool site.
     staging_site:    cloud-storage: name of the bucket site.
-    bucket, prefix:  cloud-storage: where intermediate files go.
+    bucket, prefix:  cloud-storage: where intermediate files go (Azure: the container).
+    account:         Azure: the storage account (``az://ACCOUNT/CONTAINER/PREFIX``); its credentials
+                     come from the jobs' environment (docs/azure.md), never from the set.
     identity:        S3: ``USER@SITE`` of the Pegasus credentials file.
     endpoint, region: S3: written to ``credentials.conf.example``.
     credentials:     S3: the Pegasus credentials file (shipped to jobs by the planner).
@@ -77,6 +81,7 @@ class SetOptions:
     gcs_key: Optional[str] = None
     boto_config: Optional[str] = None
     gcs_endpoint: Optional[str] = None
+    account: Optional[str] = None
     vm_scratch: str = "/mnt/data/scratch"
     vm_host: Optional[str] = None
     submit_host: Optional[str] = None
@@ -202,9 +207,12 @@ def _cloud(opts: SetOptions, out: List[str]) -> None:
         out.append(f"--prefix must be a relative key prefix such as 'scratch' (got {opts.prefix!r})")
     if not provider_ok:
         return
-    if opts.provider == "s3":
+    if opts.provider != "azure":
+        _only(out, "cloud-storage --provider azure", {"--account": opts.account})
+    if opts.provider != "gcs":
         _only(out, "cloud-storage --provider gcs", {"--gcs-key": opts.gcs_key, "--boto-config": opts.boto_config,
                                                     "--gcs-endpoint": opts.gcs_endpoint})
+    if opts.provider == "s3":
         if not _IDENTITY.match(opts.identity):
             out.append(f"--identity must be USER@SITE (got {opts.identity!r})")
         elif opts.identity.split("@", 1)[1] != opts.identity.split("@", 1)[1].lower():
@@ -219,16 +227,27 @@ def _cloud(opts: SetOptions, out: List[str]) -> None:
                        f"did you mean https://{opts.endpoint}?)")
         if not opts.credentials:
             out.append("--credentials is required for --provider s3 (absolute path)")
-    else:
-        _only(out, "cloud-storage --provider s3", {"--endpoint": opts.endpoint, "--region": opts.region,
-                                                   "--credentials": opts.credentials})
-        if not opts.gcs_key or not opts.boto_config:
-            out.append("--gcs-key and --boto-config are required for --provider gcs (absolute paths)")
+        return
+    _only(out, "cloud-storage --provider s3", {"--endpoint": opts.endpoint, "--region": opts.region,
+                                               "--credentials": opts.credentials})
+    if opts.provider == "gcs" and (not opts.gcs_key or not opts.boto_config):
+        out.append("--gcs-key and --boto-config are required for --provider gcs (absolute paths)")
+    if opts.provider == "azure":
+        _azure(opts, out)
+
+
+def _azure(opts: SetOptions, out: List[str]) -> None:
+    if not opts.account or not _ACCOUNT.match(opts.account):
+        out.append(f"--account is required for --provider azure: the storage account, 3 to 24 lower-case "
+                   f"letters and digits (got {opts.account!r})")
+    if opts.bucket and _BUCKET.match(opts.bucket) and not _CONTAINER.match(opts.bucket):
+        out.append(f"--bucket is no Azure container name (got {opts.bucket!r}): use 3-63 lower-case letters, "
+                   "digits and single '-', starting and ending with a letter or digit")
 
 
 def _vm(opts: SetOptions, out: List[str]) -> None:
     _only(out, Mode.CLOUD.value, {"--provider": opts.provider, "--bucket": opts.bucket,
-                                 "--staging-site": opts.staging_site})
+                                 "--staging-site": opts.staging_site, "--account": opts.account})
     _only(out, Mode.SUBMIT.value, {"--submit-host": opts.submit_host})
     if opts.vm_host is not None:
         if not _USER_HOST.match(opts.vm_host):
@@ -239,7 +258,7 @@ def _vm(opts: SetOptions, out: List[str]) -> None:
 
 def _submit(opts: SetOptions, out: List[str]) -> None:
     _only(out, Mode.CLOUD.value, {"--provider": opts.provider, "--bucket": opts.bucket,
-                                 "--staging-site": opts.staging_site})
+                                 "--staging-site": opts.staging_site, "--account": opts.account})
     _only(out, Mode.VM.value, {"--vm-host": opts.vm_host})
     if not opts.submit_host or not _USER_HOST.match(opts.submit_host):
         out.append("--submit-host USER@HOST is required for --mode submit-host "

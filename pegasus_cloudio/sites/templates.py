@@ -21,6 +21,8 @@ TEMPLATES: Dict[str, List[str]] = {
                          "--identity", "pegasus@amazon", "--credentials", "/home/user/.pegasus/credentials.conf"],
     "gcs-cloud-storage": ["--mode", "cloud-storage", "--provider", "gcs", "--bucket", "my-pegasus-bucket",
                           "--gcs-key", "/home/user/.pegasus/gcs-key.json", "--boto-config", "/home/user/.boto"],
+    "azure-cloud-storage": ["--mode", "cloud-storage", "--provider", "azure", "--account", "mystorageaccount",
+                            "--bucket", "my-pegasus-container"],
     "vm-storage": ["--mode", "vm-storage", "--vm-scratch", "/mnt/data/scratch"],
     "submit-host-scp": ["--mode", "submit-host", "--submit-host", "pegasus@submit.example.org",
                         "--ssh-key", "/home/user/.ssh/workflow_id_rsa"],

@@ -14,10 +14,12 @@ is; ``OperationTimedOut`` (500) and other 5xx are transient; 404 (``BlobNotFound
 from __future__ import annotations
 
 import binascii
+import secrets
 import time
 
 from transfer._lean import record
-from transfer.backends._s3_wire import http_date_epoch, xml_tree
+from transfer import _digests
+from transfer.backends._wire_common import StreamCheck, digest_check, http_date_epoch, parse_xml
 from transfer.backends.base import Attributes, ObjectInfo
 from transfer.errors import (
     THROTTLE_CODES, AuthError, InvalidInput, NotFound, RemoteError, Throttled, TransferError, TransientError,
@@ -26,9 +28,9 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple
+    from typing import Dict, List, Optional, Sequence, Tuple
 
-    from transfer.backends._s3_xml import Node
+    from transfer.backends._wire_common import Node
 
 _NOT_FOUND = frozenset({"BlobNotFound", "ContainerNotFound", "ResourceNotFound"})
 _CONTAINER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -104,6 +106,13 @@ def md5_hex(headers: Dict[str, str], name: str = "content-md5") -> Optional[str]
     return digest.hex() if len(digest) == 16 else None
 
 
+def content_md5_check(headers: Dict[str, str], size: Optional[int]) -> Optional[StreamCheck]:
+    """The check of a whole blob's ``size`` bytes against the ``Content-MD5`` an answer carries
+    (the blob's stored MD5); None when it carries none (the byte count is then all)."""
+    md5 = md5_hex(headers)
+    return None if md5 is None else digest_check("md5", _digests.new("md5", size), md5, base64_digest=False)
+
+
 def blob_info(url: Url, headers: Dict[str, str]) -> ObjectInfo:
     """What a Get Blob Properties answer says of the blob."""
     metadata = tuple(sorted((name[len("x-ms-meta-"):], value) for name, value in headers.items()
@@ -134,7 +143,7 @@ def span(headers: Dict[str, str], url: str) -> Tuple[int, int]:
 
 def parse_listing(data: bytes) -> Tuple[List[Tuple[str, int, Optional[str], Optional[float]]], List[str], str]:
     """A List Blobs page: ([(name, size, etag, mtime)], [sub-prefixes], next marker or "")."""
-    root = xml_tree(data)
+    root = parse_xml(data, "Azure")
     blobs: List[Tuple[str, int, Optional[str], Optional[float]]] = []
     prefixes: List[str] = []
     for node in root.iter():
@@ -153,6 +162,24 @@ def _child(node: Node, tag: str) -> Optional[Node]:
     return next((child for child in node.children if child.tag == tag), None)
 
 
+BATCH_MAX = 256  # sub-requests per Blob Batch request (the service's limit)
+
+
+def batch_body(requests: Sequence[Tuple[str, str, Sequence[Tuple[str, str]]]]) -> Tuple[str, bytes]:
+    """(Content-Type, body) of a Blob Batch holding ``requests`` = [(method, target as sent,
+    headers as sent)], each signed on its own; part ``i`` has ``Content-ID: i``."""
+    if not 0 < len(requests) <= BATCH_MAX:
+        raise ValueError(f"a blob batch holds 1 to {BATCH_MAX} sub-requests, not {len(requests)}")
+    boundary = f"batch_{secrets.token_hex(16)}"
+    parts: List[str] = []
+    for index, (method, target, headers) in enumerate(requests):
+        lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        parts.append(f"--{boundary}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n"
+                     f"Content-ID: {index}\r\n\r\n{method} {target} HTTP/1.1\r\n{lines}\r\n")
+    parts.append(f"--{boundary}--\r\n")
+    return f"multipart/mixed; boundary={boundary}", "".join(parts).encode()
+
+
 def block_id(upload_id: str, number: int) -> str:
     """Base64 block id of part ``number`` of upload ``upload_id``: every id of a blob has one
     length, as the service requires."""
@@ -164,7 +191,7 @@ def error_code(headers: Dict[str, str], body: bytes) -> Tuple[str, str]:
     code, message = headers.get("x-ms-error-code", ""), ""
     if body:
         try:
-            root = xml_tree(body)
+            root = parse_xml(body, "Azure")
             code = code or root.findtext("Code") or ""
             message = (root.findtext("Message") or "").strip().splitlines()[0] if root.findtext("Message") else ""
         except TransientError:

@@ -17,12 +17,12 @@ Pure Python, no Google imports: request bodies, answer checks and the status-to-
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import zlib
 from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import quote
 
+from transfer.backends._wire_common import batch_answers
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import (
     AuthError,
@@ -41,9 +41,6 @@ BLOCK = 1 << 20
 _GZIP = 16 + zlib.MAX_WBITS  # wbits for a gzip header and trailer
 _INFLATE_STEP = 1 << 20  # output bound per decompress call: a small body may inflate a thousandfold
 
-_BOUNDARY = re.compile(r'boundary="?([^";\s]+)"?', re.IGNORECASE)
-_CONTENT_ID = re.compile(rb"^content-id:\s*<response-item(\d+)>\s*$", re.IGNORECASE | re.MULTILINE)
-_BLANK_LINE = re.compile(rb"\r?\n\r?\n")
 
 
 def object_path(bucket: str, key: str) -> str:
@@ -87,24 +84,13 @@ def build_delete(endpoint: str, items: Sequence[Tuple[str, str]]) -> Tuple[str, 
 
 
 def parse_batch(content_type: str, body: bytes) -> Dict[int, Tuple[int, str]]:
-    """{item index: (HTTP status, response text)} for every part the server answered."""
-    found = _BOUNDARY.search(content_type)
-    if not found:
-        return {}
+    """{item index: (HTTP status, response text)} for every part the server answered
+    (``Content-ID: <response-itemN>``)."""
     answers: Dict[int, Tuple[int, str]] = {}
-    for part in body.split(b"--" + found.group(1).encode()):
-        head_and_rest = _BLANK_LINE.split(part.strip(b"\r\n"), maxsplit=1)
-        if len(head_and_rest) != 2:
-            continue
-        head, rest = head_and_rest
-        match = _CONTENT_ID.search(head)
-        status_line, _, remainder = rest.partition(b"\n")
-        fields = status_line.split()
-        if match is None or len(fields) < 2 or not fields[1].isdigit():
-            continue
-        inner = _BLANK_LINE.split(remainder, maxsplit=1)
-        text = inner[1] if len(inner) == 2 else b""
-        answers[int(match.group(1))] = (int(fields[1]), text.decode("utf-8", "replace").strip())
+    for content_id, (status, _, text) in batch_answers(content_type, body).items():
+        index = content_id.strip("<>").lower().rpartition("response-item")[2]
+        if content_id.lower().startswith("<response-item") and index.isdigit():
+            answers[int(index)] = (status, text.decode("utf-8", "replace").strip())
     return answers
 
 

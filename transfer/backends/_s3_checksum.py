@@ -20,14 +20,13 @@ import binascii
 import zlib
 
 from transfer import _digests
+from transfer.backends._wire_common import StreamCheck, digest_check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Dict, Optional
 
-    from transfer._digests import Hash
-
-__all__ = ["StreamCheck", "response_check", "stored_checksum", "CHECKSUM_HEADERS", "CHECKSUM_MODE"]
+__all__ = ["response_check", "stored_checksum", "CHECKSUM_HEADERS", "CHECKSUM_MODE"]
 
 CHECKSUM_MODE = ("x-amz-checksum-mode", "ENABLED")
 _HEADERS = tuple((name, f"x-amz-checksum-{name}") for name in ("sha256", "sha1", "crc32", "crc64nvme", "crc32c"))
@@ -36,19 +35,6 @@ if TYPE_CHECKING:
     _Crc = Callable[[bytes, int], int]
 else:
     _Crc = object  # the alias above is for type checkers; typing is not imported at run time
-
-
-class StreamCheck:
-    """A running checksum of a download and the value it must end at."""
-
-    def __init__(self, name: str, expected: str, update: Callable[[bytes], None], final: Callable[[], str]):
-        self.name = name
-        self.expected = expected
-        self.update = update
-        self._final = final
-
-    def matches(self) -> bool:
-        return self._final() == self.expected
 
 
 def stored_checksum(headers: Dict[str, str]) -> Optional[str]:
@@ -72,22 +58,16 @@ def response_check(headers: Dict[str, str], etag_md5: Optional[str], size: Optio
         name: value for name, header in _HEADERS if (value := headers.get(header)) and "-" not in value}
     for name in ("sha256", "sha1"):
         if name in found:
-            return _hash_check(name, _digests.new(name, size), found[name], base64_digest=True)
+            return digest_check(name, _digests.new(name, size), found[name], base64_digest=True)
     if "crc32" in found:
         return _crc_check("crc32", zlib.crc32, 4, found["crc32"])
     if etag_md5:
-        return _hash_check("md5", _digests.new("md5", size), etag_md5.lower(), base64_digest=False)
+        return digest_check("md5", _digests.new("md5", size), etag_md5.lower(), base64_digest=False)
     for name, width in (("crc64nvme", 8), ("crc32c", 4)):
         crc = _crt(name) if name in found else None
         if crc is not None:
             return _crc_check(name, crc, width, found[name])
     return None
-
-
-def _hash_check(name: str, digest: "Hash", expected: str, *, base64_digest: bool) -> StreamCheck:
-    def final() -> str:
-        return binascii.b2a_base64(digest.digest(), newline=False).decode() if base64_digest else digest.hexdigest()
-    return StreamCheck(name, expected, digest.update, final)
 
 
 def _crc_check(name: str, crc: _Crc, width: int, expected: str) -> StreamCheck:

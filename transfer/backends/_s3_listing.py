@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from transfer.backends._s3_route import check_reply
 from transfer.backends._s3_wire import S3Path, _child_url, iso8601_epoch, split_url, xml_tree
-from transfer.backends._sigv4 import EMPTY_SHA256, canonical_query
+from transfer.backends._sigv4 import EMPTY_SHA256
+from transfer.backends._wire_common import canonical_query
 from transfer.backends.base import ObjectInfo
 from transfer.urls import Url, unquote_plus
 

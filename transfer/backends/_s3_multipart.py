@@ -27,7 +27,8 @@ from transfer.backends._s3_route import check_reply
 from transfer.backends._s3_wire import (
     _info, _server_side_encrypted, multipart_etag, s3_error, split_url, xml_escape, xml_tree,
 )
-from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query
+from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED
+from transfer.backends._wire_common import canonical_query
 from transfer.backends.base import ObjectInfo
 from transfer.errors import ChecksumMismatch, NotFound, RemoteError
 

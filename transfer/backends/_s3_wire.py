@@ -5,11 +5,10 @@ Pure functions over strings and bytes; nothing here sends a request.
 
 from __future__ import annotations
 
-import time
-
 from transfer import _digests
 from transfer._lean import record
 
+from transfer.backends._wire_common import parse_xml
 from transfer.backends.base import ByteRange, ObjectInfo
 from transfer.errors import (
     ConfigError,
@@ -175,17 +174,6 @@ def _info(url: Url, status: int, headers: Dict[str, str]) -> ObjectInfo:
     return ObjectInfo(url, size, headers.get("etag", "").strip('"') or None)
 
 
-def http_date_epoch(text: Optional[str]) -> Optional[float]:
-    """Epoch seconds of an HTTP date (``Wed, 25 Nov 2026 23:00:00 GMT``); None when absent or malformed."""
-    if not text:
-        return None
-    import calendar  # stat() only; strptime imports re and datetime too
-    try:
-        return float(calendar.timegm(time.strptime(text.strip(), "%a, %d %b %Y %H:%M:%S GMT")))
-    except ValueError:
-        return None
-
-
 def _range_length(headers: Dict[str, str], byte_range: ByteRange) -> int:
     """Bytes a 206 answer must carry: the request's span, cut at the object's end."""
     span = headers.get("content-range", "")  # "bytes START-END/TOTAL"
@@ -215,11 +203,7 @@ def _child_url(url: Url, bucket: str, key: str) -> Url:
 def xml_tree(data: bytes) -> Node:
     """The document element of an S3 XML answer (:mod:`transfer.backends._s3_xml`: names
     without their namespace); TransientError when it is malformed."""
-    from transfer.backends._s3_xml import XmlError, parse  # listings and error bodies only
-    try:
-        return parse(data)
-    except XmlError as err:
-        raise TransientError(f"malformed XML from S3: {err}") from None
+    return parse_xml(data, "S3")
 
 
 def s3_error(status: int, body: bytes, url: str, operation: str, *, code: Optional[str] = None,

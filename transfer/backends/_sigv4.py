@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from transfer._digests import hmac_sha256, hmac_sha256_states, sha256_hex
+from transfer.backends._wire_common import canonical_query, quote_query
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,36 +21,6 @@ if TYPE_CHECKING:
 
 EMPTY_SHA256 = sha256_hex(b"")
 UNSIGNED = "UNSIGNED-PAYLOAD"
-
-
-_UNRESERVED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
-
-
-def _quoting(safe: str) -> Tuple["frozenset[str]", Tuple[str, ...]]:
-    """(characters kept, the encoding of every byte): ``urllib.parse.quote`` with ``safe``,
-    without importing it (it imports ``re`` and ``ipaddress``, ~10 ms per job step)."""
-    keep = frozenset(_UNRESERVED + safe)
-    return keep, tuple(chr(b) if chr(b) in keep else "%%%02X" % b for b in range(256))
-
-
-_PATH_KEEP, _PATH_BYTES = _quoting("/")
-_QUERY_KEEP, _QUERY_BYTES = _quoting("")
-
-
-def _quote(text: str, keep: "frozenset[str]", table: Tuple[str, ...]) -> str:
-    if keep.issuperset(text):
-        return text
-    return "".join([table[b] for b in text.encode("utf-8")])
-
-
-def uri_encode_path(path: str) -> str:
-    """RFC 3986 encoding of an S3 path, keeping ``/`` (S3 does not double-encode)."""
-    return _quote(path, _PATH_KEEP, _PATH_BYTES)
-
-
-def canonical_query(params: Dict[str, str]) -> str:
-    return "&".join(f"{_quote(k, _QUERY_KEEP, _QUERY_BYTES)}={_quote(v, _QUERY_KEEP, _QUERY_BYTES)}"
-                    for k, v in sorted(params.items()))
 
 
 def canonical_query_of(written: str) -> str:
@@ -63,8 +34,7 @@ def canonical_query_of(written: str) -> str:
     for field in written.split("&"):
         if field:
             name, _, value = field.partition("=")
-            pairs.append((_quote(unquote_plus(name), _QUERY_KEEP, _QUERY_BYTES),
-                          _quote(unquote_plus(value), _QUERY_KEEP, _QUERY_BYTES)))
+            pairs.append((quote_query(unquote_plus(name)), quote_query(unquote_plus(value))))
     return "&".join(f"{name}={value}" for name, value in sorted(pairs))
 
 

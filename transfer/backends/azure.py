@@ -14,8 +14,9 @@ where a connection string's endpoint says so (an emulator).
   below the multipart threshold; above it the engine drives :class:`MultipartUploads`: Put
   Block per part (each with its ``Content-MD5``) and one Put Block List. Blocks never committed
   are dropped by the service (a week later), so an abort has nothing to send.
-* **list**: List Blobs pages (``prefix``, ``delimiter``, ``marker``); **delete**: Delete Blob
-  per blob (a missing blob counts as removed); **make_dirs**: Create Container if missing;
+* **list**: List Blobs pages (``prefix``, ``delimiter``, ``marker``); **delete**: Blob Batch,
+  up to 256 Delete Blob sub-requests per request (each signed on its own, answers matched by
+  ``Content-ID``; a missing blob counts as removed); **make_dirs**: Create Container if missing;
   **copy** (``ServerSideCopy``): Copy Blob, waited for while the service says ``pending``.
 
 Errors are translated in :mod:`._azure_wire` (``ServerBusy`` is a throttle answer).
@@ -30,13 +31,13 @@ from transfer.atomic import local_error
 from transfer.backends import _azure_wire as wire
 from transfer.backends._azure_auth import AzureAccess, check_account, resolve
 from transfer.backends._azure_sign import X_MS_VERSION, SharedKey
-from transfer.backends._s3_checksum import response_check
-from transfer.backends._s3_wire import http_date_epoch
-from transfer.backends._sigv4 import canonical_query, uri_encode_path
+from transfer.backends._wire_common import batch_answers, canonical_query, http_date_epoch, uri_encode_path
 from transfer.backends.base import BodyStream, ByteRange, ObjectInfo
 from transfer.backends.opening import Opening
 from transfer.config import Settings
-from transfer.errors import ChecksumMismatch, InvalidInput, NotFound, RemoteError, TransferError, retry_after_seconds
+from transfer.errors import (
+    ChecksumMismatch, InvalidInput, NotFound, RemoteError, TransferError, TransientError, retry_after_seconds,
+)
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.http.resume import ResumingBody, read_range, send_idempotent
@@ -106,16 +107,24 @@ class AzureBackend:
     def _send(self, method: str, path: wire.AzurePath, *, query: Optional[Dict[str, str]] = None,
               headers: Sequence[Tuple[str, str]] = (), body: Body = None) -> PooledResponse:
         """One request, signed with the account key or carrying the SAS (the URL's first)."""
+        length = body.length if isinstance(body, FileRegion) else len(body or b"")
+        target, sent = self._signed(method, path, canonical_query(query) if query else "",
+                                    [("x-ms-date", wire.http_date()), ("x-ms-version", X_MS_VERSION), *headers],
+                                    length)
+        return self._pool.request(method, target, sent, body)
+
+    def _signed(self, method: str, path: wire.AzurePath, query_text: str, headers: List[Tuple[str, str]],
+                length: int) -> Tuple[str, List[Tuple[str, str]]]:
+        """(target with its query, headers) of a request or a batch's sub-request: the SAS (the
+        URL's first) goes in the query, else the account key signs it, else neither (anonymous)."""
         target = self._path(path)
-        query_text = canonical_query(query) if query else ""
-        sent = [("x-ms-date", wire.http_date()), ("x-ms-version", X_MS_VERSION), *headers]
         sas = path.sas or (self._access.sas or "")
         if sas:
             query_text = f"{query_text}&{sas}" if query_text else sas
         elif self._signer is not None:
-            length = body.length if isinstance(body, FileRegion) else len(body or b"")
-            sent.append(("Authorization", self._signer.authorization(method, target, query_text, sent, length)))
-        return self._pool.request(method, f"{target}?{query_text}" if query_text else target, sent, body)
+            headers = [*headers, ("Authorization", self._signer.authorization(method, target, query_text, headers,
+                                                                              length))]
+        return (f"{target}?{query_text}" if query_text else target), headers
 
     def _check(self, response: PooledResponse, url: str, operation: str, ok: Tuple[int, ...] = (200,)) -> None:
         if response.status in ok:
@@ -226,18 +235,63 @@ class AzureBackend:
                 return
 
     def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
-        """Delete Blob per URL (blob batches need a multipart body the emulator lacks: one
-        request per blob on the pooled connections)."""
-        results: List[Optional[TransferError]] = []
-        for url in urls:
+        """Blob Batch: up to 256 Delete Blob sub-requests in one request per container (and SAS),
+        each signed on its own; one Delete Blob for a lone blob. A missing blob counts as removed."""
+        results: List[Optional[TransferError]] = [None] * len(urls)
+        groups: Dict[Tuple[str, str], List[Tuple[int, wire.AzurePath]]] = {}
+        for index, url in enumerate(urls):
             try:
-                with self._send("DELETE", wire.split_url(url, need_blob=True)) as response:
-                    if response.status != 404:
-                        self._check(response, str(url), "delete", ok=(200, 202))
-                results.append(None)
+                path = wire.split_url(url, need_blob=True)
             except TransferError as err:
-                results.append(err)
+                results[index] = err
+                continue
+            groups.setdefault((path.container, path.sas), []).append((index, path))
+        for members in groups.values():
+            for at in range(0, len(members), wire.BATCH_MAX):
+                chunk = members[at:at + wire.BATCH_MAX]
+                found = self._delete_batch([urls[i] for i, _ in chunk], [p for _, p in chunk]) if len(chunk) > 1 \
+                    else [self._delete_one(urls[chunk[0][0]], chunk[0][1])]
+                for (index, _), outcome in zip(chunk, found):
+                    results[index] = outcome
         return results
+
+    def _delete_one(self, url: Url, path: wire.AzurePath) -> Optional[TransferError]:
+        try:
+            with self._send("DELETE", path) as response:
+                if response.status != 404:
+                    self._check(response, str(url), "delete", ok=(200, 202))
+        except TransferError as err:
+            return err
+        return None
+
+    def _delete_batch(self, urls: Sequence[Url], paths: Sequence[wire.AzurePath]) -> List[Optional[TransferError]]:
+        """One Blob Batch (container scope) deleting ``paths``, all of one container and SAS."""
+        subrequests = [("DELETE", *self._signed("DELETE", path, "", [("x-ms-date", wire.http_date())], 0))
+                       for path in paths]
+        content_type, body = wire.batch_body([(method, target, [*headers, ("Content-Length", "0")])
+                                              for method, target, headers in subrequests])
+        scope = wire.AzurePath(paths[0].container, "", paths[0].sas)
+        try:
+            with self._send("POST", scope, query={"restype": "container", "comp": "batch"},
+                            headers=[("Content-Type", content_type)], body=body) as response:
+                if response.status == 404:  # no such container: its blobs are gone, as for one Delete Blob
+                    response.read()
+                    return [None] * len(urls)
+                self._check(response, str(urls[0]), "delete", ok=(202,))
+                answers = batch_answers(response.headers.get("content-type", ""), response.read())
+        except TransferError as err:  # the whole batch failed: every blob gets the error
+            return [err.relabelled(url=str(url), operation="delete") for url in urls]
+        return [self._outcome(url, answers.get(str(index))) for index, url in enumerate(urls)]
+
+    def _outcome(self, url: Url, answer: Optional[Tuple[int, Dict[str, str], bytes]]) -> Optional[TransferError]:
+        """What one sub-request's answer says of its blob: None when removed or already absent."""
+        if answer is None:
+            return TransientError("no answer for this blob in the batch response", url=str(url), operation="delete")
+        status, headers, text = answer
+        if status in (200, 202, 404):
+            return None
+        return wire.azure_error(status, headers, text, str(url), "delete", self._access.account, self._access.where,
+                                retry_after_seconds(headers.get("retry-after")))
 
     def make_dirs(self, url: Url) -> None:
         """Create Container if missing (409 ``ContainerAlreadyExists`` is success)."""
@@ -292,7 +346,7 @@ class AzureBackend:
         except BaseException:
             response.discard()
             raise
-        return BodyStream(body, info, response_check({}, wire.md5_hex(response.headers), info.size))
+        return BodyStream(body, info, wire.content_md5_check(response.headers, info.size))
 
     def get_range(self, url: Url, byte_range: ByteRange, version: str, size: int,
                   write: Callable[[bytes], object]) -> int:

@@ -35,7 +35,7 @@ from transfer.backends._s3_wire import (
     check_endpoint,
     default_endpoint,
     etag_md5,
-    http_date_epoch,
+    iso8601_epoch,
     md5_of_etag,
     s3_error,
     split_url,
@@ -47,7 +47,8 @@ from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored
 from transfer.backends._s3_listing import dir_page, list_pages, page_objects
 from transfer.backends._s3_multipart import S3Multipart
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router, check_reply
-from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED, canonical_query, uri_encode_path
+from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED
+from transfer.backends._wire_common import canonical_query, http_date_epoch, uri_encode_path
 from transfer.backends.base import Attributes, BodyStream, ByteRange, ObjectInfo
 from transfer.config import Settings
 from transfer.credentials import (

@@ -97,13 +97,15 @@ class BrokenBundle:
 
 
 def bundle_dir_url(directory: Url) -> Url:
-    return directory.with_path(posixpath.join(directory.path.rstrip("/"), BUNDLE_DIR))
+    """``directory``'s bundle directory (its query, a SAS, kept as a query: never in the key)."""
+    return directory.with_bare_path(posixpath.join(directory.bare_path.rstrip("/"), BUNDLE_DIR))
 
 
 def new_bundle_url(directory: Url) -> Url:
     """A fresh, time-ordered bundle name (later bundles win on duplicate member names)."""
     name = f"{time.time_ns():020d}-{os.urandom(6).hex()}"  # as random as uuid4's first 12 digits, no uuid import
-    return bundle_dir_url(directory).with_path(f"{bundle_dir_url(directory).path}/{name}{SUFFIX}")
+    bundles = bundle_dir_url(directory)
+    return bundles.with_bare_path(f"{bundles.bare_path}/{name}{SUFFIX}")
 
 
 class BundleDirectory:
@@ -207,8 +209,8 @@ class BundleDirectory:
             raise BundleFormatError(f"{directory} holds {entries} objects and bundle members, more than "
                                     f"the bundle index limit of {max_entries}", url=str(directory))
         _drop_heads(loaded)
-        by_path = {b.url.path: b for b in loaded}
-        for path, names in map_fn(lambda info: (info.url.path, _read_record(backend, info.url)), records):
+        by_path = {b.url.bare_path: b for b in loaded}
+        for path, names in map_fn(lambda info: (info.url.bare_path, _read_record(backend, info.url)), records):
             owner = by_path.get(path.rsplit(".rm-", 1)[0])
             if owner is not None:
                 owner.removed.update(names)
@@ -217,7 +219,7 @@ class BundleDirectory:
 
 def _list(backend: Backend, directory: Url, max_entries: int) -> Tuple[List[ObjectInfo], List[ObjectInfo], Set[str]]:
     """(bundles oldest first, removal records, plain names relative to ``directory``)."""
-    prefix = directory.path.rstrip("/") + "/"
+    prefix = directory.bare_path.rstrip("/") + "/"
     marker = prefix + BUNDLE_DIR + "/"
     bundles: List[ObjectInfo] = []
     records: List[ObjectInfo] = []
@@ -226,7 +228,7 @@ def _list(backend: Backend, directory: Url, max_entries: int) -> Tuple[List[Obje
         return bundles, records, plain  # a source that cannot be listed holds no bundles we can find
     try:
         for info in backend.list(directory):
-            path = info.url.path
+            path = info.url.bare_path  # a listing's URLs keep the directory's query (a SAS)
             if path.startswith(marker):
                 if path.endswith(SUFFIX):
                     bundles.append(info)
@@ -239,7 +241,7 @@ def _list(backend: Backend, directory: Url, max_entries: int) -> Tuple[List[Obje
                                             "index limit", url=str(directory))
     except NotFound:
         pass
-    bundles.sort(key=lambda i: i.url.path)
+    bundles.sort(key=lambda i: i.url.bare_path)
     return bundles, records, plain
 
 
@@ -337,4 +339,4 @@ def _read_record(backend: Backend, url: Url) -> List[str]:
 
 
 def removal_record_url(bundle: LoadedBundle) -> Url:
-    return bundle.url.with_path(f"{bundle.url.path}.rm-{os.urandom(16).hex()}")
+    return bundle.url.with_bare_path(f"{bundle.url.bare_path}.rm-{os.urandom(16).hex()}")

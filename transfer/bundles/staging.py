@@ -65,7 +65,7 @@ class UploadGroup:
 
 
 def _directory_key(url: Url) -> Tuple[str, str, str]:
-    return url.scheme, url.host, posixpath.dirname(url.path)
+    return url.scheme, url.host, _split(url)[0].path
 
 
 def _at(backend: Backend, host: str, path: str) -> Tuple[int, str, str]:
@@ -77,8 +77,10 @@ def _at(backend: Backend, host: str, path: str) -> Tuple[int, str, str]:
 
 
 def _split(url: Url) -> Tuple[Url, str]:
-    directory, name = posixpath.split(url.path)
-    return url.with_path(directory), name
+    """(directory, name) of ``url``: the name without the URL's query, which the directory's URL
+    keeps (an Azure SAS reaches the directory's listing and bundles, and is no part of a name)."""
+    directory, name = posixpath.split(url.bare_path)
+    return url.with_bare_path(directory), name
 
 
 class BundleStager:
@@ -193,11 +195,10 @@ class BundleStager:
                  map_fn: MapFn) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The bundle member that serves ``source``, if one does (its directory's index loaded once)."""
         backend = self._session.backend(source)
-        directory_path, name = posixpath.split(source.path)
-        key = _at(backend, source.host, directory_path)
+        directory, name = _split(source)
+        key = _at(backend, source.host, directory.path)
         index = indexes.get(key)
         if index is None:
-            directory = source.with_path(directory_path)
             try:
                 index = self._directory(backend, directory, map_fn)
             except TransferError:  # once per directory per batch; files then go the per-file way
@@ -294,7 +295,7 @@ class BundleStager:
             try:
                 size = self._bundleable_size(op)
                 key = _at(self._session.backend(op.dest), op.dest.host,
-                          posixpath.dirname(op.dest.path)) if size is not None else None
+                          _split(op.dest)[0].path) if size is not None else None
             except TransferError:
                 size = key = None  # reported per file by the ordinary path
             if size is None or key is None:
@@ -382,7 +383,7 @@ class BundleStager:
         directory = _split(_split(bundle.url)[0])[0]
         if not bundle.live_members():
             records = [i.url for i in backend.list(_split(bundle.url)[0])
-                       if i.url.path.startswith(bundle.url.path + ".rm-")]
+                       if i.url.bare_path.startswith(bundle.url.bare_path + ".rm-")]
             failures = [e for e in backend.delete(records + [bundle.url]) if e is not None]
             if failures:
                 raise failures[0]
