@@ -39,14 +39,14 @@ def _options(minio, endpoint=None) -> dict:
             "secret_key": minio.secret_key, "env": {}}
 
 
-def _minio_root(minio, tmp_path_factory, name: str):
+def _minio_root(minio, tmp_path_factory, name: str, protocol: str = "cloudio"):
     """(filesystem, path) on MinIO: through the registry (the entry point), paths ``BUCKET/...``."""
-    made = fsspec.filesystem("cloudio", **_options(minio))
+    made = fsspec.filesystem(protocol, **_options(minio))
     made.mkdir(name)
     return made, name
 
 
-def _azurite_root(azurite, tmp_path_factory, name: str):
+def _azurite_root(azurite, tmp_path_factory, name: str, protocol: str = "cloudio"):
     """(filesystem, path) on Azurite: ``scheme="az"``, paths ``ACCOUNT/CONTAINER/...``; the container
     is made with azure-storage-blob."""
     try:
@@ -55,7 +55,7 @@ def _azurite_root(azurite, tmp_path_factory, name: str):
         pass
     env = {"HOME": str(tmp_path_factory.mktemp("home")), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
            "AWS_EC2_METADATA_DISABLED": "true", "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string}
-    return fsspec.filesystem("cloudio", scheme="az", env=env, skip_instance_cache=True), f"{azurite.account}/{name}"
+    return fsspec.filesystem(protocol, scheme="az", env=env, skip_instance_cache=True), f"{azurite.account}/{name}"
 
 
 STORES = {"s3": ("minio", _minio_root), "az": ("azurite", _azurite_root)}
@@ -66,12 +66,13 @@ class CloudioFixtures(AbstractFixtures):
 
     # one bucket (container) for all the classes of a store
     root_name = f"fsspec-{uuid.uuid4().hex[:12]}"
+    protocol = "cloudio"  # the fsspec protocol the filesystem is made by (through the registry)
 
     @pytest.fixture(scope="class", params=sorted(STORES))
     @classmethod
     def store_root(cls, request, tmp_path_factory):
         server, make = STORES[request.param]
-        return make(request.getfixturevalue(server), tmp_path_factory, cls.root_name)
+        return make(request.getfixturevalue(server), tmp_path_factory, cls.root_name, cls.protocol)
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -21,14 +21,10 @@ from transfer.fsspec_async import AsyncCloudioFileSystem
 
 
 class AsyncFixtures(CloudioFixtures):
-    bucket_name = f"fsspec-async-{uuid.uuid4().hex[:12]}"
+    """The synchronous suite's fixtures on every store, the filesystem made as ``cloudio-async``."""
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def fs(cls, minio):
-        made = fsspec.filesystem("cloudio-async", **_options(minio))  # through the registry (entry point)
-        made.mkdir(cls.bucket_name)
-        return made
+    root_name = f"fsspec-async-{uuid.uuid4().hex[:12]}"
+    protocol = "cloudio-async"
 
 
 class TestAsyncCopy(AbstractCopyTests, AsyncFixtures):

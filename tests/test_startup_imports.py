@@ -30,7 +30,7 @@ ONE_FILE_S3 = frozenset({
     "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
     "transfer", "transfer._digests", "transfer._lean", "transfer._lean_json", "transfer._threads", "transfer._workers", "transfer.atomic", "transfer.backends",
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
-    "transfer.backends._sigv4", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
+    "transfer.backends._sigv4", "transfer.backends._wire_common", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
     "transfer.named_files", "transfer.layers", "transfer.layers.stack", "transfer.layers.store",
     "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.resume", "transfer.http.sockets", "transfer.ops", "transfer.ranged",

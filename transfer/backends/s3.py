@@ -44,8 +44,6 @@ from transfer.backends._s3_wire import (
     xml_tree,
 )
 from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored_checksum
-from transfer.backends._s3_listing import dir_page, list_pages, page_objects
-from transfer.backends._s3_multipart import S3Multipart
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router, check_reply
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED
 from transfer.backends._wire_common import canonical_query, http_date_epoch, uri_encode_path
@@ -69,6 +67,7 @@ from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from transfer.backends._s3_multipart import S3Multipart
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
     from transfer._threads import Cancel
@@ -188,10 +187,21 @@ class S3Backend:
         self._credentials = source
         self._scopes: Dict[Tuple[Credentials, str], Scope] = {}  # a few entries: one per bucket read
         self._router = Router(pool, region, source, pool_for or pool.sibling, amazon_default=amazon)
-        self._multipart = S3Multipart(self._router)
+        self._multipart_steps: Optional[S3Multipart] = None  # made on first use (_multipart)
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
         self.orphan_age = settings.multipart_orphan_age
+
+    @property
+    def _multipart(self) -> "S3Multipart":
+        """The multipart steps, their module imported on first use: a one-file job never loads
+        it (``tests/test_startup_imports.py``). Stateless beside the router, so two threads that
+        each make one are harmless."""
+        steps = self._multipart_steps
+        if steps is None:
+            from transfer.backends._s3_multipart import S3Multipart
+            steps = self._multipart_steps = S3Multipart(self._router)
+        return steps
 
     # -- request plumbing ---------------------------------------------------------------
 
@@ -329,6 +339,8 @@ class S3Backend:
     # -- listings (:mod:`transfer.backends._s3_listing`) --------------------------------
 
     def list(self, url: Url) -> Iterator[ObjectInfo]:
+        from transfer.backends._s3_listing import list_pages, page_objects  # not on a one-file job's path
+
         for page in list_pages(self._router, url, delimiter=None):
             yield from page_objects(url, page)
 
@@ -345,6 +357,8 @@ class S3Backend:
     def list_dir_pages(self, url: Url, start_after: str = "") -> Iterator[Tuple[List[ObjectInfo], List[Url]]]:
         """``PagedListing``: :meth:`list_dir` a page (up to 1,000 names) per request, each
         request sent when the page before it has been taken."""
+        from transfer.backends._s3_listing import dir_page, list_pages  # not on a one-file job's path
+
         for page in list_pages(self._router, url, delimiter="/", start_after=start_after):
             yield dir_page(url, page)
 
