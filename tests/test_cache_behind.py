@@ -69,3 +69,24 @@ def test_a_drain_keeps_an_entry_made_after_the_offer_and_replaces_one_from_befor
     assert replaced is not None and (replaced.version, replaced.sha256) == \
         ("v1", hashlib.sha256(b"job's bytes").hexdigest())
     cache.close()
+
+
+def test_a_drain_joins_offers_in_batches_each_member_with_its_own_version(tmp_path):
+    """The small files of a pipelined pass are offered one by one; the drain stores them in
+    batches (bounded by a sixteenth of the cap, so a batch is never refused whole where the
+    members one by one would fit), each entry with its own offer's version and source."""
+    cache = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "c"), "HOME": str(tmp_path),
+                                 "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
+                                 "PEGASUS_CLOUDIO_CACHE_MAX_BYTES": str(160_000)})
+    behind.collect()
+    for n in range(100):  # 100 KB in all: more than one batch of at most 10 KB
+        assert behind.offer(cache, [_member(f"f{n}", bytes([n]) * 1000)], f"v{n}", "download")
+    assert behind.offer(cache, [_member("m", b"member")], "b1")  # another source: a batch of its own
+    assert behind.drain() == 101
+    metas = {e.meta.key: e.meta for e in cache.entries()}
+    assert {k: (m.version, m.source) for k, m in metas.items() if k != "m"} == \
+        {f"f{n}": (f"v{n}", "download") for n in range(100)}
+    assert (metas["m"].version, metas["m"].source) == ("b1", "bundle")
+    stats = cache.stats()
+    assert (stats.entries, stats.bytes, stats.inserts) == (101, 100_000 + len(b"member"), 101)
+    cache.close()

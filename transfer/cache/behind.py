@@ -28,11 +28,13 @@ if TYPE_CHECKING:
     from transfer.cache.store import NodeCache
 
     Member = Tuple[str, bytes, str]  # key, bytes, the SHA-256 they were verified against
+    Queued = Tuple["NodeCache", List[Member], Optional[str], str, float]  # members, version, source, read at
 
 BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
+JOIN_BYTES = 64 << 10  # offers joined into one batch up to this (a slack of the cap at least: see Entries)
 
 _log = logger(__name__)  # logging is imported when a warning is first logged
-_queue: Optional[List[Tuple["NodeCache", List[Member], Optional[str], str, float]]] = None
+_queue: Optional[List[Queued]] = None
 _queued_bytes = 0
 _lock = _threads.Lock()  # offer() runs in the engine's worker threads
 
@@ -79,19 +81,40 @@ def abandon() -> None:
 
 
 def drain() -> int:
-    """Insert everything queued (one batch per offer), then stop collecting; the number of
-    entries stored."""
+    """Insert everything queued, then stop collecting; the number of entries stored. Offers
+    for one cache and source in a row go in as one batch (each member with its offer's
+    version and time of reading): the small files of a pipelined pass, offered one by one,
+    then cost one free-space check and one reservation for all, not one each."""
     global _queue, _queued_bytes
     with _lock:
         queue, _queue, _queued_bytes = _queue or [], None, 0
     stored = 0
     caches: Dict[int, "NodeCache"] = {}
-    for cache, members, version, source, read_at in queue:
+    for cache, source, batch in _batches(queue):
         caches[id(cache)] = cache
+        members = [member for member, _, _ in batch]
         try:
-            stored += len(cache.insert_members(members, version, source=source, read_at=read_at))
+            stored += len(cache.insert_members(members, source=source, versions=[v for _, v, _ in batch],
+                                               read_ats=[r for _, _, r in batch]))
         except Exception as err:  # noqa: BLE001 - the job is done: a cache entry is never worth a failure
             _log.warning("cache %s: write-behind of %d member(s) failed: %s", cache.directory, len(members), err)
     for cache in caches.values():
         cache.close()
     return stored
+
+
+def _batches(queue: List[Queued]) -> List[Tuple["NodeCache", str, List[Tuple[Member, Optional[str], float]]]]:
+    """The queue's offers as batches: consecutive offers for one cache and source joined, each
+    member with its offer's version and time of reading, up to :data:`JOIN_BYTES` (and a
+    sixteenth of the cache's cap: a batch is reserved under the cap whole, all or nothing)."""
+    batches: List[Tuple["NodeCache", str, List[Tuple[Member, Optional[str], float]]]] = []
+    joined = 0
+    for cache, members, version, source, read_at in queue:
+        size = sum(len(data) for _, data, _ in members)
+        if not batches or batches[-1][0] is not cache or batches[-1][1] != source or \
+                joined + size > min(JOIN_BYTES, cache.config.max_bytes >> 4):
+            batches.append((cache, source, []))
+            joined = 0
+        batches[-1][2].extend((member, version, read_at) for member in members)
+        joined += size
+    return batches

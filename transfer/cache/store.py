@@ -238,15 +238,18 @@ class NodeCache:
 
     def insert_members(self, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
                        dests: Optional[Sequence[Sequence[str]]] = None, *, source: str = "bundle",
-                       read_at: Optional[float] = None) -> List[str]:
+                       read_at: Optional[float] = None, versions: Optional[Sequence[Optional[str]]] = None,
+                       read_ats: Optional[Sequence[Optional[float]]] = None) -> List[str]:
         """Store verified bundle members, ``(key, bytes, sha256)`` each, as one batch; the keys
         stored. With ``dests`` (paths per member), stored members are also materialised there.
         ``source`` is recorded in their metadata ("download": bodies a job read, stored behind
         its answer); ``read_at``, when the bytes were read (an insert behind a job's answer): an
-        entry published after that stays. The contract is :mod:`transfer.cache.members`'s,
-        imported at the first batch."""
+        entry published after that stays. ``versions`` and ``read_ats`` (one per member) take
+        the place of ``version`` and ``read_at`` for a batch of objects read one by one. The
+        contract is :mod:`transfer.cache.members`'s, imported at the first batch."""
         from transfer.cache.members import insert_members
-        return insert_members(self._entries, members, version, dests, source, read_at)
+        return insert_members(self._entries, members, version, dests, source, read_at, versions=versions,
+                              read_ats=read_ats)
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
