@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from transfer.cache.store import NodeCache
 
     Member = Tuple[str, bytes, str]  # key, bytes, the SHA-256 they were verified against
-    Queued = Tuple["NodeCache", List[Member], Optional[str], str, float]  # members, version, source, read at
+    # members, version, source, read at, temp files of their bytes
+    Queued = Tuple["NodeCache", List[Member], Optional[str], str, float, List[Optional[str]]]
+    Joined = Tuple[Member, Optional[str], float, Optional[str]]  # member, version, read at, temp file
 
 BUDGET_BYTES = 64 << 20  # at most this much member data waits in memory
 JOIN_BYTES = 64 << 10  # offers joined into one batch up to this (a slack of the cap at least: see Entries)
@@ -51,18 +53,21 @@ def collecting() -> bool:
     return _queue is not None
 
 
-def offer(cache: "NodeCache", members: List[Member], version: Optional[str] = None, source: str = "bundle") -> bool:
+def offer(cache: "NodeCache", members: List[Member], version: Optional[str] = None, source: str = "bundle",
+          temps: Optional[List[Optional[str]]] = None) -> bool:
     """Queue verified members ``(key, bytes, sha256)`` (:meth:`NodeCache.insert_members`, with
-    ``version`` and ``source``) for ``cache``, all or none; False when the caller must insert
-    them now (not collecting, or the byte budget is spent). The bytes count as read now: an
-    entry another process publishes before the drain is of the object as it was later, and
-    the drain leaves it (``read_at``)."""
+    ``version``, ``source`` and ``temps``: files :meth:`NodeCache.stage_linked` made of their
+    bytes) for ``cache``, all or none; False when the caller must insert them now (not
+    collecting, or the byte budget is spent). The bytes count as read now: an entry another
+    process publishes before the drain is of the object as it was later, and the drain leaves
+    it (``read_at``)."""
     global _queued_bytes
     size = sum(len(data) for _, data, _ in members)
     with _lock:
         if _queue is None or _queued_bytes + size > BUDGET_BYTES:
             return False
-        _queue.append((cache, list(members), version, source, time.time()))
+        _queue.append((cache, list(members), version, source, time.time(),
+                       list(temps) if temps is not None else [None] * len(members)))
         _queued_bytes += size
         return True
 
@@ -92,10 +97,10 @@ def drain() -> int:
     caches: Dict[int, "NodeCache"] = {}
     for cache, source, batch in _batches(queue):
         caches[id(cache)] = cache
-        members = [member for member, _, _ in batch]
+        members = [joined[0] for joined in batch]
         try:
-            stored += len(cache.insert_members(members, source=source, versions=[v for _, v, _ in batch],
-                                               read_ats=[r for _, _, r in batch]))
+            stored += len(cache.insert_members(members, source=source, versions=[j[1] for j in batch],
+                                               read_ats=[j[2] for j in batch], temps=[j[3] for j in batch]))
         except Exception as err:  # noqa: BLE001 - the job is done: a cache entry is never worth a failure
             _log.warning("cache %s: write-behind of %d member(s) failed: %s", cache.directory, len(members), err)
     for cache in caches.values():
@@ -103,18 +108,18 @@ def drain() -> int:
     return stored
 
 
-def _batches(queue: List[Queued]) -> List[Tuple["NodeCache", str, List[Tuple[Member, Optional[str], float]]]]:
+def _batches(queue: List[Queued]) -> List[Tuple["NodeCache", str, List[Joined]]]:
     """The queue's offers as batches: consecutive offers for one cache and source joined, each
     member with its offer's version and time of reading, up to :data:`JOIN_BYTES` (and a
     sixteenth of the cache's cap: a batch is reserved under the cap whole, all or nothing)."""
-    batches: List[Tuple["NodeCache", str, List[Tuple[Member, Optional[str], float]]]] = []
+    batches: List[Tuple["NodeCache", str, List[Joined]]] = []
     joined = 0
-    for cache, members, version, source, read_at in queue:
+    for cache, members, version, source, read_at, temps in queue:
         size = sum(len(data) for _, data, _ in members)
         if not batches or batches[-1][0] is not cache or batches[-1][1] != source or \
                 joined + size > min(JOIN_BYTES, cache.config.max_bytes >> 4):
             batches.append((cache, source, []))
             joined = 0
-        batches[-1][2].extend((member, version, read_at) for member in members)
+        batches[-1][2].extend((member, version, read_at, temp) for member, temp in zip(members, temps))
         joined += size
     return batches

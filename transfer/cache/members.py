@@ -51,19 +51,24 @@ _log = logger("transfer.cache.store")  # one logger for the cache's warnings
 def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
                    dests: Optional[Sequence[Sequence[str]]] = None, source: str = "bundle",
                    read_at: Optional[float] = None, *, versions: Optional[Sequence[Optional[str]]] = None,
-                   read_ats: Optional[Sequence[Optional[float]]] = None) -> List[str]:
+                   read_ats: Optional[Sequence[Optional[float]]] = None,
+                   temps: Optional[Sequence[Optional[str]]] = None) -> List[str]:
     """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored (see above).
     ``read_at``: when the members' bytes were read, for inserts made later (behind a job's
     answer); an entry published after then is of the object as it was later, and stays.
     ``versions`` and ``read_ats``, one per member, take the place of ``version`` and ``read_at``
-    (a batch of objects read one by one: :func:`transfer.cache.behind.drain`)."""
+    (a batch of objects read one by one: :func:`transfer.cache.behind.drain`). ``temps``, one
+    per member or None: a temp file of the key holding the member's bytes, read-only, that the
+    job already has as its file (:meth:`NodeCache.stage_linked`): a new key's entry is that file,
+    renamed (written once); otherwise it is removed and the bytes are written as without it."""
     wanted = [n for n, m in enumerate(members) if len(m[1]) <= entries.config.max_bytes]
     stored: List[str] = []
     size = sum(len(members[n][1]) for n in wanted)
-    if not wanted or not entries.has_room(size):
-        return stored
+    staged = {n for n, temp in enumerate(temps or ()) if temp is not None}  # temps not yet used: removed at the end
     unused = 0  # of the bytes reserved: given back at the end
     try:
+        if not wanted or not entries.has_room(size):
+            return stored
         if not entries.reserve(size):
             return stored
         unused = size
@@ -73,9 +78,16 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
             paths = entries.paths(key)
             fd, new_key = acquire_new(paths.lock)
             with Held(fd):
-                written = _put_member(entries, paths, (key, data, sha256),
-                                      version if versions is None else versions[n], source,
-                                      read_at if read_ats is None else read_ats[n], mode, new_key)
+                temp = None if temps is None else temps[n]
+                staged.discard(n)
+                member_version = version if versions is None else versions[n]
+                written = new_key and temp is not None and \
+                    _publish_linked(entries, paths, members[n], member_version, source, temp)
+                if not written:
+                    if temp is not None:
+                        remove_quietly(temp)  # not a crashed writer's leftover: ours, unused
+                    written = _put_member(entries, paths, members[n], member_version, source,
+                                          read_at if read_ats is None else read_ats[n], mode, new_key)
                 unused -= len(data) if written else 0
                 for dest in dests[n] if dests is not None else ():
                     if written:
@@ -88,6 +100,8 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
     except OSError as err:
         _log.warning("cache %s: cannot insert bundle members: %s", entries.directory, err)
     finally:
+        for n in staged:
+            remove_quietly(temps[n])  # type: ignore[index,arg-type]  # staged: indexes of temps given
         if unused:
             entries.adjust_usage(0, -unused)
         entries.gc_if_due()
@@ -131,6 +145,33 @@ def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str
         raise
     untrack_temp(temp)
     entries.restamp(paths, len(data))
+    entries.adjust_usage(1, 0)  # its bytes: reserved for the batch
+    entries.counters.add(inserts=1)
+    return True
+
+
+def _publish_linked(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str], version: Optional[str],
+                    source: str, temp: str) -> bool:
+    """A new key (its lock just made by the caller, held exclusive): its entry is ``temp``, the
+    read-only file the job made of the member's bytes and linked as its own, renamed into
+    place after its metadata (its size must still be the bytes', its modification time is
+    recorded; entries this small are re-hashed on every hit, so bytes changed in it since are
+    caught there). False, nothing published, when ``temp`` is gone or changed. Raises OSError."""
+    key, data, sha256 = member
+    try:
+        st = os.stat(temp)
+    except FileNotFoundError:
+        return False  # another process's cleaning took it
+    if st.st_size != len(data) or not entries.config.verifies(st.st_size):
+        return False
+    write_meta_in_place(paths, Meta(key, st.st_size, sha256, st.st_mtime_ns, time.time(), version, source))
+    try:
+        os.replace(temp, paths.data)
+    except BaseException as err:
+        remove_quietly(paths.meta)
+        if isinstance(err, FileNotFoundError):
+            return False  # cleaned away since the stat
+        raise
     entries.adjust_usage(1, 0)  # its bytes: reserved for the batch
     entries.counters.add(inserts=1)
     return True
