@@ -1,13 +1,13 @@
 """The node cache's part in the engine's pipelined pass of small downloads (:mod:`transfer.batched`).
 
 With the node cache on, the pass leaves the cache's hits to the engine's per-file path (served
-from their entries, without a request). Each body the pass reads goes to the destination as
-without the cache, and into the cache after the job's answer when the process collects inserts
-(:mod:`transfer.cache.behind`: the drop-in and the node stager do); else it fills the object's
-cache entry and the destination at once, as a per-file miss does
-(:meth:`~transfer.cache.NodeCache.fetch` with ``missed=True``). A miss then costs the job what no
-cache costs: the entry's lock, data and metadata files are made by the process that fills the
-cache after the job has its files.
+from their entries, without a request). When the process collects inserts
+(:mod:`transfer.cache.behind`: the drop-in and the node stager do), each body the pass reads is
+written once, into a file in the cache linked at the destination, which the insert after the
+job's answer renames into the entry; else it fills the object's cache entry and the destination
+at once, as a per-file miss does (:meth:`~transfer.cache.NodeCache.fetch` with ``missed=True``).
+A miss then costs the job what no cache costs, one file made (and a link): the entry's lock and
+metadata files are made by the process that fills the cache after the job has its files.
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ turns this on for the process; :func:`offer` queues the inserts of one bundle's 
 one small download's body (:mod:`transfer.cached_reads`), and says whether it did (False:
 not collecting, or the byte budget is spent: the caller inserts now); :func:`drain` performs
 the queued inserts and persists each cache's counters. Queued entries are the bytes the job
-already verified, never re-read from the job's files, which the job may change or remove.
+already verified, never re-read from the job's files, which the job may change or remove (a
+body written once into the cache and linked as the job's file, :meth:`NodeCache.stage_linked`,
+becomes the entry by a rename, recorded with the SHA-256 of the verified bytes: entries that
+small are re-hashed on every hit).
 A process killed before it drains loses only cache entries, never correctness. The drop-in
 run in the job itself collects too, and has a child process of its own drain the queue after
 its files are in place (:func:`pegasus_cloudio.dropin.main.insert_behind`).
