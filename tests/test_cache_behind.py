@@ -152,7 +152,8 @@ def test_nothing_is_staged_where_the_cache_links_nothing(tmp_path):
                                   "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0", "PEGASUS_CLOUDIO_CACHE_HARDLINK": "0"})
     assert nolink.stage_linked("k", b"x", str(tmp_path / "job" / "a")) is None
     small = cache_from_settings({"PEGASUS_CLOUDIO_CACHE_DIR": str(tmp_path / "c"), "HOME": str(tmp_path),
-                                 "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0", "PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES": "4"})
+                                 "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0",
+                                 "PEGASUS_CLOUDIO_CACHE_VERIFY_BYTES": "4"})
     assert small.stage_linked("k", b"12345", str(tmp_path / "job" / "a")) is None
     assert not (tmp_path / "job" / "a").exists() and not list((tmp_path / "c").rglob("*.part"))
     nolink.close()

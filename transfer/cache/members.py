@@ -6,15 +6,18 @@ loads it. The members are ``(key, bytes, sha256)``, already verified by the call
 
 For one batch: one free-space check, one reservation of its bytes under the size cap
 (:meth:`Entries.reserve`; what is not stored is given back) and one read of the umask, then per
-member, under its key's exclusive lock (a key whose lock file the batch creates has no other
-file: nothing to check or clear), its metadata written in place (no entry exists while the lock is held, so
-nothing trusts it half-written), its bytes in a new temp file and the cache's one publishing
-step (:meth:`Entries.make_entry`: fsync where a hit does not re-hash, 0444 less the umask,
-one rename that makes the entry). An existing valid entry of the same object stays, checked by size and time
-only (not re-hashed), and so does one published after the members were read (``read_at``: inserts
-behind a job's answer, whose bytes may be of an object replaced since). With ``dests`` (one list of paths per member), each stored member is also
-materialised at its paths under its lock, as a hit would be (hard links where the cache hands
-out links); where an older entry stayed, the destinations get the caller's verified bytes.
+member, under its key's exclusive lock (a key whose lock file the batch creates has no entry
+nor metadata: nothing to check or clear), its metadata written in place (no entry exists while
+the lock is held, so nothing trusts it half-written), its bytes in a new temp file and the
+cache's one publishing step (:meth:`Entries.make_entry`: fsync where a hit does not re-hash,
+0444 less the umask, one rename that makes the entry); or, for a member the job already wrote
+into the cache and linked as its file (``temps``), that file renamed into the entry. An
+existing valid entry of the same object stays, checked by size and time only (not re-hashed),
+and so does one published after the members were read (``read_at``: inserts behind a job's
+answer, whose bytes may be of an object replaced since). With ``dests`` (one list of paths per
+member), each stored member is also materialised at its paths under its lock, as a hit would be
+(hard links where the cache hands out links); where an older entry stayed, the destinations get
+the caller's verified bytes.
 Errors writing a destination propagate (the job's own); the cache's own errors only end the
 batch early (logged): the caller writes the destinations of members not returned itself.
 
@@ -64,7 +67,7 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
     wanted = [n for n, m in enumerate(members) if len(m[1]) <= entries.config.max_bytes]
     stored: List[str] = []
     size = sum(len(members[n][1]) for n in wanted)
-    staged = {n for n, temp in enumerate(temps or ()) if temp is not None}  # temps not yet used: removed at the end
+    staged = {n for n, temp in enumerate(temps or ()) if temp is not None}  # unused ones: removed at the end
     unused = 0  # of the bytes reserved: given back at the end
     try:
         if not wanted or not entries.has_room(size):
