@@ -119,9 +119,10 @@ def test_output_the_jobs_stdout_cannot_take_ends_as_python_does_with_the_inserts
 
 
 def test_small_files_a_job_reads_enter_the_node_cache_after_it_exits(native_dropin, proxied, bucket, tmp_path):
-    """A miss costs the job what no cache costs (issue 38): its files are its own, written as
-    without the cache, and the entries are made behind its answer, with each object's version;
-    the next job on the node reads every file from the cache without a GET."""
+    """A miss costs the job what no cache costs (issue 38): each of its files is written once,
+    as without the cache, but into the cache (read-only, as an entry) and hard-linked into the
+    job; the entries are made of those very files behind its answer, with each object's
+    version; the next job on the node reads every file from the cache without a GET."""
     proxy, env = proxied
     node = dict(job_env(env), PEGASUS_CLOUDIO_BUNDLE="0", PEGASUS_CLOUDIO_CACHE_DIR=str(tmp_path / "cache"))
     src = tmp_path / "src"
@@ -149,10 +150,18 @@ def test_small_files_a_job_reads_enter_the_node_cache_after_it_exits(native_drop
         assert done.returncode == 0, done.stderr.decode()
         assert all((tmp_path / job / n).read_bytes() == n.encode() * 15 for n in names)
         if job == "first":
-            assert all(os.stat(tmp_path / job / n).st_nlink == 1 for n in names)  # its own files
+            assert all(os.stat(tmp_path / job / n).st_nlink == 2 for n in names)  # written once, linked
+            assert {os.stat(tmp_path / job / n).st_mode & 0o777 for n in names} == {0o444 & ~_umask()}
             assert proxy.requests_by_method.get("GET", 0) == len(names)
             wait_for(lambda: sorted(cached()) == names, "the entries made behind the job")
             assert {(m.source, m.version is not None) for m in cached().values()} == {("download", True)}
     assert proxy.requests_by_method.get("GET", 0) == 0  # every file a hit
-    assert all(os.stat(tmp_path / "second" / n).st_nlink == 2 for n in names)  # hard links of the entries
+    assert all(os.stat(tmp_path / "second" / n).st_nlink == 3 for n in names)  # hard links of the entries
+    assert all(os.stat(tmp_path / "second" / n).st_ino == os.stat(tmp_path / "first" / n).st_ino for n in names)
     assert not list((tmp_path / "cache").rglob("*.part"))
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

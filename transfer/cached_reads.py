@@ -1,13 +1,13 @@
 """The node cache's part in the engine's pipelined pass of small downloads (:mod:`transfer.batched`).
 
 With the node cache on, the pass leaves the cache's hits to the engine's per-file path (served
-from their entries, without a request). Each body the pass reads goes to the destination as
-without the cache, and into the cache after the job's answer when the process collects inserts
-(:mod:`transfer.cache.behind`: the drop-in and the node stager do); else it fills the object's
-cache entry and the destination at once, as a per-file miss does
-(:meth:`~transfer.cache.NodeCache.fetch` with ``missed=True``). A miss then costs the job what no
-cache costs: the entry's lock, data and metadata files are made by the process that fills the
-cache after the job has its files.
+from their entries, without a request). When the process collects inserts
+(:mod:`transfer.cache.behind`: the drop-in and the node stager do), each body the pass reads is
+written once, into a file in the cache linked at the destination, which the insert after the
+job's answer renames into the entry; else it fills the object's cache entry and the destination
+at once, as a per-file miss does (:meth:`~transfer.cache.NodeCache.fetch` with ``missed=True``).
+A miss then costs the job what no cache costs, one file made (and a link): the entry's lock and
+metadata files are made by the process that fills the cache after the job has its files.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from transfer.errors import TransferError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, List, Optional, Sequence, Tuple
+    from typing import BinaryIO, Callable, List, Optional, Sequence, Set, Tuple
 
     from transfer.backends.base import ObjectInfo
     from transfer.cache import NodeCache
@@ -39,6 +39,19 @@ class CachedReads:
     def __init__(self, cache: NodeCache, cache_key: Callable[[Url], Optional[str]]) -> None:
         self._cache = cache
         self._cache_key = cache_key
+        self._unlinked: Set[str] = set()  # destination directories the cache cannot hard-link into
+
+    def _stage(self, key: str, body: bytes, dest: str) -> Optional[str]:
+        """:meth:`~transfer.cache.NodeCache.stage_linked`, not tried again in a directory where
+        it could not link (another filesystem: each try costs a file made in the cache)."""
+        directory = dest[:dest.rfind("/") + 1]
+        config = self._cache.config
+        if directory in self._unlinked or not (config.hardlink and config.verifies(len(body))):
+            return None
+        temp = self._cache.stage_linked(key, body, dest)
+        if temp is None:
+            self._unlinked.add(directory)
+        return temp
 
     def split(self, indexed: Sequence[Item]) -> Tuple[List[Item], List[Item]]:
         """(hits, misses) of ``indexed`` (position, transfer), each in the given order: a hit is
@@ -59,19 +72,26 @@ class CachedReads:
             return False
 
     def write(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
-        """The pipelined pass's ``write`` with the node cache: ``body`` (verified, of the object
-        ``op`` reads) goes to the destination as without the cache and is queued for the cache
-        behind the job's answer, when the process collects inserts and the queue has room; else
-        it fills the cache entry and the destination, as the engine's per-file fill does (an
-        object the cache does not take is written to the destination alone). Either way, an entry
-        of another version (another job's, of the object before it was replaced) is replaced by
-        ``body``, not handed out."""
+        """The pipelined pass's ``write`` with the node cache: when the process collects inserts,
+        ``body`` (verified, of the object ``op`` reads) is written once, into a temp file in the
+        cache hard-linked at the destination (:meth:`~transfer.cache.NodeCache.stage_linked`;
+        where the cache cannot link there, the destination is written as without the cache),
+        and queued for the cache behind the job's answer, which renames that file into the entry;
+        when the queue has no room, inserted now. Else it fills the cache entry and the
+        destination, as the engine's per-file fill does (an object the cache does not take is
+        written to the destination alone). Either way, an entry of another version (another
+        job's, of the object before it was replaced) is replaced by ``body``, not handed out."""
         key = self._cache_key(op.sources[0])
         if key is None:
             return write_file(op, body, info)
-        if behind.collecting() and behind.offer(self._cache, [(key, body, sha256_hex(body))], info.version,
-                                                "download"):
-            return write_file(op, body, info)  # the entry: made after the job's answer
+        if behind.collecting():
+            member = (key, body, sha256_hex(body))
+            temp = self._stage(key, body, op.dest.path)
+            if temp is None:
+                write_file(op, body, info)
+            if not behind.offer(self._cache, [member], info.version, "download", [temp]):
+                self._cache.insert_members([member], info.version, source="download", temps=[temp])
+            return len(body)  # the entry: made after the job's answer
 
         def received(sink: BinaryIO) -> ObjectInfo:
             sink.write(body)

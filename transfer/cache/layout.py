@@ -15,7 +15,8 @@ marks a use (:func:`touch`) or an intact check (:func:`set_stamp`) leaves on a k
         <digest>.peers          capabilities of the peer scopes this node's daemon may serve
                                 the entry to, one hex line each (``docs/security.md``)
         <digest>.ok             mtime = the entry's change time (ctime) when last known intact
-        <digest>.<pid>.<n>.part data or metadata being written
+        <digest>.<pid>.<n>.part data or metadata being written, or a job's file written once,
+                                waiting for its insert (:meth:`NodeCache.stage_linked`)
 
 ``<digest>`` is the SHA-256 of the key. An entry exists exactly when its data file does;
 the metadata is written (under the key's exclusive lock) before the data is renamed into place,

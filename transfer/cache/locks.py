@@ -51,7 +51,8 @@ def acquire_new(path: str) -> Tuple[int, bool]:
     :mod:`transfer.cache.evict`), so a key whose lock this call created had no files: its
     filler may skip looking for a crashed predecessor's (at worst, a writer that took the new
     lock and died in the instant before this one left a temp file, which eviction's cleaning
-    removes). Raises OSError."""
+    removes; so do a job's files written once and waiting, without the lock, for their insert:
+    :meth:`~transfer.cache.store.NodeCache.stage_linked`). Raises OSError."""
     try:
         fd = _open(path, _NEW)
     except FileExistsError:

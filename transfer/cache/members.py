@@ -4,16 +4,20 @@ Imported at the first batch: only a job that reads bundle members with the node 
 loads it. The members are ``(key, bytes, sha256)``, already verified by the caller against
 ``sha256``, which is recorded, not recomputed.
 
-For one batch: one free-space check and one reservation of its bytes under the size cap
-(:meth:`Entries.reserve`; what is not stored is given back), then per member, under its key's
-exclusive lock, its metadata written in place (no entry exists while the lock is held, so
-nothing trusts it half-written), its bytes in a new temp file and the cache's one publishing
-step (:meth:`Entries.make_entry`: fsync where a hit does not re-hash, 0444 less the umask,
-one rename that makes the entry). An existing valid entry of the same object stays, checked by size and time
-only (not re-hashed), and so does one published after the members were read (``read_at``: inserts
-behind a job's answer, whose bytes may be of an object replaced since). With ``dests`` (one list of paths per member), each stored member is also
-materialised at its paths under its lock, as a hit would be (hard links where the cache hands
-out links); where an older entry stayed, the destinations get the caller's verified bytes.
+For one batch: one free-space check, one reservation of its bytes under the size cap
+(:meth:`Entries.reserve`; what is not stored is given back) and one read of the umask, then per
+member, under its key's exclusive lock (a key whose lock file the batch creates has no entry
+nor metadata: nothing to check or clear), its metadata written in place (no entry exists while
+the lock is held, so nothing trusts it half-written), its bytes in a new temp file and the
+cache's one publishing step (:meth:`Entries.make_entry`: fsync where a hit does not re-hash,
+0444 less the umask, one rename that makes the entry); or, for a member the job already wrote
+into the cache and linked as its file (``temps``), that file renamed into the entry. An
+existing valid entry of the same object stays, checked by size and time only (not re-hashed),
+and so does one published after the members were read (``read_at``: inserts behind a job's
+answer, whose bytes may be of an object replaced since). With ``dests`` (one list of paths per
+member), each stored member is also materialised at its paths under its lock, as a hit would be
+(hard links where the cache hands out links); where an older entry stayed, the destinations get
+the caller's verified bytes.
 Errors writing a destination propagate (the job's own); the cache's own errors only end the
 batch early (logged): the caller writes the destinations of members not returned itself.
 
@@ -34,7 +38,7 @@ import time
 from transfer._lean import logger
 from transfer.atomic import atomic_write_bytes, untrack_temp, write_all
 from transfer.cache.layout import ENTRY_MODE, KeyPaths, Meta, remove_quietly, write_meta_in_place
-from transfer.cache.locks import EXCLUSIVE, held
+from transfer.cache.locks import Held, acquire_new
 from transfer.cache.materialise import materialise
 from transfer.errors import TransferError
 
@@ -49,25 +53,44 @@ _log = logger("transfer.cache.store")  # one logger for the cache's warnings
 
 def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
                    dests: Optional[Sequence[Sequence[str]]] = None, source: str = "bundle",
-                   read_at: Optional[float] = None) -> List[str]:
+                   read_at: Optional[float] = None, *, versions: Optional[Sequence[Optional[str]]] = None,
+                   read_ats: Optional[Sequence[Optional[float]]] = None,
+                   temps: Optional[Sequence[Optional[str]]] = None) -> List[str]:
     """Store verified bundle members, ``(key, bytes, sha256)`` each: the keys stored (see above).
     ``read_at``: when the members' bytes were read, for inserts made later (behind a job's
-    answer); an entry published after then is of the object as it was later, and stays."""
+    answer); an entry published after then is of the object as it was later, and stays.
+    ``versions`` and ``read_ats``, one per member, take the place of ``version`` and ``read_at``
+    (a batch of objects read one by one: :func:`transfer.cache.behind.drain`). ``temps``, one
+    per member or None: a temp file of the key holding the member's bytes, read-only, that the
+    job already has as its file (:meth:`NodeCache.stage_linked`): a new key's entry is that file,
+    renamed (written once); otherwise it is removed and the bytes are written as without it."""
     wanted = [n for n, m in enumerate(members) if len(m[1]) <= entries.config.max_bytes]
     stored: List[str] = []
     size = sum(len(members[n][1]) for n in wanted)
-    if not wanted or not entries.has_room(size):
-        return stored
+    staged = {n for n, temp in enumerate(temps or ()) if temp is not None}  # unused ones: removed at the end
     unused = 0  # of the bytes reserved: given back at the end
     try:
+        if not wanted or not entries.has_room(size):
+            return stored
         if not entries.reserve(size):
             return stored
         unused = size
+        mode = entries.less_umask(ENTRY_MODE)  # the umask, read once per batch (a file of /proc)
         for n in wanted:
             key, data, sha256 = members[n]
             paths = entries.paths(key)
-            with held(paths.lock, EXCLUSIVE):
-                written = _put_member(entries, paths, key, data, sha256, version, source, read_at)
+            fd, new_key = acquire_new(paths.lock)
+            with Held(fd):
+                temp = None if temps is None else temps[n]
+                staged.discard(n)
+                member_version = version if versions is None else versions[n]
+                written = new_key and temp is not None and \
+                    _publish_linked(entries, paths, members[n], member_version, source, temp)
+                if not written:
+                    if temp is not None:
+                        remove_quietly(temp)  # not a crashed writer's leftover: ours, unused
+                    written = _put_member(entries, paths, members[n], member_version, source,
+                                          read_at if read_ats is None else read_ats[n], mode, new_key)
                 unused -= len(data) if written else 0
                 for dest in dests[n] if dests is not None else ():
                     if written:
@@ -80,26 +103,33 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
     except OSError as err:
         _log.warning("cache %s: cannot insert bundle members: %s", entries.directory, err)
     finally:
+        for n in staged:
+            remove_quietly(temps[n])  # type: ignore[index,arg-type]  # staged: indexes of temps given
         if unused:
             entries.adjust_usage(0, -unused)
         entries.gc_if_due()
     return stored
 
 
-def _put_member(entries: Entries, paths: KeyPaths, key: str, data: bytes, sha256: str,
-                version: Optional[str], source: str, read_at: Optional[float] = None) -> bool:
-    """One member; the caller holds its key's exclusive lock. True when this call wrote the
-    entry; False when an existing entry stays: one of the same object (checked by size and time
-    only, not re-hashed: so the caller does not hand its bytes to a job), or one published
-    after ``read_at`` (a newer read than ours, of an object replaced since). The metadata comes
-    first (with the data's modification time chosen now and set on the data file), so a temp
-    file of this key never exists without it: whatever a killed insert leaves, the next fill
-    finds and removes. Raises OSError."""
-    meta = entries.valid(paths, key)
-    if meta is not None and (not meta.changed(version, sha256) or (read_at is not None and meta.created > read_at)):
-        return False
-    if meta is not None or _exists(paths.meta) or _exists(paths.data):
-        entries.remove_invalid(paths)  # else a new key: nothing to list
+def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str], version: Optional[str],
+                source: str, read_at: Optional[float], mode: int, new_key: bool) -> bool:
+    """One member ``(key, bytes, sha256)``; the caller holds its key's exclusive lock, which it
+    created when ``new_key`` (:func:`acquire_new`: the key has no other file, so nothing to
+    look at or clear). True when this call wrote the entry, ``mode`` its permissions (0444
+    less the umask); False when an existing entry stays: one of the same object (checked by
+    size and time only, not re-hashed: so the caller does not hand its bytes to a job), or one
+    published after ``read_at`` (a newer read than ours, of an object replaced since). The
+    metadata comes first (with the data's modification time chosen now and set on the data
+    file), so a temp file of this key never exists without it: whatever a killed insert
+    leaves, the next fill finds and removes. Raises OSError."""
+    key, data, sha256 = member
+    if not new_key:
+        meta = entries.valid(paths, key)
+        if meta is not None and (not meta.changed(version, sha256) or
+                                 (read_at is not None and meta.created > read_at)):
+            return False
+        if meta is not None or _exists(paths.meta) or _exists(paths.data):
+            entries.remove_invalid(paths)  # else no entry nor metadata: nothing to list
     stamp = time.time_ns()
     write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, source))
     temp = None
@@ -108,7 +138,7 @@ def _put_member(entries: Entries, paths: KeyPaths, key: str, data: bytes, sha256
         try:
             write_all(fd, data)
             os.utime(fd, ns=(stamp, stamp))
-            entries.make_entry(paths, fd, temp, len(data), entries.less_umask(ENTRY_MODE))
+            entries.make_entry(paths, fd, temp, len(data), mode)
         finally:
             os.close(fd)
     except BaseException:
@@ -118,6 +148,33 @@ def _put_member(entries: Entries, paths: KeyPaths, key: str, data: bytes, sha256
         raise
     untrack_temp(temp)
     entries.restamp(paths, len(data))
+    entries.adjust_usage(1, 0)  # its bytes: reserved for the batch
+    entries.counters.add(inserts=1)
+    return True
+
+
+def _publish_linked(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str], version: Optional[str],
+                    source: str, temp: str) -> bool:
+    """A new key (its lock just made by the caller, held exclusive): its entry is ``temp``, the
+    read-only file the job made of the member's bytes and linked as its own, renamed into
+    place after its metadata (its size must still be the bytes', its modification time is
+    recorded; entries this small are re-hashed on every hit, so bytes changed in it since are
+    caught there). False, nothing published, when ``temp`` is gone or changed. Raises OSError."""
+    key, data, sha256 = member
+    try:
+        st = os.stat(temp)
+    except FileNotFoundError:
+        return False  # another process's cleaning took it
+    if st.st_size != len(data) or not entries.config.verifies(st.st_size):
+        return False
+    write_meta_in_place(paths, Meta(key, st.st_size, sha256, st.st_mtime_ns, time.time(), version, source))
+    try:
+        os.replace(temp, paths.data)
+    except BaseException as err:
+        remove_quietly(paths.meta)
+        if isinstance(err, FileNotFoundError):
+            return False  # cleaned away since the stat
+        raise
     entries.adjust_usage(1, 0)  # its bytes: reserved for the batch
     entries.counters.add(inserts=1)
     return True

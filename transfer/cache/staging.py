@@ -10,7 +10,7 @@ from transfer.cache.layout import KeyPaths, remove_quietly
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Tuple
+    from typing import Callable, Optional, Tuple
 
 _CHUNK = 1 << 20
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
@@ -47,6 +47,34 @@ def stage_bytes(paths: KeyPaths, data: bytes) -> Staged:
         return _digests.sha256_hex(data)
 
     return _filled(fd, temp, write)
+
+
+def stage_linked(paths: KeyPaths, data: bytes, dest: str) -> Optional[str]:
+    """Write once and link: ``data`` into a new temp file of the key (created 0666, so its mode
+    says what the umask leaves; then 0444 less that, as an entry's), hard-linked at ``dest``
+    (replacing a file there). The temp path, which a later insert renames into the entry
+    (:func:`transfer.cache.members.insert_members` ``temps``); None, with no file left in the
+    cache nor at ``dest``, when the link cannot be made (another filesystem). Taken without the
+    key's lock: another process's cleaning may remove the temp name at any time, which costs
+    only the entry (the insert then writes ``data``), or, before the link, this call's result
+    (None). Raises OSError of the cache's side, and the TransferError of writing ``dest``."""
+    from transfer.atomic import atomic_hardlink, untrack_temp, write_all
+
+    fd, temp = paths.open_temp(0o666)
+    try:
+        write_all(fd, data)
+        os.fchmod(fd, os.fstat(fd).st_mode & 0o444)
+        linked = atomic_hardlink(temp, dest)
+    except BaseException:
+        remove_quietly(temp)
+        raise
+    finally:
+        os.close(fd)
+    if not linked:
+        remove_quietly(temp)
+        return None
+    untrack_temp(temp)  # the insert's to publish, not a signal handler's to remove (gc cleans a stray one)
+    return temp
 
 
 def hash_fd(fd: int) -> str:

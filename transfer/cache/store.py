@@ -36,7 +36,7 @@ from transfer.cache.layout import KeyPaths, Meta, grant_capability, prepare_root
 from transfer.cache.locks import EXCLUSIVE, SHARED, Held, acquire_new, held
 from transfer.cache.materialise import materialise
 from transfer.cache.sink import CacheSink
-from transfer.cache.staging import Staged, stage_bytes, stage_file
+from transfer.cache.staging import Staged, stage_bytes, stage_file, stage_linked
 from transfer.cache.stats import CacheStats, stats_from
 from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
@@ -219,6 +219,25 @@ class NodeCache:
 
     # -- inserts ----------------------------------------------------------------------
 
+    def stage_linked(self, key: str, data: bytes, dest_path: str) -> Optional[str]:
+        """Write once and link, for an insert made later (:meth:`insert_members` ``temps``):
+        ``data`` (verified, of the object ``key`` names) into a temp file in the cache, read-only
+        as an entry is, and hard-linked at ``dest_path``, so the insert renames it into the entry
+        instead of writing the bytes again. Without the key's lock or metadata: the job's file
+        costs one file made, as without the cache. None (nothing written) where the cache hands
+        out no hard links, the entry would not be re-hashed on a hit (bigger than
+        ``verify_bytes``: the job's copy is the entry until then), or the link fails (another
+        filesystem): the caller writes ``dest_path`` itself. Errors of ``dest_path`` propagate."""
+        if not (self.config.hardlink and self.config.verifies(len(data))):
+            return None
+        try:
+            return stage_linked(self._layout.paths(key), data, dest_path)
+        except OSError as err:
+            if isinstance(err, TransferError):
+                raise
+            _log.warning("cache %s unusable for this transfer: %s", self.directory, err)
+            return None
+
     def insert_file(self, key: str, path: str, version: Optional[str] = None, *, link: bool = False) -> bool:
         """Write-through after an upload: store the local file ``path`` as ``key``.
 
@@ -238,15 +257,21 @@ class NodeCache:
 
     def insert_members(self, members: Sequence[Tuple[str, bytes, str]], version: Optional[str] = None,
                        dests: Optional[Sequence[Sequence[str]]] = None, *, source: str = "bundle",
-                       read_at: Optional[float] = None) -> List[str]:
+                       read_at: Optional[float] = None, versions: Optional[Sequence[Optional[str]]] = None,
+                       read_ats: Optional[Sequence[Optional[float]]] = None,
+                       temps: Optional[Sequence[Optional[str]]] = None) -> List[str]:
         """Store verified bundle members, ``(key, bytes, sha256)`` each, as one batch; the keys
         stored. With ``dests`` (paths per member), stored members are also materialised there.
         ``source`` is recorded in their metadata ("download": bodies a job read, stored behind
         its answer); ``read_at``, when the bytes were read (an insert behind a job's answer): an
-        entry published after that stays. The contract is :mod:`transfer.cache.members`'s,
-        imported at the first batch."""
+        entry published after that stays. ``versions`` and ``read_ats`` (one per member) take
+        the place of ``version`` and ``read_at`` for a batch of objects read one by one;
+        ``temps``, per member, the temp file :meth:`stage_linked` made of its bytes (None: none),
+        renamed into the entry where the key is new. The contract is
+        :mod:`transfer.cache.members`'s, imported at the first batch."""
         from transfer.cache.members import insert_members
-        return insert_members(self._entries, members, version, dests, source, read_at)
+        return insert_members(self._entries, members, version, dests, source, read_at, versions=versions,
+                              read_ats=read_ats, temps=temps)
 
     def _insert(self, key: str, version: Optional[str], sha256: Optional[str], source: str,
                 stage: Callable[[KeyPaths], Staged]) -> bool:
