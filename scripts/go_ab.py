@@ -1,7 +1,7 @@
 """Ours against the Go pegasus-transfer on many small files, alternating, on one MinIO.
 
     .venv/bin/python scripts/go_ab.py [--count 6173] [--size 300] [--rtt-ms 20] [--rounds 3]
-                                      [--threads 5] [--modes in,out,cache,bundled]
+                                      [--threads 5] [--modes in,out,cache,bundled] [--before TREE]
 
 ``bench small-files`` runs each tool once and spends most of its time on the Python tool's
 sample; this script runs only ours and the Go tool (issue 38's targets), round after round in
@@ -12,6 +12,9 @@ with users' defaults (a fresh node cache, every file a miss); ``bundled``:
 (``RUSAGE_CHILDREN``), requests and connections at the proxy, and the CPU that MinIO and the
 proxy (this process) spent meanwhile: when those approach the wall on a loaded machine, the
 server side is the limit, not the client. Medians over the rounds, and ours over Go's.
+``--before TREE`` adds a third contestant in the same rounds: ours from another source checkout
+(``git archive REV transfer pegasus_cloudio | tar -x -C TREE``, put first on ``PYTHONPATH``), for a
+change's before and after beside the Go tool.
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ def _run(ws: Workspace, server: MinioServer, proxy: TcpProxy, tool: str, argv: L
 
 
 def _round(ws: Workspace, server: MinioServer, proxy: TcpProxy, modes: List[str], r: int,
-           threads: int) -> Dict[str, Dict[str, float]]:
+           threads: int, before: str = "") -> Dict[str, Dict[str, float]]:
     contestants = [("ours", ours_argv(threads), ws.env), ("go", go_argv(threads), go_env(ws.env))]
+    if before:
+        contestants.insert(1, ("before", ours_argv(threads), dict(ws.env, PYTHONPATH=before)))
     if r % 2:
         contestants.reverse()
     out: Dict[str, Dict[str, float]] = {}
@@ -68,18 +73,18 @@ def _round(ws: Workspace, server: MinioServer, proxy: TcpProxy, modes: List[str]
         if "out" in modes:
             out[f"{name}_out"] = _run(ws, server, proxy, name, argv, env,
                                       transfer_spec(ws.out_pairs(f"{name}-out-{r}", ws.names), "local", SITE))
-        if name == "ours" and "cache" in modes:
-            cache, dest = ws.fresh_dir(f"cache-{r}"), ws.fresh_dir(f"in-cache-{r}")
+        if name != "go" and "cache" in modes:
+            cache, dest = ws.fresh_dir(f"cache-{name}-{r}"), ws.fresh_dir(f"in-cache-{name}-{r}")
             os.chmod(cache, 0o700)
-            out["ours_cache_in"] = _run(ws, server, proxy, name, argv, dict(env, PEGASUS_CLOUDIO_CACHE_DIR=cache),
+            out[f"{name}_cache_in"] = _run(ws, server, proxy, name, argv, dict(env, PEGASUS_CLOUDIO_CACHE_DIR=cache),
                                         transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"))
-        if name == "ours" and "bundled" in modes:
+        if name != "go" and "bundled" in modes:
             bundled = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")
-            out["ours_bundled_out"] = _run(ws, server, proxy, name, argv, bundled,
-                                           transfer_spec(ws.out_pairs(f"b-{r}", ws.names), "local", SITE))
-            dest = ws.fresh_dir(f"in-bundled-{r}")
-            out["ours_bundled_in"] = _run(ws, server, proxy, name, argv, bundled,
-                                          transfer_spec(ws.in_pairs(f"b-{r}", ws.names, dest), SITE, "local"))
+            out[f"{name}_bundled_out"] = _run(ws, server, proxy, name, argv, bundled,
+                                              transfer_spec(ws.out_pairs(f"b-{name}-{r}", ws.names), "local", SITE))
+            dest = ws.fresh_dir(f"in-bundled-{name}-{r}")
+            out[f"{name}_bundled_in"] = _run(ws, server, proxy, name, argv, bundled,
+                                             transfer_spec(ws.in_pairs(f"b-{name}-{r}", ws.names, dest), SITE, "local"))
     return out
 
 
@@ -91,6 +96,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=5)
     parser.add_argument("--modes", default="in,out,cache,bundled")
+    parser.add_argument("--before", default="", help="another checkout's tree, run as a third contestant")
     args = parser.parse_args()
     modes = args.modes.split(",")
     params = Params(count=args.count, size=args.size, threads=args.threads, rtt_ms=args.rtt_ms, s5cmd=False)
@@ -105,7 +111,8 @@ def main() -> int:
             _run(ws, server, proxy, "ours", ours_argv(args.threads), ws.env,
                  transfer_spec(ws.out_pairs("data", ws.names), "local", SITE))
             for r in range(args.rounds):
-                for key, value in _round(ws, server, proxy, modes, r, args.threads).items():
+                before = os.path.abspath(args.before) if args.before else ""
+                for key, value in _round(ws, server, proxy, modes, r, args.threads, before).items():
                     runs.setdefault(key, []).append(value)
                 load.append(os.getloadavg()[0])
                 print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]['wall_s']:.2f} s" for k, v in runs.items()),
@@ -114,7 +121,7 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
     medians = {k: {f: round(statistics.median(run[f] for run in v), 3) for f in v[0]} for k, v in runs.items()}
     ratios = {f"{k}_vs_go_{f}": round(medians[k][f] / medians[g][f], 3)
-              for k in medians if k.startswith("ours") for g in (("go_out" if k.endswith("_out") else "go_in"),)
+              for k in medians if not k.startswith("go") for g in (("go_out" if k.endswith("_out") else "go_in"),)
               if g in medians for f in ("wall_s", "cpu_s")}
     print(json.dumps({"params": vars(args), "load_1min": [round(x, 1) for x in load], "medians": medians,
                       "ratios": ratios}, indent=1))

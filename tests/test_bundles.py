@@ -183,6 +183,23 @@ def test_large_bundle_with_few_members_wanted_uses_ranges(proxied, bucket, tmp_p
         assert (tmp_path / "dst" / f.name).read_bytes() == f.read_bytes()
 
 
+def test_large_bundle_with_most_members_wanted_is_read_whole_at_load(proxied, bucket, tmp_path):
+    """A batch wanting many files of the directory (its bundles under 64 KiB per wanted file) reads
+    an 800 KB bundle in one GET when loading it: no 256 KiB head first, no second GET of its data."""
+    proxy, env = proxied
+    files = make_files(tmp_path / "src", 40, size=20_000)
+    upload(env, bucket, files, bundle=True)
+    proxy.reset_counters()
+    wanted = files[:30]
+    results = download(env, bucket, [f.name for f in wanted], tmp_path / "dst", bundle=True)
+    assert all(r.ok for r in results)
+    counters = proxy.snapshot()
+    assert counters["requests"] == 1 + 1  # LIST, the whole bundle
+    assert counters["bytes_down"] < 900_000  # the bundle once
+    for f in wanted:
+        assert (tmp_path / "dst" / f.name).read_bytes() == f.read_bytes()
+
+
 def test_a_batch_of_few_files_of_a_directory_skips_its_listing(proxied, bucket, tmp_path):
     """One plain file beside bundles: one GET, no LIST and no bundle heads. One member alone:
     its 404, then the LIST and the bundle (small: fetched whole), as a reader without bundling."""

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from transfer._threads import Cancel, Joinable
     from transfer.bundles.groups import GroupTask
     from transfer.bundles.staging import BundleStager, DownloadGroup
+    from transfer.backends.base import ObjectInfo
     from transfer.cache import NodeCache
     from transfer.layers import Reader
     from transfer.peers import PeerRound, PeerSource, Replica, Scope
@@ -231,6 +232,8 @@ class Engine:
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
         if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
             indexed = self._pipelined(indexed, results, budget, loads)
+        if len(indexed) > 1 and peers is None:
+            indexed = self._pipelined_puts(indexed, results, budget)
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
             self._collect(results, budget, executor, peers, resident, groups, futures)
@@ -295,6 +298,18 @@ class Engine:
                             lambda i, result: self._finish(results, i, result), stands_in,
                             write_file if cached is None else cached.write)
         return sorted(rest + hits) if hits else rest
+
+    def _pipelined_puts(self, indexed: List[Tuple[int, Transfer]], results: List[Optional[Result]],
+                        budget: RetryBudget) -> List[Tuple[int, Transfer]]:
+        """Small uploads, pipelined from this thread first; the transfers left for the per-file path."""
+        from transfer.batched import write_batched
+
+        def stored(op: Transfer, info: ObjectInfo) -> None:
+            self._write_through(op.dest, op.sources[0].path, info.version, None)
+
+        return write_batched(self._session, indexed, self._threads, budget, self._pacer,
+                             budget.cancel if isinstance(budget, RunBudget) else None,
+                             lambda i, result: self._finish(results, i, result), stored)
 
     def _collect(self, results: List[Optional[Result]], budget: RetryBudget, executor: Executor,
                  peers: Optional[PeerRound], resident: List[DownloadGroup], groups: List[Future],  # type: ignore[type-arg]

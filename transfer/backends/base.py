@@ -7,7 +7,7 @@ requests, no threads, no caching, no bundling (those live in the engine). It rai
 Every backend reads (:class:`Backend`). What only some can do is a separate protocol,
 checked with ``isinstance``: :class:`Uploads` and :class:`Namespace` (together a
 :class:`Store`; plain HTTP sources have neither), :class:`MultipartUploads`,
-:class:`RangedReads`, :class:`BatchReads`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`ConditionalPuts`, :class:`AttributedPuts`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
+:class:`RangedReads`, :class:`BatchReads`, :class:`BatchWrites`, :class:`ServerSideCopy`, :class:`PagedListing`, :class:`TreeRemoval`, :class:`TempUploads`, :class:`ExclusiveCreate`, :class:`ConditionalPuts`, :class:`AttributedPuts`, :class:`Presigns`, :class:`Touches`, :class:`Buckets`, :class:`CacheKeys` and :class:`PeerScopes`. No backend has a
 method that only refuses; :func:`uploads`, :func:`namespace` and :func:`store` give the one-line error for a missing
 capability.
 """
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from transfer.peer_scope import Scope
 
     Take = Callable[[int, bytes, "ObjectInfo", float], bool]
+    Stored = Callable[[int, "ObjectInfo", float], bool]
 
 if TYPE_CHECKING:
     ByteRange = Tuple[int, int]  # [start, end) in bytes
@@ -334,6 +335,22 @@ class BatchReads(Protocol):
 
 
 @runtime_checkable
+class BatchWrites(Protocol):
+    """Backends that write many small local files at once (pipelined PUTs, one thread)."""
+
+    def write_small(self, items: Sequence[Tuple[str, Url]], stored: Stored, *, connections: int,
+                    cancel: Optional[Cancel] = None, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+        """Store each local file ``path`` of ``items`` (path, URL) as its URL, over up to
+        ``connections`` connections, and tell each the store answered for with the checks
+        :meth:`Uploads.put` makes (its checksum echoed or its MD5 ETag) to
+        ``stored(index, info, sent)`` (``sent``: monotonic time of its request), which returns
+        whether it took it. A throttle answer (503 SlowDown, 429) ends the pass, and is told to
+        ``throttled(sent)`` when given. Returns, in order, the indexes of the rest -- a file
+        too large or unreadable, any other answer, a failed check, no answer, the pass ended --
+        for the caller to upload one by one, which reports their errors. Never raises."""
+
+
+@runtime_checkable
 class DialsAhead(Protocol):
     """Backends that can start their connections before the requests that will use them."""
 
@@ -402,6 +419,11 @@ def ranged_reads(backend: Backend) -> Optional[RangedReads]:
 def batch_reads(backend: Backend) -> Optional[BatchReads]:
     """``backend`` as :class:`BatchReads`, or None."""
     return cast(BatchReads, backend) if _has(backend, BatchReads) else None
+
+
+def batch_writes(backend: Backend) -> Optional[BatchWrites]:
+    """``backend`` as :class:`BatchWrites`, or None."""
+    return cast(BatchWrites, backend) if _has(backend, BatchWrites) else None
 
 
 def dials_ahead(backend: Backend) -> Optional[DialsAhead]:

@@ -30,13 +30,13 @@ from transfer.backends._s3_wire import (
     S3Path,
     _info,
     _range_length,
-    _server_side_encrypted,
     check_bucket,
     check_endpoint,
     default_endpoint,
     etag_md5,
     iso8601_epoch,
-    md5_of_etag,
+    put_checks,
+    put_mismatch,
     s3_error,
     split_url,
     virtual_hosted,
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple, Union
 
     from transfer._threads import Cancel
-    from transfer.backends.base import PendingUpload, Take
+    from transfer.backends.base import PendingUpload, Stored, Take
     from transfer.http.proxy import Proxy
     from transfer.peer_scope import Scope
 
@@ -305,11 +305,8 @@ class S3Backend:
             size, md5, crc32, body = file_body_crc32(path)
         except OSError as err:
             raise local_error(err, path, "put") from err
-        # The full-object CRC32 is stored with the object, so info's checksum describes the
-        # bytes end to end (Content-MD5 alone is checked, then forgotten but for the ETag)
-        crc = binascii.b2a_base64(crc32.to_bytes(4, "big"), newline=False).decode()
-        headers = [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode()),
-                   ("x-amz-checksum-crc32", crc), *extra]
+        crc, headers = put_checks(md5, crc32)
+        headers += extra
         if exclusive:
             headers.append(("If-None-Match", "*"))
         if if_match is not None:
@@ -326,14 +323,9 @@ class S3Backend:
                                   operation="put", status=412)
             self._check(response, text, "put")
             etag = response.headers.get("etag", "")
-            echoed = response.headers.get("x-amz-checksum-crc32")
-        if echoed is not None and echoed != crc:
-            raise ChecksumMismatch(f"CRC32 as stored ({echoed}) differs from the file's ({crc})", url=text,
-                                   operation="put")
-        found = md5_of_etag(etag)
-        if found and found.lower() != md5.hex() and not _server_side_encrypted(response.headers):
-            raise ChecksumMismatch("ETag of stored object differs from local MD5", url=str(url),
-                                   operation="put")
+        mismatch = put_mismatch(response.headers, md5, crc)
+        if mismatch is not None:
+            raise ChecksumMismatch(mismatch, url=text, operation="put")
         return ObjectInfo(url, size, etag.strip('"') or None)
 
     # -- listings (:mod:`transfer.backends._s3_listing`) --------------------------------
@@ -515,6 +507,17 @@ class S3Backend:
         :mod:`transfer.backends._s3_pipelined`."""
         from transfer.backends._s3_pipelined import read_small  # batches of small files only
         return read_small(self._router, urls, take, connections, cancel, missing, depth, eager, throttled)
+
+    # -- BatchWrites --------------------------------------------------------------------
+
+    def write_small(self, items: Sequence[Tuple[str, Url]], stored: Stored, *, connections: int,
+                    cancel: Optional[Cancel] = None, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+        """Pipelined PUTs (:mod:`transfer.http.pipeline`) of files below 1 MiB and the multipart
+        threshold; see :class:`~transfer.backends.base.BatchWrites` and
+        :mod:`transfer.backends._s3_pipelined`."""
+        from transfer.backends._s3_pipelined import write_small  # batches of small files only
+        return write_small(self._router, items, stored, connections, cancel, throttled,
+                           self.multipart_threshold - 1)
 
     # -- DialsAhead ---------------------------------------------------------------------
 

@@ -60,6 +60,11 @@ _log = logger(__name__)  # logging is imported when a warning is first logged
 # connections x this many), and a deeper pass would hold too many unparsed heads.
 _HEADS_DEPTH = 8
 WHOLE_FRACTION = 0.5  # fetch the whole bundle when at least this share of its data is wanted
+# Bytes of the directory's bundles per file a batch wants below which the load reads them whole
+# (up to KEPT_HEAD_BYTES): the gap under which ranged reads of members are merged anyway
+# (format.coalesce), so a whole bundle costs no more bytes than its members would, and the
+# GETs of the rest of its index and then of its data (two round trips) are never sent.
+WHOLE_PER_FILE = 64 << 10
 
 if TYPE_CHECKING:
     MapFn = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]  # map, or Executor.map
@@ -184,13 +189,18 @@ class BundleDirectory:
 
     @classmethod
     def load(cls, backend: Backend, directory: Url, map_fn: MapFn = map,
-             max_entries: int = MAX_MEMBERS, connections: int = 1) -> "BundleDirectory":
+             max_entries: int = MAX_MEMBERS, connections: int = 1, wanted: int = 0) -> "BundleDirectory":
         """List ``directory`` once and read its bundles' indexes; a bad bundle is set aside.
         Bundles no larger than :data:`HEAD_BYTES` are read whole in one pipelined pass over up
         to ``connections`` connections when the backend offers it (:func:`_read_whole`), the
         rest through ``map_fn``; the pass's connections are dialled while the listing is in
         flight (:class:`~transfer.backends.base.DialsAhead`), so their TCP handshakes cost no
         round trip of their own (over TLS, their TLS handshakes one round trip together).
+        A caller that will read ``wanted`` files of the directory has larger bundles read whole
+        too, in one GET each, when all of the directory's bundles come to less than
+        :data:`WHOLE_PER_FILE` per wanted file and fit :data:`KEPT_HEAD_BYTES` (a head of
+        :data:`HEAD_BYTES` would be followed by a GET of the rest of the index, then one of
+        the data).
 
         Raises TransferError when the listing fails or the directory holds more than
         ``max_entries`` objects and members together."""
@@ -200,7 +210,9 @@ class BundleDirectory:
         bundles, records, plain = _list(backend, directory, max_entries)
         results: List["LoadedBundle | BrokenBundle | None"] = _read_whole(backend, bundles, max_entries, connections)
         rest = [info for info, result in zip(bundles, results) if result is None]
-        loaded_rest = iter(map_fn(lambda info: _try_load(backend, info, max_entries), rest))
+        total = sum(info.size for info in bundles)
+        head = total if total <= min(KEPT_HEAD_BYTES, wanted * WHOLE_PER_FILE) else HEAD_BYTES
+        loaded_rest = iter(map_fn(lambda info: _try_load(backend, info, max_entries, head), rest))
         results = [next(loaded_rest) if result is None else result for result in results]
         loaded = [r for r in results if isinstance(r, LoadedBundle)]
         broken = [r for r in results if isinstance(r, BrokenBundle)]
@@ -275,21 +287,23 @@ def _read_whole(backend: Backend, bundles: Sequence[ObjectInfo], max_members: in
     return results
 
 
-def _try_load(backend: Backend, info: ObjectInfo, max_members: int) -> "LoadedBundle | BrokenBundle":
+def _try_load(backend: Backend, info: ObjectInfo, max_members: int,
+              head_bytes: int = HEAD_BYTES) -> "LoadedBundle | BrokenBundle":
     try:
-        return _load_bundle(backend, info, max_members)
+        return _load_bundle(backend, info, max_members, head_bytes)
     except TransferError as err:
         err.url = err.url or str(info.url)
         _log.warning("bundle %s set aside: %s", info.url, err.message)
         return BrokenBundle(info.url, err)
 
 
-def _load_bundle(backend: Backend, info: ObjectInfo, max_members: int) -> LoadedBundle:
-    """Fetch and parse one bundle's index; an index longer than the head arrives in CHUNK ranges."""
+def _load_bundle(backend: Backend, info: ObjectInfo, max_members: int, head_bytes: int = HEAD_BYTES) -> LoadedBundle:
+    """Fetch its first ``head_bytes`` and parse one bundle's index; an index longer than the
+    head arrives in CHUNK ranges."""
     if info.size < PREAMBLE:  # no range to ask for: say what is wrong, not what a store answers
         why = "empty" if not info.size else f"{info.size} bytes, shorter than its {PREAMBLE}-byte preamble"
         raise BundleFormatError(f"the bundle is {why}", url=str(info.url))
-    head = _get_range(backend, info.url, 0, min(info.size, HEAD_BYTES))
+    head = _get_range(backend, info.url, 0, min(info.size, head_bytes))
     end = index_length(head)
     if end > info.size:
         raise BundleFormatError(f"bundle index of {end} bytes is longer than the bundle", url=str(info.url))

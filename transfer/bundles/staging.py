@@ -100,16 +100,17 @@ class BundleStager:
             answer = self._site_answers[site_label] = self._settings.bundles_for(site_label)
         return answer
 
-    def _directory(self, backend: Backend, directory: Url, map_fn: MapFn = map) -> BundleDirectory:
-        """The directory's index, loaded once: concurrent callers wait for the one loader."""
-        future, load = self._index_load(backend, directory, map_fn)
+    def _directory(self, backend: Backend, directory: Url, map_fn: MapFn = map, wanted: int = 0) -> BundleDirectory:
+        """The directory's index, loaded once: concurrent callers wait for the one loader (the
+        first says how many of its files it wants: :meth:`BundleDirectory.load`)."""
+        future, load = self._index_load(backend, directory, map_fn, wanted)
         if load is not None:
             load()
         result: BundleDirectory = future.result()
         return result
 
     def _index_load(self, backend: Backend, directory: Url,
-                    map_fn: MapFn) -> Tuple[Task, Optional[Callable[[], None]]]:
+                    map_fn: MapFn, wanted: int = 0) -> Tuple[Task, Optional[Callable[[], None]]]:
         """The directory's index load, and the call that runs it when this caller is the first
         (None: another caller runs it). A failed load is forgotten: its waiters get its error,
         later callers try again."""
@@ -119,7 +120,8 @@ class BundleStager:
             if future is not None:
                 return future, None
             created = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn),
-                                                       {"connections": self._settings.threads + 2})
+                                                       {"connections": self._settings.threads + 2,
+                                                        "wanted": wanted})
 
         def load() -> None:
             created.run()
@@ -163,7 +165,7 @@ class BundleStager:
             found = None
             if id(op) in chosen:
                 try:
-                    found = self._bundled(op.sources[0], indexes, map_fn)
+                    found = self._bundled(op.sources[0], indexes, map_fn, wanted[_directory_key(op.sources[0])])
                 except TransferError:
                     found = None  # the per-file path meets the same error and reports it per file
             if found is None:
@@ -192,15 +194,16 @@ class BundleStager:
         return future is not None and future.done() and future.exception() is None
 
     def _bundled(self, source: Url, indexes: Dict[Tuple[int, str, str], BundleDirectory],
-                 map_fn: MapFn) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
-        """The bundle member that serves ``source``, if one does (its directory's index loaded once)."""
+                 map_fn: MapFn, wanted: int = 0) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
+        """The bundle member that serves ``source``, if one does (its directory's index loaded
+        once, for ``wanted`` files of it)."""
         backend = self._session.backend(source)
         directory, name = _split(source)
         key = _at(backend, source.host, directory.path)
         index = indexes.get(key)
         if index is None:
             try:
-                index = self._directory(backend, directory, map_fn)
+                index = self._directory(backend, directory, map_fn, wanted)
             except TransferError:  # once per directory per batch; files then go the per-file way
                 index = BundleDirectory(directory, [])
             indexes[key] = index
