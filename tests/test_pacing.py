@@ -248,14 +248,19 @@ def test_fast_path_takes_no_lock_and_never_sleeps() -> None:
                 raise AssertionError("state written while nothing throttles")
             return 0.0
 
+        def peek(self, key):  # type: ignore[no-untyped-def]
+            return None
+
     clock = FakeClock()
     pace = Pacer(Refusing(), clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
     calls = []
-    pace._states = type("Counting", (), {"update": lambda self, k, c: calls.append(k) or 0.0})()  # type: ignore[assignment]
+    pace._states = type("Counting", (), {  # type: ignore[assignment]
+        "update": lambda self, k, c: calls.append(("update", k)) or 0.0,
+        "peek": lambda self, k: calls.append(("peek", k))})()
     for _ in range(1000):
         pace.acquire()
-    # a look at the shared state once per LEARN_EVERY requests, never a reservation or a sleep
-    assert len(calls) == 1000 // LEARN_EVERY and clock.slept == [] and pace.requests == 1000
+    # a look at the shared state (no lock) once per LEARN_EVERY requests, never a reservation or a sleep
+    assert calls == [("peek", pace.key)] * (1000 // LEARN_EVERY) and clock.slept == [] and pace.requests == 1000
 
 
 def test_throttle_then_paced_then_calm_again() -> None:

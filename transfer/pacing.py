@@ -17,7 +17,9 @@ call; one look at the shared state every ``LEARN_EVERY`` requests, so that a job
 what another job of the node learned): the cost of pacing when nothing throttles. While it is, each request reserves a token
 from the bucket (filled at ``rate(t)``, holding at most ``BURST_SECONDS`` of it) and sleeps
 until its token is due (:func:`wait_for`: as the rate grows meanwhile), and once more if the
-prefix was cut while it slept (:func:`retime`: the queue follows a cut at once, in order).
+prefix was cut while it slept (:func:`retime`: the queue follows a cut at once, in order; that
+look, and the look every ``LEARN_EVERY`` requests, is a :meth:`States.peek`, which waits for no
+lock: on a node of 200 jobs a lock held by a process the CPU has set aside holds up them all).
 
 Where the state lives is a :class:`States` store: :class:`LocalStates` keeps it in this
 process; :class:`transfer.pacing_node.NodeStates` in a small file every job of the user on
@@ -50,6 +52,11 @@ if TYPE_CHECKING:
 
         def update(self, key: str, change: "Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]"
                    ) -> float: ...
+
+        def peek(self, key: str) -> "Optional[RateState]":
+            """The key's state as some update left it, read without waiting for the one under way
+            (None: no state): a look, e.g. for a cut as a paced request wakes, that must not
+            queue behind the node's writers. Never a state no update wrote."""
 
 __all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "prefix_key", "rate_at",
            "reserve", "retime", "wait_for"]
@@ -213,6 +220,9 @@ class LocalStates:
                 self._states[key] = state
             return result
 
+    def peek(self, key: str) -> Optional[RateState]:
+        return self._states.get(key)  # one dict read: atomic, and the states are frozen
+
 
 class Pace:
     """The pacing of one prefix in this process. ``limited`` is the fast path's one read."""
@@ -264,7 +274,7 @@ class Pace:
         if self._pause(wait, cancel) or wait < RECHECK_SECONDS:
             return
         due = booked[0] + wait
-        later = self._states.update(self.key, lambda state: (state, retime(state, booked[0], due, self.ceiling)))
+        later = retime(self._states.peek(self.key), booked[0], due, self.ceiling)  # a look: no lock to queue on
         left = later - self._clock()  # from now: a sleep may have overrun its time on a loaded node
         if later > due and left > 0:
             self._pause(min(left, MAX_WAIT), cancel)
@@ -296,11 +306,8 @@ class Pace:
     def learn(self) -> None:
         """Take up what the store knows of this prefix (another job was throttled on it)."""
         now = self._clock()
-
-        def paced(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
-            return state, 1.0 if state is not None and now - state.cut_at < CALM_SECONDS else 0.0
-
-        if self._states.update(self.key, paced) > 0:
+        state = self._states.peek(self.key)  # a look: no lock
+        if state is not None and now - state.cut_at < CALM_SECONDS:
             self._limit(now)
         else:
             self.limited = False
