@@ -5,7 +5,7 @@ Pure functions of a state and a time: no clock, no sleep."""
 from __future__ import annotations
 
 import threading
-from typing import List
+from typing import List, Tuple
 
 import pytest
 
@@ -253,10 +253,17 @@ def test_fast_path_takes_no_lock_and_never_sleeps() -> None:
 
     clock = FakeClock()
     pace = Pacer(Refusing(), clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
-    calls = []
-    pace._states = type("Counting", (), {  # type: ignore[assignment]
-        "update": lambda self, k, c: calls.append(("update", k)) or 0.0,
-        "peek": lambda self, k: calls.append(("peek", k))})()
+    calls: List[Tuple[str, str]] = []
+
+    class Counting:
+        def update(self, key, change):  # type: ignore[no-untyped-def]
+            calls.append(("update", key))
+            return 0.0
+
+        def peek(self, key):  # type: ignore[no-untyped-def]
+            calls.append(("peek", key))
+
+    pace._states = Counting()
     for _ in range(1000):
         pace.acquire()
     # a look at the shared state (no lock) once per LEARN_EVERY requests, never a reservation or a sleep

@@ -288,7 +288,9 @@ class Pace:
         return cancel.wait(seconds)
 
     def throttled(self, sent: float) -> None:
-        """A throttle answer came to a request sent at ``sent`` (this module's clock)."""
+        """A throttle answer came to a request sent at ``sent`` (this module's clock). An answer
+        that does not cut (:func:`cut`: not a new round) is told from a look at the state and
+        takes no lock; one that may cut is decided again under it."""
         now = self._clock()
         elapsed = max(MIN_WINDOW, now - self._since)
         measured = self.sent / elapsed
@@ -296,6 +298,9 @@ class Pace:
         self.throttles += 1
         paced = self.limited and sent >= self._paced_since
         self._limit(now)
+        seen = self._states.peek(self.key)
+        if seen is not None and cut(seen, now, measured, sent, self.ceiling, paced)[0] is seen:
+            return  # not a new round (most answers of a storm): nothing to write, so no lock to queue on
         self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling, paced))
 
     def _limit(self, now: float) -> None:
