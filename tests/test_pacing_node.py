@@ -129,3 +129,34 @@ def test_a_state_owing_years_of_tokens_waits_at_most_a_minute(tmp_path: Path) ->
     pace = _pacer(directory, clock).pace(URL)
     pace.acquire()
     assert clock.slept and 0 < clock.slept[0] <= 60.0
+
+
+def test_a_look_waits_for_no_lock_and_a_torn_file_is_read_under_it(tmp_path: Path) -> None:
+    import fcntl
+    clock = FakeClock()
+    states = NodeStates(str(tmp_path / "node"), clock)
+    job = Pacer(states, clock, clock.sleep).pace(URL)
+    job.sent = 100
+    clock.now += 1.0
+    job.throttled(clock.now)
+    rates = tmp_path / "node" / "rates"
+    written = rates.read_bytes()
+    assert written.startswith(b"#v1 ")
+    holder = os.open(rates, os.O_RDWR)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # a writer the CPU set aside: a look must not queue behind it
+        state = states.peek(job.key)
+        assert state is not None and state.last_max == pytest.approx(100.0) and state.cut_at == clock.now
+        job.throttled(clock.now)  # an answer of the same round: decided from a look, no lock
+        job.learn()  # the look every LEARN_EVERY requests
+        assert job.limited
+    finally:
+        os.close(holder)
+    # a look that overlaps a write (new lines over the old, not yet truncated) fails the check and reads
+    # under the lock: what the header vouches for, never a line spliced from the two
+    torn = written.replace(b"\t100.0\t", b"\t900.0\t")
+    rates.write_bytes(torn + b"s3://u@site/other/\t5.0\t%r\t0.0\t%r\t%r\n" % ((clock.now,) * 3))
+    assert states.peek("s3://u@site/other/") is not None  # (checked under the lock: an older release's file)
+    rates.write_bytes(written + b"s3://u@site/other/\t5.0\t%r\t0.0\t%r\t%r\n" % ((clock.now,) * 3))
+    assert states.peek("s3://u@site/other/") is None  # past the header's length: the old file's tail
+    assert states.peek(job.key) == state

@@ -17,7 +17,9 @@ call; one look at the shared state every ``LEARN_EVERY`` requests, so that a job
 what another job of the node learned): the cost of pacing when nothing throttles. While it is, each request reserves a token
 from the bucket (filled at ``rate(t)``, holding at most ``BURST_SECONDS`` of it) and sleeps
 until its token is due (:func:`wait_for`: as the rate grows meanwhile), and once more if the
-prefix was cut while it slept (:func:`retime`: the queue follows a cut at once, in order).
+prefix was cut while it slept (:func:`retime`: the queue follows a cut at once, in order; that
+look, and the look every ``LEARN_EVERY`` requests, is a :meth:`States.peek`, which waits for no
+lock: on a node of 200 jobs a lock held by a process the CPU has set aside holds up them all).
 
 Where the state lives is a :class:`States` store: :class:`LocalStates` keeps it in this
 process; :class:`transfer.pacing_node.NodeStates` in a small file every job of the user on
@@ -51,6 +53,11 @@ if TYPE_CHECKING:
         def update(self, key: str, change: "Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]"
                    ) -> float: ...
 
+        def peek(self, key: str) -> "Optional[RateState]":
+            """The key's state as some update left it, read without waiting for the one under way
+            (None: no state): a look, e.g. for a cut as a paced request wakes, that must not
+            queue behind the node's writers. Never a state no update wrote."""
+
 __all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "prefix_key", "rate_at",
            "reserve", "retime", "wait_for"]
 
@@ -61,7 +68,7 @@ BURST_SECONDS = 0.1   # the bucket holds this many seconds of its rate (at least
 CALM_SECONDS = 60.0   # without a throttle answer for this long, a prefix is no longer paced
 _INF = float("inf")  # (no ``math`` import: a job step's start-up)
 MIN_WINDOW = 0.1      # seconds: a rate measured over less is measured over this
-CUT_SECONDS = 0.25    # throttle answers this soon after a cut belong to the same round
+CUT_SECONDS = 1.0     # throttle answers this soon after a cut belong to the same round (a loaded node's round trip)
 MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens owed are capped)
 LEARN_EVERY = 64      # requests of a pace not paced, between two looks at the shared state
 RECHECK_SECONDS = 0.05  # a wait this long looks for a cut made meanwhile (a shorter one would move < 22 ms)
@@ -213,6 +220,9 @@ class LocalStates:
                 self._states[key] = state
             return result
 
+    def peek(self, key: str) -> Optional[RateState]:
+        return self._states.get(key)  # one dict read: atomic, and the states are frozen
+
 
 class Pace:
     """The pacing of one prefix in this process. ``limited`` is the fast path's one read."""
@@ -264,7 +274,7 @@ class Pace:
         if self._pause(wait, cancel) or wait < RECHECK_SECONDS:
             return
         due = booked[0] + wait
-        later = self._states.update(self.key, lambda state: (state, retime(state, booked[0], due, self.ceiling)))
+        later = retime(self._states.peek(self.key), booked[0], due, self.ceiling)  # a look: no lock to queue on
         left = later - self._clock()  # from now: a sleep may have overrun its time on a loaded node
         if later > due and left > 0:
             self._pause(min(left, MAX_WAIT), cancel)
@@ -278,7 +288,9 @@ class Pace:
         return cancel.wait(seconds)
 
     def throttled(self, sent: float) -> None:
-        """A throttle answer came to a request sent at ``sent`` (this module's clock)."""
+        """A throttle answer came to a request sent at ``sent`` (this module's clock). An answer
+        that does not cut (:func:`cut`: not a new round) is told from a look at the state and
+        takes no lock; one that may cut is decided again under it."""
         now = self._clock()
         elapsed = max(MIN_WINDOW, now - self._since)
         measured = self.sent / elapsed
@@ -286,6 +298,9 @@ class Pace:
         self.throttles += 1
         paced = self.limited and sent >= self._paced_since
         self._limit(now)
+        seen = self._states.peek(self.key)
+        if seen is not None and cut(seen, now, measured, sent, self.ceiling, paced)[0] is seen:
+            return  # not a new round (most answers of a storm): nothing to write, so no lock to queue on
         self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling, paced))
 
     def _limit(self, now: float) -> None:
@@ -296,11 +311,8 @@ class Pace:
     def learn(self) -> None:
         """Take up what the store knows of this prefix (another job was throttled on it)."""
         now = self._clock()
-
-        def paced(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
-            return state, 1.0 if state is not None and now - state.cut_at < CALM_SECONDS else 0.0
-
-        if self._states.update(self.key, paced) > 0:
+        state = self._states.peek(self.key)  # a look: no lock
+        if state is not None and now - state.cut_at < CALM_SECONDS:
             self._limit(now)
         else:
             self.limited = False

@@ -11,7 +11,10 @@ each its own rate, as without this file). The directory must be the user's own, 
 others (mode 0700, made so when created); the file is opened with ``O_NOFOLLOW`` and must be a
 regular file of the user; at most ``MAX_BYTES`` are read and ``MAX_KEYS`` prefixes kept (the
 most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp TAB epoch``;
-a line that does not parse is dropped. Anything that goes wrong (an unsafe directory, a full
+a line that does not parse is dropped. The first line, ``#v1 LENGTH CRC32``, checks the lines after
+it: a look without the lock (:meth:`NodeStates.peek`) that overlaps a write sees a check that
+fails and reads again under the lock (a file without it, from an older release, is read under
+the lock only). Anything that goes wrong (an unsafe directory, a full
 disk) makes the caller fall back to its own process's states, with one warning.
 """
 
@@ -24,7 +27,7 @@ from transfer.pacing import CALM_SECONDS, MAX_WAIT, LocalStates, RateState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, Mapping, Optional, Tuple
+    from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["MAX_BYTES", "MAX_KEYS", "NodeStates", "node_rate_dir"]
 
@@ -66,6 +69,33 @@ class NodeStates:
                 self._fallback = LocalStates()
         return self._fallback.update(key, change)
 
+    def peek(self, key: str) -> Optional[RateState]:
+        """The key's state, read without ``flock`` (:meth:`~transfer.pacing.States.peek`): the file
+        is written whole in one ``pwrite`` and its header checks it, so a read that overlaps a
+        write (or finds a file without the header) is done again under the lock."""
+        if self._fallback is None and "\t" not in key and "\n" not in key:
+            try:
+                fd = self._open(create=False)
+                if fd is None:
+                    return None
+                try:
+                    data = os.pread(fd, MAX_BYTES, 0)
+                finally:
+                    os.close(fd)
+                checked = _checked(data)
+                if checked is not None:
+                    return _parse(checked, self._clock()).get(key)
+            except OSError:
+                pass  # the locked read below says so, once, and falls back
+        found: List[Optional[RateState]] = [None]
+
+        def look(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
+            found[0] = state
+            return state, 0.0
+
+        self.update(key, look)
+        return found[0]
+
     def _update(self, key: str, change: Callable[[Optional[RateState]], Tuple[Optional[RateState], float]]) -> float:
         fd = self._open(create=False)
         if fd is None:  # no file: no prefix of this node was throttled (yet)
@@ -77,7 +107,8 @@ class NodeStates:
         import fcntl  # only once a file exists: a job whose prefixes were never throttled skips it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            states = _parse(os.pread(fd, MAX_BYTES, 0), self._clock())
+            data = os.pread(fd, MAX_BYTES, 0)
+            states = _parse(_checked(data) or data, self._clock())  # (no header: an older release's file)
             state, result = change(states.get(key))
             if state is states.get(key):  # read only (or nothing to forget): no write
                 return result
@@ -127,6 +158,17 @@ def _private_dir(path: str) -> None:
     _check_dir(path)
 
 
+def _checked(data: bytes) -> Optional[bytes]:
+    """The lines of ``data`` its header vouches for; None if it has none or they fail its check."""
+    head, _, body = data.partition(b"\n")
+    fields = head.split(b" ")
+    if len(fields) != 3 or fields[0] != b"#v1" or not fields[1].isdigit():
+        return None
+    body = body[:int(fields[1])]
+    import zlib
+    return body if len(body) == int(fields[1]) and b"%08x" % zlib.crc32(body) == fields[2] else None
+
+
 def _parse(data: bytes, now: float) -> Dict[str, RateState]:
     """The file's states; a line that does not parse, or with a rate that is not positive or a
     time in the future, is dropped (the file is the user's, but any of their jobs may be wrong)."""
@@ -153,8 +195,10 @@ def _format(states: Dict[str, RateState], now: float) -> bytes:
     for _, key in reversed(live):
         s = states[key]
         line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\t{s.epoch!r}\n".encode()
-        if size + len(line) > MAX_BYTES:
+        if size + len(line) > MAX_BYTES - 64:  # (room for the header)
             break
         lines.append(line)
         size += len(line)
-    return b"".join(lines)
+    body = b"".join(lines)
+    import zlib
+    return b"#v1 %d %08x\n" % (len(body), zlib.crc32(body)) + body

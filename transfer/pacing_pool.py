@@ -66,11 +66,27 @@ class PoolStates:
         try:
             return self._update(key, scope, change)
         except Exception as err:  # noqa: BLE001 - redis.RedisError, OSError: Redis is down or refuses
-            if not self._down:
-                _log.warning("pacing: the pool's rate limiter on Redis failed (%s); pacing by this node's rate",
-                             type(err).__name__)
-            self._down = True
+            self._failed(err)
             return self._fallback.update(key, change)
+
+    def peek(self, key: str) -> Optional[RateState]:
+        """The key's state (one ``GET``: Redis answers a read between whole writes)."""
+        scope = None if self._down else self._scope(key)
+        if scope is None:
+            return self._fallback.peek(key)
+        try:
+            name = f"{self._namespace}:rate:{scope.rate_name(key)}"
+            return _decode(self._redis.get(name), name, scope, self._clock())
+        except Exception as err:  # noqa: BLE001 - as in update: Redis is down or refuses
+            self._failed(err)
+            return self._fallback.peek(key)
+
+    def _failed(self, err: Exception) -> None:
+        """Redis failed: one warning, and the fallback from now on."""
+        if not self._down:
+            _log.warning("pacing: the pool's rate limiter on Redis failed (%s); pacing by this node's rate",
+                         type(err).__name__)
+        self._down = True
 
     def _scope(self, key: str) -> Optional[Scope]:
         if key not in self._scopes:
