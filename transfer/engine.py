@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from transfer.bundles.staging import BundleStager, DownloadGroup
     from transfer.cache import NodeCache
     from transfer.layers import Reader
-    from transfer.peers import PeerRound, PeerSource, Replica, Scope
+    from transfer.peers import PeerRound, PeerSource, Scope
     from transfer.session import Session
     from transfer.uploads import InFlightUploads
     from transfer.urls import Url
@@ -120,7 +120,7 @@ class Engine:
         self._peers: Optional[PeerRound] = None
         if peers is not None and cache is not None:
             from transfer.peers import PeerRound
-            self._peers = PeerRound(peers, self._replica)
+            self._peers = PeerRound(peers)
         self._stacks = Stacks(self._parts, settings.download_part_size, self._pacer, cache, self._peers)
         wanted = cache.config.uploads if cache is not None else None
         self._cache_uploads = cache is not None and (wanted if wanted is not None else peers is not None)
@@ -193,8 +193,9 @@ class Engine:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
             self._parts.leave()
-            if peers is not None:
-                peers.publish()
+            if peers is not None and self._cache is not None:
+                from transfer.layers.sharing import publish_batch
+                publish_batch(self._cache, peers)
             if self._cache is not None:
                 self._cache.close()  # end of a batch: counters, and eviction when over the cap
         return [r for r in results if r is not None]
@@ -435,12 +436,6 @@ class Engine:
         backend = self._session.backend(url)
         scoped = peer_scopes(backend)
         return scoped.peer_scope(url) if scoped is not None else None
-
-    def _replica(self, key: str) -> Optional[Replica]:
-        """What peers may be told about the node cache's entry for ``key``."""
-        from transfer.peers import Replica
-        meta = self._cache.describe(key) if self._cache is not None else None
-        return Replica(key, meta.size, meta.sha256) if meta is not None else None
 
     # -- copies -------------------------------------------------------------------------
 
