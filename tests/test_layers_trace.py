@@ -1,6 +1,7 @@
 """Reads walk the layer stack one way (issue 36): a trace of every call into ``transfer``
 modules, taken while real reads run (MinIO, redis-server, a peer daemon over TLS), shows each
-call stack going down Engine -> cache -> peers -> store -> backend -> http and never back up.
+call stack going down Engine -> cache -> peers -> bundles -> store -> backend -> http and never
+back up.
 
 The engine runs inline (one thread), so a stack seen at a request is the whole way down. A
 stack is read down to its first ``transfer.http`` frame: below it, http's resumable send calls
@@ -36,7 +37,7 @@ FLOORS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("engine", ("transfer.engine",)),
     ("cache", ("transfer.layers.cache", "transfer.layers.sharing", "transfer.cache.")),
     ("peers", ("transfer.layers.peers", "transfer.peers", "transfer.p2p.")),
-    ("bundles", ("transfer.bundles.",)),
+    ("bundles", ("transfer.layers.bundles", "transfer.bundles.")),
     ("store", ("transfer.layers.store", "transfer.ranged", "transfer.atomic")),
     ("backend", ("transfer.backends.",)),
     ("http", ("transfer.http.",)),
@@ -131,6 +132,32 @@ def test_an_s3_read_without_a_cache_walks_engine_store_backend_http(s3_env, buck
         results = Engine(session, executor=InlineExecutor()).run(reads(tmp_path, bucket, "j", objects[:1]))
     assert [r.ok for r in results] == [True]
     assert trace.walked("engine", "store", "backend", "http")
+    assert trace.back_arrows() == []
+
+
+def test_member_reads_walk_engine_cache_bundles_store_one_way(s3_env, bucket, tmp_path):
+    """A name the store does not have, but a bundle of its directory does: the store's 404
+    loads the index and the member is kept under its own key; the next member is known."""
+    sources = tmp_path / "src"
+    sources.mkdir()
+    names = [f"m{i}.dat" for i in range(10)]
+    for n in names:
+        (sources / n).write_bytes(n.encode() * 100)
+    ups = [Transfer((parse_url(str(sources / n)),), parse_url(f"s3://test@minio/{bucket}/in/{n}", site_label="minio"))
+           for n in names]
+    with Session(Settings(threads=2, bundle=True), s3_env) as session:
+        assert all(r.ok for r in Engine(session).run(ups))
+    cache = new_cache(tmp_path / "cache")
+    with Session(Settings(threads=2), s3_env) as session, Trace() as trace:
+        engine = Engine(session, executor=InlineExecutor(), cache=cache)
+        first = engine.run(reads(tmp_path, bucket, "j1", names[3:4]))  # 404, then the index
+        second = engine.run(reads(tmp_path, bucket, "j2", names[4:5]))  # a member known by then
+        plain = session.backend(ups[3].dest).cache_key(ups[3].dest)  # type: ignore[attr-defined]
+    assert [r.ok for r in first + second] == [True, True]
+    assert (tmp_path / "j1" / names[3]).read_bytes() == (sources / names[3]).read_bytes()
+    assert (tmp_path / "j2" / names[4]).read_bytes() == (sources / names[4]).read_bytes()
+    assert not cache.contains(plain)  # kept under the member's key, never the name's
+    assert trace.walked("engine", "cache", "bundles", "store", "backend", "http")
     assert trace.back_arrows() == []
 
 

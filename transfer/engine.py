@@ -35,10 +35,10 @@ from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import (
     ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, uploads,
 )
-from transfer.errors import NotFound, Throttled, TransferError
+from transfer.errors import Throttled, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
-from transfer.layers.stack import Stacks
+from transfer.layers.stack import StagerSlot, Stacks
 from transfer.pacing import Pacer
 from transfer.retry import RetryBudget, RetryPolicy, RunBudget
 from transfer.retrying import Retrier
@@ -112,7 +112,6 @@ class Engine:
         self._rng = rng
         self._callback_lock = _threads.Lock()
         self._lazy_lock = _threads.Lock()  # runs on several threads share one stager and upload list
-        self._bundle_stager: Optional[BundleStager] = None
         self._bundles_on = bool(settings.bundle or settings.bundle_sites)
         self._in_flight: Optional[InFlightUploads] = None
         self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
@@ -121,7 +120,8 @@ class Engine:
         if peers is not None and cache is not None:
             from transfer.peers import PeerRound
             self._peers = PeerRound(peers)
-        self._stacks = Stacks(self._parts, settings.download_part_size, self._pacer, cache, self._peers)
+        self._stager = StagerSlot(session)
+        self._stacks = Stacks(self._parts, settings.download_part_size, self._pacer, cache, self._peers, self._stager)
         wanted = cache.config.uploads if cache is not None else None
         self._cache_uploads = cache is not None and (wanted if wanted is not None else peers is not None)
 
@@ -139,12 +139,7 @@ class Engine:
     @property
     def _bundles(self) -> BundleStager:
         """Bundles, imported when first used (a read that found nothing may be a member)."""
-        if self._bundle_stager is None:
-            from transfer.bundles.staging import BundleStager, DownloadGroup
-            with self._lazy_lock:
-                if self._bundle_stager is None:
-                    self._bundle_stager = BundleStager(self._session)
-        return self._bundle_stager
+        return self._stager.get()
 
     @property
     def _uploads(self) -> InFlightUploads:
@@ -230,7 +225,7 @@ class Engine:
         if self._bundles_on and self._plans_bundles(indexed):
             groups, resident, group_pool, indexed = self._start_groups(indexed, budget, executor, peers)
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
-        if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
+        if len(indexed) > 1 and peers is None and self._stager.made is None and not self._bundles_on:
             indexed = self._pipelined(indexed, results, budget, loads)
         futures = [(i, executor.submit(self._transfer, op, budget, peers)) for i, op in indexed]
         try:
@@ -320,7 +315,7 @@ class Engine:
         """Whether bundles could serve this batch: the stager may hold indexes an earlier run
         loaded; else :mod:`transfer.bundle_gate` (a batch they cannot serve does not import them)."""
         from transfer.bundle_gate import may_use_bundles
-        return self._bundle_stager is not None or may_use_bundles((op for _, op in indexed),
+        return self._stager.made is not None or may_use_bundles((op for _, op in indexed),
                                                                   self._session.settings.bundle_min_files)
 
     def _group_pool(self, executor: Executor, groups: int) -> Executor:
@@ -372,7 +367,7 @@ class Engine:
         """The bundle part of a run, imported when first used (bundles are on, or a read that
         found nothing resolved to a member)."""
         from transfer.bundles.groups import GroupTask
-        return GroupTask(self._bundles, self._cache, self._cache_key, retrier=self._retrier,
+        return GroupTask(self._bundles, self._cache, retrier=self._retrier,
                          write_through=self._write_through,
                          upload=lambda path, dest: self._upload(path, dest, write_through=False))
 
@@ -444,8 +439,7 @@ class Engine:
         if dest.is_local:
             if source.is_local:
                 return self._local_copy(source, op)
-            return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink",
-                                  peers=peers)
+            return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink")
         if source.is_local:
             return self._upload(source.path, dest, peers)
         return self._remote_copy(source, dest, peers)
@@ -454,29 +448,11 @@ class Engine:
         from transfer.local_copies import local_copy
         return local_copy(source, op, lambda dest, mode: self._download(source, dest, mode=mode))
 
-    def _download(self, source: Url, dest_path: str, symlink: bool = False,
-                  peers: Optional[PeerRound] = None, mode: int = 0o666) -> int:
-        """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
-        then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
-        ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
-        # an indexed member needs no 404 first (asked only when no cache or peer holds the file:
-        # the answer may fetch the member's bundle whole; no index is loaded before bundles were used)
-        stager = self._bundle_stager
-        known = None if stager is None or self._elsewhere(source, peers) else stager.known_member(source)
-        if known is not None:
-            try:
-                return self._groups().read_member(known, source, dest_path, symlink, peers)
-            except NotFound:
-                self._bundles.forget(source)  # the bundle vanished: ask the store afresh
-        try:
-            return self._reader(source).fetch_to(source, dest_path, symlink, mode)
-        except NotFound as err:
-            found, note = self._bundles.resolve(source)
-            if found is None:
-                if note:
-                    err.message += note
-                raise
-            return self._groups().read_member(found, source, dest_path, symlink, peers)
+    def _download(self, source: Url, dest_path: str, symlink: bool = False, mode: int = 0o666) -> int:
+        """Fetch a remote object into ``dest_path`` down its endpoint's read stack (node cache,
+        peers, bundle members, the store). ``symlink`` links the destination to the cache entry
+        (Pegasus ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
+        return self._reader(source).fetch_to(source, dest_path, symlink, mode)
 
     def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
                 write_through: bool = True) -> int:
@@ -540,7 +516,7 @@ class Engine:
         fd, temp = scratch_file("pegasus-cloudio-", ".data")
         os.close(fd)
         try:
-            self._download(source, temp, peers=peers)
+            self._download(source, temp)
             return self._upload(temp, dest, peers)
         finally:
             try:

@@ -6,10 +6,10 @@
   back for the engine's per-file path.
 * :meth:`GroupTask.upload`: a group of small files packed into one new bundle, uploaded under
   the engine's retries, then each member written through to the node cache.
-* :meth:`GroupTask.read_member`: a plain read that resolved to a bundle member: a group of one.
 
 Every member read goes through :func:`~transfer.bundles.reading.read_group` (member-keyed node
-cache, then one streamed fetch). Each file of a group gets its own :class:`~transfer.ops.Result`
+cache, then one streamed fetch). A plain read that resolves to a member is the read stack's
+(:class:`~transfer.layers.bundles.BundleLayer`), not this task's. Each file of a group gets its own :class:`~transfer.ops.Result`
 with one :class:`~transfer.ops.Attempt` naming its own source, never the bundle.
 
 The task owns no transfers or uploads: it takes the engine's retrier, bundle stager and node
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 
+from transfer.backends.base import cache_keys
 from transfer.errors import NotFound, TransferError
 from transfer.ops import Attempt, LinkMode, Result, Transfer
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
     from transfer.backends.base import Backend
     from transfer.bundles.directory import LoadedBundle
-    from transfer.bundles.format import Member
     from transfer.bundles.reading import GroupState, MemberRead
     from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
     from transfer.cache import NodeCache
@@ -48,12 +48,10 @@ if TYPE_CHECKING:
 class GroupTask:
     """Runs bundle groups for one engine; any number of threads may use one task."""
 
-    def __init__(self, stager: BundleStager, cache: Optional[NodeCache], cache_key: Callable[[Url], Optional[str]],
+    def __init__(self, stager: BundleStager, cache: Optional[NodeCache],
                  *, retrier: Retrier, upload: Upload, write_through: WriteThrough) -> None:
-        """``cache_key(url)``: the node-cache name of a remote object, None when not cached."""
         self._stager = stager
         self._cache = cache
-        self._cache_key = cache_key
         self._retrier = retrier
         self._upload = upload
         self._write_through = write_through
@@ -91,17 +89,6 @@ class GroupTask:
             results.append((i, _file_result(op, mine, state.done.get(i, 0), started)))
         return results, []
 
-    def read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
-                    symlink: bool, peers: Optional[PeerRound]) -> int:
-        """A plain read that resolved to a bundle member: a group of one. Raises its error."""
-        from transfer.bundles.reading import GroupState, MemberRead
-        backend, bundle, member = found
-        state = GroupState.empty()
-        self._read(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
-        if 0 in state.failed:
-            raise state.failed[0]
-        return state.done[0]
-
     def upload(self, group: UploadGroup, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Outcome:
         """Pack and upload one group; once it is stored, each member is written through."""
         started = time.time()
@@ -121,7 +108,8 @@ class GroupTask:
         """The one way into bundles: member-keyed node cache, then one streamed fetch."""
         from transfer.bundles.reading import read_group
         stored = peers.stored if peers is not None else None
-        read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
+        keys = cache_keys(backend) if self._cache is not None else None  # members' keys start with the bundle's
+        read_group(backend, bundle, reads, state, self._cache, keys.cache_key(bundle.url) if keys else None, stored)
 
 
 def _file_result(op: Transfer, outcome: Result, size: int, started: float) -> Result:
