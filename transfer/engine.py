@@ -31,10 +31,8 @@ import time
 
 from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
-from transfer.atomic import local_error, scratch_file
-from transfer.backends.base import (
-    ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, uploads,
-)
+from transfer.atomic import scratch_file
+from transfer.backends.base import ServerSideCopy, TempUploads, namespace, uploads
 from transfer.errors import Throttled, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
@@ -56,9 +54,9 @@ if TYPE_CHECKING:
     from transfer.bundles.staging import BundleStager, DownloadGroup
     from transfer.cache import NodeCache
     from transfer.layers import Reader
-    from transfer.peers import PeerRound, PeerSource, Scope
+    from transfer.peers import PeerRound, PeerSource
     from transfer.session import Session
-    from transfer.uploads import InFlightUploads
+    from transfer.writes import Writes
     from transfer.urls import Url
 
     ResultCallback = Callable[[Result], None]
@@ -113,7 +111,7 @@ class Engine:
         self._callback_lock = _threads.Lock()
         self._lazy_lock = _threads.Lock()  # runs on several threads share one stager and upload list
         self._bundles_on = bool(settings.bundle or settings.bundle_sites)
-        self._in_flight: Optional[InFlightUploads] = None
+        self._made_writes: Optional[Writes] = None
         self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
         self._peers: Optional[PeerRound] = None
@@ -142,13 +140,15 @@ class Engine:
         return self._stager.get()
 
     @property
-    def _uploads(self) -> InFlightUploads:
-        if self._in_flight is None:
-            from transfer.uploads import InFlightUploads
+    def _writes(self) -> Writes:
+        """Uploads and their write-through, imported at the first (a stage-in does none)."""
+        if self._made_writes is None:
+            from transfer.writes import Writes
             with self._lazy_lock:
-                if self._in_flight is None:
-                    self._in_flight = InFlightUploads()
-        return self._in_flight
+                if self._made_writes is None:
+                    self._made_writes = Writes(self._session, self._parts, self._retry, self._sleep, self._retrier,
+                                               self._pacer, self._cache, self._peers, self._cache_uploads)
+        return self._made_writes
 
     # -- batch --------------------------------------------------------------------------
 
@@ -267,7 +267,7 @@ class Engine:
         pool = self._group_pool(executor, len(fetched) + len(bundled_up))
         task = self._groups()
         groups = [pool.submit(task.download, g, budget, peers) for g in fetched]
-        groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
+        groups += [pool.submit(task.upload, g, budget) for g in bundled_up]
         return groups, resident, pool, indexed
 
     def _pipelined(self, indexed: List[Tuple[int, Transfer]], results: List[Optional[Result]],
@@ -367,19 +367,13 @@ class Engine:
         """The bundle part of a run, imported when first used (bundles are on, or a read that
         found nothing resolved to a member)."""
         from transfer.bundles.groups import GroupTask
-        return GroupTask(self._bundles, self._cache, retrier=self._retrier,
-                         write_through=self._write_through,
-                         upload=lambda path, dest: self._upload(path, dest, write_through=False))
+        return GroupTask(self._bundles, self._cache, self._retrier, self._writes)
 
     # -- node cache ---------------------------------------------------------------------
 
     def _cache_key(self, url: Url) -> Optional[str]:
         """The node-cache name of a remote object, or None when it is not cached."""
-        if self._cache is None or url.is_local:
-            return None
-        backend = self._session.backend(url)
-        keys = cache_keys(backend)
-        return keys.cache_key(url) if keys is not None else None
+        return None if self._cache is None or url.is_local else self._session.cache_key(url)
 
     def _forget(self, url: Url) -> None:
         """A remove asked the store to delete ``url``: drop the node cache's entry of it."""
@@ -426,12 +420,6 @@ class Engine:
         for reader, urls in batches.values():
             reader.prepare(urls)
 
-    def _peer_scope(self, url: Url) -> Optional[Scope]:
-        """The peer-sharing scope of the identity that reads ``url`` (None: not shared)."""
-        backend = self._session.backend(url)
-        scoped = peer_scopes(backend)
-        return scoped.peer_scope(url) if scoped is not None else None
-
     # -- copies -------------------------------------------------------------------------
 
     def _copy(self, source: Url, op: Transfer, peers: Optional[PeerRound] = None) -> int:
@@ -441,7 +429,7 @@ class Engine:
                 return self._local_copy(source, op)
             return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink")
         if source.is_local:
-            return self._upload(source.path, dest, peers)
+            return self._writes.upload(source.path, dest)
         return self._remote_copy(source, dest, peers)
 
     def _local_copy(self, source: Url, op: Transfer) -> int:
@@ -454,52 +442,13 @@ class Engine:
         (Pegasus ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
         return self._reader(source).fetch_to(source, dest_path, symlink, mode)
 
-    def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
-                write_through: bool = True) -> int:
-        try:
-            size, version = self._put(path, dest)
-        except Exception:
-            self._write_through(dest, None, None, None)  # the object may have changed all the same
-            raise
-        self._write_through(dest, path if write_through else None, version, peers)
-        return size
-
-    def _put(self, path: str, dest: Url) -> Tuple[int, Optional[str]]:
-        """Store ``path`` as ``dest`` (in parts at the backend's threshold); size and version."""
-        backend = self._session.backend(dest)
-        in_parts = multipart_uploads(backend)
-        if in_parts is not None:
-            try:
-                size = os.stat(path).st_size
-            except OSError as err:
-                raise local_error(err, path, "put") from err
-            if size >= in_parts.multipart_threshold:
-                return self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
-                                            self._retrier.random(), self._pacer.pace(dest)), None
-        info = uploads(backend, dest, "put").put(path, dest)
-        return info.size, info.version
-
-    def _write_through(self, dest: Url, path: Optional[str], version: Optional[str],
-                       peers: Optional[PeerRound]) -> None:
-        """After an upload (or copy) to ``dest``: an uploaded file serves later jobs on this node
-        (and, with peers, on others) when the cache's ``uploads`` setting (auto: peers present)
-        asks for it; otherwise, or with no ``path``, the node's entry of the name is dropped -
-        it may hold the bytes the upload replaced."""
-        key = self._cache_key(dest)
-        if key is None or self._cache is None:
-            return
-        if path is None or not self._cache_uploads:
-            self._cache.drop(key)
-        elif self._cache.insert_file(key, path, version) and peers is not None:
-            peers.stored(key, self._peer_scope(dest))
-
     def abort_uploads(self, seconds: float) -> List[str]:
         """For signal handlers: abort every multipart upload in flight, giving up after
         ``seconds``, and remove the server-side temp files of other uploads in flight
         (:class:`~transfer.backends.base.TempUploads`) in what is left of it; returns the URLs
         of multipart uploads that could not be aborted in time."""
         deadline = time.monotonic() + seconds
-        stuck = self._in_flight.abort_all(seconds) if self._in_flight is not None else []
+        stuck = self._made_writes.abort_all(seconds) if self._made_writes is not None else []
         for backend in self._session.opened():
             if isinstance(backend, TempUploads):
                 backend.discard_in_flight(max(0.5, deadline - time.monotonic()))
@@ -511,13 +460,13 @@ class Engine:
             try:
                 return source_backend.copy(source, dest).size
             finally:
-                self._write_through(dest, None, None, None)
+                self._writes.write_through(dest, None, None)
         uploads(dest_backend, dest, "put")  # a read-only destination is refused before any GET
         fd, temp = scratch_file("pegasus-cloudio-", ".data")
         os.close(fd)
         try:
             self._download(source, temp)
-            return self._upload(temp, dest, peers)
+            return self._writes.upload(temp, dest)
         finally:
             try:
                 os.unlink(temp)
