@@ -8,10 +8,10 @@ A plain object of the same name wins (the index says so: ``docs/bundles.md``, "P
 
 A member's entry in the node cache is kept under a key of its own, its bundle's identity plus
 its name and SHA-256 (:func:`~transfer.bundles.reading.member_key`), never the plain object's
-key: :meth:`BundleLayer.keyed` tells the cache layer above which key a read will fill before it
-starts, and a member read returns that key as its ``ObjectInfo.version`` (a member is
+key: :meth:`BundleLayer.kept_under` tells the cache layer above which key a read will fill
+before it starts, and a member read returns that key as its ``ObjectInfo.version`` (a member is
 content-addressed: the key names its bytes), with ``origin`` "bundles". So the layer above can
-check that what it filled is what it keyed (a 404 met during the fill, or an index loaded
+check that what it filled is what it asked for (a 404 met during the fill, or an index loaded
 meanwhile, changes the answer: the cache layer then fills again under the returned key).
 
 The bundle code is imported only when the engine's stager exists (bundles were used) or at a
@@ -20,7 +20,7 @@ store's NotFound: a read that needs no bundle costs one attribute check here.
 
 from __future__ import annotations
 
-from transfer.backends.base import ObjectInfo
+from transfer.backends.base import ObjectInfo, cache_keys
 from transfer.errors import NotFound, TransferError
 
 TYPE_CHECKING = False
@@ -50,10 +50,10 @@ class BundleLayer:
         self._below = below
         self._bundles = bundles
 
-    def keyed(self, url: Url) -> Optional[str]:
+    def kept_under(self, url: Url) -> Optional[str]:
         """A known member's key (its bundle's cache key, name and SHA-256), else below's."""
         found = self._known(url)
-        return self._below.keyed(url) if found is None else self._member_key(found)
+        return self._below.kept_under(url) if found is None else self._member_key(found)
 
     def stat(self, url: Url) -> ObjectInfo:
         try:
@@ -127,8 +127,8 @@ class BundleLayer:
 
     def _member_key(self, found: Found) -> Optional[str]:
         from transfer.bundles.reading import member_key
-        bundle_key = self._below.keyed(found[1].url)  # the bundle object's own cache key
-        return member_key(bundle_key, found[2]) if bundle_key is not None else None
+        keys = cache_keys(found[0])  # the bundle object's own cache key starts the member's
+        return member_key(keys.cache_key(found[1].url), found[2]) if keys is not None else None
 
     def _member_get(self, found: Found, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange]) -> ObjectInfo:
         from transfer.bundles.reading import read_member

@@ -1,7 +1,8 @@
 """The node-cache layer: the top of a stack whose endpoint's objects the cache may keep.
 
-Each read fills the key the layer below names (:meth:`~transfer.layers.Reader.keyed`: a bundle
-member's own key, or the object's), unless the node holds the plain object, which wins. A hit
+Each read fills the object's cache key, or the one the layer below names
+(:meth:`~transfer.layers.Reader.kept_under`: a bundle member's own key) unless the node holds
+the plain object, which wins. A hit
 links or copies the entry to the destination without a request; a miss asks the layer
 below into the entry's temp file (:meth:`~transfer.cache.NodeCache.fetch`: one filler per key
 on the node), publishes it, then links it, and tells a layer below that announces entries
@@ -46,8 +47,8 @@ class CacheLayer:
         self._keys = keys
         self._announces = below if isinstance(below, Announces) else None
 
-    def keyed(self, url: Url) -> Optional[str]:
-        return self._below.keyed(url)
+    def kept_under(self, url: Url) -> Optional[str]:
+        return self._below.kept_under(url)
 
     def stat(self, url: Url) -> ObjectInfo:
         return self._below.stat(url)
@@ -59,11 +60,11 @@ class CacheLayer:
         """The cache's entry at ``path`` (a symlink to it with ``link``), filled from below on a
         miss. ``mode`` applies to an object the cache does not key (a hit or fill gives the
         cache's own modes, as before the layers)."""
-        key = None if url.is_local else self._below.keyed(url)
-        if key is None:
+        if url.is_local:
             return self._below.fetch_to(url, path, link, mode)
         plain = self._keys.cache_key(url)
-        if key != plain and self._cache.contains(plain):
+        key = self._below.kept_under(url)
+        if key is None or self._cache.contains(plain):
             key = plain  # the node holds the plain object: it wins over a member (docs/bundles.md)
         try:
             return self._fetch(url, key, plain, path, link)

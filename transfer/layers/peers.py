@@ -39,11 +39,10 @@ class PeerLayer:
         self._keys = keys
         self._scopes = scopes
 
-    def keyed(self, url: Url) -> Optional[str]:
-        """Below's key, except that a plain object a peer holds wins over a member below."""
-        below = self._below.keyed(url)
-        plain = self._keys.cache_key(url)
-        return below if below == plain or not self._round.holds(plain) else plain
+    def kept_under(self, url: Url) -> Optional[str]:
+        """Below's answer, except that a plain object a peer holds wins over a member below."""
+        below = self._below.kept_under(url)
+        return None if below is None or self._round.holds(self._keys.cache_key(url)) else below
 
     def stat(self, url: Url) -> ObjectInfo:
         return self._below.stat(url)

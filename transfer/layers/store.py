@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from transfer import ranged
 from transfer.atomic import AtomicFile
-from transfer.backends.base import cache_keys, ranged_reads
+from transfer.backends.base import ranged_reads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,11 +32,10 @@ class StoreReader:
         self._parts = parts
         self._part_size = part_size
         self._pacer = pacer
-        self._keys = cache_keys(backend)
 
-    def keyed(self, url: Url) -> Optional[str]:
-        """The backend's cache key of ``url`` (None: its objects are not kept, or a local path)."""
-        return self._keys.cache_key(url) if self._keys is not None and not url.is_local else None
+    def kept_under(self, url: Url) -> Optional[str]:
+        """None: the store's objects are kept under their own keys."""
+        return None
 
     def stat(self, url: Url) -> ObjectInfo:
         return self.backend.stat(url)
