@@ -1,5 +1,6 @@
 """The contract suite (:mod:`pegasus_cloudio_testbed.contract`) on the read stacks of
-:mod:`transfer.layers` over S3 on MinIO: the bare store reader, and the node cache over it.
+:mod:`transfer.layers` over S3 on MinIO: the bare store reader, the bundle layer over it, and
+the node cache over each.
 Each stack is built as the engine builds it (``Stacks``), with the layer below and plain values."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from pegasus_cloudio_testbed import contract as c
 from transfer import Session, Settings, parse_url
 from transfer.layers import Reader
-from transfer.layers.stack import Stacks
+from transfer.layers.stack import StagerSlot, Stacks
 from transfer.pacing import Pacer
 from transfer.ranged import PartPool
 from transfer.urls import Url
@@ -45,17 +46,17 @@ class MinioStack:
                tmp_path: Path) -> Iterator[Reader]:
         parts = PartPool(4)
         with Session(Settings(threads=4), store_s3[0]) as session:
-            yield self.stacks(parts, tmp_path).reader(session.backend(url_for("x")))
+            yield self.stacks(parts, tmp_path, session).reader(session.backend(url_for("x")))
         parts.shutdown()
 
-    def stacks(self, parts: PartPool, tmp_path: Path) -> Stacks:
+    def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
         raise NotImplementedError
 
 
 class TestStoreReader(MinioStack, c.ReadContract, c.LayerContract):
     __test__ = True
 
-    def stacks(self, parts: PartPool, tmp_path: Path) -> Stacks:
+    def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
         return Stacks(parts, 64 * 1024, Pacer())
 
 
@@ -67,5 +68,26 @@ class TestCacheOverStore(MinioStack, c.ReadContract, c.LayerContract):
         "the node cache gives a filled or served entry its own mode (0666 less the umask, or a link), not "
         "fetch_to's, as the engine did before the layers (only a local copy asks for a mode, and it bypasses the cache)")
 
-    def stacks(self, parts: PartPool, tmp_path: Path) -> Stacks:
+    def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
         return Stacks(parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"))
+
+
+class TestBundlesOverStore(MinioStack, c.ReadContract, c.LayerContract):
+    """The bundle layer over the store, as a stack without a node cache has it (every read of
+    a name the store lacks loads its directory's index: the NotFound cases list it)."""
+
+    __test__ = True
+
+    def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
+        return Stacks(parts, 64 * 1024, Pacer(), bundles=StagerSlot(session))
+
+
+class TestCacheOverBundles(MinioStack, c.ReadContract, c.LayerContract):
+    """The engine's whole stack without peers: node cache -> bundles -> store."""
+
+    __test__ = True
+
+    test_fetch_to_gives_the_asked_mode = TestCacheOverStore.test_fetch_to_gives_the_asked_mode
+
+    def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
+        return Stacks(parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"), bundles=StagerSlot(session))

@@ -1,6 +1,7 @@
 """Reads walk the layer stack one way (issue 36): a trace of every call into ``transfer``
 modules, taken while real reads run (MinIO, redis-server, a peer daemon over TLS), shows each
-call stack going down Engine -> cache -> peers -> store -> backend -> http and never back up.
+call stack going down Engine -> cache -> peers -> bundles -> store -> backend -> http and never
+back up.
 
 The engine runs inline (one thread), so a stack seen at a request is the whole way down. A
 stack is read down to its first ``transfer.http`` frame: below it, http's resumable send calls
@@ -34,9 +35,9 @@ from p2p_support import TOKEN, client_config, new_cache
 # The floors, top down. A module of none of them (errors, urls, locks, ...) is a tool any floor uses.
 FLOORS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("engine", ("transfer.engine",)),
-    ("cache", ("transfer.layers.cache", "transfer.cache.")),
+    ("cache", ("transfer.layers.cache", "transfer.layers.sharing", "transfer.cache.")),
     ("peers", ("transfer.layers.peers", "transfer.peers", "transfer.p2p.")),
-    ("bundles", ("transfer.bundles.",)),
+    ("bundles", ("transfer.layers.bundles", "transfer.bundles.")),
     ("store", ("transfer.layers.store", "transfer.ranged", "transfer.atomic")),
     ("backend", ("transfer.backends.",)),
     ("http", ("transfer.http.",)),
@@ -134,6 +135,32 @@ def test_an_s3_read_without_a_cache_walks_engine_store_backend_http(s3_env, buck
     assert trace.back_arrows() == []
 
 
+def test_member_reads_walk_engine_cache_bundles_store_one_way(s3_env, bucket, tmp_path):
+    """A name the store does not have, but a bundle of its directory does: the store's 404
+    loads the index and the member is kept under its own key; the next member is known."""
+    sources = tmp_path / "src"
+    sources.mkdir()
+    names = [f"m{i}.dat" for i in range(10)]
+    for n in names:
+        (sources / n).write_bytes(n.encode() * 100)
+    ups = [Transfer((parse_url(str(sources / n)),), parse_url(f"s3://test@minio/{bucket}/in/{n}", site_label="minio"))
+           for n in names]
+    with Session(Settings(threads=2, bundle=True), s3_env) as session:
+        assert all(r.ok for r in Engine(session).run(ups))
+    cache = new_cache(tmp_path / "cache")
+    with Session(Settings(threads=2), s3_env) as session, Trace() as trace:
+        engine = Engine(session, executor=InlineExecutor(), cache=cache)
+        first = engine.run(reads(tmp_path, bucket, "j1", names[3:4]))  # 404, then the index
+        second = engine.run(reads(tmp_path, bucket, "j2", names[4:5]))  # a member known by then
+        plain = session.backend(ups[3].dest).cache_key(ups[3].dest)  # type: ignore[attr-defined]
+    assert [r.ok for r in first + second] == [True, True]
+    assert (tmp_path / "j1" / names[3]).read_bytes() == (sources / names[3]).read_bytes()
+    assert (tmp_path / "j2" / names[4]).read_bytes() == (sources / names[4]).read_bytes()
+    assert not cache.contains(plain)  # kept under the member's key, never the name's
+    assert trace.walked("engine", "cache", "bundles", "store", "backend", "http")
+    assert trace.back_arrows() == []
+
+
 def test_store_and_peer_reads_walk_engine_cache_peers_store_one_way(s3_env, bucket, objects, tmp_path, redis_server):
     tls = make_tls_files(tmp_path / "tls")
     namespace = f"t{uuid.uuid4().hex[:8]}"
@@ -163,13 +190,12 @@ def test_store_and_peer_reads_walk_engine_cache_peers_store_one_way(s3_env, buck
         assert traces["a"].walked("engine", "cache", "peers", "store", "backend", "http")
         assert traces["b"].walked("engine", "cache", "peers")
         assert not traces["b"].walked("engine", "cache", "peers", "store", "backend", "http")
-        # Left for the next step, pinned here so that mending them shows: at the batch's end the
-        # peer source registers what the batch stored and grants it in the node cache
-        # (PeerIndexSource's ``grant``): peers -> cache; and the peer client names the entry
-        # it asks a daemon for with the cache layout's digest_of (a pure function).
-        grant = "engine -> peers -> cache"
-        assert traces["a"].back_arrows() == [grant]
-        assert sorted(traces["b"].back_arrows()) == sorted([grant, "engine -> cache -> peers -> cache"])
+        # No arrow up: at the batch's end the node cache grants what the batch stored and hands
+        # it down for the peers to register (transfer.layers.sharing), and the peer client names
+        # an entry with transfer._digests.digest_of, a tool below both, not the cache's layout.
+        assert traces["a"].back_arrows() == []
+        assert traces["b"].back_arrows() == []
+        assert traces["a"].walked("engine", "cache", "peers")  # the batch's grant, then register
     finally:
         for daemon in daemons:
             daemon.stop()

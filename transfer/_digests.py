@@ -15,6 +15,7 @@ of another algorithm, or once something has loaded :mod:`hashlib`, goes to OpenS
 * :class:`Stream` - a hash of a stream of unknown length: its first :data:`SMALL` bytes are
   held, then handed to OpenSSL if more come (the choice above, made when the size is known).
 * :func:`sha256_hex(data)` / :func:`md5(data)` - digests of one buffer.
+* :func:`digest_of(key)` - the name of a node-cache key (its entry's files, the peers' paths).
 * :func:`hmac_sha256(key, message)` - ``hmac.digest(key, message, "sha256")`` (RFC 2104);
   :func:`hmac_sha256_states(key)` - the keyed states, to sign many messages with one key.
 """
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
         def copy(self) -> "Hash": ...
 
-__all__ = ["SMALL", "Stream", "hmac_sha256", "hmac_sha256_states", "md5", "new", "sha256_hex"]
+__all__ = ["SMALL", "Stream", "digest_of", "hmac_sha256", "hmac_sha256_states", "md5", "new", "sha256_hex"]
 
 SMALL = 256 << 10
 _BLOCK = 64  # SHA-256's block size, the HMAC key's padded length
@@ -109,6 +110,13 @@ def sha256_hex(data: "Buffer") -> str:
     digest = new("sha256", len(data))
     digest.update(data)
     return digest.hexdigest()
+
+
+def digest_of(key: str) -> str:
+    """The name of a node-cache key on disk and on the peer wire: the SHA-256 (hex) of the key.
+    The cache's entry files (:mod:`transfer.cache.layout`), the peer client's request path and
+    the daemon's check all use it, so it lives here, below all of them."""
+    return sha256_hex(key.encode("utf-8", "surrogatepass"))
 
 
 def md5(data: "Buffer") -> bytes:

@@ -31,14 +31,12 @@ import time
 
 from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
-from transfer.atomic import local_error, scratch_file
-from transfer.backends.base import (
-    ServerSideCopy, TempUploads, cache_keys, multipart_uploads, namespace, peer_scopes, uploads,
-)
-from transfer.errors import NotFound, Throttled, TransferError
+from transfer.atomic import scratch_file
+from transfer.backends.base import ServerSideCopy, TempUploads, namespace, uploads
+from transfer.errors import Throttled, TransferError
 from transfer import ranged
 from transfer.ops import Attempt, LinkMode, Mkdir, Operation, Remove, Result, Transfer
-from transfer.layers.stack import Stacks
+from transfer.layers.stack import StagerSlot, Stacks
 from transfer.pacing import Pacer
 from transfer.retry import RetryBudget, RetryPolicy, RunBudget
 from transfer.retrying import Retrier
@@ -57,9 +55,9 @@ if TYPE_CHECKING:
     from transfer.backends.base import ObjectInfo
     from transfer.cache import NodeCache
     from transfer.layers import Reader
-    from transfer.peers import PeerRound, PeerSource, Replica, Scope
+    from transfer.peers import PeerRound, PeerSource
     from transfer.session import Session
-    from transfer.uploads import InFlightUploads
+    from transfer.writes import Writes
     from transfer.urls import Url
 
     ResultCallback = Callable[[Result], None]
@@ -113,16 +111,16 @@ class Engine:
         self._rng = rng
         self._callback_lock = _threads.Lock()
         self._lazy_lock = _threads.Lock()  # runs on several threads share one stager and upload list
-        self._bundle_stager: Optional[BundleStager] = None
         self._bundles_on = bool(settings.bundle or settings.bundle_sites)
-        self._in_flight: Optional[InFlightUploads] = None
+        self._made_writes: Optional[Writes] = None
         self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
         self._peers: Optional[PeerRound] = None
         if peers is not None and cache is not None:
             from transfer.peers import PeerRound
-            self._peers = PeerRound(peers, self._replica)
-        self._stacks = Stacks(self._parts, settings.download_part_size, self._pacer, cache, self._peers)
+            self._peers = PeerRound(peers)
+        self._stager = StagerSlot(session)
+        self._stacks = Stacks(self._parts, settings.download_part_size, self._pacer, cache, self._peers, self._stager)
         wanted = cache.config.uploads if cache is not None else None
         self._cache_uploads = cache is not None and (wanted if wanted is not None else peers is not None)
 
@@ -140,21 +138,18 @@ class Engine:
     @property
     def _bundles(self) -> BundleStager:
         """Bundles, imported when first used (a read that found nothing may be a member)."""
-        if self._bundle_stager is None:
-            from transfer.bundles.staging import BundleStager, DownloadGroup
-            with self._lazy_lock:
-                if self._bundle_stager is None:
-                    self._bundle_stager = BundleStager(self._session)
-        return self._bundle_stager
+        return self._stager.get()
 
     @property
-    def _uploads(self) -> InFlightUploads:
-        if self._in_flight is None:
-            from transfer.uploads import InFlightUploads
+    def _writes(self) -> Writes:
+        """Uploads and their write-through, imported at the first (a stage-in does none)."""
+        if self._made_writes is None:
+            from transfer.writes import Writes
             with self._lazy_lock:
-                if self._in_flight is None:
-                    self._in_flight = InFlightUploads()
-        return self._in_flight
+                if self._made_writes is None:
+                    self._made_writes = Writes(self._session, self._parts, self._retry, self._sleep, self._retrier,
+                                               self._pacer, self._cache, self._peers, self._cache_uploads)
+        return self._made_writes
 
     # -- batch --------------------------------------------------------------------------
 
@@ -194,8 +189,9 @@ class Engine:
             if executor is not self._executor:
                 executor.shutdown(wait=True, cancel_futures=True)
             self._parts.leave()
-            if peers is not None:
-                peers.publish()
+            if peers is not None and self._cache is not None:
+                from transfer.layers.sharing import publish_batch
+                publish_batch(self._cache, peers)
             if self._cache is not None:
                 self._cache.close()  # end of a batch: counters, and eviction when over the cap
         return [r for r in results if r is not None]
@@ -230,7 +226,7 @@ class Engine:
         if self._bundles_on and self._plans_bundles(indexed):
             groups, resident, group_pool, indexed = self._start_groups(indexed, budget, executor, peers)
         loads: List[Joinable] = []  # directory indexes the pass below found it needs
-        if len(indexed) > 1 and peers is None and self._bundle_stager is None and not self._bundles_on:
+        if len(indexed) > 1 and peers is None and self._stager.made is None and not self._bundles_on:
             indexed = self._pipelined(indexed, results, budget, loads)
         if len(indexed) > 1 and peers is None:
             indexed = self._pipelined_puts(indexed, results, budget)
@@ -274,7 +270,7 @@ class Engine:
         pool = self._group_pool(executor, len(fetched) + len(bundled_up))
         task = self._groups()
         groups = [pool.submit(task.download, g, budget, peers) for g in fetched]
-        groups += [pool.submit(task.upload, g, budget, peers) for g in bundled_up]
+        groups += [pool.submit(task.upload, g, budget) for g in bundled_up]
         return groups, resident, pool, indexed
 
     def _pipelined(self, indexed: List[Tuple[int, Transfer]], results: List[Optional[Result]],
@@ -334,7 +330,7 @@ class Engine:
         """Whether bundles could serve this batch: the stager may hold indexes an earlier run
         loaded; else :mod:`transfer.bundle_gate` (a batch they cannot serve does not import them)."""
         from transfer.bundle_gate import may_use_bundles
-        return self._bundle_stager is not None or may_use_bundles((op for _, op in indexed),
+        return self._stager.made is not None or may_use_bundles((op for _, op in indexed),
                                                                   self._session.settings.bundle_min_files)
 
     def _group_pool(self, executor: Executor, groups: int) -> Executor:
@@ -386,19 +382,13 @@ class Engine:
         """The bundle part of a run, imported when first used (bundles are on, or a read that
         found nothing resolved to a member)."""
         from transfer.bundles.groups import GroupTask
-        return GroupTask(self._bundles, self._cache, self._cache_key, retrier=self._retrier,
-                         write_through=self._write_through,
-                         upload=lambda path, dest: self._upload(path, dest, write_through=False))
+        return GroupTask(self._bundles, self._cache, self._retrier, self._writes)
 
     # -- node cache ---------------------------------------------------------------------
 
     def _cache_key(self, url: Url) -> Optional[str]:
         """The node-cache name of a remote object, or None when it is not cached."""
-        if self._cache is None or url.is_local:
-            return None
-        backend = self._session.backend(url)
-        keys = cache_keys(backend)
-        return keys.cache_key(url) if keys is not None else None
+        return None if self._cache is None or url.is_local else self._session.cache_key(url)
 
     def _forget(self, url: Url) -> None:
         """A remove asked the store to delete ``url``: drop the node cache's entry of it."""
@@ -445,18 +435,6 @@ class Engine:
         for reader, urls in batches.values():
             reader.prepare(urls)
 
-    def _peer_scope(self, url: Url) -> Optional[Scope]:
-        """The peer-sharing scope of the identity that reads ``url`` (None: not shared)."""
-        backend = self._session.backend(url)
-        scoped = peer_scopes(backend)
-        return scoped.peer_scope(url) if scoped is not None else None
-
-    def _replica(self, key: str) -> Optional[Replica]:
-        """What peers may be told about the node cache's entry for ``key``."""
-        from transfer.peers import Replica
-        meta = self._cache.describe(key) if self._cache is not None else None
-        return Replica(key, meta.size, meta.sha256) if meta is not None else None
-
     # -- copies -------------------------------------------------------------------------
 
     def _copy(self, source: Url, op: Transfer, peers: Optional[PeerRound] = None) -> int:
@@ -464,78 +442,20 @@ class Engine:
         if dest.is_local:
             if source.is_local:
                 return self._local_copy(source, op)
-            return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink",
-                                  peers=peers)
+            return self._download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink")
         if source.is_local:
-            return self._upload(source.path, dest, peers)
+            return self._writes.upload(source.path, dest)
         return self._remote_copy(source, dest, peers)
 
     def _local_copy(self, source: Url, op: Transfer) -> int:
         from transfer.local_copies import local_copy
         return local_copy(source, op, lambda dest, mode: self._download(source, dest, mode=mode))
 
-    def _download(self, source: Url, dest_path: str, symlink: bool = False,
-                  peers: Optional[PeerRound] = None, mode: int = 0o666) -> int:
-        """Fetch a remote object into ``dest_path``: node cache, then peers, then the backend,
-        then bundles on 404. ``symlink`` links the destination to the cache entry (Pegasus
-        ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
-        # an indexed member needs no 404 first (asked only when no cache or peer holds the file:
-        # the answer may fetch the member's bundle whole; no index is loaded before bundles were used)
-        stager = self._bundle_stager
-        known = None if stager is None or self._elsewhere(source, peers) else stager.known_member(source)
-        if known is not None:
-            try:
-                return self._groups().read_member(known, source, dest_path, symlink, peers)
-            except NotFound:
-                self._bundles.forget(source)  # the bundle vanished: ask the store afresh
-        try:
-            return self._reader(source).fetch_to(source, dest_path, symlink, mode)
-        except NotFound as err:
-            found, note = self._bundles.resolve(source)
-            if found is None:
-                if note:
-                    err.message += note
-                raise
-            return self._groups().read_member(found, source, dest_path, symlink, peers)
-
-    def _upload(self, path: str, dest: Url, peers: Optional[PeerRound] = None, *,
-                write_through: bool = True) -> int:
-        try:
-            size, version = self._put(path, dest)
-        except Exception:
-            self._write_through(dest, None, None, None)  # the object may have changed all the same
-            raise
-        self._write_through(dest, path if write_through else None, version, peers)
-        return size
-
-    def _put(self, path: str, dest: Url) -> Tuple[int, Optional[str]]:
-        """Store ``path`` as ``dest`` (in parts at the backend's threshold); size and version."""
-        backend = self._session.backend(dest)
-        in_parts = multipart_uploads(backend)
-        if in_parts is not None:
-            try:
-                size = os.stat(path).st_size
-            except OSError as err:
-                raise local_error(err, path, "put") from err
-            if size >= in_parts.multipart_threshold:
-                return self._uploads.upload(in_parts, path, dest, size, self._parts, self._retry, self._sleep,
-                                            self._retrier.random(), self._pacer.pace(dest)), None
-        info = uploads(backend, dest, "put").put(path, dest)
-        return info.size, info.version
-
-    def _write_through(self, dest: Url, path: Optional[str], version: Optional[str],
-                       peers: Optional[PeerRound]) -> None:
-        """After an upload (or copy) to ``dest``: an uploaded file serves later jobs on this node
-        (and, with peers, on others) when the cache's ``uploads`` setting (auto: peers present)
-        asks for it; otherwise, or with no ``path``, the node's entry of the name is dropped -
-        it may hold the bytes the upload replaced."""
-        key = self._cache_key(dest)
-        if key is None or self._cache is None:
-            return
-        if path is None or not self._cache_uploads:
-            self._cache.drop(key)
-        elif self._cache.insert_file(key, path, version) and peers is not None:
-            peers.stored(key, self._peer_scope(dest))
+    def _download(self, source: Url, dest_path: str, symlink: bool = False, mode: int = 0o666) -> int:
+        """Fetch a remote object into ``dest_path`` down its endpoint's read stack (node cache,
+        peers, bundle members, the store). ``symlink`` links the destination to the cache entry
+        (Pegasus ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
+        return self._reader(source).fetch_to(source, dest_path, symlink, mode)
 
     def abort_uploads(self, seconds: float) -> List[str]:
         """For signal handlers: abort every multipart upload in flight, giving up after
@@ -543,7 +463,7 @@ class Engine:
         (:class:`~transfer.backends.base.TempUploads`) in what is left of it; returns the URLs
         of multipart uploads that could not be aborted in time."""
         deadline = time.monotonic() + seconds
-        stuck = self._in_flight.abort_all(seconds) if self._in_flight is not None else []
+        stuck = self._made_writes.abort_all(seconds) if self._made_writes is not None else []
         for backend in self._session.opened():
             if isinstance(backend, TempUploads):
                 backend.discard_in_flight(max(0.5, deadline - time.monotonic()))
@@ -555,13 +475,13 @@ class Engine:
             try:
                 return source_backend.copy(source, dest).size
             finally:
-                self._write_through(dest, None, None, None)
+                self._writes.write_through(dest, None, None)
         uploads(dest_backend, dest, "put")  # a read-only destination is refused before any GET
         fd, temp = scratch_file("pegasus-cloudio-", ".data")
         os.close(fd)
         try:
-            self._download(source, temp, peers=peers)
-            return self._upload(temp, dest, peers)
+            self._download(source, temp)
+            return self._writes.upload(temp, dest)
         finally:
             try:
                 os.unlink(temp)

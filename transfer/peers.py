@@ -16,7 +16,8 @@ Per batch the engine calls :meth:`PeerSource.lookup` once with the cache keys of
 source it may read, :meth:`PeerSource.holds` (no I/O) to keep peer-held files out of bundle
 fetches, :meth:`PeerSource.fetch` while filling the node cache, and
 :meth:`PeerSource.publish` once with what the batch stored in the node cache, each with the
-SHA-256 the cache computed while writing it (no second read).
+SHA-256 the cache computed while writing it (no second read), after the node cache has let this
+node's daemon serve it (the capability line beside the entry).
 
 Trust (``docs/security.md``): every key handed to a source carries the :class:`Scope` of the
 store identity that reads it (a secret derived from that identity's store secret key and
@@ -38,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 from transfer._lean import Protocol, runtime_checkable
-from transfer._lean import field, record, replace
+from transfer._lean import field, record
 from transfer.peer_scope import Scope, derive_scope, proof
 
 TYPE_CHECKING = False
@@ -106,19 +107,20 @@ class PeerSource(Protocol):
 
     def publish(self, replicas: Sequence[Replica]) -> None:
         """Register that this node's cache now holds ``replicas`` (each with its scope), in
-        one index round trip."""
+        one index round trip. The caller has already left each one's capability beside its
+        cache entry (:meth:`~transfer.cache.NodeCache.grant`), so this node's daemon serves it."""
 
 
 class PeerRound:
     """An engine's use of a :class:`PeerSource`, batch by batch: per batch one lookup (of the
     keys given to :meth:`lookup` or queued by :meth:`expect`), fetches, one publish.
 
-    ``describe(key)`` gives the node cache's record of a stored entry (None when the cache
-    did not keep it), read at publish time. Thread-safe."""
+    At a batch's end the layer above (:func:`transfer.layers.sharing.publish_batch`) takes the
+    batch's entries (:meth:`closing`), lets this node's daemon serve them, and hands back those
+    it may register (:meth:`publish`): the round never calls up into the node cache. Thread-safe."""
 
-    def __init__(self, source: PeerSource, describe: Callable[[str], Optional[Replica]]) -> None:
+    def __init__(self, source: PeerSource) -> None:
         self._source = source
-        self._describe = describe
         self._lock = threading.Lock()
         self._stored: List[str] = []
         self._scopes: Dict[str, Scope] = {}
@@ -171,7 +173,7 @@ class PeerRound:
     def stored(self, key: str, scope: Optional[Scope] = None, replica: Optional[Replica] = None) -> None:
         """The node cache now holds ``key`` because of this batch, read or written under
         ``scope`` (default: the scope it was looked up with): publish it, as ``replica`` when
-        given (else as ``describe`` finds it at publish time)."""
+        given (else as the node cache describes its entry at the batch's end)."""
         with self._lock:
             if scope is not None:
                 self._scopes[key] = scope
@@ -179,15 +181,18 @@ class PeerRound:
                 self._replicas[key] = replica
             self._stored.append(key)
 
-    def publish(self) -> None:
-        """Register the batch's stored keys; the batch is over (a source that broke in it is
-        tried again in the next)."""
+    def closing(self) -> List[Tuple[str, Scope, Optional[Replica]]]:
+        """The batch's stored keys that have a scope, once each: (key, scope, its replica when
+        :meth:`stored` was given one, else None). Forgets them: call :meth:`publish` next."""
         with self._lock:
             keys, self._stored = list(dict.fromkeys(self._stored)), []
             known, self._replicas = self._replicas, {}
             scopes = dict(self._scopes)
-        found = (known[key] if key in known else self._describe(key) for key in keys)
-        replicas = [replace(r, scope=scopes[r.key]) for r in found if r is not None and r.key in scopes]
+        return [(key, scopes[key], known.get(key)) for key in keys if key in scopes]
+
+    def publish(self, replicas: Sequence[Replica]) -> None:
+        """Register ``replicas`` (each with its scope; this node's daemon serves them already);
+        the batch is over (a source that broke in it is tried again in the next)."""
         if replicas:
             self._guard("publish", lambda: self._source.publish(replicas))
         with self._lock:

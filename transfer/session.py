@@ -12,7 +12,7 @@ import os
 from transfer import _threads
 from transfer import backends
 from transfer._lean import Protocol
-from transfer.backends.base import Backend, Store, store
+from transfer.backends.base import Backend, Store, cache_keys, store
 from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.context import Context
@@ -77,6 +77,13 @@ class Session:
         if found is None:
             found = self._by_location[location] = self._resolve(url)
         return found
+
+    def cache_key(self, url: Url) -> Optional[str]:
+        """The node-cache name of the remote object ``url`` (None: its backend keys none,
+        :class:`~transfer.backends.base.CacheKeys`); the TransferError of a backend that
+        cannot be made."""
+        keys = cache_keys(self.backend(url))
+        return keys.cache_key(url) if keys is not None else None
 
     def store(self, url: Url, operation: str = "use") -> Store:
         """The backend for ``url`` typed as a full :class:`~transfer.backends.base.Store` (list,

@@ -6,31 +6,31 @@
   back for the engine's per-file path.
 * :meth:`GroupTask.upload`: a group of small files packed into one new bundle, uploaded under
   the engine's retries, then each member written through to the node cache.
-* :meth:`GroupTask.read_member`: a plain read that resolved to a bundle member: a group of one.
 
 Every member read goes through :func:`~transfer.bundles.reading.read_group` (member-keyed node
-cache, then one streamed fetch). Each file of a group gets its own :class:`~transfer.ops.Result`
+cache, then one streamed fetch). A plain read that resolves to a member is the read stack's
+(:class:`~transfer.layers.bundles.BundleLayer`), not this task's. Each file of a group gets its own :class:`~transfer.ops.Result`
 with one :class:`~transfer.ops.Attempt` naming its own source, never the bundle.
 
-The task owns no transfers or uploads: it takes the engine's retrier, bundle stager and node
-cache as plain values, and its upload and write-through steps. Imported only when a batch uses
-bundles.
+The task owns no transfers or uploads: it takes the engine's retrier, bundle stager, node
+cache and writes (:class:`~transfer.writes.Writes`: uploads and their write-through) as values;
+nothing calls the engine back. Imported only when a batch uses bundles.
 """
 
 from __future__ import annotations
 
 import time
 
+from transfer.backends.base import cache_keys
 from transfer.errors import NotFound, TransferError
 from transfer.ops import Attempt, LinkMode, Result, Transfer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Tuple
+    from typing import Dict, List, Optional, Tuple
 
     from transfer.backends.base import Backend
     from transfer.bundles.directory import LoadedBundle
-    from transfer.bundles.format import Member
     from transfer.bundles.reading import GroupState, MemberRead
     from transfer.bundles.staging import BundleStager, DownloadGroup, UploadGroup
     from transfer.cache import NodeCache
@@ -38,25 +38,20 @@ if TYPE_CHECKING:
     from transfer.retry import RetryBudget
     from transfer.retrying import Retrier
     from transfer.urls import Url
+    from transfer.writes import Writes
 
     # (one result per file done; the transfers left for the engine's per-file path)
     Outcome = Tuple[List[Tuple[int, Result]], List[Tuple[int, Transfer]]]
-    Upload = Callable[[str, Url], int]  # one local file to one object, not written through
-    WriteThrough = Callable[[Url, str, Optional[str], Optional[PeerRound]], None]
 
 
 class GroupTask:
     """Runs bundle groups for one engine; any number of threads may use one task."""
 
-    def __init__(self, stager: BundleStager, cache: Optional[NodeCache], cache_key: Callable[[Url], Optional[str]],
-                 *, retrier: Retrier, upload: Upload, write_through: WriteThrough) -> None:
-        """``cache_key(url)``: the node-cache name of a remote object, None when not cached."""
+    def __init__(self, stager: BundleStager, cache: Optional[NodeCache], retrier: Retrier, writes: Writes) -> None:
         self._stager = stager
         self._cache = cache
-        self._cache_key = cache_key
         self._retrier = retrier
-        self._upload = upload
-        self._write_through = write_through
+        self._writes = writes
 
     def download(self, group: DownloadGroup, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Outcome:
         """Fetch one bundle once for all its wanted members. A member that fails its check fails
@@ -91,29 +86,22 @@ class GroupTask:
             results.append((i, _file_result(op, mine, state.done.get(i, 0), started)))
         return results, []
 
-    def read_member(self, found: Tuple[Backend, LoadedBundle, Member], source: Url, dest_path: str,
-                    symlink: bool, peers: Optional[PeerRound]) -> int:
-        """A plain read that resolved to a bundle member: a group of one. Raises its error."""
-        from transfer.bundles.reading import GroupState, MemberRead
-        backend, bundle, member = found
-        state = GroupState.empty()
-        self._read(backend, bundle, [MemberRead(0, source, dest_path, member, symlink)], state, peers)
-        if 0 in state.failed:
-            raise state.failed[0]
-        return state.done[0]
-
-    def upload(self, group: UploadGroup, budget: RetryBudget, peers: Optional[PeerRound] = None) -> Outcome:
-        """Pack and upload one group; once it is stored, each member is written through."""
+    def upload(self, group: UploadGroup, budget: RetryBudget) -> Outcome:
+        """Pack and upload one group; once it is stored, each member is written through (and,
+        with peers on, told to them: :meth:`~transfer.writes.Writes.write_through`)."""
         started = time.time()
 
+        def put(path: str, bundle_url: Url) -> int:
+            return self._writes.upload(path, bundle_url, write_through=False)  # the bundle is no cache entry
+
         def action(history: List[Attempt]) -> Tuple[int, Optional[Url]]:
-            self._stager.upload_group(group, self._upload)
+            self._stager.upload_group(group, put)
             return sum(size for _, _, size in group.items), None
 
         outcome = self._retrier.run(group.items[0][1], budget, action)
         if outcome.ok:  # the members, not the bundle, are what later reads ask for
             for _, op, _ in group.items:
-                self._write_through(op.dest, op.sources[0].path, None, peers)
+                self._writes.write_through(op.dest, op.sources[0].path, None)
         return [(i, _file_result(op, outcome, size, started)) for i, op, size in group.items], []
 
     def _read(self, backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], state: GroupState,
@@ -121,7 +109,8 @@ class GroupTask:
         """The one way into bundles: member-keyed node cache, then one streamed fetch."""
         from transfer.bundles.reading import read_group
         stored = peers.stored if peers is not None else None
-        read_group(backend, bundle, reads, state, self._cache, self._cache_key(bundle.url), stored)
+        keys = cache_keys(backend) if self._cache is not None else None  # members' keys start with the bundle's
+        read_group(backend, bundle, reads, state, self._cache, keys.cache_key(bundle.url) if keys else None, stored)
 
 
 def _file_result(op: Transfer, outcome: Result, size: int, started: float) -> Result:

@@ -74,7 +74,11 @@ def read_group(backend: Backend, bundle: LoadedBundle, reads: List[MemberRead], 
     for read in pending:
         key = member_key(bundle_key, read.member) if cache is not None and bundle_key else None
         if key is not None and cache is not None and cache.contains(key):
-            download = _single(backend, bundle, read.member)
+            member = read.member
+
+            def download(sink: BinaryIO) -> ObjectInfo:
+                return read_member(backend, bundle, member, sink)
+
             state.done[read.position] = cache.fetch(key, read.dest_path, download, symlink=read.symlink)[0]
         else:
             streamed.setdefault(read.member.name, []).append(read)
@@ -125,15 +129,14 @@ def _insert_batch(cache: NodeCache, batch: List[Pending], state: GroupState, sto
             stored(key)
 
 
-def _single(backend: Backend, bundle: LoadedBundle, member: Member) -> Callable[[BinaryIO], ObjectInfo]:
-    """A download for :meth:`NodeCache.fetch`: the one member streamed into the cache's sink."""
-    def download(sink: BinaryIO) -> ObjectInfo:
-        failures = stream_members(backend, bundle, [member], lambda m: _SinkWriter(sink))
-        if failures:
-            raise failures[member.name]
-        return ObjectInfo(bundle.url, member.size)
-
-    return download
+def read_member(backend: Backend, bundle: LoadedBundle, member: Member, sink: BinaryIO) -> ObjectInfo:
+    """One member streamed into ``sink`` (a node-cache entry's temp file, or any writable),
+    checked against its SHA-256 (BundleFormatError when it fails); NotFound when the bundle is
+    gone, before any byte."""
+    failures = stream_members(backend, bundle, [member], lambda m: _SinkWriter(sink))
+    if failures:
+        raise failures[member.name]
+    return ObjectInfo(bundle.url, member.size)
 
 
 class _SinkWriter:

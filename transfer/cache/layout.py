@@ -30,7 +30,7 @@ import os
 import stat
 import time
 
-from transfer import _digests
+from transfer._digests import digest_of as digest_of  # the name of a key, shared with the peers: defined below both
 from transfer._lean import record
 from transfer._lean_json import loads
 
@@ -83,10 +83,6 @@ def _probed_umask(directory: str) -> int:
         return 0o077
     finally:
         os.close(fd)
-
-
-def digest_of(key: str) -> str:
-    return _digests.sha256_hex(key.encode("utf-8", "surrogatepass"))
 
 
 @record(frozen=True)

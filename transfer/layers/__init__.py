@@ -2,12 +2,16 @@
 
 Every read the engine makes goes one call down a stack built once per endpoint::
 
-    CacheLayer (transfer.layers.cache)  ->  PeerLayer (transfer.layers.peers)  ->  StoreReader (transfer.layers.store)
+    CacheLayer (transfer.layers.cache)  ->  PeerLayer (transfer.layers.peers)
+        ->  BundleLayer (transfer.layers.bundles)  ->  StoreReader (transfer.layers.store)
 
 Each layer implements :class:`Reader` and holds only the layer below it (given at construction,
 plain values besides); none imports the engine, the session or a layer above, and nothing is
-passed down as a callback: what an upper layer must learn comes back in return values. An
-absent feature (no node cache, no peers) is simply an absent layer.
+passed down as a callback: what an upper layer must learn comes back in return values (the
+key a read fills when not the object's own: :meth:`Reader.kept_under`; which layer served it
+and the version read:
+``ObjectInfo.origin`` and ``version``). An absent feature (no node cache, no peers) is simply
+an absent layer.
 
 This module is on a one-file job's import path: it holds the protocol only (no ``typing``,
 ``threading`` or feature modules; see :mod:`transfer._lean`). :mod:`transfer.layers.stack`
@@ -32,6 +36,13 @@ __all__ = ["Announces", "Reader"]
 class Reader(Protocol):
     """The read contract every layer and the bottom :class:`~transfer.layers.store.StoreReader`
     share. All methods are safe to call from many threads."""
+
+    def kept_under(self, url: Url) -> Optional[str]:
+        """The node-cache key a read of ``url`` through this layer fills when that is not the
+        object's own cache key: a bundle member's own key, where a loaded index shows one
+        (:mod:`transfer.layers.bundles`); None: the object's own. No request, though it may
+        wait for a directory's listing under way. A read's ``ObjectInfo`` says whether it
+        filled what was asked (``origin`` "bundles" and ``version`` the member's key)."""
 
     def stat(self, url: Url) -> ObjectInfo:
         """Size and version of one object, as the backend's ``stat``; NotFound if absent."""

@@ -1,6 +1,9 @@
 """The node-cache layer: the top of a stack whose endpoint's objects the cache may keep.
 
-A hit links or copies the entry to the destination without a request; a miss asks the layer
+Each read fills the object's cache key, or the one the layer below names
+(:meth:`~transfer.layers.Reader.kept_under`: a bundle member's own key) unless the node holds
+the plain object, which wins. A hit
+links or copies the entry to the destination without a request; a miss asks the layer
 below into the entry's temp file (:meth:`~transfer.cache.NodeCache.fetch`: one filler per key
 on the node), publishes it, then links it, and tells a layer below that announces entries
 (:class:`~transfer.layers.Announces`: the peers) what it now holds. Imported only where a node
@@ -10,7 +13,9 @@ cache is on.
 from __future__ import annotations
 
 from transfer.backends.base import ObjectInfo
+from transfer.errors import TransientError
 from transfer.layers import Announces
+from transfer.layers.bundles import ORIGIN as BUNDLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,6 +29,14 @@ if TYPE_CHECKING:
 __all__ = ["CacheLayer"]
 
 
+class _Refill(Exception):
+    """What a fill read is kept under another key (``key``; None: not kept)."""
+
+    def __init__(self, key: Optional[str]) -> None:
+        super().__init__(key)
+        self.key = key
+
+
 class CacheLayer:
     """:class:`~transfer.layers.Reader` over ``below`` through ``cache``, keyed by the endpoint
     backend's ``keys``. Thread-safe; any number of processes may share the cache."""
@@ -33,6 +46,9 @@ class CacheLayer:
         self._cache = cache
         self._keys = keys
         self._announces = below if isinstance(below, Announces) else None
+
+    def kept_under(self, url: Url) -> Optional[str]:
+        return self._below.kept_under(url)
 
     def stat(self, url: Url) -> ObjectInfo:
         return self._below.stat(url)
@@ -46,16 +62,35 @@ class CacheLayer:
         cache's own modes, as before the layers)."""
         if url.is_local:
             return self._below.fetch_to(url, path, link, mode)
-        key = self._keys.cache_key(url)
+        plain = self._keys.cache_key(url)
+        key = self._below.kept_under(url)
+        if key is None or self._cache.contains(plain):
+            key = plain  # the node holds the plain object: it wins over a member (docs/bundles.md)
+        try:
+            return self._fetch(url, key, plain, path, link)
+        except _Refill as moved:  # a 404 met in the fill found a member, kept under its own key
+            if moved.key is None:
+                return self._below.fetch_to(url, path, link, mode)
+            return self._fetch(url, moved.key, plain, path, link, last=True)
+
+    def _fetch(self, url: Url, key: str, plain: str, path: str, link: bool, last: bool = False) -> int:
+        """One fill of ``key``, whose bytes must be what ``key`` names: a member's key
+        (``ObjectInfo.version`` of a read bundles served) or the plain object's."""
         got: List[ObjectInfo] = []
 
         def fill(sink: BinaryIO) -> ObjectInfo:
             info = self._below.get(url, sink)
+            kept = info.version if info.origin == BUNDLES else plain
+            if kept != key:  # raised inside the fill: the cache keeps nothing of it
+                if last:
+                    raise TransientError("the object moved between the store and a bundle while it was read",
+                                         url=str(url), operation="get")
+                raise _Refill(kept)
             got.append(info)
             return info
 
         nbytes, hit = self._cache.fetch(key, path, fill, symlink=link)
-        if not hit and self._announces is not None:
+        if not hit and key == plain and self._announces is not None:
             meta = self._cache.describe(key)  # None: the cache did not keep it, nothing to announce
             if meta is not None:
                 self._announces.announce(url, got[0] if got else ObjectInfo(url, meta.size), meta.sha256)

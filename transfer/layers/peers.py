@@ -39,6 +39,11 @@ class PeerLayer:
         self._keys = keys
         self._scopes = scopes
 
+    def kept_under(self, url: Url) -> Optional[str]:
+        """Below's answer, except that a plain object a peer holds wins over a member below."""
+        below = self._below.kept_under(url)
+        return None if below is None or self._round.holds(self._keys.cache_key(url)) else below
+
     def stat(self, url: Url) -> ObjectInfo:
         return self._below.stat(url)
 

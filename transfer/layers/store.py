@@ -33,6 +33,10 @@ class StoreReader:
         self._part_size = part_size
         self._pacer = pacer
 
+    def kept_under(self, url: Url) -> Optional[str]:
+        """None: the store's objects are kept under their own keys."""
+        return None
+
     def stat(self, url: Url) -> ObjectInfo:
         return self.backend.stat(url)
 

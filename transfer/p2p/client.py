@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 from urllib.parse import urlsplit
 
-from transfer.cache.layout import digest_of
+from transfer._digests import digest_of
 from transfer.p2p.config import Network, PeerConfig
 from transfer.p2p.deadlines import Deadlines
 from transfer.p2p.index import Holder

@@ -11,10 +11,12 @@
   replica ends waiting for this source (anyone who can write the index can plant claims
   that never end): it costs a job ``claim_seconds`` once, not once per file.
 * Replicas of the keys this node claimed are registered as soon as the node cache holds them
-  (a small publisher thread polls the cache), not only at the end of the batch, because
-  other nodes are waiting for them. ``publish`` registers the rest in one round trip. Before
-  registering, the key's capability is left beside the node cache's entry (``grant``), so
-  this node's daemon serves it to readers of the same scope, and only to them.
+  (a small publisher thread polls the cache and leaves each key's capability beside its entry,
+  ``grant``, so this node's daemon serves it to readers of the same scope, and only to them),
+  not only at the end of the batch, because other nodes are waiting for them. ``publish``
+  registers the rest in one round trip; their grants were made by the caller (the engine's
+  node-cache layer, :func:`transfer.layers.sharing.publish_batch`), so a batch's publish
+  never calls into the cache.
 
 No method raises for an index, network or peer failure: each kind of failure is logged once
 per source (``transfer.p2p`` logger, or the ``warn`` callback), and the engine goes on to the
@@ -47,8 +49,8 @@ class PeerIndexSource:
 
     ``describe(key)`` reports this node's cache entry for ``key`` (None when absent); it lets
     claims skip keys the node already holds and publishes claimed keys early. Without it
-    claims are off. ``grant(key, capability)`` lets this node's daemon serve the entry to
-    that capability's holders; without it nothing is published (peers could not read it).
+    claims are off. ``grant(key, capability)`` lets this node's daemon serve a claimed key's
+    entry to that capability's holders before the early publish; without it claims are off.
     Call :meth:`close` when done (ends claims that were never published)."""
 
     def __init__(self, index: PeerIndex, client: PeerClient, node: str, *,
@@ -129,14 +131,18 @@ class PeerIndexSource:
         return report.size
 
     def publish(self, replicas: Sequence[Replica]) -> None:
+        """Register ``replicas``, which the caller has granted in the node cache (its daemon
+        serves them); a replica without a scope takes the one its key was looked up with."""
         with self._lock:
             scopes = dict(self._scopes)
         scoped = [r if r.scope is not None else replace(r, scope=scopes.get(r.key)) for r in replicas]
-        granted = [r for r in scoped if r.scope is not None and self._granted(r.key, r.scope)]
-        if not granted:
+        self._register([r for r in scoped if r.scope is not None])
+
+    def _register(self, replicas: List[Replica]) -> None:
+        if not replicas:
             return
         try:
-            self._index.register(self._node, granted)
+            self._index.register(self._node, replicas)
         except Exception as err:  # noqa: BLE001
             self._warn("index", f"peer index unavailable, replicas not shared: {_brief(err)}")
             return
@@ -209,9 +215,11 @@ class PeerIndexSource:
                 pending = list(self._claimed)
             if not pending:
                 return
-            ready = [r for r in map(self._describe, pending) if r is not None]
-            if ready:
-                self.publish(ready)
+            with self._lock:
+                scopes = dict(self._scopes)
+            ready = [replace(r, scope=scopes[r.key]) for r in map(self._describe, pending)
+                     if r is not None and r.key in scopes]
+            self._register([r for r in ready if r.scope is not None and self._granted(r.key, r.scope)])
 
     # -- helpers ------------------------------------------------------------------------
 
