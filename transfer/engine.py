@@ -301,7 +301,7 @@ class Engine:
         from transfer.batched import write_batched
 
         def stored(op: Transfer, info: ObjectInfo) -> None:
-            self._write_through(op.dest, op.sources[0].path, info.version, None)
+            self._writes.write_through(op.dest, op.sources[0].path, info.version)
 
         return write_batched(self._session, indexed, self._threads, budget, self._pacer,
                              budget.cancel if isinstance(budget, RunBudget) else None,
