@@ -159,15 +159,8 @@ def crc32_of(region: Union[FileRegion, bytes]) -> str:
     if isinstance(region, bytes):
         return _b64_crc32(zlib.crc32(region))
     crc = 0
-    with open(region.path, "rb") as fh:
-        fh.seek(region.offset)
-        left = region.length
-        while left > 0:
-            block = fh.read(min(left, 1 << 20))
-            if not block:
-                break
-            crc = zlib.crc32(block, crc)
-            left -= len(block)
+    for block in region.blocks():
+        crc = zlib.crc32(block, crc)
     return _b64_crc32(crc)
 
 

@@ -454,15 +454,8 @@ def _md5_of_region(region: FileRegion) -> bytes:
     from transfer import _digests
     digest = _digests.new("md5")
     try:
-        with open(region.path, "rb") as fh:
-            fh.seek(region.offset)
-            left = region.length
-            while left > 0:
-                block = fh.read(min(left, 1 << 20))
-                if not block:
-                    break
-                digest.update(block)
-                left -= len(block)
+        for block in region.blocks():
+            digest.update(block)
     except OSError as err:
         raise local_error(err, region.path, "put") from err
     return digest.digest()

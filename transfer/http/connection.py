@@ -31,7 +31,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
     import ssl
-    from typing import BinaryIO, Callable, Dict, List, Optional, Tuple, Union
+    from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
     from transfer.http.message import HeaderList
     from transfer.http.proxy import Proxy
@@ -58,6 +58,20 @@ class FileRegion:
     path: str
     offset: int
     length: int
+
+    def blocks(self, size: int = 1 << 20) -> "Iterator[bytes]":
+        """The region's bytes in blocks of at most ``size`` (fewer if the file is shorter than the
+        region says: the caller's checksum then differs, as the store's would); OSError as open
+        and read raise it."""
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            left = self.length
+            while left > 0:
+                block = fh.read(min(left, size))
+                if not block:
+                    return
+                yield block
+                left -= len(block)
 
 
 if TYPE_CHECKING:
