@@ -32,6 +32,9 @@ CONTENTS: Tuple[Tuple[ModuleType, Tuple[str, ...]], ...] = (
     (transfer, ("",)),
     (pegasus_cloudio, ("__init__.py", "version.py", "ending.py", "dropin")),
 )
+# what a worker's bare python3 cannot import and the drop-in never does: the faces for other
+# engines, each needing its engine's package (fsspec, Snakemake, Parsl)
+LEFT_OUT = ("transfer/fsspec_*.py", "transfer/integrations/*")
 MAIN = f'''"""pegasus-cloudio-transfer {__version__}, a single-file drop-in for pegasus-transfer."""
 import sys
 
@@ -91,4 +94,6 @@ def _sources() -> Iterator[Tuple[Path, Path]]:
             path = base / part
             files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
             for file in files:
-                yield file, Path(base.name) / file.relative_to(base)
+                inside = Path(base.name) / file.relative_to(base)
+                if not any(inside.match(pattern) for pattern in LEFT_OUT):
+                    yield file, inside

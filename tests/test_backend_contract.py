@@ -81,7 +81,7 @@ def put_object(server: Any, base_url: str) -> Callable[[str, bytes], None]:
 class S3Classes(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
                 c.DirectoryListingContract, c.PagedListingContract, c.TouchesContract, c.BucketsContract,
                 c.BucketRemovalContract,
-                c.MultipartUploadsContract,
+                c.BatchWritesContract, c.MultipartUploadsContract,
                 c.PendingUploadsContract, c.ExclusiveCreateContract, c.ConditionalPutsContract,
                 c.AttributedPutsContract, c.ServerSideCopyContract, c.RangedReadsContract,
                 c.BatchReadsContract, c.DialsAheadContract, c.CacheKeysContract, c.PeerScopesContract,

@@ -54,7 +54,8 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "transfer.batched", "transfer.cached_reads", "transfer.bundle_gate", "transfer.local_copies",
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
            "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",
-           "transfer.p2p", "transfer.layers.cache", "transfer.layers.peers",  # read layers (issue 36)
+           "transfer.p2p", "transfer.layers.cache", "transfer.layers.peers", "transfer.layers.bundles",  # read layers (issue 36)
+           "transfer.writes", "transfer.backends._s3_listing",  # uploads and their write-through; a directory's listing
            "transfer.engine", "transfer.node", "transfer.session", "transfer.ranged", "transfer.retry",
            "transfer.pacing", "transfer.pacing_node",  # a job's node rate file (issue 37)
            "transfer.ops", "transfer.context",

@@ -60,6 +60,7 @@ from pegasus_cloudio_testbed.contract.stores import (
 )
 from pegasus_cloudio_testbed.contract.writes import (
     AttributedPutsContract,
+    BatchWritesContract,
     ConditionalPutsContract,
     ExclusiveCreateContract,
     MultipartUploadsContract,
@@ -69,7 +70,7 @@ from pegasus_cloudio_testbed.contract.writes import (
 )
 
 __all__ = [
-    "AWKWARD_KEYS", "AttributedPutsContract", "BatchReadsContract", "BucketRemovalContract", "BucketsContract", "CacheKeysContract",
+    "AWKWARD_KEYS", "AttributedPutsContract", "BatchReadsContract", "BatchWritesContract", "BucketRemovalContract", "BucketsContract", "CacheKeysContract",
     "Closes", "ClosesContract", "ConditionalPutsContract", "ContractBase", "CutBodiesContract",
     "DialsAheadContract", "DirectoryListingContract", "ExclusiveCreateContract", "FetchesTo", "LayerContract",
     "MIXINS", "MultipartUploadsContract", "NamespaceContract", "PagedListingContract", "PeerScopesContract",

@@ -16,7 +16,7 @@ MIXINS: Tuple[type, ...] = (
     stores.UploadsContract, stores.NamespaceContract, stores.DirectoryListingContract,
     stores.PagedListingContract, stores.TreeRemovalContract, stores.TouchesContract, stores.BucketsContract,
     stores.BucketRemovalContract,
-    writes.MultipartUploadsContract, writes.PendingUploadsContract, writes.ExclusiveCreateContract,
+    writes.BatchWritesContract, writes.MultipartUploadsContract, writes.PendingUploadsContract, writes.ExclusiveCreateContract,
     writes.ConditionalPutsContract, writes.AttributedPutsContract, writes.ServerSideCopyContract,
     writes.TempUploadsContract,
     reads.RangedReadsContract, reads.BatchReadsContract, reads.DialsAheadContract, reads.CacheKeysContract,

@@ -1,4 +1,4 @@
-"""Cases of the write capabilities: multipart uploads, the open uploads a store lists,
+"""Cases of the write capabilities: batched small writes, multipart uploads, the open uploads a store lists,
 exclusive, conditional and attributed puts, server-side copies and uploads through temp files."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pegasus_cloudio_testbed.contract.base import ContractBase, Seed, UrlFor, ke
 from transfer.backends.base import (
     Attributes,
     AttributedPuts,
+    BatchWrites,
     ConditionalPuts,
     ExclusiveCreate,
     MultipartUploads,
@@ -24,6 +25,35 @@ from transfer.errors import AlreadyExists, NotFound, RemoteError, TransferError
 from transfer.http.connection import FileRegion
 
 MIB = 1 << 20
+
+
+class BatchWritesContract(ContractBase):
+    """``write_small``: each file the store took, checked, to ``stored``; everything else (a
+    file that cannot be read, refused by ``stored``) handed back by index, in order, for the
+    caller's per-file path; never raises."""
+
+    capability: ClassVar[type] = BatchWrites
+
+    def test_files_are_stored_and_the_rest_comes_back(self, reader: Any, tmp_path: Path, url_for: UrlFor) -> None:
+        bodies = {f"bw/{i:02d}": os.urandom(100 + i) for i in range(12)}
+        items = [(self.local_file(tmp_path, body, f"w{i}"), url_for(key)) for i, (key, body) in enumerate(bodies.items())]
+        items.append((str(tmp_path / "absent"), url_for("bw/absent")))
+        told = {}
+
+        def stored(index: int, info: Any, sent: float) -> bool:
+            told[index] = info.size
+            return index != 3  # refused: must come back in the rest
+
+        rest = reader.write_small(items, stored, connections=2)
+        keys = list(bodies)
+        assert 12 in rest and 3 in rest and list(rest) == sorted(rest)
+        assert set(rest) | set(told) == set(range(13)) and 12 not in told
+        for index, size in told.items():
+            assert size == len(bodies[keys[index]])
+            assert self.read(reader, url_for(keys[index])) == bodies[keys[index]]
+
+    def test_an_empty_batch(self, reader: Any) -> None:
+        assert reader.write_small([], lambda *args: True, connections=1) == []
 
 
 class MultipartUploadsContract(ContractBase):
