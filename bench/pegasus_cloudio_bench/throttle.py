@@ -200,7 +200,8 @@ class Bed:
 
     def _upload(self, progress: Progress) -> None:
         """The originals on disk, then in MinIO straight (not through a front): plain under
-        ``data/``, and bundled under ``bundled/`` when a run reads bundles."""
+        ``data/``, and bundled under ``bundled/`` when a run reads bundles (for stage-in waves;
+        stage-out waves make only the bucket)."""
         names = self.names()
         pairs: List[Tuple[str, str]] = []
         for directory in self._dirs():
@@ -210,9 +211,12 @@ class Bed:
                 with open(path, "wb") as fh:
                     fh.write(os.urandom(self.params.size))
                 pairs.append((f"file://{path}", f"{directory}/{name}"))
-        progress.phase(f"uploading {len(pairs)} objects")
         env = self.env(self.server.endpoint, {"PEGASUS_CLOUDIO_THREADS": "16"})
         make = [{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://bench@{SITE}/{BUCKET}"}}]
+        if self.params.direction == "out":  # the waves upload them
+            self._stage_out(make, env)
+            return
+        progress.phase(f"uploading {len(pairs)} objects")
         self._stage_out(make + _spec([(s, self.url("data", k)) for s, k in pairs], "local", SITE), env)
         if "bundles" in self.params.reuse.split(","):
             bundled = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")

@@ -75,7 +75,7 @@ _MAX_UNREADABLE = 2
 _STALL_MIN = 5.0  # seconds of silence, at the least, after which a run that was answered gives up
 _STALL_FACTOR = 10
 _CANCEL_POLL_S = 0.5
-_WAITED = 0.002  # seconds a head() took, past which it waited (for its token: a paced pass)
+_WAITED = 0.01  # seconds a head() took, past which it waited (for its token: a paced pass)
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
 
 
