@@ -51,6 +51,18 @@ def test_a_throttling_front_shows_in_the_503_share_and_each_job_is_checked() -> 
     assert (ours["jobs_failed"] > 0) == (ours["files_missing"] > 0 or bool(ours["first_error"]))
 
 
+def test_stage_out_waves_upload_every_file_through_the_front_and_check_it() -> None:
+    """``--direction out``: each job's uploads through the throttling front (the pipelined PUT
+    pass of ours), read back from the store and checked: 0 failed at a rate that throttles."""
+    runs = runs_of(bench("--jobs", "3", "--files", "30", "--rate", "20", "--burst", "20", "--tools", "ours,s5cmd",
+                         "--objects", "distinct", "--direction", "out", "--json"))
+    for name in ("ours", "s5cmd"):
+        run = runs[name]
+        assert (run["jobs_failed"], run["files_missing"]) == (0, 0), (name, run)
+        assert run["throttled"] > 0 and run["served"] >= 3 * 30, (name, run)
+        assert sum(run["throttled_by_second"]) == run["throttled"] >= run["throttled_first_20s"] > 0, (name, run)
+
+
 def test_jobs_on_namespace_nodes_share_the_pool_limiter_on_redis() -> None:
     """Two nodes in network namespaces, two jobs each on one prefix the front throttles: the
     jobs reach the front and the Redis on the bridge, the pool limiter holds the prefix there
@@ -71,6 +83,8 @@ def test_jobs_on_namespace_nodes_share_the_pool_limiter_on_redis() -> None:
     (["--nodes", "9", "--tools", "ours"], "--nodes must be 0 (none) or 1 to 8"),
     (["--nodes", "2"], "--nodes needs --tools ours"),
     (["--pool-share", "0"], "--pool-share must be above 0 and at most 1"),
+    (["--direction", "sideways"], "--direction must be in or out"),
+    (["--direction", "out", "--objects", "shared"], "--direction out needs --objects distinct"),
 ])
 def test_bad_flags_are_one_line_each_and_run_nothing(flags: List[str], message: str) -> None:
     done = bench(*flags)

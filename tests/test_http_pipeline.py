@@ -461,3 +461,19 @@ def test_a_pass_that_is_not_eager_starts_each_connection_with_one_request():
         assert server.arrived_at_first_answer == 4
     finally:
         server.close()
+
+
+def test_a_head_that_waits_for_its_token_goes_out_alone_and_is_not_taken_for_silence(serve):
+    """A paced pass: each ``head`` waits 0.4 s (its token), longer than the pool's read timeout
+    (0.3 s). Each request goes out as its head returns, not gathered with the next ones, and the
+    run waits for answers from the last send, so nothing is handed back for a silence."""
+    server, _ = serve(lambda number, nth, target: ok(target))
+    pool = ConnectionPool(server.endpoint, max_idle=2, max_open=2, timeouts=Timeouts(5, 0.3))
+
+    def paced(k):
+        time.sleep(0.4)
+        return head(k)
+
+    taker = Taker()
+    assert fetch(pool, 5, paced, taker, connections=1, depth=8, max_body=1 << 20, eager=True) == []
+    assert sorted(taker.taken) == list(range(5)) and max(server.queued) == 1

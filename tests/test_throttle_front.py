@@ -21,7 +21,7 @@ from pegasus_cloudio_testbed.httpframe import RequestHead
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.proxy import TcpProxy
 from pegasus_cloudio_testbed.throttle import ThrottleFront
-from pegasus_cloudio_testbed.throttle_policy import TokenBucket, prefix_of, throttle_answer
+from pegasus_cloudio_testbed.throttle_policy import PrefixLimiter, TokenBucket, prefix_of, throttle_answer
 
 
 class Clock:
@@ -48,6 +48,21 @@ def test_refused_requests_spend_nothing_and_time_never_runs_back() -> None:
     assert bucket.take(5.0) and not bucket.take(5.5) and not bucket.take(5.9)
     assert bucket.take(6.0)
     assert not bucket.take(4.0)                # an earlier stamp adds no tokens
+
+
+def test_throttled_answers_are_counted_per_second_from_the_first_request() -> None:
+    clock = Clock()
+    limiter = PrefixLimiter(rate=1, burst=1, clock=clock)
+    assert limiter.admit("b/a/")                                  # t = 0: the timeline's zero, passed
+    assert not limiter.admit("b/a/") and limiter.admit("b/c/")   # one refused; a new prefix has its own bucket
+    clock.now += 2.5
+    assert limiter.admit("b/a/") and not limiter.admit("b/a/")    # t = 2.5: one refused
+    stats = limiter.stats()
+    assert stats["throttled_by_second"] == [1, 0, 1] and stats["throttled"] == 2
+    limiter.reset()
+    clock.now += 10
+    assert limiter.admit("b/c/") and not limiter.admit("b/c/")    # the timeline starts again at the reset
+    assert limiter.stats()["throttled_by_second"] == [1]
 
 
 @pytest.mark.parametrize("rate,burst", [(0, 1), (-1, 5), (10, 0.5)])

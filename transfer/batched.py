@@ -67,10 +67,11 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
     counting as yes): then the pass ends, and the per-file path finds the members (one listing
     per directory, each directory's files waiting only for their own). ``write(op, body, info)``
     puts a verified body where ``op`` wants it and returns its size; whatever it raises leaves
-    that file to the per-file path. A group whose prefix ``pacer`` paces (the store throttled
-    it) is left to the per-file path, which paces each request; a throttle answer ends a
-    group's pass and is told to ``pacer``: no burst of pipelined requests into a store that
-    throttles."""
+    that file to the per-file path. Each request of the pass draws its token from ``pacer``
+    (:meth:`~transfer.pacing.Pace.draw`) as a per-file request does, so a pass into a prefix
+    the node already paces (the store throttled it), or one that another job's cut reaches
+    midway, sends at the prefix's rate; a throttle answer ends a group's pass and is told to
+    ``pacer``: no burst of pipelined requests into a store that throttles."""
     def downloaded(op: Transfer) -> bool:  # a directory path is refused by the ordinary path before any request
         source = op.sources[0]
         return not (op.dest.scheme != "file" or op.link is LinkMode.SYMLINK or source.is_local
@@ -79,7 +80,7 @@ def read_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], conn
     rest, groups = _grouped(session, indexed, downloaded, _source, batch_reads)
     for reader, group in groups:
         pace = pacer.pace(group[0][1].sources[0])
-        if len(group) < _MIN_BATCH or pace.limited:
+        if len(group) < _MIN_BATCH:
             rest.extend(group)
         else:
             rest.extend(_read_group(reader, group, connections, budget, pace, cancel, finish, stands_in, write))
@@ -104,7 +105,7 @@ def write_batched(session: Session, indexed: Sequence[Tuple[int, Transfer]], con
     rest, groups = _grouped(session, indexed, uploaded, _dest, batch_writes)
     for writer, group in groups:
         pace = pacer.pace(group[0][1].dest)
-        if len(group) < _MIN_BATCH or pace.limited:
+        if len(group) < _MIN_BATCH:
             rest.extend(group)
         else:
             rest.extend(_write_group(writer, group, connections, budget, pace, cancel, finish, stored))
@@ -150,11 +151,15 @@ class _Done:
     """Records the files a pass finished: their results through ``finish``, once each; what
     ``finish`` raises is kept for the pass's caller (the run's error, as on the ordinary path)."""
 
-    def __init__(self, budget: RetryBudget, pace: Pace, finish: Finish) -> None:
+    def __init__(self, budget: RetryBudget, pace: Pace, finish: Finish, cancel: Optional[Cancel]) -> None:
         self.budget = budget
         self.pace = pace
         self.finish = finish
+        self.cancel = cancel
         self.raised: List[Exception] = []
+
+    def draw(self) -> None:
+        self.pace.draw(self.cancel)
 
     def record(self, position: int, op: Transfer, size: int, sent: float) -> None:
         seconds = time.monotonic() - sent
@@ -167,7 +172,6 @@ class _Done:
             self.raised.append(err)
 
     def throttled(self, sent: float) -> None:
-        self.pace.count()
         self.pace.throttled(time.time() - (time.monotonic() - sent))  # the pace's clock is epoch time
 
     def check(self) -> None:
@@ -178,7 +182,7 @@ class _Done:
 def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
                 pace: Pace, cancel: Optional[Cancel], finish: Finish, stands_in: StandsIn,
                 write: Write) -> List[Tuple[int, Transfer]]:
-    done = _Done(budget, pace, finish)
+    done = _Done(budget, pace, finish, cancel)
 
     def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
         if done.raised:
@@ -188,7 +192,6 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
             size = write(op, body, info)
         except (TransferError, OSError):  # the ordinary path meets it again, and retries or reports it
             return False
-        pace.count()
         done.record(position, op, size, sent)
         return True
 
@@ -199,20 +202,19 @@ def _read_group(reader: BatchReads, group: List[Tuple[int, Transfer]], connectio
             return False
 
     left = reader.read_small([op.sources[0] for _, op in group], take, connections=connections, cancel=cancel,
-                             missing=missing, throttled=done.throttled)
+                             missing=missing, throttled=done.throttled, draw=done.draw)
     done.check()
     return [group[k] for k in left]
 
 
 def _write_group(writer: BatchWrites, group: List[Tuple[int, Transfer]], connections: int, budget: RetryBudget,
                  pace: Pace, cancel: Optional[Cancel], finish: Finish, stored: Stored) -> List[Tuple[int, Transfer]]:
-    done = _Done(budget, pace, finish)
+    done = _Done(budget, pace, finish, cancel)
 
     def take(k: int, info: ObjectInfo, sent: float) -> bool:
         if done.raised:
             return False
         position, op = group[k]
-        pace.count()
         try:  # the object is stored: whatever follows is the run's error, not the upload's
             stored(op, info)
         except Exception as err:  # noqa: BLE001 - raised from the pass below
@@ -222,6 +224,6 @@ def _write_group(writer: BatchWrites, group: List[Tuple[int, Transfer]], connect
         return True
 
     left = writer.write_small([(op.sources[0].path, op.dest) for _, op in group], take, connections=connections,
-                              cancel=cancel, throttled=done.throttled)
+                              cancel=cancel, throttled=done.throttled, draw=done.draw)
     done.check()
     return [group[k] for k in left]

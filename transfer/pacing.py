@@ -58,8 +58,8 @@ if TYPE_CHECKING:
             (None: no state): a look, e.g. for a cut as a paced request wakes, that must not
             queue behind the node's writers. Never a state no update wrote."""
 
-__all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "prefix_key", "rate_at",
-           "reserve", "retime", "wait_for"]
+__all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "join", "prefix_key",
+           "rate_at", "reserve", "retime", "wait_for"]
 
 BETA = 0.7            # the cut: the rate in use times this (CUBIC's and the AWS SDKs' beta)
 SCALE = 0.4           # requests/s per s^3 of cubic growth (the AWS SDKs' scale constant)
@@ -71,6 +71,7 @@ MIN_WINDOW = 0.1      # seconds: a rate measured over less is measured over this
 CUT_SECONDS = 1.0     # throttle answers this soon after a cut belong to the same round (a loaded node's round trip)
 MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens owed are capped)
 LEARN_EVERY = 64      # requests of a pace not paced, between two looks at the shared state
+PASS_LEARN_EVERY = 8  # the same, for the requests of a pipelined pass (:meth:`Pace.draw`)
 RECHECK_SECONDS = 0.05  # a wait this long looks for a cut made meanwhile (a shorter one would move < 22 ms)
 
 
@@ -132,7 +133,7 @@ def wait_for(state: RateState, now: float, owed: float, ceiling: float = _INF) -
 
 
 def cut(state: Optional[RateState], now: float, measured: float, sent: float,
-        ceiling: float = _INF, paced: bool = True) -> Tuple[Optional[RateState], float]:
+        ceiling: float = _INF, paced: bool = True, joining: bool = False) -> Tuple[Optional[RateState], float]:
     """The state after a throttle answer, at ``now``, to a request sent at ``sent``: the rate
     in use cut to BETA times it. The rate in use is the bucket's; for a prefix not paced (no
     state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
@@ -147,10 +148,12 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     other jobs had in flight when one of them cut arrive together). Nor does an answer to a
     request that was not ``paced`` (sent before its job took up the prefix's state): that job
     now paces by the state, which already holds the cut; cutting again for each job's first
-    answer would cut a node's rate once per job."""
+    answer would cut a node's rate once per job. Such a job, ``joining`` (its first throttle
+    answer, while it did not pace by the state), adds its ``measured`` rate to the cut's
+    (:func:`join`): the first cut of a node is from the node's rate, not one job's."""
     if state is not None and now - state.cut_at < CALM_SECONDS:
         if not paced or sent < state.cut_at or now - state.cut_at < CUT_SECONDS:
-            return state, 0.0
+            return (join(state, now, measured, ceiling) if joining else state), 0.0
         in_use = min(rate_at(state, now), ceiling)
         owed = min(0.0, state.tokens + max(0.0, now - state.stamp) * in_use)
     else:
@@ -158,6 +161,20 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     rate = max(MIN_RATE, min(in_use, ceiling))
     owed = max(-max(MIN_RATE, BETA * rate) * MAX_WAIT, owed)  # (BETA * rate: rate_at the cut)
     return RateState(rate, now, owed, now, now), 0.0
+
+
+def join(state: RateState, now: float, measured: float, ceiling: float = _INF) -> RateState:
+    """The state after a job that sent ``measured`` requests/s unpaced takes it up at ``now``.
+    Within the round of the cut (CUT_SECONDS), that job's requests were part of the rate the
+    store throttled, but not of the rate cut: a cut is made from the bucket's rate, or, for a
+    prefix not yet paced (a node's first cut), from the requests/s of the one job that had the
+    answer. So the rate before the cut grows by ``measured`` (up to ``ceiling``), and with it the
+    bucket's (BETA times it at the cut): 100 jobs of a node, each learning of the first cut as
+    its own answer comes or as it looks at the state, make the cut one of the node's rate, with
+    one write each, made only once the prefix is throttled. Later, the state as it is."""
+    if measured <= 0 or not 0 <= now - state.cut_at < CUT_SECONDS or state.last_max >= ceiling:
+        return state
+    return RateState(min(state.last_max + measured, ceiling), state.cut_at, state.tokens, state.stamp, state.epoch)
 
 
 def retime(state: Optional[RateState], booked: float, due: float, ceiling: float = _INF) -> float:
@@ -246,11 +263,6 @@ class Pace:
         """Requests answered (not throttled) per second since this pace was made."""
         return (self.requests - self.throttles) / max(MIN_WINDOW, self._clock() - self._born)
 
-    def count(self) -> None:
-        """One request sent without :meth:`acquire` (a pipelined pass, paced as a whole)."""
-        self.sent += 1
-        self.requests += 1
-
     def acquire(self, cancel: Optional[Cancel] = None) -> None:
         """Wait for this request's token (returns at once unless the prefix is paced); a wait
         of RECHECK_SECONDS or more looks at the state again as it ends and waits on if the
@@ -261,6 +273,25 @@ class Pace:
             if self.requests % LEARN_EVERY == 0:  # another job may have been throttled meanwhile
                 self.learn()
             return
+        self._take(cancel)
+
+    def draw(self, cancel: Optional[Cancel] = None) -> None:
+        """:meth:`acquire` for a request of a pipelined pass, which sends up to its connections
+        times its depth in one round trip: the same token, and a look at the shared state every
+        PASS_LEARN_EVERY requests while not paced, so that a cut another job of the node made
+        paces this pass within a few requests, not LEARN_EVERY."""
+        self.sent += 1
+        self.requests += 1
+        if not self.limited:
+            if self.requests % PASS_LEARN_EVERY:
+                return
+            self.learn()
+            if not self.limited:
+                return
+        self._take(cancel)
+
+    def _take(self, cancel: Optional[Cancel]) -> None:
+        """Reserve a token of the paced prefix and wait for it (:meth:`acquire`)."""
         booked = [0.0]
 
         def take(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
@@ -297,11 +328,12 @@ class Pace:
         self.sent, self._since = 0, now
         self.throttles += 1
         paced = self.limited and sent >= self._paced_since
+        joining = not self.limited
         self._limit(now)
         seen = self._states.peek(self.key)
-        if seen is not None and cut(seen, now, measured, sent, self.ceiling, paced)[0] is seen:
+        if seen is not None and cut(seen, now, measured, sent, self.ceiling, paced, joining)[0] is seen:
             return  # not a new round (most answers of a storm): nothing to write, so no lock to queue on
-        self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling, paced))
+        self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling, paced, joining))
 
     def _limit(self, now: float) -> None:
         """Pace from ``now`` on (requests sent before were not paced)."""
@@ -309,13 +341,21 @@ class Pace:
             self.limited, self._paced_since = True, now
 
     def learn(self) -> None:
-        """Take up what the store knows of this prefix (another job was throttled on it)."""
+        """Take up what the store knows of this prefix (another job was throttled on it); a
+        job that sent requests unpaced meanwhile adds their rate to a cut as recent as the
+        round (:func:`join`)."""
         now = self._clock()
         state = self._states.peek(self.key)  # a look: no lock
-        if state is not None and now - state.cut_at < CALM_SECONDS:
-            self._limit(now)
-        else:
+        if state is None or now - state.cut_at >= CALM_SECONDS:
             self.limited = False
+            return
+        if not self.limited and self.sent:
+            measured = self.sent / max(MIN_WINDOW, now - self._since)
+            self.sent, self._since = 0, now
+            if join(state, now, measured, self.ceiling) is not state:  # (most looks: no lock, no write)
+                self._states.update(self.key, lambda seen: (None if seen is None else
+                                                            join(seen, now, measured, self.ceiling), 0.0))
+        self._limit(now)
 
 
 class Pacer:

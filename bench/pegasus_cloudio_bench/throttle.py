@@ -16,6 +16,9 @@ and those it passed to the store (``served``): what bundles and the node cache s
 ``--nodes K`` spreads each wave's jobs over K worker nodes in network namespaces sharing one
 Redis pool limiter (`pegasus_cloudio_bench.throttle_nodes`); ``offered/R`` then says what the
 store saw of the whole pool: requests that reached the front per second over R.
+``--direction out`` runs stage-outs instead: each job uploads its ``--files`` local files to its
+own directory under one prefix (``bench/out/``; the pipelined PUT pass of ours), and the objects
+are then read back straight from MinIO and checked byte for byte.
 ``--model`` runs the simulation of `pegasus_cloudio_bench.throttle_model` instead.
 """
 
@@ -26,11 +29,11 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from pegasus_cloudio_bench.harness import Progress, add_params_arguments, aligned, params_from_args, tool_env
-from pegasus_cloudio_bench.throttle_jobs import Job, Wave, run_wave
+from pegasus_cloudio_bench.throttle_jobs import Job, Wave, count_missing, run_wave
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.stager import StagerProcess
 from pegasus_cloudio_testbed.stock import make_stock_home
@@ -62,6 +65,7 @@ class Params:
     checkout: str = ""
     nodes: int = 0
     pool_share: float = 0.9
+    direction: str = "in"
     model: bool = False
 
 
@@ -78,6 +82,7 @@ HELPS = {"jobs": "comma-separated job counts N, each released together",
          "nodes": "0: every job on this machine; K (1-8): the jobs spread over K nodes in network namespaces, "
                   "each with its own node rate file, sharing one Redis pool limiter (needs root; ours only)",
          "pool_share": "with --nodes: the pool limiter's cap, as a share of R",
+         "direction": "in: stage-ins; out: stage-outs (uploads of distinct objects; ours and s5cmd, plain)",
          "model": "run the simulation to 1,000 and 10,000 jobs instead (see docs/scale.md)"}
 _CHOICES = {"tools": TOOLS, "objects": OBJECTS, "stager": STAGER, "reuse": REUSE}
 
@@ -102,6 +107,10 @@ def usage_problems(args: argparse.Namespace) -> List[str]:
     bad += ["--nodes must be 0 (none) or 1 to 8"] if not 0 <= args.nodes <= 8 else []
     bad += ["--nodes needs --tools ours"] if args.nodes and args.tools != "ours" else []
     bad += ["--pool-share must be above 0 and at most 1"] if not 0 < args.pool_share <= 1 else []
+    bad += [] if args.direction in ("in", "out") else [f"--direction must be in or out (got {args.direction!r})"]
+    if args.direction == "out" and (args.objects != "distinct" or args.reuse != "plain" or "stock" in args.tools
+                                    or args.stager != "off"):
+        bad.append("--direction out needs --objects distinct, --reuse plain, --stager off and --tools ours and/or s5cmd")
     return bad
 
 
@@ -180,6 +189,7 @@ class Bed:
         self.s5cmd = str(ensure_s5cmd()) if "s5cmd" in tools else ""
         self.stock = make_stock_home(os.path.join(root, "stock")) if "stock" in tools else None
         self.src = os.path.join(root, "src")
+        self._readback: Dict[int, Dict[str, str]] = {}  # stage-out: job -> {object URL: original}
         self._upload(progress)
 
     def _dirs(self) -> List[str]:
@@ -190,7 +200,8 @@ class Bed:
 
     def _upload(self, progress: Progress) -> None:
         """The originals on disk, then in MinIO straight (not through a front): plain under
-        ``data/``, and bundled under ``bundled/`` when a run reads bundles."""
+        ``data/``, and bundled under ``bundled/`` when a run reads bundles (for stage-in waves;
+        stage-out waves make only the bucket)."""
         names = self.names()
         pairs: List[Tuple[str, str]] = []
         for directory in self._dirs():
@@ -200,9 +211,12 @@ class Bed:
                 with open(path, "wb") as fh:
                     fh.write(os.urandom(self.params.size))
                 pairs.append((f"file://{path}", f"{directory}/{name}"))
-        progress.phase(f"uploading {len(pairs)} objects")
         env = self.env(self.server.endpoint, {"PEGASUS_CLOUDIO_THREADS": "16"})
         make = [{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://bench@{SITE}/{BUCKET}"}}]
+        if self.params.direction == "out":  # the waves upload them
+            self._stage_out(make, env)
+            return
+        progress.phase(f"uploading {len(pairs)} objects")
         self._stage_out(make + _spec([(s, self.url("data", k)) for s, k in pairs], "local", SITE), env)
         if "bundles" in self.params.reuse.split(","):
             bundled = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")
@@ -241,12 +255,35 @@ class Bed:
                 jobs = [self._job(config, front, j, stager_env) for j in range(config.jobs)]
                 wave = run_wave(jobs, p.timeout or 10 * floor + 120)
             stats = front.stats()
+        if p.direction == "out":
+            progress.phase(f"N={config.jobs}: reading the uploads back")
+            wave = self._checked_uploads(config, wave)
         shutil.rmtree(self._run_dir(config), ignore_errors=True)  # checked; N x M files need not pile up
         pool = self.nodes.figures() if self.nodes is not None else {}
         return {**figures(config, p, floor, wave, stats), **pool}
 
     def _run_dir(self, config: Config) -> str:
         return os.path.join(self.root, "runs", f"{config.jobs}-{config.objects}-{config.name}")
+
+    def _checked_uploads(self, config: Config, wave: Wave) -> Wave:
+        """``wave`` with each job's objects that are missing or wrong in the store (read back
+        straight from MinIO by our drop-in, then compared byte for byte) counted as missing."""
+        back = os.path.join(self._run_dir(config), "readback")
+        expected: Dict[int, Dict[str, str]] = {}
+        pairs: List[Tuple[str, str]] = []
+        for j, objects in self._readback.items():
+            expected[j] = {}
+            for n, (url, original) in enumerate(sorted(objects.items())):
+                dest = os.path.join(back, str(j), f"{n:05d}")
+                expected[j][dest] = original
+                pairs.append((url, f"file://{dest}"))
+            os.makedirs(os.path.join(back, str(j)))
+        env = self.env(self.server.endpoint, {"PEGASUS_CLOUDIO_THREADS": "16", "PEGASUS_CLOUDIO_CACHE_DIR": "off"})
+        run_wave([Job([os.path.join(self.bin, "pegasus-cloudio-transfer")], json.dumps(_spec(pairs, SITE, "local"))
+                      .encode(), env, {})], timeout_s=1800)  # (what it could not read counts as missing below)
+        self._readback = {}
+        return Wave(wave.wall_s, [replace(job, missing=count_missing(expected.get(j, {})))
+                                  for j, job in enumerate(wave.jobs)])
 
     def _stager(self, config: Config, front: ThrottleFront) -> "_StagerScope":
         return _StagerScope(self, config, front)
@@ -255,6 +292,8 @@ class Bed:
         directory = "shared" if config.objects == "shared" else f"j{j:04d}"
         dest = os.path.join(self._run_dir(config), str(j))
         os.makedirs(dest)
+        if self.params.direction == "out":
+            return self._upload_job(config, front, j, dest, extra)
         expected = {os.path.join(dest, n): os.path.join(self.src, directory, n) for n in self.names()}
         if config.tool == "s5cmd":
             return self._s5cmd_job(front, directory, dest, expected)
@@ -269,6 +308,29 @@ class Bed:
             argv, more = self.nodes.job(j, argv)
             env.update(more)
         return Job(argv, stdin, env, expected, cwd=dest)
+
+    def _upload_job(self, config: Config, front: ThrottleFront, j: int, cwd: str, extra: Dict[str, str]) -> Job:
+        """Job ``j`` of a stage-out wave: its originals to ``out/RUN/jJJJ/`` (RUN: this wave's own)."""
+        directory = f"j{j:04d}"
+        run = f"{config.jobs}-{config.tool}"
+        pairs = [(os.path.join(self.src, directory, n), self.url("out", f"{run}/{directory}/{n}")) for n in self.names()]
+        self._readback[j] = dict((url, path) for path, url in pairs)
+        if config.tool == "s5cmd":
+            commands = cwd + ".s5cmd"
+            with open(commands, "w", encoding="utf-8") as fh:
+                for path, n in zip((p for p, _ in pairs), self.names()):
+                    fh.write(f"cp {path} s3://{BUCKET}/out/{run}/{directory}/{n}\n")
+            return Job([self.s5cmd, "--endpoint-url", front.endpoint, "run", commands], b"", self._s5cmd_env(), {})
+        stdin = json.dumps(_spec([(f"file://{p}", u) for p, u in pairs], "local", SITE)).encode()
+        argv, env = [os.path.join(self.bin, "pegasus-cloudio-transfer")], self._ours_env(config, front, extra)
+        if self.nodes is not None:
+            argv, more = self.nodes.job(j, argv)
+            env.update(more)
+        return Job(argv, stdin, env, {}, cwd=cwd)
+
+    def _s5cmd_env(self) -> Dict[str, str]:
+        return tool_env({"AWS_ACCESS_KEY_ID": self.server.access_key, "AWS_EC2_METADATA_DISABLED": "true",
+                         "AWS_SECRET_ACCESS_KEY": self.server.secret_key, "AWS_REGION": "us-east-1"})
 
     def _ours_env(self, config: Config, front: ThrottleFront, extra: Dict[str, str]) -> Dict[str, str]:
         # the wave's own node rate file: a wave must not start paced by the last one's state, nor by
@@ -287,9 +349,7 @@ class Bed:
         with open(commands, "w", encoding="utf-8") as fh:
             for path, name in zip(expected, self.names()):
                 fh.write(f"cp s3://{BUCKET}/data/{directory}/{name} {path}\n")
-        env = tool_env({"AWS_ACCESS_KEY_ID": self.server.access_key, "AWS_EC2_METADATA_DISABLED": "true",
-                        "AWS_SECRET_ACCESS_KEY": self.server.secret_key, "AWS_REGION": "us-east-1"})
-        return Job([self.s5cmd, "--endpoint-url", front.endpoint, "run", commands], b"", env, expected)
+        return Job([self.s5cmd, "--endpoint-url", front.endpoint, "run", commands], b"", self._s5cmd_env(), expected)
 
 
 class _StagerScope:
@@ -330,7 +390,9 @@ def figures(config: Config, params: Params, floor: float, wave: Wave, stats: Dic
             "share_503": round(throttled / requests, 3) if requests else 0.0,
             "slowest_job_s": round(wave.slowest_s, 2), "requests": requests, "throttled": throttled,
             "served": requests - throttled,
-            "requests_per_file": round(requests / files, 3), "first_error": errors[0][:200] if errors else ""}
+            "requests_per_file": round(requests / files, 3), "first_error": errors[0][:200] if errors else "",
+            "throttled_first_20s": sum(stats.get("throttled_by_second", [])[:20]),
+            "throttled_by_second": stats.get("throttled_by_second", [])}
 
 
 def _cause(stderr: str) -> str:
@@ -345,7 +407,7 @@ COLUMNS = (("N", "jobs", "d"), ("objects", "objects", "s"), ("failed", "jobs_fai
            ("missing", "files_missing", "d"), ("wall s", "wall_s", ".1f"), ("floor s", "floor_s", ".1f"),
            ("wall/floor", "wall_over_floor", ".2f"), ("goodput/R", "goodput_over_rate", ".2f"),
            ("offered/R", "offered_over_rate", ".2f"),
-           ("503 share", "share_503", ".2f"), ("slowest s", "slowest_job_s", ".1f"),
+           ("503 share", "share_503", ".2f"), ("503s 0-20 s", "throttled_first_20s", "d"), ("slowest s", "slowest_job_s", ".1f"),
            ("requests", "requests", "d"), ("served", "served", "d"), ("req/file", "requests_per_file", ".2f"))
 
 
@@ -358,7 +420,7 @@ def format_table(result: Dict[str, Any]) -> str:
     rows = [[run["name"]] + [format(run[key], spec) for _, key, spec in COLUMNS] for run in result["runs"]]
     lines = aligned([["run"] + [name for name, _, _ in COLUMNS]] + rows, left=3)
     lines.append(f"R = {p['rate']:g} requests/s per prefix, burst {p['burst']:g}, M = {p['files']} objects of "
-                 f"{p['size']} B per job; load average at the end {', '.join(f'{x:.1f}' for x in result['load'])}")
+                 f"{p['size']} B per job, stage-{p.get('direction', 'in')}; load average at the end {', '.join(f'{x:.1f}' for x in result['load'])}")
     lines += [f"{run['name']} at N={run['jobs']} {run['objects']}: {run['nodes']} nodes, pool limiter capped at "
               f"{p['pool_share']:g} x R, {run['pool_keys']} prefix(es) on its Redis, {run['node_rate_files']} node "
               f"rate file(s) used" for run in result["runs"] if "nodes" in run]

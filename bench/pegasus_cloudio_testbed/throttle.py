@@ -217,7 +217,8 @@ class ThrottleFront:
 
     def stats(self) -> Dict[str, object]:
         """Requests and throttled answers in total and per prefix, and client connections:
-        ``{"requests", "throttled", "connections", "prefixes": {prefix: {"requests", "throttled"}}}``."""
+        ``{"requests", "throttled", "connections", "prefixes": {prefix: {"requests", "throttled"}},
+        "throttled_by_second"}`` (the throttled answers in each second from the first request)."""
         counts = self._limiter.stats()
         with self._lock:
             counts["connections"] = self._connections

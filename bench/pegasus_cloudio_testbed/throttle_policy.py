@@ -66,11 +66,15 @@ class PrefixLimiter:
         self._lock = threading.Lock()
         self._buckets: Dict[str, TokenBucket] = {}
         self._tallies: Dict[str, _Tally] = {}
+        self._start: Optional[float] = None  # the first request's time: the timeline's zero
+        self._seconds: List[int] = []  # throttled answers in each second from it
 
     def admit(self, prefix: str) -> bool:
         """Count a request on ``prefix``; True if it may pass to the store."""
         with self._lock:
             now = self._clock()
+            if self._start is None:
+                self._start = now
             bucket = self._buckets.get(prefix)
             if bucket is None:
                 bucket = self._buckets[prefix] = TokenBucket(self.rate, self.burst, now)
@@ -78,22 +82,33 @@ class PrefixLimiter:
             passed = bucket.take(now)
             tally = self._tallies[prefix]
             tally.requests += 1
-            tally.throttled += 0 if passed else 1
+            if not passed:
+                tally.throttled += 1
+                self._count_second(now)
             return passed
 
+    def _count_second(self, now: float) -> None:
+        second = int(now - (self._start or now))
+        if second < 86400:
+            self._seconds.extend([0] * (second + 1 - len(self._seconds)))
+            self._seconds[second] += 1
+
     def stats(self) -> Dict[str, object]:
-        """``{"requests", "throttled", "prefixes": {prefix: {"requests", "throttled"}}}``."""
+        """``{"requests", "throttled", "prefixes": {prefix: {"requests", "throttled"}},
+        "throttled_by_second"}``: the last, throttled answers in each second from the first request."""
         with self._lock:
             prefixes = {p: {"requests": t.requests, "throttled": t.throttled}
                         for p, t in self._tallies.items()}
+            seconds = list(self._seconds)
         return {"requests": sum(p["requests"] for p in prefixes.values()),
                 "throttled": sum(p["throttled"] for p in prefixes.values()),
-                "prefixes": prefixes}
+                "prefixes": prefixes, "throttled_by_second": seconds}
 
     def reset(self) -> None:
         """Zero the counts (the buckets keep their tokens)."""
         with self._lock:
             self._tallies = {p: _Tally() for p in self._tallies}
+            self._start, self._seconds = None, []
 
 # --------------------------------------------------------------------------- prefixes
 

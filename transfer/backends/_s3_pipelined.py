@@ -53,27 +53,30 @@ _ERROR_BODY = 1 << 16  # a PUT's answer: empty, or an error document
 
 def read_small(router: Router, urls: Sequence[Url], take: Take, connections: int, cancel: Optional[Cancel],
                missing: Optional[Callable[[int], bool]], depth: Optional[int] = None,
-               eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+               eager: bool = False, throttled: Optional[Callable[[float], None]] = None,
+               draw: Optional[Callable[[], None]] = None) -> List[int]:
     """:meth:`S3Backend.read_small <transfer.backends.s3.S3Backend.read_small>` over the routes
     ``router`` gives the buckets: the positions in ``urls`` not taken, in order (``depth``:
     requests in flight per connection, :data:`_DEPTH` by default; ``eager``: from the start;
-    ``throttled(sent)``: told of the throttle answer that ended the pass)."""
+    ``throttled(sent)``: told of the throttle answer that ended the pass; ``draw()``: before
+    each request, may wait)."""
     left, groups = _by_route(router, urls)
     for route, indexes, paths in groups:
         left += _read_route(route, [urls[i] for i in indexes], paths, indexes, take, connections, cancel, missing,
-                            depth or _DEPTH, eager, throttled)
+                            depth or _DEPTH, eager, throttled, draw)
     return sorted(left)
 
 
 def write_small(router: Router, items: Sequence[Tuple[str, Url]], stored: Stored, connections: int,
-                cancel: Optional[Cancel], throttled: Optional[Callable[[float], None]], max_size: int) -> List[int]:
+                cancel: Optional[Cancel], throttled: Optional[Callable[[float], None]], max_size: int,
+                draw: Optional[Callable[[], None]] = None) -> List[int]:
     """:meth:`S3Backend.write_small <transfer.backends.s3.S3Backend.write_small>` over the
     routes ``router`` gives the buckets: the positions in ``items`` not stored, in order (a file
-    over ``max_size`` bytes or 1 MiB is left over)."""
+    over ``max_size`` bytes or 1 MiB is left over; ``draw()`` before each request, may wait)."""
     left, groups = _by_route(router, [url for _, url in items])
     for route, indexes, paths in groups:
         left += _write_route(route, [items[i] for i in indexes], paths, indexes, stored, connections, cancel,
-                             throttled, min(max_size, _SMALL_BODY))
+                             throttled, min(max_size, _SMALL_BODY), draw)
     return sorted(left)
 
 
@@ -123,7 +126,8 @@ class _Heads:
 
 def _write_route(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path], indexes: List[int],
                  stored: Stored, connections: int, cancel: Optional[Cancel],
-                 throttled: Optional[Callable[[float], None]], max_size: int) -> List[int]:
+                 throttled: Optional[Callable[[float], None]], max_size: int,
+                 draw: Optional[Callable[[], None]]) -> List[int]:
     """:func:`write_small` for the files of one route (``indexes``: their positions in the
     caller's list, which ``stored`` and the result speak of)."""
     from transfer.http import pipeline
@@ -133,6 +137,8 @@ def _write_route(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path]
     checks: Dict[int, Tuple[int, bytes, str]] = {}  # k -> (size, MD5, CRC32) of the request in flight
 
     def head(k: int) -> bytes:
+        if draw is not None:
+            draw()
         size, md5, crc32, body = file_body_crc32(items[k][0])
         if size > max_size or not isinstance(body, bytes):
             raise ValueError("not a small file")  # left over: the per-file path (multipart at its threshold)
@@ -178,7 +184,8 @@ def _ends_pass(status: int, body: bytes, operation: str, throttled: Optional[Cal
 
 def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: List[int], take: Take,
                 connections: int, cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]],
-                depth: int, eager: bool, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+                depth: int, eager: bool, throttled: Optional[Callable[[float], None]] = None,
+                draw: Optional[Callable[[], None]] = None) -> List[int]:
     """:func:`read_small` for the objects of one route (``indexes``: their positions in the
     caller's list, which ``take`` and the result speak of)."""
     from transfer.http import pipeline
@@ -187,6 +194,8 @@ def _read_route(route: Route, urls: List[Url], paths: List[S3Path], indexes: Lis
     heads = _Heads(route)
 
     def head(k: int) -> bytes:
+        if draw is not None:
+            draw()
         return heads.head("GET", paths[k], f"response-cache-control={_TAG}{k}", EMPTY_SHA256, [CHECKSUM_MODE], None)
 
     taken = [0, 0]  # answers taken, answers not taken

@@ -318,7 +318,8 @@ class BatchReads(Protocol):
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None,
+                   draw: Optional[Callable[[], None]] = None) -> List[int]:
         """Fetch the objects of ``urls`` over up to ``connections`` connections, at most
         ``depth`` requests in flight on each (None: the backend's own; a caller with a few
         objects and a round trip to hide asks for a small one, which spreads them over more
@@ -329,7 +330,8 @@ class BatchReads(Protocol):
         of its request), which returns whether it took it. ``missing(index)`` is told of an
         object the store does not have; True ends the pass (the caller found where the rest
         is: a bundle). A throttle answer (503 SlowDown, 429) ends the pass, and is told to
-        ``throttled(sent)`` when given. Returns, in order, the indexes of the rest -- any other answer, a failed
+        ``throttled(sent)`` when given; ``draw()``, when given, is called before each request
+        goes out and may wait (its token of a paced prefix). Returns, in order, the indexes of the rest -- any other answer, a failed
         check, a large object, no answer, ``take`` said no, the pass ended -- for the caller
         to read one by one, which reports their errors. Never raises."""
 
@@ -339,13 +341,14 @@ class BatchWrites(Protocol):
     """Backends that write many small local files at once (pipelined PUTs, one thread)."""
 
     def write_small(self, items: Sequence[Tuple[str, Url]], stored: Stored, *, connections: int,
-                    cancel: Optional[Cancel] = None, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+                    cancel: Optional[Cancel] = None, throttled: Optional[Callable[[float], None]] = None,
+                    draw: Optional[Callable[[], None]] = None) -> List[int]:
         """Store each local file ``path`` of ``items`` (path, URL) as its URL, over up to
         ``connections`` connections, and tell each the store answered for with the checks
         :meth:`Uploads.put` makes (its checksum echoed or its MD5 ETag) to
         ``stored(index, info, sent)`` (``sent``: monotonic time of its request), which returns
         whether it took it. A throttle answer (503 SlowDown, 429) ends the pass, and is told to
-        ``throttled(sent)`` when given. Returns, in order, the indexes of the rest -- a file
+        ``throttled(sent)`` when given; ``draw()`` as :meth:`BatchReads.read_small`'s. Returns, in order, the indexes of the rest -- a file
         too large or unreadable, any other answer, a failed check, no answer, the pass ended --
         for the caller to upload one by one, which reports their errors. Never raises."""
 

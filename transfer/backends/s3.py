@@ -501,23 +501,25 @@ class S3Backend:
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None,
+                   draw: Optional[Callable[[], None]] = None) -> List[int]:
         """Pipelined GETs (:mod:`transfer.http.pipeline`) of objects up to 1 MiB, grouped by
         the route of their bucket; see :class:`~transfer.backends.base.BatchReads` and
         :mod:`transfer.backends._s3_pipelined`."""
         from transfer.backends._s3_pipelined import read_small  # batches of small files only
-        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager, throttled)
+        return read_small(self._router, urls, take, connections, cancel, missing, depth, eager, throttled, draw)
 
     # -- BatchWrites --------------------------------------------------------------------
 
     def write_small(self, items: Sequence[Tuple[str, Url]], stored: Stored, *, connections: int,
-                    cancel: Optional[Cancel] = None, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+                    cancel: Optional[Cancel] = None, throttled: Optional[Callable[[float], None]] = None,
+                    draw: Optional[Callable[[], None]] = None) -> List[int]:
         """Pipelined PUTs (:mod:`transfer.http.pipeline`) of files below 1 MiB and the multipart
         threshold; see :class:`~transfer.backends.base.BatchWrites` and
         :mod:`transfer.backends._s3_pipelined`."""
         from transfer.backends._s3_pipelined import write_small  # batches of small files only
         return write_small(self._router, items, stored, connections, cancel, throttled,
-                           self.multipart_threshold - 1)
+                           self.multipart_threshold - 1, draw)
 
     # -- DialsAhead ---------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ Contract of :func:`fetch` (never raises for the network or the server):
 * a ``head(index)`` or ``deliver`` that raises leaves that item over (the ordinary path meets
   the same error and reports it); a ``deliver`` that raises :class:`GiveUp` ends the run:
   everything not yet taken is left over;
+* a ``head(index)`` may wait (a paced pass: its request's token): a head that took longer
+  than ``_WAITED`` goes out at once with those gathered before it, and the silence that ends
+  a run is counted from the later of the last answer and the last send;
 * an answer that says ``Connection: close`` (or HTTP/1.0) ends its connection: the requests it
   carried after it go out again elsewhere, and the connection is closed, never given back to
   the pool, whatever ``deliver`` did (moto answers a bad signature with 403 and close, and a
@@ -72,6 +75,7 @@ _MAX_UNREADABLE = 2
 _STALL_MIN = 5.0  # seconds of silence, at the least, after which a run that was answered gives up
 _STALL_FACTOR = 10
 _CANCEL_POLL_S = 0.5
+_WAITED = 0.01  # seconds a head() took, past which it waited (for its token: a paced pass)
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
 
 
@@ -129,6 +133,7 @@ class _Run:
         self.closed_after: Dict[int, int] = {}  # answers -> connections closed after that many
         self.stopped = False  # a deliver gave up
         self.slowest = 0.0  # seconds from a request's send to its answer, the most seen
+        self.last_send = 0.0  # monotonic time the last requests went out
         self.endpoint = pool.base_url
 
     # -- connections ------------------------------------------------------------------
@@ -231,15 +236,18 @@ class _Run:
             room = min(room, self.cap - link.sent)
         while self.pending and len(batch) < room:
             entry = self.pending.popleft()
+            asked = time.monotonic()
             try:
                 heads.append(self.head(entry.index))
             except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
                 self.left.append(entry.index)
                 continue
             batch.append(entry)
+            if time.monotonic() - asked > _WAITED:  # a paced head: its request goes out now, not with the next ones'
+                break
         if not batch:
             return
-        now = time.monotonic()
+        now = self.last_send = time.monotonic()
         for entry in batch:
             entry.sends += 1
             entry.sent = now
@@ -378,7 +386,7 @@ def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], delive
             if not any(link.waiting for link in run.links.values()):
                 break
             quiet = min(read, max(_STALL_MIN, _STALL_FACTOR * run.slowest)) if run.slowest else read
-            left = heard + quiet - time.monotonic()
+            left = max(heard, run.last_send) + quiet - time.monotonic()  # (a paced head may wait long)
             if left <= 0:
                 break  # nothing heard for that long: the ordinary path takes over
             # a cancel set by another thread is seen within _CANCEL_POLL_S
