@@ -17,7 +17,10 @@ jobs have run and its makespan is extrapolated by job count: a lower bound, sinc
 that never ran include the concat job, which reads every file (the result marks it
 ``makespan_lower_bound``; its ratio goes to ``ratios_lower_bound``, never among the figures,
 and its result is not checked, which ``results_correct`` reports as not checked, not met).
-Requests and bytes are counted at the proxy, the same way for every mode. Our drop-in and
+Requests and bytes are counted at the proxy, the same way for every mode. Each run also gives
+its serial tail (:func:`tail`: the concat job's steps after the last producer, the part of the
+makespan no other job's compute hides, where a tool's round trips show) and the 1-minute load
+before and after it: on shared cores the load, not the tool, can decide a round. Our drop-in and
 stager are the commands a wheel install gives users (:mod:`pegasus_cloudio_testbed.wheel`:
 from a checkout, a wheel built from it in a fresh venv), not an editable install, whose import
 hook would cost every job step about 8 ms of CPU that users never pay.
