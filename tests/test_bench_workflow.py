@@ -5,7 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pegasus_cloudio_bench.dag import expected_result, montage_like
+from pegasus_cloudio_bench.dag import JobTiming, expected_result, montage_like
+from pegasus_cloudio_bench.workflow import tail
 from pegasus_cloudio_testbed.wheel import installed_bin, source_checkout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -17,6 +18,14 @@ def test_montage_like_dag_has_the_example_shape() -> None:
     assert jobs[-1].parents == ["project_0000", "project_0001", "project_0002"]
     assert jobs[-1].inputs == [name for job in jobs[:-1] for name in job.outputs]
     assert len(expected_result(jobs, b"H" * 300, 50)) == 3 * 4 * 50
+
+
+def test_the_tail_is_the_concat_jobs_steps_after_the_last_producer() -> None:
+    timings = [JobTiming("project_0000", 0, 0, 0.0, 0.1, 0.6, 0.8), JobTiming("project_0001", 1, 1, 0.0, 0.2, 0.7, 1.0),
+               JobTiming("concat", 0, 0, 1.05, 1.25, 1.75, 1.8)]
+    assert tail(timings) == {"producers_end_s": 1.0, "wait_s": 0.05, "stage_in_s": 0.2, "compute_s": 0.5,
+                             "stage_out_s": 0.05}
+    assert tail(timings[:2]) is None  # a run stopped before its concat job
 
 
 def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock() -> None:
@@ -45,6 +54,10 @@ def test_workflow_bench_runs_every_mode_counts_requests_and_extrapolates_stock()
     assert result["ratios"]["per-file_vs_go_at_0.05s"] == round(
         runs["per-file"]["makespan_s"] / runs["go"]["makespan_s"], 2)
     assert set(result["tool_startup_s"]) == {"ours", "stock", "go"}
+    for mode in ("go", "per-file", "bundles+cache", "stager"):  # the serial end: the concat job's steps
+        run, end = runs[mode], runs[mode]["tail"]
+        assert end["stage_in_s"] == runs[mode]["concat_stage_in_s"] and end["producers_end_s"] <= run["makespan_s"]
+        assert len(run["load_average_1min"]) == 2
     stock = runs["stock"]
     assert stock["extrapolated"] and stock["jobs_run"] < stock["jobs"] == 3
     assert stock["makespan_s"] > stock["measured_s"]

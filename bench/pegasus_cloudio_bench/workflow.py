@@ -17,7 +17,10 @@ jobs have run and its makespan is extrapolated by job count: a lower bound, sinc
 that never ran include the concat job, which reads every file (the result marks it
 ``makespan_lower_bound``; its ratio goes to ``ratios_lower_bound``, never among the figures,
 and its result is not checked, which ``results_correct`` reports as not checked, not met).
-Requests and bytes are counted at the proxy, the same way for every mode. Our drop-in and
+Requests and bytes are counted at the proxy, the same way for every mode. Each run also gives
+its serial tail (:func:`tail`: the concat job's steps after the last producer, the part of the
+makespan no other job's compute hides, where a tool's round trips show) and the 1-minute load
+before and after it: on shared cores the load, not the tool, can decide a round. Our drop-in and
 stager are the commands a wheel install gives users (:mod:`pegasus_cloudio_testbed.wheel`:
 from a checkout, a wheel built from it in a fresh venv), not an editable install, whose import
 hook would cost every job step about 8 ms of CPU that users never pay.
@@ -264,14 +267,15 @@ def _run_mode(bed: Bed, mode: str, compute: float, progress: Progress, round_nam
             return len(timings) >= 0.2 * len(jobs) and elapsed * len(jobs) / len(timings) > budget
 
         before = sum(d.children_cpu_s() for d in daemons)
-        store_before, bench_before = bed.server.cpu_s(), time.process_time()
+        store_before, bench_before, load_before = bed.server.cpu_s(), time.process_time(), os.getloadavg()[0]
         timings = run_dag(jobs, stager, slots=p.slots, nodes=p.nodes, root=os.path.join(bed.root, prefix),
                           compute_s=compute, env=bed.env, stop=stop)
         counters = bed.proxy.snapshot()
         time.sleep(0.2 if daemons else 0)  # let the stagers reap their last jobs
         stager_cpu = sum(d.children_cpu_s() for d in daemons) - before
         other_cpu = {"store_cpu_s": round(bed.server.cpu_s() - store_before, 3),
-                     "proxy_and_scheduler_cpu_s": round(time.process_time() - bench_before, 3)}
+                     "proxy_and_scheduler_cpu_s": round(time.process_time() - bench_before, 3),
+                     "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     complete = len(timings) == len(jobs)
     correct = complete and bed.result_bytes(stager) == expected_result(jobs, HEADER_TEXT, p.size)
     return {**_summary(mode, compute, jobs, timings, counters, complete, correct, stager_cpu), **other_cpu}
@@ -297,9 +301,28 @@ def _summary(mode: str, compute: float, jobs: List[Job], timings: List[JobTiming
         "mean_staging_cpu_s": round((sum(t.staging_cpu_s for t in timings) + stager_cpu_s) / n, 4),
         "stager_cpu_s": round(stager_cpu_s, 3),
         "concat_stage_in_s": next((round(t.staged_in - t.start, 4) for t in timings if t.id == "concat"), None),
+        "tail": tail(timings),
         "result_correct": correct if complete else None,
         "jobs_timeline": [t.as_dict() for t in timings],
     }
+
+
+def tail(timings: List[JobTiming]) -> Optional[Dict[str, float]]:
+    """The DAG's serial end, after the last producer: what no other job's compute hides.
+
+    While producers run, their compute keeps every core busy and one job's staging waits
+    behind another's compute, so staging costs the makespan its CPU, not its round trips.
+    Once the last producer ends, the concat job runs alone: its stage-in, compute and
+    stage-out are all on the makespan. None when the concat job did not run.
+    """
+    concat = next((t for t in timings if t.id == "concat"), None)
+    if concat is None:
+        return None
+    producers_end = max((t.end for t in timings if t.id != "concat"), default=concat.start)
+    return {"producers_end_s": round(producers_end, 4), "wait_s": round(concat.start - producers_end, 4),
+            "stage_in_s": round(concat.staged_in - concat.start, 4),
+            "compute_s": round(concat.computed - concat.staged_in, 4),
+            "stage_out_s": round(concat.end - concat.computed, 4)}
 
 
 def report(params: Params, runs: List[Dict[str, object]], startup: Dict[str, float]) -> Dict[str, object]:
@@ -373,6 +396,12 @@ def format_table(result: Dict[str, object]) -> str:
         rows.append(f"{r['mode']:<14} {r['compute_s']:>7g} {makespan:>11} {r['requests']:>9} "
                     f"{r['mean_stage_in_s']:>15.3f} {r['mean_stage_out_s']:>16.3f} {r['mean_staging_cpu_s']:>16.3f} "
                     f"{r['concat_stage_in_s'] or 0:>12.3f} {str(r['result_correct']):>8}{mark}")
+    for r in result["runs"]:  # type: ignore[attr-defined]
+        t, load = r.get("tail"), r.get("load_average_1min")
+        if t:
+            rows.append(f"{r['mode']:<14} after the last producer ({t['producers_end_s']:.2f} s): concat in "
+                        f"{t['stage_in_s']:.3f} s, compute {t['compute_s']:.3f} s, out {t['stage_out_s']:.3f} s"
+                        + (f"; load {load[0]} -> {load[1]}" if load else ""))
     startup = result["tool_startup_s"]
     shown = (", ".join(f"{tool} {seconds:.3f} s" for tool, seconds in startup.items()) if isinstance(startup, dict)
              else str(startup))
