@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -553,3 +555,19 @@ def test_closing_a_client_does_not_settle_the_node_cache_its_runs_settled(minio,
             assert opens() == 0
         finally:
             os.close(fd)
+
+
+# What an engine's worker process pays to start the plain API, beyond the interpreter's own
+# start-up: none of these (the standard library's heavy modules, and the node cache unasked).
+_NOT_AT_START = ("dataclasses", "inspect", "typing", "tempfile", "shutil", "random", "transfer.cache.store",
+                 "transfer.bundles.staging")
+
+
+def test_a_client_and_its_batch_passes_start_without_the_heavy_modules() -> None:
+    code = ("import sys; before = set(sys.modules); from transfer.client import Client; "
+            "c = Client(endpoint_url='http://127.0.0.1:9', key='k', secret='s'); "
+            "import transfer.batched, transfer.backends._s3_pipelined, transfer.http.pipeline, transfer.writes; "
+            "c.close(); print(' '.join(sorted(set(sys.modules) - before)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "transfer.client" in loaded
+    assert [name for name in _NOT_AT_START if name in loaded] == []

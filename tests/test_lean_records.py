@@ -108,3 +108,21 @@ def test_a_required_field_after_a_default_is_refused_when_the_class_is_made() ->
         class Bad:
             early: int = 0
             late: int
+
+
+def test_a_field_left_out_of_hash_is_still_compared_as_in_dataclasses() -> None:
+    import dataclasses
+
+    @record(frozen=True)
+    class Lean:
+        name: str
+        tags: Optional[dict] = field(default=None, hash=False)
+
+    @dataclasses.dataclass(frozen=True)
+    class Stock:
+        name: str
+        tags: Optional[dict] = dataclasses.field(default=None, hash=False)
+
+    for cls in (Lean, Stock):  # an unhashable value hashes; == still tells the values apart
+        assert hash(cls("a", {"x": "1"})) == hash(cls("a", {"y": "2"})) == hash(cls("a"))
+        assert cls("a", {"x": "1"}) == cls("a", {"x": "1"}) != cls("a", {"y": "2"})

@@ -7,10 +7,10 @@ walks every member on every ``isinstance``. This module stands in for the three 
 
 * :func:`record` makes a frozen value class from a class's annotations, as
   ``dataclass(frozen=True)`` does (``__init__`` with defaults, ``__repr__``, ``__eq__``,
-  ``__hash__``, ``__post_init__``, assignment refused); :func:`field` gives a default factory
-  or hides a field from ``repr``; :func:`replace` and :func:`fields` work on them. Its
-  ``__init__`` binds arguments generically for the class's first instances and is generated
-  (compiled) after those, or ahead by :func:`prepare`.
+  ``__hash__``, ``__post_init__``, assignment refused); :func:`field` gives a default factory,
+  or leaves a field out of ``repr``, ``==`` or ``hash``; :func:`replace` and :func:`fields`
+  work on them. Its ``__init__`` binds arguments generically for the class's first instances
+  and is generated (compiled) after those, or ahead by :func:`prepare`.
 * :class:`Protocol` and :func:`runtime_checkable`: a capability whose ``isinstance`` checks
   that the class has every method (and attribute) the protocol names; the answer is cached
   per class by ``abc``, so a check on a hot path is one dictionary lookup.
@@ -42,19 +42,22 @@ else:
     _MISSING = object()
 
     class Field:
-        """One field of a record: name, default (or factory) and whether ``repr`` shows it."""
+        """One field of a record: name, default (or factory), whether ``repr`` shows it, ``==``
+        compares it and ``hash`` uses it (None: as ``compare``, as in ``dataclasses``)."""
 
-        __slots__ = ("name", "default", "default_factory", "repr", "compare")
+        __slots__ = ("name", "default", "default_factory", "repr", "compare", "hash")
 
-        def __init__(self, default=_MISSING, default_factory=_MISSING, repr=True, compare=True):  # noqa: A002
+        def __init__(self, default=_MISSING, default_factory=_MISSING, repr=True, compare=True,  # noqa: A002
+                     hash=None):  # noqa: A002
             self.name = ""
             self.default = default
             self.default_factory = default_factory
             self.repr = repr
             self.compare = compare
+            self.hash = hash
 
-    def field(*, default=_MISSING, default_factory=_MISSING, repr=True, compare=True):  # noqa: A002
-        return Field(default, default_factory, repr, compare)
+    def field(*, default=_MISSING, default_factory=_MISSING, repr=True, compare=True, hash=None):  # noqa: A002
+        return Field(default, default_factory, repr, compare, hash)
 
     def fields(cls_or_obj):
         return cls_or_obj.__record_fields__
@@ -100,6 +103,7 @@ else:
         cls.__init__ = _deferred_init(cls, specs, frozen)
         cls.__record_fields__ = specs
         cls.__record_key__ = tuple(f.name for f in specs if f.compare)
+        cls.__record_hash__ = tuple(f.name for f in specs if (f.compare if f.hash is None else f.hash))
         cls.__record_repr__ = tuple(f.name for f in specs if f.repr)
         cls.__match_args__ = tuple(f.name for f in specs)
         for name, method in (("__repr__", _repr), ("__eq__", _eq)):
@@ -228,7 +232,7 @@ else:
         return _values(self, self.__record_key__) == _values(other, self.__record_key__)
 
     def _hash(self):
-        return hash(_values(self, self.__record_key__))
+        return hash(_values(self, self.__record_hash__))
 
     def _refuse_set(self, name, value):
         raise FrozenInstanceError(f"cannot assign to field {name!r}")

@@ -27,8 +27,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from transfer.client import Client, Entry, UrlLike
+from transfer.client import Client, Entry
 from transfer.ops import Result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from transfer.client import UrlLike
 
 __all__ = ["AsyncClient"]
 

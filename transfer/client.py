@@ -26,15 +26,11 @@ from __future__ import annotations
 import io
 import os
 import posixpath
-import tempfile
 import threading
-from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transfer import listing
 from transfer.backends.base import (AttributedPuts, Attributes, BucketRemoval, ConditionalPuts, ExclusiveCreate,
                                     Presigns, RangedReads, Touches, cache_keys, namespace, uploads)
-from transfer.cache import CacheConfig, NodeCache
 from transfer.config import Settings
 from transfer.context import check_ca_bundle
 from transfer.credentials import Credentials
@@ -45,17 +41,17 @@ from transfer.ops import Mkdir, Remove, Result, Transfer
 from transfer.session import BackendOpener, Session
 from transfer.urls import Url, parse_url
 
+# An engine's start-up is a per-process cost: typing, tempfile and the node cache are imported
+# where they are used (the plain API's own modules, as the drop-in's, stay lean: see _lean).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+    from transfer.cache import NodeCache
+
+    UrlLike = Union[str, Url]
+
 __all__ = ["Client", "Entry", "literal_url"]
-
-UrlLike = Union[str, Url]
-
-
-@dataclass(frozen=True)
-class _Options:
-    endpoint: Optional[str]
-    region: Optional[str]
-    credentials: Optional[Credentials]
-    anonymous: bool
 
 
 class Client:
@@ -97,7 +93,10 @@ class Client:
         opener: BackendOpener = S3At(endpoint, region, credentials, anonymous)
         self.session = Session(settings, dict(os.environ) if env is None else dict(env),
                                backends={"s3": opener, "s3s": opener})
-        self._cache = NodeCache(CacheConfig(cache_dir, cache_bytes)) if cache_dir else None
+        self._cache: Optional[NodeCache] = None
+        if cache_dir:
+            from transfer.cache import CacheConfig, NodeCache
+            self._cache = NodeCache(CacheConfig(cache_dir, cache_bytes))
         self.engine = Engine(self.session, cache=self._cache)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -239,6 +238,7 @@ class Client:
         return sink.getvalue()
 
     def _read_via_engine(self, target: Url, start: Optional[int], end: Optional[int]) -> bytes:
+        import tempfile
         with tempfile.TemporaryDirectory(prefix="pegasus-cloudio-") as scratch:
             dest = parse_url(os.path.join(scratch, "object"))
             _raise_first(self.engine.run([Transfer((target,), dest)]))
@@ -264,6 +264,7 @@ class Client:
             raise InvalidInput("names a directory (ends in '/'), not an object to write", url=str(target),
                                operation="put")
         uploads(self.session.backend(target), target, "put")
+        import tempfile
         with tempfile.TemporaryDirectory(prefix="pegasus-cloudio-") as scratch:
             path = os.path.join(scratch, posixpath.basename(target.path.rstrip("/")) or "object")
             with open(path, "wb") as fh:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace, ObjectInfo, PagedListing
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
 from transfer import schemes
 from transfer.errors import NotFound
 from transfer.urls import Url
+from transfer._lean import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 __all__ = ["Entry", "Lister", "info", "iter_one_level", "iter_recursive", "kinds", "one_level", "recursive"]
 
@@ -26,7 +29,7 @@ PAGE = 1000  # files per page of iter_recursive (S3's page of keys)
 Lister = Backend  # every backend reads; listing needs Namespace too (checked with isinstance)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Entry:
     """A file (object, local file, bundle member) or a directory (prefix).
 
