@@ -169,3 +169,17 @@ def test_the_drop_in_stages_in_sixty_blobs_in_sixty_requests_on_few_connections(
     assert done.returncode == 0, done.stderr[-2000:]
     assert all((tmp_path / "out" / n).read_bytes() == n.encode() * 10 for n in names)
     assert proxy.requests - before[0] == 60 and proxy.connections - before[1] <= 4 + 2
+
+
+def test_each_request_draws_its_token_before_it_goes_out(azurite, azure_container, azure_sdk, proxy,
+                                                         tmp_path) -> None:
+    """``draw`` (the rate control's token of a paced prefix) is called once per request sent."""
+    names = [f"t/{i}" for i in range(12)]
+    for name in names:
+        azure_sdk.upload_blob(name, name.encode())
+    drawn: List[int] = []
+    with Session(Settings(), _env(azurite, proxy, str(tmp_path))) as session:
+        urls = _urls(azurite, azure_container, names)
+        before = proxy.requests
+        taken, rest, _ = _read(session.backend(urls[0]), urls, connections=1, draw=lambda: drawn.append(1))
+    assert rest == [] and len(taken) == 12 and len(drawn) == proxy.requests - before == 12

@@ -41,10 +41,12 @@ TAG = "pegasus-cloudio-get-"
 
 def read_small(pool: ConnectionPool, sign: Sign, urls: Sequence[Url], take: Take, connections: int,
                cancel: Optional[Cancel], missing: Optional[Callable[[int], bool]], depth: Optional[int] = None,
-               eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+               eager: bool = False, throttled: Optional[Callable[[float], None]] = None,
+               draw: Optional[Callable[[], None]] = None) -> List[int]:
     """:meth:`AzureBackend.read_small <transfer.backends.azure.AzureBackend.read_small>`:
     ``sign(path, tag)`` gives the (target, headers) of a Get Blob of ``path`` carrying
-    ``x-ms-client-request-id: tag``; returns the positions in ``urls`` not taken, in order."""
+    ``x-ms-client-request-id: tag``; ``draw()``, when given, before each request (it may wait:
+    its token of a paced prefix); returns the positions in ``urls`` not taken, in order."""
     from transfer.http import pipeline
     left, indexes, paths = _blobs(urls)
     if not indexes:
@@ -53,6 +55,8 @@ def read_small(pool: ConnectionPool, sign: Sign, urls: Sequence[Url], take: Take
     forward = pool.proxy if pool.scheme == "http" else None  # https goes through a CONNECT tunnel as is
 
     def head(k: int) -> bytes:
+        if draw is not None:
+            draw()
         target, headers = sign(paths[k], f"{TAG}{k}")
         if forward is not None:
             target, headers = absolute_form(target, headers, default_host, forward)

@@ -381,7 +381,8 @@ class AzureBackend:
 
     def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
                    missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
-                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None) -> List[int]:
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None,
+                   draw: Optional[Callable[[], None]] = None) -> List[int]:
         """Pipelined Get Blob requests (:mod:`transfer.http.pipeline`) of blobs up to 1 MiB,
         each tagged by its ``x-ms-client-request-id``; see
         :class:`~transfer.backends.base.BatchReads` and :mod:`transfer.backends._azure_pipelined`."""
@@ -390,7 +391,7 @@ class AzureBackend:
         def sign(path: wire.AzurePath, tag: str) -> Tuple[str, List[Tuple[str, str]]]:
             return self._signed("GET", path, "", [("x-ms-date", wire.http_date()), ("x-ms-version", X_MS_VERSION),
                                                   ("x-ms-client-request-id", tag)], 0)
-        return read_small(self._pool, sign, urls, take, connections, cancel, missing, depth, eager, throttled)
+        return read_small(self._pool, sign, urls, take, connections, cancel, missing, depth, eager, throttled, draw)
 
     # -- Touches ------------------------------------------------------------------------
 
