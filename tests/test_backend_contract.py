@@ -194,8 +194,8 @@ def azure_put_blob(connection_string: str, container: str) -> Callable[[str, byt
 
 class TestAzure(c.ReadContract, c.ClosesContract, c.UploadsContract, c.NamespaceContract,
                 c.DirectoryListingContract, c.BucketsContract, c.MultipartUploadsContract,
-                c.ServerSideCopyContract, c.RangedReadsContract, c.CacheKeysContract, c.PeerScopesContract,
-                c.TouchesContract):
+                c.ServerSideCopyContract, c.RangedReadsContract, c.BatchReadsContract, c.CacheKeysContract,
+                c.PeerScopesContract, c.TouchesContract):
     @pytest.fixture
     def base_url(self, store_azure: Tuple[Dict[str, str], str]) -> str:
         return store_azure[1]

@@ -6,7 +6,7 @@ asks for no credential file for a scheme it has no handler for): site selection,
 refinement, create-dir and cleanup planning all finish and write every job's input. Only
 its last step, writing the DAG's submit file, needs HTCondor's ``condor_submit_dag``, which on
 this machine lives in the pool's root (``make pool``; ``tests/test_pegasus_pool.py`` runs the
-S3 and GCS sets there): outside it the plan stops at that step, named exactly, and the test
+S3, GCS and Azure sets there, the Azure one through DAGMan on Azurite): outside it the plan stops at that step, named exactly, and the test
 then runs the planned create-dir, stage-in and stage-out inputs with our drop-in, as the jobs
 would."""
 

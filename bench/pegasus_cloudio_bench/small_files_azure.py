@@ -1,5 +1,5 @@
-"""Many small files staged out to and back in from Azure Blob Storage (Azurite), against
-azure-storage-blob in a thread pool.
+"""Many small files staged out to and back in from Azure Blob Storage (Azurite), against the
+Azure CLI per file and azure-storage-blob in a thread pool.
 
 In one run, on Azurite behind a counting proxy on loopback:
 
@@ -7,10 +7,15 @@ In one run, on Azurite behind a counting proxy on loopback:
 * ours bundled: the same with ``PEGASUS_CLOUDIO_BUNDLE=1`` (out, then in);
 * baseline: azure-storage-blob, one ``BlobServiceClient`` and ``upload_blob``/``download_blob``
   per file in a thread pool of T (:mod:`pegasus_cloudio_bench.naive_azure`), all N files;
+* baseline: the Azure CLI (``az``, pinned, :mod:`pegasus_cloudio_testbed.azure_cli`), one ``az
+  storage blob upload``/``download`` process per file, T at a time
+  (:mod:`pegasus_cloudio_bench.naive_azcli`), on two samples (S/4 and S files) per direction,
+  extrapolated linearly to N and labelled as such (its configuration directory warmed by one
+  untimed run first);
 * the start-up cost of ``pegasus-cloudio-transfer`` on an empty input.
 
-Targets (issue 35): at most T + 2 connections, and a bundled stage-in with at least 50x fewer
-requests than the per-file one. Every stage-in result is compared byte for byte.
+Targets (issue 35): at most T + 2 connections, a stage-in at least 20x faster than the Azure
+CLI's per file, and a bundled stage-in with at least 50x fewer requests than the per-file one. Every stage-in result is compared byte for byte.
 """
 
 from __future__ import annotations
@@ -20,21 +25,24 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from pegasus_cloudio_bench import naive_azure
+from pegasus_cloudio_bench import naive_azcli, naive_azure
 from pegasus_cloudio_bench.harness import (
-    Measurement, Progress, StoreWorkspace, files_identical, measure, ratio, tool_env,
+    Measurement, Progress, StoreWorkspace, extrapolate, files_identical, measure, ratio, tool_env,
 )
 from pegasus_cloudio_bench.small_files import (OURS, SITE, Params, make_result, measure_ours, measure_startup,
                                                ours_argv, transfer_spec)
+from pegasus_cloudio_testbed.azure_cli import PIN as AZ_PIN, ensure_azure_cli
 from pegasus_cloudio_testbed.azurite import Azurite
 from pegasus_cloudio_testbed.proxy import TcpProxy
 
 CONTAINER = "bench"
 NOTES = [
     "baseline: azure-storage-blob 12.31.1, one BlobServiceClient, upload_blob/download_blob per file in a "
-    "ThreadPoolExecutor of T threads in one process (the Azure CLI is not installed here)",
+    "ThreadPoolExecutor of T threads in one process",
+    f"baseline: the Azure CLI ({AZ_PIN}), one `az storage blob upload/download` process per file, T at a time; "
+    "run on samples and extrapolated",
     "store: Azurite 3.37.0 (in memory) over plain HTTP on loopback, behind a counting proxy",
 ]
 
@@ -57,6 +65,7 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
             runs = measure_ours(ws, proxy, progress, mkdir_url=f"az://{server.account}/{CONTAINER}")
             runs.update(_bundled(ws, proxy, progress))
             runs["naive_out"], runs["naive_in"], runs["naive_in_identical"] = _naive(ws, proxy, progress)
+            runs["azcli_out"], runs["azcli_in"], runs["azcli_in_identical"] = _azcli(ws, proxy, progress)
             runs["empty_input_wall_s"] = measure_startup(ws, proxy, progress)
             progress.done()
     finally:
@@ -90,15 +99,41 @@ def _naive(ws: AzureWorkspace, proxy: TcpProxy, progress: Progress) -> Tuple[Mea
     return out, into, into.exit_code == 0 and files_identical(ws.src, dest, ws.names)
 
 
+def _azcli(ws: AzureWorkspace, proxy: TcpProxy, progress: Progress) -> Tuple[Measurement, Measurement, bool]:
+    """The Azure CLI per file on two samples per direction, extrapolated to N (checked byte for byte)."""
+    p, tool = ws.params, "az storage blob (per file)"
+    az, config = str(ensure_azure_cli()), ws.fresh_dir("az-config")
+    argv = [sys.executable, "-m", naive_azcli.MODULE, "--threads", str(p.threads), "--az", az, "--config-dir", config]
+    warm = [[CONTAINER, "azcli-warm", os.path.join(ws.src, ws.names[0])]]
+    measure(tool, "warm-up", 1, argv + ["put"], ws.env, proxy, stdin=json.dumps(warm).encode())
+    sizes = sorted({max(1, min(p.count, p.stock_sample) // 4), min(p.count, p.stock_sample)})
+    out: List[Measurement] = []
+    into: List[Measurement] = []
+    identical = True
+    for size in sizes:
+        names = ws.names[:size]
+        progress.phase(f"Azure CLI: stage-out sample of {size} files")
+        items = [[CONTAINER, f"azcli{size}/{n}", os.path.join(ws.src, n)] for n in names]
+        out.append(measure(tool, "stage-out", size, argv + ["put"], ws.env, proxy, stdin=json.dumps(items).encode()))
+        dest = ws.fresh_dir(f"in-azcli{size}")
+        progress.phase(f"Azure CLI: stage-in sample of {size} files")
+        items = [[CONTAINER, f"azcli{size}/{n}", os.path.join(dest, n)] for n in names]
+        into.append(measure(tool, "stage-in", size, argv + ["get"], ws.env, proxy, stdin=json.dumps(items).encode()))
+        identical = identical and into[-1].exit_code == 0 and files_identical(ws.src, dest, names)
+    return extrapolate(out[0], out[-1], p.count), extrapolate(into[0], into[-1], p.count), identical
+
+
 def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
     """The result in the shape of ``small_files.report``, with issue 35's targets."""
     measured = {k: v for k, v in runs.items() if isinstance(v, Measurement)}
     ours_in, ours_out, naive_in, naive_out = (measured[k] for k in ("ours_in", "ours_out", "naive_in", "naive_out"))
-    bundled_in = measured["bundled_in"]
+    bundled_in, azcli_in, azcli_out = measured["bundled_in"], measured["azcli_in"], measured["azcli_out"]
     ratios: Dict[str, Optional[float]] = {
         "stage_in_speedup_vs_baseline": ratio(naive_in.wall_s, ours_in.wall_s),
         "stage_out_speedup_vs_baseline": ratio(naive_out.wall_s, ours_out.wall_s),
         "stage_in_cpu_ratio_baseline_over_ours": ratio(naive_in.cpu_s, ours_in.cpu_s),
+        "stage_in_speedup_vs_az_cli": ratio(azcli_in.wall_s, ours_in.wall_s),
+        "stage_out_speedup_vs_az_cli": ratio(azcli_out.wall_s, ours_out.wall_s),
         "requests_per_downloaded_file": ratio(ours_in.requests, ours_in.files),
         "baseline_requests_per_downloaded_file": ratio(naive_in.requests, naive_in.files),
         "per_file_over_bundled_stage_in_requests": ratio(ours_in.requests, bundled_in.requests),
@@ -109,8 +144,9 @@ def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:
         "connections_at_most_threads_plus_2": all(m.connections <= limit for k, m in measured.items()
                                                   if k.startswith(("ours", "bundled"))),
         "bundles_50x_fewer_stage_in_requests": (ratios["per_file_over_bundled_stage_in_requests"] or 0) >= 50,
+        "stage_in_20x_faster_than_az_cli": (ratios["stage_in_speedup_vs_az_cli"] or 0) >= 20,
         "stage_in_files_identical": all(bool(runs[k]) for k in ("ours_in_identical", "bundled_in_identical",
-                                                                 "naive_in_identical")),
+                                                                 "naive_in_identical", "azcli_in_identical")),
         "all_runs_exit_0": all(m.exit_code == 0 for m in measured.values()),
     }
     return make_result(params, runs, ratios, targets, digits=3, store="azure", notes=NOTES)

@@ -9,7 +9,9 @@ where a connection string's endpoint says so (an emulator).
 * **get**: one Get Blob (ranges in ``x-ms-range``); a whole blob is checked against its
   ``Content-MD5`` when the blob has one (every single-request upload here stores it) and
   always by byte count; a cut body is resumed pinned to the ETag (:mod:`transfer.http.resume`).
-  Large blobs read in parallel ranges through :class:`~transfer.backends.base.RangedReads`.
+  Large blobs read in parallel ranges through :class:`~transfer.backends.base.RangedReads`;
+  many small ones as pipelined requests (:class:`~transfer.backends.base.BatchReads`,
+  :mod:`._azure_pipelined`).
 * **put**: one Put Blob with ``Content-MD5`` (the service refuses a body that does not match)
   below the multipart threshold; above it the engine drives :class:`MultipartUploads`: Put
   Block per part (each with its ``Content-MD5``) and one Put Block List. Blocks never committed
@@ -47,6 +49,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
+    from transfer.backends.base import Take
     from transfer.peer_scope import Scope
 
 __all__ = ["AzureBackend", "endpoint_key", "open_backend"]
@@ -372,6 +376,22 @@ class AzureBackend:
             response.discard()
             raise
         return response
+
+    # -- BatchReads ---------------------------------------------------------------------
+
+    def read_small(self, urls: Sequence[Url], take: Take, *, connections: int, cancel: Optional[Cancel] = None,
+                   missing: Optional[Callable[[int], bool]] = None, depth: Optional[int] = None,
+                   eager: bool = False, throttled: Optional[Callable[[float], None]] = None,
+                   draw: Optional[Callable[[], None]] = None) -> List[int]:
+        """Pipelined Get Blob requests (:mod:`transfer.http.pipeline`) of blobs up to 1 MiB,
+        each tagged by its ``x-ms-client-request-id``; see
+        :class:`~transfer.backends.base.BatchReads` and :mod:`transfer.backends._azure_pipelined`."""
+        from transfer.backends._azure_pipelined import read_small  # batches of small files only
+
+        def sign(path: wire.AzurePath, tag: str) -> Tuple[str, List[Tuple[str, str]]]:
+            return self._signed("GET", path, "", [("x-ms-date", wire.http_date()), ("x-ms-version", X_MS_VERSION),
+                                                  ("x-ms-client-request-id", tag)], 0)
+        return read_small(self._pool, sign, urls, take, connections, cancel, missing, depth, eager, throttled, draw)
 
     # -- Touches ------------------------------------------------------------------------
 
