@@ -32,6 +32,7 @@ system:
 
 tools: $(STAMP) system
 	$(HEARTBEAT) "building $(TOOLS)" $(PY) -m pegasus_cloudio_testbed.tools $(TOOLS)
+	$(HEARTBEAT) "installing the pinned Azure CLI (the Azure baseline)" $(PY) -m pegasus_cloudio_testbed.azure_cli
 
 bench: $(STAMP)
 	$(HEARTBEAT) "building $(BENCH_TOOLS)" $(PY) -m pegasus_cloudio_testbed.tools $(BENCH_TOOLS)
