@@ -55,21 +55,22 @@ class CachedReads:
 
     def split(self, indexed: Sequence[Item]) -> Tuple[List[Item], List[Item]]:
         """(hits, misses) of ``indexed`` (position, transfer), each in the given order: a hit is
-        a transfer whose first source the cache holds."""
+        a transfer whose first source the cache holds (asked for the batch at once:
+        :meth:`~transfer.cache.NodeCache.holds`)."""
+        held = self._cache.holds([self._key(item[1].sources[0]) for item in indexed])
         hits: List[Item] = []
         misses: List[Item] = []
-        for item in indexed:
-            (hits if self.hit(item[1].sources[0]) else misses).append(item)
+        for item, hit in zip(indexed, held):
+            (hits if hit else misses).append(item)
         return hits, misses
 
-    def hit(self, url: Url) -> bool:
-        """The cache holds ``url``'s object; False where asking fails (its backend cannot be
-        made: the per-file path meets the same error and reports it for that file alone)."""
+    def _key(self, url: Url) -> Optional[str]:
+        """``url``'s cache key; None where it is not cached, or asking fails (its backend cannot
+        be made: the per-file path meets the same error and reports it for that file alone)."""
         try:
-            key = self._cache_key(url)
-            return key is not None and self._cache.contains(key)
+            return self._cache_key(url)
         except TransferError:
-            return False
+            return None
 
     def write(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
         """The pipelined pass's ``write`` with the node cache: when the process collects inserts,

@@ -42,7 +42,7 @@ from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, List, Mapping, Optional, Sequence, Tuple
+    from typing import BinaryIO, Callable, List, Mapping, Optional, Sequence, Set, Tuple
 
 if TYPE_CHECKING:
     Download = Callable[[BinaryIO], ObjectInfo]
@@ -231,7 +231,7 @@ class NodeCache:
         if not (self.config.hardlink and self.config.verifies(len(data))):
             return None
         try:
-            return stage_linked(self._layout.paths(key), data, dest_path)
+            return stage_linked(self._layout, data, dest_path)
         except OSError as err:
             if isinstance(err, TransferError):
                 raise
@@ -308,6 +308,24 @@ class NodeCache:
         """True if a valid entry for ``key`` exists (cheap check, no lock)."""
         try:
             return self._entries.valid(self._layout.paths(key), key) is not None
+        except OSError:
+            return False
+
+    def holds(self, keys: Sequence[Optional[str]]) -> List[bool]:
+        """:meth:`contains` of each key (None: False), for a batch: one listing of the shards
+        first, so a key whose shard does not exist costs no look (a first job on a node: none)."""
+        try:
+            shards = set(os.listdir(self._layout.objects))
+        except OSError:
+            return [False] * len(keys)
+        if not shards:
+            return [False] * len(keys)
+        return [key is not None and self._holds(key, shards) for key in keys]
+
+    def _holds(self, key: str, shards: Set[str]) -> bool:
+        paths = self._layout.paths(key)
+        try:
+            return paths.digest[:2] in shards and self._entries.valid(paths, key) is not None
         except OSError:
             return False
 
