@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from transfer import _digests
+from transfer.atomic import atomic_hardlink, untrack_temp, write_all
 from transfer.cache.layout import KeyPaths, Layout, remove_quietly
 
 TYPE_CHECKING = False
@@ -60,8 +61,6 @@ def stage_linked(layout: Layout, data: bytes, dest: str) -> Optional[str]:
     older than :data:`~transfer.cache.layout.INCOMING_GRACE_S`, which costs only the entry (the
     insert then writes ``data``). Raises OSError of the cache's side, and the TransferError of
     writing ``dest``."""
-    from transfer.atomic import atomic_hardlink, untrack_temp, write_all
-
     fd, temp = layout.open_staged()
     try:
         try:
