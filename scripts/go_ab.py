@@ -102,11 +102,11 @@ def _round(ws: Workspace, server: MinioServer, proxy: TcpProxy, modes: List[str]
             _wait_filled(cache, len(ws.names))  # the child filling it behind the answer overlaps no other run
         if name != "go" and "bundled" in modes:
             bundled = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")
-            out[f"{name}_bundled_out"] = _run(ws, server, proxy, name, argv, bundled,
-                                              transfer_spec(ws.out_pairs(f"b-{name}-{r}", ws.names), "local", SITE), tree)
+            spec = transfer_spec(ws.out_pairs(f"b-{name}-{r}", ws.names), "local", SITE)
+            out[f"{name}_bundled_out"] = _run(ws, server, proxy, name, argv, bundled, spec, tree)
             dest = ws.fresh_dir(f"in-bundled-{name}-{r}")
-            out[f"{name}_bundled_in"] = _run(ws, server, proxy, name, argv, bundled,
-                                             transfer_spec(ws.in_pairs(f"b-{name}-{r}", ws.names, dest), SITE, "local"), tree)
+            spec = transfer_spec(ws.in_pairs(f"b-{name}-{r}", ws.names, dest), SITE, "local")
+            out[f"{name}_bundled_in"] = _run(ws, server, proxy, name, argv, bundled, spec, tree)
     return out
 
 
