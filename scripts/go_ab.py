@@ -7,14 +7,16 @@
 sample; this script runs only ours and the Go tool (issue 38's targets), round after round in
 alternating order, through the test bed's counting proxy (``--rtt-ms`` added). Modes:
 ``in``: stage-in, node cache off; ``out``: stage-out to a fresh prefix; ``cache``: stage-in
-with users' defaults (a fresh node cache, every file a miss); ``bundled``:
+with users' defaults (a fresh node cache, every file a miss; the next run starts once the child
+that fills the cache behind the job's answer is done); ``bundled``:
 ``PEGASUS_CLOUDIO_BUNDLE=1`` out, then in. Each run records the client's wall and CPU
 (``RUSAGE_CHILDREN``), requests and connections at the proxy, and the CPU that MinIO and the
 proxy (this process) spent meanwhile: when those approach the wall on a loaded machine, the
 server side is the limit, not the client. Medians over the rounds, and ours over Go's.
 ``--before TREE`` adds a third contestant in the same rounds: ours from another source checkout
-(``git archive REV transfer pegasus_cloudio | tar -x -C TREE``, put first on ``PYTHONPATH``), for a
-change's before and after beside the Go tool.
+(``git archive REV transfer pegasus_cloudio | tar -x -C TREE``, put first on ``PYTHONPATH`` and run
+from it), for a change's before and after beside the Go tool. Each of ours runs from its own tree
+(``python -m`` puts the working directory first on ``sys.path``): this script's checkout, or TREE.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from typing import Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout: "ours"
+sys.path.insert(0, HERE)
 
 from pegasus_cloudio_bench.go_tool import go_argv, go_env  # noqa: E402
 from pegasus_cloudio_bench.harness import files_identical, measure  # noqa: E402
@@ -46,45 +50,63 @@ def _self_cpu() -> float:
 
 
 def _run(ws: Workspace, server: MinioServer, proxy: TcpProxy, tool: str, argv: List[str], env: Dict[str, str],
-         spec: bytes) -> Dict[str, float]:
+         spec: bytes, cwd: str = HERE) -> Dict[str, float]:
+    """One run; ``cwd``: the tree ``python -m`` imports ours from (it puts the working directory
+    first on ``sys.path``, before ``PYTHONPATH``)."""
     minio0, proxy0 = server.cpu_s(), _self_cpu()
-    m = measure(tool, "", ws.params.count, argv, env, proxy, stdin=spec)
+    m = measure(tool, "", ws.params.count, argv, env, proxy, stdin=spec, cwd=cwd)
     if m.exit_code != 0:
         raise SystemExit(f"{tool} exited {m.exit_code}")
     return {"wall_s": m.wall_s, "cpu_s": m.cpu_s, "requests": m.requests, "connections": m.connections,
             "minio_cpu_s": server.cpu_s() - minio0, "proxy_cpu_s": _self_cpu() - proxy0}
 
 
+def _entries(cache: str) -> int:
+    objects = os.path.join(cache, "objects")
+    shards = os.listdir(objects) if os.path.isdir(objects) else []
+    return sum(len([n for n in os.listdir(os.path.join(objects, d)) if len(n) == 64]) for d in shards)
+
+
+def _wait_filled(cache: str, count: int) -> None:
+    """Wait until the node cache ``cache`` holds ``count`` entries (five minutes at most)."""
+    deadline = time.monotonic() + 300
+    while _entries(cache) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the cache {cache} holds {_entries(cache)} of {count} entries after 300 s")
+        time.sleep(0.05)
+
+
 def _round(ws: Workspace, server: MinioServer, proxy: TcpProxy, modes: List[str], r: int,
            threads: int, before: str = "") -> Dict[str, Dict[str, float]]:
-    contestants = [("ours", ours_argv(threads), ws.env), ("go", go_argv(threads), go_env(ws.env))]
+    contestants = [("ours", ours_argv(threads), ws.env, HERE), ("go", go_argv(threads), go_env(ws.env), HERE)]
     if before:
-        contestants.insert(1, ("before", ours_argv(threads), dict(ws.env, PYTHONPATH=before)))
+        contestants.insert(1, ("before", ours_argv(threads), dict(ws.env, PYTHONPATH=before), before))
     if r % 2:
         contestants.reverse()
     out: Dict[str, Dict[str, float]] = {}
-    for name, argv, env in contestants:
+    for name, argv, env, tree in contestants:
         if "in" in modes:
             dest = ws.fresh_dir(f"in-{name}-{r}")
             out[f"{name}_in"] = _run(ws, server, proxy, name, argv, env,
-                                     transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"))
+                                     transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"), tree)
             if not files_identical(ws.src, dest, ws.names):
                 raise SystemExit(f"{name} stage-in: files differ")
         if "out" in modes:
             out[f"{name}_out"] = _run(ws, server, proxy, name, argv, env,
-                                      transfer_spec(ws.out_pairs(f"{name}-out-{r}", ws.names), "local", SITE))
+                                      transfer_spec(ws.out_pairs(f"{name}-out-{r}", ws.names), "local", SITE), tree)
         if name != "go" and "cache" in modes:
             cache, dest = ws.fresh_dir(f"cache-{name}-{r}"), ws.fresh_dir(f"in-cache-{name}-{r}")
             os.chmod(cache, 0o700)
             out[f"{name}_cache_in"] = _run(ws, server, proxy, name, argv, dict(env, PEGASUS_CLOUDIO_CACHE_DIR=cache),
-                                        transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"))
+                                        transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"), tree)
+            _wait_filled(cache, len(ws.names))  # the child filling it behind the answer overlaps no other run
         if name != "go" and "bundled" in modes:
             bundled = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")
-            out[f"{name}_bundled_out"] = _run(ws, server, proxy, name, argv, bundled,
-                                              transfer_spec(ws.out_pairs(f"b-{name}-{r}", ws.names), "local", SITE))
+            spec = transfer_spec(ws.out_pairs(f"b-{name}-{r}", ws.names), "local", SITE)
+            out[f"{name}_bundled_out"] = _run(ws, server, proxy, name, argv, bundled, spec, tree)
             dest = ws.fresh_dir(f"in-bundled-{name}-{r}")
-            out[f"{name}_bundled_in"] = _run(ws, server, proxy, name, argv, bundled,
-                                             transfer_spec(ws.in_pairs(f"b-{name}-{r}", ws.names, dest), SITE, "local"))
+            spec = transfer_spec(ws.in_pairs(f"b-{name}-{r}", ws.names, dest), SITE, "local")
+            out[f"{name}_bundled_in"] = _run(ws, server, proxy, name, argv, bundled, spec, tree)
     return out
 
 

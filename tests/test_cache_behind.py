@@ -165,13 +165,24 @@ def _no_download(sink):
 
 
 def test_a_staged_file_never_drained_is_a_leftover_gc_removes(tmp_path):
-    """A job killed before its inserts leaves its staged files in the cache with no lock nor
-    metadata: no reader trusts them, and the next cleaning removes them (the job's links stay)."""
+    """A job killed before its inserts leaves its staged files in the cache's ``incoming/`` with
+    no lock nor metadata: no reader trusts them, and a cleaning removes those older than the
+    grace (the job's links stay); a younger one may still be waiting for its insert, and stays."""
+    import os
+
+    from transfer.cache.layout import INCOMING_GRACE_S
+
     cache = _cache(tmp_path)
     (tmp_path / "job").mkdir()
-    assert cache.stage_linked("k", b"bytes", str(tmp_path / "job" / "a")) is not None
-    assert not cache.contains("k")
+    old = cache.stage_linked("k", b"bytes", str(tmp_path / "job" / "a"))
+    young = cache.stage_linked("y", b"young", str(tmp_path / "job" / "b"))
+    assert old is not None and young is not None and not cache.contains("k")
+    assert os.path.dirname(old) == str(tmp_path / "c" / "incoming")
+    assert not list((tmp_path / "c" / "objects").iterdir())  # a first job makes no shard directory
+    then = os.stat(old).st_mtime - INCOMING_GRACE_S - 1
+    os.utime(old, (then, then))
     cache.gc()
-    assert not list((tmp_path / "c" / "objects").rglob("*.*"))  # no temp file, nor the lock the cleaning took
+    assert not os.path.exists(old) and os.path.exists(young)
+    assert not list((tmp_path / "c" / "objects").rglob("*.*"))  # nor a lock the cleaning took
     assert (tmp_path / "job" / "a").read_bytes() == b"bytes"
     cache.close()

@@ -63,11 +63,6 @@ class TestStoreReader(MinioStack, c.ReadContract, c.LayerContract):
 class TestCacheOverStore(MinioStack, c.ReadContract, c.LayerContract):
     __test__ = True
 
-    test_fetch_to_gives_the_asked_mode = c.known_defect(
-        c.LayerContract.test_fetch_to_gives_the_asked_mode,
-        "the node cache gives a filled or served entry its own mode (0666 less the umask, or a link), not "
-        "fetch_to's, as the engine did before the layers (only a local copy asks for a mode, and it bypasses the cache)")
-
     def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
         return Stacks(parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"))
 
@@ -86,8 +81,6 @@ class TestCacheOverBundles(MinioStack, c.ReadContract, c.LayerContract):
     """The engine's whole stack without peers: node cache -> bundles -> store."""
 
     __test__ = True
-
-    test_fetch_to_gives_the_asked_mode = TestCacheOverStore.test_fetch_to_gives_the_asked_mode
 
     def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
         return Stacks(parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"), bundles=StagerSlot(session))

@@ -19,7 +19,7 @@ from transfer.errors import TransferError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, List, Optional, Sequence, Set, Tuple
+    from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
     from transfer.backends.base import ObjectInfo
     from transfer.cache import NodeCache
@@ -40,6 +40,7 @@ class CachedReads:
         self._cache = cache
         self._cache_key = cache_key
         self._unlinked: Set[str] = set()  # destination directories the cache cannot hard-link into
+        self._keys: Dict[int, str] = {}  # id of a miss's transfer (alive for the pass) -> its key, from split
 
     def _stage(self, key: str, body: bytes, dest: str) -> Optional[str]:
         """:meth:`~transfer.cache.NodeCache.stage_linked`, not tried again in a directory where
@@ -55,21 +56,27 @@ class CachedReads:
 
     def split(self, indexed: Sequence[Item]) -> Tuple[List[Item], List[Item]]:
         """(hits, misses) of ``indexed`` (position, transfer), each in the given order: a hit is
-        a transfer whose first source the cache holds."""
+        a transfer whose first source the cache holds (asked for the batch at once:
+        :meth:`~transfer.cache.NodeCache.holds`)."""
+        keys = [self._key(item[1].sources[0]) for item in indexed]
         hits: List[Item] = []
         misses: List[Item] = []
-        for item in indexed:
-            (hits if self.hit(item[1].sources[0]) else misses).append(item)
+        for item, key, hit in zip(indexed, keys, self._cache.holds(keys)):
+            if hit:
+                hits.append(item)
+            else:
+                misses.append(item)
+                if key is not None:  # for write: each file's key made once (None: write asks again)
+                    self._keys[id(item[1])] = key
         return hits, misses
 
-    def hit(self, url: Url) -> bool:
-        """The cache holds ``url``'s object; False where asking fails (its backend cannot be
-        made: the per-file path meets the same error and reports it for that file alone)."""
+    def _key(self, url: Url) -> Optional[str]:
+        """``url``'s cache key; None where it is not cached, or asking fails (its backend cannot
+        be made: the per-file path meets the same error and reports it for that file alone)."""
         try:
-            key = self._cache_key(url)
-            return key is not None and self._cache.contains(key)
+            return self._cache_key(url)
         except TransferError:
-            return False
+            return None
 
     def write(self, op: Transfer, body: bytes, info: ObjectInfo) -> int:
         """The pipelined pass's ``write`` with the node cache: when the process collects inserts,
@@ -81,7 +88,7 @@ class CachedReads:
         destination, as the engine's per-file fill does (an object the cache does not take is
         written to the destination alone). Either way, an entry of another version (another
         job's, of the object before it was replaced) is replaced by ``body``, not handed out."""
-        key = self._cache_key(op.sources[0])
+        key = self._keys.pop(id(op), None) or self._cache_key(op.sources[0])
         if key is None:
             return write_file(op, body, info)
         if behind.collecting():

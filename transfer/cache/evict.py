@@ -14,7 +14,9 @@ from transfer import _digests
 from transfer._lean import record
 
 from transfer.cache.config import CacheConfig
-from transfer.cache.layout import KeyPaths, Layout, Meta, digest_of, read_meta, remove_quietly
+from transfer.cache.layout import (
+    INCOMING_GRACE_S, KeyPaths, Layout, Meta, digest_of, read_meta, remove_quietly,
+)
 from transfer.cache.locks import EXCLUSIVE, try_held
 
 TYPE_CHECKING = False
@@ -137,10 +139,11 @@ def collect(layout: Layout, config: CacheConfig, now: Optional[float] = None) ->
 
 
 def clean_leftovers(layout: Layout) -> int:
-    """Remove temp files of crashed writers and files of keys without an entry; count them.
+    """Remove temp files of crashed writers, files of keys without an entry, and files staged
+    in ``incoming/`` longer ago than :data:`~transfer.cache.layout.INCOMING_GRACE_S`; count them.
 
-    A file is only removed while holding its key's lock, so nobody is writing it."""
-    removed = 0
+    A file of a key is only removed while holding its key's lock, so nobody is writing it."""
+    removed = _clean_incoming(layout.incoming, time.time() - INCOMING_GRACE_S)
     for shard in layout.shards():
         try:
             names = os.listdir(shard)
@@ -149,6 +152,24 @@ def clean_leftovers(layout: Layout) -> int:
         stray = {n.split(".", 1)[0] for n in names if "." in n} - {n for n in names if "." not in n}
         for digest in sorted(stray):
             removed += _clean_key(layout.paths_for_digest(digest))
+    return removed
+
+
+def _clean_incoming(incoming: str, before: float) -> int:
+    """Remove the staged files in ``incoming`` last modified before ``before``: a job's file
+    written once (:meth:`~transfer.cache.store.NodeCache.stage_linked`) waits there for the
+    insert behind its answer, seconds as a rule; one older waits for none (its job was killed
+    before its inserts). Removing a name the job holds as a hard link leaves the job's file;
+    one whose insert is still to come costs only that entry (the insert writes the bytes)."""
+    try:
+        names = os.listdir(incoming)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for name in names:
+        path = f"{incoming}/{name}"
+        if name.endswith(".part") and _mtime(path) < before:
+            removed += remove_quietly(path)
     return removed
 
 

@@ -15,8 +15,10 @@ marks a use (:func:`touch`) or an intact check (:func:`set_stamp`) leaves on a k
         <digest>.peers          capabilities of the peer scopes this node's daemon may serve
                                 the entry to, one hex line each (``docs/security.md``)
         <digest>.ok             mtime = the entry's change time (ctime) when last known intact
-        <digest>.<pid>.<n>.part data or metadata being written, or a job's file written once,
-                                waiting for its insert (:meth:`NodeCache.stage_linked`)
+        <digest>.<pid>.<n>.part data or metadata being written
+      incoming/<pid>.<n>.part   a job's file written once, waiting for its insert
+                                (:meth:`NodeCache.stage_linked`): one directory, so a first
+                                job on a node makes no shard directory
 
 ``<digest>`` is the SHA-256 of the key. An entry exists exactly when its data file does;
 the metadata is written (under the key's exclusive lock) before the data is renamed into place,
@@ -45,7 +47,10 @@ DIR_MODE = 0o700
 ENTRY_MODE = 0o444
 FILE_MODE = 0o600  # metadata, counters: private whatever the umask
 OBJECTS = "objects"
+INCOMING = "incoming"
+INCOMING_GRACE_S = 3600  # a staged file older than this waits for no insert: cleaning removes it
 _TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_STAGED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# pegasus-cloudio node cache; see docs/cache.md\n")
 _counter = itertools.count()  # unique temp names within this process
@@ -161,6 +166,7 @@ class Layout:
     def __init__(self, root: str) -> None:
         self.root = root
         self.objects = os.path.join(root, OBJECTS)
+        self.incoming = os.path.join(root, INCOMING)
         self.stats_file = os.path.join(root, "stats.json")
         self.stats_lock = os.path.join(root, "stats.lock")
         self.gc_lock = os.path.join(root, "gc.lock")
@@ -170,6 +176,18 @@ class Layout:
 
     def paths_for_digest(self, digest: str) -> KeyPaths:
         return KeyPaths(digest, os.path.join(self.objects, digest[:2]))
+
+    def open_staged(self) -> Tuple[int, str]:
+        """A new file (fd open for writing, path) in ``incoming/`` (made 0700 if missing), created
+        read-only as an entry is: 0444 less the umask, with no ``fchmod``. Raises OSError."""
+        path = f"{self.incoming}/{_PID[0]}.{next(_counter)}.part"
+        track_temp(path)  # a signal handler removes it (see transfer.atomic)
+        try:
+            fd = os.open(path, _STAGED_FLAGS, ENTRY_MODE)
+        except FileNotFoundError:
+            make_private_dirs(self.incoming)
+            fd = os.open(path, _STAGED_FLAGS, ENTRY_MODE)
+        return fd, path
 
     def shards(self) -> Iterator[str]:
         try:

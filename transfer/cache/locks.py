@@ -12,6 +12,7 @@ starts over if not.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 SHARED = fcntl.LOCK_SH
 EXCLUSIVE = fcntl.LOCK_EX
 _FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-_NEW = _FLAGS | os.O_EXCL
+_UNNAMED = os.O_RDWR | getattr(os, "O_TMPFILE", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def acquire(path: str, mode: int, *, blocking: bool = True) -> Optional[int]:
@@ -51,21 +52,42 @@ def acquire_new(path: str) -> Tuple[int, bool]:
     :mod:`transfer.cache.evict`), so a key whose lock this call created had no files: its
     filler may skip looking for a crashed predecessor's (at worst, a writer that took the new
     lock and died in the instant before this one left a temp file, which eviction's cleaning
-    removes; so do a job's files written once and waiting, without the lock, for their insert:
-    :meth:`~transfer.cache.store.NodeCache.stage_linked`). Raises OSError."""
+    removes). The new file is locked before it has its name (:func:`_made_locked`): a file
+    created and then locked would let another process take it in between, fill the key, and
+    leave this one to fill it again. Raises OSError."""
     try:
-        fd = _open(path, _NEW)
+        fd = _made_locked(path)
     except FileExistsError:
         return _exclusive(path), False
+    if fd is None:  # no unnamed files here: never claim a new key
+        return _exclusive(path), False
+    return fd, True
+
+
+def _made_locked(path: str) -> Optional[int]:
+    """A new lock file at ``path`` (its directory made if missing), exclusively locked before
+    it is linked there (an unnamed ``O_TMPFILE``, then ``linkat``): nobody else can have held
+    it. FileExistsError when ``path`` exists; None where the filesystem or kernel has no
+    unnamed files (or no ``/proc``). Raises OSError."""
+    directory = os.path.dirname(path)
     try:
-        _lock(fd, EXCLUSIVE, True)
-        if _still_named(fd, path):
-            return fd, True
+        fd = _open(directory + "/", _UNNAMED)  # the slash: _open makes the directory itself when missing
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None
+        raise
+    try:
+        fcntl.flock(fd, EXCLUSIVE)  # nobody else can reach it yet: granted at once
+        # linkat(AT_SYMLINK_FOLLOW) of its /proc name: a directory fd given makes os.link call linkat
+        # (not link, which would link the symlink itself); the kernel ignores it for an absolute path
+        os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd)
+    except FileNotFoundError:  # no /proc
+        os.close(fd)
+        return None
     except BaseException:
         os.close(fd)
         raise
-    os.close(fd)  # evicted the moment it was made: start over as an existing key
-    return _exclusive(path), False
+    return fd
 
 
 def _exclusive(path: str) -> int:

@@ -15,34 +15,42 @@ import os
 
 from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
 FICLONE = 0x40049409  # _IOW(0x94, 9, int) from linux/fs.h
 _CHUNK = 1 << 20
 _NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM,
                    errno.EBADF)
 
 
-def materialise(source: str, dest: str, *, symlink: bool = False, hardlink: bool = True) -> str:
+def materialise(source: str, dest: str, *, symlink: bool = False, hardlink: bool = True,
+                mode: Optional[int] = None) -> str:
     """Make ``dest`` hold ``source``'s bytes; returns how: symlink, hardlink, reflink or copy.
+    ``mode``: ``dest`` is a file of its own (never a hard link, which shares ``source``'s mode)
+    created with these permission bits before the umask.
 
     Raises a :mod:`transfer.errors` exception (NoSpace, AuthError, ...) for ``dest``.
     """
     if symlink:
         atomic_symlink(source, dest)
         return "symlink"
-    if hardlink and atomic_hardlink(source, dest):
+    if mode is None and hardlink and atomic_hardlink(source, dest):
         return "hardlink"
-    return copy_atomically(source, dest)
+    return copy_atomically(source, dest, 0o666 if mode is None else mode)
 
 
-def copy_atomically(source: str, dest: str) -> str:
-    """Copy ``source`` to ``dest`` through a temp file; returns "reflink" or "copy"."""
+def copy_atomically(source: str, dest: str, mode: int = 0o666) -> str:
+    """Copy ``source`` to ``dest`` through a temp file created with ``mode`` (before the
+    umask); returns "reflink" or "copy"."""
     try:
         src = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
         raise local_error(err, source, "read") from err
     try:
         size = os.fstat(src).st_size
-        with AtomicFile(dest) as out:
+        with AtomicFile(dest, mode=mode) as out:
             try:
                 method = clone_or_copy(src, out.file.fileno(), size)
             except OSError as err:

@@ -31,18 +31,20 @@ if TYPE_CHECKING:
 
 
 class CacheSink(io.RawIOBase):
-    """Write-only sink over the cache temp file ``temp``, open as ``fd`` (owned by the sink).
+    """Write-only sink over the cache temp file ``temp``, open as ``fd`` (owned by the sink);
+    ``mode``: the permission bits (before the umask) of a file the sink makes at ``dest_path``.
 
     After the download: ``fallback`` is the committed-or-not AtomicFile when the cache
     failed, else the temp file holds ``written`` bytes hashing to ``hexdigest()``.
     Always finish with :meth:`abort` (idempotent, a no-op for what was committed/renamed).
     """
 
-    def __init__(self, fd: int, temp: str, dest_path: str) -> None:
+    def __init__(self, fd: int, temp: str, dest_path: str, mode: int = 0o666) -> None:
         super().__init__()
         self._fd: Optional[int] = fd
         self.temp = temp
         self._dest_path = dest_path
+        self._mode = mode  # the destination's, before the umask, where the download moves there
         self.fallback: Optional[AtomicFile] = None
         self.written = 0
         self._hash = _digests.Stream()
@@ -100,7 +102,7 @@ class CacheSink(io.RawIOBase):
 
     def _switch(self) -> None:
         """Move the bytes written so far to an AtomicFile beside the destination."""
-        fallback = AtomicFile(self._dest_path).__enter__()
+        fallback = AtomicFile(self._dest_path, mode=self._mode).__enter__()
         self.fallback = fallback
         try:
             copied = copy_range(self.cache_fd(), fallback.file.fileno(), self.written)

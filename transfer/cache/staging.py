@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from transfer import _digests
-from transfer.cache.layout import KeyPaths, remove_quietly
+from transfer.atomic import atomic_hardlink, untrack_temp, write_all
+from transfer.cache.layout import KeyPaths, Layout, remove_quietly
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,27 +50,27 @@ def stage_bytes(paths: KeyPaths, data: bytes) -> Staged:
     return _filled(fd, temp, write)
 
 
-def stage_linked(paths: KeyPaths, data: bytes, dest: str) -> Optional[str]:
-    """Write once and link: ``data`` into a new temp file of the key (created 0666, so its mode
-    says what the umask leaves; then 0444 less that, as an entry's), hard-linked at ``dest``
-    (replacing a file there). The temp path, which a later insert renames into the entry
+def stage_linked(layout: Layout, data: bytes, dest: str) -> Optional[str]:
+    """Write once and link: ``data`` into a new file of the cache's ``incoming/`` directory,
+    created read-only as an entry is (0444 less the umask), hard-linked at ``dest`` (replacing a
+    file there). The temp path, which a later insert renames into the entry
     (:func:`transfer.cache.members.insert_members` ``temps``); None, with no file left in the
-    cache nor at ``dest``, when the link cannot be made (another filesystem). Taken without the
-    key's lock: another process's cleaning may remove the temp name at any time, which costs
-    only the entry (the insert then writes ``data``), or, before the link, this call's result
-    (None). Raises OSError of the cache's side, and the TransferError of writing ``dest``."""
-    from transfer.atomic import atomic_hardlink, untrack_temp, write_all
-
-    fd, temp = paths.open_temp(0o666)
+    cache nor at ``dest``, when the link cannot be made (another filesystem). Taken without any
+    lock and in no key's shard: the job's file costs one file made, as without the cache (no
+    shard directory made, no ``fchmod``). Another process's cleaning may remove a staged file
+    older than :data:`~transfer.cache.layout.INCOMING_GRACE_S`, which costs only the entry (the
+    insert then writes ``data``). Raises OSError of the cache's side, and the TransferError of
+    writing ``dest``."""
+    fd, temp = layout.open_staged()
     try:
-        write_all(fd, data)
-        os.fchmod(fd, os.fstat(fd).st_mode & 0o444)
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
         linked = atomic_hardlink(temp, dest)
     except BaseException:
         remove_quietly(temp)
         raise
-    finally:
-        os.close(fd)
     if not linked:
         remove_quietly(temp)
         return None

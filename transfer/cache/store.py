@@ -42,7 +42,7 @@ from transfer.errors import ChecksumMismatch, ConfigError, TransferError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Callable, List, Mapping, Optional, Sequence, Tuple
+    from typing import BinaryIO, Callable, List, Mapping, Optional, Sequence, Set, Tuple
 
 if TYPE_CHECKING:
     Download = Callable[[BinaryIO], ObjectInfo]
@@ -84,7 +84,8 @@ class NodeCache:
     # -- fetch ------------------------------------------------------------------------
 
     def fetch(self, key: str, dest_path: str, download: Download, *,
-              symlink: bool = False, missed: bool = False, fresh: Optional[str] = None) -> Tuple[int, bool]:
+              symlink: bool = False, missed: bool = False, fresh: Optional[str] = None,
+              mode: Optional[int] = None) -> Tuple[int, bool]:
         """Make ``dest_path`` hold the object ``key`` names; returns (bytes, hit?).
 
         ``download(sink)`` writes the object to ``sink`` and returns its ObjectInfo. It is
@@ -93,13 +94,15 @@ class NodeCache:
         just found no entry (a hint: the first look for a hit is made under the fill's lock).
         ``fresh``: the version of the object as the caller's download has it (its bytes already
         in hand): an entry recorded with another version is not handed out but replaced, as
-        :meth:`observe` drops one.
+        :meth:`observe` drops one. ``mode``: ``dest_path`` is a file of its own, never a hard link
+        of the entry (whose mode stays), created with these permission bits before the umask
+        (None: the cache's way, a read-only link of the entry where it can).
         """
         paths = self._layout.paths(key)
         call = _Call()
         try:
             for attempt in range(_ROUNDS):
-                size = None if missed and not attempt else self._serve(paths, key, dest_path, symlink)
+                size = None if missed and not attempt else self._serve(paths, key, dest_path, symlink, mode)
                 if size is not None:
                     self._counters.add(hits=1, requests_saved=1, bytes_saved=size)
                     return size, True
@@ -107,7 +110,7 @@ class NodeCache:
                 with Held(fd):
                     meta = None if new_key else self._entries.valid(paths, key, check=True, report=False)
                     if meta is None or self._outdated(meta, key, fresh):
-                        return self._fill(paths, key, dest_path, download, symlink, call, new_key)
+                        return self._fill(paths, key, dest_path, download, (symlink, mode), call, new_key)
         except _CannotStore:
             pass
         except OSError as err:
@@ -117,7 +120,7 @@ class NodeCache:
         finally:
             self._entries.gc_if_due()
         self._counters.add(misses=1, uncached=1)
-        info = _download_to(dest_path, download)
+        info = _download_to(dest_path, download, 0o666 if mode is None else mode)
         self.observe(key, info.version)
         return info.size, False
 
@@ -129,14 +132,14 @@ class NodeCache:
                      self.directory, key, fresh, meta.version)
         return True
 
-    def _serve(self, paths: KeyPaths, key: str, dest_path: str, symlink: bool) -> Optional[int]:
+    def _serve(self, paths: KeyPaths, key: str, dest_path: str, symlink: bool, mode: Optional[int]) -> Optional[int]:
         """A hit, under the shared lock: the entry's size, or None without a valid entry."""
         with held(paths.lock, SHARED):
             meta = self._entries.valid(paths, key, check=True)
             if meta is None:
                 return None
             hardlink = self.config.hardlink and self._entries.linkable(paths.data)
-            materialise(paths.data, dest_path, symlink=symlink, hardlink=hardlink)
+            materialise(paths.data, dest_path, symlink=symlink, hardlink=hardlink, mode=mode)
             self._entries.restamp(paths, meta.size)  # our own hard link moved the ctime
             touch(paths, symlink)
             return meta.size
@@ -171,10 +174,11 @@ class NodeCache:
         except OSError as err:
             _log.warning("cache %s: cannot drop %s after an upload over it: %s", self.directory, key, err)
 
-    def _fill(self, paths: KeyPaths, key: str, dest_path: str, download: Download, symlink: bool,
+    def _fill(self, paths: KeyPaths, key: str, dest_path: str, download: Download, how: Tuple[bool, Optional[int]],
               call: _Call, new_key: bool) -> Tuple[int, bool]:
-        """A miss, under the exclusive lock: download, publish, materialise. ``new_key``: this
-        fill made the key's lock, so the key has no files to clear (:func:`acquire_new`)."""
+        """A miss, under the exclusive lock: download, publish, materialise (``how``: symlink and
+        mode, as :meth:`fetch` has them). ``new_key``: this fill made the key's lock, so the key
+        has no files to clear (:func:`acquire_new`)."""
         if not new_key:
             self._entries.remove_invalid(paths)
         if not self._entries.has_room(0):
@@ -183,7 +187,7 @@ class NodeCache:
             fd, temp = paths.open_temp(JOB_FILE_MODE)  # its mode says what the umask leaves
         except OSError as err:
             raise _CannotStore() from err
-        sink = CacheSink(fd, temp, dest_path)
+        sink = CacheSink(fd, temp, dest_path, 0o666 if how[1] is None else how[1])
         try:
             call.downloaded = True
             info = download(sink)  # type: ignore[arg-type]  # a sink writes like a BinaryIO
@@ -193,28 +197,29 @@ class NodeCache:
             if sink.fallback is not None:  # the cache's disk failed mid-way: delivered uncached
                 self._counters.add(misses=1, uncached=1)
                 return sink.fallback.commit(info.size), False
-            self._deliver(paths, key, sink, info.version, dest_path, symlink)
+            self._deliver(paths, key, sink, info.version, dest_path, how)
             return sink.written, False
         finally:
             sink.abort()
 
     def _deliver(self, paths: KeyPaths, key: str, sink: CacheSink, version: Optional[str], dest_path: str,
-                 symlink: bool) -> None:
+                 how: Tuple[bool, Optional[int]]) -> None:
         """The complete download in ``sink`` becomes the entry and reaches ``dest_path``; or, when
         the cache cannot keep it, the temp file itself (made 0666 less the umask when opened, as
-        an uncached download's) is linked or copied there."""
+        an uncached download's) is linked or copied there (copied, with ``how``'s mode given)."""
         temp = sink.temp
+        symlink, mode = how
         if self._entries.publish(paths, key, (sink.cache_fd(), temp, sink.hexdigest()), version, "download",
                                  fill=True):
             sink.published()
-            materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink)
+            materialise(paths.data, dest_path, symlink=symlink, hardlink=self.config.hardlink, mode=mode)
             self._entries.restamp(paths, sink.written)
             if symlink:
                 touch(paths, symlink)  # the pin
             self._counters.add(misses=1)
         else:  # the job's file is a hard link (or copy) of the temp file, which then goes
             os.fchmod(sink.cache_fd(), self._entries.less_umask(JOB_FILE_MODE))  # publish may have set 0444
-            materialise(temp, dest_path)
+            materialise(temp, dest_path, mode=mode)
             self._counters.add(misses=1, uncached=1)
 
     # -- inserts ----------------------------------------------------------------------
@@ -231,7 +236,7 @@ class NodeCache:
         if not (self.config.hardlink and self.config.verifies(len(data))):
             return None
         try:
-            return stage_linked(self._layout.paths(key), data, dest_path)
+            return stage_linked(self._layout, data, dest_path)
         except OSError as err:
             if isinstance(err, TransferError):
                 raise
@@ -308,6 +313,24 @@ class NodeCache:
         """True if a valid entry for ``key`` exists (cheap check, no lock)."""
         try:
             return self._entries.valid(self._layout.paths(key), key) is not None
+        except OSError:
+            return False
+
+    def holds(self, keys: Sequence[Optional[str]]) -> List[bool]:
+        """:meth:`contains` of each key (None: False), for a batch: one listing of the shards
+        first, so a key whose shard does not exist costs no look (a first job on a node: none)."""
+        try:
+            shards = set(os.listdir(self._layout.objects))
+        except OSError:
+            return [False] * len(keys)
+        if not shards:
+            return [False] * len(keys)
+        return [key is not None and self._holds(key, shards) for key in keys]
+
+    def _holds(self, key: str, shards: Set[str]) -> bool:
+        paths = self._layout.paths(key)
+        try:
+            return paths.digest[:2] in shards and self._entries.valid(paths, key) is not None
         except OSError:
             return False
 
@@ -423,9 +446,10 @@ def cache_from_settings(env: Mapping[str, str], *, strict: bool = False) -> Opti
         return None
 
 
-def _download_to(dest_path: str, download: Download) -> ObjectInfo:
-    """The uncached path: straight into an atomic temp file beside the destination."""
-    with AtomicFile(dest_path) as out:
+def _download_to(dest_path: str, download: Download, mode: int) -> ObjectInfo:
+    """The uncached path: straight into an atomic temp file (``mode`` before the umask) beside
+    the destination."""
+    with AtomicFile(dest_path, mode=mode) as out:
         info = download(out.file)
         out.commit(info.size)
         return info

@@ -19,7 +19,7 @@ from transfer.layers.bundles import ORIGIN as BUNDLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, List, Optional, Sequence
+    from typing import BinaryIO, List, Optional, Sequence, Tuple
 
     from transfer.backends.base import ByteRange, CacheKeys
     from transfer.cache import NodeCache
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from transfer.urls import Url
 
 __all__ = ["CacheLayer"]
+
+_OWN_MODE = 0o666  # fetch_to's default: the cache hands out its entry its own way
 
 
 class _Refill(Exception):
@@ -58,8 +60,9 @@ class CacheLayer:
 
     def fetch_to(self, url: Url, path: str, link: bool = False, mode: int = 0o666) -> int:
         """The cache's entry at ``path`` (a symlink to it with ``link``), filled from below on a
-        miss. ``mode`` applies to an object the cache does not key (a hit or fill gives the
-        cache's own modes, as before the layers)."""
+        miss. The default ``mode`` leaves the cache its own way (a read-only hard link of the
+        entry where it can); any other makes ``path`` a copy of its own with that mode (before
+        the umask), leaving the entry's as it is."""
         if url.is_local:
             return self._below.fetch_to(url, path, link, mode)
         plain = self._keys.cache_key(url)
@@ -67,15 +70,17 @@ class CacheLayer:
         if key is None or self._cache.contains(plain):
             key = plain  # the node holds the plain object: it wins over a member (docs/bundles.md)
         try:
-            return self._fetch(url, key, plain, path, link)
+            return self._fetch(url, key, plain, path, (link, None if mode == _OWN_MODE else mode))
         except _Refill as moved:  # a 404 met in the fill found a member, kept under its own key
             if moved.key is None:
                 return self._below.fetch_to(url, path, link, mode)
-            return self._fetch(url, moved.key, plain, path, link, last=True)
+            return self._fetch(url, moved.key, plain, path, (link, None if mode == _OWN_MODE else mode), last=True)
 
-    def _fetch(self, url: Url, key: str, plain: str, path: str, link: bool, last: bool = False) -> int:
+    def _fetch(self, url: Url, key: str, plain: str, path: str, how: Tuple[bool, Optional[int]],
+               last: bool = False) -> int:
         """One fill of ``key``, whose bytes must be what ``key`` names: a member's key
-        (``ObjectInfo.version`` of a read bundles served) or the plain object's."""
+        (``ObjectInfo.version`` of a read bundles served) or the plain object's. ``how``: link,
+        and the mode of a copy of its own (None: the cache's way)."""
         got: List[ObjectInfo] = []
 
         def fill(sink: BinaryIO) -> ObjectInfo:
@@ -89,7 +94,7 @@ class CacheLayer:
             got.append(info)
             return info
 
-        nbytes, hit = self._cache.fetch(key, path, fill, symlink=link)
+        nbytes, hit = self._cache.fetch(key, path, fill, symlink=how[0], mode=how[1])
         if not hit and key == plain and self._announces is not None:
             meta = self._cache.describe(key)  # None: the cache did not keep it, nothing to announce
             if meta is not None:

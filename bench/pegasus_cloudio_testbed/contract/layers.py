@@ -62,12 +62,19 @@ class LayerContract(ContractBase):
         assert path.read_bytes() == data
 
     def test_fetch_to_gives_the_asked_mode(self, reader: Any, seed: Seed, url_for: UrlFor, tmp_path: Path) -> None:
+        """A mode asked for is the file's, on a first read and a second (a layer with entries: a
+        miss, then a hit), and the file is one of its own: a later read's file, made the
+        layer's own way (the default mode: a link of an entry, say), is another inode."""
         seed("ft/mode.bin", b"mode")
-        path = tmp_path / "moded.bin"
-        reader.fetch_to(url_for("ft/mode.bin"), str(path), False, 0o640)
+        first, second, own = tmp_path / "moded.bin", tmp_path / "moded2.bin", tmp_path / "own.bin"
+        reader.fetch_to(url_for("ft/mode.bin"), str(first), False, 0o640)
+        reader.fetch_to(url_for("ft/mode.bin"), str(second), False, 0o600)
+        reader.fetch_to(url_for("ft/mode.bin"), str(own))
         umask = os.umask(0)  # read the umask back: os has no getter
         os.umask(umask)
-        assert os.stat(path).st_mode & 0o777 == 0o640 & ~umask
+        assert (os.stat(first).st_mode & 0o777, os.stat(second).st_mode & 0o777) == (0o640 & ~umask, 0o600 & ~umask)
+        assert os.stat(own).st_ino not in (os.stat(first).st_ino, os.stat(second).st_ino)
+        assert first.read_bytes() == second.read_bytes() == own.read_bytes() == b"mode"
 
     def test_fetch_to_of_an_empty_object(self, reader: Any, seed: Seed, url_for: UrlFor, tmp_path: Path) -> None:
         seed("ft/empty", b"")
