@@ -256,3 +256,20 @@ def test_serve_refuses_bad_settings_with_one_line(tmp_path, env, message):
     done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "serve"], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PEGASUS_CLOUDIO_CONFIG=os.devnull, **env))
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_peer_client_never_takes_the_stagers_warm_sockets(node_a, tls):
+    """The stager's warm sockets are the stores' (a job's copy adopts them in
+    ``transfer.http.warm``); a peer read on the same HTTP pool must dial its own, and not
+    report the peer's address as one to keep warm."""
+    from transfer.http import warm
+    cache, server = node_a
+    replica = put(cache, "s3://b/w#e", b"w" * 10)
+    lure = socket.create_connection(server.address)  # a warm socket to the peer's own address
+    warm.adopt(server.address, [lure])
+    try:
+        report, sink = fetch(client_config(tls), replica.key, [holder("a", url_of(server), replica)])
+        assert report.size == 10 and bytes(sink.data) == b"w" * 10, report.failures
+        assert warm.on_hand(server.address) == 1 and warm.used() == []
+    finally:
+        warm.discard()
