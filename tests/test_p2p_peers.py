@@ -273,3 +273,44 @@ def test_the_peer_client_never_takes_the_stagers_warm_sockets(node_a, tls):
         assert warm.on_hand(server.address) == 1 and warm.used() == []
     finally:
         warm.discard()
+
+
+
+def _ipv6_front(target):
+    """A listener on [::1] forwarding its one connection to ``target`` (the daemon binds IPv4)."""
+    listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
+
+    def pump(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+            b.shutdown(socket.SHUT_WR)
+        except OSError:  # the other side closed first (the client's close ends both ways)
+            pass
+
+    def serve_one():
+        conn, _ = listener.accept()
+        back = socket.create_connection(target)
+        threading.Thread(target=pump, args=(back, conn), daemon=True).start()
+        pump(conn, back)
+
+    threading.Thread(target=serve_one, daemon=True).start()
+    return listener
+
+
+def test_a_peer_at_an_ipv6_address_is_read(tmp_path):
+    """A peer's URL may name an IPv6 address (in brackets): the pool's origin keeps them (over
+    TLS, whose proof is bound to the certificate, not to the address dialled)."""
+    tls = make_tls_files(tmp_path / "tls6", ips=("127.0.0.1", "::1"))
+    cache = new_cache(tmp_path / "v6")
+    server = serve(tmp_path / "v6", tls=tls)
+    front = _ipv6_front(server.address)
+    try:
+        replica = put(cache, "s3://b/v6#e", b"6" * 100)
+        url = f"https://[::1]:{front.getsockname()[1]}/v1/alice"
+        config = client_config(tls, networks=parse_networks("::1/128"))
+        report, sink = fetch(config, replica.key, [holder("a", url, replica)])
+        assert report.size == 100 and bytes(sink.data) == b"6" * 100, report.failures
+    finally:
+        front.close()
+        server.stop()

@@ -261,7 +261,8 @@ class PeerClient:
             if pool is None:
                 scheme, host, port = target
                 config = self._config
-                pool = ConnectionPool(f"{scheme}://{host}:{port}", max_idle=MAX_IDLE_PER_PEER, ssl_context=self._tls,
+                netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 in brackets
+                pool = ConnectionPool(f"{scheme}://{netloc}", max_idle=MAX_IDLE_PER_PEER, ssl_context=self._tls,
                                       timeouts=Timeouts(connect=config.connect_timeout, read=config.first_byte_timeout),
                                       warm=False)
                 self._pools[target] = pool
