@@ -256,3 +256,61 @@ def test_serve_refuses_bad_settings_with_one_line(tmp_path, env, message):
     done = subprocess.run([sys.executable, "-m", "pegasus_cloudio.cli", "serve"], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PEGASUS_CLOUDIO_CONFIG=os.devnull, **env))
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_peer_client_never_takes_the_stagers_warm_sockets(node_a, tls):
+    """The stager's warm sockets are the stores' (a job's copy adopts them in
+    ``transfer.http.warm``); a peer read on the same HTTP pool must dial its own, and not
+    report the peer's address as one to keep warm."""
+    from transfer.http import warm
+    cache, server = node_a
+    replica = put(cache, "s3://b/w#e", b"w" * 10)
+    lure = socket.create_connection(server.address)  # a warm socket to the peer's own address
+    warm.adopt(server.address, [lure])
+    try:
+        report, sink = fetch(client_config(tls), replica.key, [holder("a", url_of(server), replica)])
+        assert report.size == 10 and bytes(sink.data) == b"w" * 10, report.failures
+        assert warm.on_hand(server.address) == 1 and warm.used() == []
+    finally:
+        warm.discard()
+
+
+
+def _ipv6_front(target):
+    """A listener on [::1] forwarding its one connection to ``target`` (the daemon binds IPv4)."""
+    listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
+
+    def pump(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+            b.shutdown(socket.SHUT_WR)
+        except OSError:  # the other side closed first (the client's close ends both ways)
+            pass
+
+    def serve_one():
+        conn, _ = listener.accept()
+        back = socket.create_connection(target)
+        threading.Thread(target=pump, args=(back, conn), daemon=True).start()
+        pump(conn, back)
+
+    threading.Thread(target=serve_one, daemon=True).start()
+    return listener
+
+
+def test_a_peer_at_an_ipv6_address_is_read(tmp_path):
+    """A peer's URL may name an IPv6 address (in brackets): the pool's origin keeps them (over
+    TLS, whose proof is bound to the certificate, not to the address dialled)."""
+    tls = make_tls_files(tmp_path / "tls6", ips=("127.0.0.1", "::1"))
+    cache = new_cache(tmp_path / "v6")
+    server = serve(tmp_path / "v6", tls=tls)
+    front = _ipv6_front(server.address)
+    try:
+        replica = put(cache, "s3://b/v6#e", b"6" * 100)
+        url = f"https://[::1]:{front.getsockname()[1]}/v1/alice"
+        config = client_config(tls, networks=parse_networks("::1/128"))
+        report, sink = fetch(config, replica.key, [holder("a", url, replica)])
+        assert report.size == 100 and bytes(sink.data) == b"6" * 100, report.failures
+    finally:
+        front.close()
+        server.stop()

@@ -51,6 +51,7 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "pegasus_cloudio.dropin.stats", "pegasus_cloudio.ending",  # flush_standard_streams, before inserts
            "transfer.backends.s3", "transfer.backends._s3_xml", "transfer.backends.http", "transfer.backends.local",
            "transfer.backends._s3_pipelined", "transfer.http.pipeline",  # heads of a directory's small bundles
+           "transfer.backends._s3_put",  # a PUT's checks (uploads; the pipelined pass imports it too)
            "transfer.batched", "transfer.cached_reads", "transfer.bundle_gate", "transfer.local_copies",
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
            "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",

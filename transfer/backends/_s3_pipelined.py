@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from transfer import _digests
 from transfer.backends._s3_checksum import CHECKSUM_HEADERS, CHECKSUM_MODE, response_check
-from transfer.backends._s3_wire import _info, etag_md5, put_checks, put_verified, s3_error, split_url
+from transfer.backends._s3_put import put_checks, put_verified
+from transfer.backends._s3_wire import _info, etag_md5, s3_error, split_url
 from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED
 from transfer.backends.base import ObjectInfo
 from transfer.errors import Throttled, TransferError

@@ -5,7 +5,6 @@ Pure functions over strings and bytes; nothing here sends a request.
 
 from __future__ import annotations
 
-import binascii
 
 from transfer import _digests
 from transfer._lean import record
@@ -188,35 +187,6 @@ def _range_length(headers: Dict[str, str], byte_range: ByteRange) -> int:
 
 def _server_side_encrypted(headers: Dict[str, str]) -> bool:
     return headers.get("x-amz-server-side-encryption", "AES256") not in ("AES256", "")
-
-
-def put_checks(md5: bytes, crc32: int) -> Tuple[str, List[Tuple[str, str]]]:
-    """(the CRC32 as ``x-amz-checksum-crc32`` writes it, the headers) of a single PUT: the
-    store checks Content-MD5, then forgets it but for the ETag, and keeps the full-object
-    CRC32 with the object, so later reads' checksum describes the bytes end to end."""
-    crc = binascii.b2a_base64(crc32.to_bytes(4, "big"), newline=False).decode()
-    return crc, [("Content-MD5", binascii.b2a_base64(md5, newline=False).decode()), ("x-amz-checksum-crc32", crc)]
-
-
-def put_mismatch(headers: Dict[str, str], md5: bytes, crc: str) -> Optional[str]:
-    """Why a PUT's answer says the store holds other bytes than those sent (the CRC32 it
-    echoed, or an MD5 ETag of an object not encrypted with a KMS key), or None."""
-    echoed = headers.get("x-amz-checksum-crc32")
-    if echoed is not None and echoed != crc:
-        return f"CRC32 as stored ({echoed}) differs from the file's ({crc})"
-    found = md5_of_etag(headers.get("etag", ""))
-    if found and found.lower() != md5.hex() and not _server_side_encrypted(headers):
-        return "ETag of stored object differs from local MD5"
-    return None
-
-
-def put_verified(headers: Dict[str, str], md5: bytes, crc: str) -> bool:
-    """Whether a PUT's answer vouches for the bytes sent: no mismatch, and at least one of the
-    CRC32 echoed or an MD5 ETag to show it (an answer with neither could be another request's)."""
-    if put_mismatch(headers, md5, crc) is not None:
-        return False
-    return "x-amz-checksum-crc32" in headers or (md5_of_etag(headers.get("etag", "")) is not None
-                                                 and not _server_side_encrypted(headers))
 
 
 def etag_md5(info: ObjectInfo, headers: Dict[str, str]) -> Optional[str]:

@@ -11,7 +11,7 @@ environment as botocore (stock ``pegasus-s3``'s library) takes them
 
 A download is one GET (no HEAD first), checked against Content-Length and, for single-part
 objects, the MD5 ETag; for large objects the engine adds ranged GETs pinned to the first
-GET's ETag (:class:`~transfer.backends.base.RangedReads`, see :mod:`transfer.ranged`). Uploads are one PUT with Content-MD5 and the full-object ``x-amz-checksum-crc32`` (kept with the object, so ``info`` has it) below the multipart threshold;
+GET's ETag (:class:`~transfer.backends.base.RangedReads`, see :mod:`transfer.ranged`). Uploads are one PUT with Content-MD5 and the full-object ``x-amz-checksum-crc32`` (kept with the object, so ``info`` has it) below the multipart threshold (:mod:`transfer.backends._s3_put`, whose checks the pipelined PUTs of a batch send too);
 above it the engine drives :class:`MultipartUploads` (:mod:`transfer.backends._s3_multipart`: each
 part's CRC32 checked by the store, and the whole object's CRC32 kept with it where the store takes
 ``FULL_OBJECT`` checksums). Listings: :mod:`transfer.backends._s3_listing`. Deletes go 1,000 keys
@@ -25,7 +25,6 @@ import sys
 
 from transfer import _digests
 from transfer._lean import logger
-from transfer.atomic import local_error
 from transfer.backends._s3_wire import (
     S3Path,
     _info,
@@ -35,8 +34,6 @@ from transfer.backends._s3_wire import (
     default_endpoint,
     etag_md5,
     iso8601_epoch,
-    put_checks,
-    put_mismatch,
     s3_error,
     split_url,
     virtual_hosted,
@@ -45,7 +42,7 @@ from transfer.backends._s3_wire import (
 )
 from transfer.backends._s3_checksum import CHECKSUM_MODE, response_check, stored_checksum
 from transfer.backends._s3_route import AnyReply, PoolFactory, Router, check_reply
-from transfer.backends._sigv4 import EMPTY_SHA256, UNSIGNED
+from transfer.backends._sigv4 import EMPTY_SHA256
 from transfer.backends._wire_common import canonical_query, http_date_epoch, uri_encode_path
 from transfer.backends.base import Attributes, BodyStream, ByteRange, ObjectInfo
 from transfer.config import Settings
@@ -57,9 +54,9 @@ from transfer.credentials import (
     pegasus_s3_config,
 )
 from transfer.errors import (
-    AlreadyExists, ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
+    ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError,
 )
-from transfer.http.connection import Body, FileRegion, file_body_crc32
+from transfer.http.connection import Body, FileRegion
 from transfer.http.pool import ConnectionPool, PooledResponse
 from transfer.http.resume import ResumingBody, read_range, send_idempotent
 from transfer.backends.opening import Opening
@@ -297,36 +294,8 @@ class S3Backend:
 
     def _put(self, path: str, url: Url, exclusive: bool, if_match: Optional[str] = None,
              extra: Sequence[Tuple[str, str]] = ()) -> ObjectInfo:
-        target = split_url(url)
-        text = str(url)
-        if not target.key:
-            raise InvalidInput("S3 URL has no key to upload to", url=text, operation="put")
-        try:
-            size, md5, crc32, body = file_body_crc32(path)
-        except OSError as err:
-            raise local_error(err, path, "put") from err
-        crc, headers = put_checks(md5, crc32)
-        headers += extra
-        if exclusive:
-            headers.append(("If-None-Match", "*"))
-        if if_match is not None:
-            headers.append(("If-Match", f'"{if_match.strip(chr(34))}"'))
-        with self._send("PUT", target, headers=headers, body=body, payload_hash=UNSIGNED,
-                        url=text) as response:
-            if exclusive and response.status == 412:
-                response.read()
-                raise AlreadyExists("an object of this name exists (exclusive create)", url=text,
-                                    operation="put", status=412)
-            if if_match is not None and response.status in (404, 412):
-                response.read()
-                raise RemoteError(f"the object is no longer ETag {if_match} (If-Match): not replaced", url=text,
-                                  operation="put", status=412)
-            self._check(response, text, "put")
-            etag = response.headers.get("etag", "")
-        mismatch = put_mismatch(response.headers, md5, crc)
-        if mismatch is not None:
-            raise ChecksumMismatch(mismatch, url=text, operation="put")
-        return ObjectInfo(url, size, etag.strip('"') or None)
+        from transfer.backends._s3_put import put_file  # uploads only: a stage-in never loads it
+        return put_file(self._router, path, url, exclusive, if_match, extra)
 
     # -- listings (:mod:`transfer.backends._s3_listing`) --------------------------------
 

@@ -234,9 +234,11 @@ class Connection:
         connect_to: Optional[Tuple[str, int]] = None,
         proxy: Optional[Proxy] = None,
         started: Optional[_socket.socket] = None,
+        warm: bool = True,
     ) -> None:
         """``started``: a socket whose connect to this connection's address was started ahead
-        (:func:`~transfer.http.sockets.dial_ahead`), used instead of dialling, as a stager's warm socket is."""
+        (:func:`~transfer.http.sockets.dial_ahead`), used instead of dialling, as a stager's warm socket is;
+        ``warm``: the node stager's warm sockets may be taken (never through a proxy)."""
         self.host = host
         self.port = port
         self._proxy = proxy
@@ -255,6 +257,7 @@ class Connection:
         self._endpoint = f"{'https' if ssl_context else 'http'}://{host}:{port}"
         self._warm = False
         self._started = started if proxy is None else None
+        self._takes_warm = warm and proxy is None
 
     @property
     def endpoint(self) -> str:
@@ -350,7 +353,7 @@ class Connection:
         """A socket the node stager connected before this job began (:mod:`transfer.http.warm`,
         consulted only in a process that loaded it), else the one this connection was given
         started (its TLS handshake too, perhaps: :func:`~transfer.http.sockets.start_handshake`), or None."""
-        warm = sys.modules.get("transfer.http.warm")
+        warm = sys.modules.get("transfer.http.warm") if self._takes_warm else None
         sock = warm.take(self._address) if warm is not None else None  # records the address as used, too
         started, self._started = self._started, None
         if sock is None:

@@ -102,13 +102,17 @@ class ConnectionPool:
         connect_to: Optional[Tuple[str, int]] = None,
         max_open: Optional[int] = None,
         proxy: Optional[Proxy] = None,
+        warm: bool = True,
     ) -> None:
         """``max_open`` caps the connections in use at once (a request waits for a free one,
         up to the read timeout); ``max_idle`` how many are kept for reuse; ``proxy``: every
-        connection goes through it (:mod:`transfer.http.proxy`)."""
+        connection goes through it (:mod:`transfer.http.proxy`); ``warm``: connections take
+        the node stager's warm sockets (:mod:`transfer.http.warm`; False for other hosts than
+        the stores', such as pool peers)."""
         scheme, host, port = _origin(base_url)
         self._connect_to = connect_to
         self._proxy = proxy
+        self._warm = warm
         if scheme not in ("http", "https") or not host:
             raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
                                url=base_url, operation="connect")
@@ -141,7 +145,8 @@ class ConnectionPool:
         if proxy is None and _origin(base_url)[0] == self.scheme:
             proxy = self._proxy
         return ConnectionPool(base_url, max_idle=self._max_idle, ssl_context=self._ssl_context,
-                              timeouts=self._timeouts, stats=self.stats, max_open=self._max_open, proxy=proxy)
+                              timeouts=self._timeouts, stats=self.stats, max_open=self._max_open, proxy=proxy,
+                              warm=self._warm)
 
     @property
     def proxy(self) -> Optional[Proxy]:
@@ -210,7 +215,7 @@ class ConnectionPool:
     def _warm_waiting(self) -> int:
         """The node stager's sockets to this pool's address not taken yet (they come first:
         connected before the job began; :mod:`transfer.http.warm`, consulted only when loaded)."""
-        warm = sys.modules.get("transfer.http.warm")
+        warm = sys.modules.get("transfer.http.warm") if self._warm else None
         return warm.on_hand(self._connect_to or (self.host, self.port)) if warm is not None else 0
 
     def _new_connection(self, ahead: bool = True) -> Connection:
@@ -226,7 +231,7 @@ class ConnectionPool:
             if started is not None and self._ssl_context is not None:  # the others' handshakes overlap this one's
                 self._started = [start_handshake(sock, self._ssl_context, self.host) for sock in self._started]
         conn = Connection(self.host, self.port, ssl_context=self._ssl_context, timeouts=self._timeouts,
-                          connect_to=self._connect_to, proxy=self._proxy, started=started)
+                          connect_to=self._connect_to, proxy=self._proxy, started=started, warm=self._warm)
         conn.connect()
         self.stats.opened(conn)
         return conn

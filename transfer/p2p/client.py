@@ -22,13 +22,15 @@ and finish the whole answer within ``first_byte_timeout + read_timeout`` plus it
 is given up, not waited for). A peer that failed to connect or timed out, or whose name did
 not resolve (or not inside the pool's networks), is skipped for :data:`SHUN_SECONDS`, so a
 dead or stalling peer costs a job one timeout, not one per file.
-Connections are kept alive per peer and reused.
+Connections are kept alive per peer and reused: one :class:`~transfer.http.pool.ConnectionPool`
+per peer (the stores' own HTTP/1.1 client), never given the node stager's warm sockets (those
+are the stores'; a peer's name is checked against the pool's networks before each dial).
 """
 
 from __future__ import annotations
 
+import _socket
 import hashlib
-import http.client
 import ipaddress
 import random
 import select
@@ -41,6 +43,10 @@ from typing import Dict, List, Optional, Protocol, Sequence, Tuple, runtime_chec
 from urllib.parse import urlsplit
 
 from transfer._digests import digest_of
+from transfer.errors import TransferError
+from transfer.http.connection import Connection, Response, Timeouts
+from transfer.http.pool import ConnectionPool
+from transfer.http.sockets import kernel_timeouts
 from transfer.p2p.config import Network, PeerConfig
 from transfer.p2p.deadlines import Deadlines
 from transfer.p2p.index import Holder
@@ -51,8 +57,9 @@ __all__ = ["FetchReport", "PROOF_HEADER", "PeerClient", "PeerFailure", "certific
 BUFFER = 1 << 20
 MIN_PEER_RATE = 1 << 20  # bytes/s: a pool peer slower than this is slower than the store
 SHUN_SECONDS = 60.0
+MAX_IDLE_PER_PEER = 16  # kept-alive connections per peer (one per thread reading from it)
 PROOF_HEADER = "X-Pcio-Proof"
-_Conn = http.client.HTTPConnection
+_Target = Tuple[str, str, int]  # (scheme, host, port)
 
 
 class PeerFailure(Exception):
@@ -80,7 +87,7 @@ class _Progress:
         self._sink = sink if isinstance(sink, _HashingSink) else None
         self._hasher = None if self._sink is not None else hashlib.sha256()
 
-    def update(self, data: memoryview) -> None:
+    def update(self, data: bytes) -> None:
         if self._hasher is not None:
             self._hasher.update(data)
 
@@ -106,8 +113,8 @@ class PeerClient:
         self._config = config
         self._host = host or config.node
         self._rng = rng or random.Random()
-        self._idle: Dict[Tuple[str, str, int], List[_Conn]] = {}
-        self._shunned: Dict[Tuple[str, str, int], float] = {}  # target -> skipped until (monotonic)
+        self._pools: Dict[_Target, ConnectionPool] = {}
+        self._shunned: Dict[_Target, float] = {}  # target -> skipped until (monotonic)
         self._deadlines = Deadlines()
         self._lock = threading.Lock()
         self._tls = _tls_context(config.ca_file)
@@ -157,10 +164,9 @@ class PeerClient:
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, {}
-        for conns in idle.values():
-            for conn in conns:
-                conn.close()
+            pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.close()
         self._deadlines.close()
 
     # -- one peer -----------------------------------------------------------------------
@@ -172,29 +178,28 @@ class PeerClient:
         target = self._target(holder)
         self._check_shunned(target, name)
         self._check_inside(target, name)
-        conn, reused = self._connection(target, name)
-        if reused and not _alive(conn):  # the peer closed it while idle
-            conn.close()
-            conn, reused = self._connection(target, name)
+        pool, conn = self._connection(target, name)
         digest = digest_of(key)
         path = urlsplit(holder.info.url).path.rstrip("/") + "/" + digest
-        headers = {"Authorization": f"Bearer {self._config.token}",
-                   PROOF_HEADER: proof(capability, _binding(conn, target), digest)}
+        headers = [("Authorization", f"Bearer {self._config.token}"),
+                   (PROOF_HEADER, proof(capability, _binding(conn, target), digest))]
         if progress.done:
-            headers["Range"] = f"bytes={progress.done}-{size - 1}"
+            headers.append(("Range", f"bytes={progress.done}-{size - 1}"))
         config = self._config
-        watch = self._deadlines.watch(conn.sock, config.first_byte_timeout + config.read_timeout
+        sock = conn.live_socket
+        assert sock is not None
+        watch = self._deadlines.watch(sock, config.first_byte_timeout + config.read_timeout
                                       + (size - progress.done) / MIN_PEER_RATE)
         try:
-            conn.request("GET", path, headers=headers)
-            response = conn.getresponse()
+            response = conn.request("GET", path, headers)
             _check_response(response, name, progress.done, size)
-            conn.sock.settimeout(config.read_timeout)
+            _set_timeout(sock, config.read_timeout)
             _stream(response, sink, progress, size)
-        except (OSError, http.client.HTTPException, PeerFailure) as err:
+        except (OSError, TransferError, PeerFailure) as err:
             conn.close()
+            pool.release(conn)
             late = self._deadlines.end(watch)
-            if late or isinstance(err, TimeoutError):
+            if late or _timed_out(err):
                 self._shun(target)
             if late:  # whatever the cut-off socket made of the answer
                 raise PeerFailure(f"peer {name}: too slow (under {MIN_PEER_RATE >> 10} KiB/s)") from err
@@ -203,8 +208,9 @@ class PeerClient:
             raise PeerFailure(f"peer {name}: {type(err).__name__}: {err}") from err
         if self._deadlines.end(watch):  # late just as the last byte came: the socket is shut
             conn.close()
-        else:
-            self._release(target, conn)
+        elif conn.is_open:
+            _set_timeout(sock, config.first_byte_timeout)
+        pool.release(conn)  # kept for the next request when open
 
     def _target(self, holder: Holder) -> Tuple[str, str, int]:
         parts = urlsplit(holder.info.url)
@@ -231,28 +237,36 @@ class PeerClient:
             self._shun(target)
             raise PeerFailure(f"peer {name}: {host}:{port} is outside the pool's networks ({outside})")
 
-    def _connection(self, target: Tuple[str, str, int], name: str) -> Tuple[_Conn, bool]:
-        """A kept-alive connection to ``target`` (True) or a new one (False)."""
-        with self._lock:
-            idle = self._idle.get(target)
-            if idle:
-                return idle.pop(), True
-        scheme, host, port = target
-        timeout = self._config.connect_timeout
-        conn: _Conn
-        if scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=self._tls)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    def _connection(self, target: _Target, name: str) -> Tuple[ConnectionPool, Connection]:
+        """A connected connection to ``target``, leased from its pool: a kept-alive one the
+        peer has not closed meanwhile, else a new one (a failed connect shuns the target)."""
+        pool = self._pool(target)
         try:
-            conn.connect()
-        except OSError as err:
-            conn.close()
+            conn = pool.lease()
+            assert conn is not None
+            while conn.requests_sent and not _alive(conn):  # the peer closed it while idle
+                conn.close()
+                pool.release(conn)
+                conn = pool.lease()
+                assert conn is not None
+        except TransferError as err:
             self._shun(target)
-            raise PeerFailure(f"peer {name}: cannot connect to {host}:{port}: {err}") from err
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.sock.settimeout(self._config.first_byte_timeout)
-        return conn, False
+            _, host, port = target
+            raise PeerFailure(f"peer {name}: cannot connect to {host}:{port}: {err.__cause__ or err}") from err
+        return pool, conn
+
+    def _pool(self, target: _Target) -> ConnectionPool:
+        with self._lock:
+            pool = self._pools.get(target)
+            if pool is None:
+                scheme, host, port = target
+                config = self._config
+                netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 in brackets
+                pool = ConnectionPool(f"{scheme}://{netloc}", max_idle=MAX_IDLE_PER_PEER, ssl_context=self._tls,
+                                      timeouts=Timeouts(connect=config.connect_timeout, read=config.first_byte_timeout),
+                                      warm=False)
+                self._pools[target] = pool
+            return pool
 
     def _check_shunned(self, target: Tuple[str, str, int], name: str) -> None:
         with self._lock:
@@ -264,17 +278,15 @@ class PeerClient:
         with self._lock:
             self._shunned[target] = time.monotonic() + SHUN_SECONDS
 
-    def _release(self, target: Tuple[str, str, int], conn: _Conn) -> None:
-        conn.sock.settimeout(self._config.first_byte_timeout)
-        with self._lock:
-            self._idle.setdefault(target, []).append(conn)
 
-
-def _alive(conn: _Conn) -> bool:
+def _alive(conn: Connection) -> bool:
     """False when an idle connection's peer has closed it: an idle keep-alive connection
     has nothing to read, so readable means EOF, a reset or junk."""
+    sock = conn.live_socket
+    if sock is None:
+        return False
     try:
-        readable, _, _ = select.select([conn.sock], [], [], 0)
+        readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
         return False
     return not readable
@@ -302,8 +314,8 @@ def plain_binding(host: str, port: int) -> str:
     return f"plain:{host.lower()}:{port}"
 
 
-def _binding(conn: _Conn, target: Tuple[str, str, int]) -> str:
-    sock = conn.sock
+def _binding(conn: Connection, target: _Target) -> str:
+    sock = conn.live_socket
     if isinstance(sock, ssl.SSLSocket):
         der = sock.getpeercert(binary_form=True)
         if der:
@@ -324,30 +336,48 @@ def _outside(host: str, port: int, networks: Sequence[Network]) -> str:
     return ""
 
 
-def _check_response(response: http.client.HTTPResponse, name: str, done: int, size: int) -> None:
+def _set_timeout(sock: _socket.socket, seconds: float) -> None:
+    """The wait between bytes on a connection's socket, as the pool's connection sets it."""
+    if isinstance(sock, ssl.SSLSocket):
+        sock.settimeout(seconds)
+    else:
+        kernel_timeouts(sock, seconds)
+
+
+def _timed_out(err: BaseException) -> bool:
+    """Whether ``err`` is, or was raised from, a timeout (the connection re-labels them)."""
+    cause: Optional[BaseException] = err
+    while cause is not None:
+        if isinstance(cause, TimeoutError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def _check_response(response: Response, name: str, done: int, size: int) -> None:
     """Status and length as expected for bytes ``done..size`` (raises PeerFailure)."""
     expected_status = 206 if done else 200
     if response.status != expected_status:
-        response.read(65536)
         raise PeerFailure(f"peer {name}: {response.status} {response.reason}", response.status)
-    length = response.getheader("Content-Length")
-    if length is None or not length.isdigit() or int(length) != size - done:
+    length = response.headers.get("content-length")
+    if length is None or not length.isdigit() or int(length) != size - done \
+            or "chunked" in response.headers.get("transfer-encoding", "").lower():
         raise PeerFailure(f"peer {name}: response of {length} bytes where {size - done} were "
                           "expected (oversized, short or chunked)")
     if done:
-        content_range = response.getheader("Content-Range", "")
+        content_range = response.headers.get("content-range", "")
         if not content_range.startswith(f"bytes {done}-{size - 1}/"):
             raise PeerFailure(f"peer {name}: wrong Content-Range {content_range!r}")
 
 
-def _stream(response: http.client.HTTPResponse, sink: PeerSink, progress: _Progress, size: int) -> None:
+def _stream(response: Response, sink: PeerSink, progress: _Progress, size: int) -> None:
     """Body into ``sink`` and the hash, counted in ``progress`` (a short body raises)."""
-    buffer = bytearray(min(BUFFER, max(1, size - progress.done)))
-    view = memoryview(buffer)
+
+    def write(data: bytes) -> None:
+        sink.write(data)
+        progress.update(data)
+        progress.done += len(data)
+
     while progress.done < size:
-        n = response.readinto(view[: min(len(buffer), size - progress.done)])
-        if not n:
-            raise http.client.IncompleteRead(b"", size - progress.done)
-        sink.write(view[:n])
-        progress.update(view[:n])
-        progress.done += n
+        if not response.read_part(min(BUFFER, size - progress.done), write):
+            raise PeerFailure(f"body ended {size - progress.done} bytes short")

@@ -9,7 +9,7 @@ socket down, which ends whatever read is blocked on it, and marks the exchange a
 
 from __future__ import annotations
 
-import socket
+import _socket
 import threading
 import time
 from typing import Dict, Optional
@@ -22,7 +22,7 @@ class Watch:
 
     __slots__ = ("sock", "at", "late")
 
-    def __init__(self, sock: socket.socket, at: float) -> None:
+    def __init__(self, sock: _socket.socket, at: float) -> None:
         self.sock = sock
         self.at = at
         self.late = False
@@ -38,7 +38,7 @@ class Deadlines:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
-    def watch(self, sock: socket.socket, seconds: float) -> Watch:
+    def watch(self, sock: _socket.socket, seconds: float) -> Watch:
         """Shut ``sock`` down unless :meth:`end` is called within ``seconds``."""
         watch = Watch(sock, time.monotonic() + seconds)
         with self._lock:
@@ -71,6 +71,6 @@ class Deadlines:
                     del self._watches[id(w)]
             for w in late:
                 try:  # the plain socket's shutdown: wakes a blocked read, even inside TLS
-                    socket.socket.shutdown(w.sock, socket.SHUT_RDWR)
+                    _socket.socket.shutdown(w.sock, _socket.SHUT_RDWR)
                 except OSError:
                     pass
