@@ -13,20 +13,9 @@ from transfer.pacing import (
     BETA, BURST_SECONDS, CUT_SECONDS, LEARN_EVERY, PASS_LEARN_EVERY, LocalStates, Pacer, RateState, cut, join, rate_at,
 )
 
+from test_pacing import FakeClock  # (a sleep moves it on)
+
 URL = parse_url("s3://u@site/b/p/x")
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-        self.slept: List[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 def test_a_job_that_joins_in_the_round_of_the_cut_adds_its_rate() -> None:
