@@ -29,6 +29,20 @@ class FakeClock:
         self.now += seconds
 
 
+class Counting:
+    """A state store that records each call (``calls``) and holds nothing."""
+
+    def __init__(self) -> None:
+        self.calls: List[Tuple[str, str]] = []
+
+    def update(self, key, change):  # type: ignore[no-untyped-def]
+        self.calls.append(("update", key))
+        return 0.0
+
+    def peek(self, key):  # type: ignore[no-untyped-def]
+        self.calls.append(("peek", key))
+
+
 def test_first_cut_is_beta_times_the_measured_rate() -> None:
     state, _ = cut(None, 10.0, measured=200.0, sent=9.9)
     assert state is not None
@@ -255,21 +269,11 @@ def test_fast_path_takes_no_lock_and_never_sleeps() -> None:
 
     clock = FakeClock()
     pace = Pacer(Refusing(), clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
-    calls: List[Tuple[str, str]] = []
-
-    class Counting:
-        def update(self, key, change):  # type: ignore[no-untyped-def]
-            calls.append(("update", key))
-            return 0.0
-
-        def peek(self, key):  # type: ignore[no-untyped-def]
-            calls.append(("peek", key))
-
-    pace._states = Counting()
+    pace._states = counting = Counting()
     for _ in range(1000):
         pace.acquire()
     # a look at the shared state (no lock) once per LEARN_EVERY requests, never a reservation or a sleep
-    assert calls == [("peek", pace.key)] * (1000 // LEARN_EVERY) and clock.slept == [] and pace.requests == 1000
+    assert counting.calls == [("peek", pace.key)] * (1000 // LEARN_EVERY) and clock.slept == [] and pace.requests == 1000
 
 
 def test_throttle_then_paced_then_calm_again() -> None:

@@ -4,7 +4,6 @@ its tokens from the bucket (``Pace.draw``). Pure functions and a fake clock: no 
 
 from __future__ import annotations
 
-from typing import List, Tuple
 
 import pytest
 
@@ -13,7 +12,7 @@ from transfer.pacing import (
     BETA, BURST_SECONDS, CUT_SECONDS, LEARN_EVERY, PASS_LEARN_EVERY, LocalStates, Pacer, RateState, cut, join, rate_at,
 )
 
-from test_pacing import FakeClock  # (a sleep moves it on)
+from test_pacing import Counting, FakeClock  # (a sleep moves it on)
 
 URL = parse_url("s3://u@site/b/p/x")
 
@@ -88,22 +87,12 @@ def test_a_job_that_learns_the_cut_from_a_look_adds_its_rate_once() -> None:
 
 
 def test_a_pass_draws_nothing_and_looks_every_few_requests_while_nothing_throttles() -> None:
-    calls: List[Tuple[str, str]] = []
-
-    class Counting:
-        def update(self, key, change):  # type: ignore[no-untyped-def]
-            calls.append(("update", key))
-            return 0.0
-
-        def peek(self, key):  # type: ignore[no-untyped-def]
-            calls.append(("peek", key))
-
     clock = FakeClock()
     pace = Pacer(LocalStates(), clock, clock.sleep).pace(URL)
-    pace._states = Counting()
+    pace._states = counting = Counting()
     for _ in range(200):
         pace.draw()
-    assert calls == [("peek", pace.key)] * (200 // PASS_LEARN_EVERY) and clock.slept == []
+    assert counting.calls == [("peek", pace.key)] * (200 // PASS_LEARN_EVERY) and clock.slept == []
     assert pace.requests == 200
 
 
