@@ -4,7 +4,6 @@ its tokens from the bucket (``Pace.draw``). Pure functions and a fake clock: no 
 
 from __future__ import annotations
 
-
 import pytest
 
 from transfer import parse_url
