@@ -1,7 +1,7 @@
 """``pegasus-cloudio worker-bundle OUT``: the drop-in as one executable file for worker nodes.
 
 For sites where nobody may ``pip install`` on the nodes. OUT is a zipapp (PEP 441) holding
-the ``transfer`` library and the ``pegasus-cloudio-transfer`` drop-in, with a
+the ``pegasus-cloudio-transfer`` drop-in and the parts of the ``transfer`` library it runs, with a
 ``#!/usr/bin/env python3`` line: copy it anywhere (e.g. as ``bin/pegasus-cloudio-transfer``
 of ``pegasus-cloudio sites --install-bin``) and run it with the worker's system ``python3``
 (3.9 or later; RHEL 9's is 3.9). The core is pure standard library, so a zipapp is enough:
@@ -32,9 +32,11 @@ CONTENTS: Tuple[Tuple[ModuleType, Tuple[str, ...]], ...] = (
     (transfer, ("",)),
     (pegasus_cloudio, ("__init__.py", "version.py", "ending.py", "dropin")),
 )
-# what a worker's bare python3 cannot import and the drop-in never does: the faces for other
-# engines, each needing its engine's package (fsspec, Snakemake, Parsl)
-LEFT_OUT = ("transfer/fsspec_*.py", "transfer/integrations/*")
+# what the drop-in never imports: the faces for other engines, each needing its engine's package
+# (fsspec, Snakemake, Parsl), which a worker's bare python3 lacks; the library's own plain API
+# (Client, AsyncClient and the listing behind them), for programs, not jobs
+LEFT_OUT = ("transfer/fsspec_*.py", "transfer/integrations/*", "transfer/client.py", "transfer/aio.py",
+            "transfer/listing.py")
 MAIN = f'''"""pegasus-cloudio-transfer {__version__}, a single-file drop-in for pegasus-transfer."""
 import sys
 

@@ -27,17 +27,12 @@ import tempfile
 import time
 from typing import Dict, List, Sequence, Tuple
 
+from pegasus_cloudio_bench.harness import wait_filled
+from pegasus_cloudio_bench.small_files import transfer_spec
 from pegasus_cloudio_testbed.minio import MinioServer
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "s3://bench@minio/cachemiss"
-
-
-def _spec(pairs: Sequence[Tuple[str, str]], src_label: str, dst_label: str) -> bytes:
-    return json.dumps([{"type": "transfer", "lfn": os.path.basename(dst), "id": i,
-                        "src_urls": [{"site_label": src_label, "url": src}],
-                        "dest_urls": [{"site_label": dst_label, "url": dst}]}
-                       for i, (src, dst) in enumerate(pairs)]).encode()
 
 
 def _run(tree: str, env: Dict[str, str], stdin: bytes) -> Tuple[float, float]:
@@ -54,21 +49,6 @@ def _run(tree: str, env: Dict[str, str], stdin: bytes) -> Tuple[float, float]:
     if status != 0:
         raise SystemExit(f"the drop-in of {tree} failed: {proc.stderr.read()[-2000:].decode(errors='replace')}")
     return wall, usage.ru_utime + usage.ru_stime
-
-
-def _entries(cache: str) -> int:
-    objects = os.path.join(cache, "objects")
-    if not os.path.isdir(objects):
-        return 0
-    return sum(len([n for n in os.listdir(os.path.join(objects, d)) if len(n) == 64]) for d in os.listdir(objects))
-
-
-def _wait_filled(cache: str, count: int) -> None:
-    deadline = time.monotonic() + 300
-    while _entries(cache) < count:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the cache {cache} holds {_entries(cache)} of {count} entries after 300 s")
-        time.sleep(0.05)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -94,7 +74,7 @@ def main(argv: Sequence[str]) -> int:
                     fh.write(os.urandom(300))
             off = dict(env, PEGASUS_CLOUDIO_CACHE_DIR="off")
             _run(HERE, off, json.dumps([{"type": "mkdir", "target": {"site_label": "minio", "url": BUCKET}}]).encode())
-            _run(HERE, off, _spec([(f"file://{src}/{n}", f"{BUCKET}/{n}") for n in names], "local", "minio"))
+            _run(HERE, off, transfer_spec([(f"file://{src}/{n}", f"{BUCKET}/{n}") for n in names], "local", "minio"))
             for round_ in range(args.rounds):
                 for label, tree in trees.items():
                     for cache in ("on", "off"):
@@ -102,9 +82,9 @@ def main(argv: Sequence[str]) -> int:
                         directory = os.path.join(tempfile.mkdtemp(dir=root), "c") if cache == "on" else "off"
                         pairs = [(f"{BUCKET}/{n}", f"file://{dest}/{n}") for n in names]
                         wall, cpu = _run(tree, dict(env, PEGASUS_CLOUDIO_CACHE_DIR=directory),
-                                         _spec(pairs, "minio", "local"))
+                                         transfer_spec(pairs, "minio", "local"))
                         if cache == "on":
-                            _wait_filled(directory, args.count)
+                            wait_filled(directory, args.count)
                         results.setdefault((label, cache), []).append((wall, cpu))
                         print(f"round {round_} {label:4s} cache {cache:3s} wall {wall:6.2f} s  job CPU {cpu:5.2f} s  "
                               f"load {os.getloadavg()[0]:.1f}", flush=True)

@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this check
 sys.path.insert(0, HERE)
 
 from pegasus_cloudio_bench.go_tool import go_argv, go_env  # noqa: E402
-from pegasus_cloudio_bench.harness import files_identical, measure  # noqa: E402
+from pegasus_cloudio_bench.harness import files_identical, measure, wait_filled  # noqa: E402
 from pegasus_cloudio_bench.small_files import (  # noqa: E402
     IDENTITY, SITE, Params, Workspace, ours_argv, transfer_spec,
 )
@@ -59,21 +59,6 @@ def _run(ws: Workspace, server: MinioServer, proxy: TcpProxy, tool: str, argv: L
         raise SystemExit(f"{tool} exited {m.exit_code}")
     return {"wall_s": m.wall_s, "cpu_s": m.cpu_s, "requests": m.requests, "connections": m.connections,
             "minio_cpu_s": server.cpu_s() - minio0, "proxy_cpu_s": _self_cpu() - proxy0}
-
-
-def _entries(cache: str) -> int:
-    objects = os.path.join(cache, "objects")
-    shards = os.listdir(objects) if os.path.isdir(objects) else []
-    return sum(len([n for n in os.listdir(os.path.join(objects, d)) if len(n) == 64]) for d in shards)
-
-
-def _wait_filled(cache: str, count: int) -> None:
-    """Wait until the node cache ``cache`` holds ``count`` entries (five minutes at most)."""
-    deadline = time.monotonic() + 300
-    while _entries(cache) < count:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the cache {cache} holds {_entries(cache)} of {count} entries after 300 s")
-        time.sleep(0.05)
 
 
 def _round(ws: Workspace, server: MinioServer, proxy: TcpProxy, modes: List[str], r: int,
@@ -99,7 +84,7 @@ def _round(ws: Workspace, server: MinioServer, proxy: TcpProxy, modes: List[str]
             os.chmod(cache, 0o700)
             out[f"{name}_cache_in"] = _run(ws, server, proxy, name, argv, dict(env, PEGASUS_CLOUDIO_CACHE_DIR=cache),
                                         transfer_spec(ws.in_pairs("data", ws.names, dest), SITE, "local"), tree)
-            _wait_filled(cache, len(ws.names))  # the child filling it behind the answer overlaps no other run
+            wait_filled(cache, len(ws.names))  # the child filling it behind the answer overlaps no other run
         if name != "go" and "bundled" in modes:
             bundled = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")
             spec = transfer_spec(ws.out_pairs(f"b-{name}-{r}", ws.names), "local", SITE)

@@ -4,18 +4,20 @@ against MinIO: bundled stage-out and stage-in, a node-cache hit, and one line fo
 
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
 
-from installed import clean_env, run, spec, transfer
+from installed import REPO, clean_env, run, spec, transfer
 from pegasus_cloudio.version import __version__
 
 MIN = (3, 9)
@@ -61,6 +63,27 @@ def test_bundle_is_one_small_executable_file(pyz: Path, oldest: str, tmp_path: P
     assert pyz.stat().st_size < 400_000
     done = run([oldest, "-I", str(pyz), "--version"], clean_env("/usr/bin"), tmp_path)
     assert done.stdout.startswith(f"pegasus-cloudio-transfer {__version__} (Python {oldest.rsplit('python', 1)[1]}")
+
+
+def test_every_transfer_module_a_bundled_module_imports_is_bundled(pyz: Path) -> None:
+    """What the bundle leaves out of ``transfer`` (worker_bundle.LEFT_OUT) no bundled module imports,
+    at its top or inside a function: a path the end-to-end runs below do not take would fail on a
+    worker with ModuleNotFoundError."""
+    with zipfile.ZipFile(pyz) as archive:
+        sources = {name: archive.read(name) for name in archive.namelist() if name.endswith(".py")}
+    bundled = {name[:-3].replace("/", ".").removesuffix(".__init__") for name in sources}
+    assert "transfer.engine" in bundled and "transfer.client" not in bundled
+    wanted = set()
+    for source in sources.values():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                wanted |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                wanted |= {alias.name for alias in node.names}
+    modules = {str(path.relative_to(REPO).with_suffix("")).replace(os.sep, ".").removesuffix(".__init__")
+               for path in (REPO / "transfer").rglob("*.py")}
+    assert "transfer.client" in modules
+    assert wanted & modules - bundled == set()
 
 
 def test_the_bundle_ends_as_the_installed_drop_in_does(pyz: Path, oldest: str, tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 A small GET through the worker threads costs the client more CPU in thread hand-offs than in
 the request itself. So, in a run without peers or bundles, the downloads of a remote object to
-a local file whose backend offers :class:`~transfer.backends.base.BatchReads` (S3, over HTTP or
-HTTPS: pipelined GETs from the engine's own thread, see :mod:`transfer.http.pipeline`) are read
-in one pass first, each verified body handed to the caller's ``write`` (by default
+a local file whose backend offers :class:`~transfer.backends.base.BatchReads` (S3 and Azure, over
+HTTP or HTTPS: pipelined GETs from the engine's own thread, see :mod:`transfer.http.pipeline`) are
+read in one pass first, each verified body handed to the caller's ``write`` (by default
 :func:`~transfer.atomic.atomic_write_bytes`: a temp name beside the destination, then a rename;
 never a partial file under the final name; with a node cache, the engine's fill of the entry).
 

@@ -28,7 +28,7 @@ import os
 import posixpath
 import threading
 
-from transfer import listing
+from transfer import listing, schemes
 from transfer.backends.base import (AttributedPuts, Attributes, BucketRemoval, ConditionalPuts, ExclusiveCreate,
                                     Presigns, RangedReads, Touches, cache_keys, namespace, uploads)
 from transfer.config import Settings
@@ -92,7 +92,7 @@ class Client:
 
         opener: BackendOpener = S3At(endpoint, region, credentials, anonymous)
         self.session = Session(settings, dict(os.environ) if env is None else dict(env),
-                               backends={"s3": opener, "s3s": opener})
+                               backends=dict.fromkeys(schemes.S3, opener))
         self._cache: Optional[NodeCache] = None
         if cache_dir:
             from transfer.cache import CacheConfig, NodeCache

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import resource
@@ -203,6 +204,35 @@ def extrapolate(small: Measurement, large: Measurement, files: int) -> Measureme
                        bytes_moved=round(scale(small.bytes_moved, large.bytes_moved)))
 
 
+def sample_sizes(count: int, sample: int) -> List[int]:
+    """The two samples (``S/4`` and ``S`` files, at most ``count``) a per-file tool is measured on
+    before :func:`extrapolate` scales them to ``count``; one when they coincide."""
+    return sorted({max(1, min(count, sample) // 4), min(count, sample)})
+
+
+def per_file_samples(ws: "StoreWorkspace", proxy: TcpProxy, progress: "Progress", tool: str, phase: str,
+                     argv: Sequence[str], bucket: str, prefix: str) -> Tuple[Measurement, Measurement, bool]:
+    """A per-file baseline driver (``argv + ["put"|"get"]`` reading ``[[bucket, key, path], ...]`` as
+    JSON on stdin) on :func:`sample_sizes` of ``ws``'s files, out to ``prefix<size>/`` then back
+    in: (stage-out, stage-in) extrapolated to ``ws.params.count``, and whether every file read back
+    is byte for byte the original. ``phase`` names the tool in the progress lines."""
+    p = ws.params
+    out: List[Measurement] = []
+    into: List[Measurement] = []
+    identical = True
+    for size in sample_sizes(p.count, p.stock_sample):
+        names = ws.names[:size]
+        progress.phase(f"{phase}: stage-out sample of {size} files")
+        items = [[bucket, f"{prefix}{size}/{n}", os.path.join(ws.src, n)] for n in names]
+        out.append(measure(tool, "stage-out", size, [*argv, "put"], ws.env, proxy, stdin=json.dumps(items).encode()))
+        dest = ws.fresh_dir(f"in-{prefix}{size}")
+        progress.phase(f"{phase}: stage-in sample of {size} files")
+        items = [[bucket, f"{prefix}{size}/{n}", os.path.join(dest, n)] for n in names]
+        into.append(measure(tool, "stage-in", size, [*argv, "get"], ws.env, proxy, stdin=json.dumps(items).encode()))
+        identical = identical and into[-1].exit_code == 0 and files_identical(ws.src, dest, names)
+    return extrapolate(out[0], out[-1], p.count), extrapolate(into[0], into[-1], p.count), identical
+
+
 def tool_env(extra: Mapping[str, str]) -> Dict[str, str]:
     """This process's environment without AWS/Pegasus settings and with bytecode caching on, plus
     ``extra``. The node cache is off unless ``extra`` turns it on: benchmarks measure transfers,
@@ -266,6 +296,23 @@ class StoreWorkspace:
 
     def fresh_dir(self, name: str) -> str:
         return fresh_dir(self.root, name)
+
+
+def cache_entries(cache: str) -> int:
+    """The entries a node cache directory ``cache`` holds (its ``objects/<hh>/<sha256>`` files)."""
+    objects = os.path.join(cache, "objects")
+    shards = os.listdir(objects) if os.path.isdir(objects) else []
+    return sum(len([n for n in os.listdir(os.path.join(objects, d)) if len(n) == 64]) for d in shards)
+
+
+def wait_filled(cache: str, count: int, timeout: float = 300.0) -> None:
+    """Wait until the node cache ``cache`` holds ``count`` entries: a job fills it in a child
+    behind its answer, which the next timed run must not overlap. SystemExit after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while cache_entries(cache) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the cache {cache} holds {cache_entries(cache)} of {count} entries after {timeout:g} s")
+        time.sleep(0.05)
 
 
 def files_identical(a_dir: str, b_dir: str, names: List[str]) -> bool:

@@ -13,14 +13,13 @@ failed.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import List, Optional, Sequence
+
+from pegasus_cloudio_bench import per_file
 
 MODULE = "pegasus_cloudio_bench.naive_azcli"  # not __name__, which is "__main__" when run with -m
 
@@ -45,19 +44,16 @@ def drive(az: str, config_dir: str, direction: str, threads: int, items: Sequenc
             print(f"{item[1]}: az exited {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
         return done.returncode
 
-    with ThreadPoolExecutor(threads) as pool:
-        codes = list(pool.map(child, items))
-    return 1 if any(codes) else 0
+    return per_file.each(child, threads, items)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
-    parser.add_argument("--threads", type=int, default=1)
+    parser = per_file.parser(MODULE)
     parser.add_argument("--az", required=True, help="the az program")
     parser.add_argument("--config-dir", required=True, help="the CLI's configuration directory (AZURE_CONFIG_DIR)")
-    parser.add_argument("direction", choices=("get", "put"), help="items [[container, blob, path], ...] on stdin")
+    per_file.add_direction(parser)
     args = parser.parse_args(argv)
-    return drive(args.az, args.config_dir, args.direction, args.threads, json.load(sys.stdin))
+    return drive(args.az, args.config_dir, args.direction, args.threads, per_file.items_on_stdin())
 
 
 if __name__ == "__main__":

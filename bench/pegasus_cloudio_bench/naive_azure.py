@@ -10,12 +10,11 @@ threads. Exit status 1 if any file failed.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Sequence
+
+from pegasus_cloudio_bench import per_file
 
 MODULE = "pegasus_cloudio_bench.naive_azure"  # not __name__, which is "__main__" when run with -m
 
@@ -41,17 +40,14 @@ def drive(direction: str, threads: int, items: Sequence[Sequence[str]]) -> int:
             return 1
         return 0
 
-    with ThreadPoolExecutor(threads) as pool:
-        codes = list(pool.map(one, items))
-    return 1 if any(codes) else 0
+    return per_file.each(one, threads, items)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("direction", choices=("get", "put"), help="items [[container, blob, path], ...] on stdin")
+    parser = per_file.parser(MODULE)
+    per_file.add_direction(parser)
     args = parser.parse_args(argv)
-    return drive(args.direction, args.threads, json.load(sys.stdin))
+    return drive(args.direction, args.threads, per_file.items_on_stdin())
 
 
 if __name__ == "__main__":

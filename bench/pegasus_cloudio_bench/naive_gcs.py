@@ -10,12 +10,11 @@ builds ``storage.Client()`` (the emulator comes from ``STORAGE_EMULATOR_HOST``) 
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence
+
+from pegasus_cloudio_bench import per_file
 
 MODULE = "pegasus_cloudio_bench.naive_gcs"  # not __name__, which is "__main__" when run with -m
 
@@ -38,20 +37,17 @@ def drive(direction: str, threads: int, items: Sequence[Sequence[str]]) -> int:
         argv = [sys.executable, "-m", MODULE, "one", direction, *item]
         return subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode
 
-    with ThreadPoolExecutor(threads) as pool:
-        codes = list(pool.map(child, items))
-    return 1 if any(codes) else 0
+    return per_file.each(child, threads, items)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
-    parser.add_argument("--threads", type=int, default=1)
+    parser = per_file.parser(MODULE)
     parser.add_argument("args", nargs="+", help="get|put (pairs on stdin), or: one get|put BUCKET KEY PATH")
     args = parser.parse_args(argv)
     if args.args[0] == "one" and len(args.args) == 5:
         return one(*args.args[1:])
     if len(args.args) == 1 and args.args[0] in ("get", "put"):
-        return drive(args.args[0], args.threads, json.load(sys.stdin))
+        return drive(args.args[0], args.threads, per_file.items_on_stdin())
     parser.error("expected get|put, or one get|put BUCKET KEY PATH")
     return 2
 

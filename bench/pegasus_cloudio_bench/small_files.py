@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from pegasus_cloudio_bench.go_tool import GO, STOCK_NOTE, go_argv, go_env
 from pegasus_cloudio_bench.harness import (
     Measurement, Progress, add_sample_arguments, extrapolate, files_identical, fresh_dir,
-    StoreWorkspace, measure, ratio, resolve_sample, run_rows, sample_problems, tool_env, wire_moved,
+    StoreWorkspace, measure, ratio, resolve_sample, run_rows, sample_problems, sample_sizes, tool_env, wire_moved,
 )
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.proxy import TcpProxy
@@ -215,7 +215,7 @@ def _run_all(ws: Workspace, proxy: TcpProxy, progress: Progress) -> Dict[str, ob
 
 def _stock(ws: Workspace, proxy: TcpProxy, progress: Progress) -> tuple:  # type: ignore[type-arg]
     p = ws.params
-    sizes = sorted({max(1, min(p.count, p.stock_sample) // 4), min(p.count, p.stock_sample)})
+    sizes = sample_sizes(p.count, p.stock_sample)
     argv = [str(ws.stock_transfer), "--threads", str(p.threads)]
     out: List[Measurement] = []
     into: List[Measurement] = []

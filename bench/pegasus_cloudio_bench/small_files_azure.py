@@ -25,11 +25,11 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from pegasus_cloudio_bench import naive_azcli, naive_azure
 from pegasus_cloudio_bench.harness import (
-    Measurement, Progress, StoreWorkspace, extrapolate, files_identical, measure, ratio, tool_env,
+    Measurement, Progress, StoreWorkspace, files_identical, measure, per_file_samples, ratio, tool_env,
 )
 from pegasus_cloudio_bench.small_files import (OURS, SITE, Params, make_result, measure_ours, measure_startup,
                                                ours_argv, transfer_spec)
@@ -101,26 +101,13 @@ def _naive(ws: AzureWorkspace, proxy: TcpProxy, progress: Progress) -> Tuple[Mea
 
 def _azcli(ws: AzureWorkspace, proxy: TcpProxy, progress: Progress) -> Tuple[Measurement, Measurement, bool]:
     """The Azure CLI per file on two samples per direction, extrapolated to N (checked byte for byte)."""
-    p, tool = ws.params, "az storage blob (per file)"
+    tool = "az storage blob (per file)"
     az, config = str(ensure_azure_cli()), ws.fresh_dir("az-config")
-    argv = [sys.executable, "-m", naive_azcli.MODULE, "--threads", str(p.threads), "--az", az, "--config-dir", config]
+    argv = [sys.executable, "-m", naive_azcli.MODULE, "--threads", str(ws.params.threads), "--az", az,
+            "--config-dir", config]
     warm = [[CONTAINER, "azcli-warm", os.path.join(ws.src, ws.names[0])]]
     measure(tool, "warm-up", 1, argv + ["put"], ws.env, proxy, stdin=json.dumps(warm).encode())
-    sizes = sorted({max(1, min(p.count, p.stock_sample) // 4), min(p.count, p.stock_sample)})
-    out: List[Measurement] = []
-    into: List[Measurement] = []
-    identical = True
-    for size in sizes:
-        names = ws.names[:size]
-        progress.phase(f"Azure CLI: stage-out sample of {size} files")
-        items = [[CONTAINER, f"azcli{size}/{n}", os.path.join(ws.src, n)] for n in names]
-        out.append(measure(tool, "stage-out", size, argv + ["put"], ws.env, proxy, stdin=json.dumps(items).encode()))
-        dest = ws.fresh_dir(f"in-azcli{size}")
-        progress.phase(f"Azure CLI: stage-in sample of {size} files")
-        items = [[CONTAINER, f"azcli{size}/{n}", os.path.join(dest, n)] for n in names]
-        into.append(measure(tool, "stage-in", size, argv + ["get"], ws.env, proxy, stdin=json.dumps(items).encode()))
-        identical = identical and into[-1].exit_code == 0 and files_identical(ws.src, dest, names)
-    return extrapolate(out[0], out[-1], p.count), extrapolate(into[0], into[-1], p.count), identical
+    return per_file_samples(ws, proxy, progress, tool, "Azure CLI", argv, CONTAINER, "azcli")
 
 
 def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:

@@ -15,16 +15,15 @@ most T + 2 connections. Every stage-in result is compared byte for byte with the
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from pegasus_cloudio_bench import naive_gcs
 from pegasus_cloudio_bench.harness import (
-    Measurement, Progress, StoreWorkspace, extrapolate, files_identical, measure, ratio, tool_env,
+    Measurement, Progress, StoreWorkspace, per_file_samples, ratio, tool_env,
 )
 from pegasus_cloudio_bench.small_files import Params, make_result, measure_ours, measure_startup
 from pegasus_cloudio_testbed.fakegcs import FakeGcsServer
@@ -69,24 +68,8 @@ def _run_all(ws: GcsWorkspace, proxy: TcpProxy, progress: Progress) -> Dict[str,
 
 
 def _naive(ws: GcsWorkspace, proxy: TcpProxy, progress: Progress) -> Tuple[Measurement, Measurement, bool]:
-    p = ws.params
-    sizes = sorted({max(1, min(p.count, p.stock_sample) // 4), min(p.count, p.stock_sample)})
-    tool = "naive gcs loop"
-    argv = [sys.executable, "-m", naive_gcs.MODULE, "--threads", str(p.threads)]
-    out: List[Measurement] = []
-    into: List[Measurement] = []
-    identical = True
-    for size in sizes:
-        names = ws.names[:size]
-        progress.phase(f"naive loop: stage-out sample of {size} files")
-        items = [[BUCKET, f"naive{size}/{n}", os.path.join(ws.src, n)] for n in names]
-        out.append(measure(tool, "stage-out", size, argv + ["put"], ws.env, proxy, stdin=json.dumps(items).encode()))
-        dest = ws.fresh_dir(f"in-naive{size}")
-        progress.phase(f"naive loop: stage-in sample of {size} files")
-        items = [[BUCKET, f"naive{size}/{n}", os.path.join(dest, n)] for n in names]
-        into.append(measure(tool, "stage-in", size, argv + ["get"], ws.env, proxy, stdin=json.dumps(items).encode()))
-        identical = identical and into[-1].exit_code == 0 and files_identical(ws.src, dest, names)
-    return extrapolate(out[0], out[-1], p.count), extrapolate(into[0], into[-1], p.count), identical
+    argv = [sys.executable, "-m", naive_gcs.MODULE, "--threads", str(ws.params.threads)]
+    return per_file_samples(ws, proxy, progress, "naive gcs loop", "naive loop", argv, BUCKET, "naive")
 
 
 def report(params: Params, runs: Dict[str, object]) -> Dict[str, object]:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from types import ModuleType
 from typing import IO, Any, Dict, List, Optional
+
+from transfer._lean import record
 
 _STALE_CHECK_LIMIT = 1 << 20
 
@@ -45,7 +46,7 @@ def classad() -> ModuleType:
     return module
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileAd:
     """One file of the batch: ``url`` and ``local`` verbatim, or ``problem`` if unusable."""
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from pegasus_cloudio.condor.ads import FileAd
 from pegasus_cloudio.condor.http_transfers import TokenUrl
 from transfer import schemes
+from transfer._lean import record
 from transfer.errors import InvalidInput, TransferError
 from transfer.ops import Transfer
 from transfer.urls import Url, parse_url
@@ -26,7 +26,7 @@ from transfer.urls import Url, parse_url
 SERVED = schemes.PLUGIN
 
 
-@dataclass
+@record
 class Item:
     """One file of the batch: what the ad asked for and what will be run for it."""
 

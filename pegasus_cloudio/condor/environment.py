@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
+from transfer._lean import field, record
 from transfer.knobs import KNOWN, PREFIX, uncommented
 from transfer.named_files import OWN_LINKS, UnsafeFile, is_missing, read_file
 
@@ -96,7 +96,7 @@ def accepted_name(name: str) -> Optional[str]:
     return None
 
 
-@dataclass
+@record
 class PluginEnvironment:
     """The environment the transfer library sees, and where each taken variable came from."""
 

@@ -27,6 +27,7 @@ import re
 from typing import BinaryIO, Hashable, List, Mapping, Optional, Tuple
 
 from pegasus_cloudio.condor.credentials import is_presigned, may_add_headers, read_token
+from transfer import schemes
 from transfer._lean import record
 from transfer.atomic import local_error
 from transfer.backends.base import Backend, ByteRange, ObjectInfo
@@ -166,4 +167,4 @@ class _PluginHttp:
 def plugin_session(settings: Settings, env: Mapping[str, str]) -> Session:
     """A :class:`Session` whose http/https URLs go to :class:`PluginHttpBackend`."""
     opener = _PluginHttp()
-    return Session(settings, env, backends={"http": opener, "https": opener})
+    return Session(settings, env, backends=dict.fromkeys(schemes.HTTP, opener))

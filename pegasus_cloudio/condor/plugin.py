@@ -23,7 +23,6 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from pegasus_cloudio.condor import PLUGIN_VERSION
@@ -37,6 +36,7 @@ from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
 from pegasus_cloudio.condor.starter import reads_one_message_after_failure, starter_version
+from transfer._lean import record
 from transfer.node import open_node_cache, open_pacer, open_peers, session_scopes
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings
@@ -53,7 +53,7 @@ STARTD_VERSION_ATTR = "PegasusCloudioPluginVersion"
 MAX_REQUEST_BYTES = 256 << 20  # the starter's request: a file ad is a few hundred bytes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Args:
     classad: bool = False
     infile: Optional[str] = None

@@ -15,13 +15,14 @@ are free on both stores.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, List, Sequence
+
+from transfer._lean import asdict, fields, record
 
 __all__ = ["DEFAULT_TABLES", "PriceTable", "load_tables", "request_class"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PriceTable:
     """Prices in US dollars.
 

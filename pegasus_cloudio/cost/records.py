@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from transfer._lean import record
 
 __all__ = ["Attempt", "Usage", "parse_attempts", "job_type", "read_usage"]
 
@@ -28,7 +29,7 @@ _ID_SUFFIX = re.compile(r"(_ID\d+|(_\d+)+)$")
 _ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Attempt:
     src_url: str
     src_label: str
@@ -38,7 +39,7 @@ class Attempt:
     bytes: int
 
 
-@dataclass
+@record
 class Usage:
     """Requests and bytes of one (site, job type)."""
 

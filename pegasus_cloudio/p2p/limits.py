@@ -15,13 +15,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Dict, Optional
+
+from transfer._lean import record
 
 __all__ = ["ConnectionLimits", "Connections", "Slot"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConnectionLimits:
     max_connections: int = 256
     max_per_address: int = 64  # one node: several jobs, each with its threads' kept-alive connections

@@ -22,7 +22,6 @@ root. Started as a user, it serves that user's cache alone (heartbeat in a threa
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import pwd
@@ -33,6 +32,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
+from transfer._lean import replace
 from transfer.errors import TransferError
 from transfer.knobs import layered
 from transfer.p2p.config import ENV, node_id
@@ -58,7 +58,7 @@ class Daemon:
         self._index = index
         self._users = sorted(settings.serve.caches)
         base = settings.serve.bind
-        self._servers = [CacheServer(dataclasses.replace(
+        self._servers = [CacheServer(replace(
             settings.serve, caches={user: settings.serve.caches[user]},
             bind=(base[0], base[1] + i if base[1] else 0))) for i, user in enumerate(self._users)]
         self._children: Dict[int, str] = {}
@@ -138,7 +138,7 @@ class Daemon:
         when the port cannot be bound again (her node then leaves the index)."""
         i = self._users.index(user)
         old = self._servers[i]
-        server = CacheServer(dataclasses.replace(old.config, bind=old.address))
+        server = CacheServer(replace(old.config, bind=old.address))
         server.bind()
         parts = urlsplit(self.url(user))
         server.announce(parts.hostname or "", parts.port or 0)

@@ -35,10 +35,10 @@ import socket
 import socketserver
 import ssl
 import threading
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from transfer._lean import field, record
 from transfer.cache.layout import GRANT_LINE, MAX_GRANTS, Meta, digest_of
 from transfer.p2p.client import PROOF_HEADER, certificate_binding, plain_binding
 from transfer.peers import proof
@@ -56,7 +56,7 @@ BUFFER = 1 << 20
 MAX_HEADER_BYTES = 16 * 1024  # a reader's request line and headers take well under 1 KiB
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ServeConfig:
     """What one daemon serves: user -> cache directory, the pool token, TLS files (both
     None only with ``plain_http``), the bound address, the cap on concurrent serves, each user's uid

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import pwd
 import socket
-from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
+from transfer._lean import record
 from transfer.errors import ConfigError, InvalidInput
 from transfer.knobs import family, origin_of
 from transfer.p2p.config import ENV, flag_value, read_token
@@ -37,7 +37,7 @@ from .server import ConnectionLimits, ServeConfig
 __all__ = ["DaemonSettings", "daemon_settings", "served_caches"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DaemonSettings:
     """The server's configuration plus what it announces: node name, rack, base URL ("":
     the bound address), the index (None: serve without announcing) and the heartbeat TTL."""

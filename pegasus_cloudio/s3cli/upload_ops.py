@@ -11,9 +11,9 @@ a bucket lifecycle rule (``AbortIncompleteMultipartUpload``) is the store-side g
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from transfer._lean import record
 from transfer.backends.base import pending_uploads
 from transfer.errors import InvalidInput
 from transfer.urls import Url
@@ -21,7 +21,7 @@ from transfer.urls import Url
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Upload:
     key: str
     upload_id: str

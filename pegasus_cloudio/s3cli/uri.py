@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
+from transfer._lean import record
 from transfer.urls import Url
 
 WILDCARDS = "*?[]"
@@ -39,7 +39,7 @@ class CommandError(Exception):
     """A user-facing failure; the message is printed as is (one line) and the exit code is 1."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class S3Uri:
     """A parsed pegasus-s3 URL. ``bucket``/``key`` are None when absent (a key of "" is absent)."""
 

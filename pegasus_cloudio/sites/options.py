@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from pegasus_cloudio.sites.modes import MODES, Mode
+from transfer._lean import record
 
 PROVIDERS = ("s3", "gcs", "azure")
 WORKER_PACKAGE = ("installed", "staged")
@@ -28,7 +28,7 @@ class UsageError(ValueError):
     """Bad flags: ``args`` holds one message per problem, each starting with the flag's name."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SetOptions:
     """Inputs of one catalog set. Paths are absolute paths on the host that uses them.
 

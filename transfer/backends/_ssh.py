@@ -27,7 +27,6 @@ import re
 import select
 import socket
 import threading
-from dataclasses import dataclass
 from typing import List, Mapping, Optional, Set, Tuple
 
 import paramiko
@@ -35,6 +34,7 @@ import paramiko.agent
 import paramiko.hostkeys
 from paramiko.pkey import UnknownKeyType
 
+from transfer._lean import record
 from transfer.credentials import check_private, site_env_suffix
 from transfer.errors import AuthError, ConfigError, InvalidInput, NotFound, RemoteError, TransferError, TransientError
 from transfer.urls import Url
@@ -47,7 +47,7 @@ _PORT = re.compile(r":(\d+)")
 _KEEPALIVE_S = 30
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SshEndpoint:
     """Who to log in as where, and with which key file (None: agent and default keys)."""
 
@@ -158,7 +158,7 @@ def client_keys(endpoint: SshEndpoint, env: Mapping[str, str],
 # --------------------------------------------------------------------------- host keys
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KnownKeys:
     """What a known_hosts file says about one endpoint: the keys listed for it (maybe none)
     and the keys the file revokes (``@revoked``, for every host)."""
