@@ -33,14 +33,15 @@ import time
 from transfer.atomic import local_error
 from transfer.backends import _azure_wire as wire
 from transfer.backends._azure_auth import AzureAccess, check_account, resolve
-from transfer.backends._azure_identity import BearerTokens
+from transfer.backends._azure_identity import BearerTokens, token_fetch
 from transfer.backends._azure_sign import X_MS_VERSION, SharedKey
 from transfer.backends._wire_common import batch_answers, canonical_query, http_date_epoch, uri_encode_path
 from transfer.backends.base import BodyStream, ByteRange, ObjectInfo
 from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.errors import (
-    ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError, TransientError, retry_after_seconds,
+    ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError, TransientError,
+    retry_after_seconds,
 )
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
@@ -81,12 +82,11 @@ def open_backend(url: Url, context: Opening) -> "AzureBackend":
 
 
 def _bearer_tokens(access: AzureAccess, origin: str, context: Opening) -> BearerTokens:
-    """The identity's tokens (azure-identity imported only now); ConfigError naming the
+    """The identity's tokens (azure-identity is imported by ``token_fetch``); ConfigError naming the
     identity's setting when the endpoint is plain http (a bearer token goes over TLS only)."""
     if not origin.startswith("https://"):
         raise ConfigError(f"{access.where}: bearer tokens are sent over https only, and the blob endpoint of "
                           f"{access.account} is {origin}", operation="credentials")
-    from transfer.backends._azure_identity import token_fetch
     return BearerTokens(token_fetch(access.identity or "", context.env, context.settings.ca_bundle, access.account))
 
 
