@@ -8,6 +8,8 @@
   (the reference client: setup and independent checks, never the code under test).
 * ``azure_sdk``: that client's ``ContainerClient`` for ``azure_container``.
 * ``store_azure``: (env, ``az://ACCOUNT/CONTAINER``), the shape the contract suites take.
+* ``azure_proxied``: (the fault proxy in front of Azurite, an environment reaching Azurite
+  through it with the account key).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 
 from pegasus_cloudio_testbed.azurite import Azurite
+from pegasus_cloudio_testbed.proxy import TcpProxy
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +54,11 @@ def azure_sdk(azurite: Azurite, azure_container: str) -> Iterator[Any]:
 @pytest.fixture
 def store_azure(azure_env: dict, azurite: Azurite, azure_container: str) -> tuple:
     return azure_env, f"az://{azurite.account}/{azure_container}"
+
+
+@pytest.fixture
+def azure_proxied(azurite: Azurite, tmp_path) -> Iterator[tuple]:
+    with TcpProxy((azurite.host, azurite.port)) as proxy:
+        through = azurite.connection_string.replace(azurite.endpoint, f"{proxy.url()}/{azurite.account}")
+        yield proxy, {"HOME": str(tmp_path), "PEGASUS_CLOUDIO_CONFIG": os.devnull,
+                      "AZURE_STORAGE_CONNECTION_STRING": through}

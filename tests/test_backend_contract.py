@@ -338,6 +338,26 @@ class TestGcsCutBodies(c.CutBodiesContract):
         return cutter(gcs_proxied[0])
 
 
+class TestAzureCutBodies(c.CutBodiesContract):
+    """Azurite through the fault proxy (``azure_proxied``)."""
+
+    @pytest.fixture
+    def base_url(self, azurite: Any, azure_container: str) -> str:
+        return f"az://{azurite.account}/{azure_container}"
+
+    @pytest.fixture
+    def reader(self, azure_proxied: Tuple[TcpProxy, Dict[str, str]], base_url: str) -> Iterator[Backend]:
+        yield from open_reader(azure_proxied[1], parse_url(base_url))
+
+    @pytest.fixture
+    def seed(self, azurite: Any, azure_container: str) -> Callable[[str, bytes], None]:
+        return azure_put_blob(azurite.connection_string, azure_container)
+
+    @pytest.fixture
+    def cut_bodies(self, azure_proxied: Tuple[TcpProxy, Dict[str, str]]) -> Callable[[Optional[int]], None]:
+        return cutter(azure_proxied[0])
+
+
 class TestHttpCutBodies(c.CutBodiesContract):
     """The file server through the fault proxy."""
 

@@ -116,6 +116,26 @@ def _parsl(venv: Venv, kind: str, endpoint: str, bucket: str, tasks: int, bundle
     return counts
 
 
+def test_parsl_thread_pool_run_stages_az_files_in_and_out(parsl_venv: Venv, azurite, azure_container: str,
+                                                          azure_sdk, tmp_path: Path) -> None:
+    """AzureStaging on Azurite, credentials from the worker's environment (a connection string)."""
+    tasks = 2
+    for t in range(tasks):
+        for i in range(FILES):
+            azure_sdk.upload_blob(f"in/t{t}/f{i}.txt", content(t * 100 + i))
+    bin_dir, env = parsl_venv
+    env = dict(env, PARSL_STORE="az", AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string)
+    done = run([str(bin_dir / "python"), str(ENGINES / "parsl_run.py"), "threads", "-",
+                f"{azurite.account}/{azure_container}", str(tasks), str(FILES), "0", str(tmp_path)], env, tmp_path,
+               timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["counts"] == [FILES] * tasks + [FILES * tasks]
+    outputs, summary = _expected(tasks)
+    for name, data in outputs.items():
+        assert azure_sdk.get_blob_client(name).download_blob().readall() == data
+    assert azure_sdk.get_blob_client("summary.txt").download_blob().readall() == summary
+
+
 def _expected(tasks: int) -> Tuple[Dict[str, bytes], bytes]:
     outputs = {f"out/t{t}/f{i}.txt": content(t * 100 + i).upper() for t in range(tasks) for i in range(FILES)}
     return outputs, b"".join(outputs[f"out/t{t}/f{i}.txt"] for t in range(tasks) for i in range(FILES))

@@ -26,6 +26,9 @@ from installed import REPO, build_sdist_and_wheel, clean_env, make_venv, run
 USES: Dict[str, str] = {
     "aws": "import botocore.session, awscrt.checksums",
     "gcs": "import google.cloud.storage, google_crc32c, transfer.backends.gcs",
+    "azure": "import azure.identity, transfer.backends._azure_identity as i; "
+             "assert i.token_fetch('workload-identity', {'AZURE_FEDERATED_TOKEN_FILE': '/t', 'AZURE_CLIENT_ID': 'c', "
+             "'AZURE_TENANT_ID': 't'}, None, 'a')",
     "sftp": "import paramiko, transfer.backends.sftp",
     "condor": "import classad2, htcondor2",
     "sites": "import Pegasus.api, pegasus_cloudio.sites.check",

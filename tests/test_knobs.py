@@ -28,7 +28,7 @@ from pegasus_cloudio.p2p.serve import load_settings
 from pegasus_cloudio.p2p.summary import summary_settings
 from pegasus_cloudio.s3cli import main as s3cli
 from pegasus_cloudio_testbed.stager import StagerProcess
-from transfer.backends import _gcs_auth
+from transfer.backends import _azure_auth, _gcs_auth
 from transfer.cache import config_from_env
 from transfer.errors import ConfigError, TransferError
 from transfer.p2p import peer_config_from_env
@@ -114,6 +114,11 @@ def gcs_anonymous(env):
         return False
 
 
+def azure_credential(env):
+    knobs, _ = dropin(env)
+    return _azure_auth.resolve("acct", knobs).identity
+
+
 def plugin_threads(env):
     penv = build_environment(env, "/usr/libexec/condor/cloudio_plugin", str(env["HOME"]))
     return settings_for(penv).threads
@@ -152,6 +157,7 @@ KNOBS = {
     "BUNDLE_MAX_MEMBER_SIZE": ("64K", setting("bundle_max_member_size"), 64 << 10, BOTH),
     "BUNDLE_MAX_SIZE": ("1M", setting("bundle_max_size"), 1 << 20, BOTH),
     "GCS_ANONYMOUS": ("1", gcs_anonymous, True, BOTH),
+    "AZURE_CREDENTIAL": ("managed-identity", azure_credential, "managed-identity", BOTH),
     "CACHE_DIR": ("{home}/c", cache("directory"), "{home}/c", BOTH),
     "CACHE_MAX_BYTES": ("2G", cache("max_bytes"), 2 << 30, BOTH),
     "CACHE_HIGH_WATERMARK": ("0.95", cache("high_watermark"), 0.95, BOTH),

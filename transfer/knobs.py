@@ -69,6 +69,10 @@ TABLE = (
     ("CA_BUNDLE", "system CAs", "path", _EF, "PEM file of CAs that verify TLS instead of the system store"),
     ("GCS_ENDPOINT", "Google's", "URL", _EF, "GCS JSON API endpoint (an emulator); `STORAGE_EMULATOR_HOST` also works"),
     ("GCS_ANONYMOUS", "0", "flag", _EF, "GCS without credentials (public buckets)"),
+    ("AZURE_CREDENTIAL", "", "name", _EF,
+     "az:// without a key or SAS: `managed-identity`, `workload-identity`, `cli` or `default` (the `[azure]` "
+     "extra's azure-identity), `none`; unset: workload identity when AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID "
+     "and AZURE_TENANT_ID are all set, else anonymous (docs/azure.md)"),
     ("SSH_KNOWN_HOSTS", "unset", "path", _EF, "known_hosts file; when set, SSH host keys must match it"),
     ("BUNDLE", "0", "flag", _EF, "pack batches of small uploads into bundles, for every destination site"),
     ("BUNDLE_SITES", "unset", "site labels", _EF, "comma-separated destination sites that get bundles"),

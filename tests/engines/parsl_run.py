@@ -7,7 +7,9 @@ Run by tests/test_engines.py with the venv's python (the wheel installed with ``
 ``TASKS`` tasks each upper-case ``FILES`` inputs ``in/tT/fI.txt`` into ``out/tT/fI.txt``; one
 more task concatenates every output (their DataFutures) into ``summary.txt``. Keys come from
 the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or with ``PARSL_KEYS=KEY:SECRET`` are
-given to S3Staging as ``key``/``secret``. Prints one JSON line.
+given to S3Staging as ``key``/``secret``. With ``PARSL_STORE=az`` the files are
+``az://BUCKET/...`` (BUCKET is ``ACCOUNT/CONTAINER``, ENDPOINT is ignored) through AzureStaging,
+credentials from the environment (AZURE_STORAGE_CONNECTION_STRING). Prints one JSON line.
 """
 
 import json
@@ -21,7 +23,7 @@ from parsl.data_provider.files import File
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from parsl.providers import LocalProvider
 
-from transfer.integrations.parsl_staging import S3Staging
+from transfer.integrations.parsl_staging import AzureStaging, S3Staging
 
 
 @python_app
@@ -55,11 +57,15 @@ def main(argv):
     kind, endpoint, bucket, tasks, files, bundles, run_dir = argv
     tasks, files = int(tasks), int(files)
     key, _, secret = os.environ.get("PARSL_KEYS", "").partition(":")
-    staging = S3Staging(endpoint_url=endpoint, threads=4, bundles=bundles == "1", key=key or None,
-                        secret=secret or None)
+    azure = os.environ.get("PARSL_STORE") == "az"
+    if azure:
+        staging = AzureStaging(threads=4, bundles=bundles == "1")
+    else:
+        staging = S3Staging(endpoint_url=endpoint, threads=4, bundles=bundles == "1", key=key or None,
+                            secret=secret or None)
     config = Config(executors=[executor(kind, staging, run_dir)], run_dir=os.path.join(run_dir, "runinfo"),
                     usage_tracking=0, strategy="none")
-    s3 = f"s3://{bucket}"
+    s3 = f"az://{bucket}" if azure else f"s3://{bucket}"
     with parsl.load(config):
         jobs = [upper(inputs=[File(f"{s3}/in/t{t}/f{i}.txt") for i in range(files)],
                       outputs=[File(f"{s3}/out/t{t}/f{i}.txt") for i in range(files)]) for t in range(tasks)]

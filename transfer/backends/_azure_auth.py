@@ -10,7 +10,10 @@ only where the user pointed them: a key set for another account is never sent):
 2. ``AZURE_STORAGE_ACCOUNT`` equal to ``ACCOUNT``: ``AZURE_STORAGE_KEY`` (or
    ``AZURE_STORAGE_ACCESS_KEY``), else ``AZURE_STORAGE_SAS_TOKEN``; endpoint
    ``https://ACCOUNT.blob.core.windows.net``.
-3. Otherwise anonymous (public containers), at that endpoint.
+3. An Entra identity (:mod:`._azure_identity`: ``PEGASUS_CLOUDIO_AZURE_CREDENTIAL``, or the
+   AKS workload-identity variables) when 1 and 2 gave no key or SAS, at the endpoint they
+   named (else the default one): requests then carry a bearer token, over https only.
+4. Otherwise anonymous (public containers), at that endpoint.
 
 A SAS in the URL itself (``az://ACCOUNT/C/B?sv=...&sig=...``) is used for that URL instead of
 the account's credentials. Plain http only where a connection string asks for it. Errors
@@ -20,6 +23,7 @@ name the variable, never its value.
 from __future__ import annotations
 
 from transfer._lean import record
+from transfer.backends._azure_identity import describe, identity_mode
 from transfer.errors import ConfigError, InvalidInput
 
 TYPE_CHECKING = False
@@ -38,13 +42,15 @@ _ACCOUNT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 class AzureAccess:
     """How to reach one account: ``endpoint`` (``scheme://host[:port][/path]``, no trailing
     ``/``: a path-style emulator's ends with the account), a Shared Key ``key`` (base64) or a
-    ``sas`` (without ``?``), or neither (anonymous); ``where`` names the source for messages."""
+    ``sas`` (without ``?``), or an Entra ``identity`` (a mode of :mod:`._azure_identity`), or
+    none (anonymous); ``where`` names the source for messages."""
 
     account: str
     endpoint: str
     key: Optional[str] = None
     sas: Optional[str] = None
     where: str = "no credentials (anonymous)"
+    identity: Optional[str] = None
 
     def __repr__(self) -> str:  # never the key or the SAS
         return f"AzureAccess(account={self.account!r}, endpoint={self.endpoint!r}, where={self.where!r})"
@@ -63,6 +69,17 @@ def default_endpoint(account: str, suffix: str = DEFAULT_SUFFIX, protocol: str =
 
 def resolve(account: str, env: Mapping[str, str]) -> AzureAccess:
     """The access to ``account`` the environment gives (see the module docstring)."""
+    found = _from_names(account, env)
+    if found.key or found.sas:
+        return found
+    mode = identity_mode(env)
+    if mode is None:
+        return found
+    return AzureAccess(account, found.endpoint, identity=mode, where=describe(mode, env))
+
+
+def _from_names(account: str, env: Mapping[str, str]) -> AzureAccess:
+    """Steps 1 to 3 of the module docstring: a key, a SAS, or an endpoint alone."""
     text = env.get(CONNECTION_STRING, "").strip()
     if text:
         found = _from_connection_string(parse_connection_string(text), account)

@@ -3,7 +3,8 @@
 Endpoint and credentials come from the Azure CLI's environment names
 (:mod:`transfer.backends._azure_auth`: connection string, account key, SAS token; a SAS on the
 URL itself); requests are signed with Shared Key (:mod:`._azure_sign`, ``x-ms-version``
-pinned) or carry the SAS, or neither (public containers). TLS is verified; plain http only
+pinned) or carry the SAS, or a bearer token of an Entra identity (:mod:`._azure_identity`,
+opt-in), or none of them (public containers). TLS is verified; plain http only
 where a connection string's endpoint says so (an emulator).
 
 * **get**: one Get Blob (ranges in ``x-ms-range``); a whole blob is checked against its
@@ -32,13 +33,15 @@ import time
 from transfer.atomic import local_error
 from transfer.backends import _azure_wire as wire
 from transfer.backends._azure_auth import AzureAccess, check_account, resolve
+from transfer.backends._azure_identity import BearerTokens, token_fetch
 from transfer.backends._azure_sign import X_MS_VERSION, SharedKey
 from transfer.backends._wire_common import batch_answers, canonical_query, http_date_epoch, uri_encode_path
 from transfer.backends.base import BodyStream, ByteRange, ObjectInfo
 from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.errors import (
-    ChecksumMismatch, InvalidInput, NotFound, RemoteError, TransferError, TransientError, retry_after_seconds,
+    ChecksumMismatch, ConfigError, InvalidInput, NotFound, RemoteError, TransferError, TransientError,
+    retry_after_seconds,
 )
 from transfer.http.connection import Body, FileRegion, file_body
 from transfer.http.pool import ConnectionPool, PooledResponse
@@ -71,10 +74,20 @@ def endpoint_key(url: Url, context: Opening) -> Hashable:
 def open_backend(url: Url, context: Opening) -> "AzureBackend":
     access = _access(url, context)
     origin, path = _split_endpoint(access.endpoint, str(url))
+    tokens = _bearer_tokens(access, origin, context) if access.identity else None
     pool = ConnectionPool(origin, max_idle=context.settings.threads + 2, max_open=context.settings.threads + 2,
                           ssl_context=context.ssl_context() if origin.startswith("https://") else None,
                           timeouts=context.timeouts, stats=context.stats)
-    return AzureBackend(pool, access, context.settings, path_prefix=path)
+    return AzureBackend(pool, access, context.settings, path_prefix=path, tokens=tokens)
+
+
+def _bearer_tokens(access: AzureAccess, origin: str, context: Opening) -> BearerTokens:
+    """The identity's tokens (azure-identity is imported by ``token_fetch``); ConfigError naming the
+    identity's setting when the endpoint is plain http (a bearer token goes over TLS only)."""
+    if not origin.startswith("https://"):
+        raise ConfigError(f"{access.where}: bearer tokens are sent over https only, and the blob endpoint of "
+                          f"{access.account} is {origin}", operation="credentials")
+    return BearerTokens(token_fetch(access.identity or "", context.env, context.settings.ca_bundle, access.account))
 
 
 def _split_endpoint(endpoint: str, url: str) -> Tuple[str, str]:
@@ -90,15 +103,17 @@ class AzureBackend:
     """One storage account with one set of credentials. Thread-safe.
 
     ``path_prefix``: the endpoint's own path (a path-style emulator's ``/ACCOUNT``); ``page_size``:
-    names per List Blobs page (the service's largest by default)."""
+    names per List Blobs page (the service's largest by default); ``tokens``: the bearer tokens
+    of ``access.identity`` (requests without a SAS or key carry them)."""
 
     def __init__(self, pool: ConnectionPool, access: AzureAccess, settings: Settings, path_prefix: str = "",
-                 page_size: int = _PAGE):
+                 page_size: int = _PAGE, tokens: Optional[BearerTokens] = None):
         self._pool = pool
         self._page = page_size
         self._access = access
         self._prefix = path_prefix
         self._signer = SharedKey(access.account, access.key) if access.key else None
+        self._tokens = tokens
         self._scopes: Dict[str, Scope] = {}
         self.multipart_threshold = settings.multipart_threshold
         self.part_size = settings.multipart_part_size
@@ -120,7 +135,8 @@ class AzureBackend:
     def _signed(self, method: str, path: wire.AzurePath, query_text: str, headers: List[Tuple[str, str]],
                 length: int) -> Tuple[str, List[Tuple[str, str]]]:
         """(target with its query, headers) of a request or a batch's sub-request: the SAS (the
-        URL's first) goes in the query, else the account key signs it, else neither (anonymous)."""
+        URL's first) goes in the query, else the account key signs it, else the identity's
+        bearer token goes in ``Authorization``, else nothing (anonymous)."""
         target = self._path(path)
         sas = path.sas or (self._access.sas or "")
         if sas:
@@ -128,6 +144,8 @@ class AzureBackend:
         elif self._signer is not None:
             headers = [*headers, ("Authorization", self._signer.authorization(method, target, query_text, headers,
                                                                               length))]
+        elif self._tokens is not None:
+            headers = [*headers, ("Authorization", self._tokens.authorization())]
         return (f"{target}?{query_text}" if query_text else target), headers
 
     def _check(self, response: PooledResponse, url: str, operation: str, ok: Tuple[int, ...] = (200,)) -> None:

@@ -1,4 +1,5 @@
-"""A Parsl staging provider for ``s3://BUCKET/KEY`` files on the transfer engine (``[parsl]``).
+"""Parsl staging providers for ``s3://BUCKET/KEY`` (:class:`S3Staging`) and
+``az://ACCOUNT/CONTAINER/BLOB`` (:class:`AzureStaging`) files on the transfer engine (``[parsl]``).
 
 ::
 
@@ -21,7 +22,10 @@ travel with every task to its worker (as its other arguments do: over the execut
 channel); else the worker finds them as the AWS chain does (``AWS_ACCESS_KEY_ID``/
 ``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, ...) in its own environment. Each worker process keeps
 one :class:`~transfer.client.Client` per configuration for all its tasks (one warm pool, one
-engine; closed when the process exits), instead of one per task. A task's files land under ``local_dir`` (default: the executor's working directory, else the
+engine; closed when the process exits), instead of one per task. :class:`AzureStaging` stages
+``az://`` Files the same way; its worker finds the account's credentials in its own environment
+(docs/azure.md: a connection string, an account key, a SAS, a managed or workload identity),
+which never travel with the task. A task's files land under ``local_dir`` (default: the executor's working directory, else the
 worker's current directory) as ``BUCKET/KEY``, so equal file names in two prefixes do not meet.
 """
 
@@ -44,13 +48,15 @@ from transfer.client import Client, literal_url
 from transfer.context import check_ca_bundle
 from transfer.errors import InvalidInput
 
-__all__ = ["S3Staging"]
+__all__ = ["AzureStaging", "S3Staging"]
 
 Pair = Tuple[str, str]
 
 
 class S3Staging(Staging, RepresentationMixin):
     """Stages ``s3://`` Files in and out of tasks, one engine batch per task and direction."""
+
+    SCHEME = "s3"
 
     def __init__(self, endpoint_url: Optional[str] = None, region: Optional[str] = None, threads: int = 8,
                  bundles: bool = False, local_dir: Optional[str] = None, ca_bundle: Optional[str] = None,
@@ -62,12 +68,12 @@ class S3Staging(Staging, RepresentationMixin):
         key without its secret: here, once, rather than in every task when its worker opens a
         Client."""
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise InvalidInput(f"S3Staging threads must be a whole number of at least 1 (got {threads!r})",
-                               operation="config")
+            raise InvalidInput(f"{type(self).__name__} threads must be a whole number of at least 1 "
+                               f"(got {threads!r})", operation="config")
         if (key is None) != (secret is None):
             raise InvalidInput("S3Staging key and secret must be given together", operation="config")
         if ca_bundle is not None:
-            check_ca_bundle(ca_bundle, "S3Staging(ca_bundle)")
+            check_ca_bundle(ca_bundle, f"{type(self).__name__}(ca_bundle)")
         self.key = key
         self.secret = secret
         self.token = token
@@ -89,10 +95,10 @@ class S3Staging(Staging, RepresentationMixin):
                 f"key={'...' if self.key else None})")
 
     def can_stage_in(self, file: File) -> bool:
-        return bool(file.scheme == "s3")
+        return bool(file.scheme == self.SCHEME)
 
     def can_stage_out(self, file: File) -> bool:
-        return bool(file.scheme == "s3")
+        return bool(file.scheme == self.SCHEME)
 
     def _place(self, dm: Any, executor: str, file: File) -> None:
         base = self.local_dir or getattr(dm.dfk.executors[executor], "working_dir", None) or ""
@@ -116,6 +122,23 @@ class S3Staging(Staging, RepresentationMixin):
     def replace_task_stage_out(self, dm: Any, executor: str, file: File,
                                func: Callable[..., Any]) -> Callable[..., Any]:
         return StagedTask.around(func, self._options()).adding((), (file.local_path, file.url))
+
+
+class AzureStaging(S3Staging):
+    """Stages ``az://ACCOUNT/CONTAINER/BLOB`` Files as :class:`S3Staging` does ``s3://`` ones; a
+    File lands under ``local_dir`` as ``ACCOUNT/CONTAINER/BLOB``. Credentials and endpoint: the
+    worker's environment (docs/azure.md), none of them an argument."""
+
+    SCHEME = "az"
+
+    def __init__(self, threads: int = 8, bundles: bool = False, local_dir: Optional[str] = None,
+                 ca_bundle: Optional[str] = None) -> None:
+        """As :class:`S3Staging`'s, without its S3 endpoint and keys."""
+        super().__init__(threads=threads, bundles=bundles, local_dir=local_dir, ca_bundle=ca_bundle)
+
+    def __repr__(self) -> str:
+        return (f"AzureStaging(threads={self.threads}, bundles={self.bundles}, local_dir={self.local_dir!r}, "
+                f"ca_bundle={self.ca_bundle!r})")
 
 
 class StagedTask:
