@@ -31,7 +31,9 @@ from pegasus_cloudio_testbed.stager import StagerProcess
 from transfer.backends import _azure_auth, _gcs_auth
 from transfer.cache import config_from_env
 from transfer.errors import ConfigError, TransferError
+from transfer.node import open_pacer
 from transfer.p2p import peer_config_from_env
+from transfer.urls import parse_url
 from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,6 +130,13 @@ def condor_methods(env):
     return configured_methods(env)
 
 
+def pace_trace(env):
+    """One request paced by the drop-in's pacer: with the knob, a line in ``DIR/PID.trace``."""
+    open_pacer(dropin(env)[0]).pace(parse_url("s3://u@site/b/run/k")).acquire()
+    traces = Path(env["HOME"]) / "trace"
+    return traces.is_dir() and any(p.read_text().startswith("free ") for p in traces.iterdir())
+
+
 def condor_config(env):
     return build_environment(env, "/usr/libexec/condor/cloudio_plugin", str(env["HOME"])).env.get(
         P + "READ_TIMEOUT")
@@ -142,6 +151,7 @@ KNOBS = {
     "RETRY_MAX_DELAY": ("4", setting("retry_max_delay"), 4.0, BOTH),
     "THROTTLE_TIMEOUT": ("42", setting("throttle_timeout"), 42.0, BOTH),
     "POOL_RATE_FRACTION": ("0.8", setting("pool_rate_fraction"), 0.8, BOTH),
+    "PACE_TRACE": ("{home}/trace", pace_trace, True, (ENVIRONMENT,)),
     "CONNECT_TIMEOUT": ("2.5", setting("connect_timeout"), 2.5, BOTH),
     "READ_TIMEOUT": ("9", setting("read_timeout"), 9.0, BOTH),
     "MULTIPART_THRESHOLD": ("32M", setting("multipart_threshold"), 32 << 20, BOTH),

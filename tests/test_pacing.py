@@ -11,8 +11,8 @@ import pytest
 
 from transfer import parse_url
 from transfer.pacing import (
-    BETA, BURST_SECONDS, CALM_SECONDS, CUT_SECONDS, LEARN_EVERY, MAX_WAIT, MIN_RATE, LocalStates, Pacer, RateState, cut, prefix_key, rate_at,
-    reserve, retime, wait_for,
+    BETA, BURST_SECONDS, CALM_SECONDS, CUT_SECONDS, LEARN_EVERY, MAX_WAIT, MIN_RATE, LocalStates, Pacer, RateState, cut, due_in,
+    prefix_key, rate_at, reserve, wait_for,
 )
 
 
@@ -193,22 +193,29 @@ def test_every_object_store_row_names_its_prefix_rule() -> None:
     assert DOCUMENTED_RATE["s3"] == 5500.0 and DOCUMENTED_RATE["gs"] == 5000.0
 
 
+def _queue(state: RateState, now: float, count: int) -> Tuple[RateState, List[Tuple[float, float, float]]]:
+    """``count`` reservations at ``now``: the state after them, and each one's (due, ticket, owed)."""
+    current: RateState | None = state
+    booked = []
+    for _ in range(count):
+        current, wait = reserve(current, now)
+        assert current is not None
+        booked.append((now + wait, current.taken, -current.tokens))
+    assert current is not None
+    return current, booked
+
+
 def test_a_cut_stretches_the_queue_in_order_and_leaves_no_gap() -> None:
     now = (100.0 * (1 - BETA) / 0.4) ** (1 / 3)  # back at the rate of the last cut, where the cubic is flat
-    state = RateState(100.0, 0.0, 0.0, now)
-    current: RateState | None = state
-    dues = []
-    for _ in range(int(rate_at(state, now) * BURST_SECONDS) + 200):
-        current, wait = reserve(current, now)
-        dues.append(now + wait)
-    queued = [d for d in dues if d > now]
-    assert current is not None and len(queued) >= 199
+    current, booked = _queue(RateState(100.0, 0.0, 0.0, now), now, int(100.0 * BURST_SECONDS) + 200)
+    queued = [b for b in booked if b[0] > now]
+    assert len(queued) >= 199
     old = rate_at(current, now)
     after, _ = cut(current, now, measured=0.0, sent=now)
     assert after is not None and rate_at(after, now) == pytest.approx(BETA * old)
-    moved = [retime(after, now - 1e-6, d) for d in queued]
+    moved = [now + due_in(after, ticket, now, owed) for _, ticket, owed in queued]
     assert moved == sorted(moved)  # the queue keeps its order
-    assert all(m > d for m, d in zip(moved, queued))  # and leaves later: at the new rate, not the old
+    assert all(m > d for m, (d, _, _) in zip(moved, queued))  # and leaves later: at the new rate, not the old
     gaps = [b - a for a, b in zip(moved, moved[1:])]
     assert max(gaps) == pytest.approx(1 / (BETA * old), rel=0.01)  # the first gaps: the rate right after the cut
     assert min(gaps) >= 1 / (1.05 * old)  # never much faster than the rate before it (it regrows meanwhile)
@@ -217,13 +224,36 @@ def test_a_cut_stretches_the_queue_in_order_and_leaves_no_gap() -> None:
     # the first request booked after the cut goes out right after the queue: no gap, no overlap
     _, wait = reserve(after, now)
     assert now + wait == pytest.approx(drained + 1 / (BETA * old), abs=2 / old)
-    # a request booked after the cut, or due before it, keeps its time
-    assert retime(after, now + 0.1, now + 5.0) == now + 5.0 and retime(after, now - 2, now - 1) == now - 1
-    assert retime(None, 0.0, 5.0) == 5.0
-    assert retime(after, now - 1, now + 1e6) == now + MAX_WAIT  # no wait past MAX_WAIT
+    # a token already made, or a state gone, keeps the request's time; no wait exceeds what was owed
+    assert due_in(after, after.taken + after.tokens - 5, now, 10.0) == 0.0 and due_in(None, 7.0, now, 3.0) == 0.0
+    assert due_in(after, after.taken + 1e9, now, 3.0) == pytest.approx(wait_for(after, now, 3.0))
 
 
-def test_a_request_booked_before_a_cut_waits_for_the_new_rate() -> None:
+def test_a_queue_follows_every_cut_made_while_it_sleeps() -> None:
+    """Three cuts, a round apart, while 600 reservations wait (a node's queue is seconds deep):
+    the queue leaves in order, and never faster than the rate in use as each request leaves.
+    Re-timing from the last cut alone (before: the due first booked, stretched by that cut)
+    sent the requests booked before the first cut among those booked after it: twice the rate."""
+    now = (200.0 * (1 - BETA) / 0.4) ** (1 / 3)
+    state, booked = _queue(RateState(200.0, 0.0, 0.0, now), now, 600)  # 3 s of tokens owed
+    cuts = [now + 0.2 + CUT_SECONDS * k for k in range(3)]
+    for k, at in enumerate(cuts):
+        state, more = _queue(state, at, 100)  # each round, more requests queue behind
+        booked += more
+        after, _ = cut(state, at, measured=0.0, sent=at - 0.01)
+        assert after is not None and after is not state
+        state = after
+    last = cuts[-1]
+    leaving = [(last + due_in(state, ticket, last, owed), ticket) for due, ticket, owed in booked if due > last]
+    times = [t for t, _ in sorted(leaving, key=lambda pair: pair[1])]
+    assert times == sorted(times)  # in the order booked
+    window = 0.5
+    busiest = max(sum(1 for t in times if start <= t < start + window) for start in times)
+    assert busiest <= rate_at(state, times[-1]) * window + 2  # at most the rate in use (it regrows meanwhile)
+    assert rate_at(state, last) < BETA * 200.0  # (three cuts, less what it regrew between them)
+
+
+def test_a_request_booked_before_two_cuts_waits_for_the_rate_after_both() -> None:
     clock = FakeClock()
     states = LocalStates()
     pace = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/x"))
@@ -233,28 +263,35 @@ def test_a_request_booked_before_a_cut_waits_for_the_new_rate() -> None:
     clock.now += CUT_SECONDS  # (the next round)
     states.update(pace.key, lambda state: reserve(state, clock.now))  # (the bucket is empty again)
     other = Pacer(states, clock, clock.sleep).pace(parse_url("s3://u@site/b/p/y"))
-    for _ in range(100):  # another job's 100 requests queue ahead: about 0.7 s at the rate regrown a bit
+    for _ in range(500):  # another job's 500 requests queue ahead: about 3 s
         states.update(other.key, lambda state: reserve(state, clock.now))
     booked = clock.now
+    ticket = states._states[pace.key].taken + 1  # the number its reservation will hold
+    cut_times: List[float] = []
 
-    def sleep(seconds: float) -> None:  # while this request sleeps, another job is throttled again
+    def sleep(seconds: float) -> None:  # while this request sleeps, another job is throttled twice
         clock.slept.append(seconds)
         if len(clock.slept) == 1:
-            clock.now += 0.5
-            other.throttled(booked + 0.4)
-            clock.now += seconds - 0.5
+            for _ in range(2):
+                clock.now += CUT_SECONDS + 0.1
+                other.throttled(clock.now - 0.05)
+                cut_times.append(clock.now)
+            clock.now += seconds - 2 * (CUT_SECONDS + 0.1)
         else:
             clock.now += seconds
 
     pace._sleep = sleep
     pace.acquire()
-    cut_at = booked + 0.5
     first = clock.slept[0]
-    assert len(clock.slept) == 2  # it woke, saw the cut and waited on
-    assert booked + sum(clock.slept) > booked + first  # it left later than booked
+    assert len(clock.slept) >= 2 and clock.now > booked + first  # it woke, saw the cuts and waited on
     after = states._states[pace.key]  # the state of the second cut
-    ahead = (booked + first - cut_at) * after.last_max
-    assert booked + sum(clock.slept) == pytest.approx(cut_at + wait_for(after, cut_at, ahead))
+    assert after.cut_at == cut_times[-1] and after.taken == ticket
+    # it leaves when the state after both cuts has made its token: not before, not later
+    assert due_in(after, ticket, clock.now, 1e9) == pytest.approx(0.0, abs=1e-3)
+    assert due_in(after, ticket, clock.now - 0.05, 1e9) > 0.04
+    # re-timed by the last cut alone from the due first booked, it left sooner: at the rate before the first cut
+    by_last = after.cut_at + wait_for(after, after.cut_at, (booked + first - after.cut_at) * after.last_max)
+    assert clock.now > by_last + 0.2
 
 
 def test_fast_path_takes_no_lock_and_never_sleeps() -> None:

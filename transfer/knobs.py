@@ -57,6 +57,9 @@ TABLE = (
     ("POOL_RATE_FRACTION", "0", "fraction", _EF,
      "above 0 (up to 1), with `P2P_REDIS`: one request rate per prefix for the whole pool, kept below this "
      "fraction of the store's documented rate (docs/throttling.md); 0: off"),
+    ("PACE_TRACE", "off", "directory", "env",
+     "a debugging trace: each job appends its pacing events (requests sent, throttle answers, cuts) to "
+     "DIRECTORY/PID.trace (transfer/pacing_trace.py, `bench throttle --trace`)"),
     ("CONNECT_TIMEOUT", "10", "s", _EF, "TCP and TLS connect"),
     ("READ_TIMEOUT", "60", "s", _EF, "without a byte, a request is abandoned"),
     ("MULTIPART_THRESHOLD", "64M", "bytes", "env, file, `pegasus-cloudio-s3 -c`",

@@ -90,23 +90,27 @@ def open_pacer(env: "Mapping[str, str]", fraction: float = 0.0,
     from transfer.pacing import Pacer
     from transfer.pacing_node import NodeStates, node_rate_dir
     node = NodeStates(node_rate_dir(env), time.time)
+    trace = None
+    if env.get("PEGASUS_CLOUDIO_PACE_TRACE"):  # (a debugging knob: no import unless asked)
+        from transfer.pacing_trace import open_trace
+        trace = open_trace(env)
     redis_url = env.get("PEGASUS_CLOUDIO_P2P_REDIS", "").strip()
     if not fraction or not redis_url or scope_of is None:
-        return Pacer(node)
+        return Pacer(node, trace=trace)
     try:
         from transfer.p2p import connect_redis
         client = connect_redis(redis_url, cluster=env.get("PEGASUS_CLOUDIO_P2P_CLUSTER", "").strip() == "1")
     except ImportError:
         (warn or _log.warning)("the pool rate limiter needs the redis package (pegasus-cloudio[p2p]); "
                                "pacing by this node's rate")
-        return Pacer(node)
+        return Pacer(node, trace=trace)
     from transfer.pacing_pool import DOCUMENTED_RATE, PoolStates
     namespace = env.get("PEGASUS_CLOUDIO_P2P_NAMESPACE", "").strip() or "pcio"
 
     def ceiling(key: str) -> float:
         return fraction * DOCUMENTED_RATE.get(key.partition(":")[0], 3500.0)
 
-    return Pacer(PoolStates(client, namespace, scope_of, node, time.time), ceiling=ceiling)
+    return Pacer(PoolStates(client, namespace, scope_of, node, time.time), ceiling=ceiling, trace=trace)
 
 
 def session_scopes(session: "Session") -> "Callable[[str], Optional[Scope]]":

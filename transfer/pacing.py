@@ -16,9 +16,9 @@ While it is not, :meth:`Pace.acquire` reads one attribute and returns (no lock, 
 call; one look at the shared state every ``LEARN_EVERY`` requests, so that a job takes up
 what another job of the node learned): the cost of pacing when nothing throttles. While it is, each request reserves a token
 from the bucket (filled at ``rate(t)``, holding at most ``BURST_SECONDS`` of it) and sleeps
-until its token is due (:func:`wait_for`: as the rate grows meanwhile), and once more if the
-prefix was cut while it slept (:func:`retime`: the queue follows a cut at once, in order; that
-look, and the look every ``LEARN_EVERY`` requests, is a :meth:`States.peek`, which waits for no
+until its token is due (:func:`wait_for`: as the rate grows meanwhile), and on if the prefix
+was cut while it slept (:func:`due_in`: each request holds the number of its token, so the queue
+follows every cut at once, in order; that look, and the look every ``LEARN_EVERY`` requests, is a :meth:`States.peek`, which waits for no
 lock: on a node of 200 jobs a lock held by a process the CPU has set aside holds up them all).
 
 Where the state lives is a :class:`States` store: :class:`LocalStates` keeps it in this
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from transfer.urls import Url
 
     Clock = Callable[[], float]
+    Trace = Callable[..., None]  # (event, *values): :class:`transfer.pacing_trace.PaceTrace`
 
     class States(Protocol):
         """Where the state of each key lives: ``update(key, change)`` applies ``change`` to the
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
             queue behind the node's writers. Never a state no update wrote."""
 
 __all__ = ["BETA", "CALM_SECONDS", "LocalStates", "Pace", "Pacer", "RateState", "cut", "join", "prefix_key",
-           "rate_at", "reserve", "retime", "wait_for"]
+           "due_in", "rate_at", "reserve", "wait_for"]
 
 BETA = 0.7            # the cut: the rate in use times this (CUBIC's and the AWS SDKs' beta)
 SCALE = 0.4           # requests/s per s^3 of cubic growth (the AWS SDKs' scale constant)
@@ -73,6 +74,7 @@ MAX_WAIT = 60.0       # seconds a request waits for its token at most (tokens ow
 LEARN_EVERY = 64      # requests of a pace not paced, between two looks at the shared state
 PASS_LEARN_EVERY = 8  # the same, for the requests of a pipelined pass (:meth:`Pace.draw`)
 RECHECK_SECONDS = 0.05  # a wait this long looks for a cut made meanwhile (a shorter one would move < 22 ms)
+MAX_LOOKS = 16        # looks at most while a request waits for its token
 
 
 @record(frozen=True)
@@ -83,13 +85,16 @@ class RateState:
     moved on by the time the bucket has had tokens to spare since (the rate grows only while
     it holds requests back: an idle or CPU-starved node does not come back to a rate of
     thousands per second, CUBIC's rule for an application-limited sender; an epoch before the
-    cut means the cut)."""
+    cut means the cut); ``taken``: tokens reserved since the state began, so the number of the
+    last one (a request's *ticket*, :func:`due_in`); the bucket has made ``taken + tokens`` by
+    ``stamp``, and a cut changes how fast it makes the rest, never which number is next."""
 
     last_max: float
     cut_at: float
     tokens: float
     stamp: float
     epoch: float = 0.0
+    taken: float = 0.0
 
 
 def rate_at(state: RateState, now: float) -> float:
@@ -139,9 +144,10 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
     state, or calm for CALM_SECONDS) it is ``measured``, the requests/s of the caller.
 
     The tokens owed at the cut stay owed, in their order, and are paid at the new rate: each
-    request that reserved one before the cut goes out later by :func:`retime` (the queue is
-    stretched from the cut by the old rate over the new), and requests after the cut queue
-    behind it; the queue follows the cut at once, so its answers are the next round's signal.
+    request that reserved one before the cut goes out when the new rate has made its token
+    (:func:`due_in`: ``taken`` is kept, so each reservation's number still counts its place
+    through any number of cuts), and requests after the cut queue behind it; the queue follows
+    the cut at once, so its answers are the next round's signal.
 
     One cut per round: an answer to a request sent before the last cut, or within CUT_SECONDS
     of it, says nothing new (TCP cuts once per window, not once per lost segment; the requests
@@ -160,7 +166,7 @@ def cut(state: Optional[RateState], now: float, measured: float, sent: float,
         in_use, owed = measured, 0.0
     rate = max(MIN_RATE, min(in_use, ceiling))
     owed = max(-max(MIN_RATE, BETA * rate) * MAX_WAIT, owed)  # (BETA * rate: rate_at the cut)
-    return RateState(rate, now, owed, now, now), 0.0
+    return RateState(rate, now, owed, now, now, state.taken if state is not None else 0.0), 0.0
 
 
 def join(state: RateState, now: float, measured: float, ceiling: float = _INF) -> RateState:
@@ -174,24 +180,31 @@ def join(state: RateState, now: float, measured: float, ceiling: float = _INF) -
     one write each, made only once the prefix is throttled. Later, the state as it is."""
     if measured <= 0 or not 0 <= now - state.cut_at < CUT_SECONDS or state.last_max >= ceiling:
         return state
-    return RateState(min(state.last_max + measured, ceiling), state.cut_at, state.tokens, state.stamp, state.epoch)
+    return RateState(min(state.last_max + measured, ceiling), state.cut_at, state.tokens, state.stamp, state.epoch,
+                     state.taken)
 
 
-def retime(state: Optional[RateState], booked: float, due: float, ceiling: float = _INF) -> float:
-    """When a request that reserved its token at ``booked`` for ``due`` goes out, given the
-    prefix's ``state`` as it wakes: if the prefix was cut in between, the time the tokens ahead
-    of it at the cut (at the rate before it) take at the rate after it (the queue keeps its
-    order and leaves at the new rate, with no gap before the requests booked after the cut), at
-    most MAX_WAIT past the cut; else ``due``."""
-    if state is None or not booked < state.cut_at < due:
-        return due
-    ahead = (due - state.cut_at) * state.last_max  # tokens it waited for at the cut, at the rate before it
-    return state.cut_at + min(wait_for(state, state.cut_at, ahead, ceiling), MAX_WAIT)
+def due_in(state: Optional[RateState], ticket: float, now: float, most: float, ceiling: float = _INF) -> float:
+    """Seconds from ``now`` until the token numbered ``ticket`` (:attr:`RateState.taken` as the
+    request reserved it) is made, by ``state`` as it is now: after any number of cuts since the
+    reservation (each made the tokens still owed at the new rate, :func:`cut`), the queue keeps
+    its order and leaves at the rate now in use, with no gap before the requests booked after
+    them. At most the time of ``most`` tokens (those owed at the reservation: nothing ever
+    queues ahead of a reservation later, so a state that does not know the ticket, e.g. one
+    another process reset, costs no more than the wait first booked); 0 for a state gone calm."""
+    if state is None or now - state.cut_at >= CALM_SECONDS:
+        return 0.0
+    since = max(0.0, now - state.stamp)  # the tokens made since: the mean of the rates at both ends (the
+    # cubic is smooth over the moments between two reservations; a little short where it is concave)
+    made = state.taken + state.tokens + since * (min(rate_at(state, state.stamp), ceiling) + min(rate_at(state, now), ceiling)) / 2
+    ahead = min(ticket - made, most)
+    return wait_for(state, now, ahead, ceiling) if ahead > 0 else 0.0
 
 
 def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tuple[Optional[RateState], float]:
     """The state after one request takes a token at ``now``, and the seconds it must wait for
     it; -1.0 for a prefix not paced (no state, or calm for CALM_SECONDS, which forgets it).
+    The request's ticket is the state's ``taken`` after it (:func:`due_in`).
     ``ceiling``: requests/s the rate never passes (a pool's share of the store's limit)."""
     if state is None or now - state.cut_at >= CALM_SECONDS:
         return None, -1.0
@@ -203,7 +216,7 @@ def reserve(state: Optional[RateState], now: float, ceiling: float = _INF) -> Tu
     rate = min(rate_at(after, now), ceiling)  # the growth waited the idle time out
     tokens = min(max(1.0, rate * BURST_SECONDS), filled) - 1
     tokens = max(-rate * MAX_WAIT, tokens)  # a state from another process is not trusted to be sane
-    after = RateState(after.last_max, after.cut_at, tokens, now, after.epoch)
+    after = RateState(after.last_max, after.cut_at, tokens, now, after.epoch, state.taken + 1)
     return after, (wait_for(after, now, -tokens, ceiling) if tokens < 0 else 0.0)
 
 
@@ -245,8 +258,9 @@ class Pace:
     """The pacing of one prefix in this process. ``limited`` is the fast path's one read."""
 
     def __init__(self, key: str, states: States, clock: Clock, sleep: Callable[[float], None],
-                 ceiling: float = _INF) -> None:
+                 ceiling: float = _INF, trace: Optional[Trace] = None) -> None:
         self.key = key
+        self._trace = trace  # :mod:`transfer.pacing_trace` (None: off)
         self.ceiling = ceiling
         self.limited = False
         self._paced_since = 0.0  # when ``limited`` last became true
@@ -266,12 +280,14 @@ class Pace:
     def acquire(self, cancel: Optional[Cancel] = None) -> None:
         """Wait for this request's token (returns at once unless the prefix is paced); a wait
         of RECHECK_SECONDS or more looks at the state again as it ends and waits on if the
-        prefix was cut meanwhile (:func:`retime`)."""
+        prefix was cut meanwhile (:func:`due_in`)."""
         self.sent += 1
         self.requests += 1
         if not self.limited:
             if self.requests % LEARN_EVERY == 0:  # another job may have been throttled meanwhile
                 self.learn()
+            if self._trace is not None:
+                self._trace("free", self._clock())
             return
         self._take(cancel)
 
@@ -283,32 +299,51 @@ class Pace:
         self.sent += 1
         self.requests += 1
         if not self.limited:
-            if self.requests % PASS_LEARN_EVERY:
-                return
-            self.learn()
+            if self.requests % PASS_LEARN_EVERY == 0:
+                self.learn()
             if not self.limited:
+                if self._trace is not None:
+                    self._trace("free", self._clock())
                 return
         self._take(cancel)
 
     def _take(self, cancel: Optional[Cancel]) -> None:
-        """Reserve a token of the paced prefix and wait for it (:meth:`acquire`)."""
-        booked = [0.0]
+        """Reserve a token of the paced prefix and wait for it (:meth:`acquire`): a wait of
+        RECHECK_SECONDS or more looks at the state as it ends and, if a cut since made the
+        token due later (:func:`due_in`), waits on; so a request follows every cut made while
+        it slept, at no cost while it sleeps (a cut only ever makes a token due later)."""
+        booked = [0.0, 0.0, 0.0]  # when, the ticket, tokens owed then
 
         def take(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
             booked[0] = self._clock()
-            return reserve(state, booked[0], self.ceiling)
+            after, wait = reserve(state, booked[0], self.ceiling)
+            if after is not None:
+                booked[1], booked[2] = after.taken, -after.tokens
+            return after, wait
 
+        asked = self._clock() if self._trace is not None else 0.0
         wait = self._states.update(self.key, take)
+        if self._trace is not None:
+            self._trace("take", asked, booked[0] - asked)
         if wait <= 0:
             self.limited = wait == 0  # -1: calm again, back to the fast path
+            self._traced_send(booked[0], booked[0], 0.0)
             return
-        if self._pause(wait, cancel) or wait < RECHECK_SECONDS:
-            return
-        due = booked[0] + wait
-        later = retime(self._states.peek(self.key), booked[0], due, self.ceiling)  # a look: no lock to queue on
-        left = later - self._clock()  # from now: a sleep may have overrun its time on a loaded node
-        if later > due and left > 0:
-            self._pause(min(left, MAX_WAIT), cancel)
+        due = last = booked[0] + wait
+        looks = 0  # (a cut per round at most: a few looks cover a queue of MAX_WAIT)
+        while not self._pause(wait, cancel) and wait >= RECHECK_SECONDS and looks < MAX_LOOKS:
+            looks += 1
+            now = self._clock()  # (a sleep may have overrun its time on a loaded node)
+            state = self._states.peek(self.key)  # a look: no lock to queue on
+            later = min(now + due_in(state, booked[1], now, booked[2], self.ceiling), booked[0] + 2 * MAX_WAIT)
+            if later <= last + 0.001:  # no cut moved it: its time has come
+                break
+            wait, last = later - now, later
+        self._traced_send(booked[0], due, last if last > due else 0.0)
+
+    def _traced_send(self, booked: float, due: float, later: float) -> None:
+        if self._trace is not None:
+            self._trace("send", self._clock(), booked, due, later)
 
     def _pause(self, seconds: float, cancel: Optional[Cancel]) -> bool:
         """Sleep ``seconds`` (counted in ``waited``); True if ``cancel`` was set meanwhile."""
@@ -332,8 +367,19 @@ class Pace:
         self._limit(now)
         seen = self._states.peek(self.key)
         if seen is not None and cut(seen, now, measured, sent, self.ceiling, paced, joining)[0] is seen:
+            if self._trace is not None:
+                self._trace("503", now, sent, paced, 0, 0.0, 0.0)
             return  # not a new round (most answers of a storm): nothing to write, so no lock to queue on
-        self._states.update(self.key, lambda state: cut(state, now, measured, sent, self.ceiling, paced, joining))
+        wrote = [0.0]  # the rate cut from, if this answer cut
+
+        def change(state: Optional[RateState]) -> Tuple[Optional[RateState], float]:
+            after = cut(state, now, measured, sent, self.ceiling, paced, joining)
+            wrote[0] = after[0].last_max if after[0] is not None and after[0].cut_at == now else 0.0
+            return after
+
+        self._states.update(self.key, change)
+        if self._trace is not None:
+            self._trace("503", now, sent, paced, wrote[0] > 0, self._clock() - now, wrote[0])
 
     def _limit(self, now: float) -> None:
         """Pace from ``now`` on (requests sent before were not paced)."""
@@ -361,11 +407,13 @@ class Pace:
 class Pacer:
     """The paces of one process, one per prefix key, made on first use. ``clock`` is epoch
     seconds (states may be shared between processes); ``ceiling(key)``: the most requests/s
-    a prefix is ever paced at (default: no bound)."""
+    a prefix is ever paced at (default: no bound); ``trace``: where each pace tells its events
+    (:mod:`transfer.pacing_trace`; None, the default: nowhere)."""
 
     def __init__(self, states: Optional[States] = None, clock: Clock = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 ceiling: Optional[Callable[[str], float]] = None) -> None:
+                 ceiling: Optional[Callable[[str], float]] = None, trace: Optional[Trace] = None) -> None:
+        self._trace = trace
         self._states: States = states if states is not None else LocalStates()
         self._ceiling = ceiling
         self._clock = clock
@@ -387,6 +435,6 @@ class Pacer:
             found = self._paces.get(key)
             if found is None:
                 bound = self._ceiling(key) if self._ceiling is not None else _INF
-                found = self._paces[key] = Pace(key, self._states, self._clock, self._sleep, bound)
+                found = self._paces[key] = Pace(key, self._states, self._clock, self._sleep, bound, self._trace)
                 found.learn()
             return found

@@ -10,8 +10,9 @@ else ``/tmp/pegasus-cloudio-UID`` (a batch system that gives each job its own ``
 each its own rate, as without this file). The directory must be the user's own, not a link, and closed to
 others (mode 0700, made so when created); the file is opened with ``O_NOFOLLOW`` and must be a
 regular file of the user; at most ``MAX_BYTES`` are read and ``MAX_KEYS`` prefixes kept (the
-most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp TAB epoch``;
-a line that does not parse is dropped. The first line, ``#v1 LENGTH CRC32``, checks the lines after
+most recently cut). One line per prefix: ``key TAB last_max TAB cut_at TAB tokens TAB stamp TAB epoch
+TAB taken`` (an older release's line, without ``taken``, is read with 0: its requests then wait at most
+what they first booked); a line that does not parse is dropped. The first line, ``#v1 LENGTH CRC32``, checks the lines after
 it: a look without the lock (:meth:`NodeStates.peek`) that overlaps a write sees a check that
 fails and reads again under the lock (a file without it, from an older release, is read under
 the lock only). Anything that goes wrong (an unsafe directory, a full
@@ -34,6 +35,7 @@ __all__ = ["MAX_BYTES", "MAX_KEYS", "NodeStates", "node_rate_dir"]
 MAX_BYTES = 64 << 10
 MAX_KEYS = 256
 _MAX_RATE = 1e7  # requests/s: no store serves more to one prefix
+_MAX_TAKEN = 2.0 ** 52  # reservations counted: past this a float no longer counts by one
 _FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _log = logger(__name__)
 
@@ -175,7 +177,7 @@ def _parse(data: bytes, now: float) -> Dict[str, RateState]:
     states: Dict[str, RateState] = {}
     for line in data.decode("utf-8", "replace").split("\n"):
         fields = line.split("\t")
-        if len(fields) != 6:
+        if len(fields) not in (6, 7):
             continue
         try:
             numbers = [float(f) for f in fields[1:]]
@@ -183,7 +185,7 @@ def _parse(data: bytes, now: float) -> Dict[str, RateState]:
             continue
         finite = all(n == n and abs(n) != float("inf") for n in numbers)
         if finite and 0 < numbers[0] <= _MAX_RATE and numbers[1] <= now + 1 and numbers[3] <= now + 1 \
-                and numbers[4] <= now + MAX_WAIT + 1:
+                and numbers[4] <= now + MAX_WAIT + 1 and numbers[5:] <= [_MAX_TAKEN]:
             states[fields[0]] = RateState(*numbers)
     return states
 
@@ -194,7 +196,7 @@ def _format(states: Dict[str, RateState], now: float) -> bytes:
     lines, size = [], 0
     for _, key in reversed(live):
         s = states[key]
-        line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\t{s.epoch!r}\n".encode()
+        line = f"{key}\t{s.last_max!r}\t{s.cut_at!r}\t{s.tokens!r}\t{s.stamp!r}\t{s.epoch!r}\t{s.taken!r}\n".encode()
         if size + len(line) > MAX_BYTES - 64:  # (room for the header)
             break
         lines.append(line)

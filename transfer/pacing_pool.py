@@ -122,7 +122,7 @@ class PoolStates:
 
 
 def _encode(state: RateState) -> str:
-    return f"{state.last_max!r} {state.cut_at!r} {state.tokens!r} {state.stamp!r} {state.epoch!r}"
+    return f"{state.last_max!r} {state.cut_at!r} {state.tokens!r} {state.stamp!r} {state.epoch!r} {state.taken!r}"
 
 
 def _decode(raw: Any, name: str, scope: Scope, now: float) -> Optional[RateState]:
@@ -130,17 +130,19 @@ def _decode(raw: Any, name: str, scope: Scope, now: float) -> Optional[RateState
     if not isinstance(raw, bytes) or len(raw) > 256:
         return None
     fields = raw.decode("ascii", "replace").split(" ")
-    if len(fields) != 6:
+    if len(fields) not in (6, 7):  # (6: an older release's, without ``taken``)
         return None
     import hmac
-    value = " ".join(fields[:5])
-    if not hmac.compare_digest(fields[5], scope.rate_tag(name, value)):
+    value = " ".join(fields[:-1])
+    if not hmac.compare_digest(fields[-1], scope.rate_tag(name, value)):
         return None
     try:
-        last_max, cut_at, tokens, stamp, epoch = (float(f) for f in fields[:5])
+        numbers = [float(f) for f in fields[:-1]]
     except ValueError:
         return None
-    if not all(math.isfinite(n) for n in (last_max, cut_at, tokens, stamp, epoch)) or last_max <= 0 \
-            or cut_at > now + 1 or epoch > now + 61:
+    last_max, cut_at, tokens, stamp, epoch = numbers[:5]
+    taken = numbers[5] if len(numbers) == 6 else 0.0
+    if not all(math.isfinite(n) for n in numbers) or last_max <= 0 \
+            or cut_at > now + 1 or epoch > now + 61 or not 0 <= taken <= 2.0 ** 52:
         return None
-    return RateState(last_max, cut_at, tokens, stamp, epoch)
+    return RateState(last_max, cut_at, tokens, stamp, epoch, taken)

@@ -67,6 +67,7 @@ class Params:
     pool_share: float = 0.9
     direction: str = "in"
     model: bool = False
+    trace: str = ""
 
 
 HELPS = {"jobs": "comma-separated job counts N, each released together",
@@ -83,7 +84,9 @@ HELPS = {"jobs": "comma-separated job counts N, each released together",
                   "each with its own node rate file, sharing one Redis pool limiter (needs root; ours only)",
          "pool_share": "with --nodes: the pool limiter's cap, as a share of R",
          "direction": "in: stage-ins; out: stage-outs (uploads of distinct objects; ours and s5cmd, plain)",
-         "model": "run the simulation to 1,000 and 10,000 jobs instead (see docs/scale.md)"}
+         "model": "run the simulation to 1,000 and 10,000 jobs instead (see docs/scale.md)",
+         "trace": "a directory: each run of ours writes its jobs' pacing events (PEGASUS_CLOUDIO_PACE_TRACE) and "
+                  "the front's arrivals to DIR/RUN/ (read them with scripts/pace_trace.py)"}
 _CHOICES = {"tools": TOOLS, "objects": OBJECTS, "stager": STAGER, "reuse": REUSE}
 
 
@@ -249,18 +252,30 @@ class Bed:
         host = self.nodes.host if self.nodes is not None else "127.0.0.1"
         if self.nodes is not None:
             self.nodes.new_run()
+        traced = self._trace_dir(config)
         with ThrottleFront(self.server.host, self.server.port, rate=p.rate, burst=p.burst,
-                           retry_after=p.retry_after or None, host=host) as front:
+                           retry_after=p.retry_after or None, host=host, trace=bool(traced)) as front:
             with self._stager(config, front) as stager_env:
-                jobs = [self._job(config, front, j, stager_env) for j in range(config.jobs)]
+                extra = dict(stager_env, PEGASUS_CLOUDIO_PACE_TRACE=traced) if traced else stager_env
+                jobs = [self._job(config, front, j, extra) for j in range(config.jobs)]
                 wave = run_wave(jobs, p.timeout or 10 * floor + 120)
             stats = front.stats()
+            if traced:
+                _write_arrivals(os.path.join(traced, "front.trace"), front.arrivals())
         if p.direction == "out":
             progress.phase(f"N={config.jobs}: reading the uploads back")
             wave = self._checked_uploads(config, wave)
         shutil.rmtree(self._run_dir(config), ignore_errors=True)  # checked; N x M files need not pile up
         pool = self.nodes.figures() if self.nodes is not None else {}
         return {**figures(config, p, floor, wave, stats), **pool}
+
+    def _trace_dir(self, config: Config) -> str:
+        """Where ``--trace`` puts this run's traces ("" without it, or for a tool not ours)."""
+        if not self.params.trace or config.tool != "ours":
+            return ""
+        path = os.path.join(self.params.trace, f"{config.jobs}-{config.objects}-{config.name}".replace(" ", "_"))
+        os.makedirs(path, exist_ok=True)
+        return path
 
     def _run_dir(self, config: Config) -> str:
         return os.path.join(self.root, "runs", f"{config.jobs}-{config.objects}-{config.name}")
@@ -369,6 +384,12 @@ class _StagerScope:
     def __exit__(self, *exc: object) -> None:
         if self._stager is not None:
             self._stager.stop()
+
+
+def _write_arrivals(path: str, arrivals: List[Tuple[float, bool]]) -> None:
+    """The front's side of a trace: ``arrive T PASSED`` per request (scripts/pace_trace.py)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(f"arrive {t:.6f} {int(ok)}\n" for t, ok in arrivals)
 
 
 def _spec(pairs: List[Tuple[str, str]], src_label: str, dst_label: str) -> List[Dict[str, Any]]:

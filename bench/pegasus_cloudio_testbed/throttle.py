@@ -181,18 +181,20 @@ class ThrottleFront:
     ``"azure"`` (503 ServerBusy XML, with ``x-ms-error-code``);
     ``status`` overrides the answer's code (GCS also answers 503); ``retry_after``: seconds to
     put in ``Retry-After``, or None for none; ``depth``: key directories in a prefix; ``clock``:
-    the buckets' time source (tests pass one they advance by hand).
+    the buckets' time source (tests pass one they advance by hand); ``trace``: keep each
+    request's arrival for `arrivals` (``bench throttle --trace``).
     Use as a context manager; `endpoint` is the URL to give clients, `stats` the counts.
     """
 
     def __init__(self, target_host: str, target_port: int, *, rate: float,
                  burst: Optional[float] = None, shape: str = "s3",
                  retry_after: Optional[float] = None, status: Optional[int] = None,
-                 depth: int = 1, clock: Callable[[], float] = time.monotonic, host: str = "127.0.0.1") -> None:
+                 depth: int = 1, clock: Callable[[], float] = time.monotonic, host: str = "127.0.0.1",
+                 trace: bool = False) -> None:
         if shape not in SHAPES:
             raise ValueError(f"ThrottleFront shape must be one of {', '.join(SHAPES)}, not {shape!r}")
         code = status if status is not None else (429 if shape == "gcs" else 503)
-        self._limiter = PrefixLimiter(rate, burst if burst is not None else max(1.0, rate), clock)
+        self._limiter = PrefixLimiter(rate, burst if burst is not None else max(1.0, rate), clock, trace)
         self._config = _Config((target_host, int(target_port)), self._limiter, shape, code,
                                retry_after, depth)
         self.host, self.port = host, 0
@@ -223,6 +225,10 @@ class ThrottleFront:
         with self._lock:
             counts["connections"] = self._connections
         return counts
+
+    def arrivals(self) -> List[Tuple[float, bool]]:
+        """With ``trace``: (epoch seconds, passed) of each request, in the order they came."""
+        return self._limiter.arrivals()
 
     def reset_stats(self) -> None:
         """Zero the counts; the token buckets keep their state."""

@@ -60,9 +60,10 @@ class PrefixLimiter:
     """One `TokenBucket` per prefix, made on first use, and the counts `stats` reports."""
 
     def __init__(self, rate: float, burst: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, trace: bool = False) -> None:
         TokenBucket(rate, burst, 0.0)  # validate now, not on the first request
         self.rate, self.burst, self._clock = rate, burst, clock
+        self._arrivals: Optional[List[Tuple[float, bool]]] = [] if trace else None
         self._lock = threading.Lock()
         self._buckets: Dict[str, TokenBucket] = {}
         self._tallies: Dict[str, _Tally] = {}
@@ -80,6 +81,8 @@ class PrefixLimiter:
                 bucket = self._buckets[prefix] = TokenBucket(self.rate, self.burst, now)
                 self._tallies[prefix] = _Tally()
             passed = bucket.take(now)
+            if self._arrivals is not None:
+                self._arrivals.append((time.time(), passed))
             tally = self._tallies[prefix]
             tally.requests += 1
             if not passed:
@@ -103,6 +106,11 @@ class PrefixLimiter:
         return {"requests": sum(p["requests"] for p in prefixes.values()),
                 "throttled": sum(p["throttled"] for p in prefixes.values()),
                 "prefixes": prefixes, "throttled_by_second": seconds}
+
+    def arrivals(self) -> List[Tuple[float, bool]]:
+        """With ``trace``: each request's arrival (epoch seconds, the clients' clock) and whether it passed."""
+        with self._lock:
+            return list(self._arrivals or [])
 
     def reset(self) -> None:
         """Zero the counts (the buckets keep their tokens)."""
