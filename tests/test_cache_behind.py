@@ -186,3 +186,30 @@ def test_a_staged_file_never_drained_is_a_leftover_gc_removes(tmp_path):
     assert not list((tmp_path / "c" / "objects").rglob("*.*"))  # nor a lock the cleaning took
     assert (tmp_path / "job" / "a").read_bytes() == b"bytes"
     cache.close()
+
+
+def test_new_entries_metadata_is_private_whatever_the_umask(tmp_path):
+    """A new key's metadata is created exclusively, with no fchmod when the umask leaves 0600
+    (022, 077); a umask that takes the owner's write (0277) still gets 0600: the fchmod is made.
+    Both insert paths: a staged file renamed into the entry, and bytes written by the drain."""
+    import os
+    import stat
+
+    (tmp_path / "job").mkdir()
+    for n, umask in enumerate((0o022, 0o077, 0o277)):
+        cache = _cache(tmp_path / str(n))
+        staged = cache.stage_linked("staged", b"staged bytes", str(tmp_path / "job" / f"s{n}"))
+        assert staged is not None
+        old = os.umask(umask)
+        try:
+            behind.collect()
+            assert behind.offer(cache, [_member("staged", b"staged bytes")], "v1", "download", [staged])
+            assert behind.offer(cache, [_member("written", b"written bytes")], "v1", "download")
+            assert behind.drain() == 2
+        finally:
+            os.umask(old)
+        metas = sorted((tmp_path / str(n) / "c" / "objects").rglob("*.meta"))
+        assert len(metas) == 2
+        assert [oct(stat.S_IMODE(os.stat(m).st_mode)) for m in metas] == ["0o600", "0o600"], oct(umask)
+        assert {e.meta.key for e in cache.entries()} == {"staged", "written"}
+        cache.close()

@@ -120,8 +120,8 @@ def test_an_interrupted_member_leaves_no_entry_and_the_next_batch_completes(tmp_
     if stop_after == "write_meta_in_place":
         real = members_module.write_meta_in_place
 
-        def interrupted(paths, meta):
-            real(paths, meta)  # the metadata is complete, the data not yet renamed: a kill now
+        def interrupted(paths, meta, **kwargs):
+            real(paths, meta, **kwargs)  # the metadata is complete, the data not yet renamed: a kill now
             calls.append(meta.key)
             if len(calls) == 3:
                 raise KeyboardInterrupt

@@ -51,6 +51,8 @@ INCOMING = "incoming"
 INCOMING_GRACE_S = 3600  # a staged file older than this waits for no insert: cleaning removes it
 _TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _STAGED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_META_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_META_NEW_FLAGS = _STAGED_FLAGS | os.O_NOFOLLOW
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# pegasus-cloudio node cache; see docs/cache.md\n")
 _counter = itertools.count()  # unique temp names within this process
@@ -362,20 +364,38 @@ def _quote() -> Callable[[str], str]:
     return _json.encode_basestring_ascii
 
 
-def write_meta_in_place(paths: KeyPaths, meta: Meta, used_ns: Optional[int] = None) -> None:
+def write_meta_in_place(paths: KeyPaths, meta: Meta, used_ns: Optional[int] = None, *,
+                        new_private: bool = False) -> None:
     """Write the metadata at its own name, mode 0600: only under the key's exclusive lock while
     the key has no data file (an entry exists only when its data file does, so nothing reads
     this file until the data is renamed into place after it). ``used_ns``: the file's mtime,
-    the entry's last use (see :func:`touch`). Raises OSError."""
-    fd = os.open(paths.meta, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                 FILE_MODE)
+    the entry's last use (see :func:`touch`). ``new_private``: the caller created the key's lock
+    (so the key has no metadata file) and the umask takes nothing of 0600: a file created
+    exclusively has that mode already, and no ``fchmod`` is made (one system call less per
+    insert; a file found there after all is written as without ``new_private``). Raises OSError."""
+    fd = _created_private(paths.meta) if new_private else -1
+    if fd < 0:
+        fd = os.open(paths.meta, _META_FLAGS, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)  # an existing file keeps its mode; a new one loses the umask's bits
+        except BaseException:
+            os.close(fd)
+            raise
     try:
-        os.fchmod(fd, FILE_MODE)
         write_all(fd, meta_bytes(meta))
         if used_ns is not None:
             os.utime(fd, ns=(used_ns, used_ns))
     finally:
         os.close(fd)
+
+
+def _created_private(path: str) -> int:
+    """A new file at ``path`` open for writing, created ``FILE_MODE`` less the umask; -1 when
+    ``path`` exists. Raises OSError."""
+    try:
+        return os.open(path, _META_NEW_FLAGS, FILE_MODE)
+    except FileExistsError:
+        return -1
 
 
 MAX_GRANTS = 64  # scopes one entry is shared with; a daemon reads at most this many lines

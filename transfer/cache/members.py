@@ -37,7 +37,7 @@ import time
 
 from transfer._lean import logger
 from transfer.atomic import atomic_write_bytes, untrack_temp, write_all
-from transfer.cache.layout import ENTRY_MODE, KeyPaths, Meta, remove_quietly, write_meta_in_place
+from transfer.cache.layout import ENTRY_MODE, FILE_MODE, KeyPaths, Meta, remove_quietly, write_meta_in_place
 from transfer.cache.locks import Held, acquire_new
 from transfer.cache.materialise import materialise
 from transfer.errors import TransferError
@@ -75,7 +75,9 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
         if not entries.reserve(size):
             return stored
         unused = size
-        mode = entries.less_umask(ENTRY_MODE)  # the umask, read once per batch (a file of /proc)
+        kept = entries.less_umask(0o777)  # the umask, read once per batch (a file of /proc)
+        mode = ENTRY_MODE & kept
+        private = FILE_MODE & kept == FILE_MODE  # a new key's metadata then needs no fchmod
         for n in wanted:
             key, data, sha256 = members[n]
             paths = entries.paths(key)
@@ -85,12 +87,13 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
                 staged.discard(n)
                 member_version = version if versions is None else versions[n]
                 written = new_key and temp is not None and \
-                    _publish_linked(entries, paths, members[n], member_version, source, temp)
+                    _publish_linked(entries, paths, members[n], member_version, source, temp, private)
                 if not written:
                     if temp is not None:
                         remove_quietly(temp)  # not a crashed writer's leftover: ours, unused
                     written = _put_member(entries, paths, members[n], member_version, source,
-                                          read_at if read_ats is None else read_ats[n], mode, new_key)
+                                          read_at if read_ats is None else read_ats[n], mode, new_key,
+                                          private)
                 unused -= len(data) if written else 0
                 for dest in dests[n] if dests is not None else ():
                     if written:
@@ -112,7 +115,7 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
 
 
 def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str], version: Optional[str],
-                source: str, read_at: Optional[float], mode: int, new_key: bool) -> bool:
+                source: str, read_at: Optional[float], mode: int, new_key: bool, private: bool) -> bool:
     """One member ``(key, bytes, sha256)``; the caller holds its key's exclusive lock, which it
     created when ``new_key`` (:func:`acquire_new`: the key has no other file, so nothing to
     look at or clear). True when this call wrote the entry, ``mode`` its permissions (0444
@@ -121,7 +124,8 @@ def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str
     published after ``read_at`` (a newer read than ours, of an object replaced since). The
     metadata comes first (with the data's modification time chosen now and set on the data
     file), so a temp file of this key never exists without it: whatever a killed insert
-    leaves, the next fill finds and removes. Raises OSError."""
+    leaves, the next fill finds and removes. ``private``: the umask takes nothing of 0600 (a
+    new key's metadata is then made without ``fchmod``). Raises OSError."""
     key, data, sha256 = member
     if not new_key:
         meta = entries.valid(paths, key)
@@ -131,7 +135,8 @@ def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str
         if meta is not None or _exists(paths.meta) or _exists(paths.data):
             entries.remove_invalid(paths)  # else no entry nor metadata: nothing to list
     stamp = time.time_ns()
-    write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, source))
+    write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, source),
+                        new_private=new_key and private)
     temp = None
     try:
         fd, temp = paths.open_temp()
@@ -154,12 +159,13 @@ def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str
 
 
 def _publish_linked(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str], version: Optional[str],
-                    source: str, temp: str) -> bool:
+                    source: str, temp: str, private: bool) -> bool:
     """A new key (its lock just made by the caller, held exclusive): its entry is ``temp``, the
     read-only file the job made of the member's bytes and linked as its own, renamed into
     place after its metadata (its size must still be the bytes', its modification time is
     recorded; entries this small are re-hashed on every hit, so bytes changed in it since are
-    caught there). False, nothing published, when ``temp`` is gone or changed. Raises OSError."""
+    caught there). False, nothing published, when ``temp`` is gone or changed. ``private`` as
+    :func:`_put_member`'s. Raises OSError."""
     key, data, sha256 = member
     try:
         st = os.stat(temp)
@@ -167,7 +173,8 @@ def _publish_linked(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes,
         return False  # another process's cleaning took it
     if st.st_size != len(data) or not entries.config.verifies(st.st_size):
         return False
-    write_meta_in_place(paths, Meta(key, st.st_size, sha256, st.st_mtime_ns, time.time(), version, source))
+    write_meta_in_place(paths, Meta(key, st.st_size, sha256, st.st_mtime_ns, time.time(), version, source),
+                        new_private=private)
     try:
         os.replace(temp, paths.data)
     except BaseException as err:
