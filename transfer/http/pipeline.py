@@ -43,9 +43,9 @@ Contract of :func:`fetch` (never raises for the network or the server):
   ``eager``, each of the first connections starts with ``depth`` (a caller whose objects were
   just listed, waiting on round trips: they all go out at once, and a store that answers
   nothing useful costs ``depth`` requests per connection); a connection opened to replace one
-  the server closed starts with one again; a connection is topped up as soon as it has room
-  (one thread serves every connection: a connection left to drain before it is refilled sits
-  idle for a round trip); connections come back to the pool clean, or closed;
+  the server closed starts with one again; a connection is topped up, in one send, once half
+  its requests are answered (the other half keep it busy meanwhile: one thread serves every
+  connection); connections come back to the pool clean, or closed;
 * memory is bounded: the requests sent and not yet answered (heads and bodies: a PUT's body is
   part of its request) come to at most ``max_bytes`` in all, but for a single larger request
   sent alone; a request made and held back by that cap is the only one kept for later (it goes
@@ -257,14 +257,15 @@ class _Run:
     # -- sending ----------------------------------------------------------------------
 
     def top_up(self) -> None:
-        """Send on every link with room; replace the links the server's request limit has used up."""
+        """Send on every link at most half full; replace the links the server's request limit
+        has used up."""
         for link in list(self.links.values()):
             if self.cap and link.sent >= self.cap and not link.waiting:
                 self.drop(link)
                 if self.has_work():
                     self.open(wait=not self.links)
         for link in list(self.links.values()):
-            if link.alive and self.has_work() and len(link.waiting) < link.limit:
+            if link.alive and self.has_work() and len(link.waiting) <= link.limit // 2:
                 self.send(link)
 
     def make(self) -> Optional[Tuple[_Entry, bytes, bool]]:
