@@ -64,3 +64,22 @@ def test_condor_plugin_bench_reports_its_targets():
     assert result["targets"]["files_identical"] is True
     assert result["targets"]["connections_at_most_threads_plus_2 (10)"] is True
     assert result["ratios"]["stage_in_throughput_vs_process_per_file"] > 1
+
+
+def test_library_bench_runs_ours_from_another_tree_in_the_same_rounds(tmp_path):
+    import os
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "library", "--count", "20", "--rounds", "1",
+         "--threads", "2", "--tools", "ours", "--before", tree, "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert set(result["median"]) == {"ours up", "ours down", "ours-before up", "ours-before down"}
+    assert all(row["ok"] and row["requests"] >= 20 for row in result["median"].values())
+    assert [t["target"] for t in result["targets"]] == ["ours wall <= ours-before wall"]
+    refused = subprocess.run(
+        [sys.executable, "-m", "pegasus_cloudio.cli", "bench", "library", "--before", str(tmp_path)],
+        capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and str(tmp_path) in refused.stderr.strip().splitlines()[-1]

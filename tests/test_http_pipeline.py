@@ -477,3 +477,92 @@ def test_a_head_that_waits_for_its_token_goes_out_alone_and_is_not_taken_for_sil
     taker = Taker()
     assert fetch(pool, 5, paced, taker, connections=1, depth=8, max_body=1 << 20, eager=True) == []
     assert sorted(taker.taken) == list(range(5)) and max(server.queued) == 1
+
+
+class HoldingServer(RawServer):
+    """Reads requests with their bodies as fast as they come and answers those it holds only
+    once nothing more arrives for a moment: what a client has in flight piles up here.
+    Records the most request bytes it held unanswered at once, over all its connections."""
+
+    def __init__(self):
+        self.held = 0
+        self.most_held = 0
+        super().__init__(lambda number, nth, target: ok(target))
+
+    def _exchange(self, conn, number):
+        buffer, sizes = bytearray(), []  # sizes: whole requests received, not yet answered
+        with conn:
+            while True:
+                if not sizes or select.select([conn], [], [], 0.02)[0]:
+                    data = conn.recv(1 << 20)
+                    if not data:
+                        return
+                    self._received(buffer, data, sizes)
+                    continue
+                replies = b"".join(ok(target) for target, _ in sizes)
+                with self._lock:
+                    self.held -= sum(size for _, size in sizes)
+                sizes.clear()
+                conn.sendall(replies)
+
+    def _received(self, buffer, data, sizes):
+        with self._lock:
+            self.held += len(data)
+            self.most_held = max(self.most_held, self.held)
+        buffer += data
+        while b"\r\n\r\n" in buffer:
+            end = buffer.index(b"\r\n\r\n") + 4
+            head = bytes(buffer[:end])
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            if len(buffer) < end + length:
+                return
+            sizes.append((head.split(b" ")[1].decode(), end + length))
+            del buffer[:end + length]
+
+
+def test_request_bytes_in_flight_stay_under_the_cap_whatever_the_depth():
+    """Uploads of 512 KiB bodies, 32 deep on each of 2 connections, capped at 2 MiB: without
+    the cap the first sends alone would put 32 MiB on the wire and in this process's memory;
+    with it, the server never holds more than 2 MiB unanswered (what the client has in flight
+    is at least that), and the process's peak stays a few caps high."""
+    import tracemalloc
+
+    size, cap, count = 512 << 10, 2 << 20, 64
+
+    def put(k):
+        return f"PUT /k{k} HTTP/1.1\r\nHost: test\r\nContent-Length: {size}\r\n\r\n".encode() + bytes(size)
+
+    server = HoldingServer()
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=2, max_open=2, timeouts=Timeouts(5, 5))
+        taker = Taker()
+        tracemalloc.start()
+        try:
+            left = fetch(pool, count, put, taker, connections=2, depth=32, max_body=1 << 16, eager=True,
+                         max_bytes=cap)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert left == [] and sorted(taker.taken) == list(range(count))
+        assert size < server.most_held <= cap  # pipelined, and never past the cap
+        assert peak < 6 * cap
+    finally:
+        server.close()
+
+
+def test_a_request_larger_than_the_cap_goes_out_alone():
+    size = 300 << 10
+
+    def put(k):
+        return f"PUT /k{k} HTTP/1.1\r\nHost: test\r\nContent-Length: {size}\r\n\r\n".encode() + bytes(size)
+
+    server = HoldingServer()
+    try:
+        pool = ConnectionPool(server.endpoint, max_idle=1, max_open=1, timeouts=Timeouts(5, 5))
+        taker = Taker()
+        assert fetch(pool, 4, put, taker, connections=1, depth=8, max_body=1 << 16, eager=True,
+                     max_bytes=size // 2) == []
+        assert sorted(taker.taken) == list(range(4))
+        assert size < server.most_held < 2 * size  # one at a time
+    finally:
+        server.close()

@@ -9,7 +9,9 @@ imports only its own library (:mod:`pegasus_cloudio_bench.library_worker`):
 * ``ours-bundles``: ``Client(bundles=True)``: the batch as bundles, read back from them;
 * ``boto3``: ``put_object``/``get_object`` on a thread pool of ``--threads``;
 * ``s3fs``: bulk ``put``/``get`` (its asyncio concurrency);
-* ``obstore``: ``obstore.put``/``get`` on a thread pool of ``--threads``.
+* ``obstore``: ``obstore.put``/``get`` on a thread pool of ``--threads``;
+* ``ours-before`` (with ``--before CHECKOUT``): ``ours`` from that source tree (its
+  ``PYTHONPATH``), taking its turn in the same rounds: an A/B of a change under one load.
 
 Tools take turns in alternating rounds (the order rotates each round); wall time, CPU (user +
 system of the process) and requests (counted by a proxy in front of MinIO) are reported per
@@ -45,6 +47,7 @@ class Params:
     threads: int = 8
     rounds: int = 3
     tools: Tuple[str, ...] = TOOLS
+    before: str = ""  # a source tree whose ``ours`` runs as ``ours-before``
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=8, help="workers of every tool (default 8)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
+    parser.add_argument("--before", metavar="CHECKOUT", default="",
+                        help="also run ours from this source tree, as ours-before, in the same rounds")
 
 
 def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
@@ -60,7 +65,19 @@ def run_from_args(args: argparse.Namespace) -> Dict[str, object]:
     unknown = [t for t in tools if t not in TOOLS]
     if unknown:
         raise SystemExit(f"bench library: unknown tool(s) {', '.join(unknown)} (known: {', '.join(TOOLS)})")
-    return run(Params(args.count, args.size, args.threads, args.rounds, tools), Progress())
+    if args.before:
+        if not os.path.isfile(os.path.join(args.before, "transfer", "client.py")):
+            raise SystemExit(f"bench library: --before {args.before}: not a source tree (no transfer/client.py)")
+        tools += ("ours-before",)
+    return run(Params(args.count, args.size, args.threads, args.rounds, tools, os.path.abspath(args.before)
+                      if args.before else ""), Progress())
+
+
+def _worker(tool: str, env: Dict[str, str], before: str) -> Tuple[str, Dict[str, str]]:
+    """(the worker's tool name, its environment): ``ours-before`` is ``ours`` from ``before``."""
+    if tool != "ours-before":
+        return tool, env
+    return "ours", {**env, "PYTHONPATH": os.pathsep.join((before, os.path.join(before, "bench")))}
 
 
 def run(params: Params, progress: Progress) -> Dict[str, object]:
@@ -75,9 +92,10 @@ def run(params: Params, progress: Progress) -> Dict[str, object]:
             env = tool_env({"AWS_EC2_METADATA_DISABLED": "true"})
 
             def job(tool: str, direction: str, prefix: str, local: str) -> Measurement:
-                argv = [sys.executable, "-m", WORKER, tool, direction, proxy.url(), server.access_key,
+                name, worker_env = _worker(tool, env, params.before)
+                argv = [sys.executable, "-m", WORKER, name, direction, proxy.url(), server.access_key,
                         server.secret_key, BUCKET, prefix, names_file, local, str(params.threads)]
-                return measure(tool, direction, params.count, argv, env, proxy)
+                return measure(tool, direction, params.count, argv, worker_env, proxy)
 
             progress.phase("creating the bucket and the objects to download")
             from transfer.client import Client
@@ -129,6 +147,8 @@ def _both(summary: Dict[str, Dict[str, object]], tool: str, what: str) -> Option
 
 def _targets(summary: Dict[str, Dict[str, object]]) -> List[Dict[str, object]]:
     checks = [("ours wall <= obstore wall", "ours", "obstore", "wall_s", 1.0),
+              ("ours-before wall <= obstore wall", "ours-before", "obstore", "wall_s", 1.0),
+              ("ours wall <= ours-before wall", "ours", "ours-before", "wall_s", 1.0),
               ("ours CPU <= obstore CPU", "ours", "obstore", "cpu_s", 1.0),
               ("ours-fsspec >= 3x faster than s3fs", "ours-fsspec", "s3fs", "wall_s", 1 / 3),
               ("ours-bundles >= 5x faster than obstore", "ours-bundles", "obstore", "wall_s", 1 / 5)]

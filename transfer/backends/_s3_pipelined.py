@@ -46,7 +46,13 @@ if TYPE_CHECKING:
 __all__ = ["read_small", "verified", "write_small"]
 
 _SMALL_BODY = 1 << 20
-_DEPTH = 8
+# GETs in flight per connection. One thread serves every connection of a pass, so while it
+# writes files each connection's queue must outlast it (at 8, a pass of 2,000 small objects left
+# connections idle). PUTs: 8, as MinIO serves a connection's requests one at a time (deeper
+# queues measured no faster); bytes in flight are capped apart from depth
+# (:data:`transfer.http.pipeline.MAX_BYTES`), so 1 MiB bodies stay bounded.
+_DEPTH = 32
+_PUT_DEPTH = 8
 _USELESS = 8  # answers none of which could be taken, after which the pass gives up
 _TAG = "pegasus-cloudio-get-"
 _ERROR_BODY = 1 << 16  # a PUT's answer: empty, or an error document
@@ -163,8 +169,8 @@ def _write_route(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path]
         return done
 
     # eager: a batch of uploads knows all its requests at once; a store that refuses them costs
-    # _DEPTH bodies per connection before the pass ends
-    left = pipeline.fetch(route.pool, len(items), head, deliver, connections=connections, depth=_DEPTH,
+    # _PUT_DEPTH bodies per connection (MAX_BYTES in all, at most) before the pass ends
+    left = pipeline.fetch(route.pool, len(items), head, deliver, connections=connections, depth=_PUT_DEPTH,
                           max_body=_ERROR_BODY, cancel=cancel, eager=True)
     return [indexes[k] for k in left]
 

@@ -43,7 +43,15 @@ Contract of :func:`fetch` (never raises for the network or the server):
   ``eager``, each of the first connections starts with ``depth`` (a caller whose objects were
   just listed, waiting on round trips: they all go out at once, and a store that answers
   nothing useful costs ``depth`` requests per connection); a connection opened to replace one
-  the server closed starts with one again; connections come back to the pool clean, or closed.
+  the server closed starts with one again; a connection is topped up, in one send, once half
+  its requests are answered (the other half keep it busy meanwhile: one thread serves every
+  connection); connections come back to the pool clean, or closed;
+* memory is bounded: the requests sent and not yet answered (heads and bodies: a PUT's body is
+  part of its request) come to at most ``max_bytes`` in all, but for a single larger request
+  sent alone; a request made and held back by that cap is the only one kept for later (it goes
+  out first, on whichever connection has room); an answer is kept only until it is whole, so
+  the answers held are at most one partly received per connection (``max_body`` plus one
+  receive), whatever ``depth``.
 """
 
 from __future__ import annotations
@@ -77,6 +85,8 @@ _STALL_FACTOR = 10
 _CANCEL_POLL_S = 0.5
 _WAITED = 0.01  # seconds a head() took, past which it waited (for its token: a paced pass)
 _DONTWAIT = getattr(_socket, "MSG_DONTWAIT", 0)
+_SPREAD = 8  # items per connection, at least, before another connection is opened
+MAX_BYTES = 64 << 20  # request bytes in flight at most, by default (module doc)
 
 
 class GiveUp(Exception):
@@ -84,20 +94,23 @@ class GiveUp(Exception):
 
 
 class _Entry:
-    """One item on its way: its index, how often it was sent, and when last (monotonic seconds)."""
+    """One item on its way: its index, how often it was sent, when last (monotonic seconds),
+    and the bytes of its request as last sent."""
 
-    __slots__ = ("index", "sends", "sent")
+    __slots__ = ("index", "sends", "sent", "size")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.sends = 0
         self.sent = 0.0
+        self.size = 0
 
 
 class _Link:
     """A leased connection, its unparsed bytes and the requests it still owes answers to."""
 
-    __slots__ = ("conn", "sock", "fd", "pending", "buffer", "waiting", "sent", "answered", "fresh", "alive", "limit")
+    __slots__ = ("conn", "sock", "fd", "pending", "buffer", "waiting", "sent", "answered", "fresh", "alive", "limit",
+                 "bytes")
 
     def __init__(self, conn: Connection, sock: _socket.socket, limit: int) -> None:
         self.conn = conn
@@ -112,19 +125,36 @@ class _Link:
         self.fresh = not conn.reused  # a warm socket is one kept alive: it may be stale
         self.alive = True
         self.limit = limit  # requests in flight at most: doubled by each answer taken, up to the depth
+        self.bytes = 0  # request bytes of ``waiting``
+
+    def answered_one(self) -> _Entry:
+        """The oldest request, answered: no longer waiting."""
+        entry = self.waiting.popleft()
+        self.bytes -= entry.size
+        self.answered += 1
+        return entry
+
+    def forget(self) -> List[_Entry]:
+        """Every request still waiting, no longer waiting on this link."""
+        entries = list(self.waiting)
+        self.waiting.clear()
+        self.bytes = 0
+        return entries
 
 
 class _Run:
     """The state of one :func:`fetch`."""
 
     def __init__(self, pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver,
-                 depth: int, max_body: int) -> None:
+                 depth: int, max_body: int, max_bytes: int) -> None:
         self.pool = pool
         self.pending: Deque[_Entry] = deque(_Entry(index) for index in range(count))
         self.head = head
         self.deliver = deliver
         self.depth = max(1, depth)
         self.max_body = max_body
+        self.max_bytes = max_bytes
+        self.ready: Optional[Tuple[_Entry, bytes]] = None  # a request made, held back by max_bytes
         self.left: List[int] = []
         self.links: Dict[int, _Link] = {}
         self.poller = select.poll()
@@ -175,43 +205,54 @@ class _Run:
             seen = self.closed_after[link.answered] = self.closed_after.get(link.answered, 0) + 1
             if seen >= 2 and (not self.cap or link.answered < self.cap):
                 self.cap = link.answered
-        again = [entry for entry in link.waiting if entry.sends < _MAX_SENDS]
-        self.left.extend(entry.index for entry in link.waiting if entry.sends >= _MAX_SENDS)
-        if suspect and again and again[0] is link.waiting[0]:
+        waiting = link.forget()
+        again = [entry for entry in waiting if entry.sends < _MAX_SENDS]
+        self.left.extend(entry.index for entry in waiting if entry.sends >= _MAX_SENDS)
+        if suspect and again and again[0] is waiting[0]:
             self.pending.append(again.pop(0))
-        link.waiting.clear()
         self.pending.extendleft(reversed(again))
         replace = link.answered > 0 or not link.fresh
         if not link.answered:
             link.conn.unanswered()  # the replacement dials: no other warm socket, as stale
         self.drop(link)
-        if replace and self.pending:
+        if replace and self.has_work():
             self.open(wait=not self.links)
 
     def unreadable_answer(self, link: _Link) -> None:
         """The answer at the head of ``link`` is not read here (chunked, close-delimited, too
         large, malformed): its item goes to the ordinary path, and so does everything else
         once ``_MAX_UNREADABLE`` such answers came (large objects: ranged reads there)."""
-        self.left.append(link.waiting.popleft().index)
-        link.answered += 1
+        self.left.append(link.answered_one().index)
         self.unreadable += 1
         if self.unreadable >= _MAX_UNREADABLE:
-            self.left.extend(entry.index for entry in link.waiting)
-            link.waiting.clear()
-            self.left.extend(entry.index for entry in self.pending)
-            self.pending.clear()
+            self.left.extend(entry.index for entry in link.forget())
+            self.leave_unsent()
         self.lost(link, suspect=False)
 
     def leave_all(self) -> None:
         """Everything not yet answered goes to the ordinary path; clean connections go back
         to the pool, the others are closed."""
         for link in list(self.links.values()):
-            self.left.extend(entry.index for entry in link.waiting)
             clean = not link.waiting and not link.buffer
-            link.waiting.clear()
+            self.left.extend(entry.index for entry in link.forget())
             self.drop(link, close=not clean)
+        self.leave_unsent()
+
+    def leave_unsent(self) -> None:
+        """Every item not sent yet (the one held back included) goes to the ordinary path."""
+        if self.ready is not None:
+            self.left.append(self.ready[0].index)
+            self.ready = None
         self.left.extend(entry.index for entry in self.pending)
         self.pending.clear()
+
+    def has_work(self) -> bool:
+        """Whether an item waits to be sent."""
+        return bool(self.pending) or self.ready is not None
+
+    def in_flight(self) -> int:
+        """Request bytes sent and not yet answered, over every link."""
+        return sum(link.bytes for link in self.links.values())
 
     # -- sending ----------------------------------------------------------------------
 
@@ -221,29 +262,50 @@ class _Run:
         for link in list(self.links.values()):
             if self.cap and link.sent >= self.cap and not link.waiting:
                 self.drop(link)
-                if self.pending:
+                if self.has_work():
                     self.open(wait=not self.links)
         for link in list(self.links.values()):
-            if link.alive and self.pending and len(link.waiting) <= link.limit // 2:
+            if link.alive and self.has_work() and len(link.waiting) <= link.limit // 2:
                 self.send(link)
 
+    def make(self) -> Optional[Tuple[_Entry, bytes, bool]]:
+        """The next request: (its entry, its bytes, whether its head waited); None when no item
+        is left to send. An item whose head raised is left over."""
+        if self.ready is not None:
+            (entry, data), self.ready = self.ready, None
+            return entry, data, False
+        while self.pending:
+            entry = self.pending.popleft()
+            asked = time.monotonic()
+            try:
+                data = self.head(entry.index)
+            except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
+                self.left.append(entry.index)
+                continue
+            return entry, data, time.monotonic() - asked > _WAITED
+        return None
+
     def send(self, link: _Link) -> None:
-        """Top ``link`` up to its limit of requests in flight, in one send."""
+        """Top ``link`` up to its limit of requests in flight and the run's of bytes, in one send."""
         heads: List[bytes] = []
         batch: List[_Entry] = []
         room = link.limit - len(link.waiting)
         if self.cap:
             room = min(room, self.cap - link.sent)
-        while self.pending and len(batch) < room:
-            entry = self.pending.popleft()
-            asked = time.monotonic()
-            try:
-                heads.append(self.head(entry.index))
-            except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
-                self.left.append(entry.index)
-                continue
+        load = self.in_flight()
+        while len(batch) < room:
+            made = self.make()
+            if made is None:
+                break
+            entry, data, waited = made
+            if load and load + len(data) > self.max_bytes:  # alone, a larger request still goes
+                self.ready = (entry, data)
+                break
+            entry.size = len(data)
+            load += entry.size
+            heads.append(data)
             batch.append(entry)
-            if time.monotonic() - asked > _WAITED:  # a paced head: its request goes out now, not with the next ones'
+            if waited:  # a paced head: its request goes out now, not with the next ones'
                 break
         if not batch:
             return
@@ -251,6 +313,7 @@ class _Run:
         for entry in batch:
             entry.sends += 1
             entry.sent = now
+            link.bytes += entry.size
         link.waiting.extend(batch)
         link.sent += len(batch)
         link.conn.requests_sent += len(batch)
@@ -305,21 +368,19 @@ class _Run:
             start = end + 4
             if len(buffer) < start + length:
                 return position
-            entry = link.waiting.popleft()
+            entry = link.answered_one()
             position = start + length
             link.conn.bytes_moved += length  # the body, as Connection counts it
             took = time.monotonic() - entry.sent
             if took > self.slowest:
                 self.slowest = took
-            link.answered += 1
             try:
                 taken = self.deliver(entry.index, status, headers, bytes(buffer[start:position]), entry.sent)
             except GiveUp:
                 self.left.append(entry.index)
                 self.stopped = True
                 if closing:  # never back to the pool: the next request on it would wait out the read timeout
-                    self.left.extend(waiting.index for waiting in link.waiting)
-                    link.waiting.clear()
+                    self.left.extend(waiting.index for waiting in link.forget())
                     self.drop(link)
                 return position
             except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
@@ -367,13 +428,14 @@ def _receive(link: _Link) -> bytes:
 
 def fetch(pool: ConnectionPool, count: int, head: Callable[[int], bytes], deliver: Deliver, *,
           connections: int, depth: int, max_body: int, cancel: Optional[Cancel] = None,
-          eager: bool = False) -> List[int]:
-    """Send GETs ``0 .. count - 1`` (``head(index)`` gives each request head) and deliver
-    their answers; returns the indexes left over for the ordinary path (see the module doc)."""
+          eager: bool = False, max_bytes: int = MAX_BYTES) -> List[int]:
+    """Send requests ``0 .. count - 1`` (``head(index)`` gives each request: its head, and a
+    PUT's body) and deliver their answers; returns the indexes left over for the ordinary path
+    (see the module doc)."""
     if not count or not _DONTWAIT:
         return list(range(count))
-    run = _Run(pool, count, head, deliver, depth, max_body)
-    links = max(1, min(connections, -(-count // run.depth)))
+    run = _Run(pool, count, head, deliver, depth, max_body, max_bytes)
+    links = max(1, min(connections, -(-count // min(run.depth, _SPREAD))))
     try:
         while len(run.links) < links and run.open(wait=not run.links, limit=run.depth if eager else 1):
             pass
