@@ -24,8 +24,9 @@ from transfer._lean import Protocol, runtime_checkable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Optional, Sequence
+    from typing import BinaryIO, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
     from transfer.backends.base import ByteRange, ObjectInfo
     from transfer.urls import Url
 
@@ -57,8 +58,18 @@ class Reader(Protocol):
         ``--symlink``); ``mode``: the new file's permission bits before the umask. Nothing is
         left at ``path`` on error."""
 
-    def prepare(self, batch: Sequence[Url]) -> None:
-        """Plan a batch of reads before any is made (a layer calls the one below after its own)."""
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Tuple[List[Url], List[Url]]:
+        """Plan a batch of reads before any is made, and read ahead what can be: a layer
+        passes down the part of ``batch`` it leaves to the layers below (the cache its misses;
+        the peers and bundles in use, nothing: the store reads ahead for a stack where only
+        it reads). Returns (the URLs of ``batch`` whose bodies a layer now holds, each taken
+        by its next read: the engine reads those first, from its own thread; the URLs the
+        store answered 404 to meanwhile: the bundle layer looks for members of their
+        directories). Never raises; ``cancel`` set ends a read-ahead."""
+
+    def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
+        """The body a :meth:`prepare` read ahead of ``url``, and its ``ObjectInfo``, handed
+        over once (None: none held). No request. The cache layer fills its entry from it."""
 
 
 @runtime_checkable
