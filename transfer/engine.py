@@ -47,9 +47,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import random
     from concurrent.futures import Executor, Future
-    from typing import Callable, List, Optional, Sequence, Tuple
+    from typing import Callable, List, Optional, Sequence, Set, Tuple
 
-    from transfer._threads import Cancel
+    from transfer._threads import Cancel, Joinable
     from transfer.bundles.groups import GroupRun, GroupTask
     from transfer.bundles.staging import BundleStager
     from transfer.backends.base import ObjectInfo
@@ -70,6 +70,28 @@ def _downloads(op: Transfer) -> bool:
     """A remote object to a local file (a destination naming a directory is refused before
     any request, and a local copy makes none)."""
     return op.dest.is_local and not op.sources[0].is_local and not op.dest.path.endswith("/")
+
+
+class _Ahead:
+    """One window's :meth:`~transfer.layers.stack.Stacks.prepare`: on a thread of its own when
+    the window has downloads (:meth:`held` waits for it), else nothing held."""
+
+    def __init__(self, stacks: Stacks, window: Sequence[Tuple[int, Transfer]], cancel: Optional[Cancel]) -> None:
+        batch = [op.sources[0] for _, op in window if _downloads(op)]
+        self._held: Set[int] = set()
+        self._thread: Optional[Joinable] = None
+        if batch:
+            def plan() -> None:
+                self._held = {id(url) for url in stacks.prepare(batch, cancel)}
+
+            self._thread = _threads.start(plan, "read-ahead")
+
+    def held(self) -> Set[int]:
+        """The ids of the window's sources whose bodies a layer holds (waits for the plan)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self._held
 
 
 def _wait(future: Future) -> None:  # type: ignore[type-arg]
@@ -227,19 +249,44 @@ class Engine:
         (:meth:`~transfer.layers.stack.Stacks.prepare`: the peers queue their one lookup; where
         only the store reads, it reads small objects ahead); the downloads whose bodies are
         then held are made from this thread, since a worker's hand-off costs a small file more
-        CPU than its request. Returns the transfers left for the pool."""
+        CPU than its request. The next window is planned on a thread of its own meanwhile, so
+        the reads ahead wait on the network while this thread writes files (no thread is left
+        running on return). Returns the transfers left for the pool."""
         cancel = budget.cancel if isinstance(budget, RunBudget) else None
+        windows = [indexed[start:start + _WINDOW] for start in range(0, len(indexed), _WINDOW)]
         rest: List[Tuple[int, Transfer]] = []
-        for start in range(0, len(indexed), _WINDOW):
-            window = indexed[start:start + _WINDOW]
-            batch = [op.sources[0] for _, op in window if _downloads(op)]
-            held = {id(url) for url in self._stacks.prepare(batch, cancel)} if batch else ()
-            for i, op in window:
-                if id(op.sources[0]) in held:
-                    self._finish(results, i, self._transfer(op, budget))
-                else:
-                    rest.append((i, op))
+        ahead = _Ahead(self._stacks, windows[0], cancel) if windows else None
+        try:
+            for k, window in enumerate(windows):
+                assert ahead is not None
+                held = ahead.held()
+                ahead = _Ahead(self._stacks, windows[k + 1], cancel) if k + 1 < len(windows) else None
+                for i, op in window:
+                    if id(op.sources[0]) in held:
+                        self._finish(results, i, self._held(op, budget, cancel))
+                    else:
+                        rest.append((i, op))
+        finally:
+            if ahead is not None:
+                ahead.held()
         return rest
+
+    def _held(self, op: Transfer, budget: RetryBudget, cancel: Optional[Cancel]) -> Result:
+        """A download whose body a layer holds, made as one attempt without the retry loop's
+        bookkeeping (its request was made and paced in the read-ahead); a cancelled run, or an
+        error (nothing written), goes the per-file path, which retries or reports it."""
+        source = op.sources[0]
+        if cancel is not None and cancel.is_set():
+            return self._transfer(op, budget)
+        started, clock = time.time(), time.monotonic()
+        try:
+            nbytes = self._copies.copy(source, op)
+        except Exception:  # noqa: BLE001 - the per-file path meets it again and reports it
+            return self._transfer(op, budget)
+        seconds = time.monotonic() - clock
+        budget.earn()
+        return Result(op, True, nbytes, seconds, 1, None, source,
+                      (Attempt(source, op.dest, True, started, seconds, nbytes),))
 
     def _pipelined_puts(self, indexed: List[Tuple[int, Transfer]], results: List[Optional[Result]],
                         budget: RetryBudget) -> List[Tuple[int, Transfer]]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 
 from transfer import _threads, ranged
-from transfer.atomic import AtomicFile
+from transfer.atomic import AtomicFile, write_all
 from transfer.backends.base import batch_reads, ranged_reads
 
 TYPE_CHECKING = False
@@ -92,9 +92,9 @@ class StoreReader:
         ``link`` means nothing here (no entry to link to)."""
         held = self.take(url)
         with AtomicFile(path, mode=mode) as out:
-            if held is not None:
-                out.file.write(held[0])
-                return out.commit()
+            if held is not None:  # on the descriptor: no file object for a few bytes (an OSError
+                write_all(out.fd, held[0])  # leaves the block as the file's TransferError)
+                return out.commit_written(len(held[0]))
             in_ranges = ranged_reads(self.backend)
             if in_ranges is not None:
                 return ranged.download(in_ranges, url, out, self._parts, self._part_size, self._pacer.pace(url))
@@ -144,6 +144,7 @@ class StoreReader:
                     return False
                 self._held[_name(batch[k])] = (body, info, sent)
                 self._held_bytes += len(body)
+            pace.count()  # its request, paced as the pass: the read that takes it makes none
             taken.append(batch[k])
             return True
 
