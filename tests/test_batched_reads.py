@@ -95,6 +95,27 @@ def test_with_the_node_cache_misses_are_pipelined_and_fill_the_cache_as_one_by_o
     assert cache.stats().hits == COUNT
 
 
+def test_a_batch_in_several_windows_is_read_ahead_once_each_and_made_from_the_calling_thread(
+        stored, bucket, tmp_path, monkeypatch):
+    """Windows of 4, 8, 8, 4: the next is read ahead while this thread writes one; each object
+    is one GET, no file goes the per-file way, and the results keep the input order."""
+    import transfer.engine as engine_module
+    monkeypatch.setattr(engine_module, "_FIRST_WINDOW", 4)
+    monkeypatch.setattr(engine_module, "_MAX_WINDOW", 8)
+    proxy, env, data = stored
+    executor = CountingExecutor()
+    out = tmp_path / "out"
+    with Session(Settings(threads=3), env) as session:
+        results = Engine(session, retry=FAST_RETRY, executor=executor).run(
+            [Transfer((s3(bucket, n),), parse_url(f"file://{out}/{n}")) for n in data])
+    assert [r.op.dest.path for r in results] == [f"{out}/{n}" for n in data]
+    assert all(r.ok and r.attempts == 1 and len(r.history) == 1 for r in results)
+    assert {n: (out / n).read_bytes() for n in data} == data and hidden(out) == []
+    assert executor.submitted == 0
+    counts = proxy.snapshot()
+    assert counts["requests_by_method"] == {"GET": COUNT} and counts["connections"] <= 3
+
+
 @pytest.mark.parametrize("fault", [
     Fault.reset(after_bytes=0, method="GET"),
     Fault.reset(after_bytes=500, method="GET"),

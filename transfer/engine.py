@@ -61,7 +61,8 @@ if TYPE_CHECKING:
 
     ResultCallback = Callable[[Result], None]
 
-_WINDOW = 256  # transfers planned at once: bounds the bodies a read-ahead holds
+_FIRST_WINDOW = 128  # transfers planned first: this thread starts writing once their bodies are in
+_MAX_WINDOW = 2048  # each window twice the last, up to this: fewer passes (each ends its pipelines)
 
 __all__ = ["Engine", "InlineExecutor"]
 
@@ -70,6 +71,16 @@ def _downloads(op: Transfer) -> bool:
     """A remote object to a local file (a destination naming a directory is refused before
     any request, and a local copy makes none)."""
     return op.dest.is_local and not op.sources[0].is_local and not op.dest.path.endswith("/")
+
+
+def _windows(indexed: List[Tuple[int, Transfer]]) -> List[List[Tuple[int, Transfer]]]:
+    """``indexed`` in windows of :data:`_FIRST_WINDOW`, then each twice the last up to
+    :data:`_MAX_WINDOW` (the store bounds the bytes held: 256 MiB)."""
+    windows, start, size = [], 0, _FIRST_WINDOW
+    while start < len(indexed):
+        windows.append(indexed[start:start + size])
+        start, size = start + size, min(2 * size, _MAX_WINDOW)
+    return windows
 
 
 class _Ahead:
@@ -253,7 +264,7 @@ class Engine:
         the reads ahead wait on the network while this thread writes files (no thread is left
         running on return). Returns the transfers left for the pool."""
         cancel = budget.cancel if isinstance(budget, RunBudget) else None
-        windows = [indexed[start:start + _WINDOW] for start in range(0, len(indexed), _WINDOW)]
+        windows = _windows(indexed)
         rest: List[Tuple[int, Transfer]] = []
         ahead = _Ahead(self._stacks, windows[0], cancel) if windows else None
         try:
