@@ -95,13 +95,13 @@ def test_with_the_node_cache_misses_are_pipelined_and_fill_the_cache_as_one_by_o
     assert cache.stats().hits == COUNT
 
 
-def test_a_batch_in_several_windows_is_read_ahead_once_each_and_made_from_the_calling_thread(
+def test_bodies_handed_over_a_few_at_a_time_are_each_one_get_made_from_the_calling_thread(
         stored, bucket, tmp_path, monkeypatch):
-    """Windows of 4, 8, 8, 4: the next is read ahead while this thread writes one; each object
-    is one GET, no file goes the per-file way, and the results keep the input order."""
-    import transfer.engine as engine_module
-    monkeypatch.setattr(engine_module, "_FIRST_WINDOW", 4)
-    monkeypatch.setattr(engine_module, "_MAX_WINDOW", 8)
+    """The read-ahead hands its bodies over 3 at a time and waits while this thread writes
+    them: each object is one GET, no file goes the per-file way, and the results keep the
+    input order."""
+    import transfer.layers.store as store_module
+    monkeypatch.setattr(store_module, "_RELAY", 3)
     proxy, env, data = stored
     executor = CountingExecutor()
     out = tmp_path / "out"

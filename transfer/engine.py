@@ -47,9 +47,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import random
     from concurrent.futures import Executor, Future
-    from typing import Callable, List, Optional, Sequence, Set, Tuple
+    from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-    from transfer._threads import Cancel, Joinable
+    from transfer._threads import Cancel
     from transfer.bundles.groups import GroupRun, GroupTask
     from transfer.bundles.staging import BundleStager
     from transfer.backends.base import ObjectInfo
@@ -61,9 +61,6 @@ if TYPE_CHECKING:
 
     ResultCallback = Callable[[Result], None]
 
-_FIRST_WINDOW = 128  # transfers planned first: this thread starts writing once their bodies are in
-_MAX_WINDOW = 2048  # each window twice the last, up to this: fewer passes (each ends its pipelines)
-
 __all__ = ["Engine", "InlineExecutor"]
 
 
@@ -71,38 +68,6 @@ def _downloads(op: Transfer) -> bool:
     """A remote object to a local file (a destination naming a directory is refused before
     any request, and a local copy makes none)."""
     return op.dest.is_local and not op.sources[0].is_local and not op.dest.path.endswith("/")
-
-
-def _windows(indexed: List[Tuple[int, Transfer]]) -> List[List[Tuple[int, Transfer]]]:
-    """``indexed`` in windows of :data:`_FIRST_WINDOW`, then each twice the last up to
-    :data:`_MAX_WINDOW` (the store bounds the bytes held: 256 MiB)."""
-    windows, start, size = [], 0, _FIRST_WINDOW
-    while start < len(indexed):
-        windows.append(indexed[start:start + size])
-        start, size = start + size, min(2 * size, _MAX_WINDOW)
-    return windows
-
-
-class _Ahead:
-    """One window's :meth:`~transfer.layers.stack.Stacks.prepare`: on a thread of its own when
-    the window has downloads (:meth:`held` waits for it), else nothing held."""
-
-    def __init__(self, stacks: Stacks, window: Sequence[Tuple[int, Transfer]], cancel: Optional[Cancel]) -> None:
-        batch = [op.sources[0] for _, op in window if _downloads(op)]
-        self._held: Set[int] = set()
-        self._thread: Optional[Joinable] = None
-        if batch:
-            def plan() -> None:
-                self._held = {id(url) for url in stacks.prepare(batch, cancel)}
-
-            self._thread = _threads.start(plan, "read-ahead")
-
-    def held(self) -> Set[int]:
-        """The ids of the window's sources whose bodies a layer holds (waits for the plan)."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        return self._held
 
 
 def _wait(future: Future) -> None:  # type: ignore[type-arg]
@@ -256,31 +221,29 @@ class Engine:
 
     def _prepare(self, indexed: List[Tuple[int, Transfer]], results: List[Optional[Result]],
                  budget: RetryBudget) -> List[Tuple[int, Transfer]]:
-        """Each endpoint's stack plans the batch's downloads, a window at a time
-        (:meth:`~transfer.layers.stack.Stacks.prepare`: the peers queue their one lookup; where
-        only the store reads, it reads small objects ahead); the downloads whose bodies are
-        then held are made from this thread, since a worker's hand-off costs a small file more
-        CPU than its request. The next window is planned on a thread of its own meanwhile, so
-        the reads ahead wait on the network while this thread writes files (no thread is left
-        running on return). Returns the transfers left for the pool."""
+        """Each endpoint's stack plans the batch's downloads (:meth:`~transfer.layers.stack.Stacks.prepare`:
+        the peers queue their one lookup; where only the store reads, it reads small objects
+        ahead); each download whose body a layer then holds is made from this thread as the
+        plan hands it over (a worker's hand-off costs a small file more CPU than its request),
+        the read-ahead waiting meanwhile. Returns the transfers left for the pool."""
+        downloads: Dict[int, Tuple[int, Transfer]] = {}
+        for i, op in indexed:
+            if _downloads(op):
+                downloads.setdefault(id(op.sources[0]), (i, op))
+        if not downloads:
+            return indexed
         cancel = budget.cancel if isinstance(budget, RunBudget) else None
-        windows = _windows(indexed)
-        rest: List[Tuple[int, Transfer]] = []
-        ahead = _Ahead(self._stacks, windows[0], cancel) if windows else None
+        done: Set[int] = set()
+        plan = self._stacks.prepare([op.sources[0] for _, op in downloads.values()], cancel)
         try:
-            for k, window in enumerate(windows):
-                assert ahead is not None
-                held = ahead.held()
-                ahead = _Ahead(self._stacks, windows[k + 1], cancel) if k + 1 < len(windows) else None
-                for i, op in window:
-                    if id(op.sources[0]) in held:
-                        self._finish(results, i, self._held(op, budget, cancel))
-                    else:
-                        rest.append((i, op))
+            for held in plan:
+                for url in held:
+                    i, op = downloads[id(url)]
+                    done.add(i)
+                    self._finish(results, i, self._held(op, budget, cancel))
         finally:
-            if ahead is not None:
-                ahead.held()
-        return rest
+            plan.close()
+        return [item for item in indexed if item[0] not in done] if done else indexed
 
     def _held(self, op: Transfer, budget: RetryBudget, cancel: Optional[Cancel]) -> Result:
         """A download whose body a layer holds, made as one attempt without the retry loop's

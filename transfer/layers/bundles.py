@@ -23,6 +23,7 @@ from __future__ import annotations
 from transfer import _threads
 from transfer.backends.base import ObjectInfo, cache_keys
 from transfer.errors import NotFound, TransferError
+from transfer.layers import nothing_prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from transfer.backends.base import Backend, ByteRange
     from transfer.bundles.directory import LoadedBundle
     from transfer.bundles.format import Member
-    from transfer.layers import Reader
+    from transfer.layers import Prepared, Reader
     from transfer.bundles.staging import BundleStager
     from transfer.session import Session
     from transfer.urls import Url
@@ -116,7 +117,7 @@ class BundleLayer:
             found = self._resolve(url, err)
         return self._member_to(found, url, path)
 
-    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Tuple[List[Url], List[Url]]:
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
         """The store's read-ahead where bundles are not in use (none on in the settings, none
         used yet); else nothing: a read-ahead would GET names that are members (404s), and the
         engine plans the batch's bundle groups (one read per bundle, :mod:`transfer.bundles.groups`).
@@ -125,13 +126,17 @@ class BundleLayer:
         its names (the others of that directory wait for that one listing, no other directory
         does), not here. A 404 among bodies is one missing object: its read lists the index."""
         if self._bundles.made is not None or self._bundles.enabled:
-            return [], []
-        held, absent = self._below.prepare(batch, cancel)
-        if absent and not held:
+            return nothing_prepared()
+        return self._ahead(batch, cancel)
+
+    def _ahead(self, batch: Sequence[Url], cancel: Optional[Cancel]) -> Prepared:
+        """The store's read-ahead; the directories of the 404s it ended at marked expected."""
+        absent = yield from self._below.prepare(batch, cancel)
+        if absent:
             stager = self._bundles.get()
             for url in absent:
                 stager.expect(url)
-        return held, absent
+        return absent
 
     def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
         return self._below.take(url)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from transfer._threads import Cancel
     from transfer.backends.base import ByteRange, CacheKeys
     from transfer.cache import NodeCache
-    from transfer.layers import Reader
+    from transfer.layers import Prepared, Reader
     from transfer.urls import Url
 
 __all__ = ["CacheLayer"]
@@ -78,7 +78,7 @@ class CacheLayer:
         member = self._below.kept_under(url)
         held = self._below.take(url) if member is None and not link else None
         if held is not None:  # read ahead: the store had the plain object, a miss at prepare
-            return self._ahead.write(self._missed.pop(_name(url), None) or self._keys.cache_key(url), path,
+            return self._ahead.write(self._missed.pop(_name(url), "") or self._keys.cache_key(url), path,
                                      held[0], held[1])
         plain = self._keys.cache_key(url)
         key = plain if member is None or self._cache.contains(plain) else member  # the plain object wins
@@ -114,7 +114,7 @@ class CacheLayer:
                 self._announces.announce(url, got[0] if got else ObjectInfo(url, meta.size), meta.sha256)
         return nbytes
 
-    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Tuple[List[Url], List[Url]]:
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
         """The misses of ``batch`` go below (a hit costs no request: nothing to plan), the
         cache asked for the batch at once (:meth:`~transfer.cache.NodeCache.holds`); each
         miss's key is kept for the read that takes its body (made once per file)."""
@@ -128,7 +128,7 @@ class CacheLayer:
                 misses.append(url)
                 if key is not None:
                     self._missed[_name(url)] = key
-        return self._below.prepare(misses, cancel)
+        return self._below.prepare(misses, cancel)  # the generator below, as it is
 
     def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
         return self._below.take(url)

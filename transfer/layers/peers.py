@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from transfer.backends.base import ObjectInfo
 from transfer.peers import PeerSink, Replica
+from transfer.layers import nothing_prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
     from transfer._threads import Cancel
     from transfer.backends.base import ByteRange, CacheKeys, PeerScopes
-    from transfer.layers import Reader
+    from transfer.layers import Prepared, Reader
     from transfer.peers import PeerRound, Scope
     from transfer.urls import Url
 
@@ -60,7 +61,7 @@ class PeerLayer:
         """A peer's bytes are only taken into a cache entry: this goes below."""
         return self._below.fetch_to(url, path, link, mode)
 
-    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Tuple[List[Url], List[Url]]:
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
         """Queue the keys of ``batch`` that have a scope for the batch's one index lookup;
         nothing goes below: which keys the peers hold is known at the first read, after every
         endpoint has queued its own (one lookup per batch), and a read-ahead would GET them."""
@@ -70,7 +71,7 @@ class PeerLayer:
             if scope is not None:
                 keys.setdefault(self._keys.cache_key(url), scope)
         self._round.expect(keys)
-        return [], []
+        return nothing_prepared()
 
     def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
         return self._below.take(url)

@@ -16,7 +16,7 @@ from transfer.layers.store import StoreReader
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Sequence, Tuple
+    from typing import Dict, Generator, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
     from transfer.backends.base import Backend
@@ -63,10 +63,11 @@ class Stacks:
         cannot be made."""
         return self.reader(self._session.backend(url))
 
-    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> List[Url]:
-        """Each endpoint's stack plans its part of ``batch`` (:meth:`~transfer.layers.Reader.prepare`);
-        the URLs whose bodies a layer now holds. A URL whose backend cannot be made is left
-        to its read, which reports it."""
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Generator[List[Url], None, None]:
+        """Each endpoint's stack plans its part of ``batch`` (:meth:`~transfer.layers.Reader.prepare`),
+        one after the other; yields the URLs whose bodies a layer now holds, as they come. A
+        URL whose backend cannot be made is left to its read, which reports it. Close the
+        generator to end a read-ahead early."""
         batches: Dict[int, Tuple[Reader, List[Url]]] = {}
         for url in batch:
             try:
@@ -74,10 +75,8 @@ class Stacks:
             except TransferError:
                 continue
             batches.setdefault(id(reader), (reader, []))[1].append(url)
-        held: List[Url] = []
         for reader, urls in batches.values():
-            held += reader.prepare(urls, cancel)[0]
-        return held
+            yield from reader.prepare(urls, cancel)
 
     def _build(self, backend: Backend) -> Reader:
         below: Reader = StoreReader(backend, self._parts, self._part_size, self._pacer, self._connections)

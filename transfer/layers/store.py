@@ -8,14 +8,16 @@ all ranged reads of an engine share, the part size, the pacer of request prefixe
 connections a read-ahead may use.
 
 Its :meth:`~StoreReader.prepare` is the pipelined first pass over a batch of small objects
-(:class:`~transfer.backends.base.BatchReads`: S3's pipelined GETs from the caller's thread,
+(:class:`~transfer.backends.base.BatchReads`: S3's pipelined GETs from one thread,
 :mod:`transfer.http.pipeline`): each body that arrives whole and passes the checks ``get``
 makes is held here until the next read of its URL takes it (``get``, ``fetch_to`` or
-:meth:`~StoreReader.take`), once. Whatever the pass does not hold (an error answer, a failed
-check, a large object, no answer, a 404: maybe a bundle member, which a layer above finds) is
-read as if there had been no pass, one request more. A 404 before any body ends the pass (a
-directory written as bundles answers 404 to every name; its reads then find the members with
-one listing); a 404 after bodies is one missing object, and the pass goes on.
+:meth:`~StoreReader.take`), once, and its URL handed to the caller as the pass goes (the pass's
+thread and the caller's take turns, never running at once). Whatever the pass does not hold (an
+error answer, a failed check, a large object, no answer, a 404: maybe a bundle member, which a
+layer above finds) is read as if there had been no pass, one request more. A 404 before any
+body ends the pass (a directory written as bundles answers 404 to every name; its reads then
+find the members with one listing); a 404 after bodies is one missing object, and the pass
+goes on.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
     from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
-    from transfer.backends.base import Backend, ByteRange, ObjectInfo
+    from transfer.backends.base import Backend, BatchReads, ByteRange, ObjectInfo
+    from transfer.layers import Prepared
     from transfer.pacing import Pacer
     from transfer.urls import Url
 
@@ -43,6 +46,7 @@ __all__ = ["StoreReader"]
 _MIN_BATCH = 2  # one object gains nothing from a pass of its own
 _HELD_BYTES = 256 << 20  # bodies held at once; past it a body is left to its own read
 _HELD_SECONDS = 60.0  # a body no read took by then (its transfer cancelled) is dropped at a prepare
+_RELAY = 8  # bodies held before the read-ahead hands them to the caller and waits: fewer than in flight
 
 
 def _name(url: Url) -> Tuple[str, str]:
@@ -121,44 +125,111 @@ class StoreReader:
                     del self._held[name]
                     self._held_bytes -= len(kept[0])
 
-    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Tuple[List[Url], List[Url]]:
-        """Read the small objects of ``batch`` in one pipelined pass where the backend can and
-        their prefix is not paced (a store that throttles gets no burst), holding each body
-        for its next read; the URLs held, in order. A throttle answer ends the pass and is
-        told to the pacer. Returns (the URLs held, in order; those answered 404). Never raises."""
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
+        """Read the small objects of ``batch`` in one pipelined pass where the backend can,
+        each request drawing its token from the pacer (:meth:`~transfer.pacing.Pace.draw`: a
+        pass into a paced prefix is paced, not skipped), holding each body for its next read.
+        Yields the URLs held, :data:`_RELAY` at a time, as the pass goes: the pass runs on a
+        thread of its own that waits while the caller reads what it was handed, so the two
+        never run at once (the requests in flight are answered into the sockets meanwhile, as
+        in one thread that writes between reads). A throttle answer ends the pass and is told
+        to the pacer. Returns the URLs answered 404 before any body was held (the pass ended
+        at the first). Never raises; closing the generator early ends the pass (bodies not yet
+        handed over are dropped at a later prepare, or taken by their reads)."""
         reads = batch_reads(self.backend)
         if reads is None or len(batch) < _MIN_BATCH:
-            return [], []
+            return []
         if self._held:
             self._drop_stale()
         batch = _unique(batch)
-        pace = self._pacer.pace(batch[0])
-        if pace.limited:
-            return [], []
-        taken: List[Url] = []
+        relay = _Relay()
         absent: List[Url] = []
+        thread = _threads.start(lambda: self._read_ahead(reads, batch, relay, absent, cancel), "read-ahead")
+        ended = False
+        try:
+            while not ended:
+                chunk = relay.next()
+                ended = relay.ended
+                if chunk:
+                    yield chunk
+                if not ended:
+                    relay.resume()
+        finally:
+            if not ended:  # closed early: the reader, parked, takes nothing more and ends its pass
+                relay.stopped = True
+                relay.resume()
+            thread.join()
+        return absent
+
+    def _read_ahead(self, reads: BatchReads, batch: List[Url], relay: _Relay, absent: List[Url],
+                    cancel: Optional[Cancel]) -> None:
+        """:meth:`prepare`'s pass, on its own thread: each body held, its URL handed to ``relay``."""
+        pace = self._pacer.pace(batch[0])
+        held = [0]
 
         def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
             with self._lock:
-                if self._held_bytes + len(body) > _HELD_BYTES:
+                if relay.stopped or self._held_bytes + len(body) > _HELD_BYTES:
                     return False
                 self._held[_name(batch[k])] = (body, info, sent)
                 self._held_bytes += len(body)
-            pace.count()  # its request, paced as the pass: the read that takes it makes none
-            taken.append(batch[k])
+            held[0] += 1
+            relay.add(batch[k])
             return True
 
         def throttled(sent: float) -> None:
-            pace.count()
             pace.throttled(time.time() - (time.monotonic() - sent))  # the pace's clock is epoch time
 
         def missing(k: int) -> bool:
             # A 404 before any body: likely a directory written as bundles, whose names all
             # answer 404 (the reads find the members, one listing); after bodies, one missing
             # object, which fails alone: the pass goes on.
+            if held[0]:
+                return False
             absent.append(batch[k])
-            return not taken
+            return True
 
-        reads.read_small(batch, take, connections=self._connections, cancel=cancel, missing=missing,
-                         throttled=throttled)
-        return taken, absent
+        try:
+            reads.read_small(batch, take, connections=self._connections, cancel=cancel, missing=missing,
+                             throttled=throttled, draw=lambda: pace.draw(cancel))
+        finally:
+            relay.end()
+
+
+class _Relay:
+    """URLs held by a read-ahead thread, handed to the caller's thread :data:`_RELAY` at a
+    time; the two take turns (a baton of two locks), never running at once."""
+
+    def __init__(self) -> None:
+        self.pending: List[Url] = []  # the reader's, since its last hand-over
+        self.chunk: List[Url] = []  # handed over
+        self.ended = False  # the pass is over: the last chunk was handed over
+        self.stopped = False  # the caller stopped early: the reader takes nothing more
+        self._caller = _threads.Lock()  # released: the caller's turn
+        self._caller.acquire()
+        self._reader = _threads.Lock()  # released: the reader's turn again
+        self._reader.acquire()
+
+    def add(self, url: Url) -> None:
+        """The reader's: one URL held; every :data:`_RELAY`, hand them over and wait."""
+        self.pending.append(url)
+        if len(self.pending) >= _RELAY:
+            self.chunk, self.pending = self.pending, []
+            self._caller.release()
+            self._reader.acquire()
+
+    def end(self) -> None:
+        """The reader's, last: hand over the rest; the caller's turn for good."""
+        self.chunk, self.pending = self.pending, []
+        self.ended = True
+        self._caller.release()
+
+    def next(self) -> List[Url]:
+        """The caller's: wait for the reader's turn to end; what it handed over."""
+        self._caller.acquire()
+        chunk, self.chunk = self.chunk, []
+        return chunk
+
+    def resume(self) -> None:
+        """The caller's, after :meth:`next` when not ended: the reader's turn."""
+        self._reader.release()
