@@ -8,15 +8,16 @@ pacing and results wrap each call; nothing here calls the engine.
 from __future__ import annotations
 
 import os
+import time
 
 from transfer import _threads
 from transfer.atomic import scratch_file
-from transfer.backends.base import ServerSideCopy, uploads
+from transfer.backends.base import ServerSideCopy, TempUploads, uploads
 from transfer.ops import LinkMode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, Iterable, List, Optional
 
     from transfer.layers.stack import Stacks
     from transfer.ops import Transfer
@@ -43,6 +44,18 @@ class WritesSlot:
                 if self.made is None:
                     self.made = Writes(*self._args)
         return self.made
+
+    def abort(self, seconds: float, backends: Iterable[object]) -> List[str]:
+        """For signal handlers: abort every multipart upload in flight, giving up after
+        ``seconds``, and remove the server-side temp files of other uploads in flight
+        (:class:`~transfer.backends.base.TempUploads`) of ``backends`` in what is left of it;
+        returns the URLs of multipart uploads that could not be aborted in time."""
+        deadline = time.monotonic() + seconds
+        stuck = self.made.abort_all(seconds) if self.made is not None else []
+        for backend in backends:
+            if isinstance(backend, TempUploads):
+                backend.discard_in_flight(max(0.5, deadline - time.monotonic()))
+        return stuck
 
 
 class Copies:

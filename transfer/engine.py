@@ -30,7 +30,6 @@ import time
 
 from transfer import _threads
 from transfer._workers import InlineExecutor, Task, Workers
-from transfer.backends.base import TempUploads
 from transfer.copies import Copies, WritesSlot
 from transfer.errors import Throttled, TransferError
 from transfer import ranged
@@ -50,13 +49,11 @@ if TYPE_CHECKING:
     from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
     from transfer._threads import Cancel
-    from transfer.bundles.groups import GroupRun, GroupTask
-    from transfer.bundles.staging import BundleStager
+    from transfer.bundles.groups import GroupRun
     from transfer.backends.base import ObjectInfo
     from transfer.cache import NodeCache
     from transfer.peers import PeerRound, PeerSource
     from transfer.session import Session
-    from transfer.writes import Writes
     from transfer.urls import Url
 
     ResultCallback = Callable[[Result], None]
@@ -68,6 +65,14 @@ def _downloads(op: Transfer) -> bool:
     """A remote object to a local file (a destination naming a directory is refused before
     any request, and a local copy makes none)."""
     return op.dest.is_local and not op.sources[0].is_local and not op.dest.path.endswith("/")
+
+
+def _peer_round(peers: Optional[PeerSource], cache: Optional[NodeCache]) -> Optional[PeerRound]:
+    """A round of ``peers`` where there is a ``cache`` for them to fill, else None."""
+    if peers is None or cache is None:
+        return None
+    from transfer.peers import PeerRound  # imported only where peers are on
+    return PeerRound(peers)
 
 
 def _wait(future: Future) -> None:  # type: ignore[type-arg]
@@ -115,10 +120,7 @@ class Engine:
         self._callback_lock = _threads.Lock()
         self._parts = ranged.PartPool(self._threads, executor if isinstance(executor, InlineExecutor) else None)
         self._cache = cache
-        self._peers: Optional[PeerRound] = None
-        if peers is not None and cache is not None:
-            from transfer.peers import PeerRound
-            self._peers = PeerRound(peers)
+        self._peers = _peer_round(peers, cache)
         self._stager = StagerSlot(session)
         self._stacks = Stacks(session, self._parts, settings.download_part_size, self._pacer, cache, self._peers,
                               self._stager, self._threads)
@@ -136,16 +138,6 @@ class Engine:
         entry of an upload is the uploaded file). Close it after use."""
         return Engine(self._session, threads=self._threads, retry=self._retry, executor=self._executor,
                       sleep=self._sleep, rng=self._rng, pacer=self._pacer)
-
-    @property
-    def _bundles(self) -> BundleStager:
-        """Bundles, imported when first used (a read that found nothing may be a member)."""
-        return self._stager.get()
-
-    @property
-    def _writes(self) -> Writes:
-        """Uploads and their write-through, imported at the first (a stage-in does none)."""
-        return self._writes_slot.get()
 
     # -- batch --------------------------------------------------------------------------
 
@@ -181,7 +173,7 @@ class Engine:
             removes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Remove)]
             if removes:
                 from transfer.removes import RemoveTask
-                task = RemoveTask(self._session, self._bundles if self._stager.enabled else None, self._retrier.run,
+                task = RemoveTask(self._session, self._stager.get() if self._stager.enabled else None, self._retrier.run,
                                   self._pacer, self._cache)
                 for i, result in task.run(removes, budget):
                     self._finish(results, i, result)
@@ -207,8 +199,9 @@ class Engine:
         indexed = self._prepare([(i, op) for i, op in enumerate(ops) if isinstance(op, Transfer)], results, budget)
         groups: Optional[GroupRun] = None
         if self._stager.enabled and self._plans_bundles(indexed):
-            from transfer.bundles.groups import GroupRun
-            groups = GroupRun(self._groups(), self._session, self._cache, peers, self._threads, self._executor)
+            from transfer.bundles.groups import GroupRun, GroupTask  # bundles: imported when in use
+            task = GroupTask(self._stager.get(), self._cache, self._retrier, self._writes_slot.get())
+            groups = GroupRun(task, self._session, self._cache, peers, self._threads, self._executor)
         try:
             indexed = groups.start(indexed, budget) if groups is not None else indexed
             if len(indexed) > 1 and peers is None:
@@ -268,7 +261,7 @@ class Engine:
         from transfer.batched import write_batched
 
         def stored(op: Transfer, info: ObjectInfo) -> None:
-            self._writes.write_through(op.dest, op.sources[0].path, info.version)
+            self._writes_slot.get().write_through(op.dest, op.sources[0].path, info.version)
 
         return write_batched(self._session, indexed, self._threads, budget, self._pacer,
                              budget.cancel if isinstance(budget, RunBudget) else None,
@@ -324,23 +317,6 @@ class Engine:
 
         return self._retrier.run(op, budget, action)
 
-    # -- bundles ------------------------------------------------------------------------
-
-    def _groups(self) -> GroupTask:
-        """The bundle part of a run, imported when first used (bundles are on, or a read that
-        found nothing resolved to a member)."""
-        from transfer.bundles.groups import GroupRun, GroupTask
-        return GroupTask(self._bundles, self._cache, self._retrier, self._writes)
-
     def abort_uploads(self, seconds: float) -> List[str]:
-        """For signal handlers: abort every multipart upload in flight, giving up after
-        ``seconds``, and remove the server-side temp files of other uploads in flight
-        (:class:`~transfer.backends.base.TempUploads`) in what is left of it; returns the URLs
-        of multipart uploads that could not be aborted in time."""
-        deadline = time.monotonic() + seconds
-        made = self._writes_slot.made
-        stuck = made.abort_all(seconds) if made is not None else []
-        for backend in self._session.opened():
-            if isinstance(backend, TempUploads):
-                backend.discard_in_flight(max(0.5, deadline - time.monotonic()))
-        return stuck
+        """For signal handlers: :meth:`~transfer.copies.WritesSlot.abort` of this engine's uploads."""
+        return self._writes_slot.abort(seconds, self._session.opened())

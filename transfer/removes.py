@@ -109,14 +109,7 @@ class RemoveTask:
         if not any(final.error is outcomes[i] for i in pending):  # the loop's own word: throttle time out, cancel
             for i in pending:
                 outcomes[i] = final.error
-        seconds = time.monotonic() - start
-        results = []
-        for i, op in enumerate(ops):
-            outcome = outcomes[i]
-            if outcome is not None:
-                outcome.attempts = max(1, attempts[i])
-            results.append(Result(op, outcome is None, 0, seconds, max(1, attempts[i]), outcome))
-        return results
+        return _results(ops, outcomes, attempts, time.monotonic() - start)
 
     def _once(self, backend: Namespace, ops: List[Remove]) -> List[Optional[TransferError]]:
         urls: List[Url] = []
@@ -156,3 +149,14 @@ def _expand(backend: Namespace, op: Remove) -> List[Url]:
         return []
     prefix = op.target.with_path(op.target.path.rstrip("/").removesuffix("/*"))
     return [info.url for info in backend.list(prefix)]
+
+
+def _results(ops: List[Remove], outcomes: List[Optional[TransferError]], attempts: List[int],
+             seconds: float) -> List[Result]:
+    """One result per remove of a group: its outcome (None: done) after its attempts."""
+    results = []
+    for op, outcome, tries in zip(ops, outcomes, attempts):
+        if outcome is not None:
+            outcome.attempts = max(1, tries)
+        results.append(Result(op, outcome is None, 0, seconds, max(1, tries), outcome))
+    return results
