@@ -147,6 +147,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         this, before = found[("this", step)], found[("before", step)]
         row["wall_ratio"] = statistics.median(w for w, _, _ in this) / statistics.median(w for w, _, _ in before)
         row["cpu_ratio"] = statistics.median(c for _, c, _ in this) / statistics.median(c for _, c, _ in before)
+        row["per_round"] = {name: [[round(w, 3), round(c, 3), round(b, 3)] for w, c, b in found[(name, step)]]
+                            for name in trees}  # [wall, CPU, behind CPU] of each round, in order
         rows[step] = row
     result = {"count": args.count, "size": args.size, "rounds": args.rounds, "load": os.getloadavg()[0], "steps": rows}
     if args.json:

@@ -95,6 +95,27 @@ def test_with_the_node_cache_misses_are_pipelined_and_fill_the_cache_as_one_by_o
     assert cache.stats().hits == COUNT
 
 
+def test_bodies_handed_over_a_few_at_a_time_are_each_one_get_made_from_the_calling_thread(
+        stored, bucket, tmp_path, monkeypatch):
+    """The read-ahead hands its bodies over 3 at a time and waits while this thread writes
+    them: each object is one GET, no file goes the per-file way, and the results keep the
+    input order."""
+    import transfer.layers.store as store_module
+    monkeypatch.setattr(store_module, "_RELAY", 3)
+    proxy, env, data = stored
+    executor = CountingExecutor()
+    out = tmp_path / "out"
+    with Session(Settings(threads=3), env) as session:
+        results = Engine(session, retry=FAST_RETRY, executor=executor).run(
+            [Transfer((s3(bucket, n),), parse_url(f"file://{out}/{n}")) for n in data])
+    assert [r.op.dest.path for r in results] == [f"{out}/{n}" for n in data]
+    assert all(r.ok and r.attempts == 1 and len(r.history) == 1 for r in results)
+    assert {n: (out / n).read_bytes() for n in data} == data and hidden(out) == []
+    assert executor.submitted == 0
+    counts = proxy.snapshot()
+    assert counts["requests_by_method"] == {"GET": COUNT} and counts["connections"] <= 3
+
+
 @pytest.mark.parametrize("fault", [
     Fault.reset(after_bytes=0, method="GET"),
     Fault.reset(after_bytes=500, method="GET"),

@@ -72,8 +72,8 @@ def test_the_cache_layer_fills_once_then_serves_without_a_request(stored, tmp_pa
 def test_stacks_are_built_once_per_endpoint_and_only_with_what_is_on(stored, tmp_path):
     _, session, url, _ = stored
     backend = session.backend(url)
-    bare = Stacks(PartPool(1), 1 << 20, Pacer())
+    bare = Stacks(session, PartPool(1), 1 << 20, Pacer())
     assert isinstance(bare.reader(backend), StoreReader)
-    cached = Stacks(PartPool(1), 1 << 20, Pacer(), new_cache(tmp_path / "cache"))
+    cached = Stacks(session, PartPool(1), 1 << 20, Pacer(), new_cache(tmp_path / "cache"))
     assert isinstance(cached.reader(backend), CacheLayer)
     assert cached.reader(backend) is cached.reader(backend)

@@ -14,7 +14,8 @@ import pytest
 from pegasus_cloudio_testbed import contract as c
 from transfer import Session, Settings, parse_url
 from transfer.layers import Reader
-from transfer.layers.stack import StagerSlot, Stacks
+from transfer.layers.bundles import StagerSlot
+from transfer.layers.stack import Stacks
 from transfer.pacing import Pacer
 from transfer.ranged import PartPool
 from transfer.urls import Url
@@ -57,14 +58,14 @@ class TestStoreReader(MinioStack, c.ReadContract, c.LayerContract):
     __test__ = True
 
     def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
-        return Stacks(parts, 64 * 1024, Pacer())
+        return Stacks(session, parts, 64 * 1024, Pacer())
 
 
 class TestCacheOverStore(MinioStack, c.ReadContract, c.LayerContract):
     __test__ = True
 
     def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
-        return Stacks(parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"))
+        return Stacks(session, parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"))
 
 
 class TestBundlesOverStore(MinioStack, c.ReadContract, c.LayerContract):
@@ -74,7 +75,7 @@ class TestBundlesOverStore(MinioStack, c.ReadContract, c.LayerContract):
     __test__ = True
 
     def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
-        return Stacks(parts, 64 * 1024, Pacer(), bundles=StagerSlot(session))
+        return Stacks(session, parts, 64 * 1024, Pacer(), bundles=StagerSlot(session))
 
 
 class TestCacheOverBundles(MinioStack, c.ReadContract, c.LayerContract):
@@ -83,4 +84,4 @@ class TestCacheOverBundles(MinioStack, c.ReadContract, c.LayerContract):
     __test__ = True
 
     def stacks(self, parts: PartPool, tmp_path: Path, session: Session) -> Stacks:
-        return Stacks(parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"), bundles=StagerSlot(session))
+        return Stacks(session, parts, 64 * 1024, Pacer(), new_cache(tmp_path / "cache"), bundles=StagerSlot(session))

@@ -32,6 +32,16 @@ from transfer.p2p.index import PeerIndex
 from transfer.p2p.source import PeerIndexSource
 from p2p_support import TOKEN, client_config, new_cache
 
+
+class CountingExecutor(InlineExecutor):
+    """Runs tasks inline and counts them: each per-file transfer is one task."""
+
+    submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
 # The floors, top down. A module of none of them (errors, urls, locks, ...) is a tool any floor uses.
 FLOORS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("engine", ("transfer.engine",)),
@@ -132,6 +142,34 @@ def test_an_s3_read_without_a_cache_walks_engine_store_backend_http(s3_env, buck
         results = Engine(session, executor=InlineExecutor()).run(reads(tmp_path, bucket, "j", objects[:1]))
     assert [r.ok for r in results] == [True]
     assert trace.walked("engine", "store", "backend", "http")
+    assert trace.back_arrows() == []
+
+
+def test_small_reads_read_ahead_walk_engine_cache_store_one_way(s3_env, bucket, tmp_path):
+    """A batch of small objects is read ahead by the bottom of the stack (pipelined GETs in the
+    store reader's prepare) and each body taken up by the node cache's fill: the plan goes
+    down engine -> cache -> bundles -> store -> backend -> http, and the bodies come back up
+    as return values, not calls."""
+    sources = tmp_path / "src"
+    sources.mkdir()
+    names = [f"s{i}.dat" for i in range(6)]
+    for n in names:
+        (sources / n).write_bytes(n.encode() * 50)
+    ups = [Transfer((parse_url(str(sources / n)),), parse_url(f"s3://test@minio/{bucket}/in/{n}", site_label="minio"))
+           for n in names]
+    with Session(Settings(threads=2), s3_env) as session:
+        assert all(r.ok for r in Engine(session).run(ups))
+    cache = new_cache(tmp_path / "cache")
+    with Session(Settings(threads=2), s3_env) as session, Trace() as trace:
+        executor = CountingExecutor()
+        results = Engine(session, executor=executor, cache=cache).run(reads(tmp_path, bucket, "j", names))
+    assert [r.ok for r in results] == [True] * len(names)
+    assert executor.submitted == 0  # every file read ahead, none handed to a worker
+    assert all((tmp_path / "j" / n).read_bytes() == (sources / n).read_bytes() for n in names)
+    # the plan and the fills go down from the engine's thread; the pass itself runs from the
+    # store reader on the read-ahead's thread (a stack of its own, which starts at the store)
+    assert trace.walked("engine", "cache", "bundles", "store")
+    assert trace.walked("store", "backend", "http")
     assert trace.back_arrows() == []
 
 

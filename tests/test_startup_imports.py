@@ -33,6 +33,7 @@ ONE_FILE_S3 = frozenset({
     "transfer.backends._sigv4", "transfer.backends._wire_common", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
     "transfer.named_files", "transfer.layers", "transfer.layers.stack", "transfer.layers.store",
+    "transfer.copies",  # what one attempt does with a source (split from the engine)
     "transfer.layers.bundles",  # the 404 fallback to bundle members (imports no bundle code until used)
     "transfer.http", "transfer.http.connection", "transfer.http.message", "transfer.http.pool", "transfer.http.resume", "transfer.http.sockets", "transfer.ops", "transfer.ranged",
     "transfer.node", "transfer.pacing", "transfer.pacing_node", "transfer.retry", "transfer.retrying", "transfer.schemes", "transfer.session",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from transfer._lean import logger
-from transfer.backends.base import Namespace, TreeRemoval, namespace
+from transfer.backends.base import Namespace, TreeRemoval, cache_keys, namespace
 from transfer.errors import InvalidInput, Throttled, TransferError
 from transfer.ops import Attempt, Remove, Result
 from transfer.retry import RetryBudget, RunBudget
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from typing import Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
     from transfer.bundles.staging import BundleStager
+    from transfer.cache import NodeCache
     from transfer.ops import Action, Operation
     from transfer.pacing import Pacer
     from transfer.session import Session
@@ -40,12 +41,12 @@ class RemoveTask:
     """Runs the removes of one batch; yields ``(position, result)`` for every one."""
 
     def __init__(self, session: Session, bundles: Optional[BundleStager], retried: Retried, pacer: Pacer,
-                 removed: Optional[Callable[[Url], None]] = None) -> None:
+                 cache: Optional[NodeCache] = None) -> None:
         """``bundles``: None when bundles are off (nothing of them is imported then).
         ``retried(op, budget, action)``: the engine's retry loop; ``pacer``: the engine's.
-        ``removed(url)`` is told of every object a delete was asked for (deleted or maybe not):
-        the node cache drops its entry, so no later read on the node gets what was removed."""
-        self._removed = removed
+        ``cache``, the node cache, drops its entry of every object a delete was asked for
+        (deleted or maybe not), so no later read on the node gets what was removed."""
+        self._cache = cache
         self._session = session
         self._bundles = bundles
         self._retried = retried
@@ -108,14 +109,7 @@ class RemoveTask:
         if not any(final.error is outcomes[i] for i in pending):  # the loop's own word: throttle time out, cancel
             for i in pending:
                 outcomes[i] = final.error
-        seconds = time.monotonic() - start
-        results = []
-        for i, op in enumerate(ops):
-            outcome = outcomes[i]
-            if outcome is not None:
-                outcome.attempts = max(1, attempts[i])
-            results.append(Result(op, outcome is None, 0, seconds, max(1, attempts[i]), outcome))
-        return results
+        return _results(ops, outcomes, attempts, time.monotonic() - start)
 
     def _once(self, backend: Namespace, ops: List[Remove]) -> List[Optional[TransferError]]:
         urls: List[Url] = []
@@ -135,10 +129,10 @@ class RemoveTask:
                     if failure is not None and errors[owner] is None:
                         errors[owner] = failure
             finally:
-                removed = self._removed
-                if removed is not None:
+                keys = cache_keys(self._session.backend(ops[0].target)) if self._cache is not None else None
+                if keys is not None and self._cache is not None:
                     for url in urls:
-                        removed(url)
+                        self._cache.drop(keys.cache_key(url))
         return errors
 
 
@@ -155,3 +149,14 @@ def _expand(backend: Namespace, op: Remove) -> List[Url]:
         return []
     prefix = op.target.with_path(op.target.path.rstrip("/").removesuffix("/*"))
     return [info.url for info in backend.list(prefix)]
+
+
+def _results(ops: List[Remove], outcomes: List[Optional[TransferError]], attempts: List[int],
+             seconds: float) -> List[Result]:
+    """One result per remove of a group: its outcome (None: done) after its attempts."""
+    results = []
+    for op, outcome, tries in zip(ops, outcomes, attempts):
+        if outcome is not None:
+            outcome.attempts = max(1, tries)
+        results.append(Result(op, outcome is None, 0, seconds, max(1, tries), outcome))
+    return results

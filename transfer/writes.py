@@ -35,12 +35,13 @@ __all__ = ["Writes"]
 
 class Writes:
     """Uploads of one engine over ``session``'s backends. ``cache`` (with ``peers``, the engine's
-    round) is written through when ``cache_uploads``; the other values are the engine's part
-    pool, retry policy, sleep, retrier and pacer, which multipart uploads use. Thread-safe."""
+    round) is written through as its config's ``uploads`` says (unset: with peers only); the
+    other values are the engine's part pool, retry policy, sleep, retrier and pacer, which
+    multipart uploads use. Thread-safe."""
 
     def __init__(self, session: Session, parts: PartPool, retry: RetryPolicy, sleep: Callable[[float], None],
                  retrier: Retrier, pacer: Pacer, cache: Optional[NodeCache] = None,
-                 peers: Optional[PeerRound] = None, cache_uploads: bool = False) -> None:
+                 peers: Optional[PeerRound] = None) -> None:
         self._session = session
         self._parts = parts
         self._retry = retry
@@ -49,7 +50,8 @@ class Writes:
         self._pacer = pacer
         self._cache = cache
         self._peers = peers
-        self._cache_uploads = cache_uploads
+        wanted = cache.config.uploads if cache is not None else None
+        self._cache_uploads = cache is not None and (wanted if wanted is not None else peers is not None)
         self._lock = _threads.Lock()
         self.in_flight: Optional[InFlightUploads] = None  # multipart uploads, made at the first
 

@@ -57,6 +57,7 @@ PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "p
            "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",
            "transfer.p2p", "transfer.layers.cache", "transfer.layers.peers", "transfer.layers.bundles",  # read layers (issue 36)
            "transfer.writes", "transfer.backends._s3_listing",  # uploads and their write-through; a directory's listing
+           "transfer.mkdirs", "transfer.copies",  # a create-dir job's mkdirs; what an attempt copies
            "transfer.engine", "transfer.node", "transfer.session", "transfer.ranged", "transfer.retry",
            "transfer.pacing", "transfer.pacing_node",  # a job's node rate file (issue 37)
            "transfer.ops", "transfer.context",

@@ -92,6 +92,7 @@ class BundleStager:
         self.enabled = bool(self._settings.bundle or self._settings.bundle_sites)
         self._site_answers: Dict[Optional[str], bool] = {}
         self._directories: Dict[Hashable, Task] = {}
+        self._deferred: Dict[Hashable, Callable[[], None]] = {}  # index loads the first asker runs
         self._lock = _threads.Lock()
 
     def _bundles_for(self, site_label: Optional[str]) -> bool:
@@ -109,20 +110,27 @@ class BundleStager:
         result: BundleDirectory = future.result()
         return result
 
-    def _index_load(self, backend: Backend, directory: Url,
-                    map_fn: MapFn, wanted: int = 0) -> Tuple[Task, Optional[Callable[[], None]]]:
+    def _index_load(self, backend: Backend, directory: Url, map_fn: MapFn, wanted: int = 0,
+                    defer: bool = False) -> Tuple[Task, Optional[Callable[[], None]]]:
         """The directory's index load, and the call that runs it when this caller is the first
-        (None: another caller runs it). A failed load is forgotten: its waiters get its error,
-        later callers try again."""
+        (None: another caller runs it; ``defer``: the first caller to ask after this one, see
+        :meth:`expect`). A failed load is forgotten: its waiters get its error, later callers
+        try again."""
         key = _at(backend, directory.host, directory.path)
         with self._lock:
             future = self._directories.get(key)
             if future is not None:
-                return future, None
+                return future, self._deferred.pop(key, None)
             created = self._directories[key] = Task(BundleDirectory.load, (backend, directory, map_fn),
                                                        {"connections": self._settings.threads + 2,
                                                         "wanted": wanted})
+            load = self._loader(key, created)
+            if defer:
+                self._deferred[key] = load
+                return created, None
+        return created, load
 
+    def _loader(self, key: Tuple[int, str, str], created: Task) -> Callable[[], None]:
         def load() -> None:
             created.run()
             if created.exception() is not None:
@@ -130,11 +138,21 @@ class BundleStager:
                     if self._directories.get(key) is created:
                         self._directories.pop(key, None)
 
-        return created, load
+        return load
+
+    def expect(self, source: Url) -> None:
+        """A read ahead found no ``source``: a member of its directory may stand in. The
+        directory's index is to be listed by the first read that asks about the directory
+        (:meth:`known_member`, :meth:`resolve`), on that reader's thread, once; the other
+        reads of the directory wait for it, no other directory's do. No I/O here."""
+        located = self._locate_quietly(source)
+        if located is not None:
+            self._index_load(located[0], located[1], map, defer=True)
 
     def _forget(self, backend: Backend, directory: Url) -> None:
         with self._lock:
             self._directories.pop(_at(backend, directory.host, directory.path), None)
+            self._deferred.pop(_at(backend, directory.host, directory.path), None)
 
     def forget(self, source: Url) -> None:
         """Drop the cached index of ``source``'s directory (a bundle vanished)."""
@@ -217,28 +235,6 @@ class BundleStager:
         directory, name = _split(source)
         return self._session.backend(source), directory, name
 
-    def may_stand_in(self, source: Url, start: Callable[[Callable[[], None]], object], wait: float) -> bool:
-        """For a plain read that found nothing, in the engine's pipelined pass: whether a member
-        serves ``source``. Its directory's index is loaded by the call ``start`` is given (on a
-        thread of the caller's, which joins it), waited for here up to ``wait`` seconds: a listing
-        still under way then counts as yes (the pass ends, and the per-file path's files of that
-        directory wait for it in :meth:`known_member`, other directories' files do not); an index
-        that could not load counts as no (the per-file path reports the file)."""
-        located = self._locate_quietly(source)
-        if located is None:
-            return False
-        backend, directory, name = located
-        future, load = self._index_load(backend, directory, map)
-        if load is not None:
-            start(load)
-        try:
-            if future.exception(wait) is not None:
-                return False
-        except TimeoutError:
-            return True
-        index: BundleDirectory = future.result()
-        return index.lookup(name) is not None
-
     def _locate_quietly(self, source: Url) -> Optional[Tuple[Backend, Url, str]]:
         """:meth:`_locate`, None also for a URL without a usable backend (the per-file path
         meets the same error and reports it per file)."""
@@ -249,14 +245,19 @@ class BundleStager:
 
     def known_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The member serving ``source`` if its directory's index is loaded or being loaded
-        (then this waits for that one listing, as :meth:`resolve` would); no I/O but the one
-        whole-bundle fetch :meth:`BundleDirectory.resident` makes for a directory."""
+        (then this waits for that one listing, as :meth:`resolve` would) or expected (then
+        this lists it, :meth:`expect`); else no I/O but the one whole-bundle fetch
+        :meth:`BundleDirectory.resident` makes for a directory."""
         located = self._locate(source)
         if located is None:
             return None
         backend, directory, name = located
+        key = _at(backend, directory.host, directory.path)
         with self._lock:
-            future = self._directories.get(_at(backend, directory.host, directory.path))
+            future = self._directories.get(key)
+            load = self._deferred.pop(key, None)
+        if load is not None:
+            load()
         if future is None or future.exception() is not None:
             return None
         index = future.result()

@@ -24,12 +24,21 @@ from transfer._lean import Protocol, runtime_checkable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Optional, Sequence
+    from typing import BinaryIO, Generator, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
     from transfer.backends.base import ByteRange, ObjectInfo
     from transfer.urls import Url
 
-__all__ = ["Announces", "Reader"]
+    Prepared = Generator[List[Url], None, List[Url]]  # what Reader.prepare returns
+
+__all__ = ["Announces", "Reader", "nothing_prepared"]
+
+
+def nothing_prepared() -> Prepared:
+    """The :meth:`Reader.prepare` of a layer that reads nothing ahead: no URL held, none absent."""
+    return []
+    yield []  # a generator, as every prepare is
 
 
 @runtime_checkable
@@ -57,8 +66,19 @@ class Reader(Protocol):
         ``--symlink``); ``mode``: the new file's permission bits before the umask. Nothing is
         left at ``path`` on error."""
 
-    def prepare(self, batch: Sequence[Url]) -> None:
-        """Plan a batch of reads before any is made (a layer calls the one below after its own)."""
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
+        """Plan a batch of reads before any is made, and read ahead what can be: a layer
+        passes down the part of ``batch`` it leaves to the layers below (the cache its misses;
+        the peers and bundles in use, nothing: the store reads ahead for a stack where only
+        it reads). A generator: it yields lists of URLs of ``batch`` whose bodies a layer now
+        holds, each taken by its next read (the engine reads those as they come, from its own
+        thread, before the generator goes on), and returns the URLs the store answered 404 to
+        before any body (the pass ended there: the bundle layer looks for members of their
+        directories). Never raises; ``cancel`` set, or the generator closed, ends a read-ahead."""
+
+    def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
+        """The body a :meth:`prepare` read ahead of ``url``, and its ``ObjectInfo``, handed
+        over once (None: none held). No request. The cache layer fills its entry from it."""
 
 
 @runtime_checkable

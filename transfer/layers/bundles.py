@@ -20,25 +20,50 @@ store's NotFound: a read that needs no bundle costs one attribute check here.
 
 from __future__ import annotations
 
+from transfer import _threads
 from transfer.backends.base import ObjectInfo, cache_keys
 from transfer.errors import NotFound, TransferError
+from transfer.layers import nothing_prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Optional, Sequence, Tuple
+    from typing import BinaryIO, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
     from transfer.backends.base import Backend, ByteRange
     from transfer.bundles.directory import LoadedBundle
     from transfer.bundles.format import Member
-    from transfer.layers import Reader
-    from transfer.layers.stack import StagerSlot
+    from transfer.layers import Prepared, Reader
+    from transfer.bundles.staging import BundleStager
+    from transfer.session import Session
     from transfer.urls import Url
 
     Found = Tuple[Backend, LoadedBundle, Member]
 
-__all__ = ["ORIGIN", "BundleLayer"]
+__all__ = ["ORIGIN", "BundleLayer", "StagerSlot"]
 
 ORIGIN = "bundles"  # ObjectInfo.origin of a member's bytes
+
+
+class StagerSlot:
+    """The one bundle stager of an engine (its directory indexes load once per process), made
+    on first use: the bundle code is imported only when bundles are used or a read found
+    nothing. Shared by the engine's bundle groups and removes and the stacks' bundle layers."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._lock = _threads.Lock()
+        self.made: Optional[BundleStager] = None
+        settings = session.settings
+        self.enabled = bool(settings.bundle or settings.bundle_sites)  # on for some site in the settings
+
+    def get(self) -> BundleStager:
+        if self.made is None:
+            from transfer.bundles.staging import BundleStager
+            with self._lock:
+                if self.made is None:
+                    self.made = BundleStager(self._session)
+        return self.made
 
 
 class BundleLayer:
@@ -92,10 +117,29 @@ class BundleLayer:
             found = self._resolve(url, err)
         return self._member_to(found, url, path)
 
-    def prepare(self, batch: Sequence[Url]) -> None:
-        """Nothing of its own: the engine plans the batch's bundle groups (one read per
-        bundle, :mod:`transfer.bundles.groups`) before the per-file reads."""
-        self._below.prepare(batch)
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
+        """The store's read-ahead where bundles are not in use (none on in the settings, none
+        used yet); else nothing: a read-ahead would GET names that are members (404s), and the
+        engine plans the batch's bundle groups (one read per bundle, :mod:`transfer.bundles.groups`).
+        A 404 before any body (the store's read-ahead ended there) marks its directory as
+        expected to hold members: its index is listed by the first read that asks for one of
+        its names (the others of that directory wait for that one listing, no other directory
+        does), not here. A 404 among bodies is one missing object: its read lists the index."""
+        if self._bundles.made is not None or self._bundles.enabled:
+            return nothing_prepared()
+        return self._ahead(batch, cancel)
+
+    def _ahead(self, batch: Sequence[Url], cancel: Optional[Cancel]) -> Prepared:
+        """The store's read-ahead; the directories of the 404s it ended at marked expected."""
+        absent = yield from self._below.prepare(batch, cancel)
+        if absent:
+            stager = self._bundles.get()
+            for url in absent:
+                stager.expect(url)
+        return absent
+
+    def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
+        return self._below.take(url)
 
     # -- members ------------------------------------------------------------------------
 

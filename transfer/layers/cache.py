@@ -13,22 +13,30 @@ cache is on.
 from __future__ import annotations
 
 from transfer.backends.base import ObjectInfo
-from transfer.errors import TransientError
+from transfer.cached_reads import CachedReads
+from transfer.errors import TransferError, TransientError
 from transfer.layers import Announces
 from transfer.layers.bundles import ORIGIN as BUNDLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, List, Optional, Sequence, Tuple
+    from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
     from transfer.backends.base import ByteRange, CacheKeys
     from transfer.cache import NodeCache
-    from transfer.layers import Reader
+    from transfer.layers import Prepared, Reader
     from transfer.urls import Url
 
 __all__ = ["CacheLayer"]
 
 _OWN_MODE = 0o666  # fetch_to's default: the cache hands out its entry its own way
+_MISSED_KEPT = 1 << 16  # keys of misses kept for the reads that take their bodies, at most
+
+
+def _name(url: Url) -> Tuple[str, str]:
+    """What a miss's key is found by (a Url hashes all its fields, slowly)."""
+    return url.host, url.path
 
 
 class _Refill(Exception):
@@ -48,6 +56,8 @@ class CacheLayer:
         self._cache = cache
         self._keys = keys
         self._announces = below if isinstance(below, Announces) else None
+        self._ahead = CachedReads(cache)
+        self._missed: Dict[Tuple[str, str], str] = {}  # (host, path) of a miss at prepare -> its key
 
     def kept_under(self, url: Url) -> Optional[str]:
         return self._below.kept_under(url)
@@ -65,10 +75,13 @@ class CacheLayer:
         the umask), leaving the entry's as it is."""
         if url.is_local:
             return self._below.fetch_to(url, path, link, mode)
+        member = self._below.kept_under(url)
+        held = self._below.take(url) if member is None and not link else None
+        if held is not None:  # read ahead: the store had the plain object, a miss at prepare
+            return self._ahead.write(self._missed.pop(_name(url), "") or self._keys.cache_key(url), path,
+                                     held[0], held[1])
         plain = self._keys.cache_key(url)
-        key = self._below.kept_under(url)
-        if key is None or self._cache.contains(plain):
-            key = plain  # the node holds the plain object: it wins over a member (docs/bundles.md)
+        key = plain if member is None or self._cache.contains(plain) else member  # the plain object wins
         try:
             return self._fetch(url, key, plain, path, (link, None if mode == _OWN_MODE else mode))
         except _Refill as moved:  # a 404 met in the fill found a member, kept under its own key
@@ -101,5 +114,28 @@ class CacheLayer:
                 self._announces.announce(url, got[0] if got else ObjectInfo(url, meta.size), meta.sha256)
         return nbytes
 
-    def prepare(self, batch: Sequence[Url]) -> None:
-        self._below.prepare(batch)
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
+        """The misses of ``batch`` go below (a hit costs no request: nothing to plan), the
+        cache asked for the batch at once (:meth:`~transfer.cache.NodeCache.holds`); each
+        miss's key is kept for the read that takes its body (made once per file)."""
+        remote = [url for url in batch if not url.is_local]
+        keys = [self._key(url) for url in remote]
+        misses: List[Url] = []
+        if len(self._missed) > _MISSED_KEPT:  # reads cancelled before taking theirs
+            self._missed.clear()
+        for url, key, hit in zip(remote, keys, self._cache.holds(keys)):
+            if not hit:
+                misses.append(url)
+                if key is not None:
+                    self._missed[_name(url)] = key
+        return self._below.prepare(misses, cancel)  # the generator below, as it is
+
+    def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
+        return self._below.take(url)
+
+    def _key(self, url: Url) -> Optional[str]:
+        """``url``'s cache key; None where asking fails (the read reports it)."""
+        try:
+            return self._keys.cache_key(url)
+        except TransferError:
+            return None

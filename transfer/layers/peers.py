@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from transfer.backends.base import ObjectInfo
 from transfer.peers import PeerSink, Replica
+from transfer.layers import nothing_prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Dict, Optional, Sequence
+    from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
     from transfer.backends.base import ByteRange, CacheKeys, PeerScopes
-    from transfer.layers import Reader
+    from transfer.layers import Prepared, Reader
     from transfer.peers import PeerRound, Scope
     from transfer.urls import Url
 
@@ -59,15 +61,20 @@ class PeerLayer:
         """A peer's bytes are only taken into a cache entry: this goes below."""
         return self._below.fetch_to(url, path, link, mode)
 
-    def prepare(self, batch: Sequence[Url]) -> None:
-        """Queue the keys of ``batch`` that have a scope for the batch's one index lookup."""
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
+        """Queue the keys of ``batch`` that have a scope for the batch's one index lookup;
+        nothing goes below: which keys the peers hold is known at the first read, after every
+        endpoint has queued its own (one lookup per batch), and a read-ahead would GET them."""
         keys: Dict[str, Scope] = {}
         for url in batch:
             scope = self._scope(url)
             if scope is not None:
                 keys.setdefault(self._keys.cache_key(url), scope)
         self._round.expect(keys)
-        self._below.prepare(batch)
+        return nothing_prepared()
+
+    def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
+        return self._below.take(url)
 
     def announce(self, url: Url, info: ObjectInfo, sha256: str) -> None:
         """Register the entry of ``url`` the cache above published: under the scope a peer's

@@ -3,59 +3,46 @@
 A layer that is off is absent: without a node cache, or for a backend whose objects the cache
 does not key (:class:`~transfer.backends.base.CacheKeys`), there is no cache layer; peers sit
 under the cache only (they fill its entries). The bundle layer sits in every stack given a
-:class:`StagerSlot` (a store's 404 may be a member's, whatever the settings) and costs a read
+:class:`~transfer.layers.bundles.StagerSlot` (a store's 404 may be a member's, whatever the settings) and costs a read
 one attribute check until bundles are used. The cache and peer layers are imported only when a
 stack needs them.
 """
 
 from __future__ import annotations
 
-from transfer import _threads
 from transfer.backends.base import cache_keys, peer_scopes
+from transfer.errors import TransferError
 from transfer.layers.store import StoreReader
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, Optional
+    from typing import Dict, Generator, List, Optional, Sequence, Tuple
 
+    from transfer._threads import Cancel
     from transfer.backends.base import Backend
-    from transfer.bundles.staging import BundleStager
     from transfer.session import Session
     from transfer.cache import NodeCache
     from transfer.layers import Reader
+    from transfer.layers.bundles import StagerSlot
     from transfer.pacing import Pacer
     from transfer.peers import PeerRound
     from transfer.ranged import PartPool
+    from transfer.urls import Url
 
-__all__ = ["StagerSlot", "Stacks"]
-
-
-class StagerSlot:
-    """The one bundle stager of an engine (its directory indexes load once per process), made
-    on first use: the bundle code is imported only when bundles are used or a read found
-    nothing. Shared by the engine's bundle groups and removes and the stacks' bundle layers."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._lock = _threads.Lock()
-        self.made: Optional[BundleStager] = None
-
-    def get(self) -> BundleStager:
-        if self.made is None:
-            from transfer.bundles.staging import BundleStager
-            with self._lock:
-                if self.made is None:
-                    self.made = BundleStager(self._session)
-        return self.made
+__all__ = ["Stacks"]
 
 
 class Stacks:
-    """One read stack per backend (endpoint), made on first use and kept. ``peers`` (one
-    round shared by every endpoint: one index lookup per batch) is used only with ``cache``;
-    ``bundles`` puts a bundle layer over each store."""
+    """One read stack per backend (endpoint) of ``session``, made on first use and kept.
+    ``peers`` (one round shared by every endpoint: one index lookup per batch) is used only
+    with ``cache``; ``bundles`` puts a bundle layer over each store; ``connections``: what a
+    store's read-ahead may use."""
 
-    def __init__(self, parts: PartPool, part_size: int, pacer: Pacer, cache: Optional[NodeCache] = None,
-                 peers: Optional[PeerRound] = None, bundles: Optional[StagerSlot] = None) -> None:
+    def __init__(self, session: Session, parts: PartPool, part_size: int, pacer: Pacer,
+                 cache: Optional[NodeCache] = None, peers: Optional[PeerRound] = None,
+                 bundles: Optional[StagerSlot] = None, connections: int = 2) -> None:
+        self._session = session
+        self._connections = connections
         self._parts = parts
         self._part_size = part_size
         self._pacer = pacer
@@ -71,8 +58,28 @@ class Stacks:
             found = self._stacks.setdefault(id(backend), self._build(backend))
         return found
 
+    def reader_of(self, url: Url) -> Reader:
+        """The top of the stack of ``url``'s endpoint; the TransferError of a backend that
+        cannot be made."""
+        return self.reader(self._session.backend(url))
+
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Generator[List[Url], None, None]:
+        """Each endpoint's stack plans its part of ``batch`` (:meth:`~transfer.layers.Reader.prepare`),
+        one after the other; yields the URLs whose bodies a layer now holds, as they come. A
+        URL whose backend cannot be made is left to its read, which reports it. Close the
+        generator to end a read-ahead early."""
+        batches: Dict[int, Tuple[Reader, List[Url]]] = {}
+        for url in batch:
+            try:
+                reader = self.reader_of(url)
+            except TransferError:
+                continue
+            batches.setdefault(id(reader), (reader, []))[1].append(url)
+        for reader, urls in batches.values():
+            yield from reader.prepare(urls, cancel)
+
     def _build(self, backend: Backend) -> Reader:
-        below: Reader = StoreReader(backend, self._parts, self._part_size, self._pacer)
+        below: Reader = StoreReader(backend, self._parts, self._part_size, self._pacer, self._connections)
         if self._bundles is not None:
             from transfer.layers.bundles import BundleLayer
             below = BundleLayer(below, self._bundles)

@@ -4,34 +4,77 @@
 (:class:`~transfer.backends.base.RangedReads`, :mod:`transfer.ranged`) and with one plain GET
 otherwise, into a temp file beside the destination that is renamed into place
 (:class:`~transfer.atomic.AtomicFile`). It holds plain values only: the backend, the part pool
-all ranged reads of an engine share, the part size and the pacer of request prefixes.
+all ranged reads of an engine share, the part size, the pacer of request prefixes and the
+connections a read-ahead may use.
+
+Its :meth:`~StoreReader.prepare` is the pipelined first pass over a batch of small objects
+(:class:`~transfer.backends.base.BatchReads`: S3's pipelined GETs from one thread,
+:mod:`transfer.http.pipeline`): each body that arrives whole and passes the checks ``get``
+makes is held here until the next read of its URL takes it (``get``, ``fetch_to`` or
+:meth:`~StoreReader.take`), once, and its URL handed to the caller as the pass goes (the pass's
+thread and the caller's take turns, never running at once). Whatever the pass does not hold (an
+error answer, a failed check, a large object, no answer, a 404: maybe a bundle member, which a
+layer above finds) is read as if there had been no pass, one request more. A 404 before any
+body ends the pass (a directory written as bundles answers 404 to every name; its reads then
+find the members with one listing); a 404 after bodies is one missing object, and the pass
+goes on.
 """
 
 from __future__ import annotations
 
-from transfer import ranged
-from transfer.atomic import AtomicFile
-from transfer.backends.base import ranged_reads
+import time
+
+from transfer import _threads, ranged
+from transfer.atomic import AtomicFile, write_all
+from transfer.backends.base import batch_reads, ranged_reads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Optional, Sequence
+    from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
-    from transfer.backends.base import Backend, ByteRange, ObjectInfo
+    from transfer._threads import Cancel
+    from transfer.backends.base import Backend, BatchReads, ByteRange, ObjectInfo
+    from transfer.layers import Prepared
     from transfer.pacing import Pacer
     from transfer.urls import Url
 
+    Held = Tuple[bytes, ObjectInfo]
+    Kept = Tuple[bytes, ObjectInfo, float]
+
 __all__ = ["StoreReader"]
+
+_MIN_BATCH = 2  # one object gains nothing from a pass of its own
+_HELD_BYTES = 256 << 20  # bodies held at once; past it a body is left to its own read
+_HELD_SECONDS = 60.0  # a body no read took by then (its transfer cancelled) is dropped at a prepare
+_RELAY = 8  # bodies held before the read-ahead hands them to the caller and waits: fewer than in flight
+
+
+def _name(url: Url) -> Tuple[str, str]:
+    """What a held body is found by: one backend's object (a Url hashes all its fields, slowly)."""
+    return url.host, url.path
+
+
+def _unique(batch: Sequence[Url]) -> List[Url]:
+    """``batch`` with each object once (two transfers of one source: one read ahead)."""
+    seen: Dict[Tuple[str, str], Url] = {}
+    for url in batch:
+        seen.setdefault(_name(url), url)
+    return list(seen.values())
 
 
 class StoreReader:
     """:class:`~transfer.layers.Reader` over one backend. Thread-safe as the backend is."""
 
-    def __init__(self, backend: Backend, parts: ranged.PartPool, part_size: int, pacer: Pacer) -> None:
+    def __init__(self, backend: Backend, parts: ranged.PartPool, part_size: int, pacer: Pacer,
+                 connections: int = 2) -> None:
         self.backend = backend
         self._parts = parts
         self._part_size = part_size
         self._pacer = pacer
+        self._connections = connections
+        self._held: Dict[Tuple[str, str], Kept] = {}
+        self._held_bytes = 0
+        self._lock = _threads.Lock()
 
     def kept_under(self, url: Url) -> Optional[str]:
         """None: the store's objects are kept under their own keys."""
@@ -41,19 +84,152 @@ class StoreReader:
         return self.backend.stat(url)
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
-        """One GET (the backend verifies the bytes)."""
+        """The held body, else one GET (the backend verifies the bytes)."""
+        held = self.take(url) if byte_range is None else None
+        if held is not None:
+            sink.write(held[0])
+            return held[1]
         return self.backend.get(url, sink, byte_range)
 
     def fetch_to(self, url: Url, path: str, link: bool = False, mode: int = 0o666) -> int:
-        """Ranged parts where the backend reads ranges, else one GET; ``link`` means nothing
-        here (no entry to link to)."""
+        """The held body; else ranged parts where the backend reads ranges, else one GET;
+        ``link`` means nothing here (no entry to link to)."""
+        held = self.take(url)
         with AtomicFile(path, mode=mode) as out:
+            if held is not None:  # on the descriptor: no file object for a few bytes (an OSError
+                write_all(out.fd, held[0])  # leaves the block as the file's TransferError)
+                return out.commit_written(len(held[0]))
             in_ranges = ranged_reads(self.backend)
             if in_ranges is not None:
                 return ranged.download(in_ranges, url, out, self._parts, self._part_size, self._pacer.pace(url))
             self.backend.get(url, out.file)
             return out.commit()
 
-    def prepare(self, batch: Sequence[Url]) -> None:
-        """Nothing to plan: the engine's pipelined pass of small reads (:mod:`transfer.batched`)
-        runs before the per-file reads."""
+    def take(self, url: Url) -> Optional[Held]:
+        """The body :meth:`prepare` read of ``url`` and its ``ObjectInfo``, handed over once."""
+        if not self._held:  # the common case: no read-ahead, no lock
+            return None
+        with self._lock:
+            held = self._held.pop(_name(url), None)
+            if held is None:
+                return None
+            self._held_bytes -= len(held[0])
+        return held[0], held[1]
+
+    def _drop_stale(self) -> None:
+        """Forget bodies held longer than :data:`_HELD_SECONDS`."""
+        now = time.monotonic()
+        with self._lock:
+            for name, kept in list(self._held.items()):
+                if now - kept[2] > _HELD_SECONDS:
+                    del self._held[name]
+                    self._held_bytes -= len(kept[0])
+
+    def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
+        """Read the small objects of ``batch`` in one pipelined pass where the backend can,
+        each request drawing its token from the pacer (:meth:`~transfer.pacing.Pace.draw`: a
+        pass into a paced prefix is paced, not skipped), holding each body for its next read.
+        Yields the URLs held, :data:`_RELAY` at a time, as the pass goes: the pass runs on a
+        thread of its own that waits while the caller reads what it was handed, so the two
+        never run at once (the requests in flight are answered into the sockets meanwhile, as
+        in one thread that writes between reads). A throttle answer ends the pass and is told
+        to the pacer. Returns the URLs answered 404 before any body was held (the pass ended
+        at the first). Never raises; closing the generator early ends the pass (bodies not yet
+        handed over are dropped at a later prepare, or taken by their reads)."""
+        reads = batch_reads(self.backend)
+        if reads is None or len(batch) < _MIN_BATCH:
+            return []
+        if self._held:
+            self._drop_stale()
+        batch = _unique(batch)
+        relay = _Relay()
+        absent: List[Url] = []
+        thread = _threads.start(lambda: self._read_ahead(reads, batch, relay, absent, cancel), "read-ahead")
+        ended = False
+        try:
+            while not ended:
+                chunk = relay.next()
+                ended = relay.ended
+                if chunk:
+                    yield chunk
+                if not ended:
+                    relay.resume()
+        finally:
+            if not ended:  # closed early: the reader, parked, takes nothing more and ends its pass
+                relay.stopped = True
+                relay.resume()
+            thread.join()
+        return absent
+
+    def _read_ahead(self, reads: BatchReads, batch: List[Url], relay: _Relay, absent: List[Url],
+                    cancel: Optional[Cancel]) -> None:
+        """:meth:`prepare`'s pass, on its own thread: each body held, its URL handed to ``relay``."""
+        pace = self._pacer.pace(batch[0])
+        held = [0]
+
+        def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
+            with self._lock:
+                if relay.stopped or self._held_bytes + len(body) > _HELD_BYTES:
+                    return False
+                self._held[_name(batch[k])] = (body, info, sent)
+                self._held_bytes += len(body)
+            held[0] += 1
+            relay.add(batch[k])
+            return True
+
+        def throttled(sent: float) -> None:
+            pace.throttled(time.time() - (time.monotonic() - sent))  # the pace's clock is epoch time
+
+        def missing(k: int) -> bool:
+            # A 404 before any body: likely a directory written as bundles, whose names all
+            # answer 404 (the reads find the members, one listing); after bodies, one missing
+            # object, which fails alone: the pass goes on.
+            if held[0]:
+                return False
+            absent.append(batch[k])
+            return True
+
+        try:
+            reads.read_small(batch, take, connections=self._connections, cancel=cancel, missing=missing,
+                             throttled=throttled, draw=lambda: pace.draw(cancel))
+        finally:
+            relay.end()
+
+
+class _Relay:
+    """URLs held by a read-ahead thread, handed to the caller's thread :data:`_RELAY` at a
+    time; the two take turns (a baton of two locks), never running at once."""
+
+    def __init__(self) -> None:
+        self.pending: List[Url] = []  # the reader's, since its last hand-over
+        self.chunk: List[Url] = []  # handed over
+        self.ended = False  # the pass is over: the last chunk was handed over
+        self.stopped = False  # the caller stopped early: the reader takes nothing more
+        self._caller = _threads.Lock()  # released: the caller's turn
+        self._caller.acquire()
+        self._reader = _threads.Lock()  # released: the reader's turn again
+        self._reader.acquire()
+
+    def add(self, url: Url) -> None:
+        """The reader's: one URL held; every :data:`_RELAY`, hand them over and wait."""
+        self.pending.append(url)
+        if len(self.pending) >= _RELAY:
+            self.chunk, self.pending = self.pending, []
+            self._caller.release()
+            self._reader.acquire()
+
+    def end(self) -> None:
+        """The reader's, last: hand over the rest; the caller's turn for good."""
+        self.chunk, self.pending = self.pending, []
+        self.ended = True
+        self._caller.release()
+
+    def next(self) -> List[Url]:
+        """The caller's: wait for the reader's turn to end; what it handed over."""
+        self._caller.acquire()
+        chunk, self.chunk = self.chunk, []
+        return chunk
+
+    def resume(self) -> None:
+        """The caller's, after :meth:`next` when not ended: the reader's turn."""
+        self._reader.release()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Generator, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -32,8 +32,23 @@ class FetchesTo(Protocol):
     def fetch_to(self, url: Url, path: str, link: bool = False, mode: int = 0o666) -> int:
         """The object at the new name ``path``; its size. Nothing at ``path`` on error."""
 
-    def prepare(self, batch: Sequence[Url]) -> None:
-        """Plan a batch of reads before any is made."""
+    def prepare(self, batch: Sequence[Url], cancel: Any = None) -> Generator[List[Url], None, List[Url]]:
+        """Plan a batch of reads before any is made: yields lists of URLs whose bodies are now
+        held, and returns the URLs the store answered 404 to before any body."""
+
+    def take(self, url: Url) -> Optional[Tuple[bytes, Any]]:
+        """A body read ahead, handed over once."""
+
+
+def planned(reader: Any, batch: Sequence[Url]) -> Tuple[List[Url], List[Url]]:
+    """``reader.prepare(batch)`` run through: (every URL held, the URLs it returned absent)."""
+    plan = reader.prepare(batch)
+    held: List[Url] = []
+    while True:
+        try:
+            held += next(plan)
+        except StopIteration as end:
+            return held, end.value
 
 
 class ClosesContract(ContractBase):
@@ -93,12 +108,33 @@ class LayerContract(ContractBase):
         assert not os.path.lexists(tmp_path / "absent")
 
     def test_prepare_then_read(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
-        """A batch planned with a missing member: the plan raises nothing, each read reports its own."""
+        """A batch planned with a missing member: the plan raises nothing, each read reports its
+        own; a body held ahead is the object's, and is handed out once (a second read reads it
+        again)."""
         for key in ("pr/a", "pr/b"):
             seed(key, key.encode())
-        reader.prepare([])
-        reader.prepare([url_for("pr/a"), url_for("pr/b"), url_for("pr/absent")])
+        assert planned(reader, []) == ([], [])
+        batch = [url_for("pr/a"), url_for("pr/b"), url_for("pr/absent")]
+        held, absent = planned(reader, batch)
+        assert all(any(url is b for b in batch) for url in held) and url_for("pr/absent") not in held
+        assert all(url == url_for("pr/absent") for url in absent)
+        assert self.read(reader, url_for("pr/a")) == b"pr/a"
         assert self.read(reader, url_for("pr/a")) == b"pr/a"
         assert self.read(reader, url_for("pr/b")) == b"pr/b"
+        assert reader.take(url_for("pr/a")) is None and reader.take(url_for("pr/b")) is None
         with pytest.raises(NotFound):
             reader.stat(url_for("pr/absent"))
+
+    def test_a_body_held_ahead_is_taken_once(self, reader: Any, seed: Seed, url_for: UrlFor, tmp_path: Path) -> None:
+        """What ``prepare`` holds comes out of ``take`` or ``fetch_to`` once, as the object's bytes."""
+        for key in ("ta/a", "ta/b"):
+            seed(key, key.encode() * 10)
+        held, absent = planned(reader, [url_for("ta/a"), url_for("ta/b")])
+        assert absent == []
+        for url in held:
+            assert url_for("ta/a") == url or url_for("ta/b") == url
+        first = reader.take(url_for("ta/a"))
+        assert first is None or (first[0] == b"ta/a" * 10 and first[1].size == 40)
+        assert reader.take(url_for("ta/a")) is None
+        assert reader.fetch_to(url_for("ta/b"), str(tmp_path / "b")) == 40
+        assert (tmp_path / "b").read_bytes() == b"ta/b" * 10 and reader.take(url_for("ta/b")) is None
