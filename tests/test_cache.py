@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
-from transfer import Session, _lean, parse_url
+from transfer import Session, lean, parse_url
 from transfer.backends.base import ObjectInfo
 from transfer.cache import CacheConfig, NodeCache, cache_from_settings
 from transfer.errors import ChecksumMismatch, ConfigError, NotFound
@@ -146,7 +146,7 @@ def test_80_processes_reading_one_large_object_cause_one_get(minio, bucket, tmp_
         cfg = config(tmp_path / "cache")
         jobs = [[{"url": url, "key": url, "dest": str(tmp_path / "jobs" / f"j{i}" / "big.bin")}]
                 for i in range(80)]
-        result = run_jobs({"env": objects.env, "cache": _lean.asdict(cfg), "jobs": jobs,
+        result = run_jobs({"env": objects.env, "cache": lean.asdict(cfg), "jobs": jobs,
                            "parallel": 80})
         assert gets(proxy) == 1
         objects.session.close()
@@ -194,7 +194,7 @@ def test_kill_9_during_download_leaves_nothing_and_a_waiter_takes_over(store, tm
     store.proxy.set_faults([Fault.stall(120, after_bytes=2 * MiB, method="GET")])
 
     def job(name: str) -> subprocess.Popen:
-        plan = {"env": store.env, "cache": _lean.asdict(cfg), "fork": False,
+        plan = {"env": store.env, "cache": lean.asdict(cfg), "fork": False,
                 "jobs": [[{"url": url, "key": url, "dest": str(tmp_path / name / "crash.bin")}]]}
         proc = subprocess.Popen(JOBS, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         proc.stdin.write(json.dumps(plan))
@@ -270,7 +270,7 @@ def test_eviction_under_pressure_spares_entries_in_use_and_pinned(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         from transfer.cache import CacheConfig, NodeCache
-        with NodeCache(CacheConfig(**{_lean.asdict(cfg)!r})).pin("k0") as path:
+        with NodeCache(CacheConfig(**{lean.asdict(cfg)!r})).pin("k0") as path:
             print(path, flush=True)
             sys.stdin.read()
         """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -452,8 +452,8 @@ def test_hit_and_miss_counters_add_up_across_processes_and_the_cli_shows_them(st
     def job(index: int, names: str) -> list:
         return [{"url": urls[n], "key": urls[n], "dest": str(tmp_path / f"job{index}" / n)} for n in names]
 
-    run_jobs({"env": store.env, "cache": _lean.asdict(cfg), "jobs": [job(1, "ab")], "parallel": 1})
-    run_jobs({"env": store.env, "cache": _lean.asdict(cfg), "jobs": [job(2, "abc")], "parallel": 1})
+    run_jobs({"env": store.env, "cache": lean.asdict(cfg), "jobs": [job(1, "ab")], "parallel": 1})
+    run_jobs({"env": store.env, "cache": lean.asdict(cfg), "jobs": [job(2, "abc")], "parallel": 1})
     assert gets(store.proxy) == 3
     shown = cli("stats", "--dir", cfg.directory, "--json")
     assert shown.returncode == 0, shown.stderr

@@ -10,7 +10,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from transfer import _lean
+from transfer import lean
 from transfer.cache import CacheConfig, NodeCache
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -53,7 +53,7 @@ def test_32_processes_filling_at_once_keep_the_cache_near_its_cap_and_end_under_
     cfg = CacheConfig(directory=str(tmp_path / "cache"), max_bytes=16 * MiB, min_free_bytes=0, fsync=False)
     NodeCache(cfg).close()
     (tmp_path / "jobs").mkdir()
-    fillers = [subprocess.Popen([sys.executable, "-c", FILLER, repr(_lean.asdict(cfg)), f"j{n}", str(OBJECTS),
+    fillers = [subprocess.Popen([sys.executable, "-c", FILLER, repr(lean.asdict(cfg)), f"j{n}", str(OBJECTS),
                                  str(SIZE), str(tmp_path / "jobs")], stdin=subprocess.PIPE, text=True)
                for n in range(JOBS)]
     peak, done = [0], threading.Event()

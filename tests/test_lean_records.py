@@ -1,4 +1,4 @@
-"""transfer._lean.record's two ways of binding an instance: generically (a class's first
+"""transfer.lean.record's two ways of binding an instance: generically (a class's first
 GENERIC_INSTANCES instances, no compile) and by its generated ``__init__`` (after those, or
 after ``prepare``): the same fields, the same defaults and factories, the same TypeErrors, the
 same frozen refusal and ``__post_init__``."""
@@ -9,7 +9,7 @@ from typing import Callable, List, Optional
 
 import pytest
 
-from transfer._lean import GENERIC_INSTANCES, field, fields, prepare, record
+from transfer.lean import GENERIC_INSTANCES, field, fields, prepare, record
 
 CALLS = [
     ((1, "b"), {}),

@@ -1,4 +1,4 @@
-"""Stand-ins for standard modules on the job step's path, against the modules themselves: transfer._lean_json
+"""Stand-ins for standard modules on the job step's path, against the modules themselves: transfer.lean_json
 against json (the same text out, the same values in, on random documents) and transfer.atomic.scratch_file
 against tempfile.mkstemp."""
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from transfer._lean_json import dumps, loads, raw_decode
+from transfer.lean_json import dumps, loads, raw_decode
 
 ALPHABET = "abc \"\\/\n\t\x00\x1f\x7f é€😀\ud800"
 
@@ -93,7 +93,7 @@ def test_what_json_cannot_write_is_refused():
 
 
 def test_neither_json_nor_re_is_imported_on_the_good_path():
-    code = ("import sys; before = set(sys.modules); from transfer._lean_json import dumps, loads; "
+    code = ("import sys; before = set(sys.modules); from transfer.lean_json import dumps, loads; "
             "assert loads(dumps({'b': [1, 2.5, None, True, 'x\\u00e9'], 'a': {}}, sort_keys=True)) "
             "== {'a': {}, 'b': [1, 2.5, None, True, 'x\\u00e9']}; "
             "print(sorted(m for m in ('json', 'json.decoder', 're') if m in sys.modules and m not in before))")

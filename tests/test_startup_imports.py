@@ -28,7 +28,7 @@ ONE_FILE_S3 = frozenset({
     "pegasus_cloudio", "pegasus_cloudio.dropin", "pegasus_cloudio.dropin.launch", "pegasus_cloudio.dropin.log", "pegasus_cloudio.ending",
     "pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.monitoring", "pegasus_cloudio.dropin.reporting",
     "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec", "pegasus_cloudio.dropin.stats",
-    "transfer", "transfer._digests", "transfer._lean", "transfer._lean_json", "transfer._threads", "transfer._workers", "transfer.atomic", "transfer.backends",
+    "transfer", "transfer._digests", "transfer.lean", "transfer.lean_json", "transfer._threads", "transfer._workers", "transfer.atomic", "transfer.backends",
     "transfer.backends._s3_checksum", "transfer.backends._s3_route", "transfer.backends._s3_wire",
     "transfer.backends._sigv4", "transfer.backends._wire_common", "transfer.backends.base", "transfer.backends.opening", "transfer.backends.s3",
     "transfer.config", "transfer.context", "transfer.credentials", "transfer.engine", "transfer.errors", "transfer.knobs",
@@ -117,7 +117,7 @@ def test_the_node_cache_brings_no_bundles_or_peers(job: Dict[str, object]) -> No
 def test_bundles_and_the_cache_on_a_one_file_job_import_no_json_re_or_xml(job: Dict[str, object]) -> None:
     """A producer's stage-in of one plain file with bundles and the node cache on (the workflow's
     "bundles + cache" mode): no listing is made for one file, so the bundle code is not even
-    imported (transfer.bundle_gate), and the cache's metadata uses transfer._lean_json, so none
+    imported (transfer.bundle_gate), and the cache's metadata uses transfer.lean_json, so none
     of the heavy parsers comes in."""
     env = dict(job["env"], PEGASUS_CLOUDIO_BUNDLE="1",  # type: ignore[call-overload]
                PEGASUS_CLOUDIO_CACHE_DIR=str(Path(str(job["cwd"])).parent / "cache"))

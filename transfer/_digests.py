@@ -28,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
-    from transfer._lean import Buffer
+    from transfer.lean import Buffer
 
     class Hash(Protocol):
         def update(self, data: Buffer, /) -> None: ...

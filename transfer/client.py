@@ -42,7 +42,7 @@ from transfer.session import BackendOpener, Session
 from transfer.urls import Url, parse_url
 
 # An engine's start-up is a per-process cost: typing, tempfile and the node cache are imported
-# where they are used (the plain API's own modules, as the drop-in's, stay lean: see _lean).
+# where they are used (the plain API's own modules, as the drop-in's, stay lean: see transfer.lean).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union

@@ -10,10 +10,10 @@ of them), so a job never starts a request with it.
 
 from __future__ import annotations
 
-from transfer import _lean
-from transfer._lean import record
+from transfer import lean
 from transfer.errors import InvalidInput
 from transfer.knobs import PREFIX, layered, origin_of
+from transfer.lean import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Settings:
         return site_label is not None and site_label.replace("-", "_") in sites
 
     def replace(self, **changes: object) -> "Settings":
-        return _lean.replace(self, **changes)  # type: ignore[arg-type]
+        return lean.replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None, *, config_file: bool = False) -> "Settings":
@@ -95,7 +95,7 @@ class Settings:
         (:func:`transfer.knobs.layered`; a mapping that function returned needs no second read)."""
         values = layered(env, config_file=config_file)
         changes: Dict[str, object] = {}
-        for field in _lean.fields(cls):
+        for field in lean.fields(cls):
             name = PREFIX + field.name.upper()
             if name in values:
                 changes[field.name] = _convert(name, values[name], field.default, origin_of(values, name))
@@ -106,7 +106,7 @@ class Settings:
     def validate(self, values: Optional[Mapping[str, str]] = None) -> None:
         """Raise InvalidInput naming the first field no setting can mean (and, given the
         ``values`` it was read from, their source)."""
-        for field in _lean.fields(self):
+        for field in lean.fields(self):
             problem = _problem(field.name, getattr(self, field.name))
             if problem:
                 name = PREFIX + field.name.upper()

@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 
 from transfer import _threads
-from transfer._lean import field, record
 from transfer.config import Settings
 from transfer.credentials import PegasusCredentialsFile, pegasus_credentials_path
 from transfer.errors import ConfigError
 from transfer.http.connection import Timeouts, verifying_ssl_context
 from transfer.http.pool import PoolStats
+from transfer.lean import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

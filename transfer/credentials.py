@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 
-from transfer._lean import field, record
 from transfer.errors import ConfigError
+from transfer.lean import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

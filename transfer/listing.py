@@ -15,8 +15,8 @@ from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
 from transfer import schemes
 from transfer.errors import NotFound
+from transfer.lean import field, record
 from transfer.urls import Url
-from transfer._lean import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

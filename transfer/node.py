@@ -9,7 +9,7 @@ peer settings are one warning and the transfer goes on without them.
 
 from __future__ import annotations
 
-from transfer._lean import logger
+from transfer.lean import logger
 
 # A job step imports this module: the cache, P2P code, logging and typing only when used.
 TYPE_CHECKING = False

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import posixpath
 
-from transfer._lean import field, record
+from transfer.lean import field, record
 from transfer.urls import Url, parse_url
 
 TYPE_CHECKING = False

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 
 from transfer import _threads
-from transfer._lean import record
+from transfer.lean import record
 from transfer.schemes import SCHEMES
 
 TYPE_CHECKING = False

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from transfer._lean import logger
+from transfer.lean import logger
 from transfer.pacing import CALM_SECONDS, MAX_WAIT, LocalStates, RateState
 
 TYPE_CHECKING = False

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from transfer._lean import logger
+from transfer.lean import logger
 from transfer.pacing import CALM_SECONDS, RateState
 from transfer.schemes import SCHEMES
 

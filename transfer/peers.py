@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from transfer._lean import Protocol, runtime_checkable
-from transfer._lean import field, record
+from transfer.lean import Protocol, runtime_checkable
+from transfer.lean import field, record
 from transfer.peer_scope import Scope, derive_scope, proof
 
 TYPE_CHECKING = False

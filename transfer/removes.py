@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 
-from transfer._lean import logger
 from transfer.backends.base import Namespace, TreeRemoval, cache_keys, namespace
 from transfer.errors import InvalidInput, Throttled, TransferError
+from transfer.lean import logger
 from transfer.ops import Attempt, Remove, Result
 from transfer.retry import RetryBudget, RunBudget
 

@@ -16,7 +16,7 @@ is paced by :mod:`transfer.pacing`.
 from __future__ import annotations
 
 from transfer import _threads
-from transfer._lean import record
+from transfer.lean import record
 
 from transfer.errors import Cancelled, Throttled, TransferError
 

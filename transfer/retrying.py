@@ -12,8 +12,8 @@ import itertools
 import time
 
 from transfer import _threads
-from transfer._lean import logger
 from transfer.errors import Throttled, TransferError
+from transfer.lean import logger
 from transfer.ops import Result, Transfer
 from transfer.retry import RunBudget, check_cancel
 

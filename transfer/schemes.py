@@ -35,12 +35,12 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
     (``https://ACCOUNT.blob.core.windows.net/C/B`` is ``az://ACCOUNT/C/B``): parsed as this scheme.
 
 A new backend adds its row here and its own modules; nothing else lists schemes. This module
-imports nothing but :mod:`transfer._lean`: every job step parses URLs, and so reads it.
+imports nothing but :mod:`transfer.lean`: every job step parses URLs, and so reads it.
 """
 
 from __future__ import annotations
 
-from transfer._lean import record
+from transfer.lean import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

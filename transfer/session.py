@@ -11,12 +11,12 @@ import os
 
 from transfer import _threads
 from transfer import backends
-from transfer._lean import Protocol
 from transfer.backends.base import Backend, Store, cache_keys, store
 from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.context import Context
 from transfer.http.pool import PoolStats
+from transfer.lean import Protocol
 from transfer.urls import Url
 
 TYPE_CHECKING = False

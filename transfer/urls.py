@@ -19,8 +19,8 @@ Which schemes can actually be transferred is decided by the backend registry, no
 from __future__ import annotations
 
 from transfer import schemes
-from transfer._lean import record, replace
 from transfer.errors import InvalidInput
+from transfer.lean import record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional
 from pegasus_cloudio_bench.harness import Progress, add_params_arguments, params_from_args, tool_env
 from pegasus_cloudio_testbed.minio import MinioServer
 from pegasus_cloudio_testbed.proxy import TcpProxy
-from transfer import _lean
+from transfer import lean
 from transfer.backends.base import namespace, uploads
 from transfer.cache import CacheConfig, NodeCache
 from transfer.session import Session
@@ -190,7 +190,7 @@ class _Bench:
 
     def _jobs(self, jobs: List[List[Dict[str, Any]]], config: Optional[CacheConfig],
               parallel: int) -> Dict[str, Any]:
-        plan = {"env": self.env, "cache": _lean.asdict(config) if config else None,
+        plan = {"env": self.env, "cache": lean.asdict(config) if config else None,
                 "jobs": jobs, "parallel": parallel}
         self.proxy.reset_counters()
         done = subprocess.run([sys.executable, "-m", "pegasus_cloudio_bench.cache_jobs"],

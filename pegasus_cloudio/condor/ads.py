@@ -25,7 +25,7 @@ import os
 from types import ModuleType
 from typing import IO, Any, Dict, List, Optional
 
-from transfer._lean import record
+from transfer.lean import record
 
 _STALE_CHECK_LIMIT = 1 << 20
 

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 from pegasus_cloudio.condor.ads import FileAd
 from pegasus_cloudio.condor.http_transfers import TokenUrl
 from transfer import schemes
-from transfer._lean import record
 from transfer.errors import InvalidInput, TransferError
+from transfer.lean import record
 from transfer.ops import Transfer
 from transfer.urls import Url, parse_url
 

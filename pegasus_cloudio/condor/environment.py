@@ -36,8 +36,8 @@ import pwd
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
-from transfer._lean import field, record
 from transfer.knobs import KNOWN, PREFIX, uncommented
+from transfer.lean import field, record
 from transfer.named_files import OWN_LINKS, UnsafeFile, is_missing, read_file
 
 NODE_CONFIG_VAR = "PEGASUS_CLOUDIO_CONDOR_CONFIG"

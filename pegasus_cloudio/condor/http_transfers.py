@@ -28,7 +28,6 @@ from typing import BinaryIO, Hashable, List, Mapping, Optional, Tuple
 
 from pegasus_cloudio.condor.credentials import is_presigned, may_add_headers, read_token
 from transfer import schemes
-from transfer._lean import record
 from transfer.atomic import local_error
 from transfer.backends.base import Backend, ByteRange, ObjectInfo
 from transfer.backends.http import check_response as check_status
@@ -37,6 +36,7 @@ from transfer.http.connection import Body, file_body
 from transfer.http.origins import REDIRECTS, OriginPools, origin_of
 from transfer.http.pool import PooledResponse
 from transfer.backends.opening import Opening
+from transfer.lean import record
 from transfer.session import Session
 from transfer.config import Settings
 from transfer.urls import Url

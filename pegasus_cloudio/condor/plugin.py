@@ -36,7 +36,7 @@ from pegasus_cloudio.condor.http_transfers import plugin_session
 from pegasus_cloudio.condor.jobenv import JobAdError
 from pegasus_cloudio.condor.report import Reporter, say
 from pegasus_cloudio.condor.starter import reads_one_message_after_failure, starter_version
-from transfer._lean import record
+from transfer.lean import record
 from transfer.node import open_node_cache, open_pacer, open_peers, session_scopes
 from pegasus_cloudio.version import plain, version_line
 from transfer.config import Settings

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Sequence
 
-from transfer._lean import asdict, fields, record
+from transfer.lean import asdict, fields, record
 
 __all__ = ["DEFAULT_TABLES", "PriceTable", "load_tables", "request_class"]
 

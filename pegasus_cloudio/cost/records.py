@@ -18,7 +18,7 @@ import os
 import re
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from transfer._lean import record
+from transfer.lean import record
 
 __all__ = ["Attempt", "Usage", "parse_attempts", "job_type", "read_usage"]
 

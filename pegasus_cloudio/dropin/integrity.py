@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import time
-from transfer._lean import record
+from transfer.lean import record
 from datetime import datetime, timezone
 
 from pegasus_cloudio.dropin.monitoring import yaml_quote

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from transfer._lean import record
+from transfer.lean import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ import time
 
 from pegasus_cloudio.dropin import monitoring, stats
 from pegasus_cloudio.dropin.log import log
-from transfer._lean import record, replace
+from transfer.lean import record, replace
 from transfer.ops import Result, Transfer
 
 # integrity (kickstart's fullstat YAML, .meta files) is imported only by jobs that ask for it.

@@ -14,8 +14,8 @@ is used, as in 5.1.3.
 from __future__ import annotations
 
 from transfer import backends
-from transfer._lean import record
 from transfer.errors import InvalidInput
+from transfer.lean import record
 from transfer.ops import LinkMode, Mkdir, Remove, Transfer
 from transfer.urls import parse_url
 
@@ -237,6 +237,6 @@ def _v1_label(line: str) -> Optional[str]:
 
 def _loads(text: str) -> Any:
     """``json.loads(text)`` without importing ``json`` unless the text does not parse
-    (:mod:`transfer._lean_json`)."""
-    from transfer._lean_json import loads
+    (:mod:`transfer.lean_json`)."""
+    from transfer.lean_json import loads
     return loads(text)

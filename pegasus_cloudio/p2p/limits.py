@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Dict, Optional
 
-from transfer._lean import record
+from transfer.lean import record
 
 __all__ = ["ConnectionLimits", "Connections", "Slot"]
 

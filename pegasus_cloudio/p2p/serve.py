@@ -32,9 +32,9 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
-from transfer._lean import replace
 from transfer.errors import TransferError
 from transfer.knobs import layered
+from transfer.lean import replace
 from transfer.p2p.config import ENV, node_id
 from transfer.p2p.index import NodeInfo, PeerIndex
 

@@ -38,8 +38,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from transfer._lean import field, record
 from transfer.cache.layout import GRANT_LINE, MAX_GRANTS, Meta, digest_of
+from transfer.lean import field, record
 from transfer.p2p.client import PROOF_HEADER, certificate_binding, plain_binding
 from transfer.peers import proof
 

@@ -27,9 +27,9 @@ import pwd
 import socket
 from typing import Dict, Mapping, Optional, Tuple
 
-from transfer._lean import record
 from transfer.errors import ConfigError, InvalidInput
 from transfer.knobs import family, origin_of
+from transfer.lean import record
 from transfer.p2p.config import ENV, flag_value, read_token
 
 from .server import ConnectionLimits, ServeConfig

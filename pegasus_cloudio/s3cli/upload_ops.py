@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from typing import Iterator, Optional
 
-from transfer._lean import record
 from transfer.backends.base import pending_uploads
 from transfer.errors import InvalidInput
+from transfer.lean import record
 from transfer.urls import Url
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

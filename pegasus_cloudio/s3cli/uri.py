@@ -18,7 +18,7 @@ import stat
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
-from transfer._lean import record
+from transfer.lean import record
 from transfer.urls import Url
 
 WILDCARDS = "*?[]"

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from pegasus_cloudio.sites.modes import MODES, Mode
-from transfer._lean import record
+from transfer.lean import record
 
 PROVIDERS = ("s3", "gcs", "azure")
 WORKER_PACKAGE = ("installed", "staged")

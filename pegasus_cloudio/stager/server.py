@@ -40,8 +40,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from pegasus_cloudio.stager import wire
 from pegasus_cloudio.stager.warm import WarmSockets, report
-from transfer._lean import prepare
 from transfer.cache import behind
+from transfer.lean import prepare
 
 # Imported once, before the first fork: the drop-in, its backends and features, and what its
 # main() imports lazily on the way to a transfer, so a job's process imports nothing itself
@@ -86,7 +86,7 @@ class _Stop(Exception):
 
 def preload() -> List[str]:
     """Import what jobs use, and generate the ``__init__`` of every record class they may
-    create (:func:`transfer._lean.prepare`); the names that could not be imported (an extra not
+    create (:func:`transfer.lean.prepare`); the names that could not be imported (an extra not
     installed: its import error then reaches the job that needs it, as without the stager)."""
     missing = [name for name in PRELOAD if not _import(name)]
     _prepare_records()

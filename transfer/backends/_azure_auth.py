@@ -22,9 +22,9 @@ name the variable, never its value.
 
 from __future__ import annotations
 
-from transfer._lean import record
 from transfer.backends._azure_identity import describe, identity_mode
 from transfer.errors import ConfigError, InvalidInput
+from transfer.lean import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

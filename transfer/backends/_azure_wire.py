@@ -17,10 +17,10 @@ import binascii
 import secrets
 import time
 
-from transfer._lean import record
 from transfer import _digests
 from transfer.backends._wire_common import StreamCheck, digest_check, http_date_epoch, parse_xml
 from transfer.backends.base import Attributes, ObjectInfo
+from transfer.lean import record
 from transfer.errors import (
     THROTTLE_CODES, AuthError, InvalidInput, NotFound, RemoteError, Throttled, TransferError, TransientError,
 )

@@ -25,12 +25,12 @@ from __future__ import annotations
 import time
 
 from transfer import _threads
-from transfer._lean import Headers, record
 from transfer.backends._s3_wire import S3Path, default_endpoint, iso8601_epoch, s3_error, virtual_hosted, xml_tree
 from transfer.backends._sigv4 import SigV4Signer, canonical_query_of
 from transfer.backends._wire_common import uri_encode_path
 from transfer.errors import RemoteError, TransferError, TransientError, retry_after_seconds
 from transfer.http.pool import ConnectionPool, PooledResponse
+from transfer.lean import Headers, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

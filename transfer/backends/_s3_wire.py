@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 from transfer import _digests
-from transfer._lean import record
+from transfer.lean import record
 
 from transfer.backends._wire_common import parse_xml
 from transfer.backends.base import ByteRange, ObjectInfo

@@ -34,9 +34,9 @@ import paramiko.agent
 import paramiko.hostkeys
 from paramiko.pkey import UnknownKeyType
 
-from transfer._lean import record
 from transfer.credentials import check_private, site_env_suffix
 from transfer.errors import AuthError, ConfigError, InvalidInput, NotFound, RemoteError, TransferError, TransientError
+from transfer.lean import record
 from transfer.urls import Url
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")

@@ -14,8 +14,8 @@ capability.
 
 from __future__ import annotations
 
-from transfer._lean import Protocol, runtime_checkable
-from transfer._lean import record
+from transfer.lean import record
+from transfer.lean import Protocol, runtime_checkable
 
 from transfer.errors import InvalidInput, TransferError
 from transfer.http.connection import FileRegion

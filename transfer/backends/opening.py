@@ -8,7 +8,7 @@ never import the context or the session; the backend classes themselves take pla
 
 from __future__ import annotations
 
-from transfer._lean import Protocol
+from transfer.lean import Protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import binascii
 import sys
 
 from transfer import _digests
-from transfer._lean import logger
+from transfer.lean import logger
 from transfer.backends._s3_wire import (
     S3Path,
     _info,

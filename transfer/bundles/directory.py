@@ -27,8 +27,8 @@ import posixpath
 import time
 
 from transfer import _threads
-from transfer._lean import logger, field, record
-from transfer._lean_json import loads
+from transfer.lean import logger, field, record
+from transfer.lean_json import loads
 
 from transfer.backends.base import Backend, Namespace, ObjectInfo, batch_reads, dials_ahead
 from transfer.bundles.format import (

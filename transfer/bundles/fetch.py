@@ -12,11 +12,11 @@ from __future__ import annotations
 
 
 from transfer import _digests
-from transfer._lean import Protocol
 from transfer.backends.base import Backend
 from transfer.bundles.directory import WHOLE_FRACTION, LoadedBundle
 from transfer.bundles.format import BundleFormatError, Member, coalesce
 from transfer.errors import TransferError
+from transfer.lean import Protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import struct
 from transfer import _digests
-from transfer._lean import Buffer, record
-from transfer._lean_json import dumps
+from transfer.lean import Buffer, record
+from transfer.lean_json import dumps
 
 from transfer.bundles.scan import IndexSyntaxError, index_rows
 from transfer.errors import ChecksumMismatch

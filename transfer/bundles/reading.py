@@ -13,7 +13,7 @@ destinations (atomically, verified by SHA-256) and then inserted into the cache.
 
 from __future__ import annotations
 
-from transfer._lean import record
+from transfer.lean import record
 
 from transfer.atomic import AtomicFile, atomic_write_bytes
 from transfer.backends.base import Backend, ObjectInfo

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import codecs
 
-from transfer._lean import Buffer
-from transfer._lean_json import raw_decode
+from transfer.lean import Buffer
+from transfer.lean_json import raw_decode
 from transfer.errors import ChecksumMismatch
 
 TYPE_CHECKING = False

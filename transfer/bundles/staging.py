@@ -22,8 +22,8 @@ import posixpath
 
 from transfer import _threads
 from transfer._workers import Task
-from transfer._lean import record
-from transfer._lean_json import dumps
+from transfer.lean import record
+from transfer.lean_json import dumps
 
 from transfer.atomic import local_error, scratch_file
 from transfer.backends.base import Backend, store

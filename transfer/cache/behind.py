@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 
 from transfer import _threads
-from transfer._lean import logger
+from transfer.lean import logger
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

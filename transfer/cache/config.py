@@ -33,7 +33,7 @@ line > environment > config file > default) is :func:`transfer.knobs.layered`'s 
 from __future__ import annotations
 
 import os
-from transfer._lean import record
+from transfer.lean import record
 
 from transfer.config import parse_flag, parse_seconds, parse_size
 from transfer.errors import InvalidInput

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import time
 
-from transfer._lean import logger
 from transfer.cache import evict
 from transfer.cache.config import CacheConfig
+from transfer.lean import logger
 from transfer.cache.layout import (
     ENTRY_MODE, KeyPaths, Layout, Meta, process_umask, read_meta, remove_quietly, set_stamp, stamped_ctime,
     write_meta_in_place,

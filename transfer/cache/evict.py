@@ -11,7 +11,7 @@ import os
 import time
 
 from transfer import _digests
-from transfer._lean import record
+from transfer.lean import record
 
 from transfer.cache.config import CacheConfig
 from transfer.cache.layout import (

@@ -33,8 +33,8 @@ import stat
 import time
 
 from transfer._digests import digest_of as digest_of  # the name of a key, shared with the peers: defined below both
-from transfer._lean import record
-from transfer._lean_json import loads
+from transfer.lean import record
+from transfer.lean_json import loads
 
 from transfer.atomic import track_temp, untrack_temp, write_all
 from transfer.errors import ConfigError

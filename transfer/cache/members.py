@@ -35,12 +35,12 @@ from __future__ import annotations
 import os
 import time
 
-from transfer._lean import logger
 from transfer.atomic import atomic_write_bytes, untrack_temp, write_all
 from transfer.cache.layout import ENTRY_MODE, FILE_MODE, KeyPaths, Meta, remove_quietly, write_meta_in_place
 from transfer.cache.locks import Held, acquire_new
 from transfer.cache.materialise import materialise
 from transfer.errors import TransferError
+from transfer.lean import logger
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ import io
 import os
 
 from transfer import _digests
-from transfer._lean import Buffer
 from transfer.atomic import AtomicFile, local_error, untrack_temp
 from transfer.cache.layout import remove_quietly
 from transfer.cache.materialise import copy_range
+from transfer.lean import Buffer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ import _thread
 import os
 
 from transfer import _threads
-from transfer import _lean
-from transfer._lean import record
-from transfer._lean_json import dumps, loads
+from transfer import lean
+from transfer.lean import record
+from transfer.lean_json import dumps, loads
 
 from transfer.cache.layout import FILE_MODE, Layout, remove_quietly
 from transfer.cache.locks import EXCLUSIVE, held
@@ -53,10 +53,10 @@ class CacheStats:
     corrupt: int = 0
 
     def as_dict(self) -> Dict[str, int]:
-        return _lean.asdict(self)
+        return lean.asdict(self)
 
 
-FIELDS = tuple(f.name for f in _lean.fields(CacheStats))
+FIELDS = tuple(f.name for f in lean.fields(CacheStats))
 
 
 def stats_from(values: Mapping[str, int]) -> CacheStats:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 
 from transfer import _digests
-from transfer._lean import logger
 from transfer.atomic import AtomicFile
 from transfer.backends.base import ObjectInfo
 from transfer.cache import evict
@@ -39,6 +38,7 @@ from transfer.cache.sink import CacheSink
 from transfer.cache.staging import Staged, stage_bytes, stage_file, stage_linked
 from transfer.cache.stats import CacheStats, stats_from
 from transfer.errors import ChecksumMismatch, ConfigError, TransferError
+from transfer.lean import logger
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

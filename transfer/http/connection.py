@@ -19,10 +19,10 @@ import sys
 import zlib
 
 from transfer import _digests
-from transfer._lean import record
 from transfer.errors import RemoteError, TransferError, TransientError
 from transfer.http.message import (MAX_LINE, buffered_head, header_lines, host_header, read_headers, request_head,
                                    status_line)
+from transfer.lean import record
 from transfer.http.sockets import SocketReader, connected, dial, handshaking, kernel_timeouts, sendfile
 
 # Plain-HTTP connections use the C module _socket (socket imports enum and selectors, several

@@ -8,10 +8,10 @@ import ssl
 from urllib.parse import quote, urljoin, urlsplit
 
 from transfer import _threads
-from transfer._lean import Headers
 from transfer.errors import RemoteError
 from transfer.http.connection import Body, Timeouts
 from transfer.http.pool import ConnectionPool, PooledResponse, PoolStats
+from transfer.lean import Headers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -35,8 +35,8 @@ variables) and the AWS chain's STS follow these rules too.
 
 from __future__ import annotations
 
-from transfer._lean import field, record
 from transfer.errors import AuthError, ConfigError, RemoteError, TransientError
+from transfer.lean import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ failures here: they go back to the engine, whose per-file retries back off.
 
 from __future__ import annotations
 
-from transfer._lean import logger
 from transfer.errors import ChecksumMismatch, TransientError
+from transfer.lean import logger
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

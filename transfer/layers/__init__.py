@@ -14,13 +14,13 @@ and the version read:
 an absent layer.
 
 This module is on a one-file job's import path: it holds the protocol only (no ``typing``,
-``threading`` or feature modules; see :mod:`transfer._lean`). :mod:`transfer.layers.stack`
+``threading`` or feature modules; see :mod:`transfer.lean`). :mod:`transfer.layers.stack`
 builds the stacks.
 """
 
 from __future__ import annotations
 
-from transfer._lean import Protocol, runtime_checkable
+from transfer.lean import Protocol, runtime_checkable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ Imported only where a node cache and peers are on.
 
 from __future__ import annotations
 
-from transfer._lean import logger, replace
+from transfer.lean import logger, replace
 from transfer.peers import Replica
 
 TYPE_CHECKING = False

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from transfer._lean import replace
+from transfer.lean import replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from transfer.p2p.client import PeerClient

@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Generator, List, Optional, Sequence, Tuple
 import pytest
 
 from pegasus_cloudio_testbed.contract.base import ContractBase, Seed, UrlFor
-from transfer._lean import Protocol, runtime_checkable
 from transfer.errors import NotFound
+from transfer.lean import Protocol, runtime_checkable
 from transfer.urls import Url
 
 
