@@ -21,6 +21,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional, Tuple, Union
 
+    # How _emit writes: (quote a str, sort object keys, item separator, key separator).
+    _Style = Tuple[Callable[[str], str], bool, str, str]
+
 __all__ = ["dumps", "loads", "raw_decode"]
 
 
@@ -77,48 +80,61 @@ def loads(data: "Union[str, bytes]") -> "Any":
 def dumps(value: "Any", *, sort_keys: bool = False, separators: "Tuple[str, str]" = (", ", ": ")) -> str:
     """``json.dumps(value, sort_keys=sort_keys, separators=separators)`` for plain values."""
     import _json
-    quote = _json.encode_basestring_ascii
-    item_separator, key_separator = separators
     parts: "list[str]" = []
-
-    def emit(obj: "Any", depth: int) -> None:
-        if depth > 200:
-            raise ValueError("JSON value nested too deeply")
-        if isinstance(obj, str):
-            parts.append(quote(obj))
-        elif obj is None:
-            parts.append("null")
-        elif obj is True:
-            parts.append("true")
-        elif obj is False:
-            parts.append("false")
-        elif isinstance(obj, int):
-            parts.append(int.__repr__(obj))
-        elif isinstance(obj, float):
-            parts.append(_float(obj))
-        elif isinstance(obj, (list, tuple)):
-            parts.append("[")
-            for n, item in enumerate(obj):
-                if n:
-                    parts.append(item_separator)
-                emit(item, depth + 1)
-            parts.append("]")
-        elif isinstance(obj, dict):
-            if not all(isinstance(k, str) for k in obj):
-                raise TypeError("JSON object keys must be str here")
-            parts.append("{")
-            for n, key in enumerate(sorted(obj) if sort_keys else obj):
-                if n:
-                    parts.append(item_separator)
-                parts.append(quote(key))
-                parts.append(key_separator)
-                emit(obj[key], depth + 1)
-            parts.append("}")
-        else:
-            raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
-
-    emit(value, 0)
+    _emit(value, 0, parts, (_json.encode_basestring_ascii, sort_keys, separators[0], separators[1]))
     return "".join(parts)
+
+
+def _emit(obj: "Any", depth: int, parts: "list[str]", style: "_Style") -> None:
+    """Append the JSON text of ``obj``, nested ``depth`` levels deep, to ``parts``.
+    :class:`TypeError` for a value (or an object key) JSON does not hold here,
+    :class:`ValueError` past 200 levels."""
+    if depth > 200:
+        raise ValueError("JSON value nested too deeply")
+    if isinstance(obj, str):
+        parts.append(style[0](obj))
+    elif obj is None:
+        parts.append("null")
+    elif obj is True:
+        parts.append("true")
+    elif obj is False:
+        parts.append("false")
+    elif isinstance(obj, int):
+        parts.append(int.__repr__(obj))
+    elif isinstance(obj, float):
+        parts.append(_float(obj))
+    elif isinstance(obj, (list, tuple)):
+        _emit_array(obj, depth + 1, parts, style)
+    elif isinstance(obj, dict):
+        _emit_object(obj, depth + 1, parts, style)
+    else:
+        raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _emit_array(items: "Any", depth: int, parts: "list[str]", style: "_Style") -> None:
+    """A list or tuple: its items at ``depth``, as :func:`_emit`."""
+    parts.append("[")
+    for n, item in enumerate(items):
+        if n:
+            parts.append(style[2])
+        _emit(item, depth, parts, style)
+    parts.append("]")
+
+
+def _emit_object(obj: "dict[Any, Any]", depth: int, parts: "list[str]", style: "_Style") -> None:
+    """A dict with ``str`` keys (in order, or sorted when the style says so): its values at
+    ``depth``, as :func:`_emit`."""
+    if not all(isinstance(k, str) for k in obj):
+        raise TypeError("JSON object keys must be str here")
+    quote, sort_keys, item_separator, key_separator = style
+    parts.append("{")
+    for n, key in enumerate(sorted(obj) if sort_keys else obj):
+        if n:
+            parts.append(item_separator)
+        parts.append(quote(key))
+        parts.append(key_separator)
+        _emit(obj[key], depth, parts, style)
+    parts.append("}")
 
 
 def _float(number: float) -> str:

@@ -183,40 +183,52 @@ def _walk(path: str, links: str, dir_fd: "Optional[int]") -> "Tuple[int, str]":
     try:
         while parts:
             name = parts.pop(0)
-            if name == ".." or not parts:
-                if name != ".." and not _follows(fd, name, links):
-                    return fd, name
-                if name == "..":
-                    parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-                    os.close(fd)
-                    fd = parent
-                    continue
+            if name == "..":
+                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                continue
+            if not parts and not _follows(fd, name, links):
+                return fd, name
             try:
                 st = os.lstat(name, dir_fd=fd)
             except OSError as err:
                 raise UnsafeFile(path, err.strerror or str(err), err.errno or 0) from None
             if stat.S_ISLNK(st.st_mode):
                 followed += 1
-                if st.st_uid not in (0, os.geteuid()) or followed > _MAX_LINKS:
-                    raise UnsafeFile(path, f"{name} on the way is another user's symbolic link (not followed)"
-                                     if followed <= _MAX_LINKS else "too many symbolic links", errno.ELOOP)
-                target = os.readlink(name, dir_fd=fd)
+                target = _link_target(path, name, fd, st, followed)
                 parts[:0] = [p for p in target.split("/") if p and p != "."]
                 if target.startswith("/"):
                     os.close(fd)
                     fd = os.open("/", _DIR_FLAGS)
                 continue
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError as err:
-                raise UnsafeFile(path, err.strerror or str(err), err.errno or 0) from None
-            os.close(fd)
-            fd = child
+            fd = _enter(path, name, fd)
     except BaseException:
         os.close(fd)
         raise
     os.close(fd)
     raise UnsafeFile(path, "names a directory, not a file")
+
+
+def _link_target(path: str, name: str, fd: int, st: os.stat_result, followed: int) -> str:
+    """Where the symbolic link ``name`` in the directory ``fd`` (``st``: its ``lstat``), the
+    ``followed``-th link on the way along ``path``, points; :class:`UnsafeFile` naming ``path``
+    when the link is neither this process's user's nor root's, or after :data:`_MAX_LINKS`."""
+    if st.st_uid not in (0, os.geteuid()) or followed > _MAX_LINKS:
+        raise UnsafeFile(path, f"{name} on the way is another user's symbolic link (not followed)"
+                         if followed <= _MAX_LINKS else "too many symbolic links", errno.ELOOP)
+    return os.readlink(name, dir_fd=fd)
+
+
+def _enter(path: str, name: str, fd: int) -> int:
+    """The directory ``name`` in the directory ``fd``, opened; ``fd`` is closed once it is (not
+    when the open fails: the caller still holds it). :class:`UnsafeFile` naming ``path``."""
+    try:
+        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except OSError as err:
+        raise UnsafeFile(path, err.strerror or str(err), err.errno or 0) from None
+    os.close(fd)
+    return child
 
 
 def _follows(fd: int, name: str, links: str) -> bool:

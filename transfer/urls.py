@@ -212,17 +212,34 @@ def parse_url(
     if ":" not in text or text.startswith("/"):
         return Url("file", "", _expand(text, env), site_label)
     lowered = text[:8].lower()
+    if lowered.startswith(_LOCAL_SCHEMES):
+        return _local_url(text, lowered, site_label, env)
+    return _remote_url(text, site_label)
+
+
+_LOCAL_SCHEMES = ("file:", "symlink:", "moveto:")
+
+
+def _local_url(text: str, lowered: str, site_label: Optional[str], env: Optional[Mapping[str, str]]) -> Url:
+    """A URL whose scheme is one of :data:`_LOCAL_SCHEMES` (``lowered``: the start of ``text``
+    in lower case): the path is what follows the scheme and an optional ``//``
+    (``file://localhost/p`` is ``/p``), with ``$VAR`` expanded from ``env``."""
     if lowered.startswith("file:"):
         path = text[5:]
         if text.startswith("file:") and path.startswith("//"):
             path = path[11:] if path.startswith("localhost", 2) else path[2:]
         return Url("file", "", _expand(path, env), site_label)
-    for scheme in ("symlink", "moveto"):
-        if lowered.startswith(scheme + ":"):
-            rest = text[len(scheme) + 1 :]
-            if rest.startswith("//"):
-                rest = rest[2:]
-            return Url(scheme, "", _expand(rest, env), site_label)
+    scheme = "symlink" if lowered.startswith("symlink:") else "moveto"
+    rest = text[len(scheme) + 1 :]
+    if rest.startswith("//"):
+        rest = rest[2:]
+    return Url(scheme, "", _expand(rest, env), site_label)
+
+
+def _remote_url(text: str, site_label: Optional[str]) -> Url:
+    """A ``scheme://host/path`` URL (scheme in lower case, a store's own https spelling as its
+    scheme, runs of ``/`` in the path collapsed unless the scheme keeps paths exactly);
+    :class:`InvalidInput` for text that is not one or has no host."""
     parts = _split_remote(text)
     if parts is None:
         raise InvalidInput("unable to parse URL", url=_redact_text(text), operation="parse")

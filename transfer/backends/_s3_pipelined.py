@@ -140,19 +140,8 @@ def _write_route(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path]
     from transfer.http import pipeline
     if route.signer is None:  # anonymous writes: the per-file path tells the store's refusal
         return list(indexes)
-    heads = _Heads(route)
     checks: Dict[int, Tuple[int, bytes, str]] = {}  # k -> (size, MD5, CRC32) of the request in flight
-
-    def head(k: int) -> bytes:
-        if draw is not None:
-            draw()
-        size, md5, crc32, body = file_body_crc32(items[k][0])
-        if size > max_size or not isinstance(body, bytes):
-            raise ValueError("not a small file")  # left over: the per-file path (multipart at its threshold)
-        crc, extra = put_checks(md5, crc32)
-        checks[k] = (size, md5, crc)
-        return heads.head("PUT", paths[k], "", UNSIGNED, extra, size) + body
-
+    head = _put_requests(route, items, paths, max_size, draw, checks)
     taken = [0, 0]
 
     def deliver(k: int, status: int, headers: Dict[str, str], body: bytes, sent: float) -> bool:
@@ -173,6 +162,28 @@ def _write_route(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path]
     left = pipeline.fetch(route.pool, len(items), head, deliver, connections=connections, depth=_PUT_DEPTH,
                           max_body=_ERROR_BODY, cancel=cancel, eager=True)
     return [indexes[k] for k in left]
+
+
+def _put_requests(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path], max_size: int,
+                  draw: Optional[Callable[[], None]],
+                  checks: Dict[int, Tuple[int, bytes, str]]) -> Callable[[int], bytes]:
+    """The ``head`` of :func:`_write_route`'s pipelined pass: the signed PUT, body included, of
+    the ``k``-th file, whose (size, MD5, CRC32) it records in ``checks``; ValueError for a file
+    over ``max_size`` or not read whole (the per-file path's: multipart at its threshold).
+    ``draw`` (a paced pass) is called before each file is read."""
+    heads = _Heads(route)
+
+    def head(k: int) -> bytes:
+        if draw is not None:
+            draw()
+        size, md5, crc32, body = file_body_crc32(items[k][0])
+        if size > max_size or not isinstance(body, bytes):
+            raise ValueError("not a small file")  # left over: the per-file path (multipart at its threshold)
+        crc, extra = put_checks(md5, crc32)
+        checks[k] = (size, md5, crc)
+        return heads.head("PUT", paths[k], "", UNSIGNED, extra, size) + body
+
+    return head
 
 
 def _ends_pass(status: int, body: bytes, operation: str, throttled: Optional[Callable[[float], None]],

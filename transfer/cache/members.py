@@ -64,17 +64,44 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
     per member or None: a temp file of the key holding the member's bytes, read-only, that the
     job already has as its file (:meth:`NodeCache.stage_linked`): a new key's entry is that file,
     renamed (written once); otherwise it is removed and the bytes are written as without it."""
+    batch = _Batch(entries, members, version, dests, source, read_at, versions, read_ats, temps)
     wanted = [n for n, m in enumerate(members) if len(m[1]) <= entries.config.max_bytes]
-    stored: List[str] = []
     size = sum(len(members[n][1]) for n in wanted)
-    staged = {n for n, temp in enumerate(temps or ()) if temp is not None}  # unused ones: removed at the end
-    unused = 0  # of the bytes reserved: given back at the end
+    reserved = 0
     try:
-        if not wanted or not entries.has_room(size):
-            return stored
-        if not entries.reserve(size):
-            return stored
-        unused = size
+        if wanted and entries.has_room(size) and entries.reserve(size):
+            reserved = size
+            batch.store(wanted)
+    except TransferError:
+        raise
+    except OSError as err:
+        _log.warning("cache %s: cannot insert bundle members: %s", entries.directory, err)
+    finally:
+        batch.end(reserved)
+    return batch.stored
+
+
+class _Batch:
+    """One :func:`insert_members` call: its members and options, the keys stored so far and
+    the bytes of the entries it wrote (of those reserved for it)."""
+
+    __slots__ = ("entries", "members", "version", "dests", "source", "read_at", "versions", "read_ats", "temps",
+                 "staged", "stored", "written")
+
+    def __init__(self, entries: Entries, members: Sequence[Tuple[str, bytes, str]], version: Optional[str],
+                 dests: Optional[Sequence[Sequence[str]]], source: str, read_at: Optional[float],
+                 versions: Optional[Sequence[Optional[str]]], read_ats: Optional[Sequence[Optional[float]]],
+                 temps: Optional[Sequence[Optional[str]]]) -> None:
+        self.entries, self.members, self.version, self.dests, self.source = entries, members, version, dests, source
+        self.read_at, self.versions, self.read_ats, self.temps = read_at, versions, read_ats, temps
+        self.staged = {n for n, temp in enumerate(temps or ()) if temp is not None}  # unused ones: removed at the end
+        self.stored: List[str] = []
+        self.written = 0
+
+    def store(self, wanted: List[int]) -> None:
+        """Store the members at the indexes ``wanted`` (their bytes reserved), each under its
+        key's exclusive lock, and materialise their destinations. Raises OSError."""
+        entries, members, temps, dests, source = self.entries, self.members, self.temps, self.dests, self.source
         kept = entries.less_umask(0o777)  # the umask, read once per batch (a file of /proc)
         mode = ENTRY_MODE & kept
         private = FILE_MODE & kept == FILE_MODE  # a new key's metadata then needs no fchmod
@@ -84,34 +111,31 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
             fd, new_key = acquire_new(paths.lock)
             with Held(fd):
                 temp = None if temps is None else temps[n]
-                staged.discard(n)
-                member_version = version if versions is None else versions[n]
-                written = new_key and temp is not None and \
-                    _publish_linked(entries, paths, members[n], member_version, source, temp, private)
+                self.staged.discard(n)
+                version = self.version if self.versions is None else self.versions[n]
+                written = temp is not None and _publish_linked(entries, paths, members[n], version, source, temp,
+                                                               private, new_key)
                 if not written:
-                    if temp is not None:
-                        remove_quietly(temp)  # not a crashed writer's leftover: ours, unused
-                    written = _put_member(entries, paths, members[n], member_version, source,
-                                          read_at if read_ats is None else read_ats[n], mode, new_key,
-                                          private)
-                unused -= len(data) if written else 0
+                    written = _put_member(entries, paths, members[n], version, source,
+                                          self.read_at if self.read_ats is None else self.read_ats[n], mode,
+                                          new_key, private)
+                self.written += len(data) if written else 0
                 for dest in dests[n] if dests is not None else ():
                     if written:
                         materialise(paths.data, dest, hardlink=entries.config.hardlink)
                     else:  # an older entry passed only the cheap check: the job gets the verified bytes
                         atomic_write_bytes(dest, data)
-            stored.append(key)
-    except TransferError:
-        raise
-    except OSError as err:
-        _log.warning("cache %s: cannot insert bundle members: %s", entries.directory, err)
-    finally:
-        for n in staged:
-            remove_quietly(temps[n])  # type: ignore[index,arg-type]  # staged: indexes of temps given
+            self.stored.append(key)
+
+    def end(self, reserved: int) -> None:
+        """Remove the temp files given and not used, give back the bytes of the ``reserved``
+        that no entry took, and collect garbage if it is due."""
+        for n in self.staged:
+            remove_quietly(self.temps[n])  # type: ignore[index,arg-type]  # staged: indexes of temps given
+        unused = reserved - self.written if reserved else 0
         if unused:
-            entries.adjust_usage(0, -unused)
-        entries.gc_if_due()
-    return stored
+            self.entries.adjust_usage(0, -unused)
+        self.entries.gc_if_due()
 
 
 def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str], version: Optional[str],
@@ -127,13 +151,8 @@ def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str
     leaves, the next fill finds and removes. ``private``: the umask takes nothing of 0600 (a
     new key's metadata is then made without ``fchmod``). Raises OSError."""
     key, data, sha256 = member
-    if not new_key:
-        meta = entries.valid(paths, key)
-        if meta is not None and (not meta.changed(version, sha256) or
-                                 (read_at is not None and meta.created > read_at)):
-            return False
-        if meta is not None or _exists(paths.meta) or _exists(paths.data):
-            entries.remove_invalid(paths)  # else no entry nor metadata: nothing to list
+    if not new_key and _stays(entries, paths, key, version, sha256, read_at):
+        return False
     stamp = time.time_ns()
     write_meta_in_place(paths, Meta(key, len(data), sha256, stamp, time.time(), version, source),
                         new_private=new_key and private)
@@ -158,20 +177,35 @@ def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str
     return True
 
 
+def _stays(entries: Entries, paths: KeyPaths, key: str, version: Optional[str], sha256: str,
+           read_at: Optional[float]) -> bool:
+    """Whether the valid entry of ``key`` (its lock held exclusive by the caller) stays: one of
+    the same object (checked by size and time only), or one published after ``read_at``. When
+    it does not, whatever the key has (an entry, metadata or data) is removed. Raises OSError."""
+    meta = entries.valid(paths, key)
+    if meta is not None and (not meta.changed(version, sha256) or (read_at is not None and meta.created > read_at)):
+        return True
+    if meta is not None or _exists(paths.meta) or _exists(paths.data):
+        entries.remove_invalid(paths)  # else no entry nor metadata: nothing to list
+    return False
+
+
 def _publish_linked(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str], version: Optional[str],
-                    source: str, temp: str, private: bool) -> bool:
-    """A new key (its lock just made by the caller, held exclusive): its entry is ``temp``, the
-    read-only file the job made of the member's bytes and linked as its own, renamed into
+                    source: str, temp: str, private: bool, new_key: bool) -> bool:
+    """A new key (``new_key``: its lock just made by the caller, held exclusive): its entry is
+    ``temp``, the read-only file the job made of the member's bytes and linked as its own, renamed into
     place after its metadata (its size must still be the bytes', its modification time is
     recorded; entries this small are re-hashed on every hit, so bytes changed in it since are
-    caught there). False, nothing published, when ``temp`` is gone or changed. ``private`` as
-    :func:`_put_member`'s. Raises OSError."""
+    caught there). False, nothing published and ``temp`` removed (not a crashed writer's
+    leftover: ours, unused), when the key is not new or ``temp`` is gone or changed.
+    ``private`` as :func:`_put_member`'s. Raises OSError."""
     key, data, sha256 = member
     try:
-        st = os.stat(temp)
+        st = os.stat(temp) if new_key else None
     except FileNotFoundError:
-        return False  # another process's cleaning took it
-    if st.st_size != len(data) or not entries.config.verifies(st.st_size):
+        st = None  # another process's cleaning took it
+    if st is None or st.st_size != len(data) or not entries.config.verifies(st.st_size):
+        remove_quietly(temp)
         return False
     write_meta_in_place(paths, Meta(key, st.st_size, sha256, st.st_mtime_ns, time.time(), version, source),
                         new_private=private)

@@ -368,31 +368,41 @@ class _Run:
             start = end + 4
             if len(buffer) < start + length:
                 return position
-            entry = link.answered_one()
             position = start + length
-            link.conn.bytes_moved += length  # the body, as Connection counts it
-            took = time.monotonic() - entry.sent
-            if took > self.slowest:
-                self.slowest = took
-            try:
-                taken = self.deliver(entry.index, status, headers, bytes(buffer[start:position]), entry.sent)
-            except GiveUp:
-                self.left.append(entry.index)
-                self.stopped = True
-                if closing:  # never back to the pool: the next request on it would wait out the read timeout
-                    self.left.extend(waiting.index for waiting in link.forget())
-                    self.drop(link)
-                return position
-            except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
-                taken = False
-            if taken:
-                link.limit = min(self.depth, 2 * link.limit)
-            else:
-                self.left.append(entry.index)
-            if closing:  # the server closes after this answer: the rest go out again elsewhere
-                self.lost(link, suspect=False)
+            if not self.answered(link, status, headers, bytes(buffer[start:position]), closing):
                 return position
         return position
+
+    def answered(self, link: _Link, status: int, headers: Dict[str, str], body: bytes, closing: bool) -> bool:
+        """Hand one whole response to ``deliver`` as the answer to ``link``'s oldest request:
+        taken, the link may carry twice as many (up to the depth); not taken (or ``deliver``
+        raised), the item is left over. Returns whether parsing goes on on this link: False
+        once ``deliver`` gave up (the run stops; a closing link is dropped with what it still
+        owed left over) or the server closes after this answer (the rest go out elsewhere)."""
+        entry = link.answered_one()
+        link.conn.bytes_moved += len(body)  # the body, as Connection counts it
+        took = time.monotonic() - entry.sent
+        if took > self.slowest:
+            self.slowest = took
+        try:
+            taken = self.deliver(entry.index, status, headers, body, entry.sent)
+        except GiveUp:
+            self.left.append(entry.index)
+            self.stopped = True
+            if closing:  # never back to the pool: the next request on it would wait out the read timeout
+                self.left.extend(waiting.index for waiting in link.forget())
+                self.drop(link)
+            return False
+        except Exception:  # noqa: BLE001 - the ordinary path meets it again and reports it
+            taken = False
+        if taken:
+            link.limit = min(self.depth, 2 * link.limit)
+        else:
+            self.left.append(entry.index)
+        if closing:  # the server closes after this answer: the rest go out again elsewhere
+            self.lost(link, suspect=False)
+            return False
+        return True
 
     def answer_head(self, head: bytes) -> Optional[Tuple[int, Dict[str, str], Optional[int], bool]]:
         """(status, headers, body length or None, closes after it) of a head without its

@@ -109,20 +109,14 @@ class ConnectionPool:
         connection goes through it (:mod:`transfer.http.proxy`); ``warm``: connections take
         the node stager's warm sockets (:mod:`transfer.http.warm`; False for other hosts than
         the stores', such as pool peers)."""
-        scheme, host, port = _origin(base_url)
+        self.scheme, self.host, self.port = _endpoint(base_url)
         self._connect_to = connect_to
         self._proxy = proxy
         self._warm = warm
-        if scheme not in ("http", "https") or not host:
-            raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
-                               url=base_url, operation="connect")
-        self.scheme = scheme
-        self.host = host
-        self.port = port or (443 if scheme == "https" else 80)
-        if scheme == "https" and ssl_context is None:
+        if self.scheme == "https" and ssl_context is None:
             import ssl
             ssl_context = ssl.create_default_context()
-        self._ssl_context = ssl_context if scheme == "https" else None
+        self._ssl_context = ssl_context if self.scheme == "https" else None
         self._timeouts = timeouts
         self._max_idle = max(1, max_idle)
         self._idle: List[Connection] = []
@@ -130,13 +124,7 @@ class ConnectionPool:
         self._dialling = 0  # connects another thread is starting ahead (dial_ahead)
         self._lock = _threads.Lock()
         self._max_open = max_open
-        # One token per connection that may be open at once: a C queue, where a semaphore's
-        # acquire and release run a condition variable's Python code on every request.
-        self._slots: Optional[_queue.SimpleQueue[None]] = None
-        if max_open:
-            self._slots = _queue.SimpleQueue()
-            for _ in range(max_open):
-                self._slots.put(None)
+        self._slots = _open_slots(max_open)
         self.stats = stats or PoolStats()
 
     def sibling(self, base_url: str, proxy: Optional[Proxy] = None) -> "ConnectionPool":
@@ -399,6 +387,27 @@ class PooledResponse:
             self.discard()
         else:
             self._finish()
+
+
+def _endpoint(base_url: str) -> Tuple[str, str, int]:
+    """(scheme, host, port) a pool connects to: ``http`` or ``https``, the scheme's port when
+    ``base_url`` names none; :class:`InvalidInput` naming ``base_url`` for any other URL."""
+    scheme, host, port = _origin(base_url)
+    if scheme not in ("http", "https") or not host:
+        raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
+                           url=base_url, operation="connect")
+    return scheme, host, port or (443 if scheme == "https" else 80)
+
+
+def _open_slots(max_open: Optional[int]) -> Optional[_queue.SimpleQueue[None]]:
+    """One token per connection that may be open at once (None: no cap). A C queue, where a
+    semaphore's acquire and release run a condition variable's Python code on every request."""
+    if not max_open:
+        return None
+    slots: _queue.SimpleQueue[None] = _queue.SimpleQueue()
+    for _ in range(max_open):
+        slots.put(None)
+    return slots
 
 
 def _origin(base_url: str) -> Tuple[str, str, Optional[int]]:
