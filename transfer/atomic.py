@@ -208,6 +208,16 @@ def write_all(fd: int, data: "bytes | bytearray | memoryview") -> None:
             view = view[os.write(fd, view):]
 
 
+def pwrite_all(fd: int, data: "bytes | bytearray | memoryview", offset: int) -> None:
+    """``os.pwrite`` until all of ``data`` is written at ``offset`` onwards (a write may take
+    less); the file position is left alone. Raises OSError."""
+    written = os.pwrite(fd, data, offset)  # one call for nearly every write: no memoryview
+    if written < len(data):
+        view = memoryview(data)
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], offset + written)
+
+
 def atomic_write_bytes(path: str, data: bytes) -> int:
     """Write ``data`` to ``path`` atomically (temp name beside it, then rename); returns its size.
 

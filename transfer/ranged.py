@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 
 from transfer import _threads
-from transfer.atomic import AtomicFile
+from transfer.atomic import AtomicFile, pwrite_all
 from transfer.backends.base import ObjectInfo, ObjectStream, RangedReads, RunningCheck
 from transfer.errors import ChecksumMismatch
 from transfer.urls import Url
@@ -148,11 +148,8 @@ def _writer(fd: int, offset: int, check: Optional[RunningCheck] = None) -> Calla
     def write(data: bytes) -> None:
         if check is not None:
             check.update(data)
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(fd, view, position[0])
-            position[0] += written
-            view = view[written:]
+        pwrite_all(fd, data, position[0])
+        position[0] += len(data)
     return write
 
 

@@ -13,7 +13,7 @@ import errno
 import fcntl
 import os
 
-from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error
+from transfer.atomic import AtomicFile, atomic_hardlink, atomic_symlink, local_error, pwrite_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -94,9 +94,6 @@ def copy_range(src: int, dst: int, length: int) -> int:
         block = os.pread(src, min(_CHUNK, length - copied), copied)
         if not block:
             break
-        view = memoryview(block)
-        while view:
-            written = os.pwrite(dst, view, copied)
-            copied += written
-            view = view[written:]
+        pwrite_all(dst, block, copied)
+        copied += len(block)
     return copied

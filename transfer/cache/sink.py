@@ -19,7 +19,7 @@ import io
 import os
 
 from transfer import _digests
-from transfer.atomic import AtomicFile, local_error, untrack_temp
+from transfer.atomic import AtomicFile, local_error, untrack_temp, write_all
 from transfer.cache.layout import remove_quietly
 from transfer.cache.materialise import copy_range
 from transfer.lean import Buffer
@@ -58,7 +58,7 @@ class CacheSink(io.RawIOBase):
     def write(self, data: Buffer) -> int:  # type: ignore[override]
         if self.fallback is None:
             try:
-                _write_all(self.cache_fd(), data)
+                write_all(self.cache_fd(), data)
             except OSError:
                 self._switch()
             else:
@@ -67,7 +67,7 @@ class CacheSink(io.RawIOBase):
                 return len(data)
         assert self.fallback is not None
         try:
-            _write_all(self.fallback.file.fileno(), data)
+            write_all(self.fallback.file.fileno(), data)
         except OSError as err:
             raise local_error(err, self._dest_path, "write") from err
         self.written += len(data)
@@ -132,8 +132,3 @@ class CacheSink(io.RawIOBase):
         if self.fallback is not None:
             self.fallback.__exit__(None, None, None)
 
-
-def _write_all(fd: int, data: Buffer) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]

@@ -42,9 +42,7 @@ def stage_bytes(paths: KeyPaths, data: bytes) -> Staged:
     fd, temp = paths.open_temp()
 
     def write() -> str:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         return _digests.sha256_hex(data)
 
     return _filled(fd, temp, write)
@@ -112,9 +110,7 @@ def _copy_hashing(path: str, dst: int) -> str:
             if not block:
                 return digest.hexdigest()
             digest.update(block)
-            view = memoryview(block)
-            while view:
-                view = view[os.write(dst, view):]
+            write_all(dst, block)
 
 
 def _opened(temp: str) -> Staged:
