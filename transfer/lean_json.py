@@ -86,9 +86,8 @@ def dumps(value: "Any", *, sort_keys: bool = False, separators: "Tuple[str, str]
 
 
 def _emit(obj: "Any", depth: int, parts: "list[str]", style: "_Style") -> None:
-    """Append the JSON text of ``obj``, nested ``depth`` levels deep, to ``parts``.
-    :class:`TypeError` for a value (or an object key) JSON does not hold here,
-    :class:`ValueError` past 200 levels."""
+    """Append the JSON text of ``obj``, ``depth`` levels deep, to ``parts`` (as :func:`dumps`;
+    ValueError past 200 levels)."""
     if depth > 200:
         raise ValueError("JSON value nested too deeply")
     if isinstance(obj, str):
@@ -112,7 +111,7 @@ def _emit(obj: "Any", depth: int, parts: "list[str]", style: "_Style") -> None:
 
 
 def _emit_array(items: "Any", depth: int, parts: "list[str]", style: "_Style") -> None:
-    """A list or tuple: its items at ``depth``, as :func:`_emit`."""
+    """:func:`_emit` for a list or tuple."""
     parts.append("[")
     for n, item in enumerate(items):
         if n:
@@ -122,8 +121,7 @@ def _emit_array(items: "Any", depth: int, parts: "list[str]", style: "_Style") -
 
 
 def _emit_object(obj: "dict[Any, Any]", depth: int, parts: "list[str]", style: "_Style") -> None:
-    """A dict with ``str`` keys (in order, or sorted when the style says so): its values at
-    ``depth``, as :func:`_emit`."""
+    """:func:`_emit` for a dict (``str`` keys only)."""
     if not all(isinstance(k, str) for k in obj):
         raise TypeError("JSON object keys must be str here")
     quote, sort_keys, item_separator, key_separator = style

@@ -211,9 +211,8 @@ def _walk(path: str, links: str, dir_fd: "Optional[int]") -> "Tuple[int, str]":
 
 
 def _link_target(path: str, name: str, fd: int, st: os.stat_result, followed: int) -> str:
-    """Where the symbolic link ``name`` in the directory ``fd`` (``st``: its ``lstat``), the
-    ``followed``-th link on the way along ``path``, points; :class:`UnsafeFile` naming ``path``
-    when the link is neither this process's user's nor root's, or after :data:`_MAX_LINKS`."""
+    """The target of the ``followed``-th link on the way, ``name`` in ``fd`` (``st``: its
+    ``lstat``); :class:`UnsafeFile` when it is another user's or there are too many."""
     if st.st_uid not in (0, os.geteuid()) or followed > _MAX_LINKS:
         raise UnsafeFile(path, f"{name} on the way is another user's symbolic link (not followed)"
                          if followed <= _MAX_LINKS else "too many symbolic links", errno.ELOOP)
@@ -221,8 +220,8 @@ def _link_target(path: str, name: str, fd: int, st: os.stat_result, followed: in
 
 
 def _enter(path: str, name: str, fd: int) -> int:
-    """The directory ``name`` in the directory ``fd``, opened; ``fd`` is closed once it is (not
-    when the open fails: the caller still holds it). :class:`UnsafeFile` naming ``path``."""
+    """The directory ``name`` in ``fd`` opened, and ``fd`` closed (not if the open fails:
+    :class:`UnsafeFile`)."""
     try:
         child = os.open(name, _DIR_FLAGS, dir_fd=fd)
     except OSError as err:

@@ -221,9 +221,8 @@ _LOCAL_SCHEMES = ("file:", "symlink:", "moveto:")
 
 
 def _local_url(text: str, lowered: str, site_label: Optional[str], env: Optional[Mapping[str, str]]) -> Url:
-    """A URL whose scheme is one of :data:`_LOCAL_SCHEMES` (``lowered``: the start of ``text``
-    in lower case): the path is what follows the scheme and an optional ``//``
-    (``file://localhost/p`` is ``/p``), with ``$VAR`` expanded from ``env``."""
+    """A file:, symlink: or moveto: URL (``lowered``: ``text[:8].lower()``): the path after
+    the scheme and an optional ``//`` (or ``//localhost``), ``$VAR`` expanded from ``env``."""
     if lowered.startswith("file:"):
         path = text[5:]
         if text.startswith("file:") and path.startswith("//"):
@@ -237,9 +236,7 @@ def _local_url(text: str, lowered: str, site_label: Optional[str], env: Optional
 
 
 def _remote_url(text: str, site_label: Optional[str]) -> Url:
-    """A ``scheme://host/path`` URL (scheme in lower case, a store's own https spelling as its
-    scheme, runs of ``/`` in the path collapsed unless the scheme keeps paths exactly);
-    :class:`InvalidInput` for text that is not one or has no host."""
+    """A ``scheme://host/path`` URL; :class:`InvalidInput` for text that is not one."""
     parts = _split_remote(text)
     if parts is None:
         raise InvalidInput("unable to parse URL", url=_redact_text(text), operation="parse")

@@ -167,10 +167,8 @@ def _write_route(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path]
 def _put_requests(route: Route, items: List[Tuple[str, Url]], paths: List[S3Path], max_size: int,
                   draw: Optional[Callable[[], None]],
                   checks: Dict[int, Tuple[int, bytes, str]]) -> Callable[[int], bytes]:
-    """The ``head`` of :func:`_write_route`'s pipelined pass: the signed PUT, body included, of
-    the ``k``-th file, whose (size, MD5, CRC32) it records in ``checks``; ValueError for a file
-    over ``max_size`` or not read whole (the per-file path's: multipart at its threshold).
-    ``draw`` (a paced pass) is called before each file is read."""
+    """:func:`_write_route`'s ``head(k)``: the signed PUT with its body of the ``k``-th file,
+    whose (size, MD5, CRC32) go to ``checks``; ValueError for a file over ``max_size``."""
     heads = _Heads(route)
 
     def head(k: int) -> bytes:

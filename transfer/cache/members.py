@@ -82,8 +82,7 @@ def insert_members(entries: Entries, members: Sequence[Tuple[str, bytes, str]], 
 
 
 class _Batch:
-    """One :func:`insert_members` call: its members and options, the keys stored so far and
-    the bytes of the entries it wrote (of those reserved for it)."""
+    """An :func:`insert_members` call: its arguments, the keys stored and the bytes written."""
 
     __slots__ = ("entries", "members", "version", "dests", "source", "read_at", "versions", "read_ats", "temps",
                  "staged", "stored", "written")
@@ -99,8 +98,7 @@ class _Batch:
         self.written = 0
 
     def store(self, wanted: List[int]) -> None:
-        """Store the members at the indexes ``wanted`` (their bytes reserved), each under its
-        key's exclusive lock, and materialise their destinations. Raises OSError."""
+        """Store the members ``wanted`` (their bytes reserved), with their destinations."""
         entries, members, temps, dests, source = self.entries, self.members, self.temps, self.dests, self.source
         kept = entries.less_umask(0o777)  # the umask, read once per batch (a file of /proc)
         mode = ENTRY_MODE & kept
@@ -128,8 +126,7 @@ class _Batch:
             self.stored.append(key)
 
     def end(self, reserved: int) -> None:
-        """Remove the temp files given and not used, give back the bytes of the ``reserved``
-        that no entry took, and collect garbage if it is due."""
+        """Remove the unused temps, give back what of ``reserved`` was not written, collect."""
         for n in self.staged:
             remove_quietly(self.temps[n])  # type: ignore[index,arg-type]  # staged: indexes of temps given
         unused = reserved - self.written if reserved else 0
@@ -179,9 +176,8 @@ def _put_member(entries: Entries, paths: KeyPaths, member: Tuple[str, bytes, str
 
 def _stays(entries: Entries, paths: KeyPaths, key: str, version: Optional[str], sha256: str,
            read_at: Optional[float]) -> bool:
-    """Whether the valid entry of ``key`` (its lock held exclusive by the caller) stays: one of
-    the same object (checked by size and time only), or one published after ``read_at``. When
-    it does not, whatever the key has (an entry, metadata or data) is removed. Raises OSError."""
+    """Whether the entry of ``key`` stays (see :func:`_put_member`); if not, what the key has
+    is removed."""
     meta = entries.valid(paths, key)
     if meta is not None and (not meta.changed(version, sha256) or (read_at is not None and meta.created > read_at)):
         return True

@@ -374,11 +374,8 @@ class _Run:
         return position
 
     def answered(self, link: _Link, status: int, headers: Dict[str, str], body: bytes, closing: bool) -> bool:
-        """Hand one whole response to ``deliver`` as the answer to ``link``'s oldest request:
-        taken, the link may carry twice as many (up to the depth); not taken (or ``deliver``
-        raised), the item is left over. Returns whether parsing goes on on this link: False
-        once ``deliver`` gave up (the run stops; a closing link is dropped with what it still
-        owed left over) or the server closes after this answer (the rest go out elsewhere)."""
+        """Deliver one whole response, the answer to ``link``'s oldest request (see
+        :func:`fetch`); whether parsing goes on on this link."""
         entry = link.answered_one()
         link.conn.bytes_moved += len(body)  # the body, as Connection counts it
         took = time.monotonic() - entry.sent

@@ -390,8 +390,7 @@ class PooledResponse:
 
 
 def _endpoint(base_url: str) -> Tuple[str, str, int]:
-    """(scheme, host, port) a pool connects to: ``http`` or ``https``, the scheme's port when
-    ``base_url`` names none; :class:`InvalidInput` naming ``base_url`` for any other URL."""
+    """(scheme, host, port) of an http(s) ``base_url``; :class:`InvalidInput` for another."""
     scheme, host, port = _origin(base_url)
     if scheme not in ("http", "https") or not host:
         raise InvalidInput("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]",
@@ -400,8 +399,8 @@ def _endpoint(base_url: str) -> Tuple[str, str, int]:
 
 
 def _open_slots(max_open: Optional[int]) -> Optional[_queue.SimpleQueue[None]]:
-    """One token per connection that may be open at once (None: no cap). A C queue, where a
-    semaphore's acquire and release run a condition variable's Python code on every request."""
+    """A token per connection that may be open at once (None: no cap). A C queue: a
+    semaphore runs a condition variable's Python code on every request."""
     if not max_open:
         return None
     slots: _queue.SimpleQueue[None] = _queue.SimpleQueue()
