@@ -5,7 +5,7 @@ their patterns: several milliseconds of every job step that reads a cache entry'
 a bundle index. The parsing and string quoting are done by the same C functions :mod:`json`
 uses (``_json.make_scanner``, ``_json.encode_basestring_ascii``), so the results are exactly
 ``json.loads``'s and ``json.dumps``'s for the values these functions take
-(``tests/test_lean_json.py`` compares them on random documents):
+(``tests/test_lean_replacements.py`` compares them on random documents):
 
 * :func:`loads` and :func:`raw_decode`: ``json.loads`` / ``JSONDecoder().raw_decode`` with the
   default options. Text that does not parse raises :class:`ValueError` (``loads`` then asks
