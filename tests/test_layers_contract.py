@@ -21,6 +21,7 @@ from pegasus_cloudio.p2p.server import ServeConfig
 from pegasus_cloudio.p2p.settings import DaemonSettings
 from pegasus_cloudio_testbed import contract as c
 from pegasus_cloudio_testbed.certs import TlsFiles, make_tls_files
+from pegasus_cloudio_testbed.contract.base import AWKWARD_KEYS
 from pegasus_cloudio_testbed.proxy import TcpProxy
 from pegasus_cloudio_testbed.redis import RedisServer
 from transfer import Session, Settings, parse_url
@@ -222,13 +223,14 @@ class ReadingNode:
 class PeerServes:
     """The case of a stack whose peer holds every seeded object."""
 
+    @pytest.mark.parametrize("size", [0, 1, 70_001])
     def test_a_read_the_peer_served_sent_no_get_to_the_store(
             self, reader: Reader, seed: Callable[[str, bytes], None], url_for: Callable[[str], Url],
-            proxy: TcpProxy, node: ReadingNode, tmp_path: Path) -> None:
+            proxy: TcpProxy, node: ReadingNode, tmp_path: Path, size: int) -> None:
         """A fill of the node cache is the peer's: the store gets no GET for it; and a read
         into a sink that can be reset (a fill's temp file, :class:`~transfer.peers.PeerSink`)
         names the peers as the origin of its bytes."""
-        data = os.urandom(70_001)
+        data = os.urandom(size)
         seed("peer/held.bin", data)
         proxy.reset_counters()
         assert reader.fetch_to(url_for("peer/held.bin"), str(tmp_path / "held.bin")) == len(data)
@@ -238,6 +240,17 @@ class PeerServes:
         assert (info.origin, info.size, bytes(sink.data)) == ("peers", len(data), data)
         assert proxy.requests_by_method.get("GET", 0) == 0, proxy.requests_by_method
         assert node.source.counters["peer_hits"] == 2
+
+    @pytest.mark.parametrize("key", AWKWARD_KEYS)
+    def test_awkward_keys_come_from_the_peer(self, reader: Reader, seed: Callable[[str, bytes], None],
+                                             url_for: Callable[[str], Url], proxy: TcpProxy,
+                                             tmp_path: Path, key: str) -> None:
+        """The contract's awkward keys read through ``get`` (the store's); here their fills."""
+        seed(f"awk/{key}", key.encode())
+        proxy.reset_counters()
+        assert reader.fetch_to(url_for(f"awk/{key}"), str(tmp_path / "awk")) == len(key.encode())
+        assert (tmp_path / "awk").read_bytes() == key.encode()
+        assert proxy.requests_by_method.get("GET", 0) == 0, proxy.requests_by_method
 
 
 class TestCacheOverIdlePeers(PeerStack, c.ReadContract, c.LayerContract):
