@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import subprocess
@@ -16,8 +17,11 @@ import pytest
 from inotify_support import stats_opens
 from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 from transfer import Engine, Remove, Session, Settings, Transfer, parse_url
+from transfer.backends._s3_xml import Node
+from transfer.backends.base import ObjectInfo
 from transfer.client import Client
 from transfer.errors import Cancelled, ConfigError, InvalidInput, NotFound, RemoteError
+from transfer.listing import Entry
 from transfer.urls import Url
 
 
@@ -314,6 +318,30 @@ def test_iter_find_and_iter_list_give_pages_one_request_each_as_they_are_taken(c
     with pytest.raises(NotFound):
         next(client.iter_find(f"s3://no-such-{uuid.uuid4().hex[:12]}/d"))
     assert [[e.name for e in page] for page in client.iter_list(f"{where}/d/sub/x")] == [["x"]]
+
+
+def test_a_page_taken_and_dropped_is_not_held_while_the_next_is_asked_for(counted_client, tmp_path, monkeypatch):
+    """Issue 33, memory flat: iter_find and iter_list held the page before (its entries, their
+    ObjectInfos and the XML answer) while the next ListObjectsV2 was sent, two pages at a time."""
+    client, _, where = counted_client
+    client.copy([(str(p), f"{where}/d/") for p in _files(tmp_path / "src", 1001, size=1)])
+    router = client.session.backend(client.url(where))._router
+    send, held = router.send, []
+
+    def counting(*args, **kwargs):  # the listing objects alive as each request goes out
+        gc.collect()
+        held.append(sum(isinstance(o, (Entry, ObjectInfo, Node)) for o in gc.get_objects()))
+        return send(*args, **kwargs)
+
+    monkeypatch.setattr(router, "send", counting)
+    for lazily in (client.iter_find, client.iter_list):
+        held.clear()
+        pages = lazily(f"{where}/d")
+        first = next(pages)
+        assert len(first) == 1000
+        del first
+        assert len(next(pages)) == 1 and len(held) == 2
+        assert held[1] - held[0] < 100, (lazily.__name__, held)  # a page is 1,000 entries and ~7,000 nodes
 
 
 def test_content_type_cache_control_and_metadata_are_stored_returned_and_kept_by_copies(client, where, minio,

@@ -127,21 +127,14 @@ def iter_recursive(backend: Lister, url: Url, page_size: int = PAGE) -> Iterator
         yield [info(backend, url)]
         return
     bundle_dirs: Set[str] = set()
-    marker = "/" + BUNDLE_DIR + "/"
     some = False
     for chunk in _chunks(backend.list(url), page_size):
-        page = []
-        for found in chunk:
-            path = found.url.bare_path
-            if path.endswith("/"):  # a directory marker (S3 consoles' "folder"), never a file
-                continue
-            if marker in path:
-                bundle_dirs.add(path.split(marker, 1)[0])
-                continue
-            page.append(_file(found))
+        page = _plain_files(chunk, bundle_dirs)
+        del chunk
         if page:
             some = True
             yield page
+        del page  # a page taken and dropped is freed before the store's next one is asked for
     for directory in sorted(bundle_dirs):
         members = _members(backend, url.with_bare_path(directory))
         for at in range(0, len(members), page_size):
@@ -154,6 +147,22 @@ def iter_recursive(backend: Lister, url: Url, page_size: int = PAGE) -> Iterator
             return
         if not only.is_dir:
             yield [only]
+
+
+def _plain_files(chunk: List[ObjectInfo], bundle_dirs: Set[str]) -> List[Entry]:
+    """The files of ``chunk``, without directory markers (S3 consoles' "folders") and bundle
+    objects, whose bundle directories are added to ``bundle_dirs``."""
+    marker = "/" + BUNDLE_DIR + "/"
+    page = []
+    for found in chunk:
+        path = found.url.bare_path
+        if path.endswith("/"):
+            continue
+        if marker in path:
+            bundle_dirs.add(path.split(marker, 1)[0])
+            continue
+        page.append(_file(found))
+    return page
 
 
 def iter_one_level(backend: Lister, url: Url) -> Iterator[List[Entry]]:
@@ -178,6 +187,7 @@ def iter_one_level(backend: Lister, url: Url) -> Iterator[List[Entry]]:
             if page:
                 some = True
                 yield [page[name] for name in sorted(page)]
+            del objects, subs, page  # none held while the store's next page is asked for
     except NotFound:  # no such bucket: info() below says so
         pass
     members = _members(backend, _without_slash(url)) if bundled else []

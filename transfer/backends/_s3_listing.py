@@ -24,7 +24,8 @@ __all__ = ["dir_page", "list_pages", "page_objects"]
 
 
 def list_pages(router: Router, url: Url, delimiter: Optional[str], start_after: str = "") -> Iterator[Node]:
-    """The XML pages of a listing under ``url`` (``start_after``: a name under it to list after)."""
+    """The XML pages of a listing under ``url`` (``start_after``: a name under it to list after),
+    holding none while the next one is asked for."""
     path = split_url(url)
     prefix = path.key.rstrip("/") + "/" if path.key else ""
     token: Optional[str] = None
@@ -42,7 +43,9 @@ def list_pages(router: Router, url: Url, delimiter: Optional[str], start_after: 
             root = xml_tree(response.read())
         yield root
         token = root.findtext("NextContinuationToken")
-        if root.findtext("IsTruncated") != "true" or not token:
+        more = root.findtext("IsTruncated") == "true"
+        del root  # a page taken and dropped is freed before the next one is asked for
+        if not more or not token:
             return
 
 

@@ -304,6 +304,7 @@ class S3Backend:
 
         for page in list_pages(self._router, url, delimiter=None):
             yield from page_objects(url, page)
+            del page  # not held while the next page is asked for
 
     def list_dir(self, url: Url) -> Tuple[List[ObjectInfo], List[Url]]:
         """One level under ``url`` (ListObjectsV2 with delimiter ``/``): (objects, sub-prefixes,
@@ -322,6 +323,7 @@ class S3Backend:
 
         for page in list_pages(self._router, url, delimiter="/", start_after=start_after):
             yield dir_page(url, page)
+            del page  # not held while the next page is asked for
 
     def delete(self, urls: Sequence[Url]) -> List[Optional[TransferError]]:
         results: List[Optional[TransferError]] = [None] * len(urls)
