@@ -218,19 +218,21 @@ def pwrite_all(fd: int, data: "bytes | bytearray | memoryview", offset: int) -> 
             written += os.pwrite(fd, view[written:], offset + written)
 
 
-def atomic_write_bytes(path: str, data: bytes) -> int:
+def atomic_write_bytes(path: str, data: bytes, mode: int = 0o666) -> int:
     """Write ``data`` to ``path`` atomically (temp name beside it, then rename); returns its size.
+    ``mode``: the file's permission bits before the umask (``os.open``'s).
 
-    The lean path for many small in-memory files (bundle members): four system calls each."""
+    The lean path for many small in-memory files (bundle members, bodies read ahead): four
+    system calls each."""
     slash = path.rfind("/") + 1
     temp = f"{path[:slash]}.{_hidden(path[slash:])}.{_PID[0]}.{next(_counter)}.part"  # os.path.join's, cheaper
     _LIVE.add(temp)
     try:
         try:
-            fd = os.open(temp, _FLAGS, 0o666)
+            fd = os.open(temp, _FLAGS, mode)
         except FileNotFoundError:
             os.makedirs(path[:slash].rstrip("/") or ("/" if slash else "."), exist_ok=True)
-            fd = os.open(temp, _FLAGS, 0o666)
+            fd = os.open(temp, _FLAGS, mode)
         try:
             write_all(fd, data)
         finally:

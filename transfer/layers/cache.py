@@ -76,8 +76,9 @@ class CacheLayer:
         if url.is_local:
             return self._below.fetch_to(url, path, link, mode)
         member = self._below.kept_under(url)
-        held = self._below.take(url) if member is None and not link else None
+        held = self._below.take(url) if member is None and not link and mode == _OWN_MODE else None
         if held is not None:  # read ahead: the store had the plain object, a miss at prepare
+            # (a mode of its own goes the fill's way below, which takes the held body as well)
             return self._ahead.write(self._missed.pop(_name(url), "") or self._keys.cache_key(url), path,
                                      held[0], held[1])
         plain = self._keys.cache_key(url)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 
 from transfer import _threads, ranged
-from transfer.atomic import AtomicFile, write_all
+from transfer.atomic import AtomicFile, atomic_write_bytes
 from transfer.backends.base import batch_reads, ranged_reads
 
 TYPE_CHECKING = False
@@ -95,10 +95,9 @@ class StoreReader:
         """The held body; else ranged parts where the backend reads ranges, else one GET;
         ``link`` means nothing here (no entry to link to)."""
         held = self.take(url)
+        if held is not None:  # the lean write of a few bytes: no file object, four system calls
+            return atomic_write_bytes(path, held[0], mode)
         with AtomicFile(path, mode=mode) as out:
-            if held is not None:  # on the descriptor: no file object for a few bytes (an OSError
-                write_all(out.fd, held[0])  # leaves the block as the file's TransferError)
-                return out.commit_written(len(held[0]))
             in_ranges = ranged_reads(self.backend)
             if in_ranges is not None:
                 return ranged.download(in_ranges, url, out, self._parts, self._part_size, self._pacer.pace(url))

@@ -138,3 +138,15 @@ class LayerContract(ContractBase):
         assert reader.take(url_for("ta/a")) is None
         assert reader.fetch_to(url_for("ta/b"), str(tmp_path / "b")) == 40
         assert (tmp_path / "b").read_bytes() == b"ta/b" * 10 and reader.take(url_for("ta/b")) is None
+
+    def test_a_body_held_ahead_is_written_with_the_asked_mode(self, reader: Any, seed: Seed, url_for: UrlFor,
+                                                              tmp_path: Path) -> None:
+        """``fetch_to`` of a body ``prepare`` held gives the mode asked for, as a read made then does."""
+        for key in ("tm/a", "tm/b"):
+            seed(key, key.encode() * 3)
+        planned(reader, [url_for("tm/a"), url_for("tm/b")])
+        umask = os.umask(0)
+        os.umask(umask)
+        assert reader.fetch_to(url_for("tm/a"), str(tmp_path / "a"), False, 0o640) == 12
+        assert (tmp_path / "a").read_bytes() == b"tm/a" * 3
+        assert os.stat(tmp_path / "a").st_mode & 0o777 == 0o640 & ~umask
