@@ -46,7 +46,8 @@ __all__ = ["StoreReader"]
 _MIN_BATCH = 2  # one object gains nothing from a pass of its own
 _HELD_BYTES = 256 << 20  # bodies held at once; past it a body is left to its own read
 _HELD_SECONDS = 60.0  # a body no read took by then (its transfer cancelled) is dropped at a prepare
-_RELAY = 8  # bodies held before the read-ahead hands them to the caller and waits: fewer than in flight
+_RELAY = 32  # bodies held before the read-ahead hands them to the caller and waits: fewer than in flight
+# (5 connections x 32); 8 cost 5% more client CPU per small GET in hand-overs (2,000 files, 2026-12-03)
 
 
 def _name(url: Url) -> Tuple[str, str]:
