@@ -529,8 +529,7 @@ def test_request_bytes_in_flight_stay_under_the_cap_whatever_the_depth():
 
     size, cap, count = 512 << 10, 2 << 20, 64
 
-    def put(k):
-        return f"PUT /k{k} HTTP/1.1\r\nHost: test\r\nContent-Length: {size}\r\n\r\n".encode() + bytes(size)
+    put = _puts_of(size)
 
     server = HoldingServer()
     try:
@@ -553,8 +552,7 @@ def test_request_bytes_in_flight_stay_under_the_cap_whatever_the_depth():
 def test_a_request_larger_than_the_cap_goes_out_alone():
     size = 300 << 10
 
-    def put(k):
-        return f"PUT /k{k} HTTP/1.1\r\nHost: test\r\nContent-Length: {size}\r\n\r\n".encode() + bytes(size)
+    put = _puts_of(size)
 
     server = HoldingServer()
     try:
@@ -566,3 +564,10 @@ def test_a_request_larger_than_the_cap_goes_out_alone():
         assert size < server.most_held < 2 * size  # one at a time
     finally:
         server.close()
+
+
+def _puts_of(size):
+    """``head(k)`` of pipelined PUTs of ``size`` zero bytes each, to ``/k<k>``."""
+    def put(k):
+        return f"PUT /k{k} HTTP/1.1\r\nHost: test\r\nContent-Length: {size}\r\n\r\n".encode() + bytes(size)
+    return put

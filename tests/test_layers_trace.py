@@ -150,15 +150,8 @@ def test_small_reads_read_ahead_walk_engine_cache_store_one_way(s3_env, bucket, 
     store reader's prepare) and each body taken up by the node cache's fill: the plan goes
     down engine -> cache -> bundles -> store -> backend -> http, and the bodies come back up
     as return values, not calls."""
-    sources = tmp_path / "src"
-    sources.mkdir()
     names = [f"s{i}.dat" for i in range(6)]
-    for n in names:
-        (sources / n).write_bytes(n.encode() * 50)
-    ups = [Transfer((parse_url(str(sources / n)),), parse_url(f"s3://test@minio/{bucket}/in/{n}", site_label="minio"))
-           for n in names]
-    with Session(Settings(threads=2), s3_env) as session:
-        assert all(r.ok for r in Engine(session).run(ups))
+    sources = _uploaded(s3_env, bucket, tmp_path, names, 50, Settings(threads=2))
     cache = new_cache(tmp_path / "cache")
     with Session(Settings(threads=2), s3_env) as session, Trace() as trace:
         executor = CountingExecutor()
@@ -176,21 +169,15 @@ def test_small_reads_read_ahead_walk_engine_cache_store_one_way(s3_env, bucket, 
 def test_member_reads_walk_engine_cache_bundles_store_one_way(s3_env, bucket, tmp_path):
     """A name the store does not have, but a bundle of its directory does: the store's 404
     loads the index and the member is kept under its own key; the next member is known."""
-    sources = tmp_path / "src"
-    sources.mkdir()
     names = [f"m{i}.dat" for i in range(10)]
-    for n in names:
-        (sources / n).write_bytes(n.encode() * 100)
-    ups = [Transfer((parse_url(str(sources / n)),), parse_url(f"s3://test@minio/{bucket}/in/{n}", site_label="minio"))
-           for n in names]
-    with Session(Settings(threads=2, bundle=True), s3_env) as session:
-        assert all(r.ok for r in Engine(session).run(ups))
+    sources = _uploaded(s3_env, bucket, tmp_path, names, 100, Settings(threads=2, bundle=True))
     cache = new_cache(tmp_path / "cache")
     with Session(Settings(threads=2), s3_env) as session, Trace() as trace:
         engine = Engine(session, executor=InlineExecutor(), cache=cache)
         first = engine.run(reads(tmp_path, bucket, "j1", names[3:4]))  # 404, then the index
         second = engine.run(reads(tmp_path, bucket, "j2", names[4:5]))  # a member known by then
-        plain = session.backend(ups[3].dest).cache_key(ups[3].dest)  # type: ignore[attr-defined]
+        member = parse_url(f"s3://test@minio/{bucket}/in/{names[3]}", site_label="minio")
+        plain = session.backend(member).cache_key(member)  # type: ignore[attr-defined]
     assert [r.ok for r in first + second] == [True, True]
     assert (tmp_path / "j1" / names[3]).read_bytes() == (sources / names[3]).read_bytes()
     assert (tmp_path / "j2" / names[4]).read_bytes() == (sources / names[4]).read_bytes()
@@ -237,3 +224,17 @@ def test_store_and_peer_reads_walk_engine_cache_peers_store_one_way(s3_env, buck
     finally:
         for daemon in daemons:
             daemon.stop()
+
+
+def _uploaded(s3_env, bucket, tmp_path, names, times, settings):
+    """Local files ``names`` (each its name's bytes ``times`` over) uploaded to ``in/`` of
+    ``bucket`` with ``settings``; their directory."""
+    sources = tmp_path / "src"
+    sources.mkdir()
+    for n in names:
+        (sources / n).write_bytes(n.encode() * times)
+    ups = [Transfer((parse_url(str(sources / n)),), parse_url(f"s3://test@minio/{bucket}/in/{n}", site_label="minio"))
+           for n in names]
+    with Session(settings, s3_env) as session:
+        assert all(r.ok for r in Engine(session).run(ups))
+    return sources
