@@ -20,7 +20,7 @@ from pegasus_cloudio_testbed.moto import MotoServer
 from pegasus_cloudio_testbed.proxy import TcpProxy
 
 # Fixtures of other server kinds live in their own plugin modules beside this file.
-pytest_plugins = ["fixtures_gcs", "fixtures_azure", "fixtures_ssh", "fixtures_condor", "fixtures_pool", "fixtures_native"]
+pytest_plugins = ["fixtures_gcs", "fixtures_azure", "fixtures_ssh", "fixtures_condor", "fixtures_pool", "fixtures_native", "fixtures_client"]
 
 # --------------------------------------------------------------------------- environment
 
