@@ -60,7 +60,8 @@ def worker(oldest: str, pyz: Path, env: Dict[str, str], cwd: Path, stdin: str = 
 
 def test_bundle_is_one_small_executable_file(pyz: Path, oldest: str, tmp_path: Path) -> None:
     assert pyz.stat().st_mode & 0o111 and pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
-    assert pyz.stat().st_size < 400_000
+    # a tripwire, so growth is decided: 400,000 until the 45th stop's Buckets.names_bucket and read-ahead linger
+    assert pyz.stat().st_size < 410_000
     done = run([oldest, "-I", str(pyz), "--version"], clean_env("/usr/bin"), tmp_path)
     assert done.stdout.startswith(f"pegasus-cloudio-transfer {__version__} (Python {oldest.rsplit('python', 1)[1]}")
 

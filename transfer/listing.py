@@ -13,7 +13,6 @@ import posixpath
 
 from transfer.backends.base import Backend, Buckets, DirectoryListing, Namespace, ObjectInfo, PagedListing
 from transfer.bundles.directory import BUNDLE_DIR, BundleDirectory
-from transfer import schemes
 from transfer.errors import NotFound
 from transfer.lean import field, record
 from transfer.urls import Url
@@ -216,7 +215,7 @@ def info(backend: Lister, url: Url) -> Entry:
     "no inputs")."""
     if _is_local_dir(url):
         return _directory(url)
-    if _is_root(url) and isinstance(backend, Namespace):
+    if _is_root(backend, url) and isinstance(backend, Namespace):
         if isinstance(backend, Buckets) and not backend.bucket_exists(url):
             raise NotFound("no such bucket", url=str(url), operation="stat")
         return _directory(url)
@@ -246,7 +245,7 @@ def kinds(backend: Lister, urls: Sequence[Url]) -> List[Optional[bool]]:
     if isinstance(backend, PagedListing):
         groups: Dict[str, List[int]] = {}
         for i, url in enumerate(urls):
-            if not url.bare_path.endswith("/") and not _is_root(url):
+            if not url.bare_path.endswith("/") and not _is_root(backend, url):
                 groups.setdefault(url.with_bare_path(posixpath.dirname(url.bare_path) + "/").path, []).append(i)
         for parent, indexes in groups.items():
             if len(indexes) > 1:
@@ -351,14 +350,9 @@ def _is_local_dir(url: Url) -> bool:
     return url.is_local and os.path.isdir(url.path)
 
 
-def _is_root(url: Url) -> bool:
-    """Whether ``url`` names a bucket (or a store's root) rather than something in it."""
-    if url.scheme in schemes.S3:
-        from transfer.backends._s3_wire import split_url
-
-        return split_url(url).key.strip("/") == ""
-    if url.scheme == "az":  # az://ACCOUNT/CONTAINER: the container is the bucket (its path, not the host)
-        from transfer.backends._azure_wire import split_url as split_az
-
-        return split_az(url).blob.strip("/") == ""
+def _is_root(backend: Lister, url: Url) -> bool:
+    """Whether ``url`` names a bucket (:meth:`Buckets.names_bucket`: its shape is the backend's
+    to know) or a store's root rather than something in it."""
+    if isinstance(backend, Buckets):
+        return backend.names_bucket(url)
     return url.bare_path.strip("/") == ""

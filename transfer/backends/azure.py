@@ -325,6 +325,10 @@ class AzureBackend:
                 return
             self._check(response, str(url), "mkdir", ok=(201,))
 
+    def names_bucket(self, url: Url) -> bool:
+        """``Buckets``: no blob past the container (``az://ACCOUNT/CONTAINER``)."""
+        return wire.split_url(url).blob.strip("/") == ""
+
     def bucket_exists(self, url: Url) -> bool:
         """``Buckets``: Get Container Properties; 404 is False, other failures raise."""
         path = wire.split_url(url)

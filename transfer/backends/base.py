@@ -153,6 +153,11 @@ class Buckets(Protocol):
         """Whether the bucket of ``url`` exists (one request); AuthError when the identity may
         not ask."""
 
+    def names_bucket(self, url: Url) -> bool:
+        """Whether ``url`` names a bucket itself, nothing in it (no request: the URL's shape,
+        which only the backend knows: S3's bucket is a path segment or the host, Azure's
+        container a path segment); InvalidInput for a URL the backend cannot parse."""
+
 
 @runtime_checkable
 class BucketRemoval(Protocol):

@@ -342,6 +342,10 @@ class GcsBackend:
         with _translated(url, "remove"):
             self._client.bucket(bucket).delete(retry=None, timeout=self._timeout)
 
+    def names_bucket(self, url: Url) -> bool:
+        """``Buckets``: no key past the bucket (``gs://BUCKET``)."""
+        return split_url(url)[1].strip("/") == ""
+
     def bucket_exists(self, url: Url) -> bool:
         """``Buckets``: the bucket's metadata GET; 404 is False, other failures raise."""
         bucket, _ = split_url(url)

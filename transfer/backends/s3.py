@@ -383,6 +383,10 @@ class S3Backend:
         with self._send("DELETE", S3Path(split_url(url).bucket, ""), url=str(url)) as response:
             self._check(response, str(url), "remove", ok=(200, 204))
 
+    def names_bucket(self, url: Url) -> bool:
+        """``Buckets``: no key past the bucket."""
+        return split_url(url).key.strip("/") == ""
+
     def bucket_exists(self, url: Url) -> bool:
         """``Buckets``: HeadBucket; 404 is False, other failures raise (403: AuthError)."""
         with self._send("HEAD", S3Path(split_url(url).bucket, ""), url=str(url)) as response:

@@ -226,13 +226,21 @@ class TouchesContract(ContractBase):
 
 
 class BucketsContract(ContractBase):
-    """``bucket_exists``: True for the base URL's bucket, False for one that does not exist."""
+    """``bucket_exists``: True for the base URL's bucket, False for one that does not exist;
+    ``names_bucket``: True for the bucket's own URL, False for an object's or a directory's in it."""
 
     capability: ClassVar[type] = Buckets
     missing_bucket_url: ClassVar[str] = ""  # a URL in a bucket that does not exist (default: derived)
 
     def test_the_base_bucket_exists(self, reader: Any, url_for: UrlFor) -> None:
         assert reader.bucket_exists(url_for("any")) is True
+
+    def test_only_the_bucket_s_own_url_names_the_bucket(self, reader: Any, base_url: str, url_for: UrlFor) -> None:
+        from transfer import parse_url
+        assert reader.names_bucket(parse_url(base_url)) is True  # a contract's base URL is a bucket's root
+        assert reader.names_bucket(parse_url(base_url + "/")) is True
+        assert reader.names_bucket(url_for("any")) is False
+        assert reader.names_bucket(url_for("dir/")) is False
 
     def test_a_missing_bucket_does_not(self, reader: Any, base_url: str) -> None:
         from transfer import parse_url
