@@ -14,6 +14,7 @@ from transfer import Engine, Remove, RetryPolicy, Session, Settings, Transfer, p
 from transfer.bundles import BUNDLE_DIR, BundleFormatError, pack_files, read_index, unbundle
 from transfer.bundles.format import MAGIC, pack, parse_index
 from transfer.errors import ChecksumMismatch, InvalidInput, NotFound
+from local_files import files
 
 FAST = RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.01)
 
@@ -100,10 +101,7 @@ def s3(bucket, key):
 
 
 def make_files(directory, count, size=300):
-    directory.mkdir(parents=True, exist_ok=True)
-    for i in range(count):
-        (directory / f"f{i:03d}").write_bytes(os.urandom(size))
-    return sorted(directory.iterdir())
+    return files(directory, count, size, name="f{:03d}")
 
 
 def keys(minio, bucket):

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from fixtures_client import files
+from local_files import files
 from inotify_support import stats_opens
 from pegasus_cloudio_testbed.proxy import Fault, TcpProxy
 from transfer import Engine, Remove, Session, Settings, Transfer, parse_url

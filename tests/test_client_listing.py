@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from fixtures_client import files
+from local_files import files
 from pegasus_cloudio_testbed.proxy import TcpProxy
 from transfer.backends._s3_xml import Node
 from transfer.backends.base import ObjectInfo

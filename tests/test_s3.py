@@ -12,6 +12,7 @@ import boto3
 import pytest
 
 from transfer import AuthError, Engine, Mkdir, RemoteError, Remove, Session, Settings, Transfer, parse_url
+from local_files import files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,13 +22,7 @@ def s3(bucket, key=""):
 
 
 def make_files(directory, count, size=300):
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(count):
-        path = directory / f"f{i:04d}"
-        path.write_bytes(os.urandom(size))
-        paths.append(path)
-    return paths
+    return files(directory, count, size, name="f{:04d}")
 
 
 def test_import_transfer_loads_no_sdk():
