@@ -61,6 +61,12 @@ def test_the_preload_list_names_modules_that_exist():
     assert server.preload() == []
 
 
+def test_the_preload_list_names_no_private_module_of_ours():
+    """What a module imports inside its functions is its own to name (``DEFERRED``), not the stager's."""
+    ours = [name for name in server.PRELOAD if name.startswith(("transfer.", "pegasus_cloudio."))]
+    assert ours and not [name for name in ours if any(part.startswith("_") for part in name.split("."))]
+
+
 def test_a_job_in_a_preloaded_process_imports_nothing(s3_env, bucket, tmp_path):
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **s3_env,
            "PEGASUS_CLOUDIO_CACHE_MIN_FREE_BYTES": "0"}

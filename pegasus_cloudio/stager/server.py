@@ -45,23 +45,23 @@ from transfer.lean import prepare
 
 # Imported once, before the first fork: the drop-in, its backends and features, and what its
 # main() imports lazily on the way to a transfer, so a job's process imports nothing itself
-# (tests/test_stager_preload.py pins this).
+# (tests/test_stager_preload.py pins this). Public names only: what a module of ours imports
+# inside its functions it names in its own DEFERRED, which preload() follows.
 PRELOAD = ("pegasus_cloudio.dropin.main", "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.monitoring",
            "pegasus_cloudio.dropin.reporting", "pegasus_cloudio.dropin.signals", "pegasus_cloudio.dropin.spec",
            "pegasus_cloudio.dropin.stats", "pegasus_cloudio.ending",  # flush_standard_streams, before inserts
-           "transfer.backends.s3", "transfer.backends._s3_xml", "transfer.backends.http", "transfer.backends.local",
-           "transfer.backends._s3_pipelined", "transfer.http.pipeline",  # heads of a directory's small bundles
-           "transfer.backends._s3_put",  # a PUT's checks (uploads; the pipelined pass imports it too)
+           "transfer.backends.s3", "transfer.backends.http", "transfer.backends.local",
+           "transfer.http.pipeline",  # heads of a directory's small bundles
            "transfer.batched", "transfer.cached_reads", "transfer.bundle_gate", "transfer.local_copies",
            "transfer.bundles", "transfer.bundles.staging", "transfer.bundles.fetch", "transfer.bundles.reading",
            "transfer.bundles.groups", "transfer.cache", "transfer.cache.store", "transfer.cache.members",
            "transfer.p2p", "transfer.layers.cache", "transfer.layers.peers", "transfer.layers.bundles",  # read layers (issue 36)
-           "transfer.writes", "transfer.backends._s3_listing",  # uploads and their write-through; a directory's listing
+           "transfer.writes",  # uploads and their write-through
            "transfer.mkdirs", "transfer.copies",  # a create-dir job's mkdirs; what an attempt copies
            "transfer.engine", "transfer.node", "transfer.session", "transfer.ranged", "transfer.retry",
            "transfer.pacing", "transfer.pacing_node",  # a job's node rate file (issue 37)
            "transfer.ops", "transfer.context",
-           "transfer._workers", "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
+           "transfer.http.warm", "_queue", "encodings.ascii", "ssl", "hashlib", "zlib", "tarfile",
            "awscrt.checksums")
 # Imported once a job has used them (its copy reports it), not before: google-cloud-storage and
 # paramiko are 26 MB of the stager's 40 MB, and every fork copies the page tables of what the
@@ -89,8 +89,23 @@ def preload() -> List[str]:
     create (:func:`transfer.lean.prepare`); the names that could not be imported (an extra not
     installed: its import error then reaches the job that needs it, as without the stager)."""
     missing = [name for name in PRELOAD if not _import(name)]
+    _import_deferred()
     _prepare_records()
     return missing
+
+
+def _import_deferred() -> None:
+    """Import what each loaded module of ours names in its ``DEFERRED`` (what it imports inside
+    functions), and theirs in turn."""
+    done: Set[str] = set()
+    while True:
+        wanted = [name for module in list(sys.modules.values()) if getattr(module, "__name__", "").startswith(_OURS)
+                  for name in getattr(module, "DEFERRED", ()) if name not in done]
+        if not wanted:
+            return
+        for name in wanted:
+            done.add(name)
+            _import(name)
 
 
 def _import(name: str) -> bool:

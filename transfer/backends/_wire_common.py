@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Node", "StreamCheck", "batch_answers", "canonical_query", "digest_check", "http_date_epoch", "parse_xml", "quote_query",
            "uri_encode_path"]
+DEFERRED = ("transfer.backends._s3_xml",)  # imported inside parse_xml (as transfer.backends.s3's DEFERRED)
 
 _UNRESERVED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
 

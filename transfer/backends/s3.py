@@ -74,6 +74,9 @@ if TYPE_CHECKING:
 
 __all__ = ["S3At", "S3Backend", "S3Path", "check_bucket", "default_endpoint", "open_backend", "split_url",
            "virtual_hosted"]
+# imported inside methods, not above (a job that needs none never loads them); a process that forks
+# jobs imports them ahead (the node stager's preload follows every loaded module's DEFERRED)
+DEFERRED = ("transfer.backends._s3_put", "transfer.backends._s3_listing", "transfer.backends._s3_pipelined")
 _log = logger(__name__)  # logging is imported only when a warning is written
 
 
