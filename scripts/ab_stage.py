@@ -6,11 +6,13 @@
 contestant is this checkout. Each round runs, with each wheel's ``pegasus-cloudio-transfer``
 (5 threads, the users' defaults otherwise): ``--count`` objects of ``--size`` bytes staged in
 with the node cache on and empty (every file a miss, a first job on a node), the same with
-the cache off, and the same files staged out to a fresh prefix. The figures are each process's
-wall time and user + system CPU (``wait4``), and the CPU of what it leaves running behind (the
-child that fills the node cache after the job's answer, waited for before the next run starts:
-this script is their subreaper), medians over the rounds, and this tree's over the other's: a development A/B for changes to requests, connections and the cache, beside
-``pegasus-cloudio bench small-files``, which races the stock tools.
+the cache off, and the same files staged out to a fresh prefix; the trees take turns at going
+first. The figures are each process's wall time and user + system CPU (``wait4``), and the
+CPU of what it leaves running behind (the child that fills the node cache after the job's
+answer, waited for before the next run starts: this script is their subreaper), medians over
+the rounds, and this tree's over the other's: a development A/B for changes to requests,
+connections and the cache, beside ``pegasus-cloudio bench small-files``, which races the
+stock tools.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             _run(bins["this"], transfer_spec([(f"file://{src}/{n}", url("in", n)) for n in names], "local", SITE),
                  dict(env, PEGASUS_CLOUDIO_CACHE_DIR="off"), src)
             for r in range(args.rounds):
-                for name, bin_dir in bins.items():
+                # the trees take turns at going first: a drift over the rounds weighs on neither
+                for name, bin_dir in (list(bins.items()) if r % 2 == 0 else list(bins.items())[::-1]):
                     job = os.path.join(root, f"{name}-{r}")
                     cache = os.path.join(root, f"cache-{name}-{r}")
                     steps = (
