@@ -2,7 +2,7 @@
 
 Each handed-off job runs in a forked copy of the stager, so a module the drop-in imports
 lazily on its way to a transfer is imported again in every job (about 10 ms of CPU per step
-on a 2-core VM) unless :data:`pegasus_cloudio.stager.server.PRELOAD` names it; the same for a
+on a 2-core VM) unless :data:`pegasus_cloudio.stager.preload.PRELOAD` names it; the same for a
 record class's ``__init__``, generated on first use (a compile: about 4 ms per step in all,
 unless :func:`preload` generated them). These tests
 run :func:`preload`, then the drop-in's ``main`` in the same process on real jobs against
@@ -19,14 +19,15 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-from pegasus_cloudio.stager import server, warm
+from pegasus_cloudio.stager import warm
+from pegasus_cloudio.stager.preload import PRELOAD, preload
 from pegasus_cloudio_testbed.stager import StagerProcess
 
 from test_stager import job_env, run_job, served, wait_for
 
 CHILD = """
 import json, sys
-from pegasus_cloudio.stager.server import preload
+from pegasus_cloudio.stager.preload import preload
 preload()
 before = set(sys.modules)
 def inits():
@@ -58,12 +59,12 @@ def job_after_preload(spec: List[Dict[str, object]], env: Dict[str, str], cwd: P
 
 
 def test_the_preload_list_names_modules_that_exist():
-    assert server.preload() == []
+    assert preload() == []
 
 
 def test_the_preload_list_names_no_private_module_of_ours():
     """What a module imports inside its functions is its own to name (``DEFERRED``), not the stager's."""
-    ours = [name for name in server.PRELOAD if name.startswith(("transfer.", "pegasus_cloudio."))]
+    ours = [name for name in PRELOAD if name.startswith(("transfer.", "pegasus_cloudio."))]
     assert ours and not [name for name in ours if any(part.startswith("_") for part in name.split("."))]
 
 

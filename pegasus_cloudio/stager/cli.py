@@ -12,7 +12,8 @@ import logging
 import os
 import sys
 
-from pegasus_cloudio.stager.server import Stager, StagerError, preload
+from pegasus_cloudio.stager.preload import preload
+from pegasus_cloudio.stager.server import Stager, StagerError
 
 
 def default_socket() -> str:
