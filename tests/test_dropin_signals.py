@@ -72,6 +72,33 @@ def test_a_signal_during_a_get_leaves_no_part_file_and_logs_what_did_not_finish(
     assert "completed successfully" not in err
 
 
+_TGKILL = {"x86_64": 234, "aarch64": 131}  # the tgkill system call's number
+
+
+def test_a_sigterm_one_of_the_workers_receives_ends_the_job_as_well(proxied, bucket, minio, tmp_path):
+    """SIGTERM delivered to a worker thread (tgkill), not to the main thread, which sleeps on its
+    workers: Python runs handlers in the main thread only, which then wakes within a slice of its
+    wait and ends the job as for any SIGTERM; before, it slept until the stalled GET was over."""
+    import ctypes
+    proxy, env = proxied
+    client(minio).put_object(Bucket=bucket, Key="big.dat", Body=os.urandom(32 * MiB))
+    proxy.set_faults([Fault.stall(60, after_bytes=4 * MiB, method="GET")])
+    job = tmp_path / "job"
+    job.mkdir()
+    url = f"s3://test@minio/{bucket}/big.dat"
+    proc = start([entry(url, f"file://{job}/big.dat", "minio", "local")], env, job)
+    wait_for(lambda: parts(job) and os.path.getsize(parts(job)[0]) > 0, "a partial download")
+    workers = sorted(int(tid) for tid in os.listdir(f"/proc/{proc.pid}/task") if int(tid) != proc.pid)
+    assert workers, "the drop-in runs no worker thread"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(_TGKILL[os.uname().machine], proc.pid, workers[0], signal.SIGTERM) == 0, ctypes.get_errno()
+    rc = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert rc == 1, err
+    assert parts(job) == [] and not (job / "big.dat").exists()
+    assert "Exiting due to signal 15" in err and f"Not finished: {url}" in err
+
+
 def test_sigterm_during_a_multipart_upload_aborts_it(proxied, bucket, minio, tmp_path):
     proxy, env = proxied
     src = tmp_path / "out.dat"

@@ -251,6 +251,18 @@ def _ours(records, set_dir: Path, install_bin: Path) -> List[str]:
     return [r.job for r in records if os.path.realpath(r.executable) in (drop_in, shim)]
 
 
+def _failed_jobs(submit_dir: Path, records) -> str:  # type: ignore[no-untyped-def]
+    """The records that did not exit 0, each with the end of its job's output files (what our
+    drop-in said), for an assertion's message."""
+    lines = []
+    for record in (r for r in records if r.exitcode != 0):
+        lines.append(repr(record))
+        for path in sorted(submit_dir.rglob(f"{record.job}.*"))[:4]:
+            if path.suffix[1:].isdigit() or ".out." in path.name or ".err." in path.name:
+                lines.append(f"--- {path.name}: " + path.read_text(errors="replace")[-1500:])
+    return "\n".join(lines)
+
+
 def _check(pegasus: PegasusOnPool, planned: Planned, mode: str) -> None:
     run = planned.result()
     set_dir = planned.set_dir
@@ -258,7 +270,7 @@ def _check(pegasus: PegasusOnPool, planned: Planned, mode: str) -> None:
     assert (set_dir / "outputs" / OUTPUT).read_bytes() == expected_concat(set_dir, PRODUCERS, FILES)
     records = invocations(run.submit_dir)
     transfers = [r for r in records if r.transformation in TRANSFER_TRANSFORMATIONS]
-    assert transfers and all(r.exitcode == 0 for r in records), records
+    assert transfers and all(r.exitcode == 0 for r in records), _failed_jobs(run.submit_dir, records)
     assert stock_calls(records, pegasus.home / "bin" / "pegasus-transfer") == []
     assert sorted(_ours(records, set_dir, planned.install_bin)) == sorted(r.job for r in transfers), transfers
     stats = pegasus.tool("statistics", "-s", "all", str(run.submit_dir))

@@ -127,3 +127,22 @@ def test_multipart_parts_draw_tokens_from_the_prefix_pace(proxied, minio, bucket
     pace = pacer.pace(dest)
     assert pace.throttles == 1
     assert pace.requests == 2 + 4 + 4, pace.requests  # the file's two tries and the parts of each
+
+
+def test_a_copy_whose_closing_head_is_throttled_is_retried_past_the_attempts(proxied, minio, bucket, keys):  # type: ignore[no-untyped-def]
+    """A server-side copy's closing HEAD answered 'slow down' 6 times, with no body (an answer to
+    a HEAD has none, so S3 cannot name the code there): a throttle, retried past the 3 attempts
+    (as a 503 without a code it failed the copy after 3; a Pegasus workflow's s3-to-s3 stage
+    failed so behind a throttling store), and each try's HEAD drew its own token of the pace."""
+    proxy, env = proxied
+    proxy.set_faults([Fault(kind="status", times=6, code=503, body=SLOW_DOWN_BODY, match=Match("HEAD", "copy"))])
+    source = parse_url(f"s3://test@minio/{bucket}/{keys[0]}", site_label="minio")
+    dest = parse_url(f"s3://test@minio/{bucket}/run/copy.dat", site_label="minio")
+    pacer = Pacer()
+    with Session(Settings(), env) as session:
+        [result] = Engine(session, retry=QUICK, pacer=pacer).run([Transfer((source,), dest)])
+    assert result.ok and result.bytes == len(keys[0]), result.error
+    assert proxy.pending_faults() == 0 and proxy.requests_by_method.get("HEAD") == 7
+    assert _client(minio).get_object(Bucket=bucket, Key="run/copy.dat")["Body"].read() == keys[0].encode()
+    pace = pacer.pace(dest)
+    assert pace.throttles == 6 and pace.requests == 2 * 7, pace.requests  # the copy and its HEAD, 7 tries

@@ -13,7 +13,11 @@ modules on a job's path use these instead; their contracts are :mod:`threading`'
   see it by name), else a bare ``_thread`` thread.
 
 A waiter blocks on a lock of its own that the waking side releases, the design of
-``threading.Condition``; one lock (``_mutex``) guards each object's state.
+``threading.Condition``; one lock (``_mutex``) guards each object's state. :func:`block` waits
+without a timeout in slices of :data:`SLICE` seconds: Python runs a signal handler in the main
+thread only, and a main thread asleep on a lock wakes for it only when the signal interrupts that
+very thread; between slices it runs the handler of a signal any thread received (HTCondor's
+SIGTERM: the drop-in's main thread waits on its workers, and its handler must run).
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ if TYPE_CHECKING:
 
         def wait(self, timeout: Optional[float] = None) -> bool: ...
 
-__all__ = ["Event", "Lock", "start"]
+__all__ = ["Event", "Lock", "block", "start"]
 
 Lock = _thread.allocate_lock
+SLICE = 0.5  # seconds a wait without a timeout sleeps before it looks for a signal to handle
 
 
 def _waiter() -> "_thread.LockType":
@@ -46,8 +51,13 @@ def _waiter() -> "_thread.LockType":
     return lock
 
 
-def _block(waiter: "_thread.LockType", timeout: "Optional[float]") -> bool:
-    return waiter.acquire(True, -1 if timeout is None else max(0.0, timeout))
+def block(lock: "_thread.LockType", timeout: "Optional[float]" = None) -> bool:
+    """``lock.acquire(True, timeout)``; without a timeout, in slices (the module docstring)."""
+    if timeout is not None:
+        return lock.acquire(True, max(0.0, timeout))
+    while not lock.acquire(True, SLICE):
+        pass
+    return True
 
 
 class Event:
@@ -80,7 +90,7 @@ class Event:
                 return True
             waiter = _waiter()
             self._waiters.append(waiter)
-        if _block(waiter, timeout):
+        if block(waiter, timeout):
             return True
         with self._mutex:
             if waiter in self._waiters:  # timed out: nobody will release it now
@@ -105,7 +115,7 @@ class _Bare:
             self._done.release()
 
     def join(self, timeout: "Optional[float]" = None) -> None:
-        if _block(self._done, timeout):
+        if block(self._done, timeout):
             self._done.release()  # later joins return at once too
 
 

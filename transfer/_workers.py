@@ -87,12 +87,12 @@ class Task(_Future):  # type: ignore[type-arg]
         """Return once the task has finished or was cancelled (its error, if any, stays for
         :meth:`result`)."""
         if self._step < 2:
-            self._lock.acquire()
+            _threads.block(self._lock)
             self._lock.release()
 
     def result(self, timeout: Optional[float] = None) -> Any:
         if self._step < 2:
-            if not self._lock.acquire(True, -1 if timeout is None else timeout):
+            if not _threads.block(self._lock, timeout):
                 raise TimeoutError("task still running")
             self._lock.release()
         if self._error is not None:

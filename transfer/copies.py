@@ -17,7 +17,7 @@ from transfer.ops import LinkMode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, List, Optional
+    from typing import Any, Callable, Iterable, List, Optional
 
     from transfer.layers.stack import Stacks
     from transfer.ops import Transfer
@@ -67,8 +67,10 @@ class Copies:
         self._stacks = stacks
         self._writes = writes
 
-    def copy(self, source: Url, op: Transfer) -> int:
-        """``source`` (one of ``op``'s) to ``op.dest``; the bytes copied."""
+    def copy(self, source: Url, op: Transfer, draw: Optional[Callable[[], None]] = None) -> int:
+        """``source`` (one of ``op``'s) to ``op.dest``; the bytes copied. ``draw`` takes a token
+        of the prefix's pace for each request after the first of a server-side copy
+        (:class:`~transfer.backends.base.ServerSideCopy`)."""
         dest = op.dest
         if dest.is_local:
             if source.is_local:
@@ -77,7 +79,7 @@ class Copies:
             return self.download(source, dest.path, symlink=op.link is LinkMode.SYMLINK or dest.scheme == "symlink")
         if source.is_local:
             return self._writes.get().upload(source.path, dest)
-        return self._between(source, dest)
+        return self._between(source, dest, draw)
 
     def download(self, source: Url, path: str, symlink: bool = False, mode: int = 0o666) -> int:
         """A remote object at ``path`` down its endpoint's read stack (node cache, peers, bundle
@@ -85,12 +87,12 @@ class Copies:
         ``--symlink``); ``mode`` is the new file's permission bits before the umask."""
         return self._stacks.reader_of(source).fetch_to(source, path, symlink, mode)
 
-    def _between(self, source: Url, dest: Url) -> int:
+    def _between(self, source: Url, dest: Url, draw: Optional[Callable[[], None]]) -> int:
         """One object to another: server-side within one endpoint that copies, else two hops."""
         source_backend, dest_backend = self._session.backend(source), self._session.backend(dest)
         if source_backend is dest_backend and isinstance(source_backend, ServerSideCopy):
             try:
-                return source_backend.copy(source, dest).size
+                return source_backend.copy(source, dest, draw).size
             finally:
                 self._writes.get().write_through(dest, None, None)
         uploads(dest_backend, dest, "put")  # a read-only destination is refused before any GET

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from transfer.bundles.groups import GroupRun
     from transfer.backends.base import ObjectInfo
     from transfer.cache import NodeCache
+    from transfer.pacing import Pace
     from transfer.peers import PeerRound, PeerSource
     from transfer.session import Session
     from transfer.urls import Url
@@ -73,6 +74,11 @@ def _peer_round(peers: Optional[PeerSource], cache: Optional[NodeCache]) -> Opti
         return None
     from transfer.peers import PeerRound  # imported only where peers are on
     return PeerRound(peers)
+
+
+def _drawer(pace: Pace, cancel: Optional[Cancel]) -> Callable[[], None]:
+    """What takes one more token of ``pace`` for a later request of the same attempt."""
+    return lambda: pace.acquire(cancel)
 
 
 def _wait(future: Future) -> None:  # type: ignore[type-arg]
@@ -304,7 +310,7 @@ class Engine:
                     pace.acquire(cancel)
                 started, clock = time.time(), time.monotonic()
                 try:
-                    nbytes = self._copies.copy(source, op)
+                    nbytes = self._copies.copy(source, op, None if pace is None else _drawer(pace, cancel))
                 except TransferError as err:
                     history.append(Attempt(source, op.dest, False, started, time.monotonic() - clock, 0, err))
                     errors.append(err)

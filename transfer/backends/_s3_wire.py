@@ -210,7 +210,10 @@ def xml_tree(data: bytes) -> Node:
 def s3_error(status: int, body: bytes, url: str, operation: str, *, code: Optional[str] = None,
               message: Optional[str] = None, retry_after: Optional[float] = None) -> TransferError:
     """Translate an S3 error response into the library's exception tree (``retry_after``: the
-    answer's ``Retry-After`` in seconds, kept on a :class:`Throttled`)."""
+    answer's ``Retry-After`` in seconds, kept on a :class:`Throttled`). A 503 that names no
+    code is a :class:`Throttled`: the answer to a HEAD has no body, so S3's ``503 SlowDown``
+    cannot say its name there, and a store that throttles a pool answers its HEADs so too
+    (a server-side copy's closing HEAD failed after 3 tries behind such a store)."""
     if code is None and body:
         try:
             root = xml_tree(body)
@@ -220,7 +223,7 @@ def s3_error(status: int, body: bytes, url: str, operation: str, *, code: Option
     code = code or ""
     text = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
     kwargs = {"url": url, "operation": operation, "status": status}
-    if status == 429 or code in _THROTTLE_CODES:
+    if status == 429 or code in _THROTTLE_CODES or (status == 503 and not code):
         return Throttled(text, retry_after=retry_after, **kwargs)
     if status >= 500 or code in _TRANSIENT_CODES:
         return TransientError(text, **kwargs)  # type: ignore[arg-type]

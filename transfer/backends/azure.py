@@ -430,8 +430,9 @@ class AzureBackend:
 
     # -- ServerSideCopy -----------------------------------------------------------------
 
-    def copy(self, source: Url, dest: Url) -> ObjectInfo:
-        """Copy Blob inside the account; waited for while the service reports it pending."""
+    def copy(self, source: Url, dest: Url, draw: Optional[Callable[[], None]] = None) -> ObjectInfo:
+        """Copy Blob inside the account; waited for while the service reports it pending
+        (``draw`` before each HEAD: ``ServerSideCopy``)."""
         src, dst = wire.split_url(source, need_blob=True), wire.split_url(dest, need_blob=True)
         if source.host != dest.host:
             raise InvalidInput("a server-side copy stays inside one storage account", url=str(dest), operation="copy")
@@ -441,11 +442,15 @@ class AzureBackend:
             status = response.headers.get("x-ms-copy-status", "success")
         while status == "pending":
             time.sleep(_COPY_POLL_S)
+            if draw is not None:
+                draw()
             with self._send("HEAD", dst) as response:
                 self._check(response, str(dest), "copy")
                 status = response.headers.get("x-ms-copy-status", "success")
         if status != "success":
             raise RemoteError(f"the copy ended {status}", url=str(dest), operation="copy")
+        if draw is not None:
+            draw()
         return self.stat(dest)
 
     # -- MultipartUploads (block blobs) --------------------------------------------------

@@ -400,8 +400,11 @@ class PeerScopes(Protocol):
 class ServerSideCopy(Protocol):
     """Copy between two URLs of the same endpoint without moving bytes through the client."""
 
-    def copy(self, source: Url, dest: Url) -> ObjectInfo:
-        """Copy ``source`` to ``dest`` inside the store."""
+    def copy(self, source: Url, dest: Url, draw: Optional[Callable[[], None]] = None) -> ObjectInfo:
+        """Copy ``source`` to ``dest`` inside the store. ``draw`` is called before each request
+        after the first (the copy's closing HEAD, a poll): the caller drew the first's token
+        from a paced prefix (:mod:`transfer.pacing`), and each later request waits for its own,
+        so a copy never sends its requests faster than the prefix's pace."""
 
 
 _KNOWN: Dict[Tuple[type, type], bool] = {}

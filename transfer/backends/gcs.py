@@ -366,7 +366,9 @@ class GcsBackend:
 
     # -- ServerSideCopy -----------------------------------------------------------------
 
-    def copy(self, source: Url, dest: Url) -> ObjectInfo:
+    def copy(self, source: Url, dest: Url, draw: Optional[Callable[[], None]] = None) -> ObjectInfo:
+        """``rewrite`` calls until the object is whole (``draw`` before each after the first:
+        ``ServerSideCopy``)."""
         (src_bucket, src_key), (dst_bucket, dst_key) = split_url(source, True), split_url(dest, True)
         src = self._client.bucket(src_bucket).blob(src_key)
         dst = self._client.bucket(dst_bucket).blob(dst_key)
@@ -376,6 +378,8 @@ class GcsBackend:
                 token, _, _ = dst.rewrite(src, token=token, retry=None, timeout=self._timeout)
                 if token is None:
                     break
+                if draw is not None:
+                    draw()
         return _blob_info(dest, dst)
 
     # -- Presigns --------------------------------------------------------------------------

@@ -511,7 +511,8 @@ class S3Backend:
 
     # -- ServerSideCopy -----------------------------------------------------------------
 
-    def copy(self, source: Url, dest: Url) -> ObjectInfo:
+    def copy(self, source: Url, dest: Url, draw: Optional[Callable[[], None]] = None) -> ObjectInfo:
+        """CopyObject, then a HEAD for what was stored (``draw`` before it: ``ServerSideCopy``)."""
         src, dst = split_url(source), split_url(dest)
         copy_source = uri_encode_path(f"{src.bucket}/{src.key}")
         with self._send("PUT", dst, headers=[("x-amz-copy-source", copy_source)], url=str(dest)) as response:
@@ -519,6 +520,8 @@ class S3Backend:
             text = response.read()
         if b"<Error>" in text:  # S3 may report a failed copy inside a 200 response
             raise s3_error(500, text, str(dest), "copy")
+        if draw is not None:
+            draw()
         return self.stat(dest)
 
     # -- Presigns -----------------------------------------------------------------------
