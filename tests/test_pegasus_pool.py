@@ -257,9 +257,9 @@ def _failed_jobs(submit_dir: Path, records) -> str:  # type: ignore[no-untyped-d
     lines = []
     for record in (r for r in records if r.exitcode != 0):
         lines.append(repr(record))
-        for path in sorted(submit_dir.rglob(f"{record.job}.*"))[:4]:
-            if path.suffix[1:].isdigit() or ".out." in path.name or ".err." in path.name:
-                lines.append(f"--- {path.name}: " + path.read_text(errors="replace")[-1500:])
+        outputs = [p for p in sorted(submit_dir.rglob(f"{record.job}.*")) if re.search(r"\.(out|err)\.\d+$", p.name)]
+        for path in outputs[-4:]:  # the last tries' stdout and stderr
+            lines.append(f"--- {path.name}: " + path.read_text(errors="replace")[-1500:])
     return "\n".join(lines)
 
 
