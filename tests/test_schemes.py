@@ -52,3 +52,29 @@ def test_no_module_but_the_registry_lists_schemes() -> None:
              if str(path.relative_to(REPO)) not in allowed and "testbed" not in path.parts
              and "bench" not in path.parts for hit in _scheme_lists(path)]
     assert found == []
+
+
+def test_a_schemes_own_settings_are_knobs_from_its_row_alone(tmp_path: Path) -> None:
+    """A backend's own settings live in its registry row (a new backend touches no knob list):
+    each is in the knob table, the config file accepts it, the environment does not warn of
+    it, and looking up a general knob does not import the registry."""
+    import subprocess
+    import sys
+
+    from transfer import knobs
+
+    own = schemes.knob_rows()
+    assert {row[0] for row in own} >= {"AZURE_CREDENTIAL", "GCS_ANONYMOUS"}
+    assert all(row in knobs.TABLE and knobs.PREFIX + row[0] in knobs.KNOWN for row in own)
+    assert not {row[0] for row in own} & {row[0] for row in knobs.GENERAL}
+    conf = tmp_path / "cloudio.conf"
+    conf.write_text("PEGASUS_CLOUDIO_AZURE_CREDENTIAL = none\n")
+    assert knobs.read_config_file({"PEGASUS_CLOUDIO_CONFIG": str(conf)}) == {"PEGASUS_CLOUDIO_AZURE_CREDENTIAL": "none"}
+    assert knobs.unknown_names({"PEGASUS_CLOUDIO_GCS_ANONYMOUS": "1", "PEGASUS_CLOUDIO_AZURE_CREDENTAL": "x"}) == \
+        {"PEGASUS_CLOUDIO_AZURE_CREDENTAL": "PEGASUS_CLOUDIO_AZURE_CREDENTIAL"}
+    probe = ("import sys; from transfer import knobs; "
+             "knobs.layered({'PEGASUS_CLOUDIO_THREADS': '4'}, config_file=False); "
+             "print('transfer.schemes' in sys.modules, knobs.is_known('PEGASUS_CLOUDIO_AZURE_CREDENTIAL'), "
+             "'transfer.schemes' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split() == ["False", "True", "True"], done

@@ -26,7 +26,10 @@ another user's link or more than :data:`MAX_CONFIG_BYTES` is a file that cannot 
 (and line); so does a name no reader knows (not in :data:`KNOWN`: a typo). A value that is there but means nothing is refused by its reader, naming the knob
 and, through :func:`origin_of`, the source it came from. This module imports only ``os`` (and
 :mod:`transfer.named_files` when it reads the file): the
-drop-in reads it before deciding whether to hand its job to a stager.
+drop-in reads it before deciding whether to hand its job to a stager. The settings a backend's
+own modules read are rows of its scheme in :mod:`transfer.schemes` (a new backend touches no
+list here), imported when a name that is no general knob is looked up (:data:`TABLE` and
+:data:`KNOWN` hold both).
 """
 
 from __future__ import annotations
@@ -34,18 +37,23 @@ from __future__ import annotations
 import os
 TYPE_CHECKING = False  # typing is not imported at run time (start-up time of the drop-in)
 if TYPE_CHECKING:
-    from typing import Dict, Mapping, Optional
+    from typing import Dict, FrozenSet, Mapping, Optional, Tuple
+
+    Row = Tuple[str, str, str, str, str]
+    TABLE: Tuple[Row, ...]  # every knob: GENERAL, then each scheme's (module __getattr__)
+    KNOWN: FrozenSet[str]  # PREFIX + the name of each row of TABLE
 
 PREFIX = "PEGASUS_CLOUDIO_"
 CONFIG_VAR = PREFIX + "CONFIG"
 MAX_CONFIG_BYTES = 1 << 20
 
 _EF = "env, file"
-# Every knob: (NAME, default, unit, sources, what it does). docs/knobs.md is generated from this
-# (``python -m transfer.knobs``, tests/test_knobs.py fails when they differ), and tests check the
-# defaults against the objects that read them. "env": the environment (Pegasus env profiles, a
-# job's environment); "file": the config file; a command's option is named where it has one.
-TABLE = (
+# Every general knob: (NAME, default, unit, sources, what it does); a scheme's own are in its row of
+# transfer.schemes. docs/knobs.md is generated from both (``python -m transfer.knobs``,
+# tests/test_knobs.py fails when they differ), and tests check the defaults against the objects
+# that read them. "env": the environment (Pegasus env profiles, a job's environment); "file": the
+# config file; a command's option is named where it has one.
+GENERAL = (
     ("THREADS", "8", "transfers", "env, file, `pegasus-cloudio-s3 -p`; drop-in `--threads` below it",
      "concurrent transfers, and connections kept per endpoint"),
     ("MAX_ATTEMPTS", "3", "tries", "env, file, drop-in `-m`", "tries per file before it is reported failed"),
@@ -71,11 +79,6 @@ TABLE = (
     ("DOWNLOAD_PART_SIZE", "16M", "bytes", _EF, "bytes per ranged GET; objects of twice this or more download in parallel ranges"),
     ("CA_BUNDLE", "system CAs", "path", _EF, "PEM file of CAs that verify TLS instead of the system store"),
     ("GCS_ENDPOINT", "Google's", "URL", _EF, "GCS JSON API endpoint (an emulator); `STORAGE_EMULATOR_HOST` also works"),
-    ("GCS_ANONYMOUS", "0", "flag", _EF, "GCS without credentials (public buckets)"),
-    ("AZURE_CREDENTIAL", "", "name", _EF,
-     "az:// without a key or SAS: `managed-identity`, `workload-identity`, `cli` or `default` (the `[azure]` "
-     "extra's azure-identity), `none`; unset: workload identity when AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID "
-     "and AZURE_TENANT_ID are all set, else anonymous (docs/azure.md)"),
     ("SSH_KNOWN_HOSTS", "unset", "path", _EF, "known_hosts file; when set, SSH host keys must match it"),
     ("BUNDLE", "0", "flag", _EF, "pack batches of small uploads into bundles, for every destination site"),
     ("BUNDLE_SITES", "unset", "site labels", _EF, "comma-separated destination sites that get bundles"),
@@ -126,15 +129,43 @@ TABLE = (
      "the HTCondor plugin's `SupportedMethods`, narrowed"),
     ("CONDOR_CONFIG", "`/etc/pegasus-cloudio/condor-plugin.conf`", "path", "env", "the HTCondor plugin's node file"),
 )
-KNOWN = frozenset(PREFIX + row[0] for row in TABLE)  # every knob the docs name (tests/test_knob_values.py)
+_GENERAL_NAMES = frozenset(PREFIX + row[0] for row in GENERAL)
+_all: "Optional[Tuple[Tuple[Row, ...], FrozenSet[str]]]" = None
+
+
+def _every() -> "Tuple[Tuple[Row, ...], FrozenSet[str]]":
+    """(TABLE, KNOWN), made at first use: the schemes' rows import :mod:`transfer.schemes`."""
+    global _all
+    if _all is None:
+        from transfer.schemes import knob_rows
+        table = GENERAL + knob_rows()
+        _all = table, frozenset(PREFIX + row[0] for row in table)
+    return _all
+
+
+def __getattr__(name: str) -> object:
+    """``TABLE`` (every knob's row) and ``KNOWN`` (every knob's name: the docs name each;
+    tests/test_knob_values.py), made at first use."""
+    if name == "TABLE":
+        return _every()[0]
+    if name == "KNOWN":
+        return _every()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_known(name: str) -> bool:
+    """Whether ``name`` is a knob's (``PREFIX + NAME``); a general knob's without importing the schemes."""
+    return name in _GENERAL_NAMES or name in _every()[1]
+
+
 # PEGASUS_CLOUDIO_* names that are no knob: the test bed's (bench/pegasus_cloudio_testbed), not warned about
 NOT_KNOBS = frozenset(PREFIX + name for name in (
     "TOOLS_DIR", "POOL_DIR", "POOL_CACHE", "KEEP_POOL", "PEGASUS_DIR", "PEGASUS_TARBALL"))
 ENVIRONMENT = "the environment"
 COMMAND_LINE = "the command line"
 
-__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "KNOWN", "PREFIX", "TABLE", "Knobs", "config_file_path",
-           "family", "layered", "markdown", "origin_of", "read_config_file", "story", "uncommented", "unknown_names"]
+__all__ = ["COMMAND_LINE", "CONFIG_VAR", "ENVIRONMENT", "GENERAL", "KNOWN", "PREFIX", "TABLE", "Knobs",
+           "config_file_path", "family", "is_known", "layered", "markdown", "origin_of", "read_config_file", "story", "uncommented", "unknown_names"]
 
 
 class Knobs(dict[str, str]):
@@ -221,7 +252,7 @@ def _parse(data: bytes, path: str) -> "Dict[str, tuple[str, int]]":
             raise _invalid(f"config file {path} line {number}: expected {PREFIX}NAME = value")
         if name == CONFIG_VAR:
             raise _invalid(f"config file {path} line {number}: {CONFIG_VAR} is read from the environment only")
-        if name not in KNOWN:  # a typo would otherwise be a knob silently ignored
+        if not is_known(name):  # a typo would otherwise be a knob silently ignored
             raise _invalid(f"config file {path} line {number}: no setting is named {name}")
         if value.strip():
             values[name] = (value.strip(), number)
@@ -263,7 +294,7 @@ def story(knobs: "Mapping[str, str]") -> "list[str]":
     in name order; a secret's value is never shown."""
     origins = knobs.origins if isinstance(knobs, Knobs) else {}
     return [f"{name}={'***' if name in SECRETS else knobs[name]} (from {origins.get(name, ENVIRONMENT)})"
-            for name in sorted(knobs) if name.startswith(PREFIX) and name in KNOWN]
+            for name in sorted(knobs) if name.startswith(PREFIX) and is_known(name)]
 
 
 _warned: "set[str]" = set()  # once a process: the drop-in layers its environment twice (stager check, run)
@@ -272,11 +303,11 @@ _warned: "set[str]" = set()  # once a process: the drop-in layers its environmen
 def unknown_names(env: "Mapping[str, str]") -> "Dict[str, str]":
     """``PEGASUS_CLOUDIO_*`` names of ``env`` that no reader knows (a typo silently ignored
     otherwise), each with the closest known name (``""`` when none is close)."""
-    found = sorted(name for name in env if name.startswith(PREFIX) and name not in KNOWN and name not in NOT_KNOBS)
+    found = sorted(name for name in env if name.startswith(PREFIX) and name not in NOT_KNOBS and not is_known(name))
     if not found:
         return {}
     import difflib  # only when there is a typo to name: start-up time
-    return {name: next(iter(difflib.get_close_matches(name, sorted(KNOWN), n=1, cutoff=0.8)), "")
+    return {name: next(iter(difflib.get_close_matches(name, sorted(_every()[1]), n=1, cutoff=0.8)), "")
             for name in found}
 
 
@@ -298,18 +329,24 @@ def _invalid(message: str) -> Exception:
 
 
 def markdown() -> str:
-    """docs/knobs.md: the table of every knob, from :data:`TABLE`."""
+    """docs/knobs.md: the table of every knob, from :data:`GENERAL` and the schemes' rows."""
     head = ["# Settings (knobs)", "",
-            "Generated from `transfer/knobs.py` by `python -m transfer.knobs > docs/knobs.md`; do not edit.", "",
+            "Generated from `transfer/knobs.py` and `transfer/schemes.py` by `python -m transfer.knobs > docs/knobs.md`;",
+            "do not edit.", "",
             "Every setting is named `PEGASUS_CLOUDIO_<NAME>`. Its value is the first of: the command's option",
             "(where it has one), the environment (Pegasus `env` profiles), the config file (`NAME = value` lines",
             "in `$PEGASUS_CLOUDIO_CONFIG`, default `~/.pegasus/cloudio.conf`), the default. A misspelt name is",
             "an error in the config file and one warning line naming the closest setting in the environment.",
-            "Sizes take `K`, `M`, `G`, `T` (powers of 1024); flags take `1/true/yes/on` and `0/false/no/off`.", "",
-            "| name | default | unit | sources | what it does |", "|---|---|---|---|---|"]
-    rows = [f"| `{PREFIX}{name}` | {default} | {unit} | {sources} | {what} |"
-            for name, default, unit, sources, what in TABLE]
-    return "\n".join(head + rows) + "\n"
+            "Sizes take `K`, `M`, `G`, `T` (powers of 1024); flags take `1/true/yes/on` and `0/false/no/off`.", ""]
+    columns = ["| name | default | unit | sources | what it does |", "|---|---|---|---|---|"]
+
+    def rows(table: "Tuple[Row, ...]") -> "list[str]":
+        return [f"| `{PREFIX}{name}` | {default} | {unit} | {sources} | {what} |"
+                for name, default, unit, sources, what in table]
+
+    own = ["", "## Settings of one kind of store", "",
+           "Read by that backend's own modules; each is in its scheme's row of `transfer/schemes.py`.", ""]
+    return "\n".join(head + columns + rows(GENERAL) + own + columns + rows(_every()[0][len(GENERAL):])) + "\n"
 
 
 if __name__ == "__main__":

@@ -32,9 +32,15 @@ fsspec's ``known_implementations``, which keeps the class and the install hint t
     :mod:`transfer.pacing_pool`), or None;
 ``https_hosts``
     host suffixes of ``https://`` URLs that name this scheme's objects, the store's own spelling
-    (``https://ACCOUNT.blob.core.windows.net/C/B`` is ``az://ACCOUNT/C/B``): parsed as this scheme.
+    (``https://ACCOUNT.blob.core.windows.net/C/B`` is ``az://ACCOUNT/C/B``): parsed as this scheme;
+``knobs``
+    the settings the backend's own modules read (``PEGASUS_CLOUDIO_<NAME>``, rows as
+    :data:`transfer.knobs.TABLE`'s: name, default, unit, sources, what it does), which
+    :mod:`transfer.knobs` lists, checks names against and documents beside the general ones;
+    a row shared by two schemes of a family is listed once. A setting the library's
+    :class:`transfer.Settings` carries to the backend as a plain value is a general knob.
 
-A new backend adds its row here and its own modules; nothing else lists schemes. This module
+A new backend adds its row here and its own modules; nothing else lists schemes or their settings. This module
 imports nothing but :mod:`transfer.lean`: every job step parses URLs, and so reads it.
 """
 
@@ -63,6 +69,7 @@ class Scheme:
     pace_depth: int = 0
     read_rate: Optional[float] = None
     https_hosts: Tuple[str, ...] = ()
+    knobs: Tuple[Tuple[str, str, str, str, str], ...] = ()
 
 
 _LOCAL, _S3, _HTTP = "transfer.backends.local", "transfer.backends.s3", "transfer.backends.http"
@@ -70,6 +77,7 @@ _S3_PROFILES = ("pegasus_credentials",)
 # GET/HEAD per second per prefix (S3); object reads per second per bucket at first (GCS); requests per second
 # per storage account (Azure: its documented target; the account is the URL's host)
 _S3_READS, _GCS_READS, _AZURE_READS = 5500.0, 5000.0, 20000.0
+_EF = "env, file"
 
 SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
     Scheme("file", _LOCAL, "local"),
@@ -80,9 +88,14 @@ SCHEMES: Dict[str, Scheme] = {row.name: row for row in (
     Scheme("s3s", _S3, "s3", object_store=True, exact_path=True, site_profiles=_S3_PROFILES,
            pace_root=1, pace_depth=1, read_rate=_S3_READS),
     Scheme("gs", "transfer.backends.gcs", "gcs", extra="gcs", object_store=True, plugin=True,
-           site_profiles=("boto_config", "google_pkcs12"), pace_root=0, pace_depth=0, read_rate=_GCS_READS),
+           site_profiles=("boto_config", "google_pkcs12"), pace_root=0, pace_depth=0, read_rate=_GCS_READS,
+           knobs=(("GCS_ANONYMOUS", "0", "flag", _EF, "GCS without credentials (public buckets)"),)),
     Scheme("az", "transfer.backends.azure", "azure", object_store=True, plugin=True,
-           https_hosts=(".blob.core.windows.net",), pace_root=0, pace_depth=0, read_rate=_AZURE_READS),
+           https_hosts=(".blob.core.windows.net",), pace_root=0, pace_depth=0, read_rate=_AZURE_READS,
+           knobs=(("AZURE_CREDENTIAL", "", "name", _EF,
+                   "az:// without a key or SAS: `managed-identity`, `workload-identity`, `cli` or `default` (the "
+                   "`[azure]` extra's azure-identity), `none`; unset: workload identity when AZURE_FEDERATED_TOKEN_FILE, "
+                   "AZURE_CLIENT_ID and AZURE_TENANT_ID are all set, else anonymous (docs/azure.md)"),)),
     Scheme("http", _HTTP, "http", plugin=True),
     Scheme("https", _HTTP, "http", plugin=True),
     Scheme("scp", "transfer.backends.sftp", "ssh", extra="sftp", site_profiles=("ssh_private_key",)),
@@ -116,6 +129,15 @@ def https_alias(host: str) -> Optional[Tuple[str, str]]:
         if lowered.endswith(suffix) and label and "." not in label and ":" not in label and "@" not in label:
             return name, label
     return None
+
+
+def knob_rows() -> Tuple[Tuple[str, str, str, str, str], ...]:
+    """Every row's ``knobs``, in the registry's order, each name once."""
+    seen: Dict[str, Tuple[str, str, str, str, str]] = {}
+    for row in SCHEMES.values():
+        for knob in row.knobs:
+            seen.setdefault(knob[0], knob)
+    return tuple(seen.values())
 
 
 def family(scheme: str) -> Optional[str]:

@@ -36,7 +36,7 @@ import pwd
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from pegasus_cloudio.condor.jobenv import job_environment
-from transfer.knobs import KNOWN, PREFIX, uncommented
+from transfer.knobs import PREFIX, is_known, uncommented
 from transfer.lean import field, record
 from transfer.named_files import OWN_LINKS, UnsafeFile, is_missing, read_file
 
@@ -196,7 +196,7 @@ def read_node_config(path: str, explicit: bool = False) -> List[Tuple[str, str]]
             continue
         name, sep, value = text.partition("=")
         target = accepted_name(name.strip()) if sep else None
-        if target is not None and target.startswith(PREFIX) and target not in KNOWN:
+        if target is not None and target.startswith(PREFIX) and not is_known(target):
             raise NodeConfigError(f"{path} line {number}: no setting is named {target}")
         if target is None:
             raise NodeConfigError(f"{path} line {number}: expected NAME = value with NAME one of "
