@@ -14,7 +14,7 @@ import pytest
 from pegasus_cloudio_testbed.ports import free_port
 from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
 from transfer import Session, Settings, parse_url
-from transfer.aws_chain import aws_s3_config
+from transfer.backends.aws_chain import aws_s3_config
 from transfer.errors import ConfigError
 
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from transfer.aws_chain import aws_s3_config
+from transfer.backends.aws_chain import aws_s3_config
 from transfer.credentials import (
     PegasusCredentialsFile,
     pegasus_credentials_path,

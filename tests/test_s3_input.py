@@ -98,7 +98,7 @@ def test_rm_with_a_non_utf8_list_is_one_line_and_sends_nothing(tmp_path, fake):
 def test_the_library_asks_no_instance_metadata_off_ec2(tmp_path):
     """Before: with no credentials, the chain sent a PUT to 169.254.169.254. The link runs only
     on a machine whose firmware says EC2, or when its endpoint is named (tests, proxies)."""
-    from transfer.aws_chain import aws_s3_config, on_ec2
+    from transfer.backends.aws_chain import aws_s3_config, on_ec2
     with pytest.raises(ConfigError) as info:
         aws_s3_config({"HOME": str(tmp_path)})  # this machine: no AWS firmware markers
     assert "not an EC2 instance" in str(info.value)

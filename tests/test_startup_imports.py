@@ -46,7 +46,7 @@ NEVER = frozenset({
     "shutil", "subprocess", "random", "email.utils", "xml.etree.ElementTree", "datetime", "glob",
     "transfer.bundles", "transfer.cache", "transfer.p2p", "transfer.peers", "transfer.uploads",
     "transfer.layers.cache", "transfer.layers.peers",
-    "transfer.backends.gcs", "transfer.backends.sftp", "transfer.backends.local", "transfer.aws_chain",
+    "transfer.backends.gcs", "transfer.backends.sftp", "transfer.backends.local", "transfer.backends.aws_chain",
     "pegasus_cloudio.dropin.integrity", "pegasus_cloudio.dropin.stock", "pegasus_cloudio.stager.client",
 })
 

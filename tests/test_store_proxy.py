@@ -283,7 +283,7 @@ def test_gcs_with_a_malformed_proxy_is_one_line_naming_the_variable_and_no_reque
 
 def test_the_web_identity_exchange_asks_sts_through_the_proxy_as_botocore_does(tmp_path):
     from pegasus_cloudio_testbed.scripted import Reply, ScriptedServer
-    from transfer.aws_chain import aws_s3_config
+    from transfer.backends.aws_chain import aws_s3_config
 
     answer = ("<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
               "<AccessKeyId>AK1</AccessKeyId><SecretAccessKey>s1</SecretAccessKey><SessionToken>t1</SessionToken>"

@@ -13,7 +13,7 @@ Pegasus credentials file (INI, ``pegasus-s3`` format):
   means ``https://host:443``. Credentials are scoped to scheme, host and port: a redirect
   to plain ``http://`` or to another port never carries them.
 
-AWS-style URLs (``s3://BUCKET/KEY``) use the standard AWS chain: see :mod:`transfer.aws_chain`.
+AWS-style URLs (``s3://BUCKET/KEY``) use the standard AWS chain: see :mod:`transfer.backends.aws_chain`.
 
 Secrets are never part of an error message or a ``repr``.
 """
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     CredentialSource = Callable[[], Credentials]
 else:
     CredentialSource = object  # for type checkers, the Callable above
-"""Current credentials, renewed by the source when they expire (see :mod:`transfer.aws_chain`)."""
+"""Current credentials, renewed by the source when they expire (see :mod:`transfer.backends.aws_chain`)."""
 
 
 def site_env_suffix(site_label: Optional[str]) -> Optional[str]:

@@ -83,7 +83,7 @@ _log = logger(__name__)  # logging is imported only when a warning is written
 def _site_config(url: Url, context: Opening) -> S3SiteConfig:
     if "@" in url.host:
         return pegasus_s3_config(context.pegasus_credentials(url.site_label), url.host)
-    from transfer.aws_chain import aws_s3_config  # only AWS-style URLs pay for the chain's imports
+    from transfer.backends.aws_chain import aws_s3_config  # only AWS-style URLs pay for the chain's imports
 
     return aws_s3_config(context.env)
 

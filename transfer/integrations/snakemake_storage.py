@@ -64,7 +64,7 @@ try:
 except ImportError as missing:  # the extra is not installed
     raise ImportError(f"{missing}: pip install 'pegasus-cloudio[snakemake]'") from missing
 
-from transfer.aws_chain import aws_endpoint_and_region
+from transfer.backends.aws_chain import aws_endpoint_and_region
 from transfer.context import check_ca_bundle
 from transfer.errors import InvalidInput, NotFound
 from transfer.client import Client, Entry
