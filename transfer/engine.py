@@ -253,7 +253,7 @@ class Engine:
             return self._transfer(op, budget)
         started, clock = time.time(), time.monotonic()
         try:
-            nbytes = self._copies.copy(source, op)
+            nbytes = self._copies.fetch(op)
         except Exception:  # noqa: BLE001 - the per-file path meets it again and reports it
             return self._transfer(op, budget)
         seconds = time.monotonic() - clock

@@ -15,13 +15,14 @@ from transfer.backends.base import Backend, Store, cache_keys, store
 from transfer.backends.opening import Opening
 from transfer.config import Settings
 from transfer.context import Context
+from transfer.errors import TransferError
 from transfer.http.pool import PoolStats
 from transfer.lean import Protocol
 from transfer.urls import Url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, Hashable, List, Mapping, Optional, Tuple
+    from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["BackendOpener", "Context", "Session"]  # Context lives in transfer.context; re-exported for callers
 
@@ -77,6 +78,25 @@ class Session:
         if found is None:
             found = self._by_location[location] = self._resolve(url)
         return found
+
+    def by_backend(self, urls: Sequence[Url]) -> List[Tuple[Backend, List[Url]]]:
+        """``urls`` grouped by their endpoints' backends, in the order first met (a batch's
+        thousands of URLs: one dict read each, no call); a URL whose backend cannot be made
+        is left out (its own read reports the error)."""
+        groups: Dict[int, Tuple[Backend, List[Url]]] = {}
+        by_location = self._by_location
+        for url in urls:
+            found = by_location.get((url.scheme, url.host, url.site_label))
+            if found is None:
+                try:
+                    found = self.backend(url)
+                except TransferError:
+                    continue
+            group = groups.get(id(found))
+            if group is None:
+                group = groups[id(found)] = (found, [])
+            group[1].append(url)
+        return list(groups.values())
 
     def cache_key(self, url: Url) -> Optional[str]:
         """The node-cache name of the remote object ``url`` (None: its backend keys none,

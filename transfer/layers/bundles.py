@@ -77,7 +77,7 @@ class BundleLayer:
 
     def kept_under(self, url: Url) -> Optional[str]:
         """A known member's key (its bundle's cache key, name and SHA-256), else below's."""
-        found = self._known(url)
+        found = self._known(url) if self._bundles.made is not None else None  # (a call less: most reads)
         return self._below.kept_under(url) if found is None else self._member_key(found)
 
     def stat(self, url: Url) -> ObjectInfo:
@@ -89,7 +89,7 @@ class BundleLayer:
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """A known member, else below, else (below found nothing) the member standing in."""
-        found = self._known(url)
+        found = self._known(url) if self._bundles.made is not None else None
         if found is not None:
             try:
                 return self._member_get(found, url, sink, byte_range)
@@ -105,7 +105,7 @@ class BundleLayer:
         """As :meth:`get`, at ``path``: a member is written there atomically (``link`` and
         ``mode`` mean nothing for a member: no entry here to link to, and members are written
         with the default mode, as before the layers)."""
-        found = self._known(url)
+        found = self._known(url) if self._bundles.made is not None else None
         if found is not None:
             try:
                 return self._member_to(found, url, path)

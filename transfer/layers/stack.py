@@ -11,7 +11,6 @@ stack needs them.
 from __future__ import annotations
 
 from transfer.backends.base import cache_keys, peer_scopes
-from transfer.errors import TransferError
 from transfer.layers.store import StoreReader
 
 TYPE_CHECKING = False
@@ -61,22 +60,17 @@ class Stacks:
     def reader_of(self, url: Url) -> Reader:
         """The top of the stack of ``url``'s endpoint; the TransferError of a backend that
         cannot be made."""
-        return self.reader(self._session.backend(url))
+        backend = self._session.backend(url)
+        found = self._stacks.get(id(backend))  # :meth:`reader`'s look-up, a call less per read
+        return found if found is not None else self.reader(backend)
 
     def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Generator[List[Url], None, None]:
         """Each endpoint's stack plans its part of ``batch`` (:meth:`~transfer.layers.Reader.prepare`),
         one after the other; yields the URLs whose bodies a layer now holds, as they come. A
         URL whose backend cannot be made is left to its read, which reports it. Close the
         generator to end a read-ahead early."""
-        batches: Dict[int, Tuple[Reader, List[Url]]] = {}
-        for url in batch:
-            try:
-                reader = self.reader_of(url)
-            except TransferError:
-                continue
-            batches.setdefault(id(reader), (reader, []))[1].append(url)
-        for reader, urls in batches.values():
-            yield from reader.prepare(urls, cancel)
+        for backend, urls in self._session.by_backend(batch):
+            yield from self.reader(backend).prepare(urls, cancel)
 
     def _build(self, backend: Backend) -> Reader:
         below: Reader = StoreReader(backend, self._parts, self._part_size, self._pacer, self._connections)
