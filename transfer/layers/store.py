@@ -23,7 +23,6 @@ goes on.
 from __future__ import annotations
 
 import time
-from functools import partial
 
 from transfer import _threads, ranged
 from transfer.atomic import AtomicFile, atomic_write_bytes
@@ -200,7 +199,7 @@ class StoreReader:
 
         try:
             reads.read_small(batch, take, connections=self._connections, cancel=cancel, missing=missing,
-                             throttled=throttled, draw=partial(pace.draw, cancel))
+                             throttled=throttled, draw=lambda: pace.draw(cancel))
         finally:
             relay.end()
 
