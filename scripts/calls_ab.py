@@ -23,10 +23,9 @@ from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pegasus_cloudio_bench.harness import make_inputs, tool_env  # noqa: E402
+from pegasus_cloudio_bench.harness import ab_wheels, make_inputs  # noqa: E402
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
 from pegasus_cloudio_testbed.minio import MinioServer  # noqa: E402
-from pegasus_cloudio_testbed.wheel import installed_bin  # noqa: E402
 
 # Run by the wheel's own Python: count every thread's calls per function, write them at exit.
 COUNTER = """
@@ -74,11 +73,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     trees = {"before": os.path.abspath(args.before), "this": None}
     try:
         with MinioServer() as server:
-            creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE, user="bench",
-                                                     endpoint=server.endpoint)
-            env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
-            env.pop("PYTHONPATH", None)
-            bins = {name: installed_bin(os.path.join(root, f"wheel-{name}"), tree) for name, tree in trees.items()}
+            env, bins = ab_wheels(server, root, trees, SITE)
             src, names = make_inputs(root, args.count, args.size)
             remote = f"s3://{IDENTITY}/{BUCKET}/in"
             mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}])

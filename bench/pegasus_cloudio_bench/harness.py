@@ -245,6 +245,19 @@ def tool_env(extra: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
+def ab_wheels(server: Any, root: str, trees: Mapping[str, Optional[str]], site: str) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """For the scripts that race two source trees on one MinIO ``server``: (the environment,
+    each tree's ``bin`` directory). Each tree's wheel is installed under ``root`` (None: this
+    checkout's); the environment is :func:`tool_env`'s with Pegasus credentials for ``server``
+    as ``site``, no config file and no ``PYTHONPATH`` (each wheel runs its own code)."""
+    from pegasus_cloudio_testbed.wheel import installed_bin
+    creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=site, user="bench",
+                                             endpoint=server.endpoint)
+    env = tool_env({"PEGASUS_CREDENTIALS": str(creds), "PEGASUS_CLOUDIO_CONFIG": os.devnull})
+    env.pop("PYTHONPATH", None)
+    return env, {name: installed_bin(os.path.join(root, f"wheel-{name}"), tree) for name, tree in trees.items()}
+
+
 def make_inputs(root: str, count: int, size: int) -> Tuple[str, List[str]]:
     """``count`` files of ``size`` random bytes in ``root/src``: (that directory, their names)."""
     src = os.path.join(root, "src")
