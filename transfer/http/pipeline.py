@@ -376,7 +376,9 @@ class _Run:
     def answered(self, link: _Link, status: int, headers: Dict[str, str], body: bytes, closing: bool) -> bool:
         """Deliver one whole response, the answer to ``link``'s oldest request (see
         :func:`fetch`); whether parsing goes on on this link."""
-        entry = link.answered_one()
+        entry = link.waiting.popleft()  # link.answered_one(), spelt out: one call less per small GET
+        link.bytes -= entry.size
+        link.answered += 1
         link.conn.bytes_moved += len(body)  # the body, as Connection counts it
         took = time.monotonic() - entry.sent
         if took > self.slowest:

@@ -30,6 +30,7 @@ from transfer.backends.base import batch_reads, ranged_reads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from _thread import LockType
     from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
@@ -145,7 +146,7 @@ class StoreReader:
         if self._held:
             self._drop_stale()
         batch = _unique(batch)
-        relay = _Relay()
+        relay = _Relay(self._lock)
         absent: List[Url] = []
         thread = _threads.start(lambda: self._read_ahead(reads, batch, relay, absent, cancel), "read-ahead")
         parked = False  # the reader waits for the caller's turn to end
@@ -176,13 +177,18 @@ class StoreReader:
 
         def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
             url = batch[k]
-            with self._lock:
+            with self._lock:  # the relay's lock too: one lock a body
                 if relay.stopped or self._held_bytes + len(body) > _HELD_BYTES:
                     return False
                 self._held[url.host, url.path] = (body, info, sent)
                 self._held_bytes += len(body)
+                relay.pending.append(url)
+                full = len(relay.pending) >= _RELAY
+                if full:
+                    relay.chunk, relay.pending = relay.pending, []
             held[0] += 1
-            relay.add(url)
+            if full:
+                relay.hand_over()
             return True
 
         def throttled(sent: float) -> None:
@@ -210,24 +216,21 @@ class _Relay:
     that holds fewer within :data:`_LINGER`: the caller then takes what it holds without the
     baton, and the reader goes on."""
 
-    def __init__(self) -> None:
-        self.pending: List[Url] = []  # held since the last hand-over (under _lock)
+    def __init__(self, lock: LockType) -> None:
+        self.pending: List[Url] = []  # held since the last hand-over (under ``lock``)
         self.chunk: List[Url] = []  # handed over with the baton
         self.ended = False  # the pass is over: the last chunk was handed over
         self.stopped = False  # the caller stopped early: the reader takes nothing more
-        self._lock = _threads.Lock()  # pending: the reader adds, a caller that lingered takes
+        self._lock = lock  # pending: the reader adds (as it holds a body), a caller that lingered takes
         self._caller = _threads.Lock()  # released: the caller's turn
         self._caller.acquire()
         self._reader = _threads.Lock()  # released: the reader's turn again
         self._reader.acquire()
 
-    def add(self, url: Url) -> None:
-        """The reader's: one URL held; every :data:`_RELAY`, hand them over and wait."""
-        with self._lock:
-            self.pending.append(url)
-            if len(self.pending) < _RELAY:
-                return
-            self.chunk, self.pending = self.pending, []
+    def hand_over(self) -> None:
+        """The reader's, once it moved :data:`_RELAY` URLs from :attr:`pending` to :attr:`chunk`
+        under the lock (as it held their bodies, in :meth:`StoreReader._read_ahead`): the
+        caller's turn, and wait for the reader's."""
         self._caller.release()
         self._reader.acquire()
 
