@@ -17,6 +17,13 @@ import pytest
 from transfer import _digests, _threads
 
 
+def _fresh(code: str) -> "subprocess.CompletedProcess[str]":
+    """``code`` run by a fresh interpreter (nothing loaded yet), which must succeed."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_digests_match_hashlib_and_hmac_on_random_inputs(seed: int) -> None:
     rng = random.Random(seed)
@@ -34,11 +41,38 @@ def test_small_inputs_use_the_builtin_hashes_until_hashlib_is_loaded() -> None:
             "'hashlib' in sys.modules, type(d.new('sha256', d.SMALL + 1)).__name__, "
             "type(d.new('md5')).__name__, type(d.new('sha256', 300)).__name__, type(d.new('sha1', 3)).__name__]; "
             "print(*kinds)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    done = _fresh(code)
     # built-in while small and hashlib unloaded; OpenSSL's HASH when large, unknown, after
     # something loaded hashlib, or for an algorithm without a built-in stand-in
     assert done.stdout.split() == ["sha256", "md5", "False", "HASH", "HASH", "HASH", "HASH"]
+
+
+def test_many_small_sha256_hashes_load_openssl_and_small_md5_stays_builtin() -> None:
+    code = ("import sys; from transfer import _digests as d; "
+            "kinds = [type(d.new('sha256', 300)).__name__ for _ in range(d.BUILTIN_SHA256 + 1)]; "
+            "print(kinds.count('sha256'), kinds[-1], d.sha256_openssl, 'hashlib' in sys.modules, "
+            "type(d.new('md5', d.SMALL_MD5)).__name__, type(d.new('md5', d.SMALL_MD5 + 1)).__name__, "
+            "d.sha256_hex(b'abc'))")
+    done = _fresh(code)
+    # the first BUILTIN_SHA256 built-in, the next OpenSSL's, and from then on; MD5 of a few KiB
+    # built-in still (the faster one there), larger OpenSSL's
+    assert done.stdout.split() == [str(_digests.BUILTIN_SHA256), "HASH", "True", "True", "md5", "HASH",
+                                   hashlib.sha256(b"abc").hexdigest()]
+
+
+def test_a_signer_signs_alike_across_the_switch_to_openssl() -> None:
+    # the signer keeps keyed HMAC states; once OpenSSL serves SHA-256 it makes them again
+    code = ("from transfer import _digests as d; from transfer.backends._sigv4 import SigV4Signer; "
+            "from transfer.credentials import Credentials; "
+            "signer = SigV4Signer(Credentials('AKID', 'secret'), 'us-east-1', clock=lambda: 1.7e9); "
+            "first = signer.sign('GET', 'h:9000', '/b/k'); "
+            "[d.new('sha256', 3) for _ in range(d.BUILTIN_SHA256)]; "
+            "second = signer.sign('GET', 'h:9000', '/b/k'); "
+            "print(first == second, d.sha256_openssl, type(signer._state[5]).__name__, first[-1][1])")
+    done = _fresh(code)
+    same, switched, kind, authorization = done.stdout.split(" ", 3)
+    assert (same, switched, kind) == ("True", "True", "HASH")
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKID/20231114/us-east-1/s3/aws4_request")
 
 
 @pytest.mark.parametrize("sizes", [[], [0], [300], [100, 0, 200], [_digests.SMALL], [_digests.SMALL, 1],
@@ -59,8 +93,7 @@ def test_a_stream_hashes_what_hashlib_does_whatever_the_pieces(sizes: List[int])
 def test_signing_imports_neither_hashlib_nor_threading() -> None:
     code = ("import sys; from transfer.backends import _sigv4, s3; from transfer import engine; "
             "print(sorted({'hashlib', 'hmac', '_hashlib', 'threading'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    done = _fresh(code)
     assert done.stdout.strip() == "[]"
 
 

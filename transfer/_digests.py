@@ -9,6 +9,14 @@ nothing to import and give the same digests, but hash SHA-256 about 7x slower th
 :data:`SMALL` bytes while :mod:`hashlib` is not loaded yet; anything larger, of unknown size,
 of another algorithm, or once something has loaded :mod:`hashlib`, goes to OpenSSL.
 
+A process that hashes many small inputs (a batch of small GETs: a SigV4 signature each)
+repays the load: after :data:`BUILTIN_SHA256` small SHA-256 hashes, the next loads OpenSSL,
+which then serves SHA-256 (1.4 us against 3.2 for 300 bytes, 1.0 against 3.8 for a
+signature's HMAC copy and update: about 5 us less a signed request). MD5 of up to
+:data:`SMALL_MD5` bytes stays built-in even then (1.2 us against 1.8 for 300 bytes: OpenSSL's
+per-call cost). :data:`sha256_openssl` says which serves SHA-256 now: a cache of keyed HMAC
+states (the SigV4 signer's) makes them again when it turns true.
+
 * :func:`new(name, size)` - a hash object (``update``, ``digest``, ``hexdigest``) for
   ``name`` (``md5``, ``sha256``, or any :func:`hashlib.new` name) of about ``size`` bytes
   (None: unknown).
@@ -39,9 +47,15 @@ if TYPE_CHECKING:
 
         def copy(self) -> "Hash": ...
 
-__all__ = ["SMALL", "Stream", "digest_of", "hmac_sha256", "hmac_sha256_states", "md5", "new", "sha256_hex"]
+__all__ = ["BUILTIN_SHA256", "SMALL", "SMALL_MD5", "Stream", "digest_of", "hmac_sha256", "hmac_sha256_states", "md5",
+           "new", "sha256_hex", "sha256_openssl"]
 
 SMALL = 256 << 10
+SMALL_MD5 = 2 << 10  # up to here the built-in MD5 is the faster one, OpenSSL loaded or not
+BUILTIN_SHA256 = 1024  # small SHA-256 hashes the built-in serves, then OpenSSL: by then the built-in
+# has cost about what loading OpenSSL does (6 ms), so a process pays at most twice the best choice
+sha256_openssl = False  # OpenSSL serves SHA-256 from now on (module doc)
+_builtin_sha256_left = BUILTIN_SHA256
 _BLOCK = 64  # SHA-256's block size, the HMAC key's padded length
 _IPAD = bytes(x ^ 0x36 for x in range(256))
 _OPAD = bytes(x ^ 0x5C for x in range(256))
@@ -63,10 +77,20 @@ _BUILTIN = _builtins()
 
 def new(name: str, size: "Optional[int]" = None) -> "Hash":
     """A fresh hash object of algorithm ``name`` for about ``size`` bytes (see the module)."""
+    global sha256_openssl, _builtin_sha256_left
     make = _BUILTIN.get(name)
-    if make is not None and size is not None and size <= SMALL and "hashlib" not in sys.modules:
-        return make()  # type: ignore[no-any-return]
+    if make is not None and size is not None and size <= SMALL:
+        if name == "md5":
+            if size <= SMALL_MD5 or "hashlib" not in sys.modules:
+                return make()  # type: ignore[no-any-return]
+        elif not sha256_openssl:
+            if _builtin_sha256_left > 0 and "hashlib" not in sys.modules:
+                _builtin_sha256_left -= 1  # a lost count between threads only moves the switch by one
+                return make()  # type: ignore[no-any-return]
+            sha256_openssl = True
     import hashlib
+    if name == "sha256":
+        return hashlib.sha256()  # hashlib.new's look-up by name costs a small input half as much again
     return hashlib.new(name)
 
 

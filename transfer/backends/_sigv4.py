@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from transfer import _digests
 from transfer._digests import hmac_sha256, hmac_sha256_states, sha256_hex
 from transfer.backends._wire_common import canonical_query, quote_query
 
@@ -49,8 +50,10 @@ class SigV4Signer:
         self._region = region
         self._service = service
         # (day, access key, secret, scope, Authorization up to SignedHeaders=, HMAC inner and
-        # outer states of the signing key): derived once per day and key, replaced whole
+        # outer states of the signing key): derived once per day and key, replaced whole, and
+        # again once OpenSSL serves SHA-256 (_digests.sha256_openssl: its states copy faster)
         self._state: Tuple[str, str, str, str, str, _Hash, _Hash] = ("", "", "", "", "", *hmac_sha256_states(b""))
+        self._openssl = False
         self._clock_second = -1
         self._amz_date = ""
         self._last_tail: Tuple[object, str, str] = (None, "", "")
@@ -66,8 +69,10 @@ class SigV4Signer:
         Authorization value and HMAC-SHA256 keyed with the signing key, as hash states to copy
         (RFC 2104: H(K^opad, H(K^ipad, m)); the key is 32 bytes, under SHA-256's 64-byte block)."""
         state = self._state
-        if state[0] == day and state[1] == credentials.access_key and state[2] == credentials.secret_key:
+        if state[0] == day and state[1] == credentials.access_key and state[2] == credentials.secret_key \
+                and self._openssl is _digests.sha256_openssl:
             return state
+        self._openssl = _digests.sha256_openssl
         inner, outer = hmac_sha256_states(self._signing_key(day, credentials.secret_key))
         scope = f"{day}/{self._region}/{self._service}/aws4_request"
         prefix = f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, SignedHeaders="
