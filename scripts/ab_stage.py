@@ -41,7 +41,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Set, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout: the "this" contestant
+sys.path.insert(0, HERE)
 
 from pegasus_cloudio_bench.harness import ab_wheels, make_inputs  # noqa: E402
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
@@ -171,7 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     counter = (unit, os.path.join(root, "counts")) if unit else None
     if counter is not None:
         os.mkdir(counter[1])
-    trees = {"before": os.path.abspath(args.before), "this": None}
+    trees = {"before": os.path.abspath(args.before), "this": HERE}
     found: Dict[Tuple[str, str], List[Tuple[float, float, float]]] = {}
     _subreaper()
     try:

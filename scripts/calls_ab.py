@@ -21,7 +21,8 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout: the "this" contestant
+sys.path.insert(0, HERE)
 
 from pegasus_cloudio_bench.harness import ab_wheels, make_inputs  # noqa: E402
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
@@ -70,7 +71,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="calls-ab-")
-    trees = {"before": os.path.abspath(args.before), "this": None}
+    trees = {"before": os.path.abspath(args.before), "this": HERE}
     try:
         with MinioServer() as server:
             env, bins = ab_wheels(server, root, trees, SITE)

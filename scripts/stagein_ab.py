@@ -22,7 +22,8 @@ import tempfile
 import time
 from typing import Dict, List, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout: the "this" contestant
+sys.path.insert(0, HERE)
 
 from pegasus_cloudio_bench.harness import tool_env  # noqa: E402
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
@@ -38,7 +39,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="stagein-ab-")
-    trees = {"before": os.path.abspath(args.before), "this": None}
+    trees = {"before": os.path.abspath(args.before), "this": HERE}
     with MinioServer() as server:
         creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=SITE, user="bench",
                                                  endpoint=server.endpoint)

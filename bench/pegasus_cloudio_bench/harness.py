@@ -245,10 +245,11 @@ def tool_env(extra: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
-def ab_wheels(server: Any, root: str, trees: Mapping[str, Optional[str]], site: str) -> Tuple[Dict[str, str], Dict[str, str]]:
+def ab_wheels(server: Any, root: str, trees: Mapping[str, str], site: str) -> Tuple[Dict[str, str], Dict[str, str]]:
     """For the scripts that race two source trees on one MinIO ``server``: (the environment,
-    each tree's ``bin`` directory). Each tree's wheel is installed under ``root`` (None: this
-    checkout's); the environment is :func:`tool_env`'s with Pegasus credentials for ``server``
+    each tree's ``bin`` directory). Each tree (a source checkout's path: a script passes its own
+    for "this", never the interpreter it runs in, whose environment is not a worker's) is built
+    into a wheel installed in a venv of its own under ``root``; the environment is :func:`tool_env`'s with Pegasus credentials for ``server``
     as ``site``, no config file and no ``PYTHONPATH`` (each wheel runs its own code)."""
     from pegasus_cloudio_testbed.wheel import installed_bin
     creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=site, user="bench",
