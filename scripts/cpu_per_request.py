@@ -24,7 +24,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout: the "after" contestant
+sys.path.insert(0, HERE)
 
 from pegasus_cloudio_bench.harness import tool_env  # noqa: E402
 from pegasus_cloudio_bench.small_files import BUCKET, IDENTITY, SITE, transfer_spec  # noqa: E402
@@ -63,7 +64,7 @@ def main() -> None:
                         "PEGASUS_CLOUDIO_CACHE_DIR": "off"})
         env.pop("PYTHONPATH", None)
         bins = {"before": installed_bin(os.path.join(root, "wheel-before"), args.before),
-                "after": installed_bin(os.path.join(root, "wheel-after"))}
+                "after": installed_bin(os.path.join(root, "wheel-after"), HERE)}
         tool = {k: [os.path.join(b, "pegasus-cloudio-transfer"), "--threads", str(args.threads)] for k, b in bins.items()}
         mkdir = json.dumps([{"type": "mkdir", "target": {"site_label": SITE, "url": f"s3://{IDENTITY}/{BUCKET}"}}])
         _cpu_ms(tool["after"], mkdir.encode(), env, 1, root)
