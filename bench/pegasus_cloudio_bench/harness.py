@@ -249,7 +249,8 @@ def ab_wheels(server: Any, root: str, trees: Mapping[str, str], site: str) -> Tu
     """For the scripts that race two source trees on one MinIO ``server``: (the environment,
     each tree's ``bin`` directory). Each tree (a source checkout's path: a script passes its own
     for "this", never the interpreter it runs in, whose environment is not a worker's) is built
-    into a wheel installed in a venv of its own under ``root``; the environment is :func:`tool_env`'s with Pegasus credentials for ``server``
+    into a wheel installed in a venv of its own under ``root``; the environment is
+    :func:`tool_env`'s with Pegasus credentials for ``server``
     as ``site``, no config file and no ``PYTHONPATH`` (each wheel runs its own code)."""
     from pegasus_cloudio_testbed.wheel import installed_bin
     creds = server.write_pegasus_credentials(os.path.join(root, "credentials.conf"), site=site, user="bench",
