@@ -348,10 +348,36 @@ class _VanishingBundles(concurrent.futures.ThreadPoolExecutor):
         self._vanish = vanish
 
     def submit(self, fn, *args, **kwargs):
-        if getattr(fn, "__name__", "") == "download" and self._vanish is not None:
+        if getattr(fn, "__name__", "") == "read_bundle" and self._vanish is not None:
             self._vanish, vanish = None, self._vanish
             vanish()
         return super().submit(fn, *args, **kwargs)
+
+
+def test_a_throttled_bundle_read_is_asked_again_whole_not_member_by_member(proxied, bucket, tmp_path):
+    """A 503 SlowDown to a batch's bundle read: the bundle read is made again (its prefix's
+    pace told), the wanted ranges; not left to the members' own reads (which fetch a bundle
+    whole where it fits the directory's memory, and make a request a member where not)."""
+    from pegasus_cloudio_testbed.proxy import Fault
+    proxy, env = proxied
+    files = make_files(tmp_path / "src", 40, size=20_000)  # a bundle too large to come whole with its head
+    upload(env, bucket, files, bundle=True)
+    with Session(Settings(threads=4, bundle=True), env) as session:
+        engine = Engine(session, retry=FAST)
+
+        def read(numbers, job):
+            return engine.run([Transfer((s3(bucket, f"run/{files[n].name}"),),
+                                        parse_url(f"file://{tmp_path}/{job}/{files[n].name}")) for n in numbers])
+
+        assert all(r.ok for r in read((0, 1, 2, 3), "first"))  # the directory's index loaded
+        proxy.reset_counters()
+        proxy.set_faults([Fault.status(503, method="GET", path=".pcb")])
+        wanted = (5, 6, 30, 31)
+        results = read(wanted, "second")
+    assert [r.ok for r in results] == [True] * len(wanted), [r.error for r in results]
+    assert all((tmp_path / "second" / files[n].name).read_bytes() == files[n].read_bytes() for n in wanted)
+    # the throttled first range, then the bundle's two ranges (5-6 and 30-31), not a GET a member
+    assert proxy.snapshot()["requests_by_method"] == {"GET": 3}
 
 
 def test_a_bundle_gone_after_its_plan_sends_its_files_down_the_per_file_path(proxied, bucket, minio, tmp_path):

@@ -186,6 +186,28 @@ def test_member_reads_walk_engine_cache_bundles_store_one_way(s3_env, bucket, tm
     assert trace.back_arrows() == []
 
 
+def test_a_batch_of_members_is_read_a_bundle_at_a_time_one_way(s3_env, bucket, tmp_path):
+    """Bundles on: the batch's members are located (the directory's index) and read a bundle
+    at a time by the bundle layer's plan, their bodies taken up by the node cache's fill as
+    return values: no file goes to a worker, no stack runs back up (before, a batch's bundle
+    groups ran beside the stacks and their member fill called the node cache)."""
+    names = [f"g{i}.dat" for i in range(12)]
+    sources = _uploaded(s3_env, bucket, tmp_path, names, 2000, Settings(threads=2, bundle=True))
+    cache = new_cache(tmp_path / "cache")
+    with Session(Settings(threads=2, bundle=True), s3_env) as session, Trace() as trace:
+        executor = CountingExecutor()
+        results = Engine(session, executor=executor, cache=cache).run(reads(tmp_path, bucket, "j", names))
+        member = parse_url(f"s3://test@minio/{bucket}/in/{names[0]}", site_label="minio")
+        plain = session.backend(member).cache_key(member)  # type: ignore[attr-defined]
+    assert [r.ok for r in results] == [True] * len(names)
+    assert all((tmp_path / "j" / n).read_bytes() == (sources / n).read_bytes() for n in names)
+    assert executor.submitted <= 1  # the bundle's one read (a bundle not brought whole by its head), no file
+    assert not cache.contains(plain) and len(list(cache.entries())) == len(names)  # under the members' keys
+    assert trace.walked("engine", "bundles", "backend", "http")
+    assert trace.walked("engine", "cache", "bundles")  # the cache's misses located below
+    assert trace.back_arrows() == []
+
+
 def test_store_and_peer_reads_walk_engine_cache_peers_store_one_way(s3_env, bucket, objects, tmp_path, redis_server):
     tls = make_tls_files(tmp_path / "tls")
     namespace = f"t{uuid.uuid4().hex[:8]}"

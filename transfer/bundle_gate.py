@@ -19,6 +19,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Iterable, Tuple
 
+    from transfer.urls import Url
+
 OBJECT_SCHEMES = schemes.OBJECT_STORES
 # A batch reading fewer files than this from one directory reads them as plain objects: a
 # LIST and the heads of the directory's bundles cost more than the 404 that sends a member to
@@ -43,4 +45,17 @@ def may_use_bundles(transfers: Iterable[Transfer], bundle_min_files: int) -> boo
         counts[key] = count = counts.get(key, 0) + 1
         if count >= least:
             return True
+    return False
+
+
+def may_read_bundles(urls: Iterable[Url]) -> bool:
+    """True when some object-store directory holds at least :data:`LIST_MIN_FILES` of ``urls``
+    (a read stack's batch): enough for its index to be listed and its members planned."""
+    counts: Dict[Tuple[str, str, str], int] = {}
+    for url in urls:
+        if url.scheme in OBJECT_SCHEMES:
+            key = (url.scheme, url.host, posixpath.dirname(url.bare_path))
+            counts[key] = count = counts.get(key, 0) + 1
+            if count >= LIST_MIN_FILES:
+                return True
     return False

@@ -45,7 +45,7 @@ class CachedReads:
             self._unlinked.add(directory)
         return temp
 
-    def write(self, key: str, path: str, body: bytes, info: ObjectInfo) -> int:
+    def write(self, key: str, path: str, body: bytes, info: ObjectInfo, source: str = "download") -> int:
         """``body`` (verified, of the object kept under ``key``) at ``path``: when the process
         collects inserts, written once, into a temp file in the cache hard-linked at ``path``
         (:meth:`~transfer.cache.NodeCache.stage_linked`; where the cache cannot link there,
@@ -54,14 +54,15 @@ class CachedReads:
         now. Else it fills the cache entry and ``path``, as a miss does (an object the cache
         does not take is written to ``path`` alone). Either way, an entry of another version
         (another job's, of the object before it was replaced) is replaced by ``body``, not
-        handed out."""
+        handed out. ``source``: what the entry's metadata records, when inserted behind
+        ("download"; "bundle" for a bundle member's body)."""
         if behind.collecting():
             member = (key, body, sha256_hex(body))
             temp = self._stage(key, body, path)
             if temp is None:
                 atomic_write_bytes(path, body)
-            if not behind.offer(self._cache, [member], info.version, "download", [temp]):
-                self._cache.insert_members([member], info.version, source="download", temps=[temp])
+            if not behind.offer(self._cache, [member], info.version, source, [temp]):
+                self._cache.insert_members([member], info.version, source=source, temps=[temp])
             return len(body)  # the entry: made after the job's answer
 
         def received(sink: BinaryIO) -> ObjectInfo:

@@ -13,8 +13,9 @@ operation, in input order. It
   cache, then peers, then bundles, then the store, each layer wrapping the one below), which
   plans each batch first (the peers' one lookup; without peers and bundles in use, the store
   reads small objects ahead, many per round trip, and those downloads are made from the
-  calling thread), with bundle members planned per batch (one fetch per bundle:
-  :mod:`transfer.bundles.groups`) and a 404 looked up in the directory's bundles;
+  calling thread; with bundles in use, the bundle layer reads each bundle of the batch's
+  members once, and those downloads are made from the calling thread too) and a 404 looked up
+  in the directory's bundles;
 * drives multipart uploads (:mod:`transfer.uploads`) and parallel ranged downloads
   (:mod:`transfer.ranged`) of large files, all their parts sharing one
   :class:`~transfer.ranged.PartPool` of ``threads``, and server-side copies between objects of
@@ -129,7 +130,7 @@ class Engine:
         self._peers = _peer_round(peers, cache)
         self._stager = StagerSlot(session)
         self._stacks = Stacks(session, self._parts, settings.download_part_size, self._pacer, cache, self._peers,
-                              self._stager, self._threads)
+                              self._stager, self._threads, executor)
         self._writes_slot = WritesSlot(session, self._parts, self._retry, sleep, self._retrier, self._pacer, cache,
                                        self._peers)
         self._copies = Copies(session, self._stacks, self._writes_slot)
@@ -206,8 +207,8 @@ class Engine:
         groups: Optional[GroupRun] = None
         if self._stager.enabled and self._plans_bundles(indexed):
             from transfer.bundles.groups import GroupRun, GroupTask  # bundles: imported when in use
-            task = GroupTask(self._stager.get(), self._cache, self._retrier, self._writes_slot.get())
-            groups = GroupRun(task, self._session, self._cache, peers, self._threads, self._executor)
+            task = GroupTask(self._stager.get(), self._retrier, self._writes_slot.get())
+            groups = GroupRun(task, self._threads, self._executor)
         try:
             indexed = groups.start(indexed, budget) if groups is not None else indexed
             if len(indexed) > 1 and peers is None:
@@ -276,15 +277,11 @@ class Engine:
     def _collect(self, results: List[Optional[Result]], budget: RetryBudget, executor: Executor,
                  groups: Optional[GroupRun],
                  futures: List[Tuple[int, Future]]) -> None:  # type: ignore[type-arg]
-        """The bundle groups' results (:meth:`~transfer.bundles.groups.GroupRun.outcomes`), then
-        every other result in order; the files of a bundle that vanished go down the per-file
-        path after the others."""
-        again: List[Tuple[int, Transfer]] = []
+        """The packed uploads' results (:meth:`~transfer.bundles.groups.GroupRun.outcomes`), then
+        every other result in order."""
         for outcome in groups.outcomes(budget) if groups is not None else ():
             for i, result in outcome[0]:
                 self._finish(results, i, result)
-            again += outcome[1]
-        futures = futures + [(i, executor.submit(self._transfer, op, budget)) for i, op in again]
         ahead = 4 * self._threads
         for position, (i, future) in enumerate(futures):
             if not future.done():  # wake once per several results, not once per file

@@ -43,17 +43,9 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     Indexed = List[Tuple[int, Transfer]]
+    Found = Tuple[Backend, LoadedBundle, Member]
 else:
-    Indexed = object  # the alias above is for type checkers; typing is not imported at run time
-
-
-@record
-class DownloadGroup:
-    """Transfers served by one bundle: (position in batch, transfer, member)."""
-
-    backend: Backend
-    bundle: LoadedBundle
-    items: List[Tuple[int, Transfer, Member]]
+    Indexed = Found = object  # the alias above is for type checkers; typing is not imported at run time
 
 
 @record
@@ -162,45 +154,30 @@ class BundleStager:
 
     # -- downloads --------------------------------------------------------------------
 
-    def plan_downloads(self, transfers: Indexed, map_fn: MapFn,
-                       cached: Callable[[Url], bool] = lambda url: False) -> Tuple[List[DownloadGroup], Indexed]:
-        """Group transfers by the bundle holding their source; files the node cache already has
-        (``cached``), files in no bundle, and files of a directory the batch reads fewer than
-        :data:`LIST_MIN_FILES` of (unless its index is loaded) are left to the per-file path."""
-        groups: Dict[Tuple[int, str, str], DownloadGroup] = {}
-        rest: Indexed = []
-        indexes: Dict[Tuple[int, str, str], BundleDirectory] = {}
-        eligible = [(position, op) for position, op in transfers if self._may_be_bundled(op, cached)]
-        if not eligible:
-            return [], list(transfers)
+    def plan_reads(self, urls: Sequence[Url], map_fn: MapFn) -> List[Tuple[Url, Found]]:
+        """The members serving ``urls``, loading the indexes of their directories (once per
+        directory per process, their heads through ``map_fn``): of an object store with bundles
+        on for its site, of a directory the batch reads at least :data:`LIST_MIN_FILES` names of
+        or whose index is loaded already. A URL in no bundle, or whose directory cannot be
+        listed, is left out (the per-file path reads it, and reports any error)."""
+        eligible = [url for url in urls if url.scheme in OBJECT_SCHEMES and self._bundles_for(url.site_label)]
         wanted: Dict[Tuple[str, str, str], int] = {}
-        for _, op in eligible:
-            key = _directory_key(op.sources[0])
+        for url in eligible:
+            key = _directory_key(url)
             wanted[key] = wanted.get(key, 0) + 1
-        chosen = {id(op) for _, op in eligible
-                  if wanted[_directory_key(op.sources[0])] >= LIST_MIN_FILES or self._loaded(op.sources[0])}
-        for position, op in transfers:
-            found = None
-            if id(op) in chosen:
-                try:
-                    found = self._bundled(op.sources[0], indexes, map_fn, wanted[_directory_key(op.sources[0])])
-                except TransferError:
-                    found = None  # the per-file path meets the same error and reports it per file
-            if found is None:
-                rest.append((position, op))
+        indexes: Dict[Tuple[int, str, str], BundleDirectory] = {}
+        found: List[Tuple[Url, Found]] = []
+        for url in eligible:
+            count = wanted[_directory_key(url)]
+            if count < LIST_MIN_FILES and not self._loaded(url):
                 continue
-            backend, bundle, member = found
-            group = groups.setdefault(_at(backend, bundle.url.host, bundle.url.path),
-                                      DownloadGroup(backend, bundle, []))
-            group.items.append((position, op, member))
-        return list(groups.values()), rest
-
-    def _may_be_bundled(self, op: Transfer, cached: Callable[[Url], bool]) -> bool:
-        """Bundling applies to ``op``'s source: a local destination, an object store with bundles
-        on for its site, and not already in the node cache or a peer's."""
-        source = op.sources[0]
-        return (op.dest.is_local and source.scheme in OBJECT_SCHEMES and self._bundles_for(source.site_label)
-                and not cached(source))
+            try:
+                member = self._bundled(url, indexes, map_fn, count)
+            except TransferError:
+                continue  # the per-file path meets the same error and reports it per file
+            if member is not None:
+                found.append((url, member))
+        return found
 
     def _loaded(self, source: Url) -> bool:
         """The index of ``source``'s directory is loaded in this process (no I/O)."""
@@ -243,11 +220,11 @@ class BundleStager:
         except TransferError:
             return None
 
-    def known_member(self, source: Url) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
+    def known_member(self, source: Url, resident: bool = True) -> Optional[Tuple[Backend, LoadedBundle, Member]]:
         """The member serving ``source`` if its directory's index is loaded or being loaded
         (then this waits for that one listing, as :meth:`resolve` would) or expected (then
-        this lists it, :meth:`expect`); else no I/O but the one whole-bundle fetch
-        :meth:`BundleDirectory.resident` makes for a directory."""
+        this lists it, :meth:`expect`); else no I/O but, with ``resident``, the one whole-bundle
+        fetch :meth:`BundleDirectory.resident` makes for a directory."""
         located = self._locate(source)
         if located is None:
             return None
@@ -262,7 +239,9 @@ class BundleStager:
             return None
         index = future.result()
         found = index.lookup(name)
-        return None if found is None else (backend, index.resident(backend, found[0]), found[1])
+        if found is None:
+            return None
+        return backend, index.resident(backend, found[0]) if resident else found[0], found[1]
 
     def resolve(self, source: Url) -> Tuple[Optional[Tuple[Backend, LoadedBundle, Member]], str]:
         """For a plain read that found nothing: the member standing in for it, if any, else a

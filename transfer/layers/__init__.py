@@ -66,11 +66,18 @@ class Reader(Protocol):
         ``--symlink``); ``mode``: the new file's permission bits before the umask. Nothing is
         left at ``path`` on error."""
 
+    def locate(self, batch: Sequence[Url]) -> bool:
+        """Learn what :meth:`kept_under` needs to answer for ``batch`` at once, before any
+        :meth:`prepare` (the bundle layer in use loads the indexes of the batch's directories:
+        a head each, no member read); True when some URL of ``batch`` may now be kept under a
+        key of its own (a layer above then asks :meth:`kept_under` for each), False when none
+        may. Never raises."""
+
     def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
         """Plan a batch of reads before any is made, and read ahead what can be: a layer
         passes down the part of ``batch`` it leaves to the layers below (the cache its misses;
-        the peers and bundles in use, nothing: the store reads ahead for a stack where only
-        it reads). A generator: it yields lists of URLs of ``batch`` whose bodies a layer now
+        the peers what no peer holds, and only members; the bundles in use, nothing: they read
+        their members' bundles ahead, and the store reads ahead for a stack where only it reads). A generator: it yields lists of URLs of ``batch`` whose bodies a layer now
         holds, each taken by its next read (the engine reads those as they come, from its own
         thread, before the generator goes on), and returns the URLs the store answered 404 to
         before any body (the pass ended there: the bundle layer looks for members of their

@@ -20,29 +20,39 @@ store's NotFound: a read that needs no bundle costs one attribute check here.
 
 from __future__ import annotations
 
+import os
+import time
+
 from transfer import _threads
+from transfer.atomic import atomic_write_bytes
 from transfer.backends.base import ObjectInfo, cache_keys
-from transfer.errors import NotFound, TransferError
+from transfer.errors import NotFound, Throttled, TransferError
 from transfer.layers import nothing_prepared
+from transfer.layers.store import HeldBodies
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, List, Optional, Sequence, Tuple
+    from concurrent.futures import Executor
+    from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
     from transfer.backends.base import Backend, ByteRange
     from transfer.bundles.directory import LoadedBundle
     from transfer.bundles.format import Member
     from transfer.layers import Prepared, Reader
+    from transfer.pacing import Pacer
     from transfer.bundles.staging import BundleStager
     from transfer.session import Session
     from transfer.urls import Url
 
     Found = Tuple[Backend, LoadedBundle, Member]
+    Group = Tuple[Backend, LoadedBundle, List[Tuple[Url, Member]]]
 
 __all__ = ["ORIGIN", "BundleLayer", "StagerSlot"]
 
 ORIGIN = "bundles"  # ObjectInfo.origin of a member's bytes
+_THROTTLED_TRIES = 3  # requests a bundle's read makes at most while the store throttles them
+_UNPLANNED = object()  # a URL the bundle layer did not locate before its prepare
 
 
 class StagerSlot:
@@ -69,15 +79,56 @@ class StagerSlot:
 class BundleLayer:
     """:class:`~transfer.layers.Reader` that serves bundle members over ``below``, with the
     engine's one bundle stager (``bundles``, made on first use; its directory indexes load
-    once per process). Thread-safe."""
+    once per process) and pacer of request prefixes (a bundle's read takes its prefix's
+    token; a throttle answer is told to it). ``threads``: the engine's (a batch's heads and
+    bundle reads run on pools of about that many). Thread-safe."""
 
-    def __init__(self, below: Reader, bundles: StagerSlot) -> None:
+    def __init__(self, below: Reader, bundles: StagerSlot, pacer: Pacer, threads: int = 2,
+                 executor: Optional[Executor] = None) -> None:
         self._below = below
         self._bundles = bundles
+        self._pacer = pacer
+        self._threads = threads
+        self._executor = executor  # an engine's injected one (tests: runs the bundle reads), else None
+        self._planned: Dict[Tuple[str, str], Optional[Found]] = {}  # located (None: no member), for prepare
+        self._held = HeldBodies()  # members read ahead, until their reads take them (bounded)
+        self._lock = _threads.Lock()  # of _planned
+
+    def _in_use(self, batch: Sequence[Url]) -> bool:
+        """Bundles may serve ``batch``: some were used in this process, or they are on in the
+        settings and the batch reads enough of one directory (:mod:`transfer.bundle_gate`)."""
+        if self._bundles.made is not None:
+            return True
+        if not self._bundles.enabled:
+            return False
+        from transfer.bundle_gate import may_read_bundles  # (not on a one-file job's import path)
+        return may_read_bundles(batch)
+
+    def locate(self, batch: Sequence[Url]) -> bool:
+        """The members serving ``batch`` (the indexes of its directories loaded, their heads
+        on a pool of ``threads`` + 2), kept for the :meth:`prepare` after; else below's."""
+        if not self._in_use(batch):
+            return self._below.locate(batch)
+        planned = self._plan(batch)
+        with self._lock:
+            self._planned.update(planned)
+        return any(found is not None for found in planned.values()) or self._below.locate(batch)
+
+    def _plan(self, batch: Sequence[Url]) -> Dict[Tuple[str, str], Optional[Found]]:
+        """Each URL of ``batch`` and the member serving it (None: none)."""
+        from transfer._workers import Workers
+        heads = Workers(self._threads + 2, thread_name_prefix="heads")
+        try:
+            found = self._bundles.get().plan_reads(batch, heads.map)
+        finally:
+            heads.shutdown(wait=True)  # idle threads: none left to hold a lock when the drop-in forks
+        planned: Dict[Tuple[str, str], Optional[Found]] = dict.fromkeys(((url.host, url.path) for url in batch), None)
+        planned.update(((url.host, url.path), member) for url, member in found)
+        return planned
 
     def kept_under(self, url: Url) -> Optional[str]:
         """A known member's key (its bundle's cache key, name and SHA-256), else below's."""
-        found = self._known(url) if self._bundles.made is not None else None  # (a call less: most reads)
+        found = self._known(url, False) if self._bundles.made is not None else None  # (a call less: most reads)
         return self._below.kept_under(url) if found is None else self._member_key(found)
 
     def stat(self, url: Url) -> ObjectInfo:
@@ -88,7 +139,12 @@ class BundleLayer:
             return ObjectInfo(url, found[2].size, self._member_key(found), origin=ORIGIN)
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
-        """A known member, else below, else (below found nothing) the member standing in."""
+        """A member read ahead, a known member, else below, else (below found nothing) the
+        member standing in."""
+        held = self._held.take(url) if byte_range is None else None
+        if held is not None:
+            sink.write(held[0])
+            return held[1]
         found = self._known(url) if self._bundles.made is not None else None
         if found is not None:
             try:
@@ -105,6 +161,9 @@ class BundleLayer:
         """As :meth:`get`, at ``path``: a member is written there atomically (``link`` and
         ``mode`` mean nothing for a member: no entry here to link to, and members are written
         with the default mode, as before the layers)."""
+        held = self._held.take(url)
+        if held is not None:
+            return atomic_write_bytes(path, held[0], mode)
         found = self._known(url) if self._bundles.made is not None else None
         if found is not None:
             try:
@@ -118,16 +177,22 @@ class BundleLayer:
         return self._member_to(found, url, path)
 
     def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
-        """The store's read-ahead where bundles are not in use (none on in the settings, none
-        used yet); else nothing: a read-ahead would GET names that are members (404s), and the
-        engine plans the batch's bundle groups (one read per bundle, :mod:`transfer.bundles.groups`).
-        A 404 before any body (the store's read-ahead ended there) marks its directory as
-        expected to hold members: its index is listed by the first read that asks for one of
-        its names (the others of that directory wait for that one listing, no other directory
-        does), not here. A 404 among bodies is one missing object: its read lists the index."""
-        if self._bundles.made is not None or self._bundles.enabled:
-            return nothing_prepared()
-        return self._ahead(batch, cancel)
+        """Where bundles may serve ``batch``, each bundle holding members of it read once (its
+        members checked as they stream, :func:`~transfer.bundles.fetch.stream_members`), the
+        bundles the listing brought whole first, the others on a pool of their own; the
+        members' bodies held for their reads, and their URLs yielded a bundle at a time.
+        Nothing goes below then: a read-ahead would GET names that are members (404s). A
+        bundle that fails (a reset, a member that fails its check, a bundle gone) holds what
+        it finished; its other members are read one by one by their reads, under the engine's
+        retries. Else the store's read-ahead: a 404 before any body marks its directory as
+        expected to hold members (its index is listed by the first read that asks for one of
+        its names, not here); a 404 among bodies is one missing object."""
+        if self._bundles.made is None:
+            if not self._bundles.enabled:
+                return self._ahead(batch, cancel)
+            if not self._in_use(batch):
+                return nothing_prepared()  # a read-ahead would GET names that may be members
+        return self._groups(batch, cancel)
 
     def _ahead(self, batch: Sequence[Url], cancel: Optional[Cancel]) -> Prepared:
         """The store's read-ahead; the directories of the 404s it ended at marked expected."""
@@ -138,19 +203,112 @@ class BundleLayer:
                 stager.expect(url)
         return absent
 
+    def _groups(self, batch: Sequence[Url], cancel: Optional[Cancel]) -> Prepared:
+        """:meth:`prepare` where bundles may serve the batch."""
+        groups = self._grouped(batch)
+        fetched = [group for group in groups if not group[1].complete]
+        for group in groups:
+            if group[1].complete and not (cancel is not None and cancel.is_set()):
+                yield self.read_bundle(group)  # no request: from this thread
+        if not fetched:
+            return []
+        from transfer._workers import Workers
+        # Unpacking a bundle is local CPU work: more threads than cores only fight over the interpreter lock.
+        pool = self._executor or Workers(max(1, min(self._threads, os.cpu_count() or 1, len(fetched))),
+                                         thread_name_prefix="bundle")
+        try:
+            for future in [pool.submit(self.read_bundle, group) for group in fetched]:
+                if cancel is not None and cancel.is_set():
+                    break
+                yield future.result()
+        finally:
+            if pool is not self._executor:
+                pool.shutdown(wait=True, cancel_futures=True)
+        return []
+
+    def _grouped(self, batch: Sequence[Url]) -> List[Group]:
+        """The located (else now planned) members of ``batch``, by bundle."""
+        self._held.drop_stale()
+        with self._lock:
+            planned = [(url, self._planned.pop((url.host, url.path), _UNPLANNED)) for url in batch]
+        if any(found is _UNPLANNED for _, found in planned):  # not located first (no cache layer above)
+            late = self._plan([url for url, found in planned if found is _UNPLANNED])
+            planned = [(url, late.get((url.host, url.path)) if found is _UNPLANNED else found) for url, found in planned]
+        groups: Dict[Tuple[int, str, str], Group] = {}
+        for url, found in planned:
+            if isinstance(found, tuple):
+                backend, bundle, member = found
+                key = (id(backend), bundle.url.host, bundle.url.path)
+                groups.setdefault(key, (backend, bundle, []))[2].append((url, member))
+        return list(groups.values())
+
+    def read_bundle(self, group: Group) -> List[Url]:
+        """One bundle read for its wanted members; the URLs whose bodies are now held."""
+        backend, bundle, wanted = group
+        members = {member.name: member for _, member in wanted}
+        bodies: Dict[str, bytes] = {}
+        try:
+            self._stream(backend, bundle, list(members.values()), bodies)
+        except NotFound:
+            self._forget(wanted[0][0])  # the bundle is gone: its members' reads ask the store afresh
+        except (TransferError, OSError):
+            pass  # what finished is held; the rest are read one by one, under the engine's retries
+        keys = cache_keys(backend)
+        bundle_key = keys.cache_key(bundle.url) if keys is not None else None
+        return self._hold(wanted, bodies, bundle_key)
+
+    def _stream(self, backend: Backend, bundle: LoadedBundle, members: List[Member], bodies: Dict[str, bytes]) -> None:
+        """``members``' bytes into ``bodies`` (each once it passed its check), each request
+        with its prefix's token; a throttle answer is told to the pacer and the members not yet
+        read are asked for again, with a new token (:data:`_THROTTLED_TRIES` requests in all:
+        one bundle's members one by one would be as many requests as members)."""
+        from transfer.bundles.fetch import stream_members
+        pace = None if bundle.complete else self._pacer.pace(bundle.url)  # a bundle in memory costs no request
+        for tries in range(1, _THROTTLED_TRIES + 1):
+            if pace is not None:
+                pace.acquire()
+            started = time.time()
+            try:
+                stream_members(backend, bundle, [m for m in members if m.name not in bodies],
+                               lambda member: _Body(bodies, member.name))
+                return
+            except Throttled:
+                if pace is None:
+                    raise
+                pace.throttled(started)
+                if tries == _THROTTLED_TRIES:
+                    raise
+
+    def _hold(self, wanted: List[Tuple[Url, Member]], bodies: Dict[str, bytes], bundle_key: Optional[str]) -> List[Url]:
+        """Hold the members read (within the bound); their URLs. A member's ``ObjectInfo``
+        names its own key as its version (``bundle_key`` None: the backend keys no cache)."""
+        from transfer.bundles.reading import member_key
+        held: List[Url] = []
+        now = time.monotonic()
+        with self._held.lock:
+            for url, member in wanted:
+                body = bodies.get(member.name)
+                version = member_key(bundle_key, member) if bundle_key is not None else None
+                if body is not None and self._held.put(url, body, ObjectInfo(url, len(body), version, origin=ORIGIN),
+                                                       now):
+                    held.append(url)
+        return held
+
     def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
-        return self._below.take(url)
+        """A member's body read ahead, else below's."""
+        held = self._held.take(url)
+        return held if held is not None else self._below.take(url)
 
     # -- members ------------------------------------------------------------------------
 
-    def _known(self, url: Url) -> Optional[Found]:
+    def _known(self, url: Url, resident: bool = True) -> Optional[Found]:
         """The member serving ``url`` by an index loaded (or loading) in this process; None
         without bundles used, or for a URL whose backend cannot be made (below reports it)."""
         stager = self._bundles.made
         if stager is None or url.is_local:
             return None
         try:
-            return stager.known_member(url)
+            return stager.known_member(url, resident)
         except TransferError:
             return None
 
@@ -188,10 +346,34 @@ class BundleLayer:
         return ObjectInfo(url, member.size, self._member_key(found), origin=ORIGIN)
 
     def _member_to(self, found: Found, url: Url, path: str) -> int:
-        from transfer.bundles.reading import GroupState, MemberRead, read_group
+        """One member at ``path``, atomically: nothing is left there when it fails its check
+        (an error naming ``url``) or the bundle is gone (NotFound)."""
+        from transfer.atomic import AtomicFile
+        from transfer.bundles.format import BundleFormatError
+        from transfer.bundles.reading import read_member
         backend, bundle, member = found
-        state = GroupState.empty()
-        read_group(backend, bundle, [MemberRead(0, url, path, member)], state)
-        if 0 in state.failed:
-            raise state.failed[0]
-        return state.done[0]
+        with AtomicFile(path) as out:
+            try:
+                read_member(backend, bundle, member, out.file)
+            except BundleFormatError as err:
+                raise err.relabelled(url=str(url), operation="get") from err
+            return out.commit()
+
+
+class _Body:
+    """A :class:`~transfer.bundles.fetch.Writer` that keeps one member's bytes in ``bodies``
+    once they passed their check."""
+
+    def __init__(self, bodies: Dict[str, bytes], name: str) -> None:
+        self._bodies = bodies
+        self._name = name
+        self._parts: List[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self._parts.append(data)
+
+    def commit(self) -> None:
+        self._bodies[self._name] = b"".join(self._parts)
+
+    def abort(self) -> None:
+        self._parts = []

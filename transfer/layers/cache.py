@@ -61,6 +61,9 @@ class CacheLayer:
     def kept_under(self, url: Url) -> Optional[str]:
         return self._below.kept_under(url)
 
+    def locate(self, batch: Sequence[Url]) -> bool:
+        return self._below.locate(batch)
+
     def stat(self, url: Url) -> ObjectInfo:
         return self._below.stat(url)
 
@@ -74,12 +77,15 @@ class CacheLayer:
         the umask), leaving the entry's as it is."""
         if url.is_local:
             return self._below.fetch_to(url, path, link, mode)
+        held = self._below.take(url) if not link and mode == _OWN_MODE else None
+        if held is not None:  # read ahead, a miss at prepare: a member under its own key, else the object's
+            # (a link or a mode of its own goes the fill's way below, which takes the held body as well)
+            missed = self._missed.pop((url.host, url.path), "")
+            info = held[1]
+            if info.origin == BUNDLES and info.version is not None:
+                return self._ahead.write(info.version, path, held[0], ObjectInfo(url, info.size), "bundle")
+            return self._ahead.write(missed or self._keys.cache_key(url), path, held[0], info)
         member = self._below.kept_under(url)
-        held = self._below.take(url) if member is None and not link and mode == _OWN_MODE else None
-        if held is not None:  # read ahead: the store had the plain object, a miss at prepare
-            # (a mode of its own goes the fill's way below, which takes the held body as well)
-            return self._ahead.write(self._missed.pop((url.host, url.path), "") or self._keys.cache_key(url), path,
-                                     held[0], held[1])
         plain = self._keys.cache_key(url)
         key = plain if member is None or self._cache.contains(plain) else member  # the plain object wins
         try:
@@ -128,7 +134,18 @@ class CacheLayer:
                 misses.append(url)
                 if key is not None:
                     self._missed[url.host, url.path] = key
+        if misses and self._below.locate(misses):
+            misses = self._member_misses(misses)
         return self._below.prepare(misses, cancel)  # the generator below, as it is
+
+    def _member_misses(self, misses: List[Url]) -> List[Url]:
+        """``misses`` but those a member serves whose entry the cache holds under the
+        member's own key (:meth:`~transfer.layers.Reader.kept_under`, now that below located them)."""
+        members = [(url, key) for url, key in ((url, self._below.kept_under(url)) for url in misses) if key is not None]
+        if not members:
+            return misses
+        hits = {id(url) for (url, _), hit in zip(members, self._cache.holds([key for _, key in members])) if hit}
+        return [url for url in misses if id(url) not in hits] if hits else misses
 
     def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
         return self._below.take(url)

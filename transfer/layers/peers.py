@@ -46,6 +46,19 @@ class PeerLayer:
         below = self._below.kept_under(url)
         return None if below is None or self._round.holds(self._keys.cache_key(url)) else below
 
+    def locate(self, batch: Sequence[Url]) -> bool:
+        """Queue the keys of ``batch`` that have a scope for the batch's one index lookup, and
+        locate below those no peer holds (asking that makes the lookup: what a peer holds is
+        read from it, never through a bundle)."""
+        keys: Dict[str, Scope] = {}
+        for url in batch:
+            scope = self._scope(url)
+            if scope is not None:
+                keys.setdefault(self._keys.cache_key(url), scope)
+        self._round.expect(keys)
+        rest = [url for url in batch if not self._round.holds(self._keys.cache_key(url))] if keys else batch
+        return self._below.locate(rest) if rest else False
+
     def stat(self, url: Url) -> ObjectInfo:
         return self._below.stat(url)
 
@@ -62,16 +75,11 @@ class PeerLayer:
         return self._below.fetch_to(url, path, link, mode)
 
     def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
-        """Queue the keys of ``batch`` that have a scope for the batch's one index lookup;
-        nothing goes below: which keys the peers hold is known at the first read, after every
-        endpoint has queued its own (one lookup per batch), and a read-ahead would GET them."""
-        keys: Dict[str, Scope] = {}
-        for url in batch:
-            scope = self._scope(url)
-            if scope is not None:
-                keys.setdefault(self._keys.cache_key(url), scope)
-        self._round.expect(keys)
-        return nothing_prepared()
+        """Only the bundle members no peer holds as plain objects go below (their bundles read
+        ahead); a store's read-ahead would GET what peers hold. The keys were queued for the
+        batch's lookup by :meth:`locate`, which the layer above calls first."""
+        members = [url for url in batch if self.kept_under(url) is not None]
+        return self._below.prepare(members, cancel) if members else nothing_prepared()
 
     def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
         return self._below.take(url)

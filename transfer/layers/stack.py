@@ -15,6 +15,7 @@ from transfer.layers.store import StoreReader
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
     from typing import Dict, Generator, List, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
@@ -35,11 +36,13 @@ class Stacks:
     """One read stack per backend (endpoint) of ``session``, made on first use and kept.
     ``peers`` (one round shared by every endpoint: one index lookup per batch) is used only
     with ``cache``; ``bundles`` puts a bundle layer over each store; ``connections``: what a
-    store's read-ahead may use."""
+    store's read-ahead may use; ``executor``: an engine's injected one, for the bundle layers'
+    reads (tests), else None."""
 
     def __init__(self, session: Session, parts: PartPool, part_size: int, pacer: Pacer,
                  cache: Optional[NodeCache] = None, peers: Optional[PeerRound] = None,
-                 bundles: Optional[StagerSlot] = None, connections: int = 2) -> None:
+                 bundles: Optional[StagerSlot] = None, connections: int = 2,
+                 executor: Optional[Executor] = None) -> None:
         self._session = session
         self._connections = connections
         self._parts = parts
@@ -48,6 +51,7 @@ class Stacks:
         self._cache = cache
         self._peers = peers if cache is not None else None
         self._bundles = bundles
+        self._executor = executor
         self._stacks: Dict[int, Reader] = {}
 
     def reader(self, backend: Backend) -> Reader:
@@ -76,7 +80,7 @@ class Stacks:
         below: Reader = StoreReader(backend, self._parts, self._part_size, self._pacer, self._connections)
         if self._bundles is not None:
             from transfer.layers.bundles import BundleLayer
-            below = BundleLayer(below, self._bundles)
+            below = BundleLayer(below, self._bundles, self._pacer, self._connections, self._executor)
         keys = cache_keys(backend)
         if self._cache is None or keys is None:
             return below

@@ -17,7 +17,8 @@ error answer, a failed check, a large object, no answer, a 404: maybe a bundle m
 layer above finds) is read as if there had been no pass, one request more. A 404 before any
 body ends the pass (a directory written as bundles answers 404 to every name; its reads then
 find the members with one listing); a 404 after bodies is one missing object, and the pass
-goes on.
+goes on. The bodies are held in a :class:`HeldBodies`, bounded, which the bundle layer holds
+its members' bodies in too.
 """
 
 from __future__ import annotations
@@ -40,21 +41,66 @@ if TYPE_CHECKING:
     from transfer.urls import Url
 
     Held = Tuple[bytes, ObjectInfo]
-    Kept = Tuple[bytes, ObjectInfo, float]
+    Kept = Tuple[bytes, ObjectInfo, float]  # (body, its ObjectInfo, monotonic seconds it was held at)
 
-__all__ = ["StoreReader"]
+__all__ = ["HELD_BYTES", "HELD_SECONDS", "HeldBodies", "StoreReader"]
 
 _MIN_BATCH = 2  # one object gains nothing from a pass of its own
-_HELD_BYTES = 256 << 20  # bodies held at once; past it a body is left to its own read
-_HELD_SECONDS = 60.0  # a body no read took by then (its transfer cancelled) is dropped at a prepare
 _RELAY = 32  # bodies held before the read-ahead hands them to the caller and waits: fewer than in flight
 # (5 connections x 32); 8 cost 5% more client CPU per small GET in hand-overs (2,000 files, 2026-12-03)
 _LINGER = 0.05  # seconds the caller waits for a full relay before it takes fewer: a stalled pass's files
 # are on disk by then (a job evicted meanwhile keeps them; 32 arrive within ~16 ms on loopback)
 
 
-# A held body is found by (url.host, url.path): one backend's object (a Url hashes all its fields,
-# slowly). Spelt out where it is used, not a function: a call per use costs a small GET 1% of CPU.
+# A body is found by (url.host, url.path), spelt out where it is used, not a function: a call per
+# use costs a small GET 1% of CPU.
+
+
+HELD_BYTES = 256 << 20  # bodies one holder holds at once; past it a body is left to its own read
+HELD_SECONDS = 60.0  # a body no read took by then (its transfer cancelled) is dropped at a prepare
+
+
+class HeldBodies:
+    """One holder's bodies. Thread-safe under :attr:`lock`, which :meth:`put` expects its
+    caller to hold (the store reader's relay does more under the same lock: one lock a body)."""
+
+    __slots__ = ("lock", "bodies", "size")
+
+    def __init__(self) -> None:
+        self.lock = _threads.Lock()
+        self.bodies: Dict[Tuple[str, str], Kept] = {}
+        self.size = 0  # bytes of :attr:`bodies`
+
+    def put(self, url: Url, body: bytes, info: ObjectInfo, at: float) -> bool:
+        """Hold ``body`` of ``url`` from ``at`` (monotonic seconds), the caller holding
+        :attr:`lock`; False, holding nothing, where it would pass :data:`HELD_BYTES`."""
+        if self.size + len(body) > HELD_BYTES:
+            return False
+        self.bodies[url.host, url.path] = (body, info, at)
+        self.size += len(body)
+        return True
+
+    def take(self, url: Url) -> Optional[Held]:
+        """The body held for ``url`` and its ``ObjectInfo``, handed over once (None: none)."""
+        if not self.bodies:  # the common case: nothing read ahead, no lock
+            return None
+        with self.lock:
+            held = self.bodies.pop((url.host, url.path), None)
+            if held is None:
+                return None
+            self.size -= len(held[0])
+        return held[0], held[1]
+
+    def drop_stale(self) -> None:
+        """Forget the bodies held longer than :data:`HELD_SECONDS`."""
+        if not self.bodies:
+            return
+        now = time.monotonic()
+        with self.lock:
+            for name, kept in list(self.bodies.items()):
+                if now - kept[2] > HELD_SECONDS:
+                    del self.bodies[name]
+                    self.size -= len(kept[0])
 
 
 def _unique(batch: Sequence[Url]) -> List[Url]:
@@ -75,20 +121,22 @@ class StoreReader:
         self._part_size = part_size
         self._pacer = pacer
         self._connections = connections
-        self._held: Dict[Tuple[str, str], Kept] = {}
-        self._held_bytes = 0
-        self._lock = _threads.Lock()
+        self._held = HeldBodies()  # bounded; its lock is the relay's too
 
     def kept_under(self, url: Url) -> Optional[str]:
         """None: the store's objects are kept under their own keys."""
         return None
+
+    def locate(self, batch: Sequence[Url]) -> bool:
+        """False: the store's objects are kept under their own keys."""
+        return False
 
     def stat(self, url: Url) -> ObjectInfo:
         return self.backend.stat(url)
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """The held body, else one GET (the backend verifies the bytes)."""
-        held = self.take(url) if byte_range is None else None
+        held = self._held.take(url) if byte_range is None else None
         if held is not None:
             sink.write(held[0])
             return held[1]
@@ -97,7 +145,7 @@ class StoreReader:
     def fetch_to(self, url: Url, path: str, link: bool = False, mode: int = 0o666) -> int:
         """The held body; else ranged parts where the backend reads ranges, else one GET;
         ``link`` means nothing here (no entry to link to)."""
-        held = self.take(url)
+        held = self._held.take(url)
         if held is not None:  # the lean write of a few bytes: no file object, four system calls
             return atomic_write_bytes(path, held[0], mode)
         with AtomicFile(path, mode=mode) as out:
@@ -109,23 +157,7 @@ class StoreReader:
 
     def take(self, url: Url) -> Optional[Held]:
         """The body :meth:`prepare` read of ``url`` and its ``ObjectInfo``, handed over once."""
-        if not self._held:  # the common case: no read-ahead, no lock
-            return None
-        with self._lock:
-            held = self._held.pop((url.host, url.path), None)
-            if held is None:
-                return None
-            self._held_bytes -= len(held[0])
-        return held[0], held[1]
-
-    def _drop_stale(self) -> None:
-        """Forget bodies held longer than :data:`_HELD_SECONDS`."""
-        now = time.monotonic()
-        with self._lock:
-            for name, kept in list(self._held.items()):
-                if now - kept[2] > _HELD_SECONDS:
-                    del self._held[name]
-                    self._held_bytes -= len(kept[0])
+        return self._held.take(url)
 
     def prepare(self, batch: Sequence[Url], cancel: Optional[Cancel] = None) -> Prepared:
         """Read the small objects of ``batch`` in one pipelined pass where the backend can,
@@ -143,10 +175,9 @@ class StoreReader:
         reads = batch_reads(self.backend)
         if reads is None or len(batch) < _MIN_BATCH:
             return []
-        if self._held:
-            self._drop_stale()
+        self._held.drop_stale()
         batch = _unique(batch)
-        relay = _Relay(self._lock)
+        relay = _Relay(self._held.lock)
         absent: List[Url] = []
         thread = _threads.start(lambda: self._read_ahead(reads, batch, relay, absent, cancel), "read-ahead")
         parked = False  # the reader waits for the caller's turn to end
@@ -177,11 +208,9 @@ class StoreReader:
 
         def take(k: int, body: bytes, info: ObjectInfo, sent: float) -> bool:
             url = batch[k]
-            with self._lock:  # the relay's lock too: one lock a body
-                if relay.stopped or self._held_bytes + len(body) > _HELD_BYTES:
+            with self._held.lock:  # the relay's lock too: one lock a body
+                if relay.stopped or not self._held.put(url, body, info, sent):
                     return False
-                self._held[url.host, url.path] = (body, info, sent)
-                self._held_bytes += len(body)
                 relay.pending.append(url)
                 full = len(relay.pending) >= _RELAY
                 if full:

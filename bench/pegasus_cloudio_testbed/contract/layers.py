@@ -65,7 +65,8 @@ class ClosesContract(ContractBase):
 
 class LayerContract(ContractBase):
     """``fetch_to``: the object's bytes at a new name with the asked mode (under the umask),
-    nothing left behind on error; ``prepare``: planning that never fails a batch by itself."""
+    nothing left behind on error; ``locate`` and ``prepare``: planning that never fails a batch
+    by itself."""
 
     capability: ClassVar[type] = FetchesTo
 
@@ -106,6 +107,16 @@ class LayerContract(ContractBase):
         with pytest.raises(NotFound):
             reader.fetch_to(url_for("ft/absent"), str(tmp_path / "absent"))
         assert not os.path.lexists(tmp_path / "absent")
+
+    def test_locate_never_fails_the_batch(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
+        """``locate`` raises nothing (an empty batch, a missing object) and answers False where
+        no URL of the batch may be kept under a key of its own (a plain object keeps its own)."""
+        seed("lo/a", b"lo/a")
+        assert reader.locate([]) is False
+        batch = [url_for("lo/a"), url_for("lo/absent")]
+        if reader.locate(batch) is False:
+            assert [reader.kept_under(url) for url in batch] == [None, None]
+        assert self.read(reader, url_for("lo/a")) == b"lo/a"
 
     def test_prepare_then_read(self, reader: Any, seed: Seed, url_for: UrlFor) -> None:
         """A batch planned with a missing member: the plan raises nothing, each read reports its
