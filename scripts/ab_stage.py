@@ -1,14 +1,15 @@
 """Many small files in and out, wheels of two source trees, alternating, on one MinIO.
 
     .venv/bin/python scripts/ab_stage.py BEFORE_TREE [--count 6173] [--size 300] [--rounds 5] [--json]
-                                         [--instructions | --syscalls]
+                                         [--bundles] [--instructions | --syscalls]
 
 ``BEFORE_TREE`` is a source checkout (``git archive 7437202 | tar -x -C DIR``); the other
 contestant is this checkout. Each round runs, with each wheel's ``pegasus-cloudio-transfer``
 (5 threads, the users' defaults otherwise): ``--count`` objects of ``--size`` bytes staged in
 with the node cache on and empty (every file a miss, a first job on a node), the same with
 the cache off, and the same files staged out to a fresh prefix; the trees take turns at going
-first. The figures are each process's wall time and user + system CPU (``wait4``), and the
+first. With ``--bundles``, bundling is on for every run: the objects go up packed into bundles,
+the stage-ins read them as members, the stage-out packs. The figures are each process's wall time and user + system CPU (``wait4``), and the
 CPU of what it leaves running behind (the child that fills the node cache after the job's
 answer, waited for before the next run starts: this script is their subreaper), medians over
 the rounds, and this tree's over the other's: a development A/B for changes to requests,
@@ -162,6 +163,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--size", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--bundles", action="store_true",
+                        help="bundling on (PEGASUS_CLOUDIO_BUNDLE=1): the files go up packed, and are read as members")
     counting = parser.add_mutually_exclusive_group()
     counting.add_argument("--instructions", action="store_true",
                           help="count user-space instructions under callgrind instead of CPU seconds")
@@ -178,6 +181,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         with MinioServer() as server:
             env, bins = ab_wheels(server, root, trees, SITE)
+            if args.bundles:
+                env = dict(env, PEGASUS_CLOUDIO_BUNDLE="1")
             _SERVERS.update(_children())
             src, names = make_inputs(root, args.count, args.size)
 
@@ -226,7 +231,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         row["per_round"] = {name: [[round(w, 3), round(c, digits), round(b, digits)] for w, c, b in found[(name, step)]]
                             for name in trees}  # [wall, CPU, behind CPU] of each round, in order
         rows[step] = row
-    result = {"count": args.count, "size": args.size, "rounds": args.rounds, "load": os.getloadavg()[0],
+    result = {"count": args.count, "size": args.size, "rounds": args.rounds, "bundles": args.bundles,
+              "load": os.getloadavg()[0],
               "unit": unit or "CPU seconds", "steps": rows}
     if args.json:
         json.dump(result, sys.stdout, indent=2)
