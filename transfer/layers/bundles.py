@@ -53,6 +53,7 @@ __all__ = ["ORIGIN", "BundleLayer", "StagerSlot"]
 ORIGIN = "bundles"  # ObjectInfo.origin of a member's bytes
 _THROTTLED_TRIES = 3  # requests a bundle's read makes at most while the store throttles them
 _UNPLANNED = object()  # a URL the bundle layer did not locate before its prepare
+_PLANNED_KEPT = 1 << 16  # located URLs kept for the prepares after, at most (a long-lived engine: the node stager)
 
 
 class StagerSlot:
@@ -111,6 +112,8 @@ class BundleLayer:
             return self._below.locate(batch)
         planned = self._plan(batch)
         with self._lock:
+            if len(self._planned) > _PLANNED_KEPT:  # located, then read by no prepare (cache hits, peers')
+                self._planned.clear()
             self._planned.update(planned)
         return any(found is not None for found in planned.values()) or self._below.locate(batch)
 
