@@ -14,8 +14,12 @@ content-addressed: the key names its bytes), with ``origin`` "bundles". So the l
 check that what it filled is what it asked for (a 404 met during the fill, or an index loaded
 meanwhile, changes the answer: the cache layer then fills again under the returned key).
 
-The bundle code is imported only when the engine's stager exists (bundles were used) or at a
-store's NotFound: a read that needs no bundle costs one attribute check here.
+Where bundles may serve a batch, :meth:`BundleLayer.locate` loads the indexes of its
+directories and :meth:`BundleLayer.prepare` reads each bundle holding members of it once,
+holding the members' verified bodies for their reads (``docs/architecture.md``, "Reads as
+stacked layers"). The bundle code is imported only when the engine's stager exists (bundles
+were used), when bundles are on and a batch reads enough of one directory, or at a store's
+NotFound: a read that needs no bundle costs two attribute checks here.
 """
 
 from __future__ import annotations
@@ -144,7 +148,7 @@ class BundleLayer:
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """A member read ahead, a known member, else below, else (below found nothing) the
         member standing in."""
-        held = self._held.take(url) if byte_range is None else None
+        held = self._held.take(url) if byte_range is None and self._held.bodies else None
         if held is not None:
             sink.write(held[0])
             return held[1]
@@ -164,7 +168,7 @@ class BundleLayer:
         """As :meth:`get`, at ``path``: a member is written there atomically (``link`` and
         ``mode`` mean nothing for a member: no entry here to link to, and members are written
         with the default mode, as before the layers)."""
-        held = self._held.take(url)
+        held = self._held.take(url) if self._held.bodies else None  # (a call less: most reads)
         if held is not None:
             return atomic_write_bytes(path, held[0], mode)
         found = self._known(url) if self._bundles.made is not None else None
@@ -299,7 +303,7 @@ class BundleLayer:
 
     def take(self, url: Url) -> Optional[Tuple[bytes, ObjectInfo]]:
         """A member's body read ahead, else below's."""
-        held = self._held.take(url)
+        held = self._held.take(url) if self._held.bodies else None  # (a call less: most reads)
         return held if held is not None else self._below.take(url)
 
     # -- members ------------------------------------------------------------------------

@@ -136,7 +136,7 @@ class StoreReader:
 
     def get(self, url: Url, sink: BinaryIO, byte_range: Optional[ByteRange] = None) -> ObjectInfo:
         """The held body, else one GET (the backend verifies the bytes)."""
-        held = self._held.take(url) if byte_range is None else None
+        held = self._held.take(url) if byte_range is None and self._held.bodies else None
         if held is not None:
             sink.write(held[0])
             return held[1]
@@ -145,7 +145,7 @@ class StoreReader:
     def fetch_to(self, url: Url, path: str, link: bool = False, mode: int = 0o666) -> int:
         """The held body; else ranged parts where the backend reads ranges, else one GET;
         ``link`` means nothing here (no entry to link to)."""
-        held = self._held.take(url)
+        held = self._held.take(url) if self._held.bodies else None  # (a call less: most reads)
         if held is not None:  # the lean write of a few bytes: no file object, four system calls
             return atomic_write_bytes(path, held[0], mode)
         with AtomicFile(path, mode=mode) as out:
