@@ -17,7 +17,7 @@ from transfer.layers import nothing_prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
+    from typing import BinaryIO, Dict, Optional, Sequence, Tuple
 
     from transfer._threads import Cancel
     from transfer.backends.base import ByteRange, CacheKeys, PeerScopes

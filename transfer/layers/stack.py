@@ -16,7 +16,7 @@ from transfer.layers.store import StoreReader
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from concurrent.futures import Executor
-    from typing import Dict, Generator, List, Optional, Sequence, Tuple
+    from typing import Dict, Generator, List, Optional, Sequence
 
     from transfer._threads import Cancel
     from transfer.backends.base import Backend
